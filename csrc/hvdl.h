@@ -1,0 +1,140 @@
+/*
+ * hvdl.h -- hvd_lite's public C API.
+ *
+ * The shape follows NCCL so that code written against NCCL reads the same here:
+ * the same enum numbers for data types, reduction ops and result codes, the same
+ * parameter order for collectives, the same count and in-place rules:
+ *
+ *   - `count` is a number of elements, not bytes; count 0 is a valid no-op.
+ *   - A collective is in-place when sendbuff == recvbuff; buffers that overlap
+ *     without being identical are rejected with hvdlInvalidArgument.
+ *   - `stream` must be NULL: this build works on host memory only.
+ *   - Every rank of the communicator ends with bitwise-identical results.
+ *
+ * A communicator is made from an MPI communicator, which it duplicates: all of
+ * hvd_lite's traffic runs on its private copy, never on the caller's.
+ *
+ * Every function returns an hvdlResult_t. hvdlGetErrorString() names a code;
+ * hvdlGetLastError() gives the message of the most recent failure on a
+ * communicator (what failed and where). hvdlInvalidArgument is always returned
+ * before any data is sent, and leaves the communicator usable. Any other
+ * failure during a collective (an MPI error, a peer that went away) marks the
+ * communicator broken: later calls return hvdlInvalidUsage until it is destroyed.
+ *
+ * C99, no framework headers.
+ */
+#ifndef HVDL_H_
+#define HVDL_H_
+
+#include <stddef.h>
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HVDL_MAJOR 0
+#define HVDL_MINOR 1
+#define HVDL_PATCH 0
+#define HVDL_VERSION_CODE (HVDL_MAJOR * 10000 + HVDL_MINOR * 100 + HVDL_PATCH)
+
+/* Result codes: NCCL's numbers. */
+typedef enum {
+  hvdlSuccess = 0,
+  hvdlUnhandledCudaError = 1,
+  hvdlSystemError = 2,
+  hvdlInternalError = 3,
+  hvdlInvalidArgument = 4,
+  hvdlInvalidUsage = 5,
+  hvdlRemoteError = 6,
+  hvdlInProgress = 7,
+  hvdlNumResults = 8
+} hvdlResult_t;
+
+/* Data types: NCCL's numbers (int8 ... bfloat16). */
+typedef enum {
+  hvdlInt8 = 0,
+  hvdlChar = 0,
+  hvdlUint8 = 1,
+  hvdlInt32 = 2,
+  hvdlInt = 2,
+  hvdlUint32 = 3,
+  hvdlInt64 = 4,
+  hvdlUint64 = 5,
+  hvdlFloat16 = 6,
+  hvdlHalf = 6,
+  hvdlFloat32 = 7,
+  hvdlFloat = 7,
+  hvdlFloat64 = 8,
+  hvdlDouble = 8,
+  hvdlBfloat16 = 9,
+  hvdlNumTypes = 10
+} hvdlDataType_t;
+
+/* Reduction ops: NCCL's numbers.
+ * Integers wrap (two's complement). Float16 and bfloat16 are computed in float32
+ * and rounded to nearest-even after every binary operation. Min/max on floats
+ * return the other operand when one is NaN (IEEE fmin/fmax, as NCCL).
+ * Avg: integers take the wrapped sum and one truncating division by the number of
+ * ranks; floats take the sum and one division by the number of ranks. */
+typedef enum {
+  hvdlSum = 0,
+  hvdlProd = 1,
+  hvdlMax = 2,
+  hvdlMin = 3,
+  hvdlAvg = 4,
+  hvdlNumOps = 5
+} hvdlRedOp_t;
+
+/* Opaque communicator. */
+typedef struct hvdlComm *hvdlComm_t;
+
+/* Stand-in for cudaStream_t; must be NULL in this build. */
+typedef void *hvdlStream_t;
+
+/* Tunables of one communicator. hvdlConfigDefault() fills it from the
+ * HVD_LITE_* environment variables (see README); a field left at 0 means
+ * "the default". */
+typedef struct {
+  size_t segmentBytes;        /* ring pipeline segment size (HVD_LITE_SEGMENT_BYTES) */
+  size_t smallAllReduceBytes; /* at or below this many bytes per rank, AllReduce takes the
+                                 latency path (HVD_LITE_SMALL_ALLREDUCE_BYTES) */
+} hvdlConfig_t;
+
+/* Library version as HVDL_VERSION_CODE. */
+hvdlResult_t hvdlGetVersion(int *version);
+
+/* Fills *config from the environment. */
+hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config);
+
+/* Makes a communicator over the ranks of mpiComm (collective over mpiComm).
+ * MPI must be initialised. The MPI communicator is duplicated. config may be NULL. */
+hvdlResult_t hvdlCommInitMpi(hvdlComm_t *comm, MPI_Comm mpiComm, const hvdlConfig_t *config);
+
+/* Frees a communicator (collective: every rank must call it). */
+hvdlResult_t hvdlCommDestroy(hvdlComm_t comm);
+
+/* Frees a communicator without talking to the other ranks; use after a failure. */
+hvdlResult_t hvdlCommAbort(hvdlComm_t comm);
+
+hvdlResult_t hvdlCommCount(const hvdlComm_t comm, int *count);
+hvdlResult_t hvdlCommUserRank(const hvdlComm_t comm, int *rank);
+
+/* Returns a static string naming the result code. */
+const char *hvdlGetErrorString(hvdlResult_t result);
+
+/* The message of the most recent failure on comm ("" if none); with comm NULL,
+ * the most recent failure of this thread outside any communicator. */
+const char *hvdlGetLastError(hvdlComm_t comm);
+
+/* Reduces count elements of sendbuff across all ranks with op; every rank
+ * receives the result in recvbuff. */
+hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                           hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
+                           hvdlStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HVDL_H_ */

@@ -1,0 +1,72 @@
+/*
+ * internal.h -- what the parts of the C core share: the communicator struct,
+ * the result-checking macros and the error recorder.
+ */
+#ifndef HVDL_INTERNAL_H_
+#define HVDL_INTERNAL_H_
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "hvdl.h"
+
+#define HVDL_ERRMSG_LEN 512
+
+/* Ring state that lives as long as the communicator: the scratch segments the
+ * reduce-scatter receives into, and the request arrays, grown on demand. */
+struct hvdl_scratch {
+  char *tmp;            /* HVDL_RING_WINDOW receive segments, each segment_bytes */
+  size_t tmp_bytes;
+  char *gather;         /* latency path: n * small_bytes */
+  size_t gather_bytes;
+  char *sreq;           /* MPI_Request[2][cap]: sends of the two most recent ring steps */
+  size_t sreq_bytes;
+};
+
+struct hvdlComm {
+  MPI_Comm mpi;         /* private duplicate of the caller's communicator */
+  int rank;
+  int size;
+  int broken;           /* set after a failure mid-collective */
+  hvdlConfig_t config;
+  struct hvdl_scratch scratch;
+  char last_error[HVDL_ERRMSG_LEN];
+};
+
+/* Records a formatted message on comm (or the thread's own slot if comm is NULL)
+ * and returns res, so that a failure site reads `return hvdl_fail(...)`. */
+hvdlResult_t hvdl_fail(hvdlComm_t comm, hvdlResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Converts an MPI error code into hvdlSystemError with MPI's own text. */
+hvdlResult_t hvdl_fail_mpi(hvdlComm_t comm, int mpi_err, const char *what);
+
+/* Propagates a failing result code. */
+#define HVDL_CHECK(call)                     \
+  do {                                       \
+    hvdlResult_t hvdl_res_ = (call);         \
+    if (hvdl_res_ != hvdlSuccess) return hvdl_res_; \
+  } while (0)
+
+/* Runs an MPI call; on failure records the call's text and returns hvdlSystemError. */
+#define HVDL_MPI(comm, call)                                 \
+  do {                                                       \
+    int hvdl_mpi_err_ = (call);                              \
+    if (hvdl_mpi_err_ != MPI_SUCCESS)                        \
+      return hvdl_fail_mpi((comm), hvdl_mpi_err_, #call);    \
+  } while (0)
+
+size_t hvdl_type_size(hvdlDataType_t t);
+const char *hvdl_type_name(hvdlDataType_t t);
+const char *hvdl_op_name(hvdlRedOp_t op);
+
+/* Grows a scratch allocation to at least `bytes` (64-byte aligned). */
+hvdlResult_t hvdl_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes);
+
+/* Algorithms behind hvdlAllReduce; arguments already validated, count > 0. */
+hvdlResult_t hvdl_allreduce_ring(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_small(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                  size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+
+#endif /* HVDL_INTERNAL_H_ */

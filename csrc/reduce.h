@@ -1,0 +1,23 @@
+/*
+ * reduce.h -- element-wise reduction kernels for the 10 data types x 5 ops.
+ */
+#ifndef HVDL_REDUCE_H_
+#define HVDL_REDUCE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hvdl.h"
+
+/* dst[i] = a[i] op b[i] for i < n, with `a` as the left operand.
+ * dst may be the same pointer as a or b (not a partial overlap).
+ * hvdlAvg reduces with Sum; the division is hvdl_divide's job. */
+void hvdl_reduce(void *dst, const void *a, const void *b, size_t n, hvdlDataType_t dt,
+                 hvdlRedOp_t op);
+
+/* buf[i] = buf[i] / divisor: a truncating division for integers (of the
+ * two's-complement value), a correctly rounded one for floats (float16 and
+ * bfloat16 divide in float32 and round to nearest-even). */
+void hvdl_divide(void *buf, size_t n, hvdlDataType_t dt, uint64_t divisor);
+
+#endif /* HVDL_REDUCE_H_ */

@@ -1,0 +1,21 @@
+"""hvd_lite: Horovod-style data-parallel collectives over MPI.
+
+    import hvd_lite as hvd
+    hvd.init()
+    y = hvd.allreduce(x)            # numpy arrays; Average by default
+"""
+from .basics import (build_info, cross_rank, cross_size, init, is_initialized, local_rank,
+                     local_size, mpi_threads_supported, rank, shutdown, size)
+from .exceptions import (CollectiveError, HvdLiteError, InvalidArgumentError, MPIMismatchError,
+                         NotInitializedError)
+from .ops import Average, Max, Min, Product, ReduceOp, Sum, allreduce, allreduce_
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "mpi_threads_supported", "build_info",
+    "allreduce", "allreduce_", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
+    "HvdLiteError", "NotInitializedError", "MPIMismatchError", "CollectiveError",
+    "InvalidArgumentError", "__version__",
+]

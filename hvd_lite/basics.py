@@ -1,0 +1,155 @@
+"""Process-level state: init, shutdown, and the rank/size queries."""
+import atexit
+import os
+from typing import Any, Optional
+
+from . import _loader
+from .exceptions import MPIMismatchError, NotInitializedError
+
+_core = _loader._core
+
+_VENDOR_MARKERS = {"openmpi": "Open MPI", "mpich": "MPICH", "intel": "Intel"}
+# Variables each launcher sets to the job's size, and whose launcher that is.
+_LAUNCHER_SIZE_VARS = (
+    ("OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun"),
+    ("PMI_SIZE", "an MPICH/Hydra mpiexec"),
+    ("PMIX_SIZE", "a PMIx launcher"),
+)
+
+
+class _State:
+    comm: Optional[Any] = None
+    thread_level: int = -1
+    finalize_at_exit: bool = False
+    atexit_registered: bool = False
+
+
+_state = _State()
+
+
+def build_info() -> dict:
+    """The MPI this build was compiled against, and the one loaded now."""
+    info = dict(_core.build_info())
+    info["mpi_runtime"] = _core.mpi_library_version().strip()
+    return info
+
+
+def _check_runtime_mpi() -> None:
+    info = build_info()
+    marker = _VENDOR_MARKERS.get(info["mpi_vendor"])
+    runtime = info["mpi_runtime"]
+    if marker and marker not in runtime:
+        raise MPIMismatchError(
+            f"hvd_lite was built against {info['mpi_header']} but the MPI loaded at run time is "
+            f"{runtime.splitlines()[0] if runtime else 'unknown'}; rebuild hvd_lite against this MPI "
+            "or run it with the MPI it was built with (README, 'Choosing the MPI')."
+        )
+
+
+def _check_launcher(size: int) -> None:
+    if size != 1:
+        return
+    for var, who in _LAUNCHER_SIZE_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit() and int(value) > 1:
+            raise MPIMismatchError(
+                f"this process was started by {who} for {value} ranks ({var}={value}), but MPI "
+                f"sees a job of 1 rank: the launcher belongs to a different MPI than the one "
+                f"hvd_lite was built against ({_core.build_info()['mpi_header']}). Use that MPI's "
+                "mpirun (or hvd_lite.run), or rebuild hvd_lite (README, 'Choosing the MPI')."
+            )
+
+
+def _atexit() -> None:
+    if _state.comm is not None:
+        _state.comm = None  # dropped, not freed collectively: peers may be gone
+    if _state.finalize_at_exit:
+        _core.mpi_finalize()
+
+
+def init(comm: Any = None) -> None:
+    """Initialises hvd_lite (and MPI, with thread support, if nobody has)."""
+    if _state.comm is not None:
+        return
+    if comm is None:
+        fhandle, ranks = -1, None
+    elif hasattr(comm, "py2f"):  # an mpi4py communicator
+        fhandle, ranks = int(comm.py2f()), None
+    elif isinstance(comm, (list, tuple)) and all(isinstance(r, int) for r in comm):
+        if len(set(comm)) != len(comm) or not comm:
+            raise ValueError(f"init(comm=...): the list of ranks must be non-empty and without "
+                             f"duplicates, got {list(comm)}")
+        fhandle, ranks = -1, list(comm)
+    else:
+        raise TypeError("init(comm=...) takes None, an mpi4py communicator or a list of ranks, "
+                        f"got {type(comm).__name__}")
+    _check_runtime_mpi()
+    provided, initialized_here = _core.mpi_init()
+    _state.thread_level = provided
+    if initialized_here:
+        _state.finalize_at_exit = True
+    if not _state.atexit_registered:
+        atexit.register(_atexit)
+        _state.atexit_registered = True
+    new_comm = _core.Comm(fhandle, ranks)
+    if comm is None:
+        try:
+            _check_launcher(new_comm.size)
+        except MPIMismatchError:
+            new_comm.destroy()
+            raise
+    _state.comm = new_comm
+
+
+def shutdown() -> None:
+    """Frees hvd_lite's communicator; MPI itself stays up until the process exits."""
+    comm, _state.comm = _state.comm, None
+    if comm is not None:
+        comm.destroy()
+
+
+def is_initialized() -> bool:
+    """True between init() and shutdown()."""
+    return _state.comm is not None
+
+
+def _comm():
+    if _state.comm is None:
+        raise NotInitializedError("hvd_lite has not been initialized; call hvd_lite.init() first")
+    return _state.comm
+
+
+def rank() -> int:
+    """This process's rank."""
+    return _comm().rank
+
+
+def size() -> int:
+    """Number of ranks."""
+    return _comm().size
+
+
+def local_rank() -> int:
+    """Rank among the processes on this host."""
+    return _comm().local_rank
+
+
+def local_size() -> int:
+    """Number of ranks on this host."""
+    return _comm().local_size
+
+
+def cross_rank() -> int:
+    """Index of this host among the hosts (ranks with the same local rank)."""
+    return _comm().cross_rank
+
+
+def cross_size() -> int:
+    """Number of hosts that have a rank with this local rank."""
+    return _comm().cross_size
+
+
+def mpi_threads_supported() -> bool:
+    """True if MPI runs with MPI_THREAD_MULTIPLE."""
+    _comm()
+    return _state.thread_level == _core.MPI_THREAD_MULTIPLE

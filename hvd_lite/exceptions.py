@@ -1,0 +1,36 @@
+"""hvd_lite's exceptions: one hierarchy rooted in HvdLiteError."""
+
+
+class HvdLiteError(RuntimeError):
+    """Base of every error hvd_lite raises on its own behalf."""
+
+
+class NotInitializedError(HvdLiteError):
+    """A collective or query was called before hvd_lite.init()."""
+
+
+class MPIMismatchError(HvdLiteError):
+    """The MPI at run time is not the one hvd_lite was built against."""
+
+
+class CollectiveError(HvdLiteError):
+    """A collective failed in the C core; `code` is the hvdlResult_t value."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class InvalidArgumentError(CollectiveError, ValueError):
+    """The C core rejected an argument (hvdlInvalidArgument); nothing was sent."""
+
+
+# Result codes (NCCL's numbers) as read from the C header by the extension.
+INVALID_ARGUMENT = 4
+
+
+def error_from_code(code: int, message: str) -> CollectiveError:
+    """Builds the exception for an hvdlResult_t; the C extension calls this."""
+    cls = InvalidArgumentError if code == INVALID_ARGUMENT else CollectiveError
+    return cls(code, message)
