@@ -1,0 +1,110 @@
+"""The numpy API in a 1-rank job (no mpirun): argument checks and the init lifecycle."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hvd_lite as hvd
+
+
+@pytest.fixture
+def initialized():
+    hvd.init()
+    yield
+    hvd.shutdown()
+
+
+def test_calls_before_init_raise_not_initialized():
+    assert not hvd.is_initialized()
+    for call in (hvd.rank, hvd.size, hvd.local_rank, hvd.local_size, hvd.cross_rank,
+                 hvd.cross_size, hvd.mpi_threads_supported,
+                 lambda: hvd.allreduce(np.ones(3, np.float32))):
+        with pytest.raises(hvd.NotInitializedError, match=r"call hvd_lite.init\(\) first"):
+            call()
+
+
+def test_one_rank_job_without_mpirun(initialized):
+    assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == (0, 1, 0, 1)
+    assert (hvd.cross_rank(), hvd.cross_size()) == (0, 1)
+    assert hvd.mpi_threads_supported()
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = hvd.allreduce(x)
+    assert y is not x and y.shape == (2, 3) and np.array_equal(x, y)
+    assert hvd.allreduce_(x, op=hvd.Sum) is x
+
+
+def test_init_and_shutdown_can_repeat():
+    for _ in range(3):
+        hvd.init()
+        hvd.init()  # a second init is a no-op
+        assert hvd.is_initialized() and hvd.size() == 1
+        hvd.shutdown()
+        assert not hvd.is_initialized()
+    hvd.shutdown()  # shutting down twice is harmless
+
+
+def test_build_info_names_the_mpi():
+    info = hvd.build_info()
+    assert info["mpi_vendor"] in ("openmpi", "mpich", "intel", "unknown")
+    assert info["libmpi"].startswith("libmpi.so.")
+    assert info["mpi_runtime"]
+
+
+@pytest.mark.parametrize("bad,exc,match", [
+    ([1.0, 2.0], TypeError, "expects a numpy.ndarray, got list"),
+    (np.ones(3, np.int16), TypeError, "unsupported dtype int16"),
+    (np.ones(3, np.complex64), TypeError, "unsupported dtype complex64"),
+    (np.ones(3, bool), TypeError, "unsupported dtype bool"),
+    (np.ones(3, ">f4"), TypeError, "unsupported dtype >f4"),
+    (np.ones((4, 4), np.float32)[:, 1], ValueError, "not C-contiguous"),
+    (np.ones((4, 4), np.float32).T, ValueError, "not C-contiguous"),
+])
+def test_bad_arrays_are_rejected_before_sending(initialized, bad, exc, match):
+    with pytest.raises(exc, match=match):
+        hvd.allreduce(bad)
+
+
+def test_read_only_array_is_rejected_for_in_place_only(initialized):
+    x = np.ones(4, np.float32)
+    x.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        hvd.allreduce_(x)
+    assert np.array_equal(hvd.allreduce(x), x)
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    ({"op": 42}, ValueError, "op 42 is not one of"),
+    ({"op": "sum"}, ValueError, "is not one of"),
+    ({"prescale_factor": "2"}, TypeError, "prescale_factor must be a real number"),
+    ({"postscale_factor": None}, TypeError, "postscale_factor must be a real number"),
+    ({"name": 7}, TypeError, "name must be a str or None"),
+])
+def test_bad_arguments_are_rejected(initialized, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        hvd.allreduce(np.ones(3, np.float32), **kwargs)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16, np.int32])
+def test_scale_factors_apply_before_and_after(initialized, dtype):
+    x = np.array([1, 2, 4, 8], dtype=dtype)
+    y = hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)
+    assert np.array_equal(y, x)
+    y = hvd.allreduce(x, op=hvd.Sum, prescale_factor=4.0)
+    assert np.array_equal(y, (x.astype(np.float64) * 4).astype(dtype))
+
+
+def test_zero_d_and_empty_arrays(initialized):
+    s = np.array(3.5, np.float32)
+    out = hvd.allreduce(s)
+    assert out.shape == () and out == 3.5
+    e = np.zeros((0, 5), np.float64)
+    assert hvd.allreduce(e).shape == (0, 5)
+
+
+def test_init_rejects_bad_comm_arguments():
+    with pytest.raises(TypeError, match="takes None, an mpi4py communicator or a list of ranks"):
+        hvd.init(comm="world")
+    with pytest.raises(ValueError, match="without duplicates"):
+        hvd.init(comm=[0, 0])
+    with pytest.raises(ValueError, match="out of range"):
+        hvd.init(comm=[0, 5])
+    assert not hvd.is_initialized()

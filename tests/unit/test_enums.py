@@ -1,0 +1,27 @@
+"""The public C enums carry NCCL's numbers (read from the compiled header)."""
+from hvd_lite import _core
+
+
+def test_datatype_numbers_are_nccls():
+    assert [_core.hvdlInt8, _core.hvdlUint8, _core.hvdlInt32, _core.hvdlUint32, _core.hvdlInt64,
+            _core.hvdlUint64, _core.hvdlFloat16, _core.hvdlFloat32, _core.hvdlFloat64,
+            _core.hvdlBfloat16, _core.hvdlNumTypes] == list(range(11))
+
+
+def test_redop_numbers_are_nccls():
+    assert [_core.hvdlSum, _core.hvdlProd, _core.hvdlMax, _core.hvdlMin, _core.hvdlAvg,
+            _core.hvdlNumOps] == [0, 1, 2, 3, 4, 5]
+
+
+def test_result_numbers_are_nccls():
+    assert [_core.hvdlSuccess, _core.hvdlUnhandledCudaError, _core.hvdlSystemError,
+            _core.hvdlInternalError, _core.hvdlInvalidArgument, _core.hvdlInvalidUsage,
+            _core.hvdlRemoteError, _core.hvdlInProgress] == list(range(8))
+
+
+def test_error_strings_name_each_result():
+    names = [_core.error_string(code) for code in range(8)]
+    assert names[0] == "no error"
+    assert "invalid argument" in names[4] and "invalid usage" in names[5]
+    assert len(set(names)) == 8
+    assert _core.error_string(99) == "unknown result code"
