@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The whole test suite, against the MPI of the Python environment in use.
+#
+#   bash ci/test.sh                 unit, parallel (at 1-4 ranks) and system tests
+#   bash ci/test.sh --parallel-only parallel and system tests (how CI runs the MPICH build)
+#
+# Environment: PYTHON (default: python), NP_LIST (default: "1 2 3 4").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python}
+NP_LIST=${NP_LIST:-"1 2 3 4"}
+mode=${1:-all}
+
+BIN=$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")
+MPIRUN=$BIN/mpirun
+[ -x "$MPIRUN" ] || MPIRUN=$(command -v mpirun)
+flags=()
+if "$MPIRUN" --version 2>&1 | grep -q "Open MPI"; then
+  flags+=(--oversubscribe)
+  if [ "$(id -u)" = 0 ]; then flags+=(--allow-run-as-root); fi
+fi
+echo "== hvd_lite tests with $("$PY" -c 'import hvd_lite; print(hvd_lite.build_info()["mpi_header"])')"
+
+export HVD_LITE_TEST_LOGDIR
+HVD_LITE_TEST_LOGDIR=$(mktemp -d)
+PYTEST=("$PY" -m pytest -q -p no:cacheprovider --timeout=300)
+
+if [ "$mode" != "--parallel-only" ]; then
+  echo "== unit tests"
+  "${PYTEST[@]}" tests/unit
+fi
+
+for np in $NP_LIST; do
+  echo "== parallel tests, $np rank(s)"
+  if ! timeout 1200 "$MPIRUN" "${flags[@]}" -np "$np" ci/mpi_pytest.sh "${PYTEST[@]}" --with-mpi tests/parallel; then
+    for log in "$HVD_LITE_TEST_LOGDIR"/pytest-rank*.log; do
+      [ -f "$log" ] && { echo "---- $log"; tail -n 40 "$log"; }
+    done
+    exit 1
+  fi
+done
+
+echo "== system tests"
+"${PYTEST[@]}" tests/system

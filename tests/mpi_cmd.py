@@ -1,0 +1,35 @@
+"""How tests start MPI jobs: the mpirun next to the running Python, with the flags its flavour needs."""
+import os
+import shutil
+import subprocess
+import sys
+from typing import List, Optional
+
+
+def mpirun_path(bindir: Optional[str] = None) -> str:
+    """The mpirun of the environment running the tests (or of `bindir`)."""
+    bindir = bindir or os.path.dirname(sys.executable)
+    for name in ("mpirun", "mpiexec"):
+        p = os.path.join(bindir, name)
+        if os.access(p, os.X_OK):
+            return p
+    found = shutil.which("mpirun")
+    if not found:
+        raise RuntimeError("no mpirun found next to the Python interpreter or on PATH")
+    return found
+
+
+def is_open_mpi(mpirun: str) -> bool:
+    out = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=30)
+    return "Open MPI" in out.stdout + out.stderr or "OpenRTE" in out.stdout + out.stderr
+
+
+def mpirun_cmd(np: int, mpirun: Optional[str] = None) -> List[str]:
+    """`mpirun -np N` plus what Open MPI needs on a small machine as root."""
+    mpirun = mpirun or mpirun_path()
+    cmd = [mpirun]
+    if is_open_mpi(mpirun):
+        cmd += ["--oversubscribe"]
+        if os.geteuid() == 0:
+            cmd += ["--allow-run-as-root"]
+    return cmd + ["-np", str(np)]

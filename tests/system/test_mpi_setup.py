@@ -1,0 +1,80 @@
+"""Whole processes: how hvd_lite meets MPI (singleton jobs, mpi4py first or second, a launcher
+of another MPI, clean exits)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mpi_cmd import mpirun_cmd, mpirun_path
+
+TIMEOUT = 120
+
+
+def run(cmd, script, env=None):
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run(cmd + [sys.executable, "-c", textwrap.dedent(script)],
+                          capture_output=True, text=True, timeout=TIMEOUT, env=full_env)
+
+
+def test_one_rank_job_runs_without_mpirun():
+    res = run([], """
+        import numpy as np, hvd_lite as hvd
+        hvd.init()
+        print(hvd.rank(), hvd.size(), hvd.allreduce(np.array([3.0]))[0])
+    """)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["0", "1", "3.0"]
+
+
+def test_mpi4py_imported_first_keeps_thread_support():
+    res = run(mpirun_cmd(2), """
+        from mpi4py import MPI
+        import numpy as np, hvd_lite as hvd
+        hvd.init()
+        assert hvd.mpi_threads_supported()
+        s = hvd.allreduce(np.array([hvd.rank() + 1], np.int32), op=hvd.Sum)[0]
+        t = MPI.COMM_WORLD.allreduce(1)
+        print("ok", s, t)
+    """)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split().count("ok") == 2 and "3" in res.stdout.split()
+
+
+def test_hvd_lite_first_then_mpi4py_and_a_clean_exit_without_shutdown():
+    res = run(mpirun_cmd(2), """
+        import numpy as np, hvd_lite as hvd
+        hvd.init()
+        from mpi4py import MPI
+        assert MPI.Query_thread() == MPI.THREAD_MULTIPLE
+        assert MPI.COMM_WORLD.allreduce(hvd.rank()) == 1
+        hvd.allreduce(np.ones(100_000, np.float32))
+        print("done")
+    """)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["done", "done"]
+    assert "finalize" not in res.stderr.lower()
+
+
+def test_errors_before_init_are_clear_in_a_fresh_process():
+    res = run([], """
+        import numpy as np, hvd_lite as hvd
+        hvd.allreduce(np.ones(2))
+    """)
+    assert res.returncode != 0
+    assert "hvd_lite has not been initialized; call hvd_lite.init() first" in res.stderr
+
+
+@pytest.mark.skipif(not os.environ.get("HVD_LITE_TEST_OTHER_MPI_BIN"),
+                    reason="set HVD_LITE_TEST_OTHER_MPI_BIN to the bin/ of another MPI (.ci/run does)")
+def test_launcher_of_a_different_mpi_gives_a_clear_error():
+    other = mpirun_path(os.environ["HVD_LITE_TEST_OTHER_MPI_BIN"])
+    res = run(mpirun_cmd(2, other), """
+        import hvd_lite as hvd
+        hvd.init()
+        print("size", hvd.size())
+    """)
+    assert res.returncode != 0, res.stdout
+    assert "the launcher belongs to a different MPI" in res.stderr
+    assert "size" not in res.stdout
