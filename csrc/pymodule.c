@@ -11,7 +11,7 @@
  *   mpi_library_version() -> str         (callable before MPI is initialised)
  *   build_info() -> dict                 (the MPI this extension was compiled against)
  *   set_error_factory(f)                 f(code, message) -> exception instance
- *   Comm(fhandle=-1, ranks=None)         fhandle: Fortran handle of the base communicator
+ *   Comm(fhandle=None, ranks=None)       fhandle: Fortran handle of the base communicator
  *     .rank .size .local_rank .local_size .cross_rank .cross_size
  *     .allreduce(sendbuf, recvbuf, dtype, op)
  *     .destroy()
@@ -253,14 +253,19 @@ fail:
 
 static int Comm_init(CommObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"fhandle", "ranks", NULL};
-  long long fhandle = -1;
-  PyObject *ranks = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|LO", kwlist, &fhandle, &ranks)) return -1;
+  PyObject *fobj = Py_None, *ranks = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO", kwlist, &fobj, &ranks)) return -1;
   if (self->comm) {
     PyErr_SetString(PyExc_RuntimeError, "Comm is already initialised");
     return -1;
   }
-  MPI_Comm base = fhandle >= 0 ? MPI_Comm_f2c((MPI_Fint)fhandle) : MPI_COMM_WORLD;
+  /* Fortran handles may be negative (MPICH), so None, not -1, means the world. */
+  MPI_Comm base = MPI_COMM_WORLD;
+  if (fobj != Py_None) {
+    long long fhandle = PyLong_AsLongLong(fobj);
+    if (fhandle == -1 && PyErr_Occurred()) return -1;
+    base = MPI_Comm_f2c((MPI_Fint)fhandle);
+  }
   MPI_Comm sub = MPI_COMM_NULL;
   if (ranks != Py_None) {
     if (subset_comm(base, ranks, &sub) != 0) return -1;

@@ -72,14 +72,14 @@ def init(comm: Any = None) -> None:
     if _state.comm is not None:
         return
     if comm is None:
-        fhandle, ranks = -1, None
+        fhandle, ranks = None, None
     elif hasattr(comm, "py2f"):  # an mpi4py communicator
         fhandle, ranks = int(comm.py2f()), None
     elif isinstance(comm, (list, tuple)) and all(isinstance(r, int) for r in comm):
         if len(set(comm)) != len(comm) or not comm:
             raise ValueError(f"init(comm=...): the list of ranks must be non-empty and without "
                              f"duplicates, got {list(comm)}")
-        fhandle, ranks = -1, list(comm)
+        fhandle, ranks = None, list(comm)
     else:
         raise TypeError("init(comm=...) takes None, an mpi4py communicator or a list of ranks, "
                         f"got {type(comm).__name__}")
