@@ -9,11 +9,10 @@ from .exceptions import MPIMismatchError, NotInitializedError
 _core = _loader._core
 
 _VENDOR_MARKERS = {"openmpi": "Open MPI", "mpich": "MPICH", "intel": "Intel"}
-# Variables each launcher sets to the job's size, and whose launcher that is.
+# Variables each launcher sets to the job's size: (variable, launcher, MPI vendor).
 _LAUNCHER_SIZE_VARS = (
-    ("OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun"),
-    ("PMI_SIZE", "an MPICH/Hydra mpiexec"),
-    ("PMIX_SIZE", "a PMIx launcher"),
+    ("OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun", "openmpi"),
+    ("PMI_SIZE", "an MPICH/Hydra mpiexec", "mpich"),
 )
 
 
@@ -46,18 +45,33 @@ def _check_runtime_mpi() -> None:
         )
 
 
-def _check_launcher(size: int) -> None:
+def _launcher_mismatch(launcher: str, var: str, value: str) -> MPIMismatchError:
+    return MPIMismatchError(
+        f"this process was started by {launcher} for {value} ranks ({var}={value}), but the "
+        f"launcher belongs to a different MPI than the one hvd_lite was built against "
+        f"({_core.build_info()['mpi_header']}). Use that MPI's mpirun (or hvd_lite.run), or rebuild "
+        "hvd_lite against this MPI (README, 'Choosing the MPI')."
+    )
+
+
+def _check_launcher_before_init() -> None:
+    """A launcher of another MPI vendor: say so before MPI_Init (MPICH aborts inside it)."""
+    built = _core.build_info()["mpi_vendor"]
+    for var, launcher, vendor in _LAUNCHER_SIZE_VARS:
+        value = os.environ.get(var, "")
+        if value and vendor != built and built in ("openmpi", "mpich") and not any(
+                os.environ.get(v) for v, _, vend in _LAUNCHER_SIZE_VARS if vend == built):
+            raise _launcher_mismatch(launcher, var, value)
+
+
+def _check_launcher_after_init(size: int) -> None:
+    """A job the launcher says has N > 1 ranks but MPI sees as a singleton."""
     if size != 1:
         return
-    for var, who in _LAUNCHER_SIZE_VARS:
+    for var, launcher, _ in _LAUNCHER_SIZE_VARS:
         value = os.environ.get(var, "")
         if value.isdigit() and int(value) > 1:
-            raise MPIMismatchError(
-                f"this process was started by {who} for {value} ranks ({var}={value}), but MPI "
-                f"sees a job of 1 rank: the launcher belongs to a different MPI than the one "
-                f"hvd_lite was built against ({_core.build_info()['mpi_header']}). Use that MPI's "
-                "mpirun (or hvd_lite.run), or rebuild hvd_lite (README, 'Choosing the MPI')."
-            )
+            raise _launcher_mismatch(launcher, var, value)
 
 
 def _atexit() -> None:
@@ -84,6 +98,7 @@ def init(comm: Any = None) -> None:
         raise TypeError("init(comm=...) takes None, an mpi4py communicator or a list of ranks, "
                         f"got {type(comm).__name__}")
     _check_runtime_mpi()
+    _check_launcher_before_init()
     provided, initialized_here = _core.mpi_init()
     _state.thread_level = provided
     if initialized_here:
@@ -94,7 +109,7 @@ def init(comm: Any = None) -> None:
     new_comm = _core.Comm(fhandle, ranks)
     if comm is None:
         try:
-            _check_launcher(new_comm.size)
+            _check_launcher_after_init(new_comm.size)
         except MPIMismatchError:
             new_comm.destroy()
             raise

@@ -53,7 +53,7 @@ def test_hvd_lite_first_then_mpi4py_and_a_clean_exit_without_shutdown():
         print("done")
     """)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == ["done", "done"]
+    assert res.stdout.count("done") == 2
     assert "finalize" not in res.stderr.lower()
 
 
