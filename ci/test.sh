@@ -24,7 +24,7 @@ echo "== hvd_lite tests with $("$PY" -c 'import hvd_lite; print(hvd_lite.build_i
 
 export HVD_LITE_TEST_LOGDIR
 HVD_LITE_TEST_LOGDIR=$(mktemp -d)
-PYTEST=("$PY" -m pytest -q -p no:cacheprovider --timeout=300)
+PYTEST=("$PY" -m pytest -q -p no:cacheprovider --color=no --timeout=300)
 
 if [ "$mode" != "--parallel-only" ]; then
   echo "== unit tests"
