@@ -3,7 +3,7 @@
  *
  * Below config.smallAllReduceBytes a ring's 2(n-1) dependent steps cost more
  * in per-message latency than the data costs to move. Instead every rank
- * gathers every rank's input (one MPI_Allgather, a single latency-optimised
+ * gathers every rank's input (one MPI_Iallgather, a single latency-optimised
  * exchange) and reduces the n inputs itself in rank order:
  *
  *   recvbuff = ((x0 op x1) op x2) ... op x(n-1)      [Avg: then / n]
@@ -25,8 +25,10 @@ hvdlResult_t hvdl_allreduce_small(hvdlComm_t comm, const void *sendbuff, void *r
   struct hvdl_scratch *s = &comm->scratch;
   HVDL_CHECK(hvdl_reserve(comm, &s->gather, &s->gather_bytes, (size_t)n * bytes));
 
-  HVDL_MPI(comm, MPI_Allgather(sendbuff, (int)bytes, MPI_BYTE, s->gather, (int)bytes, MPI_BYTE,
-                               comm->mpi));
+  MPI_Request req;
+  HVDL_MPI(comm, MPI_Iallgather(sendbuff, (int)bytes, MPI_BYTE, s->gather, (int)bytes, MPI_BYTE,
+                                comm->mpi, &req));
+  HVDL_CHECK(hvdl_wait_all(comm, 1, &req, 50.0));
   hvdl_reduce(recvbuff, s->gather, s->gather + bytes, count, dt, op);
   for (int i = 2; i < n; i++)
     hvdl_reduce(recvbuff, recvbuff, s->gather + (size_t)i * bytes, count, dt, op);

@@ -10,8 +10,6 @@
 
 #include "internal.h"
 
-#define DEFAULT_SEGMENT_BYTES ((size_t)256 * 1024)
-#define DEFAULT_SMALL_BYTES ((size_t)16 * 1024)
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -76,44 +74,6 @@ hvdlResult_t hvdlGetVersion(int *version) {
   return hvdlSuccess;
 }
 
-/* ---- configuration: every HVD_LITE_* variable the C core reads ----------- */
-
-/* Limits keep every MPI message count within an int. */
-#define MAX_SEGMENT_BYTES ((size_t)1 << 30)
-#define MAX_SMALL_BYTES ((size_t)1 << 26)
-
-static hvdlResult_t env_size(const char *name, size_t dflt, size_t min, size_t max, size_t *out) {
-  const char *s = getenv(name);
-  *out = dflt;
-  if (!s || !*s) return hvdlSuccess;
-  char *end = NULL;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (*end != '\0' || s[0] == '-' || v < min || v > max)
-    return hvdl_fail(NULL, hvdlInvalidArgument,
-                     "%s=%s is not valid: expected an integer number of bytes in [%zu, %zu]",
-                     name, s, min, max);
-  *out = (size_t)v;
-  return hvdlSuccess;
-}
-
-static hvdlResult_t check_config(const hvdlConfig_t *c) {
-  if (c->segmentBytes > MAX_SEGMENT_BYTES || c->smallAllReduceBytes > MAX_SMALL_BYTES)
-    return hvdl_fail(NULL, hvdlInvalidArgument,
-                     "hvdlConfig_t out of range: segmentBytes %zu (max %zu), "
-                     "smallAllReduceBytes %zu (max %zu)",
-                     c->segmentBytes, MAX_SEGMENT_BYTES, c->smallAllReduceBytes, MAX_SMALL_BYTES);
-  return hvdlSuccess;
-}
-
-hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
-  if (!config) return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlConfigDefault: config is NULL");
-  HVDL_CHECK(env_size("HVD_LITE_SEGMENT_BYTES", DEFAULT_SEGMENT_BYTES, 1, MAX_SEGMENT_BYTES,
-                      &config->segmentBytes));
-  HVDL_CHECK(env_size("HVD_LITE_SMALL_ALLREDUCE_BYTES", DEFAULT_SMALL_BYTES, 0, MAX_SMALL_BYTES,
-                      &config->smallAllReduceBytes));
-  return hvdlSuccess;
-}
-
 /* ---- communicators ------------------------------------------------------- */
 
 hvdlResult_t hvdl_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes) {
@@ -155,8 +115,7 @@ hvdlResult_t hvdlCommInitMpi(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
   } else {
     HVDL_CHECK(hvdlConfigDefault(&cfg));
   }
-  if (cfg.segmentBytes == 0) cfg.segmentBytes = DEFAULT_SEGMENT_BYTES;
-  HVDL_CHECK(check_config(&cfg));
+  HVDL_CHECK(hvdl_config_check(&cfg));
 
   hvdlComm_t comm = calloc(1, sizeof *comm);
   if (!comm) return hvdl_fail(NULL, hvdlSystemError, "hvdlCommInitMpi: out of memory");

@@ -30,6 +30,7 @@ struct hvdlComm {
   int broken;           /* set after a failure mid-collective */
   hvdlConfig_t config;
   struct hvdl_scratch scratch;
+  double phase_time[3];  /* last ring: start, end of reduce-scatter, end (for the timeline) */
   char last_error[HVDL_ERRMSG_LEN];
 };
 
@@ -55,6 +56,27 @@ hvdlResult_t hvdl_fail_mpi(hvdlComm_t comm, int mpi_err, const char *what);
     if (hvdl_mpi_err_ != MPI_SUCCESS)                        \
       return hvdl_fail_mpi((comm), hvdl_mpi_err_, #call);    \
   } while (0)
+
+/* Everything the engine is tuned by; filled from HVD_LITE_* by config.c. */
+struct hvdl_engine_config {
+  hvdlConfig_t comm;          /* ring segment, latency-path crossover */
+  size_t fusion_threshold;    /* HVD_LITE_FUSION_THRESHOLD, bytes; 0 disables fusion */
+  double cycle_time_ms;       /* HVD_LITE_CYCLE_TIME: least time between two rounds */
+  double stall_check_s;       /* HVD_LITE_STALL_CHECK_TIME_SECONDS; 0 disables the warning */
+  double stall_shutdown_s;    /* HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS; 0 = wait forever */
+  size_t cache_capacity;      /* HVD_LITE_CACHE_CAPACITY: response cache entries; 0 disables */
+  char timeline[4096];        /* HVD_LITE_TIMELINE: Chrome-trace file written by rank 0 */
+};
+
+hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c);
+hvdlResult_t hvdl_config_check(const hvdlConfig_t *c);
+
+/* Waits for MPI requests without busy-polling for long: a short spin, then
+ * sleeps that grow to max_sleep_us. Returns hvdlSystemError on an MPI error. */
+hvdlResult_t hvdl_wait_all(hvdlComm_t comm, int n, MPI_Request *reqs, double max_sleep_us);
+
+/* Monotonic time in seconds. */
+double hvdl_now(void);
 
 size_t hvdl_type_size(hvdlDataType_t t);
 const char *hvdl_type_name(hvdlDataType_t t);

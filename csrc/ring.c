@@ -56,6 +56,8 @@
  * ~65,536 unmatched messages between two ranks scramble their order (seen with
  * 64-byte segments of a 4 MiB buffer). */
 #define RING_MAX_SEGMENTS 1024
+/* Longest sleep between polls while waiting for a segment (wait.c). */
+#define RING_MAX_SLEEP_US 50.0
 
 struct ring {
   hvdlComm_t comm;
@@ -81,7 +83,7 @@ static size_t num_segments(const struct ring *g, size_t len) { return (len + g->
 /* Waits for the sends of generation `gen`, making their memory free again. */
 static hvdlResult_t wait_sends(struct ring *g, int gen) {
   if (g->nsreq[gen] > 0)
-    HVDL_MPI(g->comm, MPI_Waitall(g->nsreq[gen], g->sreq[gen], MPI_STATUSES_IGNORE));
+    HVDL_CHECK(hvdl_wait_all(g->comm, g->nsreq[gen], g->sreq[gen], RING_MAX_SLEEP_US));
   g->nsreq[gen] = 0;
   return hvdlSuccess;
 }
@@ -129,7 +131,7 @@ static hvdlResult_t ring_step(struct ring *g, int t) {
     const size_t elems = len - first < g->seg ? len - first : g->seg;
     char *dst = g->recv + (off + first) * g->esize;
 
-    HVDL_MPI(g->comm, MPI_Wait(&rreq[slot], MPI_STATUS_IGNORE));
+    HVDL_CHECK(hvdl_wait_all(g->comm, 1, &rreq[slot], RING_MAX_SLEEP_US));
     if (reduce) {
       hvdl_reduce(dst, g->tmp + slot * g->seg * g->esize, g->send + (off + first) * g->esize,
                   elems, g->dt, g->op);
@@ -177,8 +179,13 @@ hvdlResult_t hvdl_allreduce_ring(hvdlComm_t comm, const void *sendbuff, void *re
     HVDL_CHECK(send_segment(&g, 1, g.send + (off + first) * g.esize,
                             len - first < g.seg ? len - first : g.seg));
 
-  for (int t = 0; t < 2 * (g.n - 1); t++) HVDL_CHECK(ring_step(&g, t));
+  comm->phase_time[0] = hvdl_now();
+  for (int t = 0; t < 2 * (g.n - 1); t++) {
+    if (t == g.n - 1) comm->phase_time[1] = hvdl_now();
+    HVDL_CHECK(ring_step(&g, t));
+  }
   HVDL_CHECK(wait_sends(&g, 0));
   HVDL_CHECK(wait_sends(&g, 1));
+  comm->phase_time[2] = hvdl_now();
   return hvdlSuccess;
 }

@@ -1,0 +1,85 @@
+/*
+ * config.c -- every HVD_LITE_* environment variable the C core reads, parsed
+ * here and nowhere else (README, "Knobs", lists the same table).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define DEFAULT_SEGMENT_BYTES ((size_t)256 * 1024)
+#define DEFAULT_SMALL_BYTES ((size_t)16 * 1024)
+#define DEFAULT_FUSION_BYTES ((size_t)4 * 1024 * 1024)
+/* Limits keep every MPI message count within an int. */
+#define MAX_SEGMENT_BYTES ((size_t)1 << 30)
+#define MAX_SMALL_BYTES ((size_t)1 << 26)
+#define MAX_FUSION_BYTES ((size_t)1 << 30)
+
+static hvdlResult_t env_size(const char *name, size_t dflt, size_t min, size_t max, size_t *out) {
+  const char *s = getenv(name);
+  *out = dflt;
+  if (!s || !*s) return hvdlSuccess;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end != '\0' || s[0] == '-' || v < min || v > max)
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "%s=%s is not valid: expected an integer number of bytes in [%zu, %zu]",
+                     name, s, min, max);
+  *out = (size_t)v;
+  return hvdlSuccess;
+}
+
+static hvdlResult_t env_seconds(const char *name, double dflt, double max, double *out) {
+  const char *s = getenv(name);
+  *out = dflt;
+  if (!s || !*s) return hvdlSuccess;
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || *end != '\0' || !(v >= 0.0) || v > max)
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "%s=%s is not valid: expected a number in [0, %g]", name, s, max);
+  *out = v;
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_config_check(const hvdlConfig_t *c) {
+  if (c->segmentBytes > MAX_SEGMENT_BYTES || c->smallAllReduceBytes > MAX_SMALL_BYTES)
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "hvdlConfig_t out of range: segmentBytes %zu (max %zu), "
+                     "smallAllReduceBytes %zu (max %zu)",
+                     c->segmentBytes, MAX_SEGMENT_BYTES, c->smallAllReduceBytes, MAX_SMALL_BYTES);
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
+  if (!config) return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlConfigDefault: config is NULL");
+  HVDL_CHECK(env_size("HVD_LITE_SEGMENT_BYTES", DEFAULT_SEGMENT_BYTES, 1, MAX_SEGMENT_BYTES,
+                      &config->segmentBytes));
+  HVDL_CHECK(env_size("HVD_LITE_SMALL_ALLREDUCE_BYTES", DEFAULT_SMALL_BYTES, 0, MAX_SMALL_BYTES,
+                      &config->smallAllReduceBytes));
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c) {
+  memset(c, 0, sizeof *c);
+  HVDL_CHECK(hvdlConfigDefault(&c->comm));
+  HVDL_CHECK(env_size("HVD_LITE_FUSION_THRESHOLD", DEFAULT_FUSION_BYTES, 0, MAX_FUSION_BYTES,
+                      &c->fusion_threshold));
+  HVDL_CHECK(env_seconds("HVD_LITE_CYCLE_TIME", 0.0, 1e4, &c->cycle_time_ms));
+  HVDL_CHECK(env_seconds("HVD_LITE_STALL_CHECK_TIME_SECONDS", 60.0, 1e7, &c->stall_check_s));
+  HVDL_CHECK(env_seconds("HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS", 0.0, 1e7, &c->stall_shutdown_s));
+  size_t cap;
+  HVDL_CHECK(env_size("HVD_LITE_CACHE_CAPACITY", 1024, 0, 1 << 20, &cap));
+  c->cache_capacity = cap;
+  const char *tl = getenv("HVD_LITE_TIMELINE");
+  if (tl && *tl) {
+    if (strlen(tl) >= sizeof c->timeline)
+      return hvdl_fail(NULL, hvdlInvalidArgument, "HVD_LITE_TIMELINE is longer than %zu bytes",
+                       sizeof c->timeline - 1);
+    strcpy(c->timeline, tl);
+  }
+  return hvdlSuccess;
+}

@@ -1,0 +1,34 @@
+/*
+ * wait.c -- waiting for MPI requests without stealing a core.
+ *
+ * MPI_Wait busy-polls in Open MPI: a rank waiting for a slow peer burns a whole
+ * core, which on a small machine is a core taken from training. hvdl_wait_all
+ * polls with MPI_Testall: it spins for SPIN_SECONDS (a message that is already
+ * on its way costs no extra latency), then sleeps between polls, doubling the
+ * sleep up to max_sleep_us.
+ */
+#include <time.h>
+
+#include "internal.h"
+
+#define SPIN_SECONDS 50e-6
+
+double hvdl_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+hvdlResult_t hvdl_wait_all(hvdlComm_t comm, int n, MPI_Request *reqs, double max_sleep_us) {
+  int done = 0;
+  const double spin_until = hvdl_now() + SPIN_SECONDS;
+  double sleep_us = 1.0;
+  for (;;) {
+    HVDL_MPI(comm, MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
+    if (done) return hvdlSuccess;
+    if (hvdl_now() < spin_until) continue;
+    struct timespec ts = {0, (long)(sleep_us * 1000.0)};
+    nanosleep(&ts, NULL);
+    sleep_us = sleep_us * 2.0 < max_sleep_us ? sleep_us * 2.0 : max_sleep_us;
+  }
+}
