@@ -11,10 +11,12 @@
  *   mpi_library_version() -> str         (callable before MPI is initialised)
  *   build_info() -> dict                 (the MPI this extension was compiled against)
  *   set_error_factory(f)                 f(code, message) -> exception instance
- *   Comm(fhandle=None, ranks=None)       fhandle: Fortran handle of the base communicator
+ *   Engine(fhandle=None, ranks=None)     starts the background engine (engine.c) over the
+ *                                        base communicator (Fortran handle) or a subset of it
  *     .rank .size .local_rank .local_size .cross_rank .cross_size
- *     .allreduce(sendbuf, recvbuf, dtype, op)
- *     .destroy()
+ *     .submit_allreduce(send, recv, dtype, op, prescale, postscale, name, shape) -> Handle
+ *     .shutdown()
+ *   Handle.poll() -> bool, Handle.wait()  (GIL released; raises if the request failed)
  *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor)
  *   kernel_bench(dtype, op, nbytes, iters) -> (kernel_s, memcpy_s)
  *   error_string(code) -> str            (hvdlGetErrorString)
@@ -27,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine.h"
 #include "hvdl.h"
 #include "internal.h"
 #include "reduce.h"
@@ -118,6 +121,14 @@ static PyObject *py_mpi_finalize(PyObject *self, PyObject *noargs) {
   Py_RETURN_NONE;
 }
 
+static PyObject *py_mpi_world_size(PyObject *self, PyObject *noargs) {
+  (void)self;
+  (void)noargs;
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return PyLong_FromLong(size);
+}
+
 static PyObject *py_mpi_library_version(PyObject *self, PyObject *noargs) {
   (void)self;
   (void)noargs;
@@ -177,21 +188,34 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype, s
   return 0;
 }
 
-/* ---- Comm ---------------------------------------------------------------- */
+static int check_op(int op);
+
+/* ---- Engine and Handle ---------------------------------------------------- */
 
 typedef struct {
-  PyObject_HEAD hvdlComm_t comm;
-  int local_rank, local_size, cross_rank, cross_size;
-} CommObject;
+  PyObject_HEAD struct hvdl_engine *engine;
+  int rank, size, local_rank, local_size, cross_rank, cross_size;
+} EngineObject;
 
-static int topology(CommObject *self, MPI_Comm base) {
+typedef struct {
+  PyObject_HEAD EngineObject *owner;
+  struct hvdl_request *req;
+  Py_buffer send, recv;
+  int has_send, has_recv;
+} HandleObject;
+
+static PyTypeObject HandleType;
+
+static int topology(EngineObject *self, MPI_Comm base) {
   MPI_Comm local = MPI_COMM_NULL, cross = MPI_COMM_NULL;
-  int rank = self->comm->rank, err;
-  err = MPI_Comm_split_type(base, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+  int err;
+  MPI_Comm_rank(base, &self->rank);
+  MPI_Comm_size(base, &self->size);
+  err = MPI_Comm_split_type(base, MPI_COMM_TYPE_SHARED, self->rank, MPI_INFO_NULL, &local);
   if (err != MPI_SUCCESS) return mpi_error(err, "MPI_Comm_split_type"), -1;
   MPI_Comm_rank(local, &self->local_rank);
   MPI_Comm_size(local, &self->local_size);
-  err = MPI_Comm_split(base, self->local_rank, rank, &cross);
+  err = MPI_Comm_split(base, self->local_rank, self->rank, &cross);
   if (err != MPI_SUCCESS) {
     MPI_Comm_free(&local);
     return mpi_error(err, "MPI_Comm_split"), -1;
@@ -251,14 +275,17 @@ fail:
   return -1;
 }
 
-static int Comm_init(CommObject *self, PyObject *args, PyObject *kwds) {
+static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"fhandle", "ranks", NULL};
   PyObject *fobj = Py_None, *ranks = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO", kwlist, &fobj, &ranks)) return -1;
-  if (self->comm) {
-    PyErr_SetString(PyExc_RuntimeError, "Comm is already initialised");
+  if (self->engine) {
+    PyErr_SetString(PyExc_RuntimeError, "Engine is already initialised");
     return -1;
   }
+  struct hvdl_engine_config cfg;
+  hvdlResult_t res = hvdl_engine_config_default(&cfg);
+  if (res != hvdlSuccess) return raise_result(res, NULL), -1;
   /* Fortran handles may be negative (MPICH), so None, not -1, means the world. */
   MPI_Comm base = MPI_COMM_WORLD;
   if (fobj != Py_None) {
@@ -271,113 +298,213 @@ static int Comm_init(CommObject *self, PyObject *args, PyObject *kwds) {
     if (subset_comm(base, ranks, &sub) != 0) return -1;
     base = sub;
   }
-  hvdlResult_t res;
-  Py_BEGIN_ALLOW_THREADS res = hvdlCommInitMpi(&self->comm, base, NULL);
-  Py_END_ALLOW_THREADS if (res != hvdlSuccess) {
-    if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
-    raise_result(res, NULL);
-    return -1;
-  }
   int rc = topology(self, base);
+  if (rc == 0) {
+    Py_BEGIN_ALLOW_THREADS res = hvdl_engine_start(&self->engine, base, &cfg);
+    Py_END_ALLOW_THREADS if (res != hvdlSuccess) rc = (raise_result(res, NULL), -1);
+  }
   if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
   return rc;
 }
 
-static void Comm_dealloc(CommObject *self) {
-  /* A Comm dropped without destroy() (e.g. at interpreter exit after a failure)
-   * is abandoned, not freed collectively. */
-  if (self->comm) hvdlCommAbort(self->comm);
+static PyObject *Engine_shutdown(EngineObject *self, PyObject *noargs) {
+  (void)noargs;
+  if (self->engine) {
+    struct hvdl_engine *e = self->engine;
+    Py_BEGIN_ALLOW_THREADS hvdl_engine_stop(e);
+    Py_END_ALLOW_THREADS
+  }
+  Py_RETURN_NONE;
+}
+
+static void Engine_dealloc(EngineObject *self) {
+  if (self->engine) {
+    struct hvdl_engine *e = self->engine;
+    self->engine = NULL;
+    Py_BEGIN_ALLOW_THREADS hvdl_engine_free(e);
+    Py_END_ALLOW_THREADS
+  }
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int require_comm(CommObject *self) {
-  if (!self->comm) {
-    PyErr_SetString(PyExc_RuntimeError, "hvd_lite communicator has been destroyed");
+static int parse_shape(PyObject *shape, struct hvdl_desc *d) {
+  PyObject *seq = PySequence_Fast(shape, "shape must be a sequence of ints");
+  if (!seq) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (n > HVDL_MAX_DIMS) {
+    Py_DECREF(seq);
+    PyErr_Format(PyExc_ValueError, "arrays of more than %d dimensions are not supported (got %zd)",
+                 HVDL_MAX_DIMS, n);
     return -1;
   }
+  d->ndim = (int32_t)n;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    d->dims[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+    if (d->dims[i] == -1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return -1;
+    }
+  }
+  Py_DECREF(seq);
   return 0;
 }
 
-static PyObject *Comm_destroy(CommObject *self, PyObject *noargs) {
-  (void)noargs;
-  if (self->comm) {
-    hvdlComm_t c = self->comm;
-    self->comm = NULL;
-    hvdlResult_t res;
-    Py_BEGIN_ALLOW_THREADS res = hvdlCommDestroy(c);
-    Py_END_ALLOW_THREADS if (res != hvdlSuccess) return raise_result(res, NULL);
-  }
-  Py_RETURN_NONE;
-}
-
-static PyObject *Comm_allreduce(CommObject *self, PyObject *args) {
-  PyObject *sendobj, *recvobj;
+/* submit_allreduce(send, recv, dtype, op, prescale, postscale, name, shape) -> Handle */
+static PyObject *Engine_submit_allreduce(EngineObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj, *shape;
   int dtype, op;
-  if (!PyArg_ParseTuple(args, "OOii", &sendobj, &recvobj, &dtype, &op)) return NULL;
-  if (require_comm(self) || check_dtype(dtype)) return NULL;
-  Py_buffer sv, rv;
-  size_t scount, rcount;
-  if (get_buffer(sendobj, &sv, 0, dtype, &scount, "sendbuf")) return NULL;
-  if (get_buffer(recvobj, &rv, 1, dtype, &rcount, "recvbuf")) {
-    PyBuffer_Release(&sv);
+  double pre, post;
+  const char *name;
+  Py_ssize_t name_len;
+  if (!PyArg_ParseTuple(args, "OOiidds#O", &sendobj, &recvobj, &dtype, &op, &pre, &post, &name,
+                        &name_len, &shape))
     return NULL;
+  if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine is gone");
+  if (check_dtype(dtype) || check_op(op)) return NULL;
+  if (name_len >= HVDL_MAX_NAME)
+    return PyErr_Format(PyExc_ValueError, "name is %zd bytes long; the limit is %d", name_len,
+                        HVDL_MAX_NAME - 1);
+  HandleObject *h = PyObject_New(HandleObject, &HandleType);
+  if (!h) return NULL;
+  h->owner = NULL;
+  h->req = NULL;
+  h->has_send = h->has_recv = 0;
+  struct hvdl_request *r = calloc(1, sizeof *r);
+  if (!r) {
+    Py_DECREF(h);
+    return PyErr_NoMemory();
   }
+  atomic_init(&r->refs, 1);
+  atomic_init(&r->state, HVDL_REQ_PENDING);
+  h->req = r;
+  Py_INCREF(self);
+  h->owner = self;
+  size_t scount, rcount;
+  if (get_buffer(sendobj, &h->send, 0, dtype, &scount, "sendbuf")) goto fail;
+  h->has_send = 1;
+  if (get_buffer(recvobj, &h->recv, 1, dtype, &rcount, "recvbuf")) goto fail;
+  h->has_recv = 1;
   if (scount != rcount) {
-    PyBuffer_Release(&sv);
-    PyBuffer_Release(&rv);
-    return PyErr_Format(PyExc_ValueError, "allreduce: sendbuf has %zu elements, recvbuf %zu",
-                        scount, rcount);
+    PyErr_Format(PyExc_ValueError, "allreduce: sendbuf has %zu elements, recvbuf %zu", scount,
+                 rcount);
+    goto fail;
   }
-  hvdlResult_t res;
-  hvdlComm_t c = self->comm;
-  Py_BEGIN_ALLOW_THREADS res =
-      hvdlAllReduce(sv.buf, rv.buf, scount, (hvdlDataType_t)dtype, (hvdlRedOp_t)op, c, NULL);
-  Py_END_ALLOW_THREADS PyBuffer_Release(&sv);
-  PyBuffer_Release(&rv);
-  if (res != hvdlSuccess) return raise_result(res, c);
+  if (parse_shape(shape, &r->desc)) goto fail;
+  r->desc.coll = HVDL_COLL_ALLREDUCE;
+  r->desc.dtype = dtype;
+  r->desc.op = op;
+  r->desc.prescale = pre;
+  r->desc.postscale = post;
+  memcpy(r->desc.name, name, (size_t)name_len);
+  r->desc.name[name_len] = '\0';
+  r->send = h->send.buf;
+  r->recv = h->recv.buf;
+  r->count = scount;
+  r->nbytes = scount * hvdl_type_size((hvdlDataType_t)dtype);
+  hvdlResult_t res = hvdl_engine_submit(self->engine, r);
+  if (res != hvdlSuccess) {
+    raise_result(res, NULL);
+    goto fail;
+  }
+  return (PyObject *)h;
+fail:
+  atomic_store(&r->state, HVDL_REQ_FAILED); /* never submitted: nothing to wait for */
+  Py_DECREF(h);
+  return NULL;
+}
+
+static void Handle_dealloc(HandleObject *self) {
+  struct hvdl_request *r = self->req;
+  if (r) {
+    /* The engine may still write into the buffers: wait before letting them go. */
+    if (!hvdl_request_poll(r) && self->owner && self->owner->engine) {
+      Py_BEGIN_ALLOW_THREADS hvdl_request_wait(self->owner->engine, r);
+      Py_END_ALLOW_THREADS
+    }
+    hvdl_request_release(r);
+  }
+  if (self->has_send) PyBuffer_Release(&self->send);
+  if (self->has_recv) PyBuffer_Release(&self->recv);
+  Py_XDECREF(self->owner);
+  PyObject_Free(self);
+}
+
+static PyObject *Handle_poll(HandleObject *self, PyObject *noargs) {
+  (void)noargs;
+  return PyBool_FromLong(hvdl_request_poll(self->req));
+}
+
+static PyObject *Handle_wait(HandleObject *self, PyObject *noargs) {
+  (void)noargs;
+  struct hvdl_request *r = self->req;
+  if (!hvdl_request_poll(r)) {
+    if (!self->owner->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine is gone");
+    struct hvdl_engine *e = self->owner->engine;
+    Py_BEGIN_ALLOW_THREADS hvdl_request_wait(e, r);
+    Py_END_ALLOW_THREADS
+  }
+  if (atomic_load(&r->state) == HVDL_REQ_FAILED) {
+    hvdl_fail(NULL, r->result, "%s", r->error);
+    return raise_result(r->result, NULL);
+  }
   Py_RETURN_NONE;
 }
 
-#define COMM_INT_GETTER(field, expr)                                                   \
-  static PyObject *Comm_get_##field(CommObject *self, void *closure) {                \
-    (void)closure;                                                                    \
-    if (require_comm(self)) return NULL;                                              \
-    return PyLong_FromLong((long)(expr));                                             \
-  }
-COMM_INT_GETTER(rank, self->comm->rank)
-COMM_INT_GETTER(size, self->comm->size)
-COMM_INT_GETTER(local_rank, self->local_rank)
-COMM_INT_GETTER(local_size, self->local_size)
-COMM_INT_GETTER(cross_rank, self->cross_rank)
-COMM_INT_GETTER(cross_size, self->cross_size)
-
-static PyGetSetDef Comm_getset[] = {
-    {"rank", (getter)Comm_get_rank, NULL, "rank in this communicator", NULL},
-    {"size", (getter)Comm_get_size, NULL, "number of ranks", NULL},
-    {"local_rank", (getter)Comm_get_local_rank, NULL, "rank on this host", NULL},
-    {"local_size", (getter)Comm_get_local_size, NULL, "ranks on this host", NULL},
-    {"cross_rank", (getter)Comm_get_cross_rank, NULL, "index of this host", NULL},
-    {"cross_size", (getter)Comm_get_cross_size, NULL, "hosts with this local rank", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyMethodDef Comm_methods[] = {
-    {"allreduce", (PyCFunction)Comm_allreduce, METH_VARARGS,
-     "allreduce(sendbuf, recvbuf, dtype, op): hvdlAllReduce on byte buffers"},
-    {"destroy", (PyCFunction)Comm_destroy, METH_NOARGS, "free the communicator (collective)"},
+static PyMethodDef Handle_methods[] = {
+    {"poll", (PyCFunction)Handle_poll, METH_NOARGS, "True once the request has completed"},
+    {"wait", (PyCFunction)Handle_wait, METH_NOARGS, "wait (GIL released); raise if it failed"},
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject CommType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hvd_lite._core.Comm",
-    .tp_basicsize = sizeof(CommObject),
+static PyTypeObject HandleType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hvd_lite._core.Handle",
+    .tp_basicsize = sizeof(HandleObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "An hvdl communicator with its host topology.",
+    .tp_doc = "A submitted collective.",
+    .tp_dealloc = (destructor)Handle_dealloc,
+    .tp_methods = Handle_methods,
+};
+
+#define ENGINE_INT_GETTER(field)                                                       \
+  static PyObject *Engine_get_##field(EngineObject *self, void *closure) {            \
+    (void)closure;                                                                    \
+    return PyLong_FromLong((long)self->field);                                        \
+  }
+ENGINE_INT_GETTER(rank)
+ENGINE_INT_GETTER(size)
+ENGINE_INT_GETTER(local_rank)
+ENGINE_INT_GETTER(local_size)
+ENGINE_INT_GETTER(cross_rank)
+ENGINE_INT_GETTER(cross_size)
+
+static PyGetSetDef Engine_getset[] = {
+    {"rank", (getter)Engine_get_rank, NULL, "rank in this communicator", NULL},
+    {"size", (getter)Engine_get_size, NULL, "number of ranks", NULL},
+    {"local_rank", (getter)Engine_get_local_rank, NULL, "rank on this host", NULL},
+    {"local_size", (getter)Engine_get_local_size, NULL, "ranks on this host", NULL},
+    {"cross_rank", (getter)Engine_get_cross_rank, NULL, "index of this host", NULL},
+    {"cross_size", (getter)Engine_get_cross_size, NULL, "hosts with this local rank", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef Engine_methods[] = {
+    {"submit_allreduce", (PyCFunction)Engine_submit_allreduce, METH_VARARGS,
+     "submit_allreduce(send, recv, dtype, op, prescale, postscale, name, shape) -> Handle"},
+    {"shutdown", (PyCFunction)Engine_shutdown, METH_NOARGS,
+     "leave: the last round tells the other ranks; pending requests fail"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject EngineType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hvd_lite._core.Engine",
+    .tp_basicsize = sizeof(EngineObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The background engine over a communicator, with its host layout.",
     .tp_new = PyType_GenericNew,
-    .tp_init = (initproc)Comm_init,
-    .tp_dealloc = (destructor)Comm_dealloc,
-    .tp_methods = Comm_methods,
-    .tp_getset = Comm_getset,
+    .tp_init = (initproc)Engine_init,
+    .tp_dealloc = (destructor)Engine_dealloc,
+    .tp_methods = Engine_methods,
+    .tp_getset = Engine_getset,
 };
 
 /* ---- local kernels, for tests and the kernel benchmark ------------------- */
@@ -479,6 +606,7 @@ static PyObject *py_kernel_bench(PyObject *self, PyObject *args) {
 static PyMethodDef module_methods[] = {
     {"mpi_init", py_mpi_init, METH_NOARGS, "initialise MPI with MPI_THREAD_MULTIPLE if needed"},
     {"mpi_finalize", py_mpi_finalize, METH_NOARGS, "finalize MPI if it is initialised"},
+    {"mpi_world_size", py_mpi_world_size, METH_NOARGS, "size of MPI_COMM_WORLD"},
     {"mpi_library_version", py_mpi_library_version, METH_NOARGS, "MPI_Get_library_version"},
     {"build_info", py_build_info, METH_NOARGS, "the MPI this extension was compiled against"},
     {"error_string", py_error_string, METH_O, "hvdlGetErrorString(code)"},
@@ -495,12 +623,12 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__core(void) {
-  if (PyType_Ready(&CommType) < 0) return NULL;
+  if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&HandleType) < 0) return NULL;
   PyObject *m = PyModule_Create(&module_def);
   if (!m) return NULL;
-  Py_INCREF(&CommType);
-  if (PyModule_AddObject(m, "Comm", (PyObject *)&CommType) < 0) {
-    Py_DECREF(&CommType);
+  Py_INCREF(&EngineType);
+  if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0) {
+    Py_DECREF(&EngineType);
     Py_DECREF(m);
     return NULL;
   }

@@ -249,3 +249,50 @@ void hvdl_divide(void *buf, size_t n, hvdlDataType_t dt, uint64_t divisor) {
     memcpy((char *)buf + i * es, x, m * es);
   }
 }
+
+/* ---- scaling (prescale / postscale) --------------------------------------- */
+
+#define SCALE_KERNEL(name, T, expr)                                           \
+  KERNEL static void name(void *dst, const void *src, size_t n, double f) {   \
+    T *d = (T *)dst;                                                          \
+    const T *s = (const T *)src;                                              \
+    const float ff = (float)f;                                                \
+    (void)ff;                                                                 \
+    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                     \
+      T v = s[i];                                                             \
+      d[i] = (expr);                                                          \
+    }                                                                         \
+  }
+
+SCALE_KERNEL(scale_f16, uint16_t, float_to_half(half_to_float(v) * ff))
+SCALE_KERNEL(scale_bf16, uint16_t, float_to_bf16(bf16_to_float(v) * ff))
+SCALE_KERNEL(scale_f32, float, v * ff)
+SCALE_KERNEL(scale_f64, double, v * f)
+
+void hvdl_scale(void *dst, const void *src, size_t n, hvdlDataType_t dt, double factor) {
+  void (*fn)(void *, const void *, size_t, double) = NULL;
+  switch (dt) {
+    case hvdlFloat16: fn = scale_f16; break;
+    case hvdlBfloat16: fn = scale_bf16; break;
+    case hvdlFloat32: fn = scale_f32; break;
+    case hvdlFloat64: fn = scale_f64; break;
+    default: break;
+  }
+  const size_t es = type_sizes[dt];
+  if (factor == 1.0 || !fn) {
+    if (dst != src) memmove(dst, src, n * es);
+    return;
+  }
+  if (!misaligned(dst, es) && !misaligned(src, es)) {
+    fn(dst, src, n, factor);
+    return;
+  }
+  _Alignas(64) char x[BOUNCE_BYTES];
+  const size_t per = BOUNCE_BYTES / es;
+  for (size_t i = 0; i < n; i += per) {
+    const size_t m = n - i < per ? n - i : per;
+    memcpy(x, (const char *)src + i * es, m * es);
+    fn(x, x, m, factor);
+    memcpy((char *)dst + i * es, x, m * es);
+  }
+}

@@ -20,4 +20,10 @@ void hvdl_reduce(void *dst, const void *a, const void *b, size_t n, hvdlDataType
  * bfloat16 divide in float32 and round to nearest-even). */
 void hvdl_divide(void *buf, size_t n, hvdlDataType_t dt, uint64_t divisor);
 
+/* dst[i] = src[i] * factor for floating-point types (float16 and bfloat16 in
+ * float32, rounded to nearest-even; float32 with a float32 factor); a plain copy
+ * when factor is 1. dst may be src. Integers are never scaled (callers refuse
+ * scale factors for them). */
+void hvdl_scale(void *dst, const void *src, size_t n, hvdlDataType_t dt, double factor);
+
 #endif /* HVDL_REDUCE_H_ */

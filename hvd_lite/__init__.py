@@ -8,14 +8,18 @@ from .basics import (build_info, cross_rank, cross_size, init, is_initialized, l
                      local_size, mpi_threads_supported, rank, shutdown, size)
 from .exceptions import (CollectiveError, HvdLiteError, InvalidArgumentError, MPIMismatchError,
                          NotInitializedError)
-from .ops import Average, Max, Min, Product, ReduceOp, Sum, allreduce, allreduce_
+from .ops import (Average, Handle, Max, Min, Product, ReduceOp, Sum, allreduce, allreduce_,
+                  allreduce_async, allreduce_async_, grouped_allreduce, grouped_allreduce_,
+                  grouped_allreduce_async, grouped_allreduce_async_, poll, synchronize)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "mpi_threads_supported", "build_info",
-    "allreduce", "allreduce_", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
+    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "poll",
+    "synchronize", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
     "HvdLiteError", "NotInitializedError", "MPIMismatchError", "CollectiveError",
     "InvalidArgumentError", "__version__",
 ]

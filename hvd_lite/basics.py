@@ -17,7 +17,7 @@ _LAUNCHER_SIZE_VARS = (
 
 
 class _State:
-    comm: Optional[Any] = None
+    engine: Optional[Any] = None
     thread_level: int = -1
     finalize_at_exit: bool = False
     atexit_registered: bool = False
@@ -75,15 +75,14 @@ def _check_launcher_after_init(size: int) -> None:
 
 
 def _atexit() -> None:
-    if _state.comm is not None:
-        _state.comm = None  # dropped, not freed collectively: peers may be gone
+    shutdown()  # tells the other ranks this one is leaving
     if _state.finalize_at_exit:
         _core.mpi_finalize()
 
 
 def init(comm: Any = None) -> None:
     """Initialises hvd_lite (and MPI, with thread support, if nobody has)."""
-    if _state.comm is not None:
+    if _state.engine is not None:
         return
     if comm is None:
         fhandle, ranks = None, None
@@ -106,65 +105,60 @@ def init(comm: Any = None) -> None:
     if not _state.atexit_registered:
         atexit.register(_atexit)
         _state.atexit_registered = True
-    new_comm = _core.Comm(fhandle, ranks)
     if comm is None:
-        try:
-            _check_launcher_after_init(new_comm.size)
-        except MPIMismatchError:
-            new_comm.destroy()
-            raise
-    _state.comm = new_comm
+        _check_launcher_after_init(_core.mpi_world_size())
+    _state.engine = _core.Engine(fhandle, ranks)
 
 
 def shutdown() -> None:
-    """Frees hvd_lite's communicator; MPI itself stays up until the process exits."""
-    comm, _state.comm = _state.comm, None
-    if comm is not None:
-        comm.destroy()
+    """Stops the engine (pending collectives fail); MPI itself stays up until the process exits."""
+    engine, _state.engine = _state.engine, None
+    if engine is not None:
+        engine.shutdown()
 
 
 def is_initialized() -> bool:
     """True between init() and shutdown()."""
-    return _state.comm is not None
+    return _state.engine is not None
 
 
-def _comm():
-    if _state.comm is None:
+def _engine():
+    if _state.engine is None:
         raise NotInitializedError("hvd_lite has not been initialized; call hvd_lite.init() first")
-    return _state.comm
+    return _state.engine
 
 
 def rank() -> int:
     """This process's rank."""
-    return _comm().rank
+    return _engine().rank
 
 
 def size() -> int:
     """Number of ranks."""
-    return _comm().size
+    return _engine().size
 
 
 def local_rank() -> int:
     """Rank among the processes on this host."""
-    return _comm().local_rank
+    return _engine().local_rank
 
 
 def local_size() -> int:
     """Number of ranks on this host."""
-    return _comm().local_size
+    return _engine().local_size
 
 
 def cross_rank() -> int:
     """Index of this host among the hosts (ranks with the same local rank)."""
-    return _comm().cross_rank
+    return _engine().cross_rank
 
 
 def cross_size() -> int:
     """Number of hosts that have a rank with this local rank."""
-    return _comm().cross_size
+    return _engine().cross_size
 
 
 def mpi_threads_supported() -> bool:
     """True if MPI runs with MPI_THREAD_MULTIPLE."""
-    _comm()
+    _engine()
     return _state.thread_level == _core.MPI_THREAD_MULTIPLE

@@ -1,7 +1,8 @@
-"""Collectives on numpy arrays."""
+"""Collectives on numpy arrays, submitted to the engine; the synchronous calls are submit + wait."""
 import enum
+import itertools
 import numbers
-from typing import Optional
+from typing import List, Optional, Sequence
 
 import ml_dtypes
 import numpy as np
@@ -45,17 +46,18 @@ HVDL_DTYPES = {
     np.dtype(ml_dtypes.bfloat16): _core.hvdlBfloat16,
 }
 
-
-def _supported_names() -> str:
-    return ", ".join(str(d) for d in HVDL_DTYPES)
+# Automatic names: one counter per collective, so that ranks submitting the same
+# calls in the same order produce the same names.
+_auto_names = {"allreduce": itertools.count()}
 
 
 def hvdl_dtype(dtype) -> int:
     """The hvdlDataType_t of a numpy dtype; TypeError if it has none."""
     dt = np.dtype(dtype)
-    code = HVDL_DTYPES.get(dt.newbyteorder("=") if dt.byteorder == "=" else dt)
+    code = HVDL_DTYPES.get(dt)
     if code is None:
-        raise TypeError(f"unsupported dtype {dt} (supported: {_supported_names()})")
+        names = ", ".join(str(d) for d in HVDL_DTYPES)
+        raise TypeError(f"unsupported dtype {dt} (supported: {names})")
     return code
 
 
@@ -82,53 +84,144 @@ def _check_op(fn: str, op) -> int:
         raise ValueError(f"{fn}: op {op!r} is not one of Sum, Average, Min, Max, Product") from None
 
 
-def _check_scale(fn: str, label: str, factor) -> float:
+def _check_scale(fn: str, label: str, factor, array: np.ndarray) -> float:
     if isinstance(factor, bool) or not isinstance(factor, numbers.Real):
         raise TypeError(f"{fn}: {label} must be a real number, got {type(factor).__name__}")
-    return float(factor)
+    factor = float(factor)
+    if factor != 1.0 and array.dtype.kind in "iu":
+        raise ValueError(f"{fn}: {label}={factor:g} applies to floating-point arrays only, "
+                         f"not {array.dtype}")
+    return factor
 
 
-def _check_name(fn: str, name) -> None:
-    if name is not None and not isinstance(name, str):
+def _name(fn: str, kind: str, name) -> str:
+    if name is None:
+        return f"{kind}.noname.{next(_auto_names[kind])}"
+    if not isinstance(name, str):
         raise TypeError(f"{fn}: name must be a str or None, got {type(name).__name__}")
+    return name
 
 
 def _bytes(array: np.ndarray) -> np.ndarray:
     return array.reshape(-1).view(np.uint8)
 
 
-def _scale(array: np.ndarray, factor: float, out: np.ndarray) -> None:
-    np.multiply(array, factor, out=out, casting="unsafe")
+class Handle:
+    """A collective in flight: pass it to poll() or synchronize()."""
+
+    __slots__ = ("_c", "output", "name")
+
+    def __init__(self, c_handle, output: np.ndarray, name: str):
+        self._c = c_handle
+        self.output = output
+        self.name = name
+
+    def __repr__(self) -> str:
+        state = "done" if self._c.poll() else "pending"
+        return f"<hvd_lite.Handle {self.name!r} {state}>"
 
 
-def _allreduce_into(fn, array, out, op, prescale_factor, postscale_factor, name, inplace):
-    comm = basics._comm()
+def _submit_allreduce(fn, array, out, op, prescale_factor, postscale_factor, name) -> Handle:
+    engine = basics._engine()
+    inplace = out is array
     code = _check_array(fn, array, inplace)
     hop = _check_op(fn, op)
-    pre = _check_scale(fn, "prescale_factor", prescale_factor)
-    post = _check_scale(fn, "postscale_factor", postscale_factor)
-    _check_name(fn, name)
+    pre = _check_scale(fn, "prescale_factor", prescale_factor, array)
+    post = _check_scale(fn, "postscale_factor", postscale_factor, array)
+    name = _name(fn, "allreduce", name)
     if out is None:
         out = np.empty_like(array, order="C")
-    send = array
-    if pre != 1.0:
-        _scale(array, pre, out)
-        send = out
-    comm.allreduce(_bytes(send), _bytes(out), code, hop)
-    if post != 1.0:
-        _scale(out, post, out)
-    return out
+    c = engine.submit_allreduce(_bytes(array), _bytes(out), code, hop, pre, post, name, array.shape)
+    return Handle(c, out, name)
+
+
+def allreduce_async(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
+                    postscale_factor: float = 1.0, name: Optional[str] = None) -> Handle:
+    """Starts reducing `array` across ranks into a new array; returns a handle."""
+    return _submit_allreduce("allreduce_async", array, None, op, prescale_factor, postscale_factor,
+                             name)
+
+
+def allreduce_async_(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
+                     postscale_factor: float = 1.0, name: Optional[str] = None) -> Handle:
+    """Starts reducing `array` across ranks in place; returns a handle."""
+    return _submit_allreduce("allreduce_async_", array, array, op, prescale_factor,
+                             postscale_factor, name)
+
+
+def poll(handle: Handle) -> bool:
+    """True once the collective behind `handle` has completed (successfully or not)."""
+    return handle._c.poll()
+
+
+def synchronize(handle: Handle) -> np.ndarray:
+    """Waits for `handle` (GIL released) and returns its output, or raises its error."""
+    handle._c.wait()
+    return handle.output
 
 
 def allreduce(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
               postscale_factor: float = 1.0, name: Optional[str] = None) -> np.ndarray:
     """Reduces `array` across ranks into a new array (Average: sum, then / size)."""
-    return _allreduce_into("allreduce", array, None, op, prescale_factor, postscale_factor, name,
-                           inplace=False)
+    return synchronize(_submit_allreduce("allreduce", array, None, op, prescale_factor,
+                                         postscale_factor, name))
 
 
 def allreduce_(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
                postscale_factor: float = 1.0, name: Optional[str] = None) -> np.ndarray:
     """Reduces `array` across ranks in place and returns it."""
-    return _allreduce_into("allreduce_", array, array, op, prescale_factor, postscale_factor, name,
-                           inplace=True)
+    return synchronize(_submit_allreduce("allreduce_", array, array, op, prescale_factor,
+                                         postscale_factor, name))
+
+
+def _group_names(fn: str, arrays, name) -> List[str]:
+    if not isinstance(arrays, (list, tuple)):
+        raise TypeError(f"{fn} expects a list of numpy arrays, got {type(arrays).__name__}")
+    if name is None:
+        base = f"grouped_allreduce.noname.{next(_auto_names['allreduce'])}"
+    elif isinstance(name, str):
+        base = name
+    else:
+        raise TypeError(f"{fn}: name must be a str or None, got {type(name).__name__}")
+    return [f"{base}.{i}" for i in range(len(arrays))]
+
+
+def _grouped(fn, arrays, inplace, op, prescale_factor, postscale_factor, name) -> List[Handle]:
+    names = _group_names(fn, arrays, name)
+    # check every array before submitting any, so that a bad one sends nothing
+    for a in arrays:
+        _check_array(fn, a, inplace)
+    return [_submit_allreduce(fn, a, a if inplace else None, op, prescale_factor, postscale_factor, n)
+            for a, n in zip(arrays, names)]
+
+
+def grouped_allreduce_async(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
+                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            name: Optional[str] = None) -> List[Handle]:
+    """Starts reducing a list of arrays, submitted together so they can be fused; one handle each."""
+    return _grouped("grouped_allreduce_async", arrays, False, op, prescale_factor, postscale_factor,
+                    name)
+
+
+def grouped_allreduce_async_(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
+                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                             name: Optional[str] = None) -> List[Handle]:
+    """In-place grouped_allreduce_async."""
+    return _grouped("grouped_allreduce_async_", arrays, True, op, prescale_factor, postscale_factor,
+                    name)
+
+
+def grouped_allreduce(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      name: Optional[str] = None) -> List[np.ndarray]:
+    """Reduces a list of arrays into new arrays."""
+    handles = grouped_allreduce_async(arrays, op, prescale_factor, postscale_factor, name)
+    return [synchronize(h) for h in handles]
+
+
+def grouped_allreduce_(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
+                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       name: Optional[str] = None) -> List[np.ndarray]:
+    """Reduces a list of arrays in place and returns them."""
+    handles = grouped_allreduce_async_(arrays, op, prescale_factor, postscale_factor, name)
+    return [synchronize(h) for h in handles]

@@ -83,13 +83,19 @@ def test_bad_arguments_are_rejected(initialized, kwargs, exc, match):
         hvd.allreduce(np.ones(3, np.float32), **kwargs)
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16, np.int32])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16])
 def test_scale_factors_apply_before_and_after(initialized, dtype):
     x = np.array([1, 2, 4, 8], dtype=dtype)
     y = hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)
     assert np.array_equal(y, x)
     y = hvd.allreduce(x, op=hvd.Sum, prescale_factor=4.0)
     assert np.array_equal(y, (x.astype(np.float64) * 4).astype(dtype))
+
+
+def test_scale_factors_on_integer_arrays_are_refused(initialized):
+    with pytest.raises(ValueError, match="applies to floating-point arrays only, not int32"):
+        hvd.allreduce(np.ones(3, np.int32), prescale_factor=2.0)
+    assert hvd.allreduce(np.ones(3, np.int32), prescale_factor=1.0).tolist() == [1, 1, 1]
 
 
 def test_zero_d_and_empty_arrays(initialized):

@@ -1,0 +1,289 @@
+/*
+ * engine.c -- the background thread: the queue of submitted requests, handles,
+ * the loop of rounds (negotiate.c) and executions (fusion.c), and the engine's
+ * lifetime.
+ *
+ * The loop. The thread sleeps on work_cv while nothing is in flight, waking
+ * every idle tick to join a round (so that the others learn about stalls and
+ * departures). While requests are in flight it runs rounds back to back; a
+ * round that made no progress is followed by a short, growing sleep that a new
+ * submission cuts short, so that ranks waiting on each other do not spin.
+ *
+ * Locking. mu guards the in-flight list, the stop and dead flags, and waiting;
+ * a request's state and refs are atomics, so a waiter can spin on state briefly
+ * before sleeping on done_cv. Everything else in struct hvdl_engine belongs to
+ * the engine thread.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include "engine.h"
+
+#define WAITER_SPIN_SECONDS 20e-6
+#define NO_PROGRESS_MAX_SLEEP 1e-3
+
+static void abs_deadline(struct timespec *ts, double seconds_from_now) {
+  clock_gettime(CLOCK_REALTIME, ts);
+  double ns = (double)ts->tv_nsec + seconds_from_now * 1e9;
+  ts->tv_sec += (time_t)(ns / 1e9);
+  ts->tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
+}
+
+void hvdl_request_release(struct hvdl_request *r) {
+  if (atomic_fetch_sub(&r->refs, 1) == 1) free(r);
+}
+
+/* Unlinks r from the in-flight list (under mu). */
+static void unlink_locked(struct hvdl_engine *e, struct hvdl_request *r) {
+  for (struct hvdl_request **p = &e->inflight; *p; p = &(*p)->next) {
+    if (*p == r) {
+      *p = r->next;
+      r->next = NULL;
+      return;
+    }
+  }
+}
+
+void hvdl_engine_complete(struct hvdl_engine *e, struct hvdl_request *r, hvdlResult_t res,
+                          const char *msg) {
+  pthread_mutex_lock(&e->mu);
+  unlink_locked(e, r);
+  r->result = res;
+  if (res != hvdlSuccess) snprintf(r->error, sizeof r->error, "%s", msg ? msg : "");
+  atomic_store(&r->state, res == hvdlSuccess ? HVDL_REQ_DONE : HVDL_REQ_FAILED);
+  pthread_cond_broadcast(&e->done_cv);
+  pthread_mutex_unlock(&e->mu);
+  hvdl_request_release(r); /* the engine's reference */
+}
+
+/* Fails every request still in flight and refuses new ones; the first reason
+ * given sticks. */
+static void fail_all(struct hvdl_engine *e, hvdlResult_t res, const char *reason) {
+  pthread_mutex_lock(&e->mu);
+  if (!e->dead) {
+    e->dead = 1;
+    e->dead_result = res;
+    snprintf(e->dead_reason, sizeof e->dead_reason, "%s", reason);
+  }
+  while (e->inflight) {
+    struct hvdl_request *r = e->inflight;
+    e->inflight = r->next;
+    r->next = NULL;
+    r->result = e->dead_result;
+    snprintf(r->error, sizeof r->error, "%s", e->dead_reason);
+    atomic_store(&r->state, HVDL_REQ_FAILED);
+    hvdl_request_release(r);
+  }
+  pthread_cond_broadcast(&e->done_cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+static double idle_tick(const struct hvdl_engine *e) {
+  double tick = 1.0;
+  if (e->cfg.stall_check_s > 0 && e->cfg.stall_check_s / 4 < tick) tick = e->cfg.stall_check_s / 4;
+  if (e->cfg.stall_shutdown_s > 0 && e->cfg.stall_shutdown_s / 4 < tick)
+    tick = e->cfg.stall_shutdown_s / 4;
+  return tick < 0.01 ? 0.01 : tick;
+}
+
+static void *engine_main(void *arg) {
+  struct hvdl_engine *e = arg;
+#ifdef __linux__
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* 1 us: short sleeps stay short */
+#endif
+  struct hvdl_request **pending = NULL, **ready = NULL;
+  int cap = 0;
+  const double tick = idle_tick(e);
+  double next_tick = hvdl_now() + tick;
+  double backoff = 0.0; /* after a round without progress */
+
+  for (;;) {
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+      double now = hvdl_now();
+      if (e->stop_requested || now >= next_tick) break;
+      if (e->inflight && (backoff == 0.0 || e->nnew)) break;
+      struct timespec ts;
+      double until = e->inflight ? backoff : next_tick - now;
+      abs_deadline(&ts, until < next_tick - now ? until : next_tick - now);
+      int rc = pthread_cond_timedwait(&e->work_cv, &e->mu, &ts);
+      if (rc == ETIMEDOUT && e->inflight) break;
+    }
+    int n = 0;
+    for (struct hvdl_request *r = e->inflight; r; r = r->next) n++;
+    if (n > cap) {
+      int ncap = n * 2;
+      struct hvdl_request **p1 = realloc(pending, sizeof *p1 * (size_t)ncap);
+      if (p1) pending = p1;
+      struct hvdl_request **p2 = realloc(ready, sizeof *p2 * (size_t)ncap);
+      if (p2) ready = p2;
+      if (!p1 || !p2) {
+        pthread_mutex_unlock(&e->mu);
+        fail_all(e, hvdlSystemError, "hvd_lite engine: out of memory");
+        break;
+      }
+      cap = ncap;
+    }
+    n = 0;
+    for (struct hvdl_request *r = e->inflight; r; r = r->next) {
+      atomic_fetch_add(&r->refs, 1); /* held for this round */
+      pending[n++] = r;
+    }
+    const int had_new = e->nnew;
+    e->nnew = 0;
+    const int leaving = e->stop_requested;
+    pthread_mutex_unlock(&e->mu);
+
+    if (e->cfg.cycle_time_ms > 0) {
+      double wait = e->last_round + e->cfg.cycle_time_ms * 1e-3 - hvdl_now();
+      if (wait > 0) {
+        struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+        nanosleep(&ts, NULL);
+      }
+    }
+    e->last_round = hvdl_now();
+
+    int nready = 0, finished = 0;
+    hvdlResult_t res = hvdl_round(e, pending, n, leaving, ready, &nready, &finished);
+    if (res == hvdlSuccess && nready > 0) res = hvdl_execute(e, ready, nready);
+    for (int i = 0; i < n; i++) hvdl_request_release(pending[i]);
+    if (res != hvdlSuccess) {
+      char msg[HVDL_ERRMSG_LEN];
+      snprintf(msg, sizeof msg, "hvd_lite engine failed: %s", hvdlGetLastError(e->data));
+      fail_all(e, res, msg);
+      break;
+    }
+    if (finished) break;
+    next_tick = hvdl_now() + tick;
+    backoff = (nready > 0 || had_new) ? 0.0
+              : (backoff == 0.0 ? 20e-6 : (backoff * 2 < NO_PROGRESS_MAX_SLEEP ? backoff * 2
+                                                                               : NO_PROGRESS_MAX_SLEEP));
+  }
+  free(pending);
+  free(ready);
+  fail_all(e, hvdlInvalidUsage, "hvd_lite has been shut down on this rank");
+  return NULL;
+}
+
+hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
+                               const struct hvdl_engine_config *cfg) {
+  *out = NULL;
+  struct hvdl_engine *e = calloc(1, sizeof *e);
+  if (!e) return hvdl_fail(NULL, hvdlSystemError, "hvd_lite engine: out of memory");
+  e->cfg = *cfg;
+  e->ctrl = MPI_COMM_NULL;
+  hvdlResult_t res = hvdlCommInitMpi(&e->data, base, &cfg->comm);
+  if (res != hvdlSuccess) {
+    free(e);
+    return res;
+  }
+  int err = MPI_Comm_dup(base, &e->ctrl);
+  if (err != MPI_SUCCESS) {
+    hvdlCommDestroy(e->data);
+    free(e);
+    return hvdl_fail_mpi(NULL, err, "MPI_Comm_dup of the control communicator");
+  }
+  MPI_Comm_set_errhandler(e->ctrl, MPI_ERRORS_RETURN);
+  e->rank = e->data->rank;
+  e->size = e->data->size;
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->work_cv, NULL);
+  pthread_cond_init(&e->done_cv, NULL);
+  if (e->rank == 0 && cfg->timeline[0]) {
+    e->timeline = hvdl_timeline_open(cfg->timeline);
+    if (!e->timeline) {
+      hvdl_engine_free(e);
+      return hvdl_fail(NULL, hvdlInvalidArgument, "HVD_LITE_TIMELINE=%s: cannot create the file",
+                       cfg->timeline);
+    }
+  }
+  if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+    hvdl_engine_free(e);
+    return hvdl_fail(NULL, hvdlSystemError, "hvd_lite engine: cannot start its thread");
+  }
+  e->thread_started = 1;
+  *out = e;
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r) {
+  pthread_mutex_lock(&e->mu);
+  if (e->dead || e->stop_requested) {
+    hvdlResult_t res = e->dead ? e->dead_result : hvdlInvalidUsage;
+    hvdl_fail(NULL, res, "%s",
+              e->dead ? e->dead_reason : "hvd_lite is shutting down on this rank");
+    pthread_mutex_unlock(&e->mu);
+    return res;
+  }
+  struct hvdl_request **tail = &e->inflight;
+  for (; *tail; tail = &(*tail)->next) {
+    if (strcmp((*tail)->desc.name, r->desc.name) == 0) {
+      pthread_mutex_unlock(&e->mu);
+      return hvdl_fail(NULL, hvdlInvalidArgument,
+                       "a collective named '%s' is still in flight on this rank; wait for it "
+                       "(synchronize) before submitting the name again",
+                       r->desc.name);
+    }
+  }
+  atomic_store(&r->state, HVDL_REQ_PENDING);
+  atomic_fetch_add(&r->refs, 1); /* the engine's reference */
+  r->phase = HVDL_PHASE_NEW;
+  r->cache_id = -1;
+  r->t_submit = hvdl_now();
+  r->next = NULL;
+  *tail = r;
+  e->nnew++;
+  pthread_cond_signal(&e->work_cv);
+  pthread_mutex_unlock(&e->mu);
+  return hvdlSuccess;
+}
+
+int hvdl_request_poll(const struct hvdl_request *r) {
+  return atomic_load(&r->state) != HVDL_REQ_PENDING;
+}
+
+void hvdl_request_wait(struct hvdl_engine *e, struct hvdl_request *r) {
+  const double spin_until = hvdl_now() + WAITER_SPIN_SECONDS;
+  while (atomic_load(&r->state) == HVDL_REQ_PENDING && hvdl_now() < spin_until) {
+  }
+  if (atomic_load(&r->state) != HVDL_REQ_PENDING) return;
+  pthread_mutex_lock(&e->mu);
+  while (atomic_load(&r->state) == HVDL_REQ_PENDING) pthread_cond_wait(&e->done_cv, &e->mu);
+  pthread_mutex_unlock(&e->mu);
+}
+
+hvdlResult_t hvdl_engine_stop(struct hvdl_engine *e) {
+  if (!e->thread_started) return hvdlSuccess;
+  pthread_mutex_lock(&e->mu);
+  e->stop_requested = 1;
+  pthread_cond_signal(&e->work_cv);
+  pthread_mutex_unlock(&e->mu);
+  pthread_join(e->thread, NULL);
+  e->thread_started = 0;
+  return hvdlSuccess;
+}
+
+void hvdl_engine_free(struct hvdl_engine *e) {
+  if (!e) return;
+  if (e->thread_started) hvdl_engine_stop(e);
+  fail_all(e, hvdlInvalidUsage, "hvd_lite has been shut down on this rank");
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (e->data) {
+    if (finalized) hvdlCommAbort(e->data);
+    else hvdlCommDestroy(e->data);
+  }
+  if (e->ctrl != MPI_COMM_NULL && !finalized) MPI_Comm_free(&e->ctrl);
+  hvdl_timeline_close(e->timeline);
+  hvdl_negotiate_free(e);
+  free(e->fusion);
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->work_cv);
+  pthread_cond_destroy(&e->done_cv);
+  free(e);
+}

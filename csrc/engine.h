@@ -1,0 +1,137 @@
+/*
+ * engine.h -- the background engine: requests, handles and the engine's state,
+ * shared by engine.c (thread, queue, lifetime), negotiate.c (rounds),
+ * fusion.c (execution) and timeline.c. docs/design.md, "The engine", has the
+ * picture.
+ */
+#ifndef HVDL_ENGINE_H_
+#define HVDL_ENGINE_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "internal.h"
+
+#define HVDL_MAX_DIMS 16
+#define HVDL_MAX_NAME 512
+
+enum hvdl_coll { HVDL_COLL_ALLREDUCE = 0, HVDL_NUM_COLLS };
+
+/* What every rank must agree on for one name; the coordinator compares these. */
+struct hvdl_desc {
+  int32_t coll, dtype, op, ndim;
+  double prescale, postscale;
+  int64_t dims[HVDL_MAX_DIMS];
+  char name[HVDL_MAX_NAME];
+};
+
+enum hvdl_req_state { HVDL_REQ_PENDING = 0, HVDL_REQ_DONE = 1, HVDL_REQ_FAILED = 2 };
+
+/* Where a request is in negotiation (engine thread only). */
+enum hvdl_req_phase { HVDL_PHASE_NEW = 0, HVDL_PHASE_ANNOUNCED, HVDL_PHASE_CACHED };
+
+/* One submitted collective. Shared by the submitter (a handle) and the engine;
+ * freed when both have let go (refs). */
+struct hvdl_request {
+  struct hvdl_desc desc;
+  const void *send;
+  void *recv;
+  size_t count, nbytes;
+  _Atomic int state;             /* enum hvdl_req_state */
+  _Atomic int refs;
+  hvdlResult_t result;           /* set before state leaves PENDING */
+  char error[HVDL_ERRMSG_LEN];
+  /* engine thread only */
+  int phase;
+  int cache_id;
+  double t_submit, t_ready;
+  struct hvdl_request *next;     /* in the engine's in-flight list (under mu) */
+};
+
+/* Response cache: identical on every rank, changed only by broadcast responses. */
+struct hvdl_cache_entry {
+  int valid;
+  struct hvdl_desc desc;
+  double pending_since;          /* stall inspector, rank 0: first round seen pending somewhere */
+  int warned;
+};
+
+/* Coordinator's table of names announced by some ranks (rank 0 only). */
+struct hvdl_table_entry {
+  struct hvdl_desc *descs;       /* one per rank */
+  unsigned char *have;           /* which ranks announced it */
+  int nhave;
+  double first_seen;
+  int warned;
+};
+
+struct hvdl_timeline;
+
+struct hvdl_engine {
+  struct hvdl_engine_config cfg;
+  hvdlComm_t data;               /* collectives: ring and latency path */
+  MPI_Comm ctrl;                 /* negotiation rounds */
+  int rank, size;
+
+  pthread_t thread;
+  int thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv;        /* engine sleeps here */
+  pthread_cond_t done_cv;        /* waiters sleep here */
+  /* under mu */
+  struct hvdl_request *inflight; /* submitted, not completed, in submission order */
+  int nnew;                      /* submitted since the engine last looked */
+  int stop_requested;
+  int dead;                      /* no more requests accepted */
+  hvdlResult_t dead_result;
+  char dead_reason[HVDL_ERRMSG_LEN];
+
+  /* engine thread only */
+  struct hvdl_cache_entry *cache;
+  int cache_count, cache_cap;
+  struct hvdl_table_entry *table; /* rank 0 */
+  int table_count, table_cap;
+  char *fusion;                  /* fusion buffer */
+  size_t fusion_bytes;
+  char *wire;                    /* scratch for rounds */
+  size_t wire_bytes;
+  char *wire2;
+  size_t wire2_bytes;
+  char pending_shutdown[HVDL_ERRMSG_LEN]; /* rank 0: stall shutdown to broadcast */
+  double last_round;
+  struct hvdl_timeline *timeline;
+};
+
+/* engine.c */
+hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
+                               const struct hvdl_engine_config *cfg);
+hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r);
+int hvdl_request_poll(const struct hvdl_request *r);
+void hvdl_request_wait(struct hvdl_engine *e, struct hvdl_request *r);
+void hvdl_request_release(struct hvdl_request *r);
+hvdlResult_t hvdl_engine_stop(struct hvdl_engine *e);
+void hvdl_engine_free(struct hvdl_engine *e);
+/* Completes r (engine thread): result hvdlSuccess or an error with a message. */
+void hvdl_engine_complete(struct hvdl_engine *e, struct hvdl_request *r, hvdlResult_t res,
+                          const char *msg);
+
+/* negotiate.c: one round. Fills ready[] (capacity: requests in flight) with
+ * what every rank executes now, in the same order on every rank. Sets
+ * *finished when this engine must stop taking part in rounds. */
+hvdlResult_t hvdl_round(struct hvdl_engine *e, struct hvdl_request **pending, int npending,
+                        int leaving, struct hvdl_request **ready, int *nready, int *finished);
+void hvdl_negotiate_free(struct hvdl_engine *e);
+
+/* fusion.c: runs the ready list on the data communicator. */
+hvdlResult_t hvdl_execute(struct hvdl_engine *e, struct hvdl_request **ready, int n);
+
+/* timeline.c: Chrome-trace events written by rank 0 (no-ops when tl is NULL). */
+struct hvdl_timeline *hvdl_timeline_open(const char *path);
+void hvdl_timeline_event(struct hvdl_timeline *tl, const char *tensor, const char *phase,
+                         double t_begin, double t_end);
+void hvdl_timeline_flush(struct hvdl_timeline *tl);
+void hvdl_timeline_close(struct hvdl_timeline *tl);
+
+#endif /* HVDL_ENGINE_H_ */

@@ -1,0 +1,661 @@
+/*
+ * negotiate.c -- one negotiation round: which requests are ready on every rank,
+ * in what order, and which are in error.
+ *
+ * A round is collective over the engine's control communicator:
+ *
+ *   1. MPI_Iallgather of each rank's contribution: two header words (flags:
+ *      leaving, wants the slow path; the byte size of its uncached descriptors)
+ *      and a bit vector with bit k set when a request matching cache entry k
+ *      is pending here. Steady-state training takes only this step: no names.
+ *   2. Slow path, when any rank asked for it: MPI_Igatherv of the uncached
+ *      descriptors to rank 0 (the coordinator). It files them in its table by
+ *      name; a name every rank has announced is validated (collective, dtype,
+ *      shape, op, scale factors) and becomes READY with a cache id, or ERROR with
+ *      a message naming both values. A name announced while cached means its
+ *      metadata changed on some rank: EVICT. A stall shutdown is a SHUTDOWN.
+ *      The response is MPI_Ibcast to everyone, and every rank (rank 0 too)
+ *      applies it in order, so the caches stay identical.
+ *   3. Ready list: the READY entries in response order, then the cached entries
+ *      whose bit is set on every rank, by ascending id. Every rank computes the
+ *      same list from the same bytes.
+ *
+ * Rank 0 also runs the stall inspector here, from the bit vectors and its table.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+
+#define HDR_WORDS 2
+#define FLAG_LEAVING 1ull
+#define FLAG_SLOW 2ull
+#define ROUND_SPIN_SECONDS 20e-6
+#define ROUND_MAX_SLEEP 1e-3
+
+enum { RESP_READY = 1, RESP_ERROR = 2, RESP_EVICT = 3, RESP_SHUTDOWN = 4 };
+enum { PHASE_FINISHED = -1 };
+
+/* ---- growable byte buffer ------------------------------------------------ */
+
+struct buf {
+  char *p;
+  size_t len, cap;
+};
+
+static int buf_put(struct buf *b, const void *src, size_t n) {
+  if (b->len + n > b->cap) {
+    size_t cap = b->cap ? b->cap * 2 : 4096;
+    while (cap < b->len + n) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) return -1;
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, src, n);
+  b->len += n;
+  return 0;
+}
+
+static int buf_put_u32(struct buf *b, uint32_t v) { return buf_put(b, &v, sizeof v); }
+
+static int buf_put_str(struct buf *b, const char *s) {
+  uint32_t n = (uint32_t)strlen(s);
+  return buf_put_u32(b, n) || buf_put(b, s, n);
+}
+
+/* ---- descriptors on the wire --------------------------------------------- */
+
+struct wire_fixed {
+  int32_t coll, dtype, op, ndim;
+  double prescale, postscale;
+};
+
+static int desc_put(struct buf *b, const struct hvdl_desc *d) {
+  struct wire_fixed f = {d->coll, d->dtype, d->op, d->ndim, d->prescale, d->postscale};
+  return buf_put(b, &f, sizeof f) || buf_put(b, d->dims, sizeof(int64_t) * (size_t)d->ndim) ||
+         buf_put_str(b, d->name);
+}
+
+static size_t desc_size(const struct hvdl_desc *d) {
+  return sizeof(struct wire_fixed) + sizeof(int64_t) * (size_t)d->ndim + 4 + strlen(d->name);
+}
+
+static const char *desc_get(const char *p, struct hvdl_desc *d) {
+  struct wire_fixed f;
+  memcpy(&f, p, sizeof f);
+  p += sizeof f;
+  memset(d, 0, sizeof *d);
+  d->coll = f.coll;
+  d->dtype = f.dtype;
+  d->op = f.op;
+  d->ndim = f.ndim;
+  d->prescale = f.prescale;
+  d->postscale = f.postscale;
+  memcpy(d->dims, p, sizeof(int64_t) * (size_t)f.ndim);
+  p += sizeof(int64_t) * (size_t)f.ndim;
+  uint32_t n;
+  memcpy(&n, p, 4);
+  p += 4;
+  memcpy(d->name, p, n < HVDL_MAX_NAME ? n : HVDL_MAX_NAME - 1);
+  return p + n;
+}
+
+static const char *get_u32(const char *p, uint32_t *v) {
+  memcpy(v, p, 4);
+  return p + 4;
+}
+
+static const char *get_str(const char *p, char *out, size_t cap) {
+  uint32_t n;
+  p = get_u32(p, &n);
+  size_t k = n < cap ? n : cap - 1;
+  memcpy(out, p, k);
+  out[k] = '\0';
+  return p + n;
+}
+
+static int desc_equal(const struct hvdl_desc *a, const struct hvdl_desc *b) {
+  if (a->coll != b->coll || a->dtype != b->dtype || a->op != b->op || a->ndim != b->ndim ||
+      a->prescale != b->prescale || a->postscale != b->postscale)
+    return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->dims[i] != b->dims[i]) return 0;
+  return strcmp(a->name, b->name) == 0;
+}
+
+static const char *coll_name(int c) { return c == HVDL_COLL_ALLREDUCE ? "ALLREDUCE" : "UNKNOWN"; }
+
+static void shape_str(const struct hvdl_desc *d, char *out, size_t cap) {
+  size_t n = (size_t)snprintf(out, cap, "[");
+  for (int i = 0; i < d->ndim && n < cap; i++)
+    n += (size_t)snprintf(out + n, cap - n, i ? ", %lld" : "%lld", (long long)d->dims[i]);
+  if (n < cap) snprintf(out + n, cap - n, "]");
+}
+
+/* Writes the first difference between two ranks' descriptors; 0 if none. */
+static int mismatch(const struct hvdl_desc *a, int ra, const struct hvdl_desc *b, int rb,
+                    char *msg, size_t cap) {
+  char x[256], y[256];
+  const char *what = NULL;
+  if (a->coll != b->coll) {
+    snprintf(msg, cap,
+             "Mismatched collective operations: one rank sent %s, another sent %s "
+             "(tensor '%s'; ranks %d and %d)",
+             coll_name(a->coll), coll_name(b->coll), a->name, ra, rb);
+    return 1;
+  }
+  if (a->dtype != b->dtype) {
+    what = "data types";
+    snprintf(x, sizeof x, "%s", hvdl_type_name((hvdlDataType_t)a->dtype));
+    snprintf(y, sizeof y, "%s", hvdl_type_name((hvdlDataType_t)b->dtype));
+  } else if (a->ndim != b->ndim || memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->ndim)) {
+    what = "tensor shapes";
+    shape_str(a, x, sizeof x);
+    shape_str(b, y, sizeof y);
+  } else if (a->op != b->op) {
+    what = "reduction ops";
+    snprintf(x, sizeof x, "%s", hvdl_op_name((hvdlRedOp_t)a->op));
+    snprintf(y, sizeof y, "%s", hvdl_op_name((hvdlRedOp_t)b->op));
+  } else if (a->prescale != b->prescale) {
+    what = "prescale factors";
+    snprintf(x, sizeof x, "%g", a->prescale);
+    snprintf(y, sizeof y, "%g", b->prescale);
+  } else if (a->postscale != b->postscale) {
+    what = "postscale factors";
+    snprintf(x, sizeof x, "%g", a->postscale);
+    snprintf(y, sizeof y, "%g", b->postscale);
+  } else {
+    return 0;
+  }
+  snprintf(msg, cap, "Mismatched %s %s: one rank sent %s, another sent %s (tensor '%s'; ranks %d and %d)",
+           coll_name(a->coll), what, x, y, a->name, ra, rb);
+  return 1;
+}
+
+/* ---- waiting ------------------------------------------------------------- */
+
+/* Polls a round's requests: a short spin, then sleeps growing to ROUND_MAX_SLEEP. */
+static hvdlResult_t wait_round(struct hvdl_engine *e, int n, MPI_Request *reqs) {
+  const double spin_until = hvdl_now() + ROUND_SPIN_SECONDS;
+  double sleep = 1e-6;
+  for (;;) {
+    int done = 0;
+    HVDL_MPI(e->data, MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
+    if (done) return hvdlSuccess;
+    if (hvdl_now() < spin_until) continue;
+    struct timespec ts = {0, (long)(sleep * 1e9)};
+    nanosleep(&ts, NULL);
+    sleep = sleep * 2 < ROUND_MAX_SLEEP ? sleep * 2 : ROUND_MAX_SLEEP;
+  }
+}
+
+/* ---- the response cache -------------------------------------------------- */
+
+static int cache_find(const struct hvdl_engine *e, const char *name) {
+  for (int i = 0; i < e->cache_count; i++)
+    if (e->cache[i].valid && strcmp(e->cache[i].desc.name, name) == 0) return i;
+  return -1;
+}
+
+static hvdlResult_t cache_set(struct hvdl_engine *e, int id, const struct hvdl_desc *d) {
+  if (id >= e->cache_cap) {
+    int cap = e->cache_cap ? e->cache_cap * 2 : 64;
+    while (cap <= id) cap *= 2;
+    struct hvdl_cache_entry *c = realloc(e->cache, sizeof *c * (size_t)cap);
+    if (!c) return hvdl_fail(e->data, hvdlSystemError, "response cache: out of memory");
+    memset(c + e->cache_cap, 0, sizeof *c * (size_t)(cap - e->cache_cap));
+    e->cache = c;
+    e->cache_cap = cap;
+  }
+  if (id >= e->cache_count) e->cache_count = id + 1;
+  struct hvdl_cache_entry *c = &e->cache[id];
+  c->valid = 1;
+  c->desc = *d;
+  c->pending_since = 0;
+  c->warned = 0;
+  return hvdlSuccess;
+}
+
+static int bit_on(const uint64_t *all, int words, int rank, int id) {
+  return (int)((all[(size_t)rank * (size_t)words + HDR_WORDS + (size_t)(id / 64)] >> (id % 64)) & 1u);
+}
+
+/* Coordinator: a cache id for a newly ready name (evicting one pending nowhere if
+ * the cache is full), or -1 for "do not cache". */
+static int alloc_cache_id(struct hvdl_engine *e, const uint64_t *all, int words, int cache_n,
+                          const unsigned char *fresh, struct buf *resp) {
+  if (e->cfg.cache_capacity == 0) return -1;
+  for (int i = 0; i < e->cache_count; i++)
+    if (!e->cache[i].valid) return i;
+  if ((size_t)e->cache_count < e->cfg.cache_capacity) return e->cache_count;
+  for (int i = 0; i < cache_n; i++) {
+    if (fresh[i]) continue;
+    int anywhere = 0;
+    for (int r = 0; r < e->size && !anywhere; r++) anywhere = bit_on(all, words, r, i);
+    if (!anywhere) {
+      e->cache[i].valid = 0;
+      buf_put_u32(resp, RESP_EVICT);
+      buf_put_u32(resp, (uint32_t)i);
+      return i;
+    }
+  }
+  return -1;
+}
+
+/* ---- the coordinator's table (rank 0) ------------------------------------ */
+
+static void table_free_entry(struct hvdl_table_entry *t) {
+  free(t->descs);
+  free(t->have);
+}
+
+static void table_remove(struct hvdl_engine *e, int i) {
+  table_free_entry(&e->table[i]);
+  memmove(&e->table[i], &e->table[i + 1], sizeof *e->table * (size_t)(e->table_count - i - 1));
+  e->table_count--;
+}
+
+/* The name an entry is filed under (the first rank that announced it). */
+static const char *table_name(const struct hvdl_engine *e, const struct hvdl_table_entry *t) {
+  for (int r = 0; r < e->size; r++)
+    if (t->have[r]) return t->descs[r].name;
+  return "";
+}
+
+static int table_lookup(const struct hvdl_engine *e, const char *name) {
+  for (int i = 0; i < e->table_count; i++)
+    if (strcmp(table_name(e, &e->table[i]), name) == 0) return i;
+  return -1;
+}
+
+static hvdlResult_t table_add(struct hvdl_engine *e, int *index) {
+  if (e->table_count == e->table_cap) {
+    int cap = e->table_cap ? e->table_cap * 2 : 64;
+    struct hvdl_table_entry *t = realloc(e->table, sizeof *t * (size_t)cap);
+    if (!t) return hvdl_fail(e->data, hvdlSystemError, "coordinator table: out of memory");
+    e->table = t;
+    e->table_cap = cap;
+  }
+  struct hvdl_table_entry *t = &e->table[e->table_count];
+  memset(t, 0, sizeof *t);
+  t->descs = calloc((size_t)e->size, sizeof *t->descs);
+  t->have = calloc((size_t)e->size, 1);
+  if (!t->descs || !t->have) {
+    table_free_entry(t);
+    return hvdl_fail(e->data, hvdlSystemError, "coordinator table: out of memory");
+  }
+  t->first_seen = hvdl_now();
+  *index = e->table_count++;
+  return hvdlSuccess;
+}
+
+/* Rank 0: files the gathered descriptors and writes the response. */
+static hvdlResult_t coordinate(struct hvdl_engine *e, const char *gathered, const int *counts,
+                               const int *displs, const uint64_t *all, int words, int cache_n,
+                               struct buf *resp) {
+  const int n = e->size;
+  unsigned char *fresh = calloc((size_t)(e->cache_count + 1 > cache_n ? e->cache_count + 1 : cache_n) + 1, 1);
+  if (!fresh) return hvdl_fail(e->data, hvdlSystemError, "coordinator: out of memory");
+  size_t fresh_len = (size_t)(e->cache_count + 1 > cache_n ? e->cache_count + 1 : cache_n) + 1;
+  struct hvdl_desc d;
+  for (int r = 0; r < n; r++) {
+    const char *p = gathered + displs[r], *end = p + counts[r];
+    while (p < end) {
+      p = desc_get(p, &d);
+      int id = cache_find(e, d.name);
+      if (id >= 0) { /* its metadata changed on rank r: every rank drops the entry */
+        e->cache[id].valid = 0;
+        buf_put_u32(resp, RESP_EVICT);
+        buf_put_u32(resp, (uint32_t)id);
+      }
+      int t = table_lookup(e, d.name);
+      if (t < 0) {
+        hvdlResult_t res = table_add(e, &t);
+        if (res != hvdlSuccess) {
+          free(fresh);
+          return res;
+        }
+      }
+      struct hvdl_table_entry *te = &e->table[t];
+      te->descs[r] = d;
+      if (!te->have[r]) {
+        te->have[r] = 1;
+        te->nhave++;
+      }
+    }
+  }
+  for (int i = 0; i < e->table_count;) {
+    struct hvdl_table_entry *te = &e->table[i];
+    if (te->nhave < n) {
+      i++;
+      continue;
+    }
+    char msg[HVDL_ERRMSG_LEN];
+    int bad = 0;
+    for (int r = 1; r < n && !bad; r++) bad = mismatch(&te->descs[0], 0, &te->descs[r], r, msg, sizeof msg);
+    if (bad) {
+      buf_put_u32(resp, RESP_ERROR);
+      buf_put_str(resp, te->descs[0].name);
+      buf_put_str(resp, msg);
+    } else {
+      int id = alloc_cache_id(e, all, words, cache_n, fresh, resp);
+      if (id >= 0) {
+        hvdlResult_t res = cache_set(e, id, &te->descs[0]);
+        if (res != hvdlSuccess) {
+          free(fresh);
+          return res;
+        }
+        if ((size_t)id < fresh_len) fresh[id] = 1;
+      }
+      buf_put_u32(resp, RESP_READY);
+      buf_put_u32(resp, (uint32_t)id);
+      desc_put(resp, &te->descs[0]);
+    }
+    table_remove(e, i);
+  }
+  if (e->pending_shutdown[0]) {
+    buf_put_u32(resp, RESP_SHUTDOWN);
+    buf_put_str(resp, e->pending_shutdown);
+    e->pending_shutdown[0] = '\0';
+  }
+  free(fresh);
+  return hvdlSuccess;
+}
+
+/* ---- applying a response (every rank) ------------------------------------ */
+
+static struct hvdl_request *find_announced(struct hvdl_request **pending, int np, const char *name) {
+  for (int i = 0; i < np; i++)
+    if (pending[i]->phase == HVDL_PHASE_ANNOUNCED && strcmp(pending[i]->desc.name, name) == 0)
+      return pending[i];
+  return NULL;
+}
+
+static void mark_dead(struct hvdl_engine *e, hvdlResult_t res, const char *reason) {
+  pthread_mutex_lock(&e->mu);
+  if (!e->dead) {
+    e->dead = 1;
+    e->dead_result = res;
+    snprintf(e->dead_reason, sizeof e->dead_reason, "%s", reason);
+  }
+  pthread_mutex_unlock(&e->mu);
+}
+
+static hvdlResult_t apply_response(struct hvdl_engine *e, const char *p, size_t len,
+                                   struct hvdl_request **pending, int np,
+                                   struct hvdl_request **ready, int *nr, int *shutdown) {
+  const char *end = p + len;
+  struct hvdl_desc d;
+  char name[HVDL_MAX_NAME], msg[HVDL_ERRMSG_LEN];
+  while (p < end) {
+    uint32_t kind, id;
+    p = get_u32(p, &kind);
+    switch (kind) {
+      case RESP_READY: {
+        p = get_u32(p, &id);
+        p = desc_get(p, &d);
+        if ((int32_t)id >= 0) HVDL_CHECK(cache_set(e, (int)id, &d));
+        struct hvdl_request *r = find_announced(pending, np, d.name);
+        if (r) {
+          r->phase = PHASE_FINISHED;
+          r->t_ready = hvdl_now();
+          ready[(*nr)++] = r;
+        }
+        break;
+      }
+      case RESP_ERROR: {
+        p = get_str(p, name, sizeof name);
+        p = get_str(p, msg, sizeof msg);
+        struct hvdl_request *r = find_announced(pending, np, name);
+        if (r) {
+          r->phase = PHASE_FINISHED;
+          hvdl_engine_complete(e, r, hvdlInvalidUsage, msg);
+        }
+        break;
+      }
+      case RESP_EVICT:
+        p = get_u32(p, &id);
+        if ((int)id < e->cache_count) e->cache[id].valid = 0;
+        for (int i = 0; i < np; i++)
+          if (pending[i]->phase == HVDL_PHASE_CACHED && pending[i]->cache_id == (int)id) {
+            pending[i]->phase = HVDL_PHASE_NEW;
+            pending[i]->cache_id = -1;
+          }
+        break;
+      case RESP_SHUTDOWN:
+        p = get_str(p, msg, sizeof msg);
+        mark_dead(e, hvdlRemoteError, msg);
+        *shutdown = 1;
+        break;
+      default:
+        return hvdl_fail(e->data, hvdlInternalError, "negotiation: unknown response kind %u", kind);
+    }
+  }
+  return hvdlSuccess;
+}
+
+/* ---- the slow path --------------------------------------------------------- */
+
+static hvdlResult_t slow_path(struct hvdl_engine *e, const uint64_t *all, int words, int cache_n,
+                              struct hvdl_request **pending, int np, struct hvdl_request **ready,
+                              int *nr, int *shutdown) {
+  const int n = e->size;
+  hvdlResult_t res = hvdlSuccess;
+  struct buf mine = {0}, resp = {0};
+  int *counts = calloc((size_t)n * 2, sizeof(int));
+  if (!counts) return hvdl_fail(e->data, hvdlSystemError, "negotiation: out of memory");
+  int *displs = counts + n;
+  for (int i = 0; i < np; i++) {
+    if (pending[i]->phase != HVDL_PHASE_NEW) continue;
+    if (desc_put(&mine, &pending[i]->desc)) {
+      res = hvdl_fail(e->data, hvdlSystemError, "negotiation: out of memory");
+      goto out;
+    }
+    pending[i]->phase = HVDL_PHASE_ANNOUNCED;
+  }
+  size_t total = 0;
+  for (int r = 0; r < n; r++) {
+    counts[r] = (int)(all[(size_t)r * (size_t)words] >> 32);
+    displs[r] = (int)total;
+    total += (size_t)counts[r];
+  }
+  if (e->rank == 0) {
+    res = hvdl_reserve(e->data, &e->wire, &e->wire_bytes, total + 1);
+    if (res != hvdlSuccess) goto out;
+  }
+  MPI_Request req;
+  HVDL_MPI(e->data, MPI_Igatherv(mine.p, (int)mine.len, MPI_BYTE, e->wire, counts, displs,
+                                 MPI_BYTE, 0, e->ctrl, &req));
+  if ((res = wait_round(e, 1, &req)) != hvdlSuccess) goto out;
+  if (e->rank == 0 &&
+      (res = coordinate(e, e->wire, counts, displs, all, words, cache_n, &resp)) != hvdlSuccess)
+    goto out;
+  uint64_t len = resp.len;
+  HVDL_MPI(e->data, MPI_Ibcast(&len, 1, MPI_UINT64_T, 0, e->ctrl, &req));
+  if ((res = wait_round(e, 1, &req)) != hvdlSuccess) goto out;
+  if (len > 0) {
+    if (e->rank != 0) {
+      resp.p = malloc(len);
+      if (!resp.p) {
+        res = hvdl_fail(e->data, hvdlSystemError, "negotiation: out of memory");
+        goto out;
+      }
+      resp.len = resp.cap = len;
+    }
+    HVDL_MPI(e->data, MPI_Ibcast(resp.p, (int)len, MPI_BYTE, 0, e->ctrl, &req));
+    if ((res = wait_round(e, 1, &req)) != hvdlSuccess) goto out;
+    res = apply_response(e, resp.p, len, pending, np, ready, nr, shutdown);
+  }
+out:
+  free(mine.p);
+  free(resp.p);
+  free(counts);
+  return res;
+}
+
+/* ---- the stall inspector (rank 0) ----------------------------------------- */
+
+static size_t missing_ranks(const struct hvdl_engine *e, const uint64_t *all, int words, int id,
+                            const unsigned char *have, char *out, size_t cap) {
+  size_t k = 0;
+  out[0] = '\0';
+  for (int r = 0; r < e->size && k + 16 < cap; r++) {
+    int present = have ? have[r] : bit_on(all, words, r, id);
+    if (!present) k += (size_t)snprintf(out + k, cap - k, k ? ", %d" : "%d", r);
+  }
+  return k;
+}
+
+static void stall_note(struct hvdl_engine *e, const char *name, const char *missing, double age,
+                       int *warned, struct buf *warn) {
+  char line[HVDL_MAX_NAME + 128];
+  if (e->cfg.stall_check_s > 0 && age > e->cfg.stall_check_s && !*warned) {
+    snprintf(line, sizeof line, "\n  '%s' (%.0f s; missing ranks: %s)", name, age, missing);
+    buf_put(warn, line, strlen(line));
+    *warned = 1;
+  }
+  if (e->cfg.stall_shutdown_s > 0 && age > e->cfg.stall_shutdown_s && !e->pending_shutdown[0])
+    snprintf(e->pending_shutdown, sizeof e->pending_shutdown,
+             "hvd_lite stalled: '%s' was submitted by some ranks but not by ranks %s for %.0f s "
+             "(HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS=%g); shutting down on every rank",
+             name, missing, age, e->cfg.stall_shutdown_s);
+}
+
+static void stall_inspect(struct hvdl_engine *e, const uint64_t *all, int words, int cache_n) {
+  if (e->cfg.stall_check_s <= 0 && e->cfg.stall_shutdown_s <= 0) return;
+  const double now = hvdl_now();
+  struct buf warn = {0};
+  char missing[512];
+  for (int id = 0; id < cache_n; id++) {
+    struct hvdl_cache_entry *c = &e->cache[id];
+    if (!c->valid) continue;
+    int cnt = 0;
+    for (int r = 0; r < e->size; r++) cnt += bit_on(all, words, r, id);
+    if (cnt == 0 || cnt == e->size) {
+      c->pending_since = 0;
+      c->warned = 0;
+      continue;
+    }
+    if (c->pending_since == 0) c->pending_since = now;
+    missing_ranks(e, all, words, id, NULL, missing, sizeof missing);
+    stall_note(e, c->desc.name, missing, now - c->pending_since, &c->warned, &warn);
+  }
+  for (int i = 0; i < e->table_count; i++) {
+    struct hvdl_table_entry *t = &e->table[i];
+    missing_ranks(e, all, words, 0, t->have, missing, sizeof missing);
+    stall_note(e, table_name(e, t), missing, now - t->first_seen, &t->warned, &warn);
+  }
+  if (warn.len) {
+    fprintf(stderr,
+            "hvd_lite: stall warning (rank 0): these collectives have been submitted by some "
+            "ranks but not by others for more than %g s (HVD_LITE_STALL_CHECK_TIME_SECONDS):%.*s\n",
+            e->cfg.stall_check_s, (int)warn.len, warn.p);
+    fflush(stderr);
+  }
+  free(warn.p);
+}
+
+/* ---- the round ------------------------------------------------------------ */
+
+static int by_cache_id(const void *a, const void *b) {
+  const struct hvdl_request *x = *(struct hvdl_request *const *)a;
+  const struct hvdl_request *y = *(struct hvdl_request *const *)b;
+  return (x->cache_id > y->cache_id) - (x->cache_id < y->cache_id);
+}
+
+hvdlResult_t hvdl_round(struct hvdl_engine *e, struct hvdl_request **pending, int np, int leaving,
+                        struct hvdl_request **ready, int *nready, int *finished) {
+  const int n = e->size, me = e->rank;
+  *nready = 0;
+  *finished = 0;
+
+  /* A new request matching a cache entry becomes a bit; the others are announced. */
+  size_t uncached = 0;
+  for (int i = 0; i < np; i++) {
+    struct hvdl_request *r = pending[i];
+    if (r->phase != HVDL_PHASE_NEW) continue;
+    int id = cache_find(e, r->desc.name);
+    if (id >= 0 && desc_equal(&e->cache[id].desc, &r->desc)) {
+      r->phase = HVDL_PHASE_CACHED;
+      r->cache_id = id;
+    } else {
+      uncached += desc_size(&r->desc);
+    }
+  }
+  if (uncached > 0x7fffffffu)
+    return hvdl_fail(e->data, hvdlInvalidArgument, "negotiation: too many new names at once");
+
+  const int cache_n = e->cache_count;
+  const int words = HDR_WORDS + (cache_n + 63) / 64;
+  HVDL_CHECK(hvdl_reserve(e->data, &e->wire2, &e->wire2_bytes,
+                          sizeof(uint64_t) * (size_t)words * (size_t)(n + 1)));
+  uint64_t *all = (uint64_t *)(void *)e->wire2;
+  uint64_t *mine = all + (size_t)n * (size_t)words;
+  memset(mine, 0, sizeof(uint64_t) * (size_t)words);
+  for (int i = 0; i < np; i++)
+    if (pending[i]->phase == HVDL_PHASE_CACHED && pending[i]->cache_id < cache_n)
+      mine[HDR_WORDS + pending[i]->cache_id / 64] |= 1ull << (pending[i]->cache_id % 64);
+  const int slow = uncached > 0 || (me == 0 && e->pending_shutdown[0]);
+  mine[0] = (leaving ? FLAG_LEAVING : 0) | (slow ? FLAG_SLOW : 0) | ((uint64_t)uncached << 32);
+
+  MPI_Request req;
+  HVDL_MPI(e->data, MPI_Iallgather(mine, words, MPI_UINT64_T, all, words, MPI_UINT64_T, e->ctrl, &req));
+  HVDL_CHECK(wait_round(e, 1, &req));
+
+  int any_slow = 0, shutdown = 0;
+  char leavers[256] = "";
+  size_t nl = 0;
+  for (int r = 0; r < n; r++) {
+    uint64_t h = all[(size_t)r * (size_t)words];
+    any_slow |= (h & FLAG_SLOW) != 0;
+    if ((h & FLAG_LEAVING) && r != me && nl + 16 < sizeof leavers)
+      nl += (size_t)snprintf(leavers + nl, sizeof leavers - nl, nl ? ", %d" : "%d", r);
+  }
+
+  int nr = 0;
+  if (any_slow) HVDL_CHECK(slow_path(e, all, words, cache_n, pending, np, ready, &nr, &shutdown));
+  if (shutdown) {
+    *finished = 1;
+    return hvdlSuccess; /* the same response on every rank: nobody executes anything */
+  }
+
+  const int first_cached = nr;
+  for (int i = 0; i < np; i++) {
+    struct hvdl_request *r = pending[i];
+    if (r->phase != HVDL_PHASE_CACHED || r->cache_id >= cache_n) continue;
+    int everywhere = 1;
+    for (int q = 0; q < n && everywhere; q++) everywhere = bit_on(all, words, q, r->cache_id);
+    if (everywhere) {
+      r->phase = PHASE_FINISHED;
+      r->t_ready = hvdl_now();
+      ready[nr++] = r;
+    }
+  }
+  qsort(ready + first_cached, (size_t)(nr - first_cached), sizeof *ready, by_cache_id);
+
+  if (me == 0) stall_inspect(e, all, words, cache_n);
+
+  if (leaving) {
+    *finished = 1;
+  } else if (nl > 0) {
+    char msg[HVDL_ERRMSG_LEN];
+    snprintf(msg, sizeof msg,
+             "hvd_lite has been shut down on rank %s (hvd_lite.shutdown(), the end of its script, "
+             "or an exception there), so collectives that need it cannot complete",
+             leavers);
+    mark_dead(e, hvdlRemoteError, msg);
+    *finished = 1;
+  }
+  *nready = nr;
+  return hvdlSuccess;
+}
+
+void hvdl_negotiate_free(struct hvdl_engine *e) {
+  for (int i = 0; i < e->table_count; i++) table_free_entry(&e->table[i]);
+  free(e->table);
+  free(e->cache);
+  free(e->wire);
+  free(e->wire2);
+}
