@@ -32,7 +32,11 @@
 #define FLAG_LEAVING 1ull
 #define FLAG_SLOW 2ull
 #define ROUND_SPIN_SECONDS 20e-6
+/* Sleeps between polls grow to 1 ms, and to 10 ms once a round has waited 50 ms
+ * (a peer that is late by that much is idle or busy elsewhere). */
 #define ROUND_MAX_SLEEP 1e-3
+#define ROUND_LONG_WAIT 50e-3
+#define ROUND_LONG_SLEEP 10e-3
 
 enum { RESP_READY = 1, RESP_ERROR = 2, RESP_EVICT = 3, RESP_SHUTDOWN = 4 };
 enum { PHASE_FINISHED = -1 };
@@ -176,18 +180,20 @@ static int mismatch(const struct hvdl_desc *a, int ra, const struct hvdl_desc *b
 
 /* ---- waiting ------------------------------------------------------------- */
 
-/* Polls a round's requests: a short spin, then sleeps growing to ROUND_MAX_SLEEP. */
+/* Polls a round's requests: a short spin, then growing sleeps. */
 static hvdlResult_t wait_round(struct hvdl_engine *e, int n, MPI_Request *reqs) {
-  const double spin_until = hvdl_now() + ROUND_SPIN_SECONDS;
+  const double start = hvdl_now();
   double sleep = 1e-6;
   for (;;) {
     int done = 0;
     HVDL_MPI(e->data, MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
     if (done) return hvdlSuccess;
-    if (hvdl_now() < spin_until) continue;
+    const double waited = hvdl_now() - start;
+    if (waited < ROUND_SPIN_SECONDS) continue;
     struct timespec ts = {0, (long)(sleep * 1e9)};
     nanosleep(&ts, NULL);
-    sleep = sleep * 2 < ROUND_MAX_SLEEP ? sleep * 2 : ROUND_MAX_SLEEP;
+    const double cap = waited < ROUND_LONG_WAIT ? ROUND_MAX_SLEEP : ROUND_LONG_SLEEP;
+    sleep = sleep * 2 < cap ? sleep * 2 : cap;
   }
 }
 

@@ -1,0 +1,166 @@
+"""The engine under mpirun: async handles, ranks submitting in different orders, validation of
+mismatches on every rank, names in flight, grouped calls and fusion."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hvd_lite as hvd
+from conftest import agree, reinit, world
+from helpers import exact_inputs, fold, same_bits
+
+pytestmark = pytest.mark.mpi
+
+
+def expected_sum(dtype, count, seed):
+    return fold([exact_inputs(dtype, count, q, seed) for q in range(hvd.size())], "sum", dtype)
+
+
+def test_async_handles_poll_and_synchronize():
+    handles, wants = [], []
+    for i in range(20):
+        x = exact_inputs(np.float32, 100 + i, hvd.rank(), seed=i)
+        handles.append(hvd.allreduce_async(x, op=hvd.Sum, name=f"async.{i}"))
+        wants.append(expected_sum(np.float32, 100 + i, i))
+    results = [hvd.synchronize(h) for h in handles]
+    agree(all(hvd.poll(h) for h in handles), "poll is False after synchronize")
+    agree(all(same_bits(r, w) for r, w in zip(results, wants)), "wrong async results")
+
+
+def test_in_place_async_returns_the_same_array():
+    x = exact_inputs(np.float64, 1000, hvd.rank())
+    h = hvd.allreduce_async_(x, op=hvd.Sum)
+    out = hvd.synchronize(h)
+    agree(out is x and same_bits(x, expected_sum(np.float64, 1000, 0)), "in-place async")
+
+
+def test_ranks_may_submit_in_different_orders():
+    n_tensors = 30
+    order = np.random.default_rng(1234 + hvd.rank()).permutation(n_tensors)  # differs per rank
+    handles = {}
+    for i in order:
+        x = exact_inputs(np.float32, 50 + 7 * int(i), hvd.rank(), seed=int(i))
+        handles[int(i)] = hvd.allreduce_async(x, op=hvd.Sum, name=f"order.{i}")
+    ok = all(same_bits(hvd.synchronize(handles[i]), expected_sum(np.float32, 50 + 7 * i, i))
+             for i in range(n_tensors))
+    agree(ok, "a tensor submitted in a different order came back wrong")
+
+
+def test_steady_state_repeats_use_the_cache_and_stay_right():
+    for step in range(5):
+        handles = [hvd.allreduce_async(exact_inputs(np.float32, 64 * (i + 1), hvd.rank(), seed=i),
+                                       op=hvd.Sum, name=f"steady.{i}") for i in range(10)]
+        ok = all(same_bits(hvd.synchronize(h), expected_sum(np.float32, 64 * (i + 1), i))
+                 for i, h in enumerate(handles))
+        agree(ok, f"step {step} wrong")
+
+
+def mismatch_case(kind):
+    """(array, kwargs) for this rank: rank 0 differs from the others in `kind`."""
+    first = hvd.rank() == 0
+    x, kw = np.ones((17, 17) if first else (18, 18), np.float32), {}
+    if kind != "shape":
+        x = np.ones((4, 4), np.float32)
+    if kind == "dtype":
+        x = x.astype(np.float32 if first else np.float64)
+    if kind == "op":
+        kw["op"] = hvd.Sum if first else hvd.Max
+    if kind == "prescale":
+        kw["prescale_factor"] = 1.0 if first else 0.5
+    if kind == "postscale":
+        kw["postscale_factor"] = 2.0 if first else 1.0
+    return x, kw
+
+
+MESSAGES = {
+    "shape": "Mismatched ALLREDUCE tensor shapes: one rank sent [17, 17], another sent [18, 18]",
+    "dtype": "Mismatched ALLREDUCE data types: one rank sent float32, another sent float64",
+    "op": "Mismatched ALLREDUCE reduction ops: one rank sent sum, another sent max",
+    "prescale": "Mismatched ALLREDUCE prescale factors: one rank sent 1, another sent 0.5",
+    "postscale": "Mismatched ALLREDUCE postscale factors: one rank sent 2, another sent 1",
+}
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("kind", list(MESSAGES))
+def test_mismatches_raise_on_every_rank_and_the_engine_carries_on(kind):
+    x, kw = mismatch_case(kind)
+    with pytest.raises(hvd.HvdLiteError) as err:
+        hvd.allreduce(x, name=f"mismatch.{kind}", **kw)
+    agree(MESSAGES[kind] in str(err.value) and f"'mismatch.{kind}'" in str(err.value),
+          str(err.value))
+    y = hvd.allreduce(np.full(3, 2.0), op=hvd.Sum, name=f"after.{kind}")
+    agree(np.array_equal(y, np.full(3, 2.0 * hvd.size())), "engine unusable after a mismatch")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_changed_shape_for_a_cached_name_is_revalidated():
+    for _ in range(2):
+        hvd.allreduce(np.ones(8, np.float32), name="reshaped")  # now cached
+    x = np.ones(9 if hvd.rank() == 0 else 8, np.float32)
+    with pytest.raises(hvd.HvdLiteError, match=r"tensor shapes: one rank sent \[9\], another sent \[8\]"):
+        hvd.allreduce(x, name="reshaped")
+    agree(True)
+    y = hvd.allreduce(np.ones(10, np.float32), op=hvd.Sum, name="reshaped")
+    agree(np.array_equal(y, np.full(10, float(hvd.size()))), "a consistent new shape failed")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_name_still_in_flight_is_refused_at_once():
+    x = np.ones(4, np.float32)
+    world().barrier()
+    if hvd.rank() == 0:
+        h = hvd.allreduce_async(x, name="busy")
+        with pytest.raises(ValueError, match="'busy' is still in flight on this rank"):
+            hvd.allreduce_async(x, name="busy")
+        world().barrier()  # only now do the others submit, so 'busy' was surely pending
+    else:
+        world().barrier()
+        h = hvd.allreduce_async(x, name="busy")
+    agree(np.array_equal(hvd.synchronize(h), x), "busy")
+
+
+def test_grouped_allreduce_variants():
+    arrays = [exact_inputs(np.float32, c, hvd.rank(), seed=c) for c in (1, 10, 1000)]
+    wants = [expected_sum(np.float32, c, c) for c in (1, 10, 1000)]
+    outs = hvd.grouped_allreduce(arrays, op=hvd.Sum)
+    agree(all(same_bits(o, w) for o, w in zip(outs, wants)), "grouped")
+    handles = hvd.grouped_allreduce_async(arrays, op=hvd.Sum)
+    agree(all(same_bits(hvd.synchronize(h), w) for h, w in zip(handles, wants)), "grouped async")
+    copies = [a.copy() for a in arrays]
+    outs = hvd.grouped_allreduce_(copies, op=hvd.Sum)
+    agree(all(o is c and same_bits(c, w) for o, c, w in zip(outs, copies, wants)), "grouped in place")
+    copies = [a.copy() for a in arrays]
+    for h in hvd.grouped_allreduce_async_(copies, op=hvd.Sum):
+        hvd.synchronize(h)
+    agree(all(same_bits(c, w) for c, w in zip(copies, wants)), "grouped async in place")
+
+
+@pytest.mark.parametrize("threshold", [0, 4096, 1 << 20], ids=["no-fusion", "4KiB", "1MiB"])
+def test_fusion_of_mixed_tensors_is_exact(threshold):
+    with reinit(HVD_LITE_FUSION_THRESHOLD=threshold, HVD_LITE_SEGMENT_BYTES=512):
+        specs = [(np.float32, 1), (np.float32, 300), (np.float64, 7), (np.float32, 5000),
+                 (ml_dtypes.bfloat16, 33), (np.int32, 100), (np.float32, 0), (np.float16, 1025),
+                 (np.float32, 2)] * 3
+        handles = []
+        for i, (dt, count) in enumerate(specs):
+            x = exact_inputs(dt, count, hvd.rank(), seed=i)
+            op = hvd.Sum if i % 2 else hvd.Average
+            kw = {"postscale_factor": 2.0} if np.dtype(dt).kind == "f" and i % 3 == 0 else {}
+            handles.append((hvd.allreduce_async(x, op=op, name=f"fuse.{i}", **kw), dt, count, i, op, kw))
+        bad = []
+        for h, dt, count, i, op, kw in handles:
+            got = hvd.synchronize(h)
+            want = fold([exact_inputs(dt, count, q, seed=i) for q in range(hvd.size())],
+                        "sum" if op == hvd.Sum else "avg", dt)
+            if kw:
+                want = (want.astype(np.float64) * 2.0).astype(dt)
+            if not same_bits(got, want):
+                bad.append(i)
+        agree(not bad, f"wrong fused results for {bad}")
+
+
+def test_many_auto_named_calls_stay_consistent():
+    total = 0.0
+    for i in range(300):
+        total += hvd.allreduce(np.array([float(i)]), op=hvd.Sum)[0]
+    agree(total == hvd.size() * sum(range(300)), f"total {total}")
