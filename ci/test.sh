@@ -22,6 +22,9 @@ if "$MPIRUN" --version 2>&1 | grep -q "Open MPI"; then
 fi
 echo "== hvd_lite tests with $("$PY" -c 'import hvd_lite; print(hvd_lite.build_info()["mpi_header"])')"
 
+# A test that stalls (ranks waiting on each other) fails in a minute instead of hanging.
+export HVD_LITE_STALL_CHECK_TIME_SECONDS=${HVD_LITE_STALL_CHECK_TIME_SECONDS:-10}
+export HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS=${HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS:-60}
 export HVD_LITE_TEST_LOGDIR
 HVD_LITE_TEST_LOGDIR=$(mktemp -d)
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider --color=no --timeout=300)

@@ -18,6 +18,7 @@ _LAUNCHER_SIZE_VARS = (
 
 class _State:
     engine: Optional[Any] = None
+    auto_names: dict = {}
     thread_level: int = -1
     finalize_at_exit: bool = False
     atexit_registered: bool = False
@@ -108,6 +109,15 @@ def init(comm: Any = None) -> None:
     if comm is None:
         _check_launcher_after_init(_core.mpi_world_size())
     _state.engine = _core.Engine(fhandle, ranks)
+    _state.auto_names = {}  # automatic names restart with every engine, on every rank
+
+
+def auto_name(kind: str) -> str:
+    """The next automatic name for a collective of this kind: the same on every rank
+    that makes the same calls in the same order since init()."""
+    n = _state.auto_names.get(kind, 0)
+    _state.auto_names[kind] = n + 1
+    return f"{kind}.noname.{n}"
 
 
 def shutdown() -> None:

@@ -1,6 +1,5 @@
 """Collectives on numpy arrays, submitted to the engine; the synchronous calls are submit + wait."""
 import enum
-import itertools
 import numbers
 from typing import List, Optional, Sequence
 
@@ -45,11 +44,6 @@ HVDL_DTYPES = {
     np.dtype(np.float64): _core.hvdlFloat64,
     np.dtype(ml_dtypes.bfloat16): _core.hvdlBfloat16,
 }
-
-# Automatic names: one counter per collective, so that ranks submitting the same
-# calls in the same order produce the same names.
-_auto_names = {"allreduce": itertools.count()}
-
 
 def hvdl_dtype(dtype) -> int:
     """The hvdlDataType_t of a numpy dtype; TypeError if it has none."""
@@ -96,7 +90,7 @@ def _check_scale(fn: str, label: str, factor, array: np.ndarray) -> float:
 
 def _name(fn: str, kind: str, name) -> str:
     if name is None:
-        return f"{kind}.noname.{next(_auto_names[kind])}"
+        return basics.auto_name(kind)
     if not isinstance(name, str):
         raise TypeError(f"{fn}: name must be a str or None, got {type(name).__name__}")
     return name
@@ -178,7 +172,7 @@ def _group_names(fn: str, arrays, name) -> List[str]:
     if not isinstance(arrays, (list, tuple)):
         raise TypeError(f"{fn} expects a list of numpy arrays, got {type(arrays).__name__}")
     if name is None:
-        base = f"grouped_allreduce.noname.{next(_auto_names['allreduce'])}"
+        base = basics.auto_name("grouped_allreduce")
     elif isinstance(name, str):
         base = name
     else:
