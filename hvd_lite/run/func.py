@@ -1,5 +1,6 @@
 """`run(func)`: runs a Python function on every rank and returns the results in rank order."""
 import base64
+import os
 import sys
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 
@@ -11,6 +12,19 @@ from .launch import execute, make_plan
 from .rank import FUNC_VAR
 
 MAX_PAYLOAD = 100_000  # bytes of base64 in one environment variable (Linux allows 128 KiB)
+
+
+def _python_path(environ: Mapping[str, str]) -> str:
+    """PYTHONPATH for the ranks: this process's sys.path entries outside the interpreter's own
+    directories (so a function from a module the caller imported unpickles there too)."""
+    own = tuple(os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+    extra = []
+    for entry in sys.path:
+        path = os.path.realpath(entry or os.getcwd())
+        if os.path.isdir(path) and not (path + os.sep).startswith(own) and path not in extra:
+            extra.append(path)
+    old = environ.get("PYTHONPATH", "")
+    return os.pathsep.join(extra + ([old] if old else []))
 
 
 def run(func: Callable, args: Sequence = (), kwargs: Optional[Mapping[str, Any]] = None,
@@ -25,7 +39,8 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Mapping[str, Any]]
             f"the pickled function and arguments take {len(payload)} bytes, more than the "
             f"{MAX_PAYLOAD} that fit in the environment variable that carries them; pass large "
             "data through files and give run() their paths")
-    job_env = dict(env) if env is not None else None
+    job_env = dict(os.environ if env is None else env)
+    job_env["PYTHONPATH"] = _python_path(job_env)
     plan = make_plan([sys.executable, "-m", "hvd_lite.run.task"], np=np, hosts=hosts,
                      hostfile=hostfile, mpi_args=mpi_args, knob_env=knob_env(**knobs),
                      env=job_env, tag_output=False, mpirun=mpirun)

@@ -85,6 +85,30 @@ class _Markers:
         return out
 
 
+def _descendants(root: int) -> List[int]:
+    """Pids of every process below `root` (from /proc; empty where there is no /proc)."""
+    children: Dict[int, List[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def _writer():
     buf = getattr(sys.stderr, "buffer", None)
     if buf is not None:
@@ -116,6 +140,7 @@ class Job:
         self._caught: Optional[int] = None
         self._ending_since: Optional[float] = None
         self._killed = False
+        self._tree: set = set()  # mpirun's descendants seen while ending the job
 
     def _note(self, text: str) -> None:
         if not self.quiet:
@@ -123,13 +148,20 @@ class Job:
             sys.stderr.flush()
 
     def _end(self, sig=signal.SIGTERM) -> None:
-        """Signals mpirun's whole process group (mpirun, and its local daemons and ranks)."""
+        """Signals mpirun's process group and every descendant (some, like the ssh that starts a
+        remote daemon, run in their own session)."""
         if self._ending_since is None:
             self._ending_since = time.monotonic()
+        self._tree.update(_descendants(self.proc.pid))
         try:
             os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             pass
+        for pid in self._tree:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _on_signal(self, signum, _frame) -> None:
         if self._caught is not None:  # a second Ctrl-C: do not wait any more
@@ -170,6 +202,8 @@ class Job:
                     if not self._killed and now - self._ending_since > KILL_GRACE_S:
                         self._killed = True
                         self._end(signal.SIGKILL)
+                    else:
+                        self._tree.update(_descendants(self.proc.pid))
                     continue
                 with markers.lock:
                     started, failed_at = len(markers.started), markers.failed_at
@@ -190,11 +224,16 @@ class Job:
         finally:
             for sig, old in handlers.items():
                 signal.signal(sig, old)
-        # Kill what is left of the process group (daemons or ranks that ignored SIGTERM).
+        # Kill what is left of the job (daemons or ranks that ignored SIGTERM, or outlived mpirun).
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        for pid in self._tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         reader.join(timeout=KILL_GRACE_S)
         with markers.lock:
             result = JobResult(exit_code=0, mpirun_code=rc, started=list(markers.started),
