@@ -17,7 +17,8 @@ MAX_PAYLOAD = 100_000  # bytes of base64 in one environment variable (Linux allo
 def _python_path(environ: Mapping[str, str]) -> str:
     """PYTHONPATH for the ranks: this process's sys.path entries outside the interpreter's own
     directories (so a function from a module the caller imported unpickles there too)."""
-    own = tuple(os.path.realpath(p) + os.sep for p in {sys.prefix, sys.base_prefix, sys.exec_prefix})
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    own = tuple(os.path.realpath(p) + os.sep for p in prefixes)
     extra = []
     for entry in sys.path:
         path = os.path.realpath(entry or os.getcwd())
@@ -41,10 +42,10 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Mapping[str, Any]]
             "data through files and give run() their paths")
     job_env = dict(os.environ if env is None else env)
     job_env["PYTHONPATH"] = _python_path(job_env)
+    job_env[FUNC_VAR] = payload.decode()  # before planning: Open MPI forwards it with -x
     plan = make_plan([sys.executable, "-m", "hvd_lite.run.task"], np=np, hosts=hosts,
                      hostfile=hostfile, mpi_args=mpi_args, knob_env=knob_env(**knobs),
                      env=job_env, tag_output=False, mpirun=mpirun)
-    plan.env[FUNC_VAR] = payload.decode()
     if verbose:
         sys.stderr.write(f"hvd_lite.run: {plan.shell_line()}\n")
     result = execute(plan, start_timeout=start_timeout, stdin=None)
@@ -55,9 +56,9 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Mapping[str, Any]]
         raise RemoteRankError(rank, text, exc) from exc
     missing = [r for r in range(plan.np) if ("ret", r) not in result.payloads]
     if result.error or missing:
-        why = result.error or (
-            f"the job ended with exit code {result.exit_code}"
-            + (f" (rank {result.first_failure()[0]} failed first)" if result.first_failure() else ""))
+        first = result.first_failure()
+        why = result.error or (f"the job ended with exit code {result.exit_code}"
+                               + (f" (rank {first[0]} failed first)" if first else ""))
         raise LauncherError(f"run({getattr(func, '__name__', func)!r}) got no result from "
                             f"rank(s) {', '.join(map(str, missing)) or '-'}: {why}")
     return [cloudpickle.loads(base64.b64decode(result.payloads[("ret", r)]))
