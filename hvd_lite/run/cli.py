@@ -99,8 +99,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except HvdLiteError as exc:
         sys.stderr.write(f"hvd_lite.run: error: {exc}\n")
         return 2
-    if result.error and result.signal is None and "start-timeout" not in result.error:
-        sys.stderr.write(f"hvd_lite.run: error: {result.error}\n")
+    if result.error and not result.error_printed:
+        sys.stderr.write(f"hvd_lite.run: {result.error}\n")
     elif args.verbose and result.first_failure():
         rank, code = result.first_failure()
         sys.stderr.write(f"hvd_lite.run: rank {rank} failed first, with exit code {code}\n")

@@ -39,6 +39,7 @@ class JobResult:
     exits: Dict[int, int] = field(default_factory=dict)  # rank -> code, in the order reported
     payloads: Dict[Tuple[str, int], str] = field(default_factory=dict)
     error: Optional[str] = None
+    error_printed: bool = False  # the job runner already wrote `error` to stderr
     signal: Optional[int] = None
 
     def first_failure(self) -> Optional[Tuple[int, int]]:
@@ -209,7 +210,8 @@ class Job:
                     started, failed_at = len(markers.started), markers.failed_at
                     missing = sorted(set(range(self.np)) - set(markers.started))
                 if started < self.np and now - t0 > self.start_timeout:
-                    shown = ", ".join(map(str, missing[:16])) + (" ..." if len(missing) > 16 else "")
+                    shown = ", ".join(map(str, missing[:16]))
+                    shown += " ..." if len(missing) > 16 else ""
                     error = (f"only {started} of {self.np} ranks started within "
                              f"{self.start_timeout:g} s (--start-timeout); not started: {shown}. "
                              "Check that mpirun can reach every host (ssh without a password, "
@@ -244,6 +246,7 @@ class Job:
             result.error = (f"stopped by {signal.Signals(self._caught).name}; ended every rank")
         elif error is not None:
             result.exit_code = START_TIMEOUT_EXIT
+            result.error_printed = not self.quiet
         elif result.first_failure() is not None:
             result.exit_code = result.first_failure()[1]
         else:
