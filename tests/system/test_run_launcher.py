@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from run_helpers import MPI, TIMEOUT, env, hvdrun, pid_alive, py, tagged
+from run_helpers import MPI, env, hvdrun, pid_alive, py, remove_leaked_shm, tagged
 from hvd_lite.run.flavour import MPICH, OPENMPI
 
 RANK_INFO = """
@@ -69,6 +69,7 @@ hvd.init()
 open(os.path.join({str(tmp_path)!r}, str(hvd.rank())), "w").write(str(os.getpid()))
 time.sleep(120)
 """
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     launcher = subprocess.Popen([sys.executable, "-m", "hvd_lite.run", "-np", "2", *py(code)],
                                 env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
@@ -91,6 +92,7 @@ time.sleep(120)
         if launcher.poll() is None:
             launcher.kill()
             launcher.communicate()
+        remove_leaked_shm(shm_before)
 
 
 def test_dry_run_prints_the_command_and_runs_nothing(tmp_path):
