@@ -1,4 +1,4 @@
-"""The mpirun command hvd_lite.run builds for each MPI flavour and option, pinned string by string."""
+"""The mpirun command hvd_lite.run builds for each MPI flavour and option, pinned as strings."""
 import shlex
 
 import pytest

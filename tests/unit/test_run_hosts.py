@@ -1,4 +1,4 @@
-"""hvd_lite.run's host lists and hostfiles: what parses, what is rejected and how ranks are placed."""
+"""hvd_lite.run's host lists and hostfiles: what parses, what is rejected, where ranks go."""
 import pytest
 
 from hvd_lite.exceptions import HvdLiteError, LauncherError
