@@ -136,7 +136,7 @@ setup(
     # Build-time requirement chosen at install time (setuptools' build backend
     # reports setup_requires as the build's dynamic requirements).
     setup_requires=mpi_req,
-    install_requires=["numpy>=1.22", "ml_dtypes>=0.3", "mpi4py>=4.0"] + mpi_req,
+    install_requires=["numpy>=1.22", "ml_dtypes>=0.3", "mpi4py>=4.0", "cloudpickle>=2.0"] + mpi_req,
     extras_require={
         "test": ["pytest>=7", "pytest-mpi>=0.6", "pytest-timeout>=2"],
         "plot": ["matplotlib>=3.5"],

@@ -6,8 +6,8 @@
 """
 from .basics import (build_info, cross_rank, cross_size, init, is_initialized, local_rank,
                      local_size, mpi_threads_supported, rank, shutdown, size)
-from .exceptions import (CollectiveError, HvdLiteError, InvalidArgumentError, MPIMismatchError,
-                         NotInitializedError)
+from .exceptions import (CollectiveError, HvdLiteError, InvalidArgumentError, LauncherError,
+                         MPIMismatchError, NotInitializedError, RemoteRankError)
 from .ops import (Average, Handle, Max, Min, Product, ReduceOp, Sum, allreduce, allreduce_,
                   allreduce_async, allreduce_async_, grouped_allreduce, grouped_allreduce_,
                   grouped_allreduce_async, grouped_allreduce_async_, poll, synchronize)
@@ -21,5 +21,5 @@ __all__ = [
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "poll",
     "synchronize", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
     "HvdLiteError", "NotInitializedError", "MPIMismatchError", "CollectiveError",
-    "InvalidArgumentError", "__version__",
+    "InvalidArgumentError", "LauncherError", "RemoteRankError", "__version__",
 ]

@@ -13,6 +13,20 @@ class MPIMismatchError(HvdLiteError):
     """The MPI at run time is not the one hvd_lite was built against."""
 
 
+class LauncherError(HvdLiteError):
+    """hvd_lite.run could not start, run or finish a job (bad hosts, no MPI, ranks not starting)."""
+
+
+class RemoteRankError(HvdLiteError):
+    """A function given to hvd_lite.run.run() raised on a rank; carries the rank and its traceback."""
+
+    def __init__(self, rank: int, remote_traceback: str, exception=None):
+        super().__init__(f"rank {rank} raised an exception; its traceback:\n{remote_traceback.rstrip()}")
+        self.rank = rank
+        self.remote_traceback = remote_traceback
+        self.exception = exception
+
+
 class CollectiveError(HvdLiteError):
     """A collective failed in the C core; `code` is the hvdlResult_t value."""
 

@@ -1,0 +1,111 @@
+"""`hvd_lite.run` / `python -m hvd_lite.run`: the command-line launcher."""
+import argparse
+import sys
+from typing import List, Optional
+
+from ..exceptions import HvdLiteError
+from .knobs import LOG_LEVELS, knob_env
+from .launch import execute, make_plan
+
+USAGE_EXAMPLE = """examples:
+  hvd_lite.run -np 4 python train.py
+  hvd_lite.run -np 4 -H host1:2,host2:2 python train.py --epochs 3
+  hvd_lite.run -np 8 --hostfile hosts.txt --mpi-args "--mca btl_tcp_if_include eth0" python train.py
+  hvd_lite.run --check-build
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The launcher's argument parser."""
+    p = argparse.ArgumentParser(
+        prog="hvd_lite.run", epilog=USAGE_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Runs COMMAND on every rank of an MPI job (Open MPI 5, MPICH/Hydra or Intel "
+                    "MPI, found from mpirun --version).")
+    p.add_argument("-np", "--num-proc", dest="np", type=int, metavar="N",
+                   help="number of ranks (default: the hosts' total slots, or 1)")
+    hosts = p.add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts", metavar="HOST:N,...",
+                       help="hosts and their slots, e.g. host1:2,host2:4 (default: localhost:N)")
+    hosts.add_argument("--hostfile", metavar="FILE",
+                       help="file with one 'host slots=N' per line; '#' starts a comment")
+    p.add_argument("--mpi-args", metavar="ARGS", default="",
+                   help='extra options for mpirun, as one string: --mpi-args "--mca btl ^sm"')
+    p.add_argument("--mpirun", metavar="PATH",
+                   help="the mpirun/mpiexec to use (default: $HVD_LITE_MPIRUN, this Python's "
+                        "bin/, then PATH)")
+    p.add_argument("--start-timeout", type=float, metavar="SECONDS",
+                   help="end the job if not every rank has started by then "
+                        "(default: $HVD_LITE_START_TIMEOUT or 60)")
+    p.add_argument("--no-tag-output", dest="tag_output", action="store_false",
+                   help="do not prefix output lines with the rank")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the mpirun command and exit without running it")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print the MPI found and the command before running it")
+    p.add_argument("--check-build", action="store_true",
+                   help="print how hvd_lite was built and what it can use here, then exit")
+    k = p.add_argument_group("engine knobs (set as HVD_LITE_* on every rank)")
+    k.add_argument("--fusion-threshold-mb", type=float, metavar="MB",
+                   help="fuse tensors up to this many MB (HVD_LITE_FUSION_THRESHOLD, bytes)")
+    k.add_argument("--cycle-time-ms", type=float, metavar="MS",
+                   help="engine cycle time in ms (HVD_LITE_CYCLE_TIME)")
+    k.add_argument("--timeline-filename", metavar="FILE",
+                   help="write a timeline to FILE (HVD_LITE_TIMELINE)")
+    k.add_argument("--stall-check-warning-time-seconds", type=int, metavar="S",
+                   help="warn when a rank stalls this long (HVD_LITE_STALL_CHECK_TIME_SECONDS)")
+    k.add_argument("--stall-check-shutdown-time-seconds", type=int, metavar="S",
+                   help="end the job when a rank stalls this long, 0 = never "
+                        "(HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS)")
+    k.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
+                   help="engine log level (HVD_LITE_LOG_LEVEL)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND ...",
+                   help="the program and its arguments, run unchanged on every rank")
+    return p
+
+
+def _knobs(args: argparse.Namespace) -> dict:
+    return knob_env(fusion_threshold_mb=args.fusion_threshold_mb,
+                    cycle_time_ms=args.cycle_time_ms,
+                    timeline_filename=args.timeline_filename,
+                    stall_check_warning_time_seconds=args.stall_check_warning_time_seconds,
+                    stall_check_shutdown_time_seconds=args.stall_check_shutdown_time_seconds,
+                    log_level=args.log_level)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Runs the launcher; returns the exit code (a failing rank's, 124 on --start-timeout)."""
+    args = build_parser().parse_args(argv)
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    try:
+        if args.check_build:
+            from .check_build import report
+
+            print(report(args.mpirun))
+            return 0
+        plan = make_plan(command, np=args.np, hosts=args.hosts, hostfile=args.hostfile,
+                         mpi_args=args.mpi_args, knob_env=_knobs(args),
+                         tag_output=args.tag_output, mpirun=args.mpirun)
+        if args.dry_run:
+            print(plan.shell_line())
+            return 0
+        if args.verbose:
+            sys.stderr.write(f"hvd_lite.run: {plan.np} rank(s) with {plan.mpi.describe()}\n"
+                             f"hvd_lite.run: {plan.shell_line()}\n")
+            sys.stderr.flush()
+        result = execute(plan, start_timeout=args.start_timeout, stdin=None)
+    except HvdLiteError as exc:
+        sys.stderr.write(f"hvd_lite.run: error: {exc}\n")
+        return 2
+    if result.error and not result.error_printed:
+        sys.stderr.write(f"hvd_lite.run: {result.error}\n")
+    elif args.verbose and result.first_failure():
+        rank, code = result.first_failure()
+        sys.stderr.write(f"hvd_lite.run: rank {rank} failed first, with exit code {code}\n")
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Hosts and slots: parses `-H host1:2,host2:4` and hostfiles, and places ranks on hosts."""
+import os
+import re
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+from ..exceptions import LauncherError
+
+# A host name or IPv4 address: letters, digits, '-', '_' and '.'.
+_HOST_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+@dataclass(frozen=True)
+class Host:
+    """A host name and the number of ranks it may run."""
+
+    name: str
+    slots: int
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.slots}"
+
+
+def _check_name(name: str, where: str) -> str:
+    if not name:
+        raise LauncherError(f"{where}: empty host name")
+    if not _HOST_RE.match(name):
+        raise LauncherError(
+            f"{where}: {name!r} is not a valid host name (use letters, digits, '-', '_' and '.'; "
+            "IPv6 literals are not supported, give the host's name instead)")
+    return name
+
+
+def _check_slots(text: str, where: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise LauncherError(f"{where}: slots must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def _no_duplicates(hosts: List[Host], where: str) -> List[Host]:
+    seen = set()
+    for h in hosts:
+        if h.name in seen:
+            raise LauncherError(f"{where}: host {h.name!r} is listed twice; give it once with "
+                                "the total number of slots")
+        seen.add(h.name)
+    return hosts
+
+
+def parse_hosts(text: str) -> List[Host]:
+    """Parses `host1:2,host2:4` (a host without `:N` has one slot)."""
+    where = f"-H {text!r}"
+    if not text or not text.strip():
+        raise LauncherError("-H: the host list is empty; use -H host1:2,host2:2")
+    hosts = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            raise LauncherError(f"{where}: empty entry (two commas in a row, or a trailing comma)")
+        name, sep, slots = item.partition(":")
+        if sep and ":" in slots:
+            raise LauncherError(f"{where}: {item!r} has more than one ':'; use host:N "
+                                "(IPv6 literals are not supported)")
+        hosts.append(Host(_check_name(name, where),
+                          _check_slots(slots, f"{where}, host {name!r}") if sep else 1))
+    return _no_duplicates(hosts, where)
+
+
+def parse_hostfile(path: str) -> List[Host]:
+    """Reads a hostfile: one `host slots=N` per line (`slots=` optional), `#` starts a comment."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise LauncherError(f"--hostfile {path!r}: cannot read it: {exc.strerror}") from None
+    hosts = []
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = f"{path}:{lineno}"
+        fields = line.split()
+        name, slots = fields[0], 1
+        for field in fields[1:]:
+            key, sep, value = field.partition("=")
+            if key == "slots" and sep:
+                slots = _check_slots(value, f"{where}, host {name!r}")
+            else:
+                raise LauncherError(f"{where}: cannot read {field!r} in {raw.strip()!r}; "
+                                    "a line is 'host slots=N'")
+        hosts.append(Host(_check_name(name, where), slots))
+    if not hosts:
+        raise LauncherError(f"--hostfile {path!r} lists no hosts; add lines 'host slots=N'")
+    return _no_duplicates(hosts, f"--hostfile {path!r}")
+
+
+def total_slots(hosts: Sequence[Host]) -> int:
+    """Sum of the hosts' slots."""
+    return sum(h.slots for h in hosts)
+
+
+def place(hosts: Sequence[Host], np: int) -> List[Tuple[str, int]]:
+    """Ranks per host, filling hosts in order: rank 0.. on the first host, and so on."""
+    if np < 1:
+        raise LauncherError(f"-np must be at least 1, got {np}")
+    total = total_slots(hosts)
+    if np > total:
+        listed = ", ".join(str(h) for h in hosts)
+        raise LauncherError(f"-np {np} is more than the {total} slot(s) on the hosts ({listed}); "
+                            "lower -np or give the hosts more slots (-H host:N, or slots=N in the "
+                            "hostfile)")
+    placed, left = [], np
+    for h in hosts:
+        if left == 0:
+            break
+        n = min(h.slots, left)
+        placed.append((h.name, n))
+        left -= n
+    return placed
+
+
+def resolve(np: Optional[int], hosts: Optional[str] = None,
+            hostfile: Optional[str] = None) -> Tuple[int, List[Host]]:
+    """The job's np and hosts from the options; the default is localhost with np slots."""
+    if hosts is not None and hostfile is not None:
+        raise LauncherError("give either -H/--hosts or --hostfile, not both")
+    if hostfile is not None:
+        host_list = parse_hostfile(os.fspath(hostfile))
+    elif hosts is not None:
+        host_list = parse_hosts(hosts)
+    else:
+        n = 1 if np is None else np
+        if n < 1:
+            raise LauncherError(f"-np must be at least 1, got {n}")
+        return n, [Host("localhost", n)]
+    n = total_slots(host_list) if np is None else np
+    place(host_list, n)  # validates np against the slots
+    return n, host_list

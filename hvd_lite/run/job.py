@@ -1,0 +1,257 @@
+"""Runs one mpirun command: relays its output, reads the ranks' markers, bounds the start,
+propagates the failing rank's exit code and turns Ctrl-C/SIGTERM into the end of every rank.
+
+mpirun runs in its own session (process group) with stdout passed through and stderr piped. A
+reader thread copies stderr through, minus the marker lines the rank shim (rank.py) writes. The
+calling thread waits on mpirun and ends the job (SIGTERM to mpirun's process group, then SIGKILL
+after KILL_GRACE_S) when: the launcher gets SIGINT/SIGTERM/SIGHUP; not every rank started within
+the start timeout; or a rank failed and the MPI has not ended the job FAILURE_GRACE_S later
+(Hydra waits for the other ranks, which may be blocked on the dead one).
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .rank import PREFIX
+
+FAILURE_GRACE_S = 3.0
+KILL_GRACE_S = 5.0
+START_TIMEOUT_EXIT = 124
+_MARKER = re.compile(re.escape(PREFIX).encode() +
+                     rb":([0-9a-f]+):(\w+):(-?\d+):(\d+)/(\d+):([^\r\n]*)")
+_TAG_ONLY = re.compile(rb"^\s*(\[[^\]]*\](<std(?:out|err)>:)?\s*)?$")
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass
+class JobResult:
+    """How a job ended."""
+
+    exit_code: int
+    mpirun_code: int
+    started: List[int] = field(default_factory=list)
+    exits: Dict[int, int] = field(default_factory=dict)  # rank -> code, in the order reported
+    payloads: Dict[Tuple[str, int], str] = field(default_factory=dict)
+    error: Optional[str] = None
+    error_printed: bool = False  # the job runner already wrote `error` to stderr
+    signal: Optional[int] = None
+
+    def first_failure(self) -> Optional[Tuple[int, int]]:
+        """(rank, code) of the first rank that reported a non-zero exit, or None."""
+        for rank, code in self.exits.items():
+            if code != 0:
+                return rank, code
+        return None
+
+
+class _Markers:
+    """What the ranks reported, filled by the reader thread."""
+
+    def __init__(self, token: str):
+        self.token = token.encode()
+        self.lock = threading.Lock()
+        self.started: List[int] = []
+        self.exits: Dict[int, int] = {}
+        self.failed_at: Optional[float] = None
+        self.chunks: Dict[Tuple[str, int], Dict[int, str]] = {}
+        self.counts: Dict[Tuple[str, int], int] = {}
+
+    def take(self, m: "re.Match") -> None:
+        kind, rank = m.group(2).decode(), int(m.group(3))
+        index, count, data = int(m.group(4)), int(m.group(5)), m.group(6).decode()
+        with self.lock:
+            if kind == "start":
+                if rank not in self.started:
+                    self.started.append(rank)
+            elif kind == "exit":
+                code = int(data) if data.lstrip("-").isdigit() else 1
+                self.exits.setdefault(rank, code)
+                if code != 0 and self.failed_at is None:
+                    self.failed_at = time.monotonic()
+            else:
+                self.chunks.setdefault((kind, rank), {})[index] = data
+                self.counts[(kind, rank)] = count
+
+    def payloads(self) -> Dict[Tuple[str, int], str]:
+        out = {}
+        for key, parts in self.chunks.items():
+            if len(parts) == self.counts[key]:
+                out[key] = "".join(parts[i] for i in range(len(parts)))
+        return out
+
+
+def _descendants(root: int) -> List[int]:
+    """Pids of every process below `root` (from /proc; empty where there is no /proc)."""
+    children: Dict[int, List[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _writer():
+    buf = getattr(sys.stderr, "buffer", None)
+    if buf is not None:
+        return lambda data: (buf.write(data), buf.flush())
+    return lambda data: (sys.stderr.write(data.decode(errors="replace")), sys.stderr.flush())
+
+
+def _relay(pipe, markers: _Markers, write) -> None:
+    for line in iter(pipe.readline, b""):
+        m = _MARKER.search(line)
+        if m is None or m.group(1) != markers.token:
+            write(line)
+            continue
+        before = line[:m.start()]
+        if before and not _TAG_ONLY.match(before):
+            write(before + b"\n")
+        markers.take(m)
+    pipe.close()
+
+
+class Job:
+    """One launch of an mpirun command line."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], np: int, token: str,
+                 start_timeout: float, stdin=None, quiet: bool = False):
+        self.argv, self.env, self.np, self.token = list(argv), dict(env), np, token
+        self.start_timeout, self.stdin, self.quiet = start_timeout, stdin, quiet
+        self.proc: Optional[subprocess.Popen] = None
+        self._caught: Optional[int] = None
+        self._ending_since: Optional[float] = None
+        self._killed = False
+        self._tree: set = set()  # mpirun's descendants seen while ending the job
+
+    def _note(self, text: str) -> None:
+        if not self.quiet:
+            sys.stderr.write(f"hvd_lite.run: {text}\n")
+            sys.stderr.flush()
+
+    def _end(self, sig=signal.SIGTERM) -> None:
+        """Signals mpirun's process group and every descendant (some, like the ssh that starts a
+        remote daemon, run in their own session)."""
+        if self._ending_since is None:
+            self._ending_since = time.monotonic()
+        self._tree.update(_descendants(self.proc.pid))
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in self._tree:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _on_signal(self, signum, _frame) -> None:
+        if self._caught is not None:  # a second Ctrl-C: do not wait any more
+            self._killed = True
+            self._end(signal.SIGKILL)
+            return
+        self._caught = signum
+        self._end(signal.SIGTERM)
+
+    def run(self) -> JobResult:
+        """Runs the job to its end and says how it ended."""
+        markers = _Markers(self.token)
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in _STOP_SIGNALS:
+                handlers[sig] = signal.signal(sig, self._on_signal)
+        try:
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdin=self.stdin,
+                                         stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            for sig, old in handlers.items():
+                signal.signal(sig, old)
+            return JobResult(127, 127, error=f"cannot run {self.argv[0]!r}: {exc.strerror}")
+        reader = threading.Thread(target=_relay, args=(self.proc.stderr, markers, _writer()),
+                                  name="hvd_lite.run-stderr", daemon=True)
+        reader.start()
+        error = None
+        t0 = time.monotonic()
+        try:
+            while True:
+                try:
+                    rc = self.proc.wait(timeout=0.1)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                now = time.monotonic()
+                if self._ending_since is not None:
+                    if not self._killed and now - self._ending_since > KILL_GRACE_S:
+                        self._killed = True
+                        self._end(signal.SIGKILL)
+                    else:
+                        self._tree.update(_descendants(self.proc.pid))
+                    continue
+                with markers.lock:
+                    started, failed_at = len(markers.started), markers.failed_at
+                    missing = sorted(set(range(self.np)) - set(markers.started))
+                if started < self.np and now - t0 > self.start_timeout:
+                    shown = ", ".join(map(str, missing[:16]))
+                    shown += " ..." if len(missing) > 16 else ""
+                    error = (f"only {started} of {self.np} ranks started within "
+                             f"{self.start_timeout:g} s (--start-timeout); not started: {shown}. "
+                             "Check that mpirun can reach every host (ssh without a password, "
+                             "the same Python and hvd_lite there) or raise --start-timeout.")
+                    self._note(error + " Ending the job.")
+                    self._end()
+                elif failed_at is not None and now - failed_at > FAILURE_GRACE_S:
+                    rank, code = next((r, c) for r, c in markers.exits.items() if c != 0)
+                    self._note(f"rank {rank} exited with code {code} and the job is still "
+                               f"running {FAILURE_GRACE_S:g} s later; ending the other ranks.")
+                    self._end()
+        finally:
+            for sig, old in handlers.items():
+                signal.signal(sig, old)
+        # Kill what is left of the job (daemons or ranks that ignored SIGTERM, or outlived mpirun).
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for pid in self._tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        reader.join(timeout=KILL_GRACE_S)
+        with markers.lock:
+            result = JobResult(exit_code=0, mpirun_code=rc, started=list(markers.started),
+                               exits=dict(markers.exits), payloads=markers.payloads(),
+                               error=error, signal=self._caught)
+        if self._caught is not None:
+            result.exit_code = 128 + self._caught
+            result.error = (f"stopped by {signal.Signals(self._caught).name}; ended every rank")
+        elif error is not None:
+            result.exit_code = START_TIMEOUT_EXIT
+            result.error_printed = not self.quiet
+        elif result.first_failure() is not None:
+            result.exit_code = result.first_failure()[1]
+        else:
+            result.exit_code = rc if rc >= 0 else 128 - rc
+            if rc != 0 and len(result.started) < self.np:
+                result.error = (f"{os.path.basename(self.argv[0])} exited with code {rc} after "
+                                f"{len(result.started)} of {self.np} ranks started")
+        return result

@@ -1,0 +1,81 @@
+"""Turns the launcher's options into a plan (MPI, argv, environment) and runs it."""
+import os
+import secrets
+import shlex
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+from ..exceptions import LauncherError
+from . import flavour as flavours
+from .command import LaunchSpec, build_command, forwarded_names
+from .hosts import resolve
+from .job import Job, JobResult
+from .rank import TOKEN_VAR
+
+DEFAULT_START_TIMEOUT_S = 60.0
+
+
+def default_start_timeout() -> float:
+    """$HVD_LITE_START_TIMEOUT, else 60 seconds."""
+    value = os.environ.get("HVD_LITE_START_TIMEOUT")
+    if value is None:
+        return DEFAULT_START_TIMEOUT_S
+    try:
+        return float(value)
+    except ValueError:
+        raise LauncherError(f"HVD_LITE_START_TIMEOUT={value!r} is not a number of seconds") \
+            from None
+
+
+@dataclass
+class Plan:
+    """A job ready to run: the MPI found, the argv for it and the environment to give it."""
+
+    mpi: flavours.MPI
+    argv: List[str]
+    env: Dict[str, str]
+    np: int
+    token: str
+
+    def shell_line(self) -> str:
+        """The command as one line a shell would run unchanged."""
+        return shlex.join(self.argv)
+
+
+def make_plan(command: Sequence[str], np: Optional[int] = None, hosts: Optional[str] = None,
+              hostfile: Optional[str] = None, mpi_args: Union[str, Sequence[str], None] = None,
+              knob_env: Optional[Mapping[str, str]] = None,
+              env: Optional[Mapping[str, str]] = None, tag_output: bool = True,
+              mpirun: Optional[str] = None) -> Plan:
+    """Validates the options, finds the MPI and builds its command line."""
+    if not command:
+        raise LauncherError("no command given: put the command to run after the options, "
+                            "e.g. hvd_lite.run -np 2 python train.py")
+    n, host_list = resolve(np, hosts, hostfile)
+    if isinstance(mpi_args, str):
+        try:
+            mpi_args = shlex.split(mpi_args)
+        except ValueError as exc:
+            raise LauncherError(f"--mpi-args {mpi_args!r}: {exc}") from None
+    mpi = flavours.find(mpirun)
+    token = secrets.token_hex(8)
+    job_env = dict(os.environ if env is None else env)
+    job_env.update(knob_env or {})
+    job_env[TOKEN_VAR] = token
+    if mpi.flavour == flavours.OPENMPI and os.geteuid() == 0:
+        # Open MPI refuses root without these (or --allow-run-as-root, which we also pass).
+        job_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        job_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    spec = LaunchSpec(np=n, hosts=host_list, command=list(command), mpi_args=list(mpi_args or ()),
+                      knob_env=dict(knob_env or {}), forward_env=forwarded_names(job_env),
+                      tag_output=tag_output, as_root=os.geteuid() == 0)
+    return Plan(mpi, build_command(mpi.flavour, mpi.path, spec), job_env, n, token)
+
+
+def execute(plan: Plan, start_timeout: Optional[float] = None, stdin=None,
+            quiet: bool = False) -> JobResult:
+    """Runs a plan to its end."""
+    timeout = default_start_timeout() if start_timeout is None else float(start_timeout)
+    if timeout <= 0:
+        raise LauncherError(f"--start-timeout must be > 0 seconds, got {timeout:g}")
+    return Job(plan.argv, plan.env, plan.np, plan.token, timeout, stdin=stdin, quiet=quiet).run()

@@ -1,0 +1,95 @@
+"""The rank shim: runs the user's command on a rank and reports its start and exit to the launcher.
+
+mpirun starts `python .../hvd_lite/run/rank.py CMD ARGS...` on every rank. The shim writes one
+marker line to stderr ("started"), runs CMD ARGS exactly as given (no shell), forwards the signals
+it receives to it, writes a second marker line with the exit status, and exits with that status
+(or dies of the same signal). The launcher reads the markers out of mpirun's stderr: that is how
+it bounds the start (--start-timeout) and reports the exit code of the rank that failed, whatever
+the MPI does with exit codes (Hydra ORs them together).
+
+This file is run by path and imports only the standard library, so it works before (and without)
+hvd_lite's C extension loading.
+"""
+import os
+import signal
+import subprocess
+import sys
+
+TOKEN_VAR = "HVD_LITE_RUN_TOKEN"
+FUNC_VAR = "HVD_LITE_RUN_FUNC"  # run(func): the pickled function, read by task.py
+PREFIX = "@@hvdl-run"
+CHUNK = 2000  # characters of payload per marker line: one write, below PIPE_BUF
+_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+_FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+
+
+def rank_from_env() -> int:
+    """This process's rank as the MPI launcher told it, or -1."""
+    for var in _RANK_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return -1
+
+
+def emit(kind: str, rank: int, payload: str = "") -> None:
+    """Writes marker lines `@@hvdl-run:TOKEN:KIND:RANK:I/N:DATA` to stderr, one write each."""
+    token = os.environ.get(TOKEN_VAR)
+    if not token:
+        return
+    pieces = [payload[i:i + CHUNK] for i in range(0, len(payload), CHUNK)] or [""]
+    n = len(pieces)
+    for i, piece in enumerate(pieces):
+        line = f"{PREFIX}:{token}:{kind}:{rank}:{i}/{n}:{piece}\n".encode()
+        try:
+            os.write(2, line)
+        except OSError:
+            return
+
+
+def _die_on_parent_exit() -> None:
+    """In the child: get SIGKILL if the shim dies, so no rank outlives a killed shim (Linux)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort, not on Linux
+        pass
+
+
+def main(argv) -> int:
+    """Runs argv on this rank between a 'start' and an 'exit' marker; returns the exit status."""
+    rank = rank_from_env()
+    if not argv:
+        sys.stderr.write("hvd_lite.run rank shim: no command given\n")
+        return 2
+    emit("start", rank)
+    try:
+        # close_fds=False: Hydra hands each rank its PMI connection as an inherited fd (PMI_FD).
+        child = subprocess.Popen(argv, close_fds=False, preexec_fn=_die_on_parent_exit)
+    except OSError as exc:
+        sys.stderr.write(f"hvd_lite.run: rank {rank}: cannot run {argv[0]!r}: {exc.strerror}\n")
+        emit("exit", rank, "127")
+        return 127
+
+    def forward(signum, _frame):
+        try:
+            child.send_signal(signum)
+        except OSError:
+            pass
+
+    for name in _FORWARDED:
+        signal.signal(getattr(signal, name), forward)
+    code = child.wait()
+    if code < 0:
+        emit("exit", rank, str(128 - code))
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        return 128 - code
+    emit("exit", rank, str(code))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

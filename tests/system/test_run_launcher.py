@@ -1,0 +1,145 @@
+"""`hvd_lite.run` as users run it: real jobs under the MPI of this environment."""
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from run_helpers import MPI, env, hvdrun, pid_alive, py, remove_leaked_shm, tagged
+from hvd_lite.run.flavour import MPICH, OPENMPI
+
+RANK_INFO = """
+import os, sys, hvd_lite as hvd
+hvd.init()
+knobs = ",".join(os.environ.get(k, "-") for k in
+                 ("HVD_LITE_FUSION_THRESHOLD", "HVD_LITE_CYCLE_TIME", "HVD_LITE_LOG_LEVEL"))
+sys.stdout.write(f"RANK {hvd.rank()} {hvd.size()} {knobs} {sys.argv[1:]!r}\\n")
+"""
+
+
+def test_job_runs_every_rank_with_knobs_and_arguments_unchanged():
+    odd = ["a b", "it's", 'say "hi"', "$HOME", "*", ""]
+    res = hvdrun("-np", "3", "--fusion-threshold-mb", "32", "--cycle-time-ms", "3.5",
+                 "--log-level", "DEBUG", *py(RANK_INFO), *odd)
+    assert res.returncode == 0, res.stderr
+    knobs = f"{32 * 1024 * 1024},3.5,debug"
+    assert sorted(tagged(res.stdout, "RANK")) == [f"{r} 3 {knobs} {odd!r}" for r in range(3)]
+    assert "@@hvdl-run" not in res.stdout + res.stderr  # the shim's markers are filtered out
+
+
+def test_output_is_tagged_with_the_rank():
+    res = hvdrun("-np", "2", *py("import sys; sys.stdout.write('hello\\n')"))
+    assert res.returncode == 0, res.stderr
+    tag = {OPENMPI: "[1,{r}]<stdout>: hello", MPICH: "[{r}] hello"}.get(MPI.flavour)
+    if tag:
+        assert sorted(res.stdout.splitlines()) == [tag.format(r=r) for r in range(2)]
+    res = hvdrun("--no-tag-output", "-np", "2", *py("import sys; sys.stdout.write('hello\\n')"))
+    assert res.stdout.splitlines() == ["hello", "hello"]
+
+
+def test_failing_rank_exit_code_is_the_launchers_even_while_others_hang():
+    # rank 1 fails first (3), rank 2 later (4); rank 0 would sleep for a minute.
+    code = """
+import os, sys, time
+r = int(os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ["PMI_RANK"])
+if r == 0: time.sleep(60)
+if r == 2: time.sleep(1)
+sys.exit({1: 3, 2: 4}[r])
+"""
+    t0 = time.monotonic()
+    res = hvdrun("-np", "3", *py(code))
+    assert res.returncode == 3, res.stderr
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_rank_killed_by_a_signal_gives_128_plus_the_signal():
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    res = hvdrun("-np", "2", *py(code))
+    assert res.returncode == 128 + signal.SIGKILL, res.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_the_launcher_ends_every_rank(tmp_path, sig):
+    code = f"""
+import os, time, hvd_lite as hvd
+hvd.init()
+open(os.path.join({str(tmp_path)!r}, str(hvd.rank())), "w").write(str(os.getpid()))
+time.sleep(120)
+"""
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    launcher = subprocess.Popen([sys.executable, "-m", "hvd_lite.run", "-np", "2", *py(code)],
+                                env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(os.listdir(tmp_path)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = [int((tmp_path / str(r)).read_text() or 0) for r in range(2)]
+        assert all(pid_alive(p) for p in pids)
+        t0 = time.monotonic()
+        launcher.send_signal(sig)
+        out, err = launcher.communicate(timeout=30)
+        assert launcher.returncode == 128 + sig, err
+        assert time.monotonic() - t0 < 15
+        deadline = time.monotonic() + 5
+        while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(pid_alive(p) for p in pids), f"ranks still running: {pids}"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate()
+        remove_leaked_shm(shm_before)
+
+
+def test_dry_run_prints_the_command_and_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    res = hvdrun("--dry-run", "-np", "2", "--mpi-args", "--display-x 'a b'", *py(
+        f"open({str(marker)!r}, 'w')"))
+    assert res.returncode == 0, res.stderr
+    argv = shlex.split(res.stdout.strip())
+    assert len(res.stdout.strip().splitlines()) == 1
+    assert argv[0] == MPI.path and not marker.exists()
+    assert argv[-3:] == [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    assert ["--display-x", "a b"] == argv[argv.index("--display-x"):argv.index("--display-x") + 2]
+    expected = {OPENMPI: ["--bind-to", "none"], MPICH: ["-bind-to", "none"]}.get(MPI.flavour)
+    if expected:
+        i = argv.index(expected[0])
+        assert argv[i:i + 2] == expected
+
+
+def test_check_build_reports_build_mpi_threads_gpu_and_frameworks():
+    import hvd_lite
+
+    res = hvdrun("--check-build")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    header = hvd_lite.build_info()["mpi_header"]
+    assert out.startswith(f"hvd_lite {hvd_lite.__version__} ")
+    assert f"MPI built against:   {header}" in out
+    assert f"mpirun on PATH:      {MPI.describe()}" in out
+    assert "MPI thread support:  MPI_THREAD_MULTIPLE (yes)" in out
+    assert "CUDA:" in out and "CuPy:" in out
+    assert "[X] NumPy" in out
+    assert "WARNING" not in out
+
+
+def test_check_build_warns_when_mpirun_is_another_mpi(tmp_path):
+    fake = tmp_path / "mpirun"
+    other = ("HYDRA build details:\n    Version: 4.0.1" if MPI.flavour == OPENMPI
+             else "mpirun (Open MPI) 4.1.0")
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' '{other}'\n")
+    fake.chmod(0o755)
+    res = hvdrun("--check-build", "--mpirun", str(fake))
+    assert res.returncode == 0, res.stderr
+    assert "WARNING: the mpirun found" in res.stdout
+    assert "MPI thread support:  unknown" in res.stdout
+
+
+def test_an_mpirun_of_no_known_mpi_is_a_clear_error():
+    res = hvdrun("--mpirun", "echo", "-np", "1", "true")
+    assert res.returncode == 2
+    assert "not Open MPI, MPICH/Hydra or Intel MPI" in res.stderr
