@@ -112,6 +112,14 @@ def machine_summary() -> Dict[str, str]:
     return info
 
 
+def loadavg() -> List[float]:
+    """The 1, 5 and 15-minute load averages (other work on the machine skews timings)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
 def write_json(path: str, record: dict) -> None:
     """Writes a benchmark record as indented JSON."""
     with open(path, "w", encoding="utf-8") as f:
