@@ -3,12 +3,13 @@ import argparse
 import sys
 from typing import List, Optional
 
-from . import allreduce, kernels
+from . import allreduce, kernels, replot
 
 # name -> module with add_arguments(parser) and main(args) -> exit status.
 COMMANDS = {
     "allreduce": allreduce,
     "kernels": kernels,
+    "plot": replot,
 }
 
 

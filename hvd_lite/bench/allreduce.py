@@ -54,8 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="batches of each library per size; medians are reported (default 10)")
     p.add_argument("--batch-time", type=float, default=0.02,
                    help="target seconds per batch when -n is 0 (default 0.02)")
-    p.add_argument("--max-iters", type=int, default=2000,
-                   help="most calls per batch when -n is 0 (default 2000)")
+    p.add_argument("--max-iters", type=int, default=20000,
+                   help="most calls per batch when -n is 0 (default 20000)")
     p.add_argument("--api", choices=("core", "numpy"), default="core",
                    help="hvd_lite entry point timed: 'core' (default) the C binding on "
                         "preallocated buffers, as MPI is timed; 'numpy' hvd.allreduce_ "
@@ -173,14 +173,23 @@ def _check(c: Contender, inplace: bool, send: np.ndarray, recv: np.ndarray) -> i
 
 
 def _pick_iters(args, contenders, world, MPI) -> int:
-    """Calls per batch: -n, or enough for --batch-time judged from the warm-up."""
-    probe = np.zeros(1)
+    """Warms up, then returns the calls per batch: -n, or enough for --batch-time.
+
+    The per-call time is probed with batches of 1, 4, 16... calls until one lasts
+    2 ms, each probe agreed across ranks (max), so every rank picks the same count.
+    """
     for c in contenders:
-        t = common.time_batch(c.call, max(1, args.warmup), world.Barrier)
-        probe[0] = max(probe[0], t)
-    world.Allreduce(MPI.IN_PLACE, probe, op=MPI.MAX)
+        for _ in range(args.warmup):
+            c.call()
     if args.iters > 0:
         return args.iters
+    probe, n = np.zeros(1), 1
+    while True:
+        probe[0] = max(common.time_batch(c.call, n, world.Barrier) for c in contenders)
+        world.Allreduce(MPI.IN_PLACE, probe, op=MPI.MAX)
+        if probe[0] * n >= 0.002 or n >= args.max_iters:
+            break
+        n *= 4
     return int(min(args.max_iters, max(1, math.ceil(args.batch_time / max(probe[0], 1e-9)))))
 
 
