@@ -53,7 +53,15 @@ def test_allreduce_bench_sweep_crosses_both_paths_without_wrong_elements(tmp_pat
                             "--repeats", "1", "--sweep",
                             "HVD_LITE_SMALL_ALLREDUCE_BYTES=0,64K"], tmp_path)
     assert record["contenders"][:2] == ["hvd small=0", "hvd small=64K"]
+    assert record["sweep"] == {"var": "HVD_LITE_SMALL_ALLREDUCE_BYTES", "values": [0, 65536]}
     assert all(lib["wrong"] == 0 for e in record["results"] for lib in e["libs"].values())
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "ratio.png"
+    res = subprocess.run([sys.executable, "-m", "hvd_lite.bench", "plot", str(tmp_path / "bench.json"),
+                          "--ratio", "hvd small=64K/hvd small=0", "-o", str(png)],
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    assert png.stat().st_size > 1000
 
 
 def test_kernels_bench_prints_a_row_per_dtype_and_op(tmp_path):
