@@ -1,0 +1,77 @@
+"""The shipped benchmarks run end to end and find every result exact (not a timed test)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+MPIRUN = shutil.which("mpirun", path=os.path.dirname(sys.executable)) or shutil.which("mpirun")
+TIMEOUT = 120
+
+
+def _env():
+    env = dict(os.environ)
+    # Open MPI refuses root and too few cores without these; harmless elsewhere.
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    env.setdefault("PRTE_MCA_rmaps_default_mapping_policy", ":oversubscribe")
+    return env
+
+
+def _mpirun(np_, args, tmp_path):
+    out = tmp_path / "bench.json"
+    cmd = [MPIRUN, "-np", str(np_), sys.executable, "-m", "hvd_lite.bench", "allreduce",
+           *args, "--json", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env())
+    assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stdout}\n{res.stderr}"
+    return json.loads(out.read_text()), res.stdout
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
+@pytest.mark.parametrize("extra", [[], ["--inplace", "-d", "bfloat16", "-o", "avg"],
+                                   ["-d", "int8", "-o", "prod", "--api", "numpy"]])
+def test_allreduce_bench_at_2_ranks_reports_no_wrong_elements(tmp_path, extra):
+    record, stdout = _mpirun(2, ["-b", "4", "-e", "64K", "-f", "4", "-n", "3", "-w", "1",
+                                 "--repeats", "2", *extra], tmp_path)
+    assert record["ranks"] == 2
+    sizes = [e["bytes"] for e in record["results"]]
+    assert sizes[-1] == 65536 and len(sizes) >= 8
+    for entry in record["results"]:
+        for label, lib in entry["libs"].items():
+            assert lib["wrong"] == 0, (label, entry["bytes"])
+            assert len(lib["times_s"]) == 2 and lib["median_s"] > 0
+    assert "hvd_lite" in record["contenders"]
+    assert "65536" in stdout
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
+def test_allreduce_bench_sweep_crosses_both_paths_without_wrong_elements(tmp_path):
+    record, _ = _mpirun(2, ["-b", "4", "-e", "64K", "-f", "16", "-n", "2", "-w", "1",
+                            "--repeats", "1", "--sweep",
+                            "HVD_LITE_SMALL_ALLREDUCE_BYTES=0,64K"], tmp_path)
+    assert record["contenders"][:2] == ["hvd small=0", "hvd small=64K"]
+    assert record["sweep"] == {"var": "HVD_LITE_SMALL_ALLREDUCE_BYTES", "values": [0, 65536]}
+    assert all(lib["wrong"] == 0 for e in record["results"] for lib in e["libs"].values())
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "ratio.png"
+    res = subprocess.run([sys.executable, "-m", "hvd_lite.bench", "plot", str(tmp_path / "bench.json"),
+                          "--ratio", "hvd small=64K/hvd small=0", "-o", str(png)],
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    assert png.stat().st_size > 1000
+
+
+def test_kernels_bench_prints_a_row_per_dtype_and_op(tmp_path):
+    out = tmp_path / "kernels.json"
+    res = subprocess.run([sys.executable, "-m", "hvd_lite.bench", "kernels", "-d", "float32",
+                          "-d", "bfloat16", "-o", "sum", "-o", "max", "-s", "64K", "-n", "2",
+                          "--repeats", "1", "--json", str(out)],
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["dtype"], r["op"]) for r in rows] == [("float32", "sum"), ("float32", "max"),
+                                                    ("bfloat16", "sum"), ("bfloat16", "max")]
+    assert all(s["kernel_GBps"] > 0 and s["memcpy_GBps"] > 0 for r in rows for s in r["sizes"])
