@@ -129,6 +129,8 @@ hvdlResult_t hvdlCommInitMpi(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
   MPI_Comm_set_errhandler(comm->mpi, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm->mpi, &comm->rank);
   MPI_Comm_size(comm->mpi, &comm->size);
+  if (comm->config.smallAllReduceBytes == HVDL_SMALL_BYTES_AUTO)
+    comm->config.smallAllReduceBytes = hvdl_small_bytes_default(comm->size);
   *out = comm;
   return hvdlSuccess;
 }

@@ -98,8 +98,11 @@ typedef void *hvdlStream_t;
 typedef struct {
   size_t segmentBytes;        /* ring pipeline segment size (HVD_LITE_SEGMENT_BYTES) */
   size_t smallAllReduceBytes; /* at or below this many bytes per rank, AllReduce takes the
-                                 latency path (HVD_LITE_SMALL_ALLREDUCE_BYTES) */
+                                 latency path (HVD_LITE_SMALL_ALLREDUCE_BYTES);
+                                 HVDL_SMALL_BYTES_AUTO: chosen by the number of ranks */
 } hvdlConfig_t;
+
+#define HVDL_SMALL_BYTES_AUTO ((size_t)-1)
 
 /* Library version as HVDL_VERSION_CODE. */
 hvdlResult_t hvdlGetVersion(int *version);

@@ -70,6 +70,8 @@ struct hvdl_engine_config {
 
 hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c);
 hvdlResult_t hvdl_config_check(const hvdlConfig_t *c);
+/* The measured latency-path crossover for this many ranks. */
+size_t hvdl_small_bytes_default(int nranks);
 
 /* Waits for MPI requests without busy-polling for long: a short spin, then
  * sleeps that grow to max_sleep_us. Returns hvdlSystemError on an MPI error. */

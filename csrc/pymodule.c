@@ -17,6 +17,8 @@
  *     .submit_allreduce(send, recv, dtype, op, prescale, postscale, name, shape) -> Handle
  *     .shutdown()
  *   Handle.poll() -> bool, Handle.wait()  (GIL released; raises if the request failed)
+ *   Comm(fhandle=None).allreduce(send, recv, dtype, op), .destroy()
+ *                                        the bare C API, for benchmarks and C-level tests
  *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor)
  *   kernel_bench(dtype, op, nbytes, iters) -> (kernel_s, memcpy_s)
  *   error_string(code) -> str            (hvdlGetErrorString)
@@ -465,6 +467,94 @@ static PyTypeObject HandleType = {
     .tp_methods = Handle_methods,
 };
 
+/* ---- Comm: the NCCL-shaped C API on its own ------------------------------ */
+
+/* A bare hvdlComm over a duplicate of the world (or of a given communicator),
+ * for benchmarks and tests of the C API. hvd_lite's collectives never use it:
+ * they go through the Engine, whose thread owns their traffic. */
+typedef struct {
+  PyObject_HEAD hvdlComm_t comm;
+} CommObject;
+
+static int Comm_init(CommObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"fhandle", NULL};
+  PyObject *fobj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O", kwlist, &fobj)) return -1;
+  MPI_Comm base = MPI_COMM_WORLD;
+  if (fobj != Py_None) {
+    long long fhandle = PyLong_AsLongLong(fobj);
+    if (fhandle == -1 && PyErr_Occurred()) return -1;
+    base = MPI_Comm_f2c((MPI_Fint)fhandle);
+  }
+  hvdlResult_t res;
+  Py_BEGIN_ALLOW_THREADS res = hvdlCommInitMpi(&self->comm, base, NULL);
+  Py_END_ALLOW_THREADS if (res != hvdlSuccess) return raise_result(res, NULL), -1;
+  return 0;
+}
+
+static void Comm_dealloc(CommObject *self) {
+  if (self->comm) hvdlCommAbort(self->comm);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Comm_allreduce(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype, op;
+  if (!PyArg_ParseTuple(args, "OOii", &sendobj, &recvobj, &dtype, &op)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  if (check_dtype(dtype) || check_op(op)) return NULL;
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_buffer(sendobj, &sv, 0, dtype, &scount, "sendbuf")) return NULL;
+  if (get_buffer(recvobj, &rv, 1, dtype, &rcount, "recvbuf")) {
+    PyBuffer_Release(&sv);
+    return NULL;
+  }
+  hvdlResult_t res = hvdlInvalidArgument;
+  hvdlComm_t c = self->comm;
+  if (scount != rcount) {
+    hvdl_fail(c, res, "allreduce: sendbuf has %zu elements, recvbuf %zu", scount, rcount);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlAllReduce(sv.buf, rv.buf, scount, (hvdlDataType_t)dtype,
+                                               (hvdlRedOp_t)op, c, NULL);
+    Py_END_ALLOW_THREADS
+  }
+  PyBuffer_Release(&sv);
+  PyBuffer_Release(&rv);
+  if (res != hvdlSuccess) return raise_result(res, c);
+  Py_RETURN_NONE;
+}
+
+static PyObject *Comm_destroy(CommObject *self, PyObject *noargs) {
+  (void)noargs;
+  if (self->comm) {
+    hvdlComm_t c = self->comm;
+    self->comm = NULL;
+    hvdlResult_t res;
+    Py_BEGIN_ALLOW_THREADS res = hvdlCommDestroy(c);
+    Py_END_ALLOW_THREADS if (res != hvdlSuccess) return raise_result(res, NULL);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef Comm_methods[] = {
+    {"allreduce", (PyCFunction)Comm_allreduce, METH_VARARGS,
+     "allreduce(sendbuf, recvbuf, dtype, op): hvdlAllReduce on byte buffers (GIL released)"},
+    {"destroy", (PyCFunction)Comm_destroy, METH_NOARGS, "hvdlCommDestroy (collective)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CommType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hvd_lite._core.Comm",
+    .tp_basicsize = sizeof(CommObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A bare hvdlComm (the C API), for benchmarks and tests.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Comm_init,
+    .tp_dealloc = (destructor)Comm_dealloc,
+    .tp_methods = Comm_methods,
+};
+
 #define ENGINE_INT_GETTER(field)                                                       \
   static PyObject *Engine_get_##field(EngineObject *self, void *closure) {            \
     (void)closure;                                                                    \
@@ -583,8 +673,13 @@ static PyObject *py_kernel_bench(PyObject *self, PyObject *args) {
     free(d);
     return PyErr_NoMemory();
   }
-  memset(a, 0x11, bytes);
-  memset(b, 0x22, bytes);
+  /* Ones of the type: products stay normal numbers (0x11 bytes made subnormals). */
+  static const uint64_t one_bits[hvdlNumTypes] = {1, 1, 1, 1, 1, 1, 0x3C00, 0x3F800000,
+                                                  0x3FF0000000000000ull, 0x3F80};
+  for (size_t i = 0; i < n; i++) {
+    memcpy(a + i * es, &one_bits[dtype], es); /* little-endian: the low bytes */
+    memcpy(b + i * es, &one_bits[dtype], es);
+  }
   memset(d, 0, bytes);
   double tk, tm;
   Py_BEGIN_ALLOW_THREADS hvdl_reduce(d, a, b, n, (hvdlDataType_t)dtype, (hvdlRedOp_t)op);
@@ -623,9 +718,17 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__core(void) {
-  if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&HandleType) < 0) return NULL;
+  if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&HandleType) < 0 ||
+      PyType_Ready(&CommType) < 0)
+    return NULL;
   PyObject *m = PyModule_Create(&module_def);
   if (!m) return NULL;
+  Py_INCREF(&CommType);
+  if (PyModule_AddObject(m, "Comm", (PyObject *)&CommType) < 0) {
+    Py_DECREF(&CommType);
+    Py_DECREF(m);
+    return NULL;
+  }
   Py_INCREF(&EngineType);
   if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0) {
     Py_DECREF(&EngineType);

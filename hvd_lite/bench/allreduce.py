@@ -96,7 +96,7 @@ def _make_comms(sweep) -> List[tuple]:
     """(label, core communicator, owned) for each hvd_lite contender."""
     from hvd_lite import basics
     if sweep is None:
-        return [("hvd_lite", basics._comm(), False)]
+        return [("hvd_lite", basics._core.Comm(), True)]
     var, values = sweep
     saved = os.environ.get(var)
     comms = []
