@@ -58,27 +58,32 @@ def hvdl_dtype(dtype) -> int:
 def _check_array(fn: str, array, inplace: bool) -> int:
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{fn} expects a numpy.ndarray, got {type(array).__name__}")
-    try:
-        code = hvdl_dtype(array.dtype)
-    except TypeError as exc:
-        raise TypeError(f"{fn}: {exc}") from None
-    if not array.flags.c_contiguous:
+    code = HVDL_DTYPES.get(array.dtype)
+    if code is None:
+        try:
+            hvdl_dtype(array.dtype)
+        except TypeError as exc:
+            raise TypeError(f"{fn}: {exc}") from None
+    flags = array.flags
+    if not flags.c_contiguous:
         raise ValueError(f"{fn}: the array is not C-contiguous (shape {list(array.shape)}, strides "
                          f"{list(array.strides)}); pass numpy.ascontiguousarray(array)")
-    if inplace and not array.flags.writeable:
+    if inplace and not flags.writeable:
         raise ValueError(f"{fn}: the array is read-only and cannot be reduced in place; "
                          "use the out-of-place call or pass a writable copy")
     return code
 
 
 def _check_op(fn: str, op) -> int:
-    try:
-        return _HVDL_OPS[ReduceOp(op)]
-    except (ValueError, TypeError):
-        raise ValueError(f"{fn}: op {op!r} is not one of Sum, Average, Min, Max, Product") from None
+    code = _HVDL_OPS.get(op) if isinstance(op, int) else None
+    if code is None:
+        raise ValueError(f"{fn}: op {op!r} is not one of Sum, Average, Min, Max, Product")
+    return code
 
 
 def _check_scale(fn: str, label: str, factor, array: np.ndarray) -> float:
+    if factor == 1.0 and type(factor) in (float, int):  # the common case, quickly
+        return 1.0
     if isinstance(factor, bool) or not isinstance(factor, numbers.Real):
         raise TypeError(f"{fn}: {label} must be a real number, got {type(factor).__name__}")
     factor = float(factor)
@@ -94,10 +99,6 @@ def _name(fn: str, kind: str, name) -> str:
     if not isinstance(name, str):
         raise TypeError(f"{fn}: name must be a str or None, got {type(name).__name__}")
     return name
-
-
-def _bytes(array: np.ndarray) -> np.ndarray:
-    return array.reshape(-1).view(np.uint8)
 
 
 class Handle:
@@ -125,7 +126,9 @@ def _submit_allreduce(fn, array, out, op, prescale_factor, postscale_factor, nam
     name = _name(fn, "allreduce", name)
     if out is None:
         out = np.empty_like(array, order="C")
-    c = engine.submit_allreduce(_bytes(array), _bytes(out), code, hop, pre, post, name, array.shape)
+    # The C core takes the arrays' memory through the buffer protocol without a
+    # format, which works for every dtype here, bfloat16 included.
+    c = engine.submit_allreduce(array, out, code, hop, pre, post, name, array.shape)
     return Handle(c, out, name)
 
 
