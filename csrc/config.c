@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "internal.h"
 
@@ -83,6 +84,19 @@ hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c) {
   size_t cap;
   HVDL_CHECK(env_size("HVD_LITE_CACHE_CAPACITY", 1024, 0, 1 << 20, &cap));
   c->cache_capacity = cap;
+  static const char *levels[] = {"trace", "debug", "info", "warning", "error", "fatal"};
+  const char *lv = getenv("HVD_LITE_LOG_LEVEL");
+  c->log_level = HVDL_LOG_WARNING;
+  if (lv && *lv) {
+    int found = -1;
+    for (int i = 0; i < (int)(sizeof levels / sizeof levels[0]); i++)
+      if (strcasecmp(lv, levels[i]) == 0) found = i;
+    if (found < 0)
+      return hvdl_fail(NULL, hvdlInvalidArgument,
+                       "HVD_LITE_LOG_LEVEL=%s is not valid: expected trace, debug, info, warning, "
+                       "error or fatal", lv);
+    c->log_level = found;
+  }
   const char *tl = getenv("HVD_LITE_TIMELINE");
   if (tl && *tl) {
     if (strlen(tl) >= sizeof c->timeline)

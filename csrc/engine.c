@@ -202,6 +202,16 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
                        cfg->timeline);
     }
   }
+  if (e->rank == 0 && cfg->log_level <= HVDL_LOG_INFO) {
+    fprintf(stderr,
+            "hvd_lite: engine on %d ranks: fusion threshold %zu B, cycle time %g ms, stall check "
+            "%g s, stall shutdown %g s, cache %zu, segment %zu B, latency path up to %zu B%s%s\n",
+            e->size, cfg->fusion_threshold, cfg->cycle_time_ms, cfg->stall_check_s,
+            cfg->stall_shutdown_s, cfg->cache_capacity, e->data->config.segmentBytes,
+            e->data->config.smallAllReduceBytes, cfg->timeline[0] ? ", timeline " : "",
+            cfg->timeline);
+    fflush(stderr);
+  }
   if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
     hvdl_engine_free(e);
     return hvdl_fail(NULL, hvdlSystemError, "hvd_lite engine: cannot start its thread");

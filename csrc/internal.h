@@ -66,6 +66,11 @@ struct hvdl_engine_config {
   double stall_shutdown_s;    /* HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS; 0 = wait forever */
   size_t cache_capacity;      /* HVD_LITE_CACHE_CAPACITY: response cache entries; 0 disables */
   char timeline[4096];        /* HVD_LITE_TIMELINE: Chrome-trace file written by rank 0 */
+  int log_level;              /* HVD_LITE_LOG_LEVEL: enum hvdl_log_level */
+};
+
+enum hvdl_log_level {
+  HVDL_LOG_TRACE = 0, HVDL_LOG_DEBUG, HVDL_LOG_INFO, HVDL_LOG_WARNING, HVDL_LOG_ERROR, HVDL_LOG_FATAL
 };
 
 hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c);

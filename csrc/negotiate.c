@@ -553,7 +553,7 @@ static void stall_inspect(struct hvdl_engine *e, const uint64_t *all, int words,
     missing_ranks(e, all, words, 0, t->have, missing, sizeof missing);
     stall_note(e, table_name(e, t), missing, now - t->first_seen, &t->warned, &warn);
   }
-  if (warn.len) {
+  if (warn.len && e->cfg.log_level <= HVDL_LOG_WARNING) {
     fprintf(stderr,
             "hvd_lite: stall warning (rank 0): these collectives have been submitted by some "
             "ranks but not by others for more than %g s (HVD_LITE_STALL_CHECK_TIME_SECONDS):%.*s\n",

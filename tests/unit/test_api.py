@@ -114,3 +114,34 @@ def test_init_rejects_bad_comm_arguments():
     with pytest.raises(ValueError, match="out of range"):
         hvd.init(comm=[0, 5])
     assert not hvd.is_initialized()
+
+
+@pytest.mark.parametrize("var,value", [
+    ("HVD_LITE_FUSION_THRESHOLD", "-1"), ("HVD_LITE_FUSION_THRESHOLD", "4M"),
+    ("HVD_LITE_CYCLE_TIME", "fast"), ("HVD_LITE_STALL_CHECK_TIME_SECONDS", "-5"),
+    ("HVD_LITE_SEGMENT_BYTES", "0"), ("HVD_LITE_LOG_LEVEL", "loud"),
+    ("HVD_LITE_SMALL_ALLREDUCE_BYTES", str(1 << 40)),
+])
+def test_bad_knob_values_are_named_at_init(monkeypatch, var, value):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ValueError, match=f"{var}={value} is not valid"):
+        hvd.init()
+    assert not hvd.is_initialized()
+
+
+def test_log_level_info_prints_the_configuration(capfd, monkeypatch):
+    monkeypatch.setenv("HVD_LITE_LOG_LEVEL", "info")
+    monkeypatch.setenv("HVD_LITE_FUSION_THRESHOLD", "12345")
+    hvd.init()
+    hvd.shutdown()
+    assert "fusion threshold 12345 B" in capfd.readouterr().err
+
+
+def test_automatic_names_restart_at_init():
+    from hvd_lite import basics
+    hvd.init()
+    first = [basics.auto_name("allreduce") for _ in range(3)]
+    hvd.shutdown()
+    hvd.init()
+    assert basics.auto_name("allreduce") == first[0] == "allreduce.noname.0"
+    hvd.shutdown()
