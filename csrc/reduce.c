@@ -177,6 +177,93 @@ static const reduce_fn kernels[hvdlNumTypes][4] = {
     ROW(u64), ROW(f16), ROW(f32), ROW(f64), ROW(bf16),
 };
 
+
+/* ---- float16 / bfloat16 with AVX2 and F16C --------------------------------
+ *
+ * The portable 16-bit loops above widen and round with integer tricks, which
+ * compilers vectorize but slowly (about 0.1x memcpy). On CPUs with AVX2 (and F16C
+ * for float16) these loops convert eight elements per instruction instead. They
+ * compute the same values: float32 arithmetic, round to nearest-even; only the
+ * payload of a NaN result may differ. hvdl_reduce picks them at run time. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HVDL_X86_SIMD 1
+#define TARGET_SIMD __attribute__((target("avx2,f16c")))
+
+TARGET_SIMD static inline __m256 load_f16(const uint16_t *p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+}
+TARGET_SIMD static inline void store_f16(uint16_t *p, __m256 v) {
+  _mm_storeu_si128((__m128i *)(void *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+TARGET_SIMD static inline __m256 load_bf16(const uint16_t *p) {
+  __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+/* Eight 32-bit lanes (each < 65536) to eight 16-bit values, in order. */
+TARGET_SIMD static inline __m128i narrow(__m256i v) {
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08));
+}
+TARGET_SIMD static inline void store_bf16(uint16_t *p, __m256 v) {
+  const __m256i x = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40)), nan);
+  _mm_storeu_si128((__m128i *)(void *)p, narrow(r));
+}
+
+#define SIMD_ARITH(name, LOAD, STORE, OP, TAIL)                                       \
+  TARGET_SIMD static void name(void *dst, const void *a, const void *b, size_t n) {   \
+    uint16_t *d = (uint16_t *)dst;                                                    \
+    const uint16_t *x = (const uint16_t *)a, *y = (const uint16_t *)b;                \
+    size_t i = 0;                                                                     \
+    for (; i + 8 <= n; i += 8) STORE(d + i, OP(LOAD(x + i), LOAD(y + i)));            \
+    if (i < n) TAIL(d + i, x + i, y + i, n - i);                                      \
+  }
+
+/* min/max: compare as floats, keep the chosen input's bits (NaN loses). */
+#define SIMD_SELECT(name, LOAD, CMP, TAIL)                                            \
+  TARGET_SIMD static void name(void *dst, const void *a, const void *b, size_t n) {   \
+    uint16_t *d = (uint16_t *)dst;                                                    \
+    const uint16_t *x = (const uint16_t *)a, *y = (const uint16_t *)b;                \
+    size_t i = 0;                                                                     \
+    for (; i + 8 <= n; i += 8) {                                                      \
+      const __m256 xv = LOAD(x + i), yv = LOAD(y + i);                                \
+      const __m256 pick = _mm256_or_ps(_mm256_cmp_ps(xv, yv, CMP),                    \
+                                       _mm256_cmp_ps(yv, yv, _CMP_UNORD_Q));          \
+      const __m128i m = narrow(_mm256_srli_epi32(_mm256_castps_si256(pick), 16));     \
+      const __m128i xr = _mm_loadu_si128((const __m128i *)(const void *)(x + i));     \
+      const __m128i yr = _mm_loadu_si128((const __m128i *)(const void *)(y + i));     \
+      _mm_storeu_si128((__m128i *)(void *)(d + i), _mm_blendv_epi8(yr, xr, m));       \
+    }                                                                                 \
+    if (i < n) TAIL(d + i, x + i, y + i, n - i);                                      \
+  }
+
+SIMD_ARITH(simd_sum_f16, load_f16, store_f16, _mm256_add_ps, reduce_sum_f16)
+SIMD_ARITH(simd_prod_f16, load_f16, store_f16, _mm256_mul_ps, reduce_prod_f16)
+SIMD_SELECT(simd_max_f16, load_f16, _CMP_GT_OQ, reduce_max_f16)
+SIMD_SELECT(simd_min_f16, load_f16, _CMP_LT_OQ, reduce_min_f16)
+SIMD_ARITH(simd_sum_bf16, load_bf16, store_bf16, _mm256_add_ps, reduce_sum_bf16)
+SIMD_ARITH(simd_prod_bf16, load_bf16, store_bf16, _mm256_mul_ps, reduce_prod_bf16)
+SIMD_SELECT(simd_max_bf16, load_bf16, _CMP_GT_OQ, reduce_max_bf16)
+SIMD_SELECT(simd_min_bf16, load_bf16, _CMP_LT_OQ, reduce_min_bf16)
+
+static const reduce_fn simd_f16[4] = {simd_sum_f16, simd_prod_f16, simd_max_f16, simd_min_f16};
+static const reduce_fn simd_bf16[4] = {simd_sum_bf16, simd_prod_bf16, simd_max_bf16, simd_min_bf16};
+
+/* The kernel for (dt, op): the AVX2/F16C one for 16-bit floats when the CPU has them. */
+static reduce_fn pick_kernel(hvdlDataType_t dt, int op) {
+  if (dt == hvdlFloat16 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
+    return simd_f16[op];
+  if (dt == hvdlBfloat16 && __builtin_cpu_supports("avx2")) return simd_bf16[op];
+  return kernels[dt][op];
+}
+#else
+static reduce_fn pick_kernel(hvdlDataType_t dt, int op) { return kernels[dt][op]; }
+#endif
+
 /* Buffers whose address is not a multiple of the element size are legal (MPI
  * moves bytes; numpy's frombuffer can make them), but typed loads from them are
  * not: such calls go through aligned blocks on the stack. */
@@ -188,7 +275,7 @@ static const size_t type_sizes[hvdlNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
 void hvdl_reduce(void *dst, const void *a, const void *b, size_t n, hvdlDataType_t dt,
                  hvdlRedOp_t op) {
-  const reduce_fn fn = kernels[dt][op == hvdlAvg ? hvdlSum : op];
+  const reduce_fn fn = pick_kernel(dt, op == hvdlAvg ? hvdlSum : op);
   const size_t es = type_sizes[dt];
   if (!misaligned(dst, es) && !misaligned(a, es) && !misaligned(b, es)) {
     fn(dst, a, b, n);
