@@ -155,3 +155,19 @@ def test_init_with_a_list_of_ranks():
             agree(True)
     finally:
         hvd.init()
+
+
+def test_c_api_invalid_argument_leaves_the_communicator_usable():
+    from hvd_lite import _core
+
+    comm = _core.Comm()
+    try:
+        x = np.zeros(10, np.float32)
+        with pytest.raises(hvd.InvalidArgumentError, match="overlap without being identical"):
+            comm.allreduce(x[0:8], x[1:9], _core.hvdlFloat32, _core.hvdlSum)
+        y = np.full(5, 1.0, np.float32)
+        out = np.empty_like(y)
+        comm.allreduce(y, out, _core.hvdlFloat32, _core.hvdlSum)
+        agree(np.array_equal(out, np.full(5, float(hvd.size()))), f"after an invalid call: {out}")
+    finally:
+        comm.destroy()
