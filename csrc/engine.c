@@ -114,6 +114,13 @@ static void *engine_main(void *arg) {
       int rc = pthread_cond_timedwait(&e->work_cv, &e->mu, &ts);
       if (rc == ETIMEDOUT && e->inflight) break;
     }
+    const int leaving = e->stop_requested;
+    if (leaving) {
+      /* Pending requests fail here and now; the last round only says goodbye. */
+      pthread_mutex_unlock(&e->mu);
+      fail_all(e, hvdlInvalidUsage, "hvd_lite has been shut down on this rank");
+      pthread_mutex_lock(&e->mu);
+    }
     int n = 0;
     for (struct hvdl_request *r = e->inflight; r; r = r->next) n++;
     if (n > cap) {
@@ -136,7 +143,6 @@ static void *engine_main(void *arg) {
     }
     const int had_new = e->nnew;
     e->nnew = 0;
-    const int leaving = e->stop_requested;
     pthread_mutex_unlock(&e->mu);
 
     if (e->cfg.cycle_time_ms > 0) {

@@ -300,7 +300,7 @@ static hvdlResult_t table_add(struct hvdl_engine *e, int *index) {
 /* Rank 0: files the gathered descriptors and writes the response. */
 static hvdlResult_t coordinate(struct hvdl_engine *e, const char *gathered, const int *counts,
                                const int *displs, const uint64_t *all, int words, int cache_n,
-                               struct buf *resp) {
+                               int anyone_leaving, struct buf *resp) {
   const int n = e->size;
   unsigned char *fresh = calloc((size_t)(e->cache_count + 1 > cache_n ? e->cache_count + 1 : cache_n) + 1, 1);
   if (!fresh) return hvdl_fail(e->data, hvdlSystemError, "coordinator: out of memory");
@@ -334,7 +334,8 @@ static hvdlResult_t coordinate(struct hvdl_engine *e, const char *gathered, cons
   }
   for (int i = 0; i < e->table_count;) {
     struct hvdl_table_entry *te = &e->table[i];
-    if (te->nhave < n) {
+    /* A rank that leaves in this round executes nothing more: nothing becomes ready. */
+    if (te->nhave < n || anyone_leaving) {
       i++;
       continue;
     }
@@ -445,8 +446,8 @@ static hvdlResult_t apply_response(struct hvdl_engine *e, const char *p, size_t 
 /* ---- the slow path --------------------------------------------------------- */
 
 static hvdlResult_t slow_path(struct hvdl_engine *e, const uint64_t *all, int words, int cache_n,
-                              struct hvdl_request **pending, int np, struct hvdl_request **ready,
-                              int *nr, int *shutdown) {
+                              int anyone_leaving, struct hvdl_request **pending, int np,
+                              struct hvdl_request **ready, int *nr, int *shutdown) {
   const int n = e->size;
   hvdlResult_t res = hvdlSuccess;
   struct buf mine = {0}, resp = {0};
@@ -476,7 +477,8 @@ static hvdlResult_t slow_path(struct hvdl_engine *e, const uint64_t *all, int wo
                                  MPI_BYTE, 0, e->ctrl, &req));
   if ((res = wait_round(e, 1, &req)) != hvdlSuccess) goto out;
   if (e->rank == 0 &&
-      (res = coordinate(e, e->wire, counts, displs, all, words, cache_n, &resp)) != hvdlSuccess)
+      (res = coordinate(e, e->wire, counts, displs, all, words, cache_n, anyone_leaving, &resp)) !=
+          hvdlSuccess)
     goto out;
   uint64_t len = resp.len;
   HVDL_MPI(e->data, MPI_Ibcast(&len, 1, MPI_UINT64_T, 0, e->ctrl, &req));
@@ -610,18 +612,20 @@ hvdlResult_t hvdl_round(struct hvdl_engine *e, struct hvdl_request **pending, in
   HVDL_MPI(e->data, MPI_Iallgather(mine, words, MPI_UINT64_T, all, words, MPI_UINT64_T, e->ctrl, &req));
   HVDL_CHECK(wait_round(e, 1, &req));
 
-  int any_slow = 0, shutdown = 0;
+  int any_slow = 0, shutdown = 0, anyone_leaving = 0;
   char leavers[256] = "";
   size_t nl = 0;
   for (int r = 0; r < n; r++) {
     uint64_t h = all[(size_t)r * (size_t)words];
     any_slow |= (h & FLAG_SLOW) != 0;
+    anyone_leaving |= (h & FLAG_LEAVING) != 0;
     if ((h & FLAG_LEAVING) && r != me && nl + 16 < sizeof leavers)
       nl += (size_t)snprintf(leavers + nl, sizeof leavers - nl, nl ? ", %d" : "%d", r);
   }
 
   int nr = 0;
-  if (any_slow) HVDL_CHECK(slow_path(e, all, words, cache_n, pending, np, ready, &nr, &shutdown));
+  if (any_slow)
+    HVDL_CHECK(slow_path(e, all, words, cache_n, anyone_leaving, pending, np, ready, &nr, &shutdown));
   if (shutdown) {
     *finished = 1;
     return hvdlSuccess; /* the same response on every rank: nobody executes anything */
