@@ -138,7 +138,7 @@ setup(
     setup_requires=mpi_req,
     install_requires=["numpy>=1.22", "ml_dtypes>=0.3", "mpi4py>=4.0", "cloudpickle>=2.0"] + mpi_req,
     extras_require={
-        "test": ["pytest>=7", "pytest-mpi>=0.6", "pytest-timeout>=2"],
+        "test": ["pytest>=7", "pytest-mpi>=0.6", "pytest-timeout>=2", "matplotlib>=3.5"],
         "plot": ["matplotlib>=3.5"],
     },
     entry_points={"console_scripts": ["hvd_lite.run = hvd_lite.run.cli:main"]},

@@ -27,7 +27,7 @@ export HVD_LITE_STALL_CHECK_TIME_SECONDS=${HVD_LITE_STALL_CHECK_TIME_SECONDS:-10
 export HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS=${HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS:-60}
 export HVD_LITE_TEST_LOGDIR
 HVD_LITE_TEST_LOGDIR=$(mktemp -d)
-PYTEST=("$PY" -m pytest -q -p no:cacheprovider --color=no --timeout=300)
+PYTEST=("$PY" -m pytest -q -rs -p no:cacheprovider --color=no --timeout=300)
 
 if [ "$mode" != "--parallel-only" ]; then
   echo "== unit tests"

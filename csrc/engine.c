@@ -61,15 +61,25 @@ void hvdl_engine_complete(struct hvdl_engine *e, struct hvdl_request *r, hvdlRes
   hvdl_request_release(r); /* the engine's reference */
 }
 
-/* Fails every request still in flight and refuses new ones; the first reason
- * given sticks. */
-static void fail_all(struct hvdl_engine *e, hvdlResult_t res, const char *reason) {
-  pthread_mutex_lock(&e->mu);
+static void mark_dead_locked(struct hvdl_engine *e, hvdlResult_t res, const char *reason) {
   if (!e->dead) {
     e->dead = 1;
     e->dead_result = res;
     snprintf(e->dead_reason, sizeof e->dead_reason, "%s", reason);
   }
+}
+
+void hvdl_engine_mark_dead(struct hvdl_engine *e, hvdlResult_t res, const char *reason) {
+  pthread_mutex_lock(&e->mu);
+  mark_dead_locked(e, res, reason);
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* Fails every request still in flight and refuses new ones; the first reason
+ * given sticks. */
+static void fail_all(struct hvdl_engine *e, hvdlResult_t res, const char *reason) {
+  pthread_mutex_lock(&e->mu);
+  mark_dead_locked(e, res, reason);
   while (e->inflight) {
     struct hvdl_request *r = e->inflight;
     e->inflight = r->next;

@@ -113,6 +113,8 @@ void hvdl_request_wait(struct hvdl_engine *e, struct hvdl_request *r);
 void hvdl_request_release(struct hvdl_request *r);
 hvdlResult_t hvdl_engine_stop(struct hvdl_engine *e);
 void hvdl_engine_free(struct hvdl_engine *e);
+/* Refuses new requests from now on, with this reason (the first one sticks). */
+void hvdl_engine_mark_dead(struct hvdl_engine *e, hvdlResult_t res, const char *reason);
 /* Completes r (engine thread): result hvdlSuccess or an error with a message. */
 void hvdl_engine_complete(struct hvdl_engine *e, struct hvdl_request *r, hvdlResult_t res,
                           const char *msg);

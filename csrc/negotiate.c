@@ -380,16 +380,6 @@ static struct hvdl_request *find_announced(struct hvdl_request **pending, int np
   return NULL;
 }
 
-static void mark_dead(struct hvdl_engine *e, hvdlResult_t res, const char *reason) {
-  pthread_mutex_lock(&e->mu);
-  if (!e->dead) {
-    e->dead = 1;
-    e->dead_result = res;
-    snprintf(e->dead_reason, sizeof e->dead_reason, "%s", reason);
-  }
-  pthread_mutex_unlock(&e->mu);
-}
-
 static hvdlResult_t apply_response(struct hvdl_engine *e, const char *p, size_t len,
                                    struct hvdl_request **pending, int np,
                                    struct hvdl_request **ready, int *nr, int *shutdown) {
@@ -433,7 +423,7 @@ static hvdlResult_t apply_response(struct hvdl_engine *e, const char *p, size_t 
         break;
       case RESP_SHUTDOWN:
         p = get_str(p, msg, sizeof msg);
-        mark_dead(e, hvdlRemoteError, msg);
+        hvdl_engine_mark_dead(e, hvdlRemoteError, msg);
         *shutdown = 1;
         break;
       default:
@@ -655,7 +645,7 @@ hvdlResult_t hvdl_round(struct hvdl_engine *e, struct hvdl_request **pending, in
              "hvd_lite has been shut down on rank %s (hvd_lite.shutdown(), the end of its script, "
              "or an exception there), so collectives that need it cannot complete",
              leavers);
-    mark_dead(e, hvdlRemoteError, msg);
+    hvdl_engine_mark_dead(e, hvdlRemoteError, msg);
     *finished = 1;
   }
   *nready = nr;

@@ -277,6 +277,17 @@ fail:
   return -1;
 }
 
+/* The communicator a Fortran handle names; None (not -1: MPICH's handles may be
+ * negative) means MPI_COMM_WORLD. */
+static int base_comm(PyObject *fobj, MPI_Comm *out) {
+  *out = MPI_COMM_WORLD;
+  if (fobj == Py_None) return 0;
+  long long fhandle = PyLong_AsLongLong(fobj);
+  if (fhandle == -1 && PyErr_Occurred()) return -1;
+  *out = MPI_Comm_f2c((MPI_Fint)fhandle);
+  return 0;
+}
+
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"fhandle", "ranks", NULL};
   PyObject *fobj = Py_None, *ranks = Py_None;
@@ -288,13 +299,8 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds) {
   struct hvdl_engine_config cfg;
   hvdlResult_t res = hvdl_engine_config_default(&cfg);
   if (res != hvdlSuccess) return raise_result(res, NULL), -1;
-  /* Fortran handles may be negative (MPICH), so None, not -1, means the world. */
-  MPI_Comm base = MPI_COMM_WORLD;
-  if (fobj != Py_None) {
-    long long fhandle = PyLong_AsLongLong(fobj);
-    if (fhandle == -1 && PyErr_Occurred()) return -1;
-    base = MPI_Comm_f2c((MPI_Fint)fhandle);
-  }
+  MPI_Comm base;
+  if (base_comm(fobj, &base)) return -1;
   MPI_Comm sub = MPI_COMM_NULL;
   if (ranks != Py_None) {
     if (subset_comm(base, ranks, &sub) != 0) return -1;
@@ -480,12 +486,8 @@ static int Comm_init(CommObject *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"fhandle", NULL};
   PyObject *fobj = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O", kwlist, &fobj)) return -1;
-  MPI_Comm base = MPI_COMM_WORLD;
-  if (fobj != Py_None) {
-    long long fhandle = PyLong_AsLongLong(fobj);
-    if (fhandle == -1 && PyErr_Occurred()) return -1;
-    base = MPI_Comm_f2c((MPI_Fint)fhandle);
-  }
+  MPI_Comm base;
+  if (base_comm(fobj, &base)) return -1;
   hvdlResult_t res;
   Py_BEGIN_ALLOW_THREADS res = hvdlCommInitMpi(&self->comm, base, NULL);
   Py_END_ALLOW_THREADS if (res != hvdlSuccess) return raise_result(res, NULL), -1;

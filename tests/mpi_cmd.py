@@ -33,3 +33,12 @@ def mpirun_cmd(np: int, mpirun: Optional[str] = None) -> List[str]:
         if os.geteuid() == 0:
             cmd += ["--allow-run-as-root"]
     return cmd + ["-np", str(np)]
+
+
+def job_env(extra=None) -> dict:
+    """The environment for a job whose ranks print lines: Python buffered, so that each
+    print(..., flush=True) is one write (MPICH's Hydra interleaves ranks' output at write
+    boundaries, and PYTHONUNBUFFERED=1 splits a print into several writes)."""
+    env = dict(os.environ, **(extra or {}))
+    env.pop("PYTHONUNBUFFERED", None)
+    return env

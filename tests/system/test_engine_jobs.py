@@ -8,14 +8,14 @@ import time
 
 import pytest
 
-from mpi_cmd import mpirun_cmd
+from mpi_cmd import job_env, mpirun_cmd
 
 TIMEOUT = 120
 
 
 def job(np_, script, env=None, timeout=TIMEOUT):
     """Runs `script` on np_ ranks; returns (CompletedProcess, seconds)."""
-    full_env = dict(os.environ, **(env or {}))
+    full_env = job_env(env)
     t0 = time.monotonic()
     res = subprocess.run(mpirun_cmd(np_) + [sys.executable, "-c", textwrap.dedent(script)],
                          capture_output=True, text=True, timeout=timeout, env=full_env)

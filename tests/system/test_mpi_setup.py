@@ -7,13 +7,13 @@ import textwrap
 
 import pytest
 
-from mpi_cmd import mpirun_cmd, mpirun_path
+from mpi_cmd import job_env, mpirun_cmd, mpirun_path
 
 TIMEOUT = 120
 
 
 def run(cmd, script, env=None):
-    full_env = dict(os.environ, **(env or {}))
+    full_env = job_env(env)
     return subprocess.run(cmd + [sys.executable, "-c", textwrap.dedent(script)],
                           capture_output=True, text=True, timeout=TIMEOUT, env=full_env)
 
