@@ -35,7 +35,12 @@ static void abs_deadline(struct timespec *ts, double seconds_from_now) {
 }
 
 void hvdl_request_release(struct hvdl_request *r) {
-  if (atomic_fetch_sub(&r->refs, 1) == 1) free(r);
+  if (atomic_fetch_sub(&r->refs, 1) == 1) {
+    free(r->splits);
+    free(r->recv_splits);
+    free(r->out);
+    free(r);
+  }
 }
 
 /* Unlinks r from the in-flight list (under mu). */

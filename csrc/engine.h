@@ -17,14 +17,26 @@
 #define HVDL_MAX_DIMS 16
 #define HVDL_MAX_NAME 512
 
-enum hvdl_coll { HVDL_COLL_ALLREDUCE = 0, HVDL_NUM_COLLS };
+enum hvdl_coll {
+  HVDL_COLL_ALLREDUCE = 0,
+  HVDL_COLL_ALLGATHER,
+  HVDL_COLL_BROADCAST,
+  HVDL_COLL_ALLTOALL,
+  HVDL_COLL_REDUCESCATTER,
+  HVDL_COLL_BARRIER,
+  HVDL_NUM_COLLS
+};
 
-/* What every rank must agree on for one name; the coordinator compares these. */
+/* What every rank must agree on for one name; the coordinator compares these.
+ * For ALLGATHER and ALLTOALL dims[0] is -1 here (it may differ per rank; the
+ * execution exchanges it). `error` is a problem this rank found in its own
+ * arguments: the coordinator turns it into an error on every rank. */
 struct hvdl_desc {
-  int32_t coll, dtype, op, ndim;
+  int32_t coll, dtype, op, ndim, root;
   double prescale, postscale;
   int64_t dims[HVDL_MAX_DIMS];
   char name[HVDL_MAX_NAME];
+  char error[256];
 };
 
 enum hvdl_req_state { HVDL_REQ_PENDING = 0, HVDL_REQ_DONE = 1, HVDL_REQ_FAILED = 2 };
@@ -37,8 +49,14 @@ enum hvdl_req_phase { HVDL_PHASE_NEW = 0, HVDL_PHASE_ANNOUNCED, HVDL_PHASE_CACHE
 struct hvdl_request {
   struct hvdl_desc desc;
   const void *send;
-  void *recv;
-  size_t count, nbytes;
+  void *recv;                    /* NULL for ALLGATHER/ALLTOALL: the engine allocates `out` */
+  size_t count, nbytes;          /* of send */
+  int64_t dim0;                  /* this rank's first dimension (ALLGATHER, ALLTOALL) */
+  int64_t *splits;               /* ALLTOALL: rows for each rank (size entries), or NULL */
+  void *out;                     /* engine-allocated output, freed with the request */
+  size_t out_bytes;
+  int64_t out_dim0;              /* rows of `out` */
+  int64_t *recv_splits;          /* ALLTOALL: rows received from each rank */
   _Atomic int state;             /* enum hvdl_req_state */
   _Atomic int refs;
   hvdlResult_t result;           /* set before state leaves PENDING */

@@ -10,6 +10,12 @@
  *
  * The grouping is a function of the ready list alone, which is the same on
  * every rank, so every rank makes the same all-reduce calls in the same order.
+ *
+ * The other collectives run one call each, in list order: allgather exchanges
+ * the ranks' first dimensions, then gathers into an output the engine allocates;
+ * alltoall exchanges the split counts, then uses MPI_Alltoallv; reducescatter
+ * splits the rows as evenly as possible (the first ranks take the extra ones);
+ * broadcast is hvdlBroadcast; a barrier needs nothing beyond its negotiation.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +24,8 @@
 #include "reduce.h"
 
 static int same_key(const struct hvdl_request *a, const struct hvdl_request *b) {
-  return a->desc.dtype == b->desc.dtype && a->desc.op == b->desc.op &&
+  return b->desc.coll == HVDL_COLL_ALLREDUCE && a->desc.dtype == b->desc.dtype &&
+         a->desc.op == b->desc.op &&
          a->desc.prescale == b->desc.prescale && a->desc.postscale == b->desc.postscale;
 }
 
@@ -94,6 +101,138 @@ static hvdlResult_t run_fused(struct hvdl_engine *e, struct hvdl_request **group
   return res;
 }
 
+
+/* ---- the other collectives: one call each, no fusion ---------------------- */
+
+static size_t row_elems(const struct hvdl_desc *d) {
+  size_t k = 1;
+  for (int i = 1; i < d->ndim; i++) k *= (size_t)d->dims[i];
+  return k;
+}
+
+/* Allocates the request's output (rows x the other dims). */
+static hvdlResult_t alloc_out(struct hvdl_engine *e, struct hvdl_request *r, int64_t rows) {
+  const size_t bytes = (size_t)rows * row_elems(&r->desc) * hvdl_type_size((hvdlDataType_t)r->desc.dtype);
+  r->out = malloc(bytes ? bytes : 1);
+  if (!r->out) return hvdl_fail(e->data, hvdlSystemError, "out of memory for a %zu-byte output", bytes);
+  r->out_bytes = bytes;
+  r->out_dim0 = rows;
+  return hvdlSuccess;
+}
+
+/* Every rank's int64 value, into vals[size] (on the data communicator). */
+static hvdlResult_t gather_int64(struct hvdl_engine *e, int64_t mine, int64_t *vals) {
+  MPI_Request req;
+  HVDL_MPI(e->data, MPI_Iallgather(&mine, 1, MPI_INT64_T, vals, 1, MPI_INT64_T, e->data->mpi, &req));
+  return hvdl_wait_all(e->data, 1, &req, 50.0);
+}
+
+static hvdlResult_t run_allgather(struct hvdl_engine *e, struct hvdl_request *r) {
+  const int n = e->size;
+  const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
+  hvdlResult_t res = hvdlSuccess;
+  int64_t *rows = calloc((size_t)n, sizeof *rows);
+  size_t *counts = calloc((size_t)n, sizeof *counts);
+  if (!rows || !counts) res = hvdl_fail(e->data, hvdlSystemError, "allgather: out of memory");
+  if (res == hvdlSuccess) res = gather_int64(e, r->dim0, rows);
+  int64_t total = 0;
+  for (int q = 0; q < n && res == hvdlSuccess; q++) {
+    counts[q] = (size_t)rows[q] * row_elems(&r->desc);
+    total += rows[q];
+  }
+  if (res == hvdlSuccess) res = alloc_out(e, r, total);
+  if (res == hvdlSuccess) res = hvdl_allgatherv(e->data, r->send, r->out, counts, dt);
+  free(rows);
+  free(counts);
+  return res;
+}
+
+static hvdlResult_t run_alltoall(struct hvdl_engine *e, struct hvdl_request *r) {
+  const int n = e->size;
+  const size_t row_bytes = row_elems(&r->desc) * hvdl_type_size((hvdlDataType_t)r->desc.dtype);
+  hvdlResult_t res = hvdlSuccess;
+  int *ints = calloc((size_t)n * 4, sizeof *ints);
+  r->recv_splits = calloc((size_t)n, sizeof *r->recv_splits);
+  if (!ints || !r->recv_splits) res = hvdl_fail(e->data, hvdlSystemError, "alltoall: out of memory");
+  MPI_Request req;
+  if (res == hvdlSuccess) {
+    int err = MPI_Ialltoall(r->splits, 1, MPI_INT64_T, r->recv_splits, 1, MPI_INT64_T, e->data->mpi, &req);
+    res = err == MPI_SUCCESS ? hvdl_wait_all(e->data, 1, &req, 50.0) : hvdl_fail_mpi(e->data, err, "MPI_Ialltoall");
+  }
+  int *scounts = ints, *sdispls = ints + n, *rcounts = ints + 2 * n, *rdispls = ints + 3 * n;
+  int64_t total = 0;
+  size_t soff = 0, roff = 0;
+  for (int q = 0; q < n && res == hvdlSuccess; q++) {
+    size_t sb = (size_t)r->splits[q] * row_bytes, rb = (size_t)r->recv_splits[q] * row_bytes;
+    if (sb > 0x7fffffff || rb > 0x7fffffff || soff + sb > 0x7fffffff || roff + rb > 0x7fffffff)
+      res = hvdl_fail(e->data, hvdlInvalidArgument, "alltoall: more than 2 GiB per rank is not supported");
+    scounts[q] = (int)sb;
+    sdispls[q] = (int)soff;
+    rcounts[q] = (int)rb;
+    rdispls[q] = (int)roff;
+    soff += sb;
+    roff += rb;
+    total += r->recv_splits[q];
+  }
+  if (res == hvdlSuccess) res = alloc_out(e, r, total);
+  if (res == hvdlSuccess) {
+    int err = MPI_Ialltoallv(r->send, scounts, sdispls, MPI_BYTE, r->out, rcounts, rdispls, MPI_BYTE,
+                             e->data->mpi, &req);
+    res = err == MPI_SUCCESS ? hvdl_wait_all(e->data, 1, &req, 50.0) : hvdl_fail_mpi(e->data, err, "MPI_Ialltoallv");
+  }
+  free(ints);
+  return res;
+}
+
+static hvdlResult_t run_reducescatter(struct hvdl_engine *e, struct hvdl_request *r) {
+  const int n = e->size;
+  const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
+  const int64_t rows = r->desc.dims[0];
+  hvdlResult_t res = hvdlSuccess;
+  size_t *counts = calloc((size_t)n, sizeof *counts);
+  void *scaled = NULL;
+  const void *src = r->send;
+  if (!counts) return hvdl_fail(e->data, hvdlSystemError, "reducescatter: out of memory");
+  for (int q = 0; q < n; q++)  /* as even as possible; the first ranks take the extra rows */
+    counts[q] = (size_t)(rows / n + (q < rows % n ? 1 : 0)) * row_elems(&r->desc);
+  if (r->desc.prescale != 1.0) {
+    scaled = malloc(r->nbytes ? r->nbytes : 1);
+    if (!scaled) res = hvdl_fail(e->data, hvdlSystemError, "reducescatter: out of memory");
+    else hvdl_scale(scaled, r->send, r->count, dt, r->desc.prescale);
+    src = scaled;
+  }
+  if (res == hvdlSuccess)
+    res = hvdl_reducescatterv(e->data, src, r->recv, counts, dt, (hvdlRedOp_t)r->desc.op);
+  if (res == hvdlSuccess && r->desc.postscale != 1.0)
+    hvdl_scale(r->recv, r->recv, counts[e->rank], dt, r->desc.postscale);
+  free(scaled);
+  free(counts);
+  return res;
+}
+
+static hvdlResult_t run_other(struct hvdl_engine *e, struct hvdl_request *r) {
+  const double t0 = hvdl_now();
+  note_queue(e, r, t0);
+  hvdlResult_t res = hvdlSuccess;
+  switch (r->desc.coll) {
+    case HVDL_COLL_ALLGATHER: res = run_allgather(e, r); break;
+    case HVDL_COLL_ALLTOALL: res = run_alltoall(e, r); break;
+    case HVDL_COLL_REDUCESCATTER: res = run_reducescatter(e, r); break;
+    case HVDL_COLL_BROADCAST:
+      res = hvdlBroadcast(r->send, r->recv, r->count, (hvdlDataType_t)r->desc.dtype, r->desc.root,
+                          e->data, NULL);
+      break;
+    case HVDL_COLL_BARRIER: break; /* the negotiation itself was the barrier */
+    default: res = hvdl_fail(e->data, hvdlInternalError, "unknown collective %d", r->desc.coll);
+  }
+  if (e->timeline && res == hvdlSuccess)
+    hvdl_timeline_event(e->timeline, r->desc.name, "EXECUTE", t0, hvdl_now());
+  /* A bad argument found only here (a size limit) fails this request, not the engine. */
+  hvdlResult_t keep = res == hvdlInvalidArgument ? hvdlSuccess : res;
+  hvdl_engine_complete(e, r, res, res == hvdlSuccess ? NULL : hvdlGetLastError(e->data));
+  return keep;
+}
+
 hvdlResult_t hvdl_execute(struct hvdl_engine *e, struct hvdl_request **ready, int n) {
   const size_t threshold = e->cfg.fusion_threshold;
   hvdlResult_t res = hvdlSuccess;
@@ -110,6 +249,10 @@ hvdlResult_t hvdl_execute(struct hvdl_engine *e, struct hvdl_request **ready, in
     taken[i] = 1;
     if (res != hvdlSuccess) { /* the communicator broke earlier in this list */
       hvdl_engine_complete(e, r, res, hvdlGetLastError(e->data));
+      continue;
+    }
+    if (r->desc.coll != HVDL_COLL_ALLREDUCE) {
+      res = run_other(e, r);
       continue;
     }
     if (threshold == 0 || r->nbytes >= threshold) {

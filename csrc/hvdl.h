@@ -136,6 +136,9 @@ hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                            hvdlStream_t stream);
 
+hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                           hvdlDataType_t datatype, int root, hvdlComm_t comm, hvdlStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -98,4 +98,10 @@ hvdlResult_t hvdl_allreduce_ring(hvdlComm_t comm, const void *sendbuff, void *re
 hvdlResult_t hvdl_allreduce_small(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                   size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 
+/* Variable-size collectives (counts in elements, one per rank). */
+hvdlResult_t hvdl_allgatherv(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                             const size_t *counts, hvdlDataType_t dt);
+hvdlResult_t hvdl_reducescatterv(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op);
+
 #endif /* HVDL_INTERNAL_H_ */

@@ -72,18 +72,19 @@ static int buf_put_str(struct buf *b, const char *s) {
 /* ---- descriptors on the wire --------------------------------------------- */
 
 struct wire_fixed {
-  int32_t coll, dtype, op, ndim;
+  int32_t coll, dtype, op, ndim, root, pad;
   double prescale, postscale;
 };
 
 static int desc_put(struct buf *b, const struct hvdl_desc *d) {
-  struct wire_fixed f = {d->coll, d->dtype, d->op, d->ndim, d->prescale, d->postscale};
+  struct wire_fixed f = {d->coll, d->dtype, d->op, d->ndim, d->root, 0, d->prescale, d->postscale};
   return buf_put(b, &f, sizeof f) || buf_put(b, d->dims, sizeof(int64_t) * (size_t)d->ndim) ||
-         buf_put_str(b, d->name);
+         buf_put_str(b, d->name) || buf_put_str(b, d->error);
 }
 
 static size_t desc_size(const struct hvdl_desc *d) {
-  return sizeof(struct wire_fixed) + sizeof(int64_t) * (size_t)d->ndim + 4 + strlen(d->name);
+  return sizeof(struct wire_fixed) + sizeof(int64_t) * (size_t)d->ndim + 8 + strlen(d->name) +
+         strlen(d->error);
 }
 
 static const char *desc_get(const char *p, struct hvdl_desc *d) {
@@ -95,6 +96,7 @@ static const char *desc_get(const char *p, struct hvdl_desc *d) {
   d->dtype = f.dtype;
   d->op = f.op;
   d->ndim = f.ndim;
+  d->root = f.root;
   d->prescale = f.prescale;
   d->postscale = f.postscale;
   memcpy(d->dims, p, sizeof(int64_t) * (size_t)f.ndim);
@@ -103,6 +105,10 @@ static const char *desc_get(const char *p, struct hvdl_desc *d) {
   memcpy(&n, p, 4);
   p += 4;
   memcpy(d->name, p, n < HVDL_MAX_NAME ? n : HVDL_MAX_NAME - 1);
+  p += n;
+  memcpy(&n, p, 4);
+  p += 4;
+  memcpy(d->error, p, n < sizeof d->error ? n : sizeof d->error - 1);
   return p + n;
 }
 
@@ -122,19 +128,28 @@ static const char *get_str(const char *p, char *out, size_t cap) {
 
 static int desc_equal(const struct hvdl_desc *a, const struct hvdl_desc *b) {
   if (a->coll != b->coll || a->dtype != b->dtype || a->op != b->op || a->ndim != b->ndim ||
-      a->prescale != b->prescale || a->postscale != b->postscale)
+      a->root != b->root || a->prescale != b->prescale || a->postscale != b->postscale)
     return 0;
   for (int i = 0; i < a->ndim; i++)
     if (a->dims[i] != b->dims[i]) return 0;
-  return strcmp(a->name, b->name) == 0;
+  return strcmp(a->name, b->name) == 0 && strcmp(a->error, b->error) == 0;
 }
 
-static const char *coll_name(int c) { return c == HVDL_COLL_ALLREDUCE ? "ALLREDUCE" : "UNKNOWN"; }
+static const char *coll_name(int c) {
+  static const char *names[HVDL_NUM_COLLS] = {"ALLREDUCE", "ALLGATHER", "BROADCAST",
+                                               "ALLTOALL", "REDUCESCATTER", "BARRIER"};
+  return c >= 0 && c < HVDL_NUM_COLLS ? names[c] : "UNKNOWN";
+}
 
+/* [17, 17]; a first dimension that may differ per rank (-1 here) shows as '*'. */
 static void shape_str(const struct hvdl_desc *d, char *out, size_t cap) {
   size_t n = (size_t)snprintf(out, cap, "[");
-  for (int i = 0; i < d->ndim && n < cap; i++)
-    n += (size_t)snprintf(out + n, cap - n, i ? ", %lld" : "%lld", (long long)d->dims[i]);
+  for (int i = 0; i < d->ndim && n < cap; i++) {
+    if (d->dims[i] < 0)
+      n += (size_t)snprintf(out + n, cap - n, i ? ", *" : "*");
+    else
+      n += (size_t)snprintf(out + n, cap - n, i ? ", %lld" : "%lld", (long long)d->dims[i]);
+  }
   if (n < cap) snprintf(out + n, cap - n, "]");
 }
 
@@ -158,6 +173,10 @@ static int mismatch(const struct hvdl_desc *a, int ra, const struct hvdl_desc *b
     what = "tensor shapes";
     shape_str(a, x, sizeof x);
     shape_str(b, y, sizeof y);
+  } else if (a->root != b->root) {
+    what = "root ranks";
+    snprintf(x, sizeof x, "%d", a->root);
+    snprintf(y, sizeof y, "%d", b->root);
   } else if (a->op != b->op) {
     what = "reduction ops";
     snprintf(x, sizeof x, "%s", hvdl_op_name((hvdlRedOp_t)a->op));
@@ -341,7 +360,18 @@ static hvdlResult_t coordinate(struct hvdl_engine *e, const char *gathered, cons
     }
     char msg[HVDL_ERRMSG_LEN];
     int bad = 0;
+    for (int r = 0; r < n && !bad; r++)
+      if (te->descs[r].error[0]) {
+        snprintf(msg, sizeof msg, "%s (on rank %d)", te->descs[r].error, r);
+        bad = 1;
+      }
     for (int r = 1; r < n && !bad; r++) bad = mismatch(&te->descs[0], 0, &te->descs[r], r, msg, sizeof msg);
+    if (!bad && te->descs[0].coll == HVDL_COLL_BROADCAST &&
+        (te->descs[0].root < 0 || te->descs[0].root >= n)) {
+      snprintf(msg, sizeof msg, "BROADCAST root rank %d is out of range for %d ranks (tensor '%s')",
+               te->descs[0].root, n, te->descs[0].name);
+      bad = 1;
+    }
     if (bad) {
       buf_put_u32(resp, RESP_ERROR);
       buf_put_str(resp, te->descs[0].name);

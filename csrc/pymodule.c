@@ -14,9 +14,11 @@
  *   Engine(fhandle=None, ranks=None)     starts the background engine (engine.c) over the
  *                                        base communicator (Fortran handle) or a subset of it
  *     .rank .size .local_rank .local_size .cross_rank .cross_size
- *     .submit_allreduce(send, recv, dtype, op, prescale, postscale, name, shape) -> Handle
+ *     .submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits,
+ *             error) -> Handle
  *     .shutdown()
  *   Handle.poll() -> bool, Handle.wait()  (GIL released; raises if the request failed)
+ *   Handle.out_rows(), .recv_splits(), and the buffer protocol: an engine-allocated output
  *   Comm(fhandle=None).allreduce(send, recv, dtype, op), .destroy()
  *                                        the bare C API, for benchmarks and C-level tests
  *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor)
@@ -357,17 +359,21 @@ static int parse_shape(PyObject *shape, struct hvdl_desc *d) {
   return 0;
 }
 
-/* submit_allreduce(send, recv, dtype, op, prescale, postscale, name, shape) -> Handle */
-static PyObject *Engine_submit_allreduce(EngineObject *self, PyObject *args) {
-  PyObject *sendobj, *recvobj, *shape;
-  int dtype, op;
+/* submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits, error)
+ *   -> Handle. recv None: the engine allocates the output (ALLGATHER, ALLTOALL); send and
+ *   recv None: no data (BARRIER); splits: ALLTOALL rows per rank; error: a problem this rank
+ *   found in its arguments, which fails the collective on every rank. */
+static PyObject *Engine_submit(EngineObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj, *shape, *splits;
+  int coll, dtype, op, root;
   double pre, post;
-  const char *name;
+  const char *name, *error;
   Py_ssize_t name_len;
-  if (!PyArg_ParseTuple(args, "OOiidds#O", &sendobj, &recvobj, &dtype, &op, &pre, &post, &name,
-                        &name_len, &shape))
+  if (!PyArg_ParseTuple(args, "iOOiidds#OiOs", &coll, &sendobj, &recvobj, &dtype, &op, &pre,
+                        &post, &name, &name_len, &shape, &root, &splits, &error))
     return NULL;
   if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine is gone");
+  if (coll < 0 || coll >= HVDL_NUM_COLLS) return PyErr_Format(PyExc_ValueError, "invalid collective %d", coll);
   if (check_dtype(dtype) || check_op(op)) return NULL;
   if (name_len >= HVDL_MAX_NAME)
     return PyErr_Format(PyExc_ValueError, "name is %zd bytes long; the limit is %d", name_len,
@@ -387,26 +393,45 @@ static PyObject *Engine_submit_allreduce(EngineObject *self, PyObject *args) {
   h->req = r;
   Py_INCREF(self);
   h->owner = self;
-  size_t scount, rcount;
-  if (get_buffer(sendobj, &h->send, 0, dtype, &scount, "sendbuf")) goto fail;
-  h->has_send = 1;
-  if (get_buffer(recvobj, &h->recv, 1, dtype, &rcount, "recvbuf")) goto fail;
-  h->has_recv = 1;
-  if (scount != rcount) {
-    PyErr_Format(PyExc_ValueError, "allreduce: sendbuf has %zu elements, recvbuf %zu", scount,
-                 rcount);
-    goto fail;
+  size_t scount = 0, rcount = 0;
+  if (sendobj != Py_None) {
+    if (get_buffer(sendobj, &h->send, 0, dtype, &scount, "sendbuf")) goto fail;
+    h->has_send = 1;
+  }
+  if (recvobj != Py_None) {
+    if (get_buffer(recvobj, &h->recv, 1, dtype, &rcount, "recvbuf")) goto fail;
+    h->has_recv = 1;
   }
   if (parse_shape(shape, &r->desc)) goto fail;
-  r->desc.coll = HVDL_COLL_ALLREDUCE;
+  if (splits != Py_None) {
+    PyObject *seq = PySequence_Fast(splits, "splits must be a sequence of ints");
+    if (!seq) goto fail;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+    r->splits = calloc((size_t)(k > self->size ? k : self->size) + 1, sizeof *r->splits);
+    for (Py_ssize_t i = 0; r->splits && i < k; i++)
+      r->splits[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+    Py_DECREF(seq);
+    if (!r->splits) {
+      PyErr_NoMemory();
+      goto fail;
+    }
+    if (PyErr_Occurred()) goto fail;
+  }
+  r->desc.coll = coll;
   r->desc.dtype = dtype;
   r->desc.op = op;
+  r->desc.root = root;
   r->desc.prescale = pre;
   r->desc.postscale = post;
   memcpy(r->desc.name, name, (size_t)name_len);
   r->desc.name[name_len] = '\0';
-  r->send = h->send.buf;
-  r->recv = h->recv.buf;
+  snprintf(r->desc.error, sizeof r->desc.error, "%s", error);
+  if ((coll == HVDL_COLL_ALLGATHER || coll == HVDL_COLL_ALLTOALL) && r->desc.ndim > 0) {
+    r->dim0 = r->desc.dims[0];
+    r->desc.dims[0] = -1; /* may differ per rank: exchanged when it runs */
+  }
+  r->send = h->has_send ? h->send.buf : NULL;
+  r->recv = h->has_recv ? h->recv.buf : NULL;
   r->count = scount;
   r->nbytes = scount * hvdl_type_size((hvdlDataType_t)dtype);
   hvdlResult_t res = hvdl_engine_submit(self->engine, r);
@@ -458,7 +483,39 @@ static PyObject *Handle_wait(HandleObject *self, PyObject *noargs) {
   Py_RETURN_NONE;
 }
 
+/* After a successful wait: rows of the engine-allocated output, and (alltoall) the
+ * rows received from each rank. */
+static PyObject *Handle_out_rows(HandleObject *self, PyObject *noargs) {
+  (void)noargs;
+  return PyLong_FromLongLong((long long)self->req->out_dim0);
+}
+
+static PyObject *Handle_recv_splits(HandleObject *self, PyObject *noargs) {
+  (void)noargs;
+  struct hvdl_request *r = self->req;
+  if (!r->recv_splits || !self->owner) Py_RETURN_NONE;
+  PyObject *list = PyList_New(self->owner->size);
+  for (int i = 0; list && i < self->owner->size; i++)
+    PyList_SET_ITEM(list, i, PyLong_FromLongLong((long long)r->recv_splits[i]));
+  return list;
+}
+
+/* The buffer protocol exposes the engine-allocated output once the request is done. */
+static int Handle_getbuffer(HandleObject *self, Py_buffer *view, int flags) {
+  struct hvdl_request *r = self->req;
+  if (atomic_load(&r->state) != HVDL_REQ_DONE || !r->out) {
+    PyErr_SetString(PyExc_BufferError, "this handle has no output (yet)");
+    view->obj = NULL;
+    return -1;
+  }
+  return PyBuffer_FillInfo(view, (PyObject *)self, r->out, (Py_ssize_t)r->out_bytes, 0, flags);
+}
+
+static PyBufferProcs Handle_as_buffer = {(getbufferproc)Handle_getbuffer, NULL};
+
 static PyMethodDef Handle_methods[] = {
+    {"out_rows", (PyCFunction)Handle_out_rows, METH_NOARGS, "rows of the engine-allocated output"},
+    {"recv_splits", (PyCFunction)Handle_recv_splits, METH_NOARGS, "alltoall: rows from each rank"},
     {"poll", (PyCFunction)Handle_poll, METH_NOARGS, "True once the request has completed"},
     {"wait", (PyCFunction)Handle_wait, METH_NOARGS, "wait (GIL released); raise if it failed"},
     {NULL, NULL, 0, NULL},
@@ -471,6 +528,7 @@ static PyTypeObject HandleType = {
     .tp_doc = "A submitted collective.",
     .tp_dealloc = (destructor)Handle_dealloc,
     .tp_methods = Handle_methods,
+    .tp_as_buffer = &Handle_as_buffer,
 };
 
 /* ---- Comm: the NCCL-shaped C API on its own ------------------------------ */
@@ -580,8 +638,8 @@ static PyGetSetDef Engine_getset[] = {
 };
 
 static PyMethodDef Engine_methods[] = {
-    {"submit_allreduce", (PyCFunction)Engine_submit_allreduce, METH_VARARGS,
-     "submit_allreduce(send, recv, dtype, op, prescale, postscale, name, shape) -> Handle"},
+    {"submit", (PyCFunction)Engine_submit, METH_VARARGS,
+     "submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits, error)"},
     {"shutdown", (PyCFunction)Engine_shutdown, METH_NOARGS,
      "leave: the last round tells the other ranks; pending requests fail"},
     {NULL, NULL, 0, NULL},
@@ -768,6 +826,12 @@ PyMODINIT_FUNC PyInit__core(void) {
       {"hvdlInvalidUsage", hvdlInvalidUsage},
       {"hvdlRemoteError", hvdlRemoteError},
       {"hvdlInProgress", hvdlInProgress},
+      {"COLL_ALLREDUCE", HVDL_COLL_ALLREDUCE},
+      {"COLL_ALLGATHER", HVDL_COLL_ALLGATHER},
+      {"COLL_BROADCAST", HVDL_COLL_BROADCAST},
+      {"COLL_ALLTOALL", HVDL_COLL_ALLTOALL},
+      {"COLL_REDUCESCATTER", HVDL_COLL_REDUCESCATTER},
+      {"COLL_BARRIER", HVDL_COLL_BARRIER},
   };
   for (size_t i = 0; i < sizeof enums / sizeof enums[0]; i++)
     PyModule_AddIntConstant(m, enums[i].name, enums[i].value);

@@ -6,6 +6,10 @@
 """
 from .basics import (build_info, cross_rank, cross_size, init, is_initialized, local_rank,
                      local_size, mpi_threads_supported, rank, shutdown, size)
+from .collectives import (allgather, allgather_async, alltoall, alltoall_async, barrier, broadcast,
+                          broadcast_, broadcast_async, broadcast_async_, grouped_allgather,
+                          grouped_allgather_async, grouped_reducescatter,
+                          grouped_reducescatter_async, reducescatter, reducescatter_async)
 from .exceptions import (CollectiveError, HvdLiteError, InvalidArgumentError, LauncherError,
                          MPIMismatchError, NotInitializedError, RemoteRankError)
 from .ops import (Average, Handle, Max, Min, Product, ReduceOp, Sum, allreduce, allreduce_,
@@ -19,7 +23,10 @@ __all__ = [
     "cross_rank", "cross_size", "mpi_threads_supported", "build_info",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "poll",
-    "synchronize", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
+    "synchronize", "Handle", "ReduceOp", "allgather", "allgather_async", "broadcast", "broadcast_",
+    "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
+    "reducescatter_async", "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
+    "grouped_reducescatter_async", "barrier", "Sum", "Average", "Min", "Max", "Product",
     "HvdLiteError", "NotInitializedError", "MPIMismatchError", "CollectiveError",
     "InvalidArgumentError", "LauncherError", "RemoteRankError", "__version__",
 ]

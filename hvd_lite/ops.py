@@ -104,12 +104,13 @@ def _name(fn: str, kind: str, name) -> str:
 class Handle:
     """A collective in flight: pass it to poll() or synchronize()."""
 
-    __slots__ = ("_c", "output", "name")
+    __slots__ = ("_c", "output", "name", "_finish")
 
-    def __init__(self, c_handle, output: np.ndarray, name: str):
+    def __init__(self, c_handle, output, name: str, finish=None):
         self._c = c_handle
         self.output = output
         self.name = name
+        self._finish = finish  # builds the output from the engine's buffer, once done
 
     def __repr__(self) -> str:
         state = "done" if self._c.poll() else "pending"
@@ -128,7 +129,8 @@ def _submit_allreduce(fn, array, out, op, prescale_factor, postscale_factor, nam
         out = np.empty_like(array, order="C")
     # The C core takes the arrays' memory through the buffer protocol without a
     # format, which works for every dtype here, bfloat16 included.
-    c = engine.submit_allreduce(array, out, code, hop, pre, post, name, array.shape)
+    c = engine.submit(_core.COLL_ALLREDUCE, array, out, code, hop, pre, post, name, array.shape, 0,
+                      None, "")
     return Handle(c, out, name)
 
 
@@ -151,9 +153,11 @@ def poll(handle: Handle) -> bool:
     return handle._c.poll()
 
 
-def synchronize(handle: Handle) -> np.ndarray:
+def synchronize(handle: Handle):
     """Waits for `handle` (GIL released) and returns its output, or raises its error."""
     handle._c.wait()
+    if handle._finish is not None:
+        handle.output, handle._finish = handle._finish(handle._c), None
     return handle.output
 
 
