@@ -39,6 +39,7 @@ void hvdl_request_release(struct hvdl_request *r) {
     free(r->splits);
     free(r->recv_splits);
     free(r->out);
+    free(r->zeros);
     free(r);
   }
 }
@@ -112,7 +113,7 @@ static void *engine_main(void *arg) {
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* 1 us: short sleeps stay short */
 #endif
   struct hvdl_request **pending = NULL, **ready = NULL;
-  int cap = 0;
+  int pcap = 0, cap = 0;
   const double tick = idle_tick(e);
   double next_tick = hvdl_now() + tick;
   double backoff = 0.0; /* after a round without progress */
@@ -138,18 +139,16 @@ static void *engine_main(void *arg) {
     }
     int n = 0;
     for (struct hvdl_request *r = e->inflight; r; r = r->next) n++;
-    if (n > cap) {
+    if (n > pcap) {
       int ncap = n * 2;
       struct hvdl_request **p1 = realloc(pending, sizeof *p1 * (size_t)ncap);
-      if (p1) pending = p1;
-      struct hvdl_request **p2 = realloc(ready, sizeof *p2 * (size_t)ncap);
-      if (p2) ready = p2;
-      if (!p1 || !p2) {
+      if (!p1) {
         pthread_mutex_unlock(&e->mu);
         fail_all(e, hvdlSystemError, "hvd_lite engine: out of memory");
         break;
       }
-      cap = ncap;
+      pending = p1;
+      pcap = ncap;
     }
     n = 0;
     for (struct hvdl_request *r = e->inflight; r; r = r->next) {
@@ -170,7 +169,7 @@ static void *engine_main(void *arg) {
     e->last_round = hvdl_now();
 
     int nready = 0, finished = 0;
-    hvdlResult_t res = hvdl_round(e, pending, n, leaving, ready, &nready, &finished);
+    hvdlResult_t res = hvdl_round(e, pending, n, leaving, &ready, &cap, &nready, &finished);
     if (res == hvdlSuccess && nready > 0) res = hvdl_execute(e, ready, nready);
     for (int i = 0; i < n; i++) hvdl_request_release(pending[i]);
     if (res != hvdlSuccess) {
@@ -212,6 +211,14 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
   MPI_Comm_set_errhandler(e->ctrl, MPI_ERRORS_RETURN);
   e->rank = e->data->rank;
   e->size = e->data->size;
+  e->join_round = malloc(sizeof *e->join_round * (size_t)e->size);
+  if (!e->join_round) {
+    hvdlCommDestroy(e->data);
+    MPI_Comm_free(&e->ctrl);
+    free(e);
+    return hvdl_fail(NULL, hvdlSystemError, "hvd_lite engine: out of memory");
+  }
+  for (int i = 0; i < e->size; i++) e->join_round[i] = -1;
   pthread_mutex_init(&e->mu, NULL);
   pthread_cond_init(&e->work_cv, NULL);
   pthread_cond_init(&e->done_cv, NULL);
@@ -313,6 +320,7 @@ void hvdl_engine_free(struct hvdl_engine *e) {
   hvdl_timeline_close(e->timeline);
   hvdl_negotiate_free(e);
   free(e->fusion);
+  free(e->join_round);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->work_cv);
   pthread_cond_destroy(&e->done_cv);

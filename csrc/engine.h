@@ -24,6 +24,7 @@ enum hvdl_coll {
   HVDL_COLL_ALLTOALL,
   HVDL_COLL_REDUCESCATTER,
   HVDL_COLL_BARRIER,
+  HVDL_COLL_JOIN,
   HVDL_NUM_COLLS
 };
 
@@ -57,6 +58,8 @@ struct hvdl_request {
   size_t out_bytes;
   int64_t out_dim0;              /* rows of `out` */
   int64_t *recv_splits;          /* ALLTOALL: rows received from each rank */
+  int64_t value;                 /* JOIN: the last rank to join */
+  void *zeros;                   /* a joined rank's stand-in input (engine-made requests) */
   _Atomic int state;             /* enum hvdl_req_state */
   _Atomic int refs;
   hvdlResult_t result;           /* set before state leaves PENDING */
@@ -118,6 +121,8 @@ struct hvdl_engine {
   char *wire2;
   size_t wire2_bytes;
   char pending_shutdown[HVDL_ERRMSG_LEN]; /* rank 0: stall shutdown to broadcast */
+  int *join_round;               /* per rank: the round it joined in, or -1 */
+  long round_no;
   double last_round;
   struct hvdl_timeline *timeline;
 };
@@ -137,11 +142,13 @@ void hvdl_engine_mark_dead(struct hvdl_engine *e, hvdlResult_t res, const char *
 void hvdl_engine_complete(struct hvdl_engine *e, struct hvdl_request *r, hvdlResult_t res,
                           const char *msg);
 
-/* negotiate.c: one round. Fills ready[] (capacity: requests in flight) with
- * what every rank executes now, in the same order on every rank. Sets
- * *finished when this engine must stop taking part in rounds. */
+/* negotiate.c: one round. Fills *ready (grown as needed; a joined rank adds
+ * stand-ins for the others' allreduces) with what every rank executes now, in
+ * the same order on every rank. Sets *finished when this engine must stop
+ * taking part in rounds. */
 hvdlResult_t hvdl_round(struct hvdl_engine *e, struct hvdl_request **pending, int npending,
-                        int leaving, struct hvdl_request **ready, int *nready, int *finished);
+                        int leaving, struct hvdl_request ***ready, int *ready_cap, int *nready,
+                        int *finished);
 void hvdl_negotiate_free(struct hvdl_engine *e);
 
 /* fusion.c: runs the ready list on the data communicator. */

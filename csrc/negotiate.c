@@ -31,6 +31,7 @@
 #define HDR_WORDS 2
 #define FLAG_LEAVING 1ull
 #define FLAG_SLOW 2ull
+#define FLAG_JOINED 4ull
 #define ROUND_SPIN_SECONDS 20e-6
 /* Sleeps between polls grow to 1 ms, and to 10 ms once a round has waited 50 ms
  * (a peer that is late by that much is idle or busy elsewhere). */
@@ -137,7 +138,7 @@ static int desc_equal(const struct hvdl_desc *a, const struct hvdl_desc *b) {
 
 static const char *coll_name(int c) {
   static const char *names[HVDL_NUM_COLLS] = {"ALLREDUCE", "ALLGATHER", "BROADCAST",
-                                               "ALLTOALL", "REDUCESCATTER", "BARRIER"};
+                                               "ALLTOALL", "REDUCESCATTER", "BARRIER", "JOIN"};
   return c >= 0 && c < HVDL_NUM_COLLS ? names[c] : "UNKNOWN";
 }
 
@@ -319,7 +320,7 @@ static hvdlResult_t table_add(struct hvdl_engine *e, int *index) {
 /* Rank 0: files the gathered descriptors and writes the response. */
 static hvdlResult_t coordinate(struct hvdl_engine *e, const char *gathered, const int *counts,
                                const int *displs, const uint64_t *all, int words, int cache_n,
-                               int anyone_leaving, struct buf *resp) {
+                               int anyone_leaving, const unsigned char *joined, struct buf *resp) {
   const int n = e->size;
   unsigned char *fresh = calloc((size_t)(e->cache_count + 1 > cache_n ? e->cache_count + 1 : cache_n) + 1, 1);
   if (!fresh) return hvdl_fail(e->data, hvdlSystemError, "coordinator: out of memory");
@@ -353,33 +354,52 @@ static hvdlResult_t coordinate(struct hvdl_engine *e, const char *gathered, cons
   }
   for (int i = 0; i < e->table_count;) {
     struct hvdl_table_entry *te = &e->table[i];
-    /* A rank that leaves in this round executes nothing more: nothing becomes ready. */
-    if (te->nhave < n || anyone_leaving) {
+    /* Ready when every rank that has not joined announced it. A rank that leaves
+     * in this round executes nothing more: then nothing becomes ready. */
+    int complete = te->nhave > 0, first = -1;
+    for (int r = 0; r < n; r++) {
+      complete &= te->have[r] || joined[r];
+      if (te->have[r] && first < 0) first = r;
+    }
+    if (!complete || anyone_leaving) {
       i++;
       continue;
     }
+    const struct hvdl_desc *ref = &te->descs[first];
     char msg[HVDL_ERRMSG_LEN];
     int bad = 0;
     for (int r = 0; r < n && !bad; r++)
-      if (te->descs[r].error[0]) {
+      if (te->have[r] && te->descs[r].error[0]) {
         snprintf(msg, sizeof msg, "%s (on rank %d)", te->descs[r].error, r);
         bad = 1;
       }
-    for (int r = 1; r < n && !bad; r++) bad = mismatch(&te->descs[0], 0, &te->descs[r], r, msg, sizeof msg);
-    if (!bad && te->descs[0].coll == HVDL_COLL_BROADCAST &&
-        (te->descs[0].root < 0 || te->descs[0].root >= n)) {
+    for (int r = first + 1; r < n && !bad; r++)
+      if (te->have[r]) bad = mismatch(ref, first, &te->descs[r], r, msg, sizeof msg);
+    if (!bad && ref->coll == HVDL_COLL_BROADCAST && (ref->root < 0 || ref->root >= n)) {
       snprintf(msg, sizeof msg, "BROADCAST root rank %d is out of range for %d ranks (tensor '%s')",
-               te->descs[0].root, n, te->descs[0].name);
+               ref->root, n, ref->name);
+      bad = 1;
+    }
+    if (!bad && ref->coll != HVDL_COLL_ALLREDUCE && te->nhave < n) {
+      char who[256];
+      size_t k = 0;
+      who[0] = '\0';
+      for (int r = 0; r < n && k + 16 < sizeof who; r++)
+        if (joined[r]) k += (size_t)snprintf(who + k, sizeof who - k, k ? ", %d" : "%d", r);
+      snprintf(msg, sizeof msg,
+               "%s '%s' cannot run while rank %s has joined (hvd_lite.join): only allreduce "
+               "continues with joined ranks, which contribute zeros",
+               coll_name(ref->coll), ref->name, who);
       bad = 1;
     }
     if (bad) {
       buf_put_u32(resp, RESP_ERROR);
-      buf_put_str(resp, te->descs[0].name);
+      buf_put_str(resp, ref->name);
       buf_put_str(resp, msg);
     } else {
       int id = alloc_cache_id(e, all, words, cache_n, fresh, resp);
       if (id >= 0) {
-        hvdlResult_t res = cache_set(e, id, &te->descs[0]);
+        hvdlResult_t res = cache_set(e, id, ref);
         if (res != hvdlSuccess) {
           free(fresh);
           return res;
@@ -388,7 +408,7 @@ static hvdlResult_t coordinate(struct hvdl_engine *e, const char *gathered, cons
       }
       buf_put_u32(resp, RESP_READY);
       buf_put_u32(resp, (uint32_t)id);
-      desc_put(resp, &te->descs[0]);
+      desc_put(resp, ref);
     }
     table_remove(e, i);
   }
@@ -401,6 +421,58 @@ static hvdlResult_t coordinate(struct hvdl_engine *e, const char *gathered, cons
   return hvdlSuccess;
 }
 
+/* ---- the ready list ---------------------------------------------------------- */
+
+struct ready_list {
+  struct hvdl_request ***items;
+  int *cap;
+  int n;
+};
+
+static hvdlResult_t ready_push(struct hvdl_engine *e, struct ready_list *rl, struct hvdl_request *r) {
+  if (rl->n == *rl->cap) {
+    int cap = *rl->cap ? *rl->cap * 2 : 64;
+    struct hvdl_request **p = realloc(*rl->items, sizeof *p * (size_t)cap);
+    if (!p) return hvdl_fail(e->data, hvdlSystemError, "negotiation: out of memory");
+    *rl->items = p;
+    *rl->cap = cap;
+  }
+  (*rl->items)[rl->n++] = r;
+  r->phase = PHASE_FINISHED;
+  r->t_ready = hvdl_now();
+  return hvdlSuccess;
+}
+
+/* A joined rank's stand-in for an allreduce the others run: zeros in, scratch out. */
+static hvdlResult_t push_stand_in(struct hvdl_engine *e, struct ready_list *rl,
+                                  const struct hvdl_desc *d) {
+  struct hvdl_request *r = calloc(1, sizeof *r);
+  size_t count = 1;
+  for (int i = 0; i < d->ndim; i++) count *= (size_t)d->dims[i];
+  const size_t bytes = count * hvdl_type_size((hvdlDataType_t)d->dtype);
+  if (r) {
+    r->zeros = calloc(bytes ? bytes : 1, 1);
+    r->out = malloc(bytes ? bytes : 1);
+  }
+  if (!r || !r->zeros || !r->out) {
+    if (r) {
+      free(r->zeros);
+      free(r->out);
+    }
+    free(r);
+    return hvdl_fail(e->data, hvdlSystemError, "join: out of memory for a stand-in");
+  }
+  r->desc = *d;
+  r->send = r->zeros;
+  r->recv = r->out;
+  r->count = count;
+  r->nbytes = bytes;
+  atomic_init(&r->refs, 1); /* the engine's only */
+  atomic_init(&r->state, HVDL_REQ_PENDING);
+  r->t_submit = hvdl_now();
+  return ready_push(e, rl, r);
+}
+
 /* ---- applying a response (every rank) ------------------------------------ */
 
 static struct hvdl_request *find_announced(struct hvdl_request **pending, int np, const char *name) {
@@ -411,8 +483,8 @@ static struct hvdl_request *find_announced(struct hvdl_request **pending, int np
 }
 
 static hvdlResult_t apply_response(struct hvdl_engine *e, const char *p, size_t len,
-                                   struct hvdl_request **pending, int np,
-                                   struct hvdl_request **ready, int *nr, int *shutdown) {
+                                   struct hvdl_request **pending, int np, int joined_here,
+                                   struct ready_list *rl, int *shutdown) {
   const char *end = p + len;
   struct hvdl_desc d;
   char name[HVDL_MAX_NAME], msg[HVDL_ERRMSG_LEN];
@@ -425,11 +497,10 @@ static hvdlResult_t apply_response(struct hvdl_engine *e, const char *p, size_t 
         p = desc_get(p, &d);
         if ((int32_t)id >= 0) HVDL_CHECK(cache_set(e, (int)id, &d));
         struct hvdl_request *r = find_announced(pending, np, d.name);
-        if (r) {
-          r->phase = PHASE_FINISHED;
-          r->t_ready = hvdl_now();
-          ready[(*nr)++] = r;
-        }
+        if (r)
+          HVDL_CHECK(ready_push(e, rl, r));
+        else if (joined_here && d.coll == HVDL_COLL_ALLREDUCE)
+          HVDL_CHECK(push_stand_in(e, rl, &d));
         break;
       }
       case RESP_ERROR: {
@@ -466,8 +537,9 @@ static hvdlResult_t apply_response(struct hvdl_engine *e, const char *p, size_t 
 /* ---- the slow path --------------------------------------------------------- */
 
 static hvdlResult_t slow_path(struct hvdl_engine *e, const uint64_t *all, int words, int cache_n,
-                              int anyone_leaving, struct hvdl_request **pending, int np,
-                              struct hvdl_request **ready, int *nr, int *shutdown) {
+                              int anyone_leaving, const unsigned char *joined,
+                              struct hvdl_request **pending, int np, struct ready_list *rl,
+                              int *shutdown) {
   const int n = e->size;
   hvdlResult_t res = hvdlSuccess;
   struct buf mine = {0}, resp = {0};
@@ -475,7 +547,7 @@ static hvdlResult_t slow_path(struct hvdl_engine *e, const uint64_t *all, int wo
   if (!counts) return hvdl_fail(e->data, hvdlSystemError, "negotiation: out of memory");
   int *displs = counts + n;
   for (int i = 0; i < np; i++) {
-    if (pending[i]->phase != HVDL_PHASE_NEW) continue;
+    if (pending[i]->phase != HVDL_PHASE_NEW || pending[i]->desc.coll == HVDL_COLL_JOIN) continue;
     if (desc_put(&mine, &pending[i]->desc)) {
       res = hvdl_fail(e->data, hvdlSystemError, "negotiation: out of memory");
       goto out;
@@ -497,8 +569,8 @@ static hvdlResult_t slow_path(struct hvdl_engine *e, const uint64_t *all, int wo
                                  MPI_BYTE, 0, e->ctrl, &req));
   if ((res = wait_round(e, 1, &req)) != hvdlSuccess) goto out;
   if (e->rank == 0 &&
-      (res = coordinate(e, e->wire, counts, displs, all, words, cache_n, anyone_leaving, &resp)) !=
-          hvdlSuccess)
+      (res = coordinate(e, e->wire, counts, displs, all, words, cache_n, anyone_leaving, joined,
+                        &resp)) != hvdlSuccess)
     goto out;
   uint64_t len = resp.len;
   HVDL_MPI(e->data, MPI_Ibcast(&len, 1, MPI_UINT64_T, 0, e->ctrl, &req));
@@ -514,7 +586,7 @@ static hvdlResult_t slow_path(struct hvdl_engine *e, const uint64_t *all, int wo
     }
     HVDL_MPI(e->data, MPI_Ibcast(resp.p, (int)len, MPI_BYTE, 0, e->ctrl, &req));
     if ((res = wait_round(e, 1, &req)) != hvdlSuccess) goto out;
-    res = apply_response(e, resp.p, len, pending, np, ready, nr, shutdown);
+    res = apply_response(e, resp.p, len, pending, np, joined[e->rank], rl, shutdown);
   }
 out:
   free(mine.p);
@@ -593,16 +665,37 @@ static int by_cache_id(const void *a, const void *b) {
   return (x->cache_id > y->cache_id) - (x->cache_id < y->cache_id);
 }
 
+/* JOIN: when every rank has joined, each JOIN request completes with the last
+ * rank to join (the latest round; the highest rank among ties). */
+static void finish_join(struct hvdl_engine *e, struct hvdl_request **pending, int np) {
+  int last = 0;
+  for (int r = 0; r < e->size; r++)
+    if (e->join_round[r] >= e->join_round[last]) last = r;
+  for (int r = 0; r < e->size; r++) e->join_round[r] = -1;
+  for (int i = 0; i < np; i++)
+    if (pending[i]->desc.coll == HVDL_COLL_JOIN && pending[i]->phase != PHASE_FINISHED) {
+      pending[i]->phase = PHASE_FINISHED;
+      pending[i]->value = last;
+      hvdl_engine_complete(e, pending[i], hvdlSuccess, NULL);
+    }
+}
+
 hvdlResult_t hvdl_round(struct hvdl_engine *e, struct hvdl_request **pending, int np, int leaving,
-                        struct hvdl_request **ready, int *nready, int *finished) {
+                        struct hvdl_request ***ready, int *ready_cap, int *nready, int *finished) {
   const int n = e->size, me = e->rank;
   *nready = 0;
   *finished = 0;
 
-  /* A new request matching a cache entry becomes a bit; the others are announced. */
+  /* A new request matching a cache entry becomes a bit; the others are announced.
+   * A JOIN request is neither: it sets this rank's "joined" flag. */
   size_t uncached = 0;
+  int joined_here = 0;
   for (int i = 0; i < np; i++) {
     struct hvdl_request *r = pending[i];
+    if (r->desc.coll == HVDL_COLL_JOIN) {
+      joined_here = 1;
+      continue;
+    }
     if (r->phase != HVDL_PHASE_NEW) continue;
     int id = cache_find(e, r->desc.name);
     if (id >= 0 && desc_equal(&e->cache[id].desc, &r->desc)) {
@@ -626,44 +719,79 @@ hvdlResult_t hvdl_round(struct hvdl_engine *e, struct hvdl_request **pending, in
     if (pending[i]->phase == HVDL_PHASE_CACHED && pending[i]->cache_id < cache_n)
       mine[HDR_WORDS + pending[i]->cache_id / 64] |= 1ull << (pending[i]->cache_id % 64);
   const int slow = uncached > 0 || (me == 0 && e->pending_shutdown[0]);
-  mine[0] = (leaving ? FLAG_LEAVING : 0) | (slow ? FLAG_SLOW : 0) | ((uint64_t)uncached << 32);
+  mine[0] = (leaving ? FLAG_LEAVING : 0) | (slow ? FLAG_SLOW : 0) | (joined_here ? FLAG_JOINED : 0) |
+            ((uint64_t)uncached << 32);
 
   MPI_Request req;
   HVDL_MPI(e->data, MPI_Iallgather(mine, words, MPI_UINT64_T, all, words, MPI_UINT64_T, e->ctrl, &req));
   HVDL_CHECK(wait_round(e, 1, &req));
 
-  int any_slow = 0, shutdown = 0, anyone_leaving = 0;
+  int any_slow = 0, shutdown = 0, anyone_leaving = 0, njoined = 0;
   char leavers[256] = "";
   size_t nl = 0;
+  unsigned char *joined = calloc((size_t)n, 1);
+  if (!joined) return hvdl_fail(e->data, hvdlSystemError, "negotiation: out of memory");
+  e->round_no++;
   for (int r = 0; r < n; r++) {
     uint64_t h = all[(size_t)r * (size_t)words];
     any_slow |= (h & FLAG_SLOW) != 0;
     anyone_leaving |= (h & FLAG_LEAVING) != 0;
+    joined[r] = (h & FLAG_JOINED) != 0;
+    njoined += joined[r];
+    if (joined[r] && e->join_round[r] < 0) e->join_round[r] = (int)e->round_no;
     if ((h & FLAG_LEAVING) && r != me && nl + 16 < sizeof leavers)
       nl += (size_t)snprintf(leavers + nl, sizeof leavers - nl, nl ? ", %d" : "%d", r);
   }
 
-  int nr = 0;
+  struct ready_list rl = {ready, ready_cap, 0};
+  hvdlResult_t res = hvdlSuccess;
   if (any_slow)
-    HVDL_CHECK(slow_path(e, all, words, cache_n, anyone_leaving, pending, np, ready, &nr, &shutdown));
-  if (shutdown) {
-    *finished = 1;
-    return hvdlSuccess; /* the same response on every rank: nobody executes anything */
+    res = slow_path(e, all, words, cache_n, anyone_leaving, joined, pending, np, &rl, &shutdown);
+  if (res != hvdlSuccess || shutdown) {
+    free(joined);
+    *finished = shutdown;
+    *nready = rl.n;
+    return res; /* a shutdown is the same response on every rank: nobody executes anything */
   }
 
-  const int first_cached = nr;
-  for (int i = 0; i < np; i++) {
-    struct hvdl_request *r = pending[i];
-    if (r->phase != HVDL_PHASE_CACHED || r->cache_id >= cache_n) continue;
-    int everywhere = 1;
-    for (int q = 0; q < n && everywhere; q++) everywhere = bit_on(all, words, q, r->cache_id);
-    if (everywhere) {
-      r->phase = PHASE_FINISHED;
-      r->t_ready = hvdl_now();
-      ready[nr++] = r;
+  /* Cached entries ready everywhere. With joined ranks, an allreduce needs only the
+   * others' bits (the joined ranks run a stand-in); anything else needs every rank,
+   * so it goes back to the coordinator, which reports it. */
+  const int first_cached = rl.n;
+  struct hvdl_request **by_id = calloc((size_t)cache_n + 1, sizeof *by_id);
+  if (!by_id) res = hvdl_fail(e->data, hvdlSystemError, "negotiation: out of memory");
+  for (int i = 0; i < np && res == hvdlSuccess; i++)
+    if (pending[i]->phase == HVDL_PHASE_CACHED && pending[i]->cache_id < cache_n)
+      by_id[pending[i]->cache_id] = pending[i];
+  for (int id = 0; id < cache_n && res == hvdlSuccess && !anyone_leaving; id++) {
+    if (!e->cache[id].valid) continue;
+    const int allreduce = e->cache[id].desc.coll == HVDL_COLL_ALLREDUCE;
+    int everywhere = 1, some = 0;
+    for (int q = 0; q < n && everywhere; q++) {
+      int on = bit_on(all, words, q, id);
+      some |= on;
+      everywhere = on || (joined[q] && allreduce);
     }
+    if (!everywhere || !some) continue;
+    if (by_id[id])
+      res = ready_push(e, &rl, by_id[id]);
+    else if (joined[me])
+      res = push_stand_in(e, &rl, &e->cache[id].desc);
   }
-  qsort(ready + first_cached, (size_t)(nr - first_cached), sizeof *ready, by_cache_id);
+  if (njoined > 0)
+    for (int i = 0; i < np; i++)
+      if (pending[i]->phase == HVDL_PHASE_CACHED && pending[i]->desc.coll != HVDL_COLL_ALLREDUCE) {
+        pending[i]->phase = HVDL_PHASE_NEW;
+        pending[i]->cache_id = -1;
+      }
+  free(by_id);
+  free(joined);
+  if (res != hvdlSuccess) {
+    *nready = rl.n;
+    return res;
+  }
+  qsort(*ready + first_cached, (size_t)(rl.n - first_cached), sizeof **ready, by_cache_id);
+  if (njoined == n) finish_join(e, pending, np);
 
   if (me == 0) stall_inspect(e, all, words, cache_n);
 
@@ -678,7 +806,7 @@ hvdlResult_t hvdl_round(struct hvdl_engine *e, struct hvdl_request **pending, in
     hvdl_engine_mark_dead(e, hvdlRemoteError, msg);
     *finished = 1;
   }
-  *nready = nr;
+  *nready = rl.n;
   return hvdlSuccess;
 }
 

@@ -490,6 +490,11 @@ static PyObject *Handle_out_rows(HandleObject *self, PyObject *noargs) {
   return PyLong_FromLongLong((long long)self->req->out_dim0);
 }
 
+static PyObject *Handle_value(HandleObject *self, PyObject *noargs) {
+  (void)noargs;
+  return PyLong_FromLongLong((long long)self->req->value);
+}
+
 static PyObject *Handle_recv_splits(HandleObject *self, PyObject *noargs) {
   (void)noargs;
   struct hvdl_request *r = self->req;
@@ -516,6 +521,7 @@ static PyBufferProcs Handle_as_buffer = {(getbufferproc)Handle_getbuffer, NULL};
 static PyMethodDef Handle_methods[] = {
     {"out_rows", (PyCFunction)Handle_out_rows, METH_NOARGS, "rows of the engine-allocated output"},
     {"recv_splits", (PyCFunction)Handle_recv_splits, METH_NOARGS, "alltoall: rows from each rank"},
+    {"value", (PyCFunction)Handle_value, METH_NOARGS, "join: the last rank to join"},
     {"poll", (PyCFunction)Handle_poll, METH_NOARGS, "True once the request has completed"},
     {"wait", (PyCFunction)Handle_wait, METH_NOARGS, "wait (GIL released); raise if it failed"},
     {NULL, NULL, 0, NULL},
@@ -832,6 +838,7 @@ PyMODINIT_FUNC PyInit__core(void) {
       {"COLL_ALLTOALL", HVDL_COLL_ALLTOALL},
       {"COLL_REDUCESCATTER", HVDL_COLL_REDUCESCATTER},
       {"COLL_BARRIER", HVDL_COLL_BARRIER},
+      {"COLL_JOIN", HVDL_COLL_JOIN},
   };
   for (size_t i = 0; i < sizeof enums / sizeof enums[0]; i++)
     PyModule_AddIntConstant(m, enums[i].name, enums[i].value);

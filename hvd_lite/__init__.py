@@ -9,7 +9,8 @@ from .basics import (build_info, cross_rank, cross_size, init, is_initialized, l
 from .collectives import (allgather, allgather_async, alltoall, alltoall_async, barrier, broadcast,
                           broadcast_, broadcast_async, broadcast_async_, grouped_allgather,
                           grouped_allgather_async, grouped_reducescatter,
-                          grouped_reducescatter_async, reducescatter, reducescatter_async)
+                          grouped_reducescatter_async, join, reducescatter, reducescatter_async)
+from .state import allgather_object, broadcast_object, broadcast_parameters
 from .exceptions import (CollectiveError, HvdLiteError, InvalidArgumentError, LauncherError,
                          MPIMismatchError, NotInitializedError, RemoteRankError)
 from .ops import (Average, Handle, Max, Min, Product, ReduceOp, Sum, allreduce, allreduce_,
@@ -26,7 +27,8 @@ __all__ = [
     "synchronize", "Handle", "ReduceOp", "allgather", "allgather_async", "broadcast", "broadcast_",
     "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
     "reducescatter_async", "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
-    "grouped_reducescatter_async", "barrier", "Sum", "Average", "Min", "Max", "Product",
+    "grouped_reducescatter_async", "barrier", "join", "broadcast_object", "allgather_object",
+    "broadcast_parameters", "Sum", "Average", "Min", "Max", "Product",
     "HvdLiteError", "NotInitializedError", "MPIMismatchError", "CollectiveError",
     "InvalidArgumentError", "LauncherError", "RemoteRankError", "__version__",
 ]

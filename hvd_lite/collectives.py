@@ -1,5 +1,5 @@
 """The collectives besides allreduce, on numpy arrays, through the engine: allgather, broadcast,
-alltoall, reducescatter, barrier, and their async and grouped variants."""
+alltoall, reducescatter, barrier, join, and their async and grouped variants."""
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -189,3 +189,11 @@ def barrier() -> None:
     """Returns once every rank has called barrier()."""
     c = _submit(_core.COLL_BARRIER, None, None, _core.hvdlUint8, basics.auto_name("barrier"), ())
     synchronize(Handle(c, None, "barrier"))
+
+
+def join() -> int:
+    """This rank has no more data: until every rank has joined, it takes part in the others'
+    allreduces with zeros (Average still divides by size()). Returns the last rank to join."""
+    c = _submit(_core.COLL_JOIN, None, None, _core.hvdlUint8, "join", ())
+    synchronize(Handle(c, None, "join"))
+    return c.value()
