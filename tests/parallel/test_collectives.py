@@ -1,0 +1,174 @@
+"""allgather, broadcast, alltoall, reducescatter, barrier, join and the object helpers under
+mpirun at 1-4 ranks: values, async and grouped variants, and every error on every rank."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hvd_lite as hvd
+from conftest import agree, world
+from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
+
+pytestmark = pytest.mark.mpi
+
+SHAPES = [(0,), (1,), (5,), (3, 4), (7, 2, 3)]
+
+
+def rows_of(r: int) -> int:
+    return (r * 3) % 4  # differs per rank, 0 included
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_allgather_concatenates_uneven_rows_in_rank_order(dtype):
+    n, r = hvd.size(), hvd.rank()
+    for rest in ((), (3,), (2, 2)):
+        mine = exact_inputs(dtype, rows_of(r) * int(np.prod(rest, dtype=int)), r).reshape((rows_of(r),) + rest)
+        want = np.concatenate([exact_inputs(dtype, rows_of(q) * int(np.prod(rest, dtype=int)), q)
+                               .reshape((rows_of(q),) + rest) for q in range(n)])
+        got = hvd.allgather(mine)
+        agree(same_bits(got, want), f"{np.dtype(dtype)} rest {rest}: {got.shape} vs {want.shape}")
+
+
+def test_allgather_when_one_rank_sends_nothing():
+    x = np.zeros((0, 2), np.float32) if hvd.rank() == 0 else np.ones((2, 2), np.float32)
+    got = hvd.allgather(x)
+    agree(got.shape == (2 * (hvd.size() - 1), 2) and (got == 1).all(), f"{got.shape}")
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.float64, ml_dtypes.bfloat16],
+                         ids=lambda d: np.dtype(d).name)
+def test_broadcast_from_every_root(dtype, shape):
+    count = int(np.prod(shape, dtype=int))
+    for root in range(hvd.size()):
+        x = exact_inputs(dtype, count, hvd.rank(), seed=root).reshape(shape)
+        want = exact_inputs(dtype, count, root, seed=root).reshape(shape)
+        got = hvd.broadcast(x, root)
+        agree(same_bits(got, want) and same_bits(x, exact_inputs(dtype, count, hvd.rank(), seed=root).reshape(shape)),
+              f"root {root}")
+        hvd.broadcast_(x, root)
+        agree(same_bits(x, want), f"in place, root {root}")
+
+
+def test_alltoall_even_and_with_splits():
+    n, r = hvd.size(), hvd.rank()
+    x = (np.arange(2 * n, dtype=np.int64) + 1000 * r).reshape(2 * n, 1)
+    got = hvd.alltoall(x)
+    want = np.concatenate([(np.arange(2 * n) + 1000 * q)[2 * r:2 * r + 2] for q in range(n)]).reshape(-1, 1)
+    agree(np.array_equal(got, want), f"even: {got.ravel()}")
+    splits = [(r + q) % 3 for q in range(n)]  # rows rank r sends to rank q
+    rows = sum(splits)
+    x = np.full((rows, 2), r, np.float32)
+    out, received = hvd.alltoall(x, splits=splits)
+    want_recv = [(q + r) % 3 for q in range(n)]
+    want = np.concatenate([np.full(((q + r) % 3, 2), q, np.float32) for q in range(n)])
+    agree(list(received) == want_recv and same_bits(out, want), f"splits: {received}")
+
+
+@pytest.mark.parametrize("rows", [0, 1, 5, 9])
+@pytest.mark.parametrize("op", ["sum", "avg", "max"])
+def test_reducescatter_uneven_blocks(rows, op):
+    n, r = hvd.size(), hvd.rank()
+    hop = {"sum": hvd.Sum, "avg": hvd.Average, "max": hvd.Max}[op]
+    x = exact_inputs(np.float32, rows * 3, r, seed=rows).reshape(rows, 3)
+    full = fold([exact_inputs(np.float32, rows * 3, q, seed=rows) for q in range(n)], op,
+                np.float32).reshape(rows, 3)
+    starts = np.cumsum([0] + [rows // n + (1 if q < rows % n else 0) for q in range(n)])
+    got = hvd.reducescatter(x, op=hop)
+    agree(same_bits(got, full[starts[r]:starts[r + 1]]), f"rows {rows} {op}: {got}")
+
+
+def test_async_and_grouped_variants():
+    n = hvd.size()
+    hs = [hvd.allgather_async(np.full((1, 2), hvd.rank()), name=f"ag{i}") for i in range(3)]
+    outs = [hvd.synchronize(h) for h in hs]
+    agree(all(o.shape == (n, 2) for o in outs), "allgather_async")
+    outs = hvd.grouped_allgather([np.ones(2), np.ones((1, 3))])
+    agree(outs[0].shape == (2 * n,) and outs[1].shape == (n, 3), "grouped_allgather")
+    outs = hvd.grouped_reducescatter([np.ones((n, 2)), np.ones((2 * n,))], op=hvd.Sum)
+    agree((outs[0] == n).all() and outs[0].shape == (1, 2) and outs[1].shape == (2,), "grouped_reducescatter")
+    h = hvd.broadcast_async_(np.full(3, float(hvd.rank())), 0)
+    agree((hvd.synchronize(h) == 0).all(), "broadcast_async_")
+    h = hvd.reducescatter_async(np.ones((n,)), op=hvd.Sum)
+    agree((hvd.synchronize(h) == n).all(), "reducescatter_async")
+    hvd.barrier()
+
+
+def raises_everywhere(match, call):
+    try:
+        call()
+    except hvd.HvdLiteError as exc:
+        agree(match in str(exc), str(exc))
+        return
+    agree(False, "did not raise")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_errors_on_every_rank():
+    r = hvd.rank()
+    raises_everywhere("Mismatched ALLGATHER tensor shapes: one rank sent [*, 3], another sent [*, 4]",
+                      lambda: hvd.allgather(np.ones((2, 3 if r == 0 else 4))))
+    raises_everywhere("Mismatched BROADCAST root ranks: one rank sent 0, another sent 1",
+                      lambda: hvd.broadcast(np.ones(2), 0 if r == 0 else 1))
+    raises_everywhere(f"BROADCAST root rank 9 is out of range for {hvd.size()} ranks",
+                      lambda: hvd.broadcast(np.ones(2), 9))
+    raises_everywhere("sum to 99, but dim 0 of the array is 4",
+                      lambda: hvd.alltoall(np.ones(4), splits=[99] + [0] * (hvd.size() - 1)
+                                           if r == 0 else [4] + [0] * (hvd.size() - 1)))
+    raises_everywhere("has 1 entries; it needs one per rank",
+                      lambda: hvd.alltoall(np.ones(4), splits=[4] if r == 1 else [4] + [0] * (hvd.size() - 1)))
+    raises_everywhere("allgather needs an array with at least one dimension",
+                      lambda: hvd.allgather(np.array(1.0) if r == 0 else np.ones(1)))
+    raises_everywhere("reducescatter needs an array with at least one dimension",
+                      lambda: hvd.reducescatter(np.array(1.0)))
+    raises_everywhere("Mismatched REDUCESCATTER tensor shapes: one rank sent [4], another sent [6]",
+                      lambda: hvd.reducescatter(np.ones(4 if r == 0 else 6)))
+    raises_everywhere("Mismatched REDUCESCATTER reduction ops: one rank sent sum, another sent max",
+                      lambda: hvd.reducescatter(np.ones(4), op=hvd.Sum if r == 0 else hvd.Max))
+    got = hvd.allgather(np.ones(1))
+    agree(got.shape == (hvd.size(),), "engine unusable after the errors")
+
+
+def test_join_with_uneven_steps():
+    n, r = hvd.size(), hvd.rank()
+    total = np.zeros(4)
+    for _ in range(2 + r):  # rank r has 2 + r batches
+        total += hvd.allreduce(np.full(4, float(r + 1)), op=hvd.Sum, name="join.grad")
+    last = hvd.join()
+    # step s: ranks with more than s batches contribute r + 1, the joined ones zeros
+    want = sum(sum(q + 1 for q in range(n) if s < 2 + q) for s in range(2 + r))
+    agree(last == n - 1 and (total == want).all(), f"last {last}, total {total[0]} want {want}")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_collectives_other_than_allreduce_fail_while_a_rank_has_joined():
+    r = hvd.rank()
+    if r != 0:
+        with pytest.raises(hvd.HvdLiteError, match="cannot run while rank 0 has joined"):
+            hvd.allgather(np.ones(2), name="during.join")
+    agree(hvd.join() == (hvd.size() - 1 if hvd.size() > 1 else 0), "join")
+
+
+def test_objects():
+    r, n = hvd.rank(), hvd.size()
+    for root in range(n):
+        obj = {"rank": r, "data": [1, 2.5, "x" * r], "arr": np.arange(r)}
+        got = hvd.broadcast_object(obj, root_rank=root)
+        agree(got["rank"] == root and got["data"][2] == "x" * root and len(got["arr"]) == root, str(got))
+    everyone = hvd.allgather_object(("rank", r, None if r % 2 else {r}))
+    agree(everyone == [("rank", q, None if q % 2 else {q}) for q in range(n)], str(everyone))
+
+
+def test_broadcast_parameters_dict_pairs_and_list():
+    r = hvd.rank()
+    d = {"b": np.full(2, float(r)), "a": np.full(3, r, np.int32)}
+    hvd.broadcast_parameters(d, root_rank=0)
+    agree((d["b"] == 0).all() and (d["a"] == 0).all(), "dict")
+    pairs = [("w", np.full(2, float(r))), ("v", np.full(1, float(r)))]
+    hvd.broadcast_parameters(pairs, root_rank=hvd.size() - 1)
+    agree(all((a == hvd.size() - 1).all() for _, a in pairs), "pairs")
+    lst = [np.full(2, float(r)), np.full(3, float(r))]
+    hvd.broadcast_parameters(lst, root_rank=0)
+    agree(all((a == 0).all() for a in lst), "list")
+    with pytest.raises(ValueError, match="duplicate names"):
+        hvd.broadcast_parameters([("w", np.ones(1)), ("w", np.ones(1))])
+    agree(True)
