@@ -11,6 +11,9 @@ just written it. Contenders, interleaved step by step (order rotating):
                    tensor in turn, then hvd.synchronize on every handle
   MPI per tensor   (a) one mpi4py Allreduce (in place) per tensor, in the same order
   MPI flat         (b) one mpi4py Allreduce (in place) of the whole flat buffer
+  core per tensor  with --core: hvd_lite's C binding without the engine
+                   (_core.Comm.allreduce), one call per tensor in the calling thread:
+                   what the ring and the latency path alone cost for this step
 
   time     median over --steps of one step's time, from a barrier to the last
            result, the slowest rank's (p10 and p90 beside it)
@@ -60,7 +63,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shrink", type=int, default=1,
                    help="divide every tensor's element count by this (rounding up) for quick "
                         "tests; 1 (default) is the real model")
+    p.add_argument("--wait", choices=("in-order", "last-first"), default="in-order",
+                   help="hvd_lite: synchronize the handles in submission order (default, as "
+                        "Horovod's optimizer does), or the last one first, then the rest")
     p.add_argument("--no-mpi", action="store_true", help="time hvd_lite contenders only")
+    p.add_argument("--core", action="store_true",
+                   help="also time hvd_lite's C binding without the engine, one call per tensor")
     p.add_argument("--json", metavar="FILE", help="write every step's times to FILE")
 
 
@@ -169,11 +177,14 @@ def main(args) -> int:
         off += cnt
 
     hop = hvd.Sum if args.op == "sum" else hvd.Average
+    last_first = args.wait == "last-first"
 
     def hvd_step() -> float:
         t0 = time.perf_counter()
         handles = [hvd.allreduce_async_(v, op=hop, name=nm) for v, nm in zip(views, names)]
         t1 = time.perf_counter()
+        if last_first:
+            hvd.synchronize(handles[-1])
         for h in handles:
             hvd.synchronize(h)
         return t1 - t0
@@ -187,6 +198,11 @@ def main(args) -> int:
         world.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
         return 0.0
 
+    def core_per_tensor() -> float:
+        for v in core_views:
+            core.allreduce(v, v, fcode, ccode)
+        return 0.0
+
     contenders = [Contender("hvd_lite", "hvd")]
     for text in args.sweep:
         contenders += [Contender(label, "hvd", env) for label, env in parse_sweep(text)]
@@ -197,8 +213,18 @@ def main(args) -> int:
         contenders[-1].step = mpi_per_tensor
         contenders.append(Contender("MPI flat", "mpi"))
         contenders[-1].step = mpi_flat
+    core = None
+    if args.core:
+        from hvd_lite import basics
+        from hvd_lite import ops as hops
+        core = basics._core.Comm()  # its own communicator, knobs as in the environment
+        fcode, ccode = hops.HVDL_DTYPES[dtype], hops._HVDL_OPS[hvd.Sum]
+        core_views = [v.reshape(-1).view(np.uint8) for v in views]
+        contenders.append(Contender("core per tensor", "core"))
+        contenders[-1].step = core_per_tensor
     expected = {"hvd": exact.expected_pattern(dtype, args.op, n),
-                "mpi": exact.expected_pattern(dtype, "sum", n)}
+                "mpi": exact.expected_pattern(dtype, "sum", n),
+                "core": exact.expected_pattern(dtype, "sum", n)}
 
     def warm(c: Contender) -> None:
         for _ in range(args.warmup):
@@ -240,6 +266,8 @@ def main(args) -> int:
     world.Allreduce(MPI.IN_PLACE, submit, op=MPI.MAX)
     world.Allreduce(MPI.IN_PLACE, wrong, op=MPI.SUM)
     load_end = common.loadavg()
+    if core is not None:
+        core.destroy()
 
     total_wrong = int(wrong.sum())
     if root:
