@@ -63,6 +63,8 @@ struct hvdl_request {
   _Atomic int state;             /* enum hvdl_req_state */
   _Atomic int refs;
   hvdlResult_t result;           /* set before state leaves PENDING */
+  int waiters;                   /* threads sleeping on done_cv for this request (under mu) */
+  uint64_t name_hash;            /* of desc.name: the in-flight check compares these first */
   char error[HVDL_ERRMSG_LEN];
   /* engine thread only */
   int phase;

@@ -33,9 +33,10 @@
 #define FLAG_SLOW 2ull
 #define FLAG_JOINED 4ull
 #define ROUND_SPIN_SECONDS 20e-6
-/* Sleeps between polls grow to 1 ms, and to 10 ms once a round has waited 50 ms
- * (a peer that is late by that much is idle or busy elsewhere). */
-#define ROUND_MAX_SLEEP 1e-3
+/* Sleeps between polls grow to 100 us, and to 10 ms once a round has waited 50 ms
+ * (a peer that is late by that much is idle or busy elsewhere). With 1 ms, a peer
+ * 0.5 ms late was answered up to 1 ms later (docs/benchmarks.md, profiling). */
+#define ROUND_MAX_SLEEP 100e-6
 #define ROUND_LONG_WAIT 50e-3
 #define ROUND_LONG_SLEEP 10e-3
 

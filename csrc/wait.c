@@ -3,15 +3,21 @@
  *
  * MPI_Wait busy-polls in Open MPI: a rank waiting for a slow peer burns a whole
  * core, which on a small machine is a core taken from training. hvdl_wait_all
- * polls with MPI_Testall: it spins for SPIN_SECONDS (a message that is already
- * on its way costs no extra latency), then sleeps between polls, doubling the
- * sleep up to max_sleep_us.
+ * polls with MPI_Testall: it spins for SPIN_SECONDS, then sleeps between polls,
+ * doubling the sleep up to max_sleep_us.
+ *
+ * It serves the data phases (the ring, the latency path), where every rank is
+ * already inside the same collective, so the spin is long: over shared memory
+ * the receiver copies a large message inside its MPI_Test calls, and a sleeping
+ * receiver delays every segment (1 ms instead of 50 us took the in-place ring
+ * from 0.85-0.9x to 0.96-0.97x MPI's busbw at 4-16 MiB, docs/benchmarks.md).
+ * Waits for other ranks to arrive are negotiate.c's, which sleep sooner.
  */
 #include <time.h>
 
 #include "internal.h"
 
-#define SPIN_SECONDS 50e-6
+#define SPIN_SECONDS 1e-3 /* see above */
 
 double hvdl_now(void) {
   struct timespec ts;

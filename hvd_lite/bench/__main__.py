@@ -3,12 +3,14 @@ import argparse
 import sys
 from typing import List, Optional
 
-from . import allreduce, kernels, replot
+from . import allreduce, fusion, kernels, latency, replot
 
 # name -> module with add_arguments(parser) and main(args) -> exit status.
 COMMANDS = {
     "allreduce": allreduce,
+    "fusion": fusion,
     "kernels": kernels,
+    "latency": latency,
     "plot": replot,
 }
 

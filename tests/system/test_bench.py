@@ -21,9 +21,9 @@ def _env():
     return env
 
 
-def _mpirun(np_, args, tmp_path):
+def _mpirun(np_, args, tmp_path, command="allreduce"):
     out = tmp_path / "bench.json"
-    cmd = [MPIRUN, "-np", str(np_), sys.executable, "-m", "hvd_lite.bench", "allreduce",
+    cmd = [MPIRUN, "-np", str(np_), sys.executable, "-m", "hvd_lite.bench", command,
            *args, "--json", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env())
     assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stdout}\n{res.stderr}"
@@ -75,3 +75,38 @@ def test_kernels_bench_prints_a_row_per_dtype_and_op(tmp_path):
     assert [(r["dtype"], r["op"]) for r in rows] == [("float32", "sum"), ("float32", "max"),
                                                     ("bfloat16", "sum"), ("bfloat16", "max")]
     assert all(s["kernel_GBps"] > 0 and s["memcpy_GBps"] > 0 for r in rows for s in r["sizes"])
+
+
+def test_resnet50_shapes_match_the_published_totals():
+    from hvd_lite.bench import fusion, models
+    shapes = fusion.tensor_shapes(1)  # asserts 161 tensors, 25,557,032 elements, 64..2,359,296
+    assert shapes[0] == ("fc.bias", (1000,)) and shapes[-1] == ("conv1.weight", (64, 3, 7, 7))
+    assert shapes == models.resnet50_forward()[::-1]
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
+def test_fusion_bench_at_2_ranks_reports_no_wrong_elements_across_engine_restarts(tmp_path):
+    record, stdout = _mpirun(2, ["--steps", "2", "-w", "1", "--shrink", "200", "--sweep",
+                                 "HVD_LITE_FUSION_THRESHOLD=0,64K", "--sweep",
+                                 "HVD_LITE_CYCLE_TIME=1"], tmp_path, command="fusion")
+    assert record["tensors"] == 161 and record["ranks"] == 2
+    labels = [r["label"] for r in record["results"]]
+    assert labels == ["hvd_lite", "hvd fusion=0", "hvd fusion=64K", "hvd cycle=1",
+                      "MPI per tensor", "MPI flat"]
+    for r in record["results"]:
+        assert r["wrong"] == 0, r["label"]
+        assert len(r["times_s"]) == 2 and r["median_s"] > 0
+    assert "MPI per tensor" in stdout
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
+def test_latency_bench_at_2_ranks_reports_no_wrong_elements(tmp_path):
+    record, _ = _mpirun(2, ["-s", "4", "-s", "4K", "-n", "20", "--repeats", "2", "-w", "5"],
+                        tmp_path, command="latency")
+    assert [e["bytes"] for e in record["results"]] == [4, 4096]
+    for entry in record["results"]:
+        assert set(entry["libs"]) == {"hvd named", "hvd auto", "core (no engine)",
+                                      "MPI_Allreduce"}
+        for label, lib in entry["libs"].items():
+            assert lib["wrong"] == 0, (label, entry["bytes"])
+            assert 0 < lib["p10_us"] <= lib["median_us"] <= lib["p90_us"]
