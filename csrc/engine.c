@@ -131,7 +131,11 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&e->mu);
     for (;;) {
       double now = hvdl_now();
-      if (e->stop_requested || now >= next_tick) break;
+      if (e->stop_requested || (now >= next_tick && !e->hold)) break;
+      if (e->hold) { /* a group is being submitted: wait for its end */
+        pthread_cond_wait(&e->work_cv, &e->mu);
+        continue;
+      }
       if (e->inflight && (backoff == 0.0 || e->nnew)) break;
       struct timespec ts;
       double until = e->inflight ? backoff : next_tick - now;
@@ -300,6 +304,16 @@ hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r) {
   pthread_cond_signal(&e->work_cv);
   pthread_mutex_unlock(&e->mu);
   return hvdlSuccess;
+}
+
+void hvdl_engine_hold(struct hvdl_engine *e, int on) {
+  pthread_mutex_lock(&e->mu);
+  e->hold += on ? 1 : -1;
+  if (e->hold <= 0) {
+    e->hold = 0;
+    pthread_cond_signal(&e->work_cv);
+  }
+  pthread_mutex_unlock(&e->mu);
 }
 
 int hvdl_request_poll(const struct hvdl_request *r) {

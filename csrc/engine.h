@@ -106,6 +106,7 @@ struct hvdl_engine {
   /* under mu */
   struct hvdl_request *inflight; /* submitted, not completed, in submission order */
   int nnew;                      /* submitted since the engine last looked */
+  int hold;                      /* > 0: a group is being submitted; start no round yet */
   int stop_requested;
   int dead;                      /* no more requests accepted */
   hvdlResult_t dead_result;
@@ -133,6 +134,9 @@ struct hvdl_engine {
 hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
                                const struct hvdl_engine_config *cfg);
 hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r);
+/* Holds (on) or releases (off) the start of new rounds, so that a group of
+ * submissions enters the same round and can be fused. */
+void hvdl_engine_hold(struct hvdl_engine *e, int on);
 int hvdl_request_poll(const struct hvdl_request *r);
 void hvdl_request_wait(struct hvdl_engine *e, struct hvdl_request *r);
 void hvdl_request_release(struct hvdl_request *r);

@@ -327,6 +327,13 @@ static PyObject *Engine_shutdown(EngineObject *self, PyObject *noargs) {
   Py_RETURN_NONE;
 }
 
+static PyObject *Engine_hold(EngineObject *self, PyObject *arg) {
+  int on = PyObject_IsTrue(arg);
+  if (on < 0) return NULL;
+  if (self->engine) hvdl_engine_hold(self->engine, on);
+  Py_RETURN_NONE;
+}
+
 static void Engine_dealloc(EngineObject *self) {
   if (self->engine) {
     struct hvdl_engine *e = self->engine;
@@ -644,8 +651,15 @@ static PyGetSetDef Engine_getset[] = {
 };
 
 static PyMethodDef Engine_methods[] = {
+<<<<<<< HEAD
     {"submit", (PyCFunction)Engine_submit, METH_VARARGS,
      "submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits, error)"},
+=======
+    {"submit_allreduce", (PyCFunction)Engine_submit_allreduce, METH_VARARGS,
+     "submit_allreduce(send, recv, dtype, op, prescale, postscale, name, shape) -> Handle"},
+    {"hold", (PyCFunction)Engine_hold, METH_O,
+     "hold(True) ... hold(False): submissions in between enter the same round"},
+>>>>>>> main
     {"shutdown", (PyCFunction)Engine_shutdown, METH_NOARGS,
      "leave: the last round tells the other ranks; pending requests fail"},
     {NULL, NULL, 0, NULL},

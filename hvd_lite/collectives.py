@@ -5,7 +5,8 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from . import basics
-from .ops import Average, Handle, ReduceOp, _check_array, _check_op, _check_scale, _name, synchronize
+from .ops import (Average, Handle, ReduceOp, _check_array, _check_op, _check_scale, _name, held,
+                  synchronize)
 
 _core = basics._core
 
@@ -158,7 +159,8 @@ def grouped_allgather_async(arrays: Sequence[np.ndarray], name: Optional[str] = 
     names = _names("grouped_allgather", "grouped_allgather", arrays, name)
     for a in arrays:
         _check_array("grouped_allgather", a, False)
-    return [allgather_async(a, n) for a, n in zip(arrays, names)]
+    with held(basics._engine()):
+        return [allgather_async(a, n) for a, n in zip(arrays, names)]
 
 
 def grouped_allgather(arrays: Sequence[np.ndarray], name: Optional[str] = None) -> List[np.ndarray]:
@@ -173,8 +175,9 @@ def grouped_reducescatter_async(arrays: Sequence[np.ndarray], op: ReduceOp = Ave
     names = _names("grouped_reducescatter", "grouped_reducescatter", arrays, name)
     for a in arrays:
         _check_array("grouped_reducescatter", a, False)
-    return [reducescatter_async(a, op, n, prescale_factor, postscale_factor)
-            for a, n in zip(arrays, names)]
+    with held(basics._engine()):
+        return [reducescatter_async(a, op, n, prescale_factor, postscale_factor)
+                for a, n in zip(arrays, names)]
 
 
 def grouped_reducescatter(arrays: Sequence[np.ndarray], op: ReduceOp = Average,

@@ -1,4 +1,5 @@
 """Collectives on numpy arrays, submitted to the engine; the synchronous calls are submit + wait."""
+import contextlib
 import enum
 import numbers
 from typing import List, Optional, Sequence
@@ -175,6 +176,16 @@ def allreduce_(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float
                                          postscale_factor, name))
 
 
+@contextlib.contextmanager
+def held(engine):
+    """Submissions inside enter the engine's same round (so a group can be fused)."""
+    engine.hold(True)
+    try:
+        yield
+    finally:
+        engine.hold(False)
+
+
 def _group_names(fn: str, arrays, name) -> List[str]:
     if not isinstance(arrays, (list, tuple)):
         raise TypeError(f"{fn} expects a list of numpy arrays, got {type(arrays).__name__}")
@@ -192,8 +203,9 @@ def _grouped(fn, arrays, inplace, op, prescale_factor, postscale_factor, name) -
     # check every array before submitting any, so that a bad one sends nothing
     for a in arrays:
         _check_array(fn, a, inplace)
-    return [_submit_allreduce(fn, a, a if inplace else None, op, prescale_factor, postscale_factor, n)
-            for a, n in zip(arrays, names)]
+    with held(basics._engine()):
+        return [_submit_allreduce(fn, a, a if inplace else None, op, prescale_factor,
+                                  postscale_factor, n) for a, n in zip(arrays, names)]
 
 
 def grouped_allreduce_async(arrays: Sequence[np.ndarray], op: ReduceOp = Average,

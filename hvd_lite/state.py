@@ -10,7 +10,7 @@ import numpy as np
 
 from . import basics
 from .collectives import allgather, broadcast_, broadcast_async_
-from .ops import synchronize
+from .ops import held, synchronize
 
 
 def _pickled(obj: Any) -> np.ndarray:
@@ -58,7 +58,8 @@ def broadcast_parameters(params, root_rank: int = 0) -> None:
         if not isinstance(value, np.ndarray):
             raise TypeError(f"broadcast_parameters: parameter {key!r} is a {type(value).__name__}, "
                             "not a numpy.ndarray")
-    handles = [broadcast_async_(value, root_rank, name=f"broadcast_parameters.{key}")
-               for key, value in items]
+    with held(basics._engine()):
+        handles = [broadcast_async_(value, root_rank, name=f"broadcast_parameters.{key}")
+                   for key, value in items]
     for h in handles:
         synchronize(h)
