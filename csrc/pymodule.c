@@ -651,15 +651,10 @@ static PyGetSetDef Engine_getset[] = {
 };
 
 static PyMethodDef Engine_methods[] = {
-<<<<<<< HEAD
     {"submit", (PyCFunction)Engine_submit, METH_VARARGS,
      "submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits, error)"},
-=======
-    {"submit_allreduce", (PyCFunction)Engine_submit_allreduce, METH_VARARGS,
-     "submit_allreduce(send, recv, dtype, op, prescale, postscale, name, shape) -> Handle"},
     {"hold", (PyCFunction)Engine_hold, METH_O,
      "hold(True) ... hold(False): submissions in between enter the same round"},
->>>>>>> main
     {"shutdown", (PyCFunction)Engine_shutdown, METH_NOARGS,
      "leave: the last round tells the other ranks; pending requests fail"},
     {NULL, NULL, 0, NULL},
