@@ -3,11 +3,14 @@ import argparse
 import sys
 from typing import List, Optional
 
-from . import allreduce, kernels, replot
+from . import allreduce, collectives, kernels, replot
 
 # name -> module with add_arguments(parser) and main(args) -> exit status.
 COMMANDS = {
     "allreduce": allreduce,
+    "allgather": collectives.Command("allgather"),
+    "reducescatter": collectives.Command("reducescatter"),
+    "broadcast": collectives.Command("broadcast"),
     "kernels": kernels,
     "plot": replot,
 }

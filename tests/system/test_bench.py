@@ -21,9 +21,9 @@ def _env():
     return env
 
 
-def _mpirun(np_, args, tmp_path):
+def _mpirun(np_, args, tmp_path, command="allreduce"):
     out = tmp_path / "bench.json"
-    cmd = [MPIRUN, "-np", str(np_), sys.executable, "-m", "hvd_lite.bench", "allreduce",
+    cmd = [MPIRUN, "-np", str(np_), sys.executable, "-m", "hvd_lite.bench", command,
            *args, "--json", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env())
     assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stdout}\n{res.stderr}"
@@ -75,3 +75,15 @@ def test_kernels_bench_prints_a_row_per_dtype_and_op(tmp_path):
     assert [(r["dtype"], r["op"]) for r in rows] == [("float32", "sum"), ("float32", "max"),
                                                     ("bfloat16", "sum"), ("bfloat16", "max")]
     assert all(s["kernel_GBps"] > 0 and s["memcpy_GBps"] > 0 for r in rows for s in r["sizes"])
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
+@pytest.mark.parametrize("command,factor", [("allgather", 2 / 3), ("reducescatter", 2 / 3),
+                                            ("broadcast", 1.0)])
+def test_collective_benches_at_3_ranks_report_no_wrong_elements(tmp_path, command, factor):
+    record, _ = _mpirun(3, ["-b", "1K", "-e", "256K", "-f", "16", "-n", "2", "-w", "1",
+                            "--repeats", "2", "-d", "bfloat16" if command == "broadcast" else "int32"],
+                        tmp_path, command)
+    assert record["benchmark"] == command and record["busbw_factor"] == pytest.approx(factor)
+    assert [e["bytes"] > 0 for e in record["results"]] == [True] * 3
+    assert all(lib["wrong"] == 0 for e in record["results"] for lib in e["libs"].values())
