@@ -307,7 +307,7 @@ hvdlResult_t hvdlAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, sendcount, (size_t)comm->size, datatype, &recvbytes));
   sendbytes = recvbytes / (size_t)comm->size;
-  const int inplace = (const char *)sendbuff == (const char *)recvbuff + (size_t)comm->rank * sendbytes;
+  const int inplace = (uintptr_t)sendbuff == (uintptr_t)recvbuff + (size_t)comm->rank * sendbytes;
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, sendbytes, recvbuff, recvbytes, inplace,
                            "being in place (sendbuff == recvbuff + rank * sendcount)"));
   if (sendcount == 0) return hvdlSuccess;
@@ -328,7 +328,7 @@ hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, recvcount, (size_t)comm->size, datatype, &sendbytes));
   recvbytes = sendbytes / (size_t)comm->size;
-  const int inplace = (const char *)recvbuff == (const char *)sendbuff + (size_t)comm->rank * recvbytes;
+  const int inplace = (uintptr_t)recvbuff == (uintptr_t)sendbuff + (size_t)comm->rank * recvbytes;
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, sendbytes, recvbuff, recvbytes, inplace,
                            "being in place (recvbuff == sendbuff + rank * recvcount)"));
   HVDL_CHECK(check_op(comm, fn, op));
