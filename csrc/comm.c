@@ -93,6 +93,9 @@ static void free_comm(hvdlComm_t comm) {
   free(comm->scratch.tmp);
   free(comm->scratch.gather);
   free(comm->scratch.sreq);
+  free(comm->scratch.stage);
+  free(comm->scratch.block);
+  free(comm->scratch.counts);
   free(comm);
 }
 
@@ -167,10 +170,21 @@ hvdlResult_t hvdlCommUserRank(const hvdlComm_t comm, int *rank) {
 
 /* ---- collectives --------------------------------------------------------- */
 
-/* The checks every collective makes before sending anything. */
-static hvdlResult_t check_call(hvdlComm_t comm, const char *fn, const void *sendbuff,
-                               size_t sendbytes, const void *recvbuff, size_t recvbytes,
-                               hvdlDataType_t dt, hvdlStream_t stream) {
+/* n copies of count, in the communicator's scratch: the blocks of the
+ * fixed-size allgather and reduce-scatter. */
+static hvdlResult_t equal_counts(hvdlComm_t comm, size_t count, size_t **out) {
+  struct hvdl_scratch *s = &comm->scratch;
+  HVDL_CHECK(hvdl_reserve(comm, &s->counts, &s->counts_bytes, (size_t)comm->size * sizeof(size_t)));
+  size_t *counts = (size_t *)(void *)s->counts;
+  for (int k = 0; k < comm->size; k++) counts[k] = count;
+  *out = counts;
+  return hvdlSuccess;
+}
+
+/* The checks every collective makes before sending anything: the communicator,
+ * the data type, the stream. */
+static hvdlResult_t check_call(hvdlComm_t comm, const char *fn, hvdlDataType_t dt,
+                               hvdlStream_t stream) {
   if (!comm) return hvdl_fail(NULL, hvdlInvalidArgument, "%s: comm is NULL", fn);
   if (comm->broken)
     return hvdl_fail(comm, hvdlInvalidUsage,
@@ -182,27 +196,59 @@ static hvdlResult_t check_call(hvdlComm_t comm, const char *fn, const void *send
   if (stream != NULL)
     return hvdl_fail(comm, hvdlInvalidUsage,
                      "%s: stream must be NULL (this build supports host memory only)", fn);
+  return hvdlSuccess;
+}
+
+/* *bytes = count * ranks elements of dt, refusing a product that would wrap. */
+static hvdlResult_t check_bytes(hvdlComm_t comm, const char *fn, size_t count, size_t ranks,
+                                hvdlDataType_t dt, size_t *bytes) {
+  const size_t esize = hvdl_type_size(dt);
+  if (count > SIZE_MAX / esize / ranks)
+    return hvdl_fail(comm, hvdlInvalidArgument, "%s: count %zu is too large", fn, count);
+  *bytes = count * esize * ranks;
+  return hvdlSuccess;
+}
+
+static hvdlResult_t check_op(hvdlComm_t comm, const char *fn, hvdlRedOp_t op) {
+  if ((unsigned)op >= hvdlNumOps)
+    return hvdl_fail(comm, hvdlInvalidArgument, "%s: invalid op %d (valid: 0..%d)", fn, (int)op,
+                     hvdlNumOps - 1);
+  return hvdlSuccess;
+}
+
+static hvdlResult_t check_root(hvdlComm_t comm, const char *fn, int root) {
+  if (root < 0 || root >= comm->size)
+    return hvdl_fail(comm, hvdlInvalidArgument, "%s: root %d is out of range (valid: 0..%d)", fn,
+                     root, comm->size - 1);
+  return hvdlSuccess;
+}
+
+/* The buffers: none NULL where it will be used, and no overlap unless they are
+ * in the collective's in-place arrangement (`inplace`, described by `rule`).
+ * sendbytes / recvbytes are 0 for a buffer this rank does not use. */
+static hvdlResult_t check_buffers(hvdlComm_t comm, const char *fn, const void *sendbuff,
+                                  size_t sendbytes, const void *recvbuff, size_t recvbytes,
+                                  int inplace, const char *rule) {
   if ((sendbytes && !sendbuff) || (recvbytes && !recvbuff))
     return hvdl_fail(comm, hvdlInvalidArgument, "%s: %s is NULL with a non-zero count", fn,
                      sendbytes && !sendbuff ? "sendbuff" : "recvbuff");
   uintptr_t s = (uintptr_t)sendbuff, r = (uintptr_t)recvbuff;
-  if (sendbytes && recvbytes && s != r && s < r + recvbytes && r < s + sendbytes)
-    return hvdl_fail(comm, hvdlInvalidArgument,
-                     "%s: sendbuff and recvbuff overlap without being identical", fn);
+  if (sendbytes && recvbytes && !inplace && s < r + recvbytes && r < s + sendbytes)
+    return hvdl_fail(comm, hvdlInvalidArgument, "%s: sendbuff and recvbuff overlap without %s",
+                     fn, rule);
   return hvdlSuccess;
 }
 
 hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                            hvdlStream_t stream) {
-  size_t esize = (unsigned)datatype < hvdlNumTypes ? hvdl_type_size(datatype) : 1;
-  if (count > SIZE_MAX / esize)
-    return hvdl_fail(comm, hvdlInvalidArgument, "hvdlAllReduce: count %zu is too large", count);
-  size_t bytes = count * esize;
-  HVDL_CHECK(check_call(comm, "hvdlAllReduce", sendbuff, bytes, recvbuff, bytes, datatype, stream));
-  if ((unsigned)op >= hvdlNumOps)
-    return hvdl_fail(comm, hvdlInvalidArgument, "hvdlAllReduce: invalid op %d (valid: 0..%d)",
-                     (int)op, hvdlNumOps - 1);
+  const char *fn = "hvdlAllReduce";
+  size_t bytes;
+  HVDL_CHECK(check_call(comm, fn, datatype, stream));
+  HVDL_CHECK(check_bytes(comm, fn, count, 1, datatype, &bytes));
+  HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, bytes, sendbuff == recvbuff,
+                           "being identical"));
+  HVDL_CHECK(check_op(comm, fn, op));
   if (count == 0) return hvdlSuccess;
   if (comm->size == 1) {
     if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
@@ -211,4 +257,87 @@ hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
   if (bytes <= comm->config.smallAllReduceBytes)
     return hvdl_allreduce_small(comm, sendbuff, recvbuff, count, datatype, op);
   return hvdl_allreduce_ring(comm, sendbuff, recvbuff, count, datatype, op);
+}
+
+hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                           hvdlDataType_t datatype, int root, hvdlComm_t comm,
+                           hvdlStream_t stream) {
+  const char *fn = "hvdlBroadcast";
+  size_t bytes;
+  HVDL_CHECK(check_call(comm, fn, datatype, stream));
+  HVDL_CHECK(check_bytes(comm, fn, count, 1, datatype, &bytes));
+  HVDL_CHECK(check_root(comm, fn, root));
+  /* Only the root reads sendbuff. */
+  const size_t sendbytes = comm->rank == root ? bytes : 0;
+  HVDL_CHECK(check_buffers(comm, fn, sendbuff, sendbytes, recvbuff, bytes, sendbuff == recvbuff,
+                           "being identical"));
+  if (count == 0) return hvdlSuccess;
+  if (comm->size == 1) {
+    if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
+    return hvdlSuccess;
+  }
+  return hvdl_broadcast_chain(comm, sendbuff, recvbuff, count, datatype, root);
+}
+
+hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
+                        hvdlDataType_t datatype, hvdlRedOp_t op, int root, hvdlComm_t comm,
+                        hvdlStream_t stream) {
+  const char *fn = "hvdlReduce";
+  size_t bytes;
+  HVDL_CHECK(check_call(comm, fn, datatype, stream));
+  HVDL_CHECK(check_bytes(comm, fn, count, 1, datatype, &bytes));
+  HVDL_CHECK(check_root(comm, fn, root));
+  /* Only the root writes recvbuff. */
+  const size_t recvbytes = comm->rank == root ? bytes : 0;
+  HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, recvbytes, sendbuff == recvbuff,
+                           "being identical"));
+  HVDL_CHECK(check_op(comm, fn, op));
+  if (count == 0) return hvdlSuccess;
+  if (comm->size == 1) {
+    if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
+    return hvdlSuccess;
+  }
+  return hvdl_reduce_root(comm, sendbuff, recvbuff, count, datatype, op, root);
+}
+
+hvdlResult_t hvdlAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                           hvdlDataType_t datatype, hvdlComm_t comm, hvdlStream_t stream) {
+  const char *fn = "hvdlAllGather";
+  size_t sendbytes, recvbytes;
+  HVDL_CHECK(check_call(comm, fn, datatype, stream));
+  HVDL_CHECK(check_bytes(comm, fn, sendcount, (size_t)comm->size, datatype, &recvbytes));
+  sendbytes = recvbytes / (size_t)comm->size;
+  const int inplace = (uintptr_t)sendbuff == (uintptr_t)recvbuff + (size_t)comm->rank * sendbytes;
+  HVDL_CHECK(check_buffers(comm, fn, sendbuff, sendbytes, recvbuff, recvbytes, inplace,
+                           "being in place (sendbuff == recvbuff + rank * sendcount)"));
+  if (sendcount == 0) return hvdlSuccess;
+  if (comm->size == 1) {
+    if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, sendbytes);
+    return hvdlSuccess;
+  }
+  size_t *counts = NULL;
+  HVDL_CHECK(equal_counts(comm, sendcount, &counts));
+  return hvdl_allgatherv(comm, sendbuff, recvbuff, counts, datatype);
+}
+
+hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                               hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
+                               hvdlStream_t stream) {
+  const char *fn = "hvdlReduceScatter";
+  size_t sendbytes, recvbytes;
+  HVDL_CHECK(check_call(comm, fn, datatype, stream));
+  HVDL_CHECK(check_bytes(comm, fn, recvcount, (size_t)comm->size, datatype, &sendbytes));
+  recvbytes = sendbytes / (size_t)comm->size;
+  const int inplace = (uintptr_t)recvbuff == (uintptr_t)sendbuff + (size_t)comm->rank * recvbytes;
+  HVDL_CHECK(check_buffers(comm, fn, sendbuff, sendbytes, recvbuff, recvbytes, inplace,
+                           "being in place (recvbuff == sendbuff + rank * recvcount)"));
+  HVDL_CHECK(check_op(comm, fn, op));
+  if (recvcount == 0) return hvdlSuccess;
+  if (comm->size == 1) {
+    if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, recvbytes);
+    return hvdlSuccess;
+  }
+  size_t *counts = NULL;
+  HVDL_CHECK(equal_counts(comm, recvcount, &counts));
+  return hvdl_reducescatterv(comm, sendbuff, recvbuff, counts, datatype, op);
 }

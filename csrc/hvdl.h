@@ -6,10 +6,13 @@
  * parameter order for collectives, the same count and in-place rules:
  *
  *   - `count` is a number of elements, not bytes; count 0 is a valid no-op.
- *   - A collective is in-place when sendbuff == recvbuff; buffers that overlap
- *     without being identical are rejected with hvdlInvalidArgument.
+ *   - A collective is in-place when sendbuff == recvbuff (AllGather and
+ *     ReduceScatter: when the per-rank buffer is this rank's block of the
+ *     whole one); buffers that overlap otherwise are rejected with
+ *     hvdlInvalidArgument.
  *   - `stream` must be NULL: this build works on host memory only.
- *   - Every rank of the communicator ends with bitwise-identical results.
+ *   - Every rank of the communicator ends with bitwise-identical results, and
+ *     a rerun gives the same bits.
  *
  * A communicator is made from an MPI communicator, which it duplicates: all of
  * hvd_lite's traffic runs on its private copy, never on the caller's.
@@ -136,8 +139,33 @@ hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                            hvdlStream_t stream);
 
+/* Copies count elements from the root's sendbuff into every rank's recvbuff.
+ * Only the root reads sendbuff (others may pass NULL); in-place when
+ * sendbuff == recvbuff on the root. root must be in 0 .. ranks-1. */
 hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
-                           hvdlDataType_t datatype, int root, hvdlComm_t comm, hvdlStream_t stream);
+                           hvdlDataType_t datatype, int root, hvdlComm_t comm,
+                           hvdlStream_t stream);
+
+/* Reduces count elements of sendbuff across all ranks with op into the root's
+ * recvbuff; recvbuff is used on the root only (others may pass NULL). The root
+ * gets the same bits hvdlAllReduce would give. */
+hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
+                        hvdlDataType_t datatype, hvdlRedOp_t op, int root, hvdlComm_t comm,
+                        hvdlStream_t stream);
+
+/* Gathers sendcount elements from every rank into every rank's recvbuff, which
+ * holds ranks * sendcount elements in rank order. In-place when
+ * sendbuff == recvbuff + rank * sendcount (in elements). */
+hvdlResult_t hvdlAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                           hvdlDataType_t datatype, hvdlComm_t comm, hvdlStream_t stream);
+
+/* Reduces ranks * recvcount elements of sendbuff across all ranks with op;
+ * rank r receives block r (elements r * recvcount .. (r+1) * recvcount - 1) in
+ * recvbuff. In-place when recvbuff == sendbuff + rank * recvcount (in elements).
+ * The reduction order is fixed (deterministic); Avg divides by the number of ranks. */
+hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                               hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
+                               hvdlStream_t stream);
 
 #ifdef __cplusplus
 }

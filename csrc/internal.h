@@ -21,6 +21,12 @@ struct hvdl_scratch {
   size_t gather_bytes;
   char *sreq;           /* MPI_Request[2][cap]: sends of the two most recent ring steps */
   size_t sreq_bytes;
+  char *stage;          /* reduce-scatter: the partials being forwarded, two blocks */
+  size_t stage_bytes;
+  char *block;          /* reduce: a non-root rank's reduced block */
+  size_t block_bytes;
+  char *counts;         /* reduce: size_t[n], the blocks of its reduce-scatter */
+  size_t counts_bytes;
 };
 
 struct hvdlComm {
@@ -98,10 +104,26 @@ hvdlResult_t hvdl_allreduce_ring(hvdlComm_t comm, const void *sendbuff, void *re
 hvdlResult_t hvdl_allreduce_small(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                   size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 
-/* Variable-size collectives (counts in elements, one per rank). */
+/* Variable-size ring collectives (allgather.c, reducescatter.c). Rank k's block
+ * has counts[k] elements (any may be 0) and starts at element counts[0] + ... +
+ * counts[k-1] of the whole buffer; every rank passes the same counts.
+ * allgatherv: rank r contributes counts[r] elements from sendbuff; every rank
+ * receives all blocks in recvbuff. In-place when sendbuff is rank r's block of
+ * recvbuff.
+ * reducescatterv: sendbuff holds the whole buffer on every rank; rank r receives
+ * the reduction of block r in recvbuff (counts[r] elements; Avg divides by the
+ * number of ranks). In-place when recvbuff is block r of sendbuff.
+ * Any other overlap of the buffers is the caller's error. */
 hvdlResult_t hvdl_allgatherv(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                              const size_t *counts, hvdlDataType_t dt);
 hvdlResult_t hvdl_reducescatterv(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                  const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op);
+
+/* Algorithms behind hvdlBroadcast and hvdlReduce; arguments already validated,
+ * count > 0, more than one rank. recvbuff of hvdl_reduce_root is used on root only. */
+hvdlResult_t hvdl_broadcast_chain(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                  size_t count, hvdlDataType_t dt, int root);
+hvdlResult_t hvdl_reduce_root(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                              size_t count, hvdlDataType_t dt, hvdlRedOp_t op, int root);
 
 #endif /* HVDL_INTERNAL_H_ */

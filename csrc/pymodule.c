@@ -19,7 +19,9 @@
  *     .shutdown()
  *   Handle.poll() -> bool, Handle.wait()  (GIL released; raises if the request failed)
  *   Handle.out_rows(), .recv_splits(), and the buffer protocol: an engine-allocated output
- *   Comm(fhandle=None).allreduce(send, recv, dtype, op), .destroy()
+ *   Comm(fhandle=None).allreduce(send, recv, dtype, op), .broadcast(send, recv, dtype, root),
+ *     .reduce(send, recv, dtype, op, root), .allgather(send, recv, dtype),
+ *     .reducescatter(send, recv, dtype, op), .destroy()
  *                                        the bare C API, for benchmarks and C-level tests
  *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor)
  *   kernel_bench(dtype, op, nbytes, iters) -> (kernel_s, memcpy_s)
@@ -598,6 +600,133 @@ static PyObject *Comm_allreduce(CommObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* The other collectives of the C API. A buffer may be None (NULL), so that
+ * callers can pass what NCCL lets them leave out (a non-root's sendbuf in
+ * broadcast, its recvbuf in reduce) and tests can check the NULL rules.
+ * Sizes are bytes / element size; a size that does not fit the call's rule
+ * is refused here with InvalidArgumentError, before any traffic. */
+
+/* Exports obj (or None: NULL, 0 elements). */
+static int get_opt_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype,
+                          size_t *count, const char *what) {
+  if (obj == Py_None) {
+    memset(view, 0, sizeof *view);
+    *count = 0;
+    return 0;
+  }
+  return get_buffer(obj, view, writable, dtype, count, what);
+}
+
+static void release_opt(Py_buffer *view) {
+  if (view->obj) PyBuffer_Release(view);
+}
+
+/* Exports both buffers; -1 with an exception set on failure. */
+static int get_pair(PyObject *sendobj, PyObject *recvobj, int dtype, Py_buffer *sv,
+                    Py_buffer *rv, size_t *scount, size_t *rcount) {
+  if (check_dtype(dtype)) return -1;
+  if (get_opt_buffer(sendobj, sv, 0, dtype, scount, "sendbuf")) return -1;
+  if (get_opt_buffer(recvobj, rv, 1, dtype, rcount, "recvbuf")) {
+    release_opt(sv);
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *finish_call(hvdlResult_t res, hvdlComm_t c, Py_buffer *sv, Py_buffer *rv) {
+  release_opt(sv);
+  release_opt(rv);
+  if (res != hvdlSuccess) return raise_result(res, c);
+  Py_RETURN_NONE;
+}
+
+static PyObject *Comm_broadcast(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype, root;
+  if (!PyArg_ParseTuple(args, "OOii", &sendobj, &recvobj, &dtype, &root)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  hvdlComm_t c = self->comm;
+  hvdlResult_t res = hvdlInvalidArgument;
+  if (sv.obj && scount != rcount) {
+    hvdl_fail(c, res, "broadcast: sendbuf has %zu elements, recvbuf %zu", scount, rcount);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlBroadcast(sv.buf, rv.buf, rcount, (hvdlDataType_t)dtype,
+                                               root, c, NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sv, &rv);
+}
+
+static PyObject *Comm_reduce(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype, op, root;
+  if (!PyArg_ParseTuple(args, "OOiii", &sendobj, &recvobj, &dtype, &op, &root)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  hvdlComm_t c = self->comm;
+  hvdlResult_t res = hvdlInvalidArgument;
+  size_t count = sv.obj ? scount : rcount;
+  if (sv.obj && rv.obj && scount != rcount) {
+    hvdl_fail(c, res, "reduce: sendbuf has %zu elements, recvbuf %zu", scount, rcount);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlReduce(sv.buf, rv.buf, count, (hvdlDataType_t)dtype,
+                                            (hvdlRedOp_t)op, root, c, NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sv, &rv);
+}
+
+static PyObject *Comm_allgather(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype;
+  if (!PyArg_ParseTuple(args, "OOi", &sendobj, &recvobj, &dtype)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  hvdlComm_t c = self->comm;
+  const size_t n = (size_t)c->size;
+  hvdlResult_t res = hvdlInvalidArgument;
+  size_t count = sv.obj ? scount : rcount / n;
+  if (rv.obj && rcount != count * n) {
+    hvdl_fail(c, res, "allgather: recvbuf has %zu elements, not %zu ranks x sendbuf's %zu",
+              rcount, n, count);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlAllGather(sv.buf, rv.buf, count, (hvdlDataType_t)dtype, c,
+                                               NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sv, &rv);
+}
+
+static PyObject *Comm_reducescatter(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype, op;
+  if (!PyArg_ParseTuple(args, "OOii", &sendobj, &recvobj, &dtype, &op)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  hvdlComm_t c = self->comm;
+  const size_t n = (size_t)c->size;
+  hvdlResult_t res = hvdlInvalidArgument;
+  size_t count = rv.obj ? rcount : scount / n;
+  if (sv.obj && scount != count * n) {
+    hvdl_fail(c, res, "reducescatter: sendbuf has %zu elements, not %zu ranks x recvbuf's %zu",
+              scount, n, count);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlReduceScatter(sv.buf, rv.buf, count, (hvdlDataType_t)dtype,
+                                                   (hvdlRedOp_t)op, c, NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sv, &rv);
+}
+
 static PyObject *Comm_destroy(CommObject *self, PyObject *noargs) {
   (void)noargs;
   if (self->comm) {
@@ -613,6 +742,14 @@ static PyObject *Comm_destroy(CommObject *self, PyObject *noargs) {
 static PyMethodDef Comm_methods[] = {
     {"allreduce", (PyCFunction)Comm_allreduce, METH_VARARGS,
      "allreduce(sendbuf, recvbuf, dtype, op): hvdlAllReduce on byte buffers (GIL released)"},
+    {"broadcast", (PyCFunction)Comm_broadcast, METH_VARARGS,
+     "broadcast(sendbuf, recvbuf, dtype, root): hvdlBroadcast (sendbuf may be None off the root)"},
+    {"reduce", (PyCFunction)Comm_reduce, METH_VARARGS,
+     "reduce(sendbuf, recvbuf, dtype, op, root): hvdlReduce (recvbuf may be None off the root)"},
+    {"allgather", (PyCFunction)Comm_allgather, METH_VARARGS,
+     "allgather(sendbuf, recvbuf, dtype): hvdlAllGather; recvbuf holds size x sendbuf"},
+    {"reducescatter", (PyCFunction)Comm_reducescatter, METH_VARARGS,
+     "reducescatter(sendbuf, recvbuf, dtype, op): hvdlReduceScatter; sendbuf holds size x recvbuf"},
     {"destroy", (PyCFunction)Comm_destroy, METH_NOARGS, "hvdlCommDestroy (collective)"},
     {NULL, NULL, 0, NULL},
 };

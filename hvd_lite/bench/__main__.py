@@ -3,12 +3,15 @@ import argparse
 import sys
 from typing import List, Optional
 
-from . import allreduce, fusion, kernels, latency, replot
+from . import allreduce, collectives, fusion, kernels, latency, replot
 
 # name -> module with add_arguments(parser) and main(args) -> exit status.
 COMMANDS = {
     "allreduce": allreduce,
     "fusion": fusion,
+    "allgather": collectives.Command("allgather"),
+    "reducescatter": collectives.Command("reducescatter"),
+    "broadcast": collectives.Command("broadcast"),
     "kernels": kernels,
     "latency": latency,
     "plot": replot,

@@ -110,3 +110,15 @@ def test_latency_bench_at_2_ranks_reports_no_wrong_elements(tmp_path):
         for label, lib in entry["libs"].items():
             assert lib["wrong"] == 0, (label, entry["bytes"])
             assert 0 < lib["p10_us"] <= lib["median_us"] <= lib["p90_us"]
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
+@pytest.mark.parametrize("command,factor", [("allgather", 2 / 3), ("reducescatter", 2 / 3),
+                                            ("broadcast", 1.0)])
+def test_collective_benches_at_3_ranks_report_no_wrong_elements(tmp_path, command, factor):
+    record, _ = _mpirun(3, ["-b", "1K", "-e", "256K", "-f", "16", "-n", "2", "-w", "1",
+                            "--repeats", "2", "-d", "bfloat16" if command == "broadcast" else "int32"],
+                        tmp_path, command)
+    assert record["benchmark"] == command and record["busbw_factor"] == pytest.approx(factor)
+    assert [e["bytes"] > 0 for e in record["results"]] == [True] * 3
+    assert all(lib["wrong"] == 0 for e in record["results"] for lib in e["libs"].values())

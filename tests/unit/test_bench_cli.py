@@ -29,6 +29,8 @@ def test_every_registered_command_parses_its_defaults():
     parser = build_parser()
     assert parser.parse_args(["allreduce", "-b", "64K", "-e", "1M"]).maxbytes == 1 << 20
     assert parser.parse_args(["kernels"]).repeats >= 1
+    for name in ("allgather", "reducescatter", "broadcast"):
+        assert parser.parse_args([name, "-e", "1M"]).maxbytes == 1 << 20
 
 
 @pytest.mark.parametrize("name,op,n", list(itertools.product(

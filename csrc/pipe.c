@@ -1,0 +1,147 @@
+/*
+ * pipe.c -- the segment pipeline shared by the ring and chain collectives.
+ * The verbs and the rules for calling them are in pipe.h.
+ *
+ * One receiving step at this rank, for a piece of nseg segments:
+ *
+ *   wait for the sends of the step before last (generation step & 1)
+ *   post the receives of segments 0 .. PIPE_WINDOW-1
+ *   for j = 0 .. nseg-1:
+ *     wait for segment j
+ *     reduce it into dst (the reducing verbs; Avg divides in recvReduce)
+ *     post the receive of segment j + PIPE_WINDOW into the slot just consumed
+ *     forward dst's segment j to the right (the forwarding verbs)
+ *
+ * A send step posts all of the piece's segments at once; the receiver's window
+ * paces them.
+ */
+#include <string.h>
+
+#include "pipe.h"
+#include "reduce.h"
+
+/* Longest sleep between polls while waiting for a segment (wait.c). */
+#define PIPE_MAX_SLEEP_US 50.0
+
+enum { PIPE_REDUCE = 1, PIPE_FORWARD = 2, PIPE_DIVIDE = 4 };
+
+hvdlResult_t hvdl_pipe_init(struct hvdl_pipe *p, hvdlComm_t comm, int tag, size_t max_piece,
+                            hvdlDataType_t dt, hvdlRedOp_t op) {
+  memset(p, 0, sizeof *p);
+  p->comm = comm;
+  p->left = (comm->rank - 1 + comm->size) % comm->size;
+  p->right = (comm->rank + 1) % comm->size;
+  p->tag = tag;
+  p->esize = hvdl_type_size(dt);
+  p->dt = dt;
+  p->op = op;
+  p->seg = comm->config.segmentBytes / p->esize;
+  if (p->seg == 0) p->seg = 1;
+  if (max_piece / p->seg >= PIPE_MAX_SEGMENTS)
+    p->seg = (max_piece + PIPE_MAX_SEGMENTS - 1) / PIPE_MAX_SEGMENTS;
+  const size_t max_seg = (max_piece + p->seg - 1) / p->seg + 1;
+
+  struct hvdl_scratch *s = &comm->scratch;
+  HVDL_CHECK(hvdl_reserve(comm, &s->tmp, &s->tmp_bytes, PIPE_WINDOW * p->seg * p->esize));
+  HVDL_CHECK(hvdl_reserve(comm, &s->sreq, &s->sreq_bytes, 2 * max_seg * sizeof(MPI_Request)));
+  p->tmp = s->tmp;
+  p->sreq[0] = (MPI_Request *)(void *)s->sreq;
+  p->sreq[1] = p->sreq[0] + max_seg;
+  return hvdlSuccess;
+}
+
+static size_t seg_elems(const struct hvdl_pipe *p, size_t count, size_t j) {
+  const size_t first = j * p->seg;
+  return count - first < p->seg ? count - first : p->seg;
+}
+
+static hvdlResult_t wait_sends(struct hvdl_pipe *p, int gen) {
+  if (p->nsreq[gen] > 0)
+    HVDL_CHECK(hvdl_wait_all(p->comm, p->nsreq[gen], p->sreq[gen], PIPE_MAX_SLEEP_US));
+  p->nsreq[gen] = 0;
+  return hvdlSuccess;
+}
+
+/* Starts a step: its sends join generation step & 1, once the sends of the
+ * step before last (the same generation) have completed. */
+static hvdlResult_t begin_step(struct hvdl_pipe *p, int *gen) {
+  *gen = (int)(p->step++ & 1u);
+  return wait_sends(p, *gen);
+}
+
+/* send: one segment to the right. */
+static hvdlResult_t send_segment(struct hvdl_pipe *p, int gen, const char *buf, size_t elems) {
+  MPI_Request *req = &p->sreq[gen][p->nsreq[gen]++];
+  HVDL_MPI(p->comm, MPI_Isend(buf, (int)(elems * p->esize), MPI_BYTE, p->right, p->tag,
+                              p->comm->mpi, req));
+  return hvdlSuccess;
+}
+
+static hvdlResult_t post_recv(struct hvdl_pipe *p, unsigned what, char *dst, size_t count,
+                              size_t j, MPI_Request *req) {
+  char *into = (what & PIPE_REDUCE) ? p->tmp + (j % PIPE_WINDOW) * p->seg * p->esize
+                                    : dst + j * p->seg * p->esize;
+  HVDL_MPI(p->comm, MPI_Irecv(into, (int)(seg_elems(p, count, j) * p->esize), MPI_BYTE, p->left,
+                              p->tag, p->comm->mpi, req));
+  return hvdlSuccess;
+}
+
+/* One receiving step (the schedule above). */
+static hvdlResult_t recv_step(struct hvdl_pipe *p, unsigned what, const char *src, char *dst,
+                              size_t count) {
+  int gen;
+  HVDL_CHECK(begin_step(p, &gen));
+  const size_t nseg = (count + p->seg - 1) / p->seg;
+  MPI_Request rreq[PIPE_WINDOW];
+  for (size_t j = 0; j < nseg && j < PIPE_WINDOW; j++)
+    HVDL_CHECK(post_recv(p, what, dst, count, j, &rreq[j]));
+
+  for (size_t j = 0; j < nseg; j++) {
+    const size_t slot = j % PIPE_WINDOW;
+    const size_t elems = seg_elems(p, count, j);
+    const size_t at = j * p->seg * p->esize;
+
+    HVDL_CHECK(hvdl_wait_all(p->comm, 1, &rreq[slot], PIPE_MAX_SLEEP_US));
+    if (what & PIPE_REDUCE) {
+      hvdl_reduce(dst + at, p->tmp + slot * p->seg * p->esize, src + at, elems, p->dt, p->op);
+      if ((what & PIPE_DIVIDE) && p->op == hvdlAvg)
+        hvdl_divide(dst + at, elems, p->dt, (uint64_t)p->comm->size);
+    }
+    if (j + PIPE_WINDOW < nseg)
+      HVDL_CHECK(post_recv(p, what, dst, count, j + PIPE_WINDOW, &rreq[slot]));
+    if (what & PIPE_FORWARD) HVDL_CHECK(send_segment(p, gen, dst + at, elems));
+  }
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_pipe_send(struct hvdl_pipe *p, const void *src, size_t count) {
+  int gen;
+  HVDL_CHECK(begin_step(p, &gen));
+  const char *from = src;
+  for (size_t j = 0; j * p->seg < count; j++)
+    HVDL_CHECK(send_segment(p, gen, from + j * p->seg * p->esize, seg_elems(p, count, j)));
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_pipe_recv(struct hvdl_pipe *p, void *dst, size_t count) {
+  return recv_step(p, 0, NULL, dst, count);
+}
+
+hvdlResult_t hvdl_pipe_recv_copy_send(struct hvdl_pipe *p, void *dst, size_t count) {
+  return recv_step(p, PIPE_FORWARD, NULL, dst, count);
+}
+
+hvdlResult_t hvdl_pipe_recv_reduce(struct hvdl_pipe *p, const void *src, void *dst, size_t count) {
+  return recv_step(p, PIPE_REDUCE | PIPE_DIVIDE, src, dst, count);
+}
+
+hvdlResult_t hvdl_pipe_recv_reduce_send(struct hvdl_pipe *p, const void *src, void *dst,
+                                        size_t count) {
+  return recv_step(p, PIPE_REDUCE | PIPE_FORWARD, src, dst, count);
+}
+
+hvdlResult_t hvdl_pipe_finish(struct hvdl_pipe *p) {
+  HVDL_CHECK(wait_sends(p, 0));
+  HVDL_CHECK(wait_sends(p, 1));
+  return hvdlSuccess;
+}

@@ -1,0 +1,71 @@
+/*
+ * pipe.h -- the segment pipeline that the ring and chain collectives share
+ * (allgather.c, reducescatter.c, broadcast.c, and through reduce-scatter
+ * reduce_root.c).
+ *
+ * A pipe is this rank's place in a ring: it receives only from `left` and
+ * sends only to `right`. An algorithm is a sequence of steps; each step moves
+ * one piece (a contiguous run of elements, possibly empty) with one verb:
+ *
+ *   send               post the piece to the right
+ *   recv               receive the piece from the left into dst
+ *   recvCopySend       receive into dst, forwarding each segment as it lands
+ *   recvReduce         dst = received op src            (the last reduction:
+ *                      Avg divides by the number of ranks here)
+ *   recvReduceSend     dst = received op src, forwarding each segment
+ *
+ * Both neighbours must call matching verbs on pieces of the same length: what
+ * one rank's step sends is what its right neighbour's next receiving step
+ * receives. A piece travels as segments of `seg` elements; a receiving step
+ * keeps PIPE_WINDOW receives posted (into scratch segments when it reduces,
+ * straight into dst otherwise) and forwards each segment the moment it is
+ * processed, so receiving, reducing and sending overlap and the pipeline runs
+ * on from one step into the next without draining.
+ *
+ * Buffer safety, the caller's side: a step's sends read their memory (src for
+ * send, dst for the forwarding verbs) until the sends of the step after next
+ * are posted, because a step first waits for the sends of the step two before
+ * it (two generations, as in ring.c). So a step must not write memory that
+ * the previous step is still sending from; hvdl_pipe_finish waits for all.
+ */
+#ifndef HVDL_PIPE_H_
+#define HVDL_PIPE_H_
+
+#include <stddef.h>
+
+#include "internal.h"
+
+#define PIPE_WINDOW 4
+/* Segments per piece at most; a larger piece uses larger segments (see ring.c:
+ * it bounds the messages in flight between two ranks). */
+#define PIPE_MAX_SEGMENTS 1024
+
+struct hvdl_pipe {
+  hvdlComm_t comm;
+  int left, right, tag;
+  size_t esize, seg;        /* bytes per element, elements per segment */
+  hvdlDataType_t dt;
+  hvdlRedOp_t op;
+  unsigned step;            /* steps taken; the generation is step & 1 */
+  char *tmp;                /* PIPE_WINDOW receive segments for the reducing verbs */
+  MPI_Request *sreq[2];     /* sends of the two most recent steps */
+  int nsreq[2];
+};
+
+/* Sets up a pipe on comm's ring for pieces of at most max_piece elements,
+ * using comm's scratch (segments and request arrays; no other collective may
+ * run on comm until hvdl_pipe_finish). op is only used by the reducing verbs. */
+hvdlResult_t hvdl_pipe_init(struct hvdl_pipe *p, hvdlComm_t comm, int tag, size_t max_piece,
+                            hvdlDataType_t dt, hvdlRedOp_t op);
+
+hvdlResult_t hvdl_pipe_send(struct hvdl_pipe *p, const void *src, size_t count);
+hvdlResult_t hvdl_pipe_recv(struct hvdl_pipe *p, void *dst, size_t count);
+hvdlResult_t hvdl_pipe_recv_copy_send(struct hvdl_pipe *p, void *dst, size_t count);
+hvdlResult_t hvdl_pipe_recv_reduce(struct hvdl_pipe *p, const void *src, void *dst, size_t count);
+hvdlResult_t hvdl_pipe_recv_reduce_send(struct hvdl_pipe *p, const void *src, void *dst,
+                                        size_t count);
+
+/* Waits for every send still in flight. */
+hvdlResult_t hvdl_pipe_finish(struct hvdl_pipe *p);
+
+#endif /* HVDL_PIPE_H_ */

@@ -1,0 +1,208 @@
+"""All-gather, reduce-scatter and broadcast time and bus bandwidth of hvd_lite's C API against
+MPI's own collective (mpi4py), in one run.
+
+Run under mpirun; rank 0 prints. For each size from -b to -e (times -f), as nccl-tests:
+
+  size    allgather: the gathered result; reducescatter: the whole input (n blocks);
+          broadcast: the buffer
+  time    median over --repeats of one batch's seconds per call; a batch is -n
+          back-to-back calls after a barrier, and its time is the slowest rank's
+  algbw   size / time
+  busbw   algbw * (n-1)/n for allgather and reducescatter, algbw for broadcast
+  #wrong  result elements whose bits differ from the exact answer, summed over
+          ranks and over one check per repeat
+
+hvd_lite (`_core.Comm`, preallocated buffers) and MPI (`Allgather`,
+`Reduce_scatter_block`, `Bcast` from rank 0) alternate batch by batch; the ratio
+columns compare their medians (busbw ratio = hvd_lite busbw / MPI busbw).
+"""
+import argparse
+import math
+import sys
+from typing import Callable, List
+
+import numpy as np
+
+from . import common
+
+BUSBW = {"allgather": lambda n: (n - 1) / n, "reducescatter": lambda n: (n - 1) / n,
+         "broadcast": lambda n: 1.0}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options (nccl-tests' letters where they exist)."""
+    p.add_argument("-b", "--minbytes", type=common.parse_size, default=common.parse_size("1K"),
+                   help="smallest size in bytes (default 1K)")
+    p.add_argument("-e", "--maxbytes", type=common.parse_size, default=common.parse_size("64M"),
+                   help="largest size in bytes (default 64M)")
+    p.add_argument("-f", "--stepfactor", type=float, default=2.0,
+                   help="multiply the size by this much each step (default 2)")
+    p.add_argument("-n", "--iters", type=int, default=0,
+                   help="calls per timed batch; 0 (default) picks per size (about --batch-time)")
+    p.add_argument("-w", "--warmup", type=int, default=5, help="untimed calls before each size")
+    p.add_argument("-d", "--dtype", default="float32",
+                   help=f"element type: {', '.join(common.DTYPES)} (default float32)")
+    p.add_argument("--repeats", type=int, default=10, help="batches of each per size (default 10)")
+    p.add_argument("--batch-time", type=float, default=0.02,
+                   help="target seconds per batch when -n is 0 (default 0.02)")
+    p.add_argument("--max-iters", type=int, default=20000, help="most calls per batch")
+    p.add_argument("--api", choices=("core",), default="core",
+                   help="hvd_lite entry point timed: 'core', the C binding on preallocated buffers")
+    p.add_argument("--json", metavar="FILE", help="write every repeat's times to FILE")
+
+
+def _inputs(dtype, count: int, rank: int) -> np.ndarray:
+    """Small integers (exact in every dtype, and in sums over a few ranks)."""
+    return ((np.arange(count) + 3 * rank) % 5).astype(dtype)
+
+
+class _Case:
+    """One collective at one size: both libraries' calls and how to check their results."""
+
+    def __init__(self, name, comm, world, MPI, dtype, nbytes, code):
+        n, r = world.Get_size(), world.Get_rank()
+        esize = dtype.itemsize
+        if name == "broadcast":
+            count = nbytes // esize
+            self.send = _inputs(dtype, count, r)
+            self.recv = np.zeros(count, dtype)
+            self.want = _inputs(dtype, count, 0)
+            send, recv = self.send, self.recv
+            self.hvd = lambda: comm.broadcast(send, recv, code, 0)
+            buf = self.recv
+            # MPI broadcasts in place: the root's buffer must hold its input.
+
+            def mpi():
+                if r == 0:
+                    np.copyto(buf, send)
+                world.Bcast(buf, root=0)
+            self.mpi = mpi
+            self.bytes = count * esize
+        elif name == "allgather":
+            count = max(nbytes // (esize * n), 1)
+            self.send = _inputs(dtype, count, r)
+            self.recv = np.zeros(n * count, dtype)
+            self.want = np.concatenate([_inputs(dtype, count, q) for q in range(n)])
+            send, recv = self.send, self.recv
+            self.hvd = lambda: comm.allgather(send, recv, code)
+            self.mpi = lambda: world.Allgather(send, recv)
+            self.bytes = n * count * esize
+        else:
+            count = max(nbytes // (esize * n), 1)
+            self.send = _inputs(dtype, n * count, r)
+            self.recv = np.zeros(count, dtype)
+            total = sum(_inputs(np.int64, n * count, q) for q in range(n))
+            self.want = total[r * count:(r + 1) * count].astype(dtype)
+            send, recv = self.send, self.recv
+            self.hvd = lambda: comm.reducescatter(send, recv, code, 0)
+            self.mpi = lambda: world.Reduce_scatter_block(send, recv, op=MPI.SUM)
+            self.bytes = n * count * esize
+
+    def wrong(self) -> int:
+        bits = np.dtype(f"u{self.recv.dtype.itemsize}")
+        return int(np.count_nonzero(self.recv.view(bits) != self.want.view(bits)))
+
+
+def _pick_iters(args, calls: List[Callable], world, MPI) -> int:
+    for call in calls:
+        for _ in range(args.warmup):
+            call()
+    if args.iters > 0:
+        return args.iters
+    probe, n = np.zeros(1), 1
+    while True:
+        probe[0] = max(common.time_batch(c, n, world.Barrier) for c in calls)
+        world.Allreduce(MPI.IN_PLACE, probe, op=MPI.MAX)
+        if probe[0] * n >= 0.002 or n >= args.max_iters:
+            break
+        n *= 4
+    return int(min(args.max_iters, max(1, math.ceil(args.batch_time / max(probe[0], 1e-9)))))
+
+
+def run(name: str, args) -> int:
+    """Runs one collective's benchmark; rank 0 prints and writes --json."""
+    import hvd_lite as hvd
+    from hvd_lite import basics, ops as hops
+    hvd.init()
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    n, root = world.Get_size(), world.Get_rank() == 0
+    dtype = common.dtype_from_name(args.dtype)
+    code = hops.HVDL_DTYPES[dtype]
+    sizes = common.size_range(args.minbytes, args.maxbytes, args.stepfactor)
+    comm = basics._core.Comm()
+    mpi_ok = True
+    try:
+        _Case(name, comm, world, MPI, dtype, n * dtype.itemsize, code).mpi()
+    except Exception:  # noqa: BLE001 - no MPI baseline for this dtype
+        mpi_ok = False
+    labels = ["hvd_lite"] + (["MPI"] if mpi_ok else [])
+    cols = [("size(B)", 10, "{}")]
+    for _ in labels:
+        cols += [("time(us)", 10, "{:.2f}"), ("algbw", 7, "{:.3f}"), ("busbw", 7, "{:.3f}"),
+                 ("#wrong", 6, "{}")]
+    if mpi_ok:
+        cols += [("busbw", 6, "{:.2f}")]
+    table = common.Table(cols)
+    factor = BUSBW[name](n)
+    if root:
+        print(f"# hvd_lite.bench {name}: {n} ranks, {common.dtype_name(dtype)}, api {args.api}; "
+              f"busbw = algbw * {factor:.3f}; MPI: {'mpi4py' if mpi_ok else 'n/a for this dtype'}")
+        print("# time in us, algbw and busbw in GB/s; last column: hvd_lite busbw / MPI busbw")
+        table.header([("", 1)] + [(lb, 4) for lb in labels] + ([("ratio", 1)] if mpi_ok else []))
+    results = []
+    for nbytes in sizes:
+        case = _Case(name, comm, world, MPI, dtype, nbytes, code)
+        calls = [case.hvd] + ([case.mpi] if mpi_ok else [])
+        iters = _pick_iters(args, calls, world, MPI)
+        times = np.zeros((args.repeats, len(calls)))
+        wrong = np.zeros(len(calls), dtype=np.int64)
+        for rep in range(args.repeats):
+            for k in range(len(calls)):
+                i = (k + rep) % len(calls)
+                case.recv[...] = 0
+                times[rep, i] = common.time_batch(calls[i], iters, world.Barrier)
+                wrong[i] += case.wrong()
+        world.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
+        world.Allreduce(MPI.IN_PLACE, wrong, op=MPI.SUM)
+        if not root:
+            continue
+        row: List[object] = [case.bytes]
+        entry = {"bytes": case.bytes, "iters": iters, "libs": {}}
+        for i, label in enumerate(labels):
+            t = common.median(times[:, i].tolist())
+            alg = common.gbps(case.bytes, t)
+            entry["libs"][label] = {"times_s": times[:, i].tolist(), "median_s": t,
+                                    "algbw_GBps": alg, "busbw_GBps": alg * factor,
+                                    "wrong": int(wrong[i])}
+            row += [t * 1e6, alg, alg * factor, int(wrong[i])]
+        if mpi_ok:
+            row.append(entry["libs"]["MPI"]["median_s"] / entry["libs"]["hvd_lite"]["median_s"])
+        table.row(row)
+        results.append(entry)
+    comm.destroy()
+    total_wrong = sum(v["wrong"] for e in results for v in e["libs"].values()) if root else 0
+    if root and args.json:
+        common.write_json(args.json, {"benchmark": name, "argv": sys.argv, "ranks": n,
+                                      "dtype": common.dtype_name(dtype), "busbw_factor": factor,
+                                      "contenders": labels, "build_info": hvd.build_info(),
+                                      "machine": common.machine_summary(), "results": results})
+    if root and total_wrong:
+        print(f"# {total_wrong} wrong elements", file=sys.stderr)
+    return 1 if world.bcast(total_wrong, root=0) else 0
+
+
+class Command:
+    """One subcommand of `python -m hvd_lite.bench` for one collective."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.__doc__ = f"{name.capitalize()} of hvd_lite's C API against MPI's (mpi4py).\n\n" + __doc__
+
+    @staticmethod
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        add_arguments(p)
+
+    def main(self, args) -> int:
+        return run(self.name, args)

@@ -1,0 +1,366 @@
+"""The C API's broadcast, reduce, allgather and reducescatter (through the bare `_core.Comm`) under
+mpirun at 1-4 ranks: exact values for every dtype and op, every root, in-place and out-of-place,
+misaligned buffers, tiny forced segments that cross every pipeline boundary, bitwise identity across
+ranks and reruns, and each InvalidArgument case with the communicator still usable afterwards."""
+import contextlib
+import os
+import re
+
+import numpy as np
+import pytest
+
+import hvd_lite as hvd
+from conftest import agree, world
+from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
+from hvd_lite import _core
+
+pytestmark = pytest.mark.mpi
+
+OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+
+
+def code(dtype) -> int:
+    """The hvdl datatype code (helpers.ALL_DTYPES is in hvdl order)."""
+    return [np.dtype(d) for d in ALL_DTYPES].index(np.dtype(dtype))
+
+
+@contextlib.contextmanager
+def make_comm(**env):
+    """A bare communicator created with HVD_LITE_* variables set (collective)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update({k: str(v) for k, v in env.items()})
+    try:
+        comm = _core.Comm()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    try:
+        yield comm
+    finally:
+        comm.destroy()
+
+
+@pytest.fixture(scope="module")
+def comm():
+    with make_comm() as c:
+        yield c
+
+
+def misaligned(dtype, count):
+    """A writable array whose address is not a multiple of the element size (for itemsize > 1)."""
+    dt = np.dtype(dtype)
+    return np.frombuffer(bytearray(count * dt.itemsize + 3), dtype=dt, count=count, offset=3)
+
+
+def alloc(dtype, count, skew=False):
+    return misaligned(dtype, count) if skew else np.zeros(count, np.dtype(dtype))
+
+
+# ---- one call of each collective, checked against exact references ----------------------------
+
+def check_broadcast(c, dtype, count, root, inplace=False, skew=False, seed=0):
+    r = hvd.rank()
+    x = exact_inputs(dtype, count, r, seed)
+    want = exact_inputs(dtype, count, root, seed)
+    out = alloc(dtype, count, skew)
+    if inplace:
+        out[...] = x
+        c.broadcast(out, out, code(dtype), root)
+    else:
+        c.broadcast(x if r == root else None, out, code(dtype), root)
+    agree(same_bits(out.copy(), want),
+          f"broadcast {np.dtype(dtype).name} count={count} root={root} inplace={inplace}: "
+          f"got {out[:6]}, want {want[:6]}")
+
+
+def check_reduce(c, dtype, op, count, root, inplace=False, skew=False, seed=0):
+    n, r = hvd.size(), hvd.rank()
+    x = exact_inputs(dtype, count, r, seed)
+    want = fold([exact_inputs(dtype, count, q, seed) for q in range(n)], op, dtype)
+    if inplace:
+        out = alloc(dtype, count, skew)
+        out[...] = x
+        c.reduce(out, out, code(dtype), OPS[op], root)
+        ok = same_bits(out.copy(), want) if r == root else True
+    else:
+        src = alloc(dtype, count, skew)
+        src[...] = x
+        out = alloc(dtype, count, skew) if r == root else None
+        c.reduce(src, out, code(dtype), OPS[op], root)
+        ok = (r != root or same_bits(out.copy(), want)) and same_bits(src.copy(), x)
+    agree(ok, f"reduce {np.dtype(dtype).name} {op} count={count} root={root} inplace={inplace}: "
+              f"got {None if out is None else out[:6]}, want {want[:6]}")
+
+
+def check_allgather(c, dtype, count, inplace=False, skew=False, seed=0):
+    n, r = hvd.size(), hvd.rank()
+    x = exact_inputs(dtype, count, r, seed)
+    want = np.concatenate([exact_inputs(dtype, count, q, seed) for q in range(n)])
+    out = alloc(dtype, n * count, skew)
+    if inplace:
+        mine = out[r * count:(r + 1) * count]
+        mine[...] = x
+        c.allgather(mine, out, code(dtype))
+    else:
+        src = alloc(dtype, count, skew)
+        src[...] = x
+        c.allgather(src, out, code(dtype))
+    agree(same_bits(out.copy(), want),
+          f"allgather {np.dtype(dtype).name} count={count} inplace={inplace}: got {out[:6]}, "
+          f"want {want[:6]}")
+
+
+def check_reducescatter(c, dtype, op, count, inplace=False, skew=False, seed=0):
+    n, r = hvd.size(), hvd.rank()
+    whole = exact_inputs(dtype, n * count, r, seed)
+    want = fold([exact_inputs(dtype, n * count, q, seed) for q in range(n)], op,
+                dtype)[r * count:(r + 1) * count]
+    src = alloc(dtype, n * count, skew)
+    src[...] = whole
+    if inplace:
+        out = src[r * count:(r + 1) * count]
+        c.reducescatter(src, out, code(dtype), OPS[op])
+        ok = same_bits(out.copy(), want)
+    else:
+        out = alloc(dtype, count, skew)
+        c.reducescatter(src, out, code(dtype), OPS[op])
+        ok = same_bits(out.copy(), want) and same_bits(src.copy(), whole)
+    agree(ok, f"reducescatter {np.dtype(dtype).name} {op} count={count} inplace={inplace}: "
+              f"got {out[:6]}, want {want[:6]}")
+
+
+def counts_for(n: int, seg_elems: int, per_rank: bool):
+    """0, 1, n±1, primes, and the segment edges of a chunk (whole-buffer counts cover n chunks)."""
+    base = {0, 1, max(n - 1, 0), n + 1, 7, 13, 101}
+    unit = seg_elems if per_rank else seg_elems * n
+    for k in (1, 2, 3):
+        base |= {k * unit - 1, k * unit, k * unit + 1}
+    return sorted(base)
+
+
+# ---- the matrix ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_every_dtype_every_root(comm, dtype):
+    for count in (0, 1, 5, 1000):
+        for root in range(hvd.size()):
+            check_broadcast(comm, dtype, count, root, seed=count + root)
+            check_reduce(comm, dtype, "sum", count, root, seed=count + root)
+        check_allgather(comm, dtype, count, seed=count)
+        check_reducescatter(comm, dtype, "sum", count, seed=count)
+        check_reducescatter(comm, dtype, "avg", count, seed=count)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint8, np.float16],
+                         ids=lambda d: np.dtype(d).name)
+def test_every_op(comm, dtype, op):
+    n = hvd.size()
+    for count in (1, n + 1, 1009):
+        check_reduce(comm, dtype, op, count, root=n - 1, seed=count)
+        check_reducescatter(comm, dtype, op, count, seed=count)
+
+
+@pytest.mark.parametrize("small", [0, 1 << 26], ids=["ring", "latency-path"])
+def test_tiny_segments_cross_every_boundary(small):
+    n = hvd.size()
+    with make_comm(HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SMALL_ALLREDUCE_BYTES=small) as c:
+        for i, dtype in enumerate((np.float32, np.int8, np.float64)):
+            seg = max(16 // np.dtype(dtype).itemsize, 1)
+            for count in counts_for(n, seg, per_rank=True):
+                inplace = count % 2 == 1
+                check_allgather(c, dtype, count, inplace=inplace, seed=count)
+                check_reducescatter(c, dtype, "sum", count, inplace=not inplace, seed=count)
+                check_reducescatter(c, dtype, "avg", count, inplace=inplace, seed=count)
+            for count in counts_for(n, seg, per_rank=False):
+                root = (count + i) % n
+                check_broadcast(c, dtype, count, root, inplace=count % 2 == 0, seed=count)
+                check_reduce(c, dtype, "sum", count, root, inplace=count % 2 == 1, seed=count)
+
+
+def test_pieces_too_long_for_the_segment_limit_use_larger_segments():
+    # 16-byte segments would need ~6,000 per chunk; the pipe caps them at 1024.
+    n = hvd.size()
+    with make_comm(HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SMALL_ALLREDUCE_BYTES=0) as c:
+        check_allgather(c, np.float32, 25_013)
+        check_reducescatter(c, np.float32, "sum", 25_013)
+        check_broadcast(c, np.float32, 25_013 * n, root=n // 2)
+        check_reduce(c, np.float32, "max", 25_013 * n, root=n // 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.float16], ids=lambda d: np.dtype(d).name)
+def test_in_place_and_misaligned_buffers(comm, dtype):
+    n = hvd.size()
+    for count in (5, 3001):
+        for inplace in (False, True):
+            check_broadcast(comm, dtype, count, root=count % n, inplace=inplace, skew=True)
+            check_reduce(comm, dtype, "sum", count, root=(count + 1) % n, inplace=inplace, skew=True)
+            check_allgather(comm, dtype, count, inplace=inplace, skew=True)
+            check_reducescatter(comm, dtype, "sum", count, inplace=inplace, skew=True)
+
+
+# ---- bitwise identity ---------------------------------------------------------------------------
+
+def random_floats(count, seed):
+    """Order-dependent float32 sums: identity must not depend on luck."""
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(count) * 10.0 ** rng.integers(-6, 6, count)).astype(np.float32)
+
+
+@pytest.mark.parametrize("small", [0, 1 << 26], ids=["ring", "latency-path"])
+def test_reduce_gives_the_bits_of_allreduce_and_reruns_agree(small):
+    n, r = hvd.size(), hvd.rank()
+    with make_comm(HVD_LITE_SEGMENT_BYTES=4096, HVD_LITE_SMALL_ALLREDUCE_BYTES=small) as c:
+        for count in (3, 1000, 33_333):
+            x = random_floats(count, 100 + r)
+            every = np.empty_like(x)
+            c.allreduce(x, every, code(np.float32), OPS["sum"])
+            for root in range(n):
+                got = [np.empty_like(x) if r == root else None for _ in range(2)]
+                c.reduce(x, got[0], code(np.float32), OPS["sum"], root)
+                c.reduce(x, got[1], code(np.float32), OPS["sum"], root)
+                agree(r != root or (same_bits(got[0], every) and same_bits(got[1], every)),
+                      f"count {count} root {root}: reduce differs from allreduce or from its rerun")
+
+
+def test_reducescatter_is_deterministic_and_matches_the_ring_allreduce():
+    # With n * count elements the ring all-reduce cuts chunks of `count`, the reduce-scatter's
+    # blocks: both combine block k in the order k+1, k+2, ..., k.
+    n, r = hvd.size(), hvd.rank()
+    with make_comm(HVD_LITE_SEGMENT_BYTES=4096, HVD_LITE_SMALL_ALLREDUCE_BYTES=0) as c:
+        for count in (1, 777, 20_000):
+            x = random_floats(n * count, 200 + r)
+            every = np.empty_like(x)
+            c.allreduce(x, every, code(np.float32), OPS["sum"])
+            outs = [np.empty(count, np.float32) for _ in range(2)]
+            for out in outs:
+                c.reducescatter(x, out, code(np.float32), OPS["sum"])
+            inplace = x.copy()
+            c.reducescatter(inplace, inplace[r * count:(r + 1) * count], code(np.float32),
+                            OPS["sum"])
+            want = every[r * count:(r + 1) * count]
+            agree(same_bits(outs[0], want) and same_bits(outs[1], want)
+                  and same_bits(inplace[r * count:(r + 1) * count], want),
+                  f"count {count}: reduce-scatter differs from the ring all-reduce's block")
+
+
+def test_broadcast_and_allgather_move_bits_verbatim(comm):
+    # Random bytes seen as float16 include NaNs with payloads and signed zeros.
+    n, r = hvd.size(), hvd.rank()
+    rng = np.random.default_rng(300 + r)
+    x = rng.integers(0, 256, 2 * 4097, dtype=np.uint8).view(np.float16)
+    everyone = world().allgather(x.tobytes())
+    out = np.empty(n * x.size, np.float16)
+    comm.allgather(x, out, code(np.float16))
+    agree(out.tobytes() == b"".join(everyone), "allgather changed some bits")
+    for root in range(n):
+        got = np.empty_like(x)
+        comm.broadcast(x, got, code(np.float16), root)
+        agree(got.tobytes() == everyone[root], f"broadcast from {root} changed some bits")
+
+
+# ---- invalid arguments --------------------------------------------------------------------------
+
+def still_usable(c, problems):
+    """Agrees on the invalid calls' outcomes (some ranks may have made none), then checks that the
+    communicator still works."""
+    agree(not problems, "; ".join(problems))
+    n = hvd.size()
+    y = np.full(5, 1.0, np.float32)
+    out = np.empty(5 * n, np.float32)
+    c.allgather(y, out, code(np.float32))
+    agree(np.array_equal(out, np.ones(5 * n, np.float32)), f"after an invalid call: {out}")
+
+
+def expect_invalid(problems, call, match):
+    """Records a problem unless call() raises InvalidArgumentError matching `match` (rank-local:
+    a failure must not leave the other ranks waiting in the next collective)."""
+    try:
+        call()
+        problems.append(f"no error (expected {match!r})")
+    except hvd.InvalidArgumentError as e:
+        if not re.search(match, str(e)):
+            problems.append(f"expected {match!r}, got {e}")
+    except Exception as e:  # noqa: BLE001 - reported on every rank
+        problems.append(f"expected InvalidArgumentError {match!r}, got {type(e).__name__}: {e}")
+
+
+def test_root_out_of_range_is_invalid(comm):
+    n, bad = hvd.size(), []
+    x = np.zeros(4, np.float32)
+    for root in (-1, n):
+        expect_invalid(bad, lambda: comm.broadcast(x, x, code(np.float32), root),
+                       "root .* out of range")
+        expect_invalid(bad, lambda: comm.reduce(x, x, code(np.float32), OPS["sum"], root),
+                       "root .* out of range")
+    still_usable(comm, bad)
+
+
+def test_invalid_op_is_invalid(comm):
+    n, r, bad = hvd.size(), hvd.rank(), []
+    x = np.zeros(4 * n, np.float32)
+    expect_invalid(bad, lambda: comm.reduce(x, x, code(np.float32), 5, 0), "invalid op 5")
+    expect_invalid(bad, lambda: comm.reducescatter(x, x[r * 4:(r + 1) * 4], code(np.float32), 5),
+                   "invalid op 5")
+    still_usable(comm, bad)
+
+
+def test_null_buffers_with_a_count_are_invalid(comm):
+    n, r, bad = hvd.size(), hvd.rank(), []
+    x = np.zeros(4, np.float32)
+    whole = np.zeros(4 * n, np.float32)
+    expect_invalid(bad, lambda: comm.allgather(None, whole, code(np.float32)), "sendbuff is NULL")
+    expect_invalid(bad, lambda: comm.allgather(x, None, code(np.float32)), "recvbuff is NULL")
+    expect_invalid(bad, lambda: comm.reducescatter(None, x, code(np.float32), 0), "sendbuff is NULL")
+    expect_invalid(bad, lambda: comm.reducescatter(whole, None, code(np.float32), 0),
+                   "recvbuff is NULL")
+    # Only the root reads broadcast's sendbuff and writes reduce's recvbuff: the root alone fails
+    # (before sending anything, so the other ranks are not involved).
+    if r == 0:
+        expect_invalid(bad, lambda: comm.broadcast(None, x, code(np.float32), 0), "sendbuff is NULL")
+        expect_invalid(bad, lambda: comm.reduce(x, None, code(np.float32), 0, 0), "recvbuff is NULL")
+    still_usable(comm, bad)
+
+
+def test_overlap_other_than_in_place_is_invalid(comm):
+    n, r, bad = hvd.size(), hvd.rank(), []
+    c = 4
+    buf = np.zeros(n * c + 1, np.float32)
+    expect_invalid(bad, lambda: comm.allgather(buf[r * c + 1:r * c + 1 + c], buf[:n * c],
+                                               code(np.float32)),
+                   "overlap without being in place")
+    expect_invalid(bad, lambda: comm.reducescatter(buf[:n * c], buf[r * c + 1:r * c + 1 + c],
+                                                   code(np.float32), 0),
+                   "overlap without being in place")
+    if r == 0:
+        expect_invalid(bad, lambda: comm.broadcast(buf[0:c], buf[1:c + 1], code(np.float32), 0),
+                       "overlap without being identical")
+        expect_invalid(bad, lambda: comm.reduce(buf[0:c], buf[1:c + 1], code(np.float32), 0, 0),
+                       "overlap without being identical")
+    still_usable(comm, bad)
+
+
+def test_sizes_that_break_the_count_rule_are_invalid(comm):
+    n, bad = hvd.size(), []
+    x = np.zeros(4, np.float32)
+    expect_invalid(bad, lambda: comm.allgather(x, np.zeros(4 * n + 1, np.float32), code(np.float32)),
+                   "allgather: recvbuf has")
+    expect_invalid(bad, lambda: comm.reducescatter(np.zeros(4 * n + 1, np.float32), x,
+                                                   code(np.float32), 0),
+                   "reducescatter: sendbuf has")
+    expect_invalid(bad, lambda: comm.broadcast(x, np.zeros(5, np.float32), code(np.float32), 0),
+                   "broadcast: sendbuf has")
+    still_usable(comm, bad)
+
+
+def test_count_zero_is_a_no_op_even_with_null_buffers(comm):
+    n = hvd.size()
+    empty = np.zeros(0, np.float32)
+    comm.broadcast(None, empty, code(np.float32), n - 1)
+    comm.reduce(empty, None, code(np.float32), OPS["sum"], 0)
+    comm.allgather(empty, None, code(np.float32))
+    comm.reducescatter(None, empty, code(np.float32), OPS["avg"])
+    still_usable(comm, [])
