@@ -140,6 +140,8 @@ setup(
     extras_require={
         "test": ["pytest>=7", "pytest-mpi>=0.6", "pytest-timeout>=2", "matplotlib>=3.5"],
         "plot": ["matplotlib>=3.5"],
+        # PyTorch adapter (hvd_lite.torch), its example and tests; CPU wheel pinned
+        "torch": ["torch==2.13.0", "scikit-learn"],
     },
     entry_points={"console_scripts": ["hvd_lite.run = hvd_lite.run.cli:main"]},
 )

@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from mpi_cmd import job_env, mpirun_cmd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -14,3 +16,26 @@ def test_allreduce_numpy_example_at_three_ranks():
     assert res.returncode == 0, res.stderr
     lines = sorted(l for l in res.stdout.splitlines() if l.startswith("rank"))
     assert lines == [f"rank {r}/3: sum 6, average 2, max 3: ok" for r in range(3)]
+
+
+def test_pytorch_digits_example_reaches_95_percent_with_identical_weights_at_two_ranks():
+    pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip install -e '.[torch]')")
+    res = subprocess.run(mpirun_cmd(2) + [sys.executable, os.path.join(ROOT, "examples", "pytorch_digits.py")],
+                         capture_output=True, text=True, timeout=240, env=job_env())
+    assert res.returncode == 0, res.stdout + res.stderr
+    final = [l for l in res.stdout.splitlines() if l.startswith("final test accuracy")]
+    assert len(final) == 1 and final[0].endswith("weights identical on all 2 ranks: yes"), res.stdout
+    assert float(final[0].split()[3].rstrip(";")) >= 0.95, final[0]
+
+
+def test_pytorch_synthetic_benchmark_runs_both_contenders_at_two_ranks():
+    pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
+    script = os.path.join(ROOT, "examples", "pytorch_synthetic_benchmark.py")
+    res = subprocess.run(mpirun_cmd(2) + [sys.executable, script, "--ddp", "--num-warmup-batches", "1",
+                                          "--num-batches-per-iter", "1", "--num-iters", "2"],
+                         capture_output=True, text=True, timeout=240, env=job_env())
+    assert res.returncode == 0, res.stdout + res.stderr
+    for model in ("cnn", "mlp"):
+        assert f"Model: {model}" in res.stdout, res.stdout
+    assert res.stdout.count("hvd_lite / DDP:") == 2, res.stdout

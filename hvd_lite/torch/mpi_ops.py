@@ -1,0 +1,398 @@
+"""Collectives on torch tensors: horovod.torch's names and arguments over hvd_lite's engine.
+
+CPU tensors reach the engine without a copy, as numpy views of their memory (bfloat16 through an
+int16 view). Out-of-place calls copy a non-contiguous input once; in-place calls refuse it. A tensor
+on another device goes through a CPU copy and its result comes back to that device.
+"""
+from typing import Callable, List, Optional, Sequence
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from .. import basics, collectives, ops
+from ..exceptions import CollectiveError
+from ..ops import Average, Max, Min, Product, ReduceOp, Sum
+from .compression import Compression
+
+# horovod.torch's name for a failed collective.
+HorovodInternalError = CollectiveError
+
+_NUMPY_DTYPES = {
+    torch.int8: np.int8, torch.uint8: np.uint8, torch.int32: np.int32, torch.uint32: np.uint32,
+    torch.int64: np.int64, torch.uint64: np.uint64, torch.float16: np.float16,
+    torch.float32: np.float32, torch.float64: np.float64,
+}
+SUPPORTED_DTYPES = tuple(_NUMPY_DTYPES) + (torch.bfloat16,)
+
+
+def _check_tensor(fn: str, tensor) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{fn} expects a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.dtype not in _NUMPY_DTYPES and tensor.dtype != torch.bfloat16:
+        names = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
+        raise TypeError(f"{fn}: unsupported dtype {tensor.dtype} (supported: {names})")
+    if tensor.is_sparse or tensor.layout != torch.strided:
+        raise TypeError(f"{fn}: {tensor.layout} tensors are not supported; pass a dense tensor "
+                        "(tensor.to_dense())")
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A numpy view of a contiguous CPU tensor's memory (no copy)."""
+    t = tensor.detach()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """A torch view of a numpy array (no copy)."""
+    if array.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def _cpu_input(fn: str, tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor itself when it is a contiguous CPU tensor, else a contiguous CPU copy."""
+    _check_tensor(fn, tensor)
+    if tensor.device.type != "cpu":
+        tensor = tensor.detach().to("cpu")
+    return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+def _cpu_inplace(fn: str, tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's own CPU memory for an in-place call (a CPU copy for other devices)."""
+    _check_tensor(fn, tensor)
+    if not tensor.is_contiguous():
+        raise ValueError(f"{fn}: the tensor is not contiguous (shape {list(tensor.shape)}, stride "
+                         f"{list(tensor.stride())}) and cannot be reduced in place; use the "
+                         "out-of-place call or tensor.contiguous()")
+    if tensor.device.type != "cpu":
+        return tensor.detach().to("cpu")
+    return tensor
+
+
+class Handle:
+    """A collective on tensors in flight: pass it to poll() or synchronize()."""
+
+    __slots__ = ("_h", "_finish", "_done", "_result")
+
+    def __init__(self, handle: ops.Handle, finish: Callable):
+        self._h = handle
+        self._finish = finish  # numpy output -> torch result
+        self._done = False
+        self._result = None
+
+    def __repr__(self) -> str:
+        return f"<hvd_lite.torch.Handle {self._h.name!r} {'done' if poll(self) else 'pending'}>"
+
+
+def _to_device(result: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return result if like.device.type == "cpu" else result.to(like.device)
+
+
+def _out_of_place(like: torch.Tensor) -> Callable:
+    return lambda out: _to_device(_tensor(out), like)
+
+
+def _in_place(original: torch.Tensor, cpu: torch.Tensor) -> Callable:
+    def finish(_out):
+        if cpu is not original:
+            original.data.copy_(cpu)
+        return original
+    return finish
+
+
+def poll(handle: Handle) -> bool:
+    """True once the collective behind `handle` has completed."""
+    return handle._done or ops.poll(handle._h)
+
+
+def synchronize(handle: Handle):
+    """Waits for `handle` and returns its output tensor, or raises its error."""
+    if not handle._done:
+        out = ops.synchronize(handle._h)
+        handle._result, handle._finish, handle._done = handle._finish(out), None, True
+    return handle._result
+
+
+def _op(op, average, fn: str) -> ReduceOp:
+    if average is not None:
+        if op is not None:
+            raise ValueError(f"{fn}: give op or the deprecated average, not both")
+        return Average if average else Sum
+    return Average if op is None else op
+
+
+# ---------------------------------------------------------------------------- allreduce
+
+def allreduce_async(tensor: torch.Tensor, average=None, name: Optional[str] = None, op=None,
+                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set=None) -> Handle:
+    """Starts reducing `tensor` across ranks into a new tensor; returns a handle."""
+    src = _cpu_input("allreduce_async", tensor)
+    h = ops.allreduce_async(_numpy(src), _op(op, average, "allreduce_async"), prescale_factor,
+                            postscale_factor, name)
+    return Handle(h, _out_of_place(tensor))
+
+
+def allreduce_async_(tensor: torch.Tensor, average=None, name: Optional[str] = None, op=None,
+                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set=None) -> Handle:
+    """Starts reducing `tensor` across ranks in place; returns a handle."""
+    cpu = _cpu_inplace("allreduce_async_", tensor)
+    array = _numpy(cpu)
+    h = ops.allreduce_async_(array, _op(op, average, "allreduce_async_"), prescale_factor,
+                             postscale_factor, name)
+    return Handle(h, _in_place(tensor, cpu))
+
+
+class _Allreduce(torch.autograd.Function):
+    """allreduce; its gradient is the allreduce of the gradient with the same op and factors."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
+        ctx.args = (op, prescale_factor, postscale_factor)
+        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
+                                           postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, pre, post = ctx.args
+        return synchronize(allreduce_async(grad, None, None, op, pre, post)), None, None, None, None
+
+
+def allreduce(tensor: torch.Tensor, average=None, name: Optional[str] = None,
+              compression=Compression.none, op=None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0, process_set=None) -> torch.Tensor:
+    """Reduces `tensor` across ranks into a new tensor (Average by default); differentiable."""
+    op = _op(op, average, "allreduce")
+    compressed, ctx = compression.compress(tensor)
+    out = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor)
+    return compression.decompress(out, ctx)
+
+
+def allreduce_(tensor: torch.Tensor, average=None, name: Optional[str] = None, op=None,
+               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set=None) -> torch.Tensor:
+    """Reduces `tensor` across ranks in place and returns it."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor))
+
+
+def _group_names(fn: str, tensors, name) -> List[Optional[str]]:
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{fn} expects a list of tensors, got {type(tensors).__name__}")
+    base = ops._name(fn, "grouped_allreduce", name)
+    return [f"{base}.{i}" for i in range(len(tensors))]
+
+
+def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average=None,
+                            name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
+                            postscale_factor: float = 1.0, process_set=None) -> List[Handle]:
+    """Starts reducing a list of tensors, submitted together; one handle each."""
+    names = _group_names("grouped_allreduce_async", tensors, name)
+    srcs = [_cpu_input("grouped_allreduce_async", t) for t in tensors]
+    return [allreduce_async(s, average, n, op, prescale_factor, postscale_factor)
+            for s, n in zip(srcs, names)]
+
+
+def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average=None,
+                             name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
+                             postscale_factor: float = 1.0, process_set=None) -> List[Handle]:
+    """In-place grouped_allreduce_async."""
+    names = _group_names("grouped_allreduce_async_", tensors, name)
+    for t in tensors:
+        _cpu_inplace("grouped_allreduce_async_", t)
+    return [allreduce_async_(t, average, n, op, prescale_factor, postscale_factor)
+            for t, n in zip(tensors, names)]
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor)
+        handles = grouped_allreduce_async(list(tensors), None, name, op, prescale_factor,
+                                          postscale_factor)
+        return tuple(synchronize(h) for h in handles)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, pre, post = ctx.args
+        handles = grouped_allreduce_async(list(grads), None, None, op, pre, post)
+        return (None, None, None, None) + tuple(synchronize(h) for h in handles)
+
+
+def grouped_allreduce(tensors: Sequence[torch.Tensor], average=None, name: Optional[str] = None,
+                      compression=Compression.none, op=None, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0, process_set=None) -> List[torch.Tensor]:
+    """Reduces a list of tensors into new tensors (submitted together, so they can be fused)."""
+    op = _op(op, average, "grouped_allreduce")
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"grouped_allreduce expects a list of tensors, got {type(tensors).__name__}")
+    packed = [compression.compress(t) for t in tensors]
+    outs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
+                                   *[c for c, _ in packed])
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, packed)]
+
+
+def grouped_allreduce_(tensors: Sequence[torch.Tensor], average=None, name: Optional[str] = None,
+                       op=None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set=None) -> List[torch.Tensor]:
+    """Reduces a list of tensors in place and returns them."""
+    handles = grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                       postscale_factor)
+    return [synchronize(h) for h in handles]
+
+
+# ---------------------------------------------------------------------------- allgather
+
+def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
+                    process_set=None) -> Handle:
+    """Starts concatenating every rank's tensor along dim 0 (dim 0 may differ per rank)."""
+    src = _cpu_input("allgather_async", tensor)
+    h = collectives.allgather_async(_numpy(src), name)
+    return Handle(h, _out_of_place(tensor))
+
+
+class _Allgather(torch.autograd.Function):
+    """allgather; the gradient is this rank's rows of the sum of every rank's gradient."""
+
+    @staticmethod
+    def forward(ctx, tensor, name):
+        ctx.rows = tensor.shape[0] if tensor.dim() else 1
+        return synchronize(allgather_async(tensor, name))
+
+    @staticmethod
+    def backward(ctx, grad):
+        summed = synchronize(allreduce_async(grad, None, None, Sum))
+        rows = collectives.allgather(np.array([ctx.rows], np.int64))
+        start = int(rows[:basics.rank()].sum())
+        return summed.narrow(0, start, ctx.rows), None
+
+
+def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set=None) -> torch.Tensor:
+    """Every rank's tensor concatenated along dim 0, in rank order; differentiable."""
+    return _Allgather.apply(tensor, name)
+
+
+def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                            process_set=None) -> List[Handle]:
+    """allgather_async of each tensor, submitted together."""
+    base = ops._name("grouped_allgather", "grouped_allgather", name)
+    return [allgather_async(t, f"{base}.{i}") for i, t in enumerate(tensors)]
+
+
+def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                      process_set=None) -> List[torch.Tensor]:
+    """allgather of each tensor."""
+    return [synchronize(h) for h in grouped_allgather_async(tensors, name)]
+
+
+# ---------------------------------------------------------------------------- broadcast
+
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                    process_set=None) -> Handle:
+    """Starts copying root_rank's tensor to every rank, into a new tensor."""
+    src = _cpu_input("broadcast_async", tensor)
+    h = collectives.broadcast_async(_numpy(src), root_rank, name)
+    return Handle(h, _out_of_place(tensor))
+
+
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                     process_set=None) -> Handle:
+    """Starts copying root_rank's tensor into `tensor` on every rank."""
+    cpu = _cpu_inplace("broadcast_async_", tensor)
+    h = collectives.broadcast_async_(_numpy(cpu), root_rank, name)
+    return Handle(h, _in_place(tensor, cpu))
+
+
+class _Broadcast(torch.autograd.Function):
+    """broadcast; the root's gradient is the sum of every rank's, the others' zero."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.root_rank = root_rank
+        return synchronize(broadcast_async(tensor, root_rank, name))
+
+    @staticmethod
+    def backward(ctx, grad):
+        summed = synchronize(allreduce_async(grad, None, None, Sum))
+        if basics.rank() != ctx.root_rank:
+            summed.zero_()
+        return summed, None, None
+
+
+def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+              process_set=None) -> torch.Tensor:
+    """root_rank's tensor on every rank (a new tensor); differentiable."""
+    return _Broadcast.apply(tensor, root_rank, name)
+
+
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+               process_set=None) -> torch.Tensor:
+    """Overwrites `tensor` with root_rank's on every rank; returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name))
+
+
+# ---------------------------------------------------------------------------- alltoall, reducescatter
+
+def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
+                   process_set=None) -> Handle:
+    """Starts sending rows splits[i] of `tensor` to rank i (evenly without splits)."""
+    src = _cpu_input("alltoall_async", tensor)
+    if isinstance(splits, torch.Tensor):
+        splits = splits.tolist()
+    h = collectives.alltoall_async(_numpy(src), splits, name)
+
+    def finish(out):
+        if isinstance(out, tuple):
+            return _to_device(_tensor(out[0]), tensor), torch.from_numpy(out[1]).to(torch.int32)
+        return _to_device(_tensor(out), tensor)
+    return Handle(h, finish)
+
+
+def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None, process_set=None):
+    """Rows splits[i] go to rank i; returns the rows received in rank order, and with `splits`
+    given also the rows received from each rank."""
+    return synchronize(alltoall_async(tensor, splits, name))
+
+
+def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op=Average,
+                        process_set=None, prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0) -> Handle:
+    """Starts reducing `tensor` across ranks; rank r keeps its block of dim 0."""
+    src = _cpu_input("reducescatter_async", tensor)
+    h = collectives.reducescatter_async(_numpy(src), op, name, prescale_factor, postscale_factor)
+    return Handle(h, _out_of_place(tensor))
+
+
+def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
+                  compression=Compression.none, op=Average, process_set=None,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
+    """Reduces `tensor` across ranks; rank r gets its block of dim 0."""
+    compressed, ctx = compression.compress(tensor)
+    out = synchronize(reducescatter_async(compressed, name, op, None, prescale_factor,
+                                          postscale_factor))
+    return compression.decompress(out, ctx)
+
+
+def barrier(process_set=None) -> None:
+    """Returns once every rank has called barrier()."""
+    collectives.barrier()
+
+
+def join(device: int = -1) -> int:
+    """This rank has no more data (it joins the others' allreduces with zeros until every rank
+    has joined); returns the last rank to join."""
+    return collectives.join()
+
+
+__all__ = [
+    "HorovodInternalError", "Handle", "poll", "synchronize", "allreduce", "allreduce_",
+    "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
+    "grouped_allreduce_async", "grouped_allreduce_async_", "allgather", "allgather_async",
+    "grouped_allgather", "grouped_allgather_async", "broadcast", "broadcast_", "broadcast_async",
+    "broadcast_async_", "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
+    "barrier", "join", "Sum", "Average", "Min", "Max", "Product", "ReduceOp",
+]

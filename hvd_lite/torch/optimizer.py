@@ -1,0 +1,211 @@
+"""DistributedOptimizer: averages gradients across ranks while backward is still running.
+
+Each parameter gets a post-accumulate-grad hook. When backward has accumulated a parameter's
+gradient `backward_passes_per_step` times, the hook submits its allreduce (in place on `p.grad`,
+named after the parameter) to the engine and returns, so communication overlaps the rest of
+backward. `step()` calls `synchronize()`, which submits what no hook did (a parameter without a
+gradient on this rank sends zeros, so every rank submits every name), waits for all of them and
+writes the results into `p.grad`; then the wrapped optimizer's own `step()` runs.
+"""
+import contextlib
+import warnings
+from typing import Dict
+
+import torch
+
+from .. import basics
+from .compression import Compression
+from .mpi_ops import Average, Sum, allreduce_async_, synchronize
+
+
+class _DistributedOptimizer:
+    """Mixed in front of the wrapped optimizer's class (see DistributedOptimizer)."""
+
+    def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op,
+                   gradient_predivide_factor, groups, sparse_as_dense):
+        params = [p for g in self.param_groups for p in g["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            if any(not (isinstance(x, tuple) and len(x) == 2) for x in named):
+                raise ValueError("named_parameters must be a list of (name, parameter) pairs, as "
+                                 "model.named_parameters() gives")
+            names = [n for n, _ in named]
+            dups = sorted({n for n in names if names.count(n) > 1})
+            if dups:
+                raise ValueError(f"named_parameters has duplicate names: {', '.join(dups)}")
+            by_param = {id(p): n for n, p in named}
+            missing = [i for i, p in enumerate(params) if id(p) not in by_param]
+            if missing:
+                raise ValueError(f"named_parameters does not name {len(missing)} of the optimizer's "
+                                 f"parameters (indices {missing[:10]} in param_groups order); pass "
+                                 "the named_parameters() of the model the optimizer was built on")
+        else:
+            by_param = {id(p): f"param.{i}" for i, p in enumerate(params)}
+        if backward_passes_per_step < 1:
+            raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("gradient_predivide_factor applies to op=Average only, got "
+                             f"op={op!r}")
+        self._hvd_names = {p: f"DistributedOptimizer.allreduce.{by_param[id(p)]}" for p in params}
+        self._hvd_compression = compression
+        self._hvd_passes = backward_passes_per_step
+        self._hvd_op = op
+        self._hvd_predivide = gradient_predivide_factor
+        self._hvd_sparse_as_dense = sparse_as_dense
+        self._hvd_requires_update = [p for p in params if p.requires_grad]
+        self._hvd_delay: Dict[torch.Tensor, int] = {p: backward_passes_per_step
+                                                    for p in self._hvd_requires_update}
+        self._hvd_handles: Dict[torch.Tensor, tuple] = {}  # p -> (handle, compression ctx, sent)
+        self._hvd_group_of, self._hvd_groups, self._hvd_ready = self._hvd_make_groups(groups)
+        self._hvd_should_sync = True
+        self._hvd_synchronized = False
+        self._hvd_hooks = []
+        if basics.size() > 1:
+            for p in self._hvd_requires_update:
+                self._hvd_hooks.append(p.register_post_accumulate_grad_hook(self._hvd_hook))
+
+    def _hvd_make_groups(self, groups):
+        ps = self._hvd_requires_update
+        if groups is None:
+            return {}, [], {}
+        if isinstance(groups, int):
+            if groups < 1:
+                raise ValueError(f"groups must be a positive int or a list of lists, got {groups}")
+            lists = [ps[i::groups] for i in range(groups)]
+        else:
+            lists = [list(g) for g in groups]
+            seen = [id(p) for g in lists for p in g]
+            if len(seen) != len(set(seen)):
+                raise ValueError("groups: a parameter appears in more than one group")
+            known = {id(p) for p in ps}
+            if any(i not in known for i in seen):
+                raise ValueError("groups: every parameter must be one of the optimizer's "
+                                 "parameters that require a gradient")
+        lists = [g for g in lists if g]
+        group_of = {p: gi for gi, g in enumerate(lists) for p in g}
+        return group_of, lists, {gi: set() for gi in range(len(lists))}
+
+    # -- submission ---------------------------------------------------------------------------
+
+    def _hvd_hook(self, p: torch.Tensor) -> None:
+        if p in self._hvd_handles:
+            raise AssertionError(
+                "Gradients were computed more than backward_passes_per_step "
+                f"({self._hvd_passes}) times before step(); increase backward_passes_per_step to "
+                "accumulate gradients locally, or call step() (or synchronize()) after each backward")
+        self._hvd_delay[p] -= 1
+        if self._hvd_delay[p] > 0:
+            return
+        gi = self._hvd_group_of.get(p)
+        if gi is None:
+            self._hvd_submit(p)
+            return
+        ready = self._hvd_ready[gi]
+        ready.add(p)
+        if len(ready) == len(self._hvd_groups[gi]):
+            for q in self._hvd_groups[gi]:
+                self._hvd_submit(q)
+            ready.clear()
+
+    def _hvd_submit(self, p: torch.Tensor) -> None:
+        grad = p.grad
+        if grad is None:  # not used on this rank: send zeros so that every rank sends every name
+            grad = p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        elif grad.is_sparse:
+            if not self._hvd_sparse_as_dense:
+                raise ValueError(f"parameter {self._hvd_names[p]!r} has a sparse gradient; pass "
+                                 "sparse_as_dense=True to DistributedOptimizer to reduce it dense")
+            grad = p.grad = grad.to_dense()
+        elif not grad.is_contiguous():
+            grad = p.grad = grad.contiguous()
+        sent, ctx = self._hvd_compression.compress(grad)
+        op, pre, post = self._hvd_op, 1.0, 1.0
+        if self._hvd_predivide != 1.0:
+            op, pre, post = Sum, 1.0 / self._hvd_predivide, self._hvd_predivide / basics.size()
+        handle = allreduce_async_(sent, name=self._hvd_names[p], op=op, prescale_factor=pre,
+                                  postscale_factor=post)
+        self._hvd_handles[p] = (handle, ctx, sent)
+
+    # -- the optimizer's interface ------------------------------------------------------------
+
+    def synchronize(self) -> None:
+        """Submits what the hooks have not, waits for every gradient's allreduce and writes the
+        averages into p.grad."""
+        if basics.size() == 1:
+            self._hvd_synchronized = True
+            return
+        for p in self._hvd_requires_update:
+            if p not in self._hvd_handles:
+                self._hvd_submit(p)
+        for ready in self._hvd_ready.values():
+            ready.clear()
+        try:
+            for p, (handle, ctx, sent) in self._hvd_handles.items():
+                synchronize(handle)
+                if sent is not p.grad:
+                    p.grad.copy_(self._hvd_compression.decompress(sent, ctx))
+        finally:
+            self._hvd_handles.clear()
+            for p in self._hvd_requires_update:
+                self._hvd_delay[p] = self._hvd_passes
+        self._hvd_synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Within this block step() does not synchronize (call synchronize() yourself first)."""
+        self._hvd_should_sync = False
+        try:
+            yield
+        finally:
+            self._hvd_should_sync = True
+
+    def step(self, closure=None):
+        """Waits for the gradients' allreduces (unless in skip_synchronize()) and applies them."""
+        if self._hvd_should_sync:
+            if self._hvd_synchronized and not self._hvd_handles:
+                warnings.warn("optimizer.step() was called after optimizer.synchronize() outside "
+                              "`with optimizer.skip_synchronize():`; the gradients are not reduced "
+                              "again. Use the context manager to say so.", stacklevel=2)
+            else:
+                self.synchronize()
+        self._hvd_synchronized = False
+        return super().step(closure)
+
+    step.hooked = True  # the base class's step already runs the optimizer's step hooks
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clears the gradients; refuses while their allreduces are in flight."""
+        if self._hvd_handles:
+            raise AssertionError(
+                "optimizer.zero_grad() was called after loss.backward() but before optimizer.step() "
+                "or optimizer.synchronize(): gradient allreduces are still in flight and would "
+                "write into the cleared gradients. Call zero_grad() before backward or after step().")
+        return super().zero_grad(set_to_none)
+
+
+def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None,
+                         compression=Compression.none, backward_passes_per_step: int = 1,
+                         op=Average, gradient_predivide_factor: float = 1.0, groups=None,
+                         sparse_as_dense: bool = False) -> torch.optim.Optimizer:
+    """Wraps `optimizer` so that step() applies gradients averaged across ranks.
+
+    The result is an instance of a subclass of the optimizer's class with the same name, sharing
+    its param_groups, state and defaults (so state_dict, load_state_dict and LR schedulers keep
+    working); build LR schedulers on the returned optimizer.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "
+                        f"{type(optimizer).__name__}")
+    if isinstance(optimizer, _DistributedOptimizer):
+        raise ValueError("the optimizer is already a DistributedOptimizer")
+    base = type(optimizer)
+    cls = type(base.__name__, (_DistributedOptimizer, base),
+               {"__module__": base.__module__, "__qualname__": base.__qualname__})
+    wrapped = cls.__new__(cls)
+    # Share everything but instance attributes bound to the old object (an LR scheduler built
+    # on it wraps its step).
+    wrapped.__dict__.update({k: v for k, v in optimizer.__dict__.items()
+                             if k not in ("step", "zero_grad")})
+    wrapped._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
+                       gradient_predivide_factor, groups, sparse_as_dense)
+    return wrapped

@@ -1,0 +1,503 @@
+"""hvd_lite.torch at 1-4 ranks: the collectives on tensors, autograd, DistributedOptimizer against one
+process and against DDP, and the state helpers."""
+import copy
+import socket
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
+
+import hvd_lite.torch as hvd  # noqa: E402
+from conftest import agree, world  # noqa: E402
+
+pytestmark = pytest.mark.mpi
+
+DTYPES = [torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+          torch.float32, torch.float64]
+
+
+def rank_size():
+    return hvd.rank(), hvd.size()
+
+
+def small_ints(rank, shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    lo = 0 if dtype == torch.uint8 else -4
+    return torch.randint(lo, 5, shape, generator=g).to(dtype)
+
+
+def every_rank(shape, dtype, seed=0):
+    return [small_ints(r, shape, dtype, seed) for r in range(hvd.size())]
+
+
+# ------------------------------------------------------------------ collectives on tensors
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_allreduce_every_dtype_and_op_keeps_dtype(dtype):
+    r, n = rank_size()
+    ok, detail = True, ""
+    inputs = every_rank((5, 3), dtype)
+    wide = torch.stack([x.to(torch.float64) for x in inputs])
+    expected = {hvd.Sum: wide.sum(0), hvd.Min: wide.min(0).values, hvd.Max: wide.max(0).values}
+    if dtype.is_floating_point:
+        expected[hvd.Average] = wide.sum(0) / n
+    for op, want in expected.items():
+        out = hvd.allreduce(inputs[r], op=op, name=f"t.dtype.{dtype}.{int(op)}")
+        if out.dtype != dtype or out.shape != inputs[r].shape:
+            ok, detail = False, f"{op}: got {out.dtype} {tuple(out.shape)}"
+        elif not torch.equal(out.to(torch.float64), want.to(dtype).to(torch.float64)):
+            ok, detail = False, f"{op}: {out} != {want}"
+    agree(ok, detail)
+
+
+def test_allreduce_in_place_uses_the_tensors_memory():
+    r, n = rank_size()
+    x = torch.full((1000,), float(r + 1))
+    ptr = x.data_ptr()
+    y = hvd.allreduce_(x, op=hvd.Sum, name="t.inplace")
+    agree(y is x and x.data_ptr() == ptr and torch.all(x == n * (n + 1) / 2).item(), str(x[:3]))
+
+
+def test_in_place_on_a_non_contiguous_tensor_is_refused_and_out_of_place_copies():
+    r, n = rank_size()
+    base = torch.arange(12.0).reshape(3, 4)
+    view = base.t()
+    with pytest.raises(ValueError, match="not contiguous"):
+        hvd.allreduce_(view, name="t.noncontig.inplace")
+    with pytest.raises(ValueError, match="not contiguous"):
+        hvd.broadcast_(view, 0, name="t.noncontig.bcast")
+    out = hvd.allreduce(view, op=hvd.Sum, name="t.noncontig")
+    agree(torch.equal(out, view * n) and out.is_contiguous(), str(out))
+
+
+def test_unsupported_dtype_is_a_type_error():
+    with pytest.raises(TypeError, match="unsupported dtype torch.int16"):
+        hvd.allreduce(torch.zeros(3, dtype=torch.int16))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        hvd.allreduce(np.zeros(3, np.float32))
+
+
+def test_async_poll_synchronize_and_average_argument():
+    r, n = rank_size()
+    x = torch.full((7,), float(r))
+    h = hvd.allreduce_async(x, name="t.async")
+    h2 = hvd.allreduce_async_(x.clone(), average=False, name="t.async_")
+    out = hvd.synchronize(h)
+    out2 = hvd.synchronize(h2)
+    agree(hvd.poll(h) and torch.allclose(out, torch.full((7,), (n - 1) / 2))
+          and torch.allclose(out2, torch.full((7,), n * (n - 1) / 2.0)), f"{out} {out2}")
+
+
+def test_grouped_allreduce_variants():
+    r, n = rank_size()
+    xs = [torch.full((k + 1,), float(r + k)) for k in range(4)]
+    want = [torch.full((k + 1,), sum(rr + k for rr in range(n)) / 1.0) for k in range(4)]
+    outs = hvd.grouped_allreduce(xs, op=hvd.Sum, name="t.grouped")
+    ys = [x.clone() for x in xs]
+    hvd.grouped_allreduce_(ys, op=hvd.Sum, name="t.grouped_")
+    hs = hvd.grouped_allreduce_async(xs, op=hvd.Sum)
+    asyncs = [hvd.synchronize(h) for h in hs]
+    ok = all(torch.equal(a, w) and torch.equal(b, w) and torch.equal(c, w)
+             for a, b, c, w in zip(outs, ys, asyncs, want))
+    agree(ok, f"{outs} {ys}")
+
+
+def test_prescale_postscale():
+    r, n = rank_size()
+    out = hvd.allreduce(torch.ones(4), op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.25,
+                        name="t.scale")
+    agree(torch.allclose(out, torch.full((4,), n * 0.5)), str(out))
+
+
+def test_allgather_rows_differ_per_rank_and_keep_dtype():
+    r, n = rank_size()
+    x = torch.full((r + 1, 2), r, dtype=torch.bfloat16)
+    out = hvd.allgather(x, name="t.allgather")
+    want = torch.cat([torch.full((q + 1, 2), q, dtype=torch.bfloat16) for q in range(n)])
+    outs = hvd.grouped_allgather([x, x.to(torch.int32)], name="t.gallgather")
+    agree(out.dtype == torch.bfloat16 and torch.equal(out, want)
+          and torch.equal(outs[1], want.to(torch.int32)), str(out))
+
+
+def test_broadcast_and_broadcast_in_place():
+    r, n = rank_size()
+    root = n - 1
+    x = torch.full((3, 2), float(r), dtype=torch.float16)
+    out = hvd.broadcast(x, root, name="t.bcast")
+    y = x.clone()
+    ret = hvd.broadcast_(y, root, name="t.bcast_")
+    agree(ret is y and torch.all(out == root).item() and torch.all(y == root).item()
+          and torch.all(x == r).item() and out.dtype == torch.float16, f"{out} {y}")
+
+
+def test_alltoall_with_and_without_splits():
+    r, n = rank_size()
+    x = torch.arange(n * 2, dtype=torch.int64) + 100 * r
+    out = hvd.alltoall(x, name="t.a2a")
+    want = torch.cat([torch.arange(2 * r, 2 * r + 2) + 100 * q for q in range(n)])
+    splits = torch.tensor([1] * n)
+    out2, received = hvd.alltoall(torch.arange(n) + 100 * r, splits=splits, name="t.a2a.splits")
+    agree(torch.equal(out, want) and received.tolist() == [1] * n
+          and out2.tolist() == [100 * q + r for q in range(n)], f"{out} {out2}")
+
+
+def test_reducescatter_keeps_this_ranks_block():
+    r, n = rank_size()
+    x = torch.arange(2 * n, dtype=torch.float32).reshape(n, 2) * (r + 1)
+    out = hvd.reducescatter(x, op=hvd.Sum, name="t.rs")
+    total = n * (n + 1) / 2
+    agree(torch.equal(out, torch.tensor([[2 * r, 2 * r + 1]], dtype=torch.float32) * total), str(out))
+
+
+def test_barrier_and_join():
+    hvd.barrier()
+    last = hvd.join()
+    agree(0 <= last < hvd.size(), str(last))
+
+
+def test_mismatched_shapes_raise_horovod_internal_error_on_every_rank():
+    r, n = rank_size()
+    if n == 1:
+        pytest.skip("needs 2 ranks")
+    with pytest.raises(hvd.HorovodInternalError, match="Mismatched ALLREDUCE tensor shapes"):
+        hvd.allreduce(torch.zeros(r + 1), name="t.mismatch")
+
+
+def test_fp16_compression_returns_the_input_dtype():
+    r, n = rank_size()
+    x = torch.full((10,), 0.1 * (r + 1), dtype=torch.float32)
+    out = hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16, name="t.fp16")
+    want = 0.1 * n * (n + 1) / 2
+    agree(out.dtype == torch.float32 and torch.allclose(out, torch.full((10,), want), rtol=2e-3),
+          str(out))
+
+
+# ------------------------------------------------------------------ autograd
+
+def test_allreduce_gradient_is_the_allreduce_of_the_gradient():
+    r, n = rank_size()
+    for op, scale in ((hvd.Sum, 1.0), (hvd.Average, 1.0 / n)):
+        x = torch.ones(3, requires_grad=True)
+        (hvd.allreduce(x, op=op, name=f"t.grad.{int(op)}") * (r + 1)).sum().backward()
+        want = scale * n * (n + 1) / 2
+        agree(torch.allclose(x.grad, torch.full((3,), want)), f"{op}: {x.grad}")
+
+
+def test_allgather_gradient_is_this_ranks_rows_of_the_summed_gradient():
+    r, n = rank_size()
+    x = torch.ones(r + 1, 2, requires_grad=True)
+    y = hvd.allgather(x, name="t.grad.allgather")
+    weights = torch.arange(y.shape[0], dtype=torch.float32).unsqueeze(1) * (r + 1)
+    (y * weights).sum().backward()
+    start = sum(q + 1 for q in range(r))
+    rows = torch.arange(start, start + r + 1, dtype=torch.float32).unsqueeze(1)
+    want = (rows * n * (n + 1) / 2).expand(r + 1, 2)
+    agree(torch.allclose(x.grad, want), f"{x.grad} vs {want}")
+
+
+def test_broadcast_gradient_goes_to_the_root():
+    r, n = rank_size()
+    x = torch.ones(4, requires_grad=True)
+    (hvd.broadcast(x, 0, name="t.grad.bcast") * (r + 1)).sum().backward()
+    want = n * (n + 1) / 2 if r == 0 else 0.0
+    agree(torch.allclose(x.grad, torch.full((4,), want)), str(x.grad))
+
+
+# ------------------------------------------------------------------ DistributedOptimizer
+
+GLOBAL_BATCH = 24  # divisible by 1, 2, 3 and 4
+
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(1000 + step)
+    return torch.randn(GLOBAL_BATCH, 8, generator=g), torch.randn(GLOBAL_BATCH, 4, generator=g)
+
+
+def shard(t):
+    r, n = rank_size()
+    per = GLOBAL_BATCH // n
+    return t[r * per:(r + 1) * per]
+
+
+def loss_of(model, x, y):
+    return torch.nn.functional.mse_loss(model(x), y)
+
+
+def train_reference(steps, make_opt, clip=None, micro=1):
+    """One process, global batch."""
+    model = make_model()
+    opt = make_opt(model.parameters())
+    for s in range(steps):
+        x, y = batch(s)
+        opt.zero_grad()
+        loss_of(model, x, y).backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+    return model
+
+
+def weights(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def same_on_every_rank(t):
+    gathered = world().allgather(t.numpy())
+    return all(np.array_equal(g, gathered[0]) for g in gathered)
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def test_distributed_optimizer_matches_one_process_on_the_global_batch():
+    model = make_model()
+    opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters())
+    for s in range(4):
+        x, y = batch(s)
+        opt.zero_grad()
+        loss_of(model, shard(x), shard(y)).backward()
+        opt.step()
+    ref = train_reference(4, sgd)
+    w, wr = weights(model), weights(ref)
+    agree(torch.allclose(w, wr, atol=1e-6, rtol=1e-5) and same_on_every_rank(w),
+          f"max diff {(w - wr).abs().max().item()}")
+
+
+def test_hooks_start_every_allreduce_during_backward():
+    if hvd.size() == 1:
+        pytest.skip("a 1-rank optimizer reduces nothing")
+    model = make_model()
+    opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters())
+    x, y = batch(0)
+    loss_of(model, shard(x), shard(y)).backward()
+    submitted = len(opt._hvd_handles)
+    with pytest.raises(AssertionError, match="zero_grad"):
+        opt.zero_grad()
+    opt.step()
+    agree(submitted == len(list(model.parameters())), f"{submitted} submitted during backward")
+
+
+def test_distributed_optimizer_matches_ddp():
+    from mpi4py import MPI
+    import torch.distributed as dist
+
+    comm = world()
+    port = None
+    if comm.rank == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    port = comm.bcast(port, root=0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank,
+                            world_size=comm.size)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(make_model())
+        ddp_opt = sgd(ddp.parameters())
+        model = make_model()
+        opt = hvd.DistributedOptimizer(sgd(model.parameters()),
+                                       named_parameters=model.named_parameters())
+        for s in range(3):
+            x, y = batch(s)
+            for m, o in ((ddp, ddp_opt), (model, opt)):
+                o.zero_grad()
+                loss_of(m, shard(x), shard(y)).backward()
+                o.step()
+        w, wd = weights(model), weights(ddp.module)
+        ok = torch.allclose(w, wd, atol=1e-6, rtol=1e-5)
+    finally:
+        comm.Barrier()
+        dist.destroy_process_group()
+    agree(ok and MPI.Is_initialized(), f"max diff {(w - wd).abs().max().item()}")
+
+
+def test_backward_passes_per_step_accumulates_locally():
+    model = make_model()
+    opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=2)
+    for s in range(3):
+        x, y = batch(s)
+        xs, ys = shard(x), shard(y)
+        half = xs.shape[0] // 2
+        opt.zero_grad()
+        for part in (slice(0, half), slice(half, None)):
+            (loss_of(model, xs[part], ys[part]) / 2).backward()
+        opt.step()
+    ref = train_reference(3, sgd)
+    w, wr = weights(model), weights(ref)
+    agree(torch.allclose(w, wr, atol=1e-6, rtol=1e-5), f"max diff {(w - wr).abs().max().item()}")
+
+
+def test_backward_more_often_than_backward_passes_per_step_is_an_error():
+    if hvd.size() == 1:
+        pytest.skip("a 1-rank optimizer has no hooks")
+    model = make_model()
+    opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters())
+    x, y = batch(0)
+    loss_of(model, shard(x), shard(y)).backward()
+    with pytest.raises(AssertionError, match="backward_passes_per_step"):
+        loss_of(model, shard(x), shard(y)).backward()
+    opt.synchronize()
+
+
+def test_clipping_between_synchronize_and_step():
+    model = make_model()
+    opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters())
+    for s in range(3):
+        x, y = batch(s)
+        opt.zero_grad()
+        loss_of(model, shard(x), shard(y)).backward()
+        opt.synchronize()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+        with opt.skip_synchronize():
+            opt.step()
+    ref = train_reference(3, sgd, clip=0.05)
+    w, wr = weights(model), weights(ref)
+    agree(torch.allclose(w, wr, atol=1e-6, rtol=1e-5), f"max diff {(w - wr).abs().max().item()}")
+
+
+def test_fp16_compression_stays_close_to_one_process():
+    model = make_model()
+    opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters(),
+                                   compression=hvd.Compression.fp16)
+    for s in range(3):
+        x, y = batch(s)
+        opt.zero_grad()
+        loss_of(model, shard(x), shard(y)).backward()
+        opt.step()
+    ref = train_reference(3, sgd)
+    w, wr = weights(model), weights(ref)
+    grads_fp32 = all(p.grad.dtype == torch.float32 for p in model.parameters())
+    agree(grads_fp32 and torch.allclose(w, wr, atol=2e-3) and same_on_every_rank(w),
+          f"max diff {(w - wr).abs().max().item()}")
+
+
+class TwoHeads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = torch.nn.Linear(8, 4)
+        self.extra = torch.nn.Linear(4, 4)
+
+    def forward(self, x, use_extra):
+        h = self.body(x)
+        return self.extra(h) if use_extra else h
+
+
+def test_a_parameter_used_on_only_one_rank_gets_the_average_everywhere():
+    r, n = rank_size()
+    model = TwoHeads()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                   named_parameters=model.named_parameters())
+    x, y = batch(0)
+    loss_of(lambda v: model(v, r == 0), shard(x), shard(y)).backward()
+    opt.synchronize()
+    # rank 0's gradient for `extra`, divided by the number of ranks
+    ref = TwoHeads()
+    x0, y0 = x[:GLOBAL_BATCH // n], y[:GLOBAL_BATCH // n]
+    loss_of(lambda v: ref(v, True), x0, y0).backward()
+    want = ref.extra.weight.grad / n
+    got = model.extra.weight.grad
+    with opt.skip_synchronize():
+        opt.step()
+    agree(got is not None and torch.allclose(got, want, atol=1e-7)
+          and same_on_every_rank(weights(model)), f"{got} vs {want}")
+
+
+def test_named_parameters_duplicate_or_missing_names_are_value_errors():
+    model = make_model()
+    named = list(model.named_parameters())
+    with pytest.raises(ValueError, match="duplicate names: 0.weight"):
+        hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=named + named[:1])
+    with pytest.raises(ValueError, match="does not name 1"):
+        hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=named[1:])
+
+
+def test_wrapped_optimizer_keeps_class_state_dict_and_lr_scheduler():
+    model = make_model()
+    base = torch.optim.AdamW(model.parameters(), lr=0.01)
+    opt = hvd.DistributedOptimizer(base, named_parameters=model.named_parameters())
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    for s in range(2):
+        x, y = batch(s)
+        opt.zero_grad()
+        loss_of(model, shard(x), shard(y)).backward()
+        opt.step()
+        sched.step()
+    sd = opt.state_dict()
+    fresh = hvd.DistributedOptimizer(torch.optim.AdamW(make_model().parameters(), lr=0.01))
+    fresh.load_state_dict(sd)
+    ok = (isinstance(opt, torch.optim.AdamW) and type(opt).__name__ == "AdamW"
+          and opt.param_groups is base.param_groups and opt.state is base.state
+          and abs(opt.param_groups[0]["lr"] - 0.0025) < 1e-12 and len(sd["state"]) == 4
+          and torch.equal(fresh.state_dict()["state"][0]["exp_avg"], sd["state"][0]["exp_avg"]))
+    agree(ok, f"lr {opt.param_groups[0]['lr']}, state {len(sd['state'])}")
+
+
+def test_groups_and_gradient_predivide_factor_give_the_same_result():
+    model = make_model()
+    opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters(),
+                                   groups=2, gradient_predivide_factor=2.0)
+    for s in range(2):
+        x, y = batch(s)
+        opt.zero_grad()
+        loss_of(model, shard(x), shard(y)).backward()
+        opt.step()
+    ref = train_reference(2, sgd)
+    w, wr = weights(model), weights(ref)
+    agree(torch.allclose(w, wr, atol=1e-6, rtol=1e-5), f"max diff {(w - wr).abs().max().item()}")
+
+
+# ------------------------------------------------------------------ state
+
+def test_broadcast_parameters_from_a_state_dict():
+    r, n = rank_size()
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(r)
+    model[1].num_batches_tracked.fill_(10 + r)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    ok = all(torch.all(p == 0).item() for p in model.parameters())
+    agree(ok and model[1].num_batches_tracked.item() == 10, str(list(model.parameters())))
+
+
+@pytest.mark.parametrize("kind", ["sgd_momentum", "adam"])
+def test_broadcast_optimizer_state(kind):
+    r, n = rank_size()
+    model = make_model()
+    if kind == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=0.01 * (r + 1), betas=(0.9 - 0.1 * r, 0.99))
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1 * (r + 1), momentum=0.9)
+    if r == 0:  # only the root has taken steps: the others' state is empty
+        for s in range(2):
+            x, y = batch(s)
+            opt.zero_grad()
+            loss_of(model, x, y).backward()
+            opt.step()
+    before = weights(model).clone()
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    sd = opt.state_dict()
+    key = "exp_avg_sq" if kind == "adam" else "momentum_buffer"
+    flat = torch.cat([sd["state"][i][key].reshape(-1) for i in range(4)])
+    group = {k: v for k, v in sd["param_groups"][0].items() if k != "params"}
+    groups = hvd.allgather_object(group)
+    ok = (len(sd["state"]) == 4 and same_on_every_rank(flat) and all(g == groups[0] for g in groups)
+          and torch.equal(before, weights(model)))
+    if kind == "adam":
+        ok = ok and group["betas"] == (0.9, 0.99) and float(sd["state"][0]["step"]) == 2.0
+    agree(ok, f"{group}")
+
+
+def test_broadcast_and_allgather_object():
+    r, n = rank_size()
+    obj = hvd.broadcast_object({"epoch": 3, "rank": r}, root_rank=0)
+    objs = hvd.allgather_object(("rank", r))
+    agree(obj == {"epoch": 3, "rank": 0} and objs == [("rank", q) for q in range(n)], f"{obj} {objs}")
