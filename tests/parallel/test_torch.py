@@ -419,6 +419,38 @@ def test_named_parameters_duplicate_or_missing_names_are_value_errors():
         hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=named[1:])
 
 
+class SignSGD(torch.optim.Optimizer):
+    """A custom optimizer: steps by the sign of the gradient."""
+
+    def __init__(self, params, lr=0.01):
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(p.grad.sign(), alpha=-group["lr"])
+
+
+@pytest.mark.parametrize("make_opt", [lambda ps: SignSGD(ps, lr=0.01),
+                                      lambda ps: torch.optim.Adam(ps, lr=0.01)],
+                         ids=["custom", "adam"])
+def test_custom_and_adam_optimizers_match_one_process(make_opt):
+    model = make_model()
+    opt = hvd.DistributedOptimizer(make_opt(model.parameters()), named_parameters=model.named_parameters())
+    for s in range(3):
+        x, y = batch(s)
+        opt.zero_grad()
+        loss_of(model, shard(x), shard(y)).backward()
+        opt.step()
+    ref = train_reference(3, make_opt)
+    w, wr = weights(model), weights(ref)
+    agree(type(opt).__name__ == type(make_opt(make_model().parameters())).__name__
+          and torch.allclose(w, wr, atol=1e-5, rtol=1e-4) and same_on_every_rank(w),
+          f"max diff {(w - wr).abs().max().item()}")
+
+
 def test_wrapped_optimizer_keeps_class_state_dict_and_lr_scheduler():
     model = make_model()
     base = torch.optim.AdamW(model.parameters(), lr=0.01)
