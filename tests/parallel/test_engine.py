@@ -164,3 +164,16 @@ def test_many_auto_named_calls_stay_consistent():
     for i in range(300):
         total += hvd.allreduce(np.array([float(i)]), op=hvd.Sum)[0]
     agree(total == hvd.size() * sum(range(300)), f"total {total}")
+
+
+@pytest.mark.parametrize("capacity", [0, 3])
+def test_a_small_or_disabled_cache_stays_consistent(capacity):
+    with reinit(HVD_LITE_CACHE_CAPACITY=capacity):
+        bad = []
+        for step in range(4):
+            handles = [(i, hvd.allreduce_async(exact_inputs(np.float32, 10 + i, hvd.rank(), seed=i),
+                                               op=hvd.Sum, name=f"cap.{i}")) for i in range(7)]
+            for i, h in handles:
+                if not same_bits(hvd.synchronize(h), expected_sum(np.float32, 10 + i, i)):
+                    bad.append((step, i))
+        agree(not bad, f"wrong results {bad}")
