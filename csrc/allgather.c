@@ -16,6 +16,9 @@
  *   t = 1 .. n-2   recvCopySend  block r-t lands in recvbuff; forward it
  *   t = n-1        recv          block r+1 lands in recvbuff (it has gone round)
  *
+ * On 2 ranks nothing is forwarded and each block goes as one message
+ * (hvdl_pipe_init_copy); beyond, as segments, so that forwarding overlaps.
+ *
  * Every block is stored verbatim from its owner's bytes. Each step writes a
  * block nothing else writes or sends from before, so only the number of sends
  * in flight needs bounding (the pipe's two generations).
@@ -49,7 +52,7 @@ hvdlResult_t hvdl_allgatherv(hvdlComm_t comm, const void *sendbuff, void *recvbu
 
   struct hvdl_pipe p;
   if (n > 1) {
-    HVDL_CHECK(hvdl_pipe_init(&p, comm, ALLGATHER_TAG, max_count, dt, hvdlSum));
+    HVDL_CHECK(hvdl_pipe_init_copy(&p, comm, ALLGATHER_TAG, max_count, dt));
     HVDL_CHECK(hvdl_pipe_send(&p, sendbuff, counts[r]));
   }
   if (own != sendbuff && counts[r] > 0) memcpy(own, sendbuff, counts[r] * esize);

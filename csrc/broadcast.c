@@ -7,7 +7,8 @@
  * root only sends and the last rank (root-1) only receives.
  *
  * The schedule. The buffer travels as segments of config.segmentBytes (larger
- * if it would need more than PIPE_MAX_SEGMENTS of them), all in one pipe step:
+ * if it would need more than PIPE_MAX_SEGMENTS of them; on 2 ranks, where no
+ * rank forwards, as one message: hvdl_pipe_init_copy), all in one pipe step:
  *
  *   p = 0           send          every segment of sendbuff; meanwhile the root
  *                                 copies sendbuff into recvbuff unless in-place
@@ -34,7 +35,7 @@ hvdlResult_t hvdl_broadcast_chain(hvdlComm_t comm, const void *sendbuff, void *r
   const int n = comm->size;
   const int pos = (comm->rank - root + n) % n;
   struct hvdl_pipe p;
-  HVDL_CHECK(hvdl_pipe_init(&p, comm, BROADCAST_TAG, count, dt, hvdlSum));
+  HVDL_CHECK(hvdl_pipe_init_copy(&p, comm, BROADCAST_TAG, count, dt));
   if (pos == 0) {
     HVDL_CHECK(hvdl_pipe_send(&p, sendbuff, count));
     if (recvbuff != sendbuff) memcpy(recvbuff, sendbuff, count * hvdl_type_size(dt));

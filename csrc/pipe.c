@@ -25,8 +25,10 @@
 
 enum { PIPE_REDUCE = 1, PIPE_FORWARD = 2, PIPE_DIVIDE = 4 };
 
-hvdlResult_t hvdl_pipe_init(struct hvdl_pipe *p, hvdlComm_t comm, int tag, size_t max_piece,
-                            hvdlDataType_t dt, hvdlRedOp_t op) {
+/* Common setup: segments of seg_bytes (more if a piece would need more than
+ * PIPE_MAX_SEGMENTS); receive scratch only for a pipe that reduces. */
+static hvdlResult_t pipe_setup(struct hvdl_pipe *p, hvdlComm_t comm, int tag, size_t max_piece,
+                               hvdlDataType_t dt, hvdlRedOp_t op, size_t seg_bytes, int reduces) {
   memset(p, 0, sizeof *p);
   p->comm = comm;
   p->left = (comm->rank - 1 + comm->size) % comm->size;
@@ -35,19 +37,39 @@ hvdlResult_t hvdl_pipe_init(struct hvdl_pipe *p, hvdlComm_t comm, int tag, size_
   p->esize = hvdl_type_size(dt);
   p->dt = dt;
   p->op = op;
-  p->seg = comm->config.segmentBytes / p->esize;
+  p->seg = seg_bytes / p->esize;
   if (p->seg == 0) p->seg = 1;
   if (max_piece / p->seg >= PIPE_MAX_SEGMENTS)
     p->seg = (max_piece + PIPE_MAX_SEGMENTS - 1) / PIPE_MAX_SEGMENTS;
   const size_t max_seg = (max_piece + p->seg - 1) / p->seg + 1;
 
   struct hvdl_scratch *s = &comm->scratch;
-  HVDL_CHECK(hvdl_reserve(comm, &s->tmp, &s->tmp_bytes, PIPE_WINDOW * p->seg * p->esize));
+  if (reduces) {
+    HVDL_CHECK(hvdl_reserve(comm, &s->tmp, &s->tmp_bytes, PIPE_WINDOW * p->seg * p->esize));
+    p->tmp = s->tmp;
+  }
   HVDL_CHECK(hvdl_reserve(comm, &s->sreq, &s->sreq_bytes, 2 * max_seg * sizeof(MPI_Request)));
-  p->tmp = s->tmp;
   p->sreq[0] = (MPI_Request *)(void *)s->sreq;
   p->sreq[1] = p->sreq[0] + max_seg;
   return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_pipe_init(struct hvdl_pipe *p, hvdlComm_t comm, int tag, size_t max_piece,
+                            hvdlDataType_t dt, hvdlRedOp_t op) {
+  return pipe_setup(p, comm, tag, max_piece, dt, op, comm->config.segmentBytes, 1);
+}
+
+hvdlResult_t hvdl_pipe_init_copy(struct hvdl_pipe *p, hvdlComm_t comm, int tag, size_t max_piece,
+                                 hvdlDataType_t dt) {
+  /* 2 ranks, measured (docs/benchmarks.md): whole-piece messages took the
+   * all-gather from 0.97-0.99x to 1.00-1.02x MPI's busbw at 4-64 MiB. */
+  size_t seg_bytes = comm->config.segmentBytes;
+  if (comm->size == 2) {
+    const size_t esize = hvdl_type_size(dt);
+    seg_bytes = max_piece <= PIPE_MAX_MESSAGE_BYTES / esize ? max_piece * esize
+                                                            : PIPE_MAX_MESSAGE_BYTES;
+  }
+  return pipe_setup(p, comm, tag, max_piece, dt, hvdlSum, seg_bytes, 0);
 }
 
 static size_t seg_elems(const struct hvdl_pipe *p, size_t count, size_t j) {
@@ -90,6 +112,10 @@ static hvdlResult_t post_recv(struct hvdl_pipe *p, unsigned what, char *dst, siz
 static hvdlResult_t recv_step(struct hvdl_pipe *p, unsigned what, const char *src, char *dst,
                               size_t count) {
   int gen;
+  if ((what & PIPE_REDUCE) && !p->tmp)
+    return hvdl_fail(p->comm, hvdlInternalError,
+                     "pipe (tag %d): a reducing verb on a pipe set up by hvdl_pipe_init_copy",
+                     p->tag);
   HVDL_CHECK(begin_step(p, &gen));
   const size_t nseg = (count + p->seg - 1) / p->seg;
   MPI_Request rreq[PIPE_WINDOW];

@@ -39,6 +39,8 @@
 /* Segments per piece at most; a larger piece uses larger segments (see ring.c:
  * it bounds the messages in flight between two ranks). */
 #define PIPE_MAX_SEGMENTS 1024
+/* The largest message a pipe sends (its byte count must fit an int). */
+#define PIPE_MAX_MESSAGE_BYTES ((size_t)1 << 30)
 
 struct hvdl_pipe {
   hvdlComm_t comm;
@@ -57,6 +59,13 @@ struct hvdl_pipe {
  * run on comm until hvdl_pipe_finish). op is only used by the reducing verbs. */
 hvdlResult_t hvdl_pipe_init(struct hvdl_pipe *p, hvdlComm_t comm, int tag, size_t max_piece,
                             hvdlDataType_t dt, hvdlRedOp_t op);
+
+/* The same for a pipe that only copies (send, recv, recvCopySend; the reducing
+ * verbs fail on it). On 2 ranks nothing is forwarded, so nothing would overlap
+ * with a segment's transfer: each piece goes as one message (up to
+ * PIPE_MAX_MESSAGE_BYTES), which saves a rendezvous per segment. */
+hvdlResult_t hvdl_pipe_init_copy(struct hvdl_pipe *p, hvdlComm_t comm, int tag, size_t max_piece,
+                                 hvdlDataType_t dt);
 
 hvdlResult_t hvdl_pipe_send(struct hvdl_pipe *p, const void *src, size_t count);
 hvdlResult_t hvdl_pipe_recv(struct hvdl_pipe *p, void *dst, size_t count);

@@ -12,6 +12,7 @@ COMMANDS = {
     "allgather": collectives.Command("allgather"),
     "reducescatter": collectives.Command("reducescatter"),
     "broadcast": collectives.Command("broadcast"),
+    "alltoall": collectives.Command("alltoall"),
     "kernels": kernels,
     "latency": latency,
     "plot": replot,

@@ -1,20 +1,25 @@
-"""All-gather, reduce-scatter and broadcast time and bus bandwidth of hvd_lite's C API against
-MPI's own collective (mpi4py), in one run.
+"""All-gather, reduce-scatter, broadcast and all-to-all time and bus bandwidth of hvd_lite
+against MPI's own collective (mpi4py), in one run.
 
 Run under mpirun; rank 0 prints. For each size from -b to -e (times -f), as nccl-tests:
 
   size    allgather: the gathered result; reducescatter: the whole input (n blocks);
-          broadcast: the buffer
+          broadcast: the buffer; alltoall: one rank's input (n blocks, one per rank)
   time    median over --repeats of one batch's seconds per call; a batch is -n
           back-to-back calls after a barrier, and its time is the slowest rank's
   algbw   size / time
-  busbw   algbw * (n-1)/n for allgather and reducescatter, algbw for broadcast
+  busbw   algbw * (n-1)/n for allgather, reducescatter and alltoall, algbw for
+          broadcast
   #wrong  result elements whose bits differ from the exact answer, summed over
           ranks and over one check per repeat
 
-hvd_lite (`_core.Comm`, preallocated buffers) and MPI (`Allgather`,
-`Reduce_scatter_block`, `Bcast` from rank 0) alternate batch by batch; the ratio
-columns compare their medians (busbw ratio = hvd_lite busbw / MPI busbw).
+hvd_lite and MPI (`Allgather`, `Reduce_scatter_block`, `Bcast` from rank 0,
+`Alltoall`) alternate batch by batch; the ratio column compares their medians
+(busbw ratio = hvd_lite busbw / MPI busbw). All-gather, reduce-scatter and
+broadcast time the C API (`_core.Comm`, preallocated buffers: our ring and chain
+algorithms). All-to-all has no C API (the engine exchanges the split counts,
+then calls MPI_Alltoallv), so it times the public `hvd.alltoall(array)` with even
+splits and a fixed name, through the engine, which allocates each output.
 """
 import argparse
 import math
@@ -26,10 +31,15 @@ import numpy as np
 from . import common
 
 BUSBW = {"allgather": lambda n: (n - 1) / n, "reducescatter": lambda n: (n - 1) / n,
-         "broadcast": lambda n: 1.0}
+         "broadcast": lambda n: 1.0, "alltoall": lambda n: (n - 1) / n}
+
+# The hvd_lite entry point each collective is timed through (--api).
+APIS = {"allgather": "core", "reducescatter": "core", "broadcast": "core", "alltoall": "numpy"}
+API_HELP = {"core": "the C binding on preallocated buffers",
+            "numpy": "the public hvd.* call through the engine"}
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser, api: str = "core") -> None:
     """The options (nccl-tests' letters where they exist)."""
     p.add_argument("-b", "--minbytes", type=common.parse_size, default=common.parse_size("1K"),
                    help="smallest size in bytes (default 1K)")
@@ -46,8 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-time", type=float, default=0.02,
                    help="target seconds per batch when -n is 0 (default 0.02)")
     p.add_argument("--max-iters", type=int, default=20000, help="most calls per batch")
-    p.add_argument("--api", choices=("core",), default="core",
-                   help="hvd_lite entry point timed: 'core', the C binding on preallocated buffers")
+    p.add_argument("--api", choices=(api,), default=api,
+                   help=f"hvd_lite entry point timed: '{api}', {API_HELP[api]}")
     p.add_argument("--json", metavar="FILE", help="write every repeat's times to FILE")
 
 
@@ -62,7 +72,24 @@ class _Case:
     def __init__(self, name, comm, world, MPI, dtype, nbytes, code):
         n, r = world.Get_size(), world.Get_rank()
         esize = dtype.itemsize
-        if name == "broadcast":
+        self.engine_output = name == "alltoall"  # hvd_lite's output is a new array per call
+        self.hvd_out = None  # that array, from the last call
+        if name == "alltoall":
+            import hvd_lite as hvd
+            count = max(nbytes // (esize * n), 1)
+            self.send = _inputs(dtype, n * count, r)
+            self.recv = np.zeros(n * count, dtype)
+            # Block r of every rank's input, in rank order.
+            self.want = np.concatenate([_inputs(dtype, n * count, q)[r * count:(r + 1) * count]
+                                        for q in range(n)])
+            send, tag = self.send, f"bench.alltoall.{count}"
+
+            def hvd_call():
+                self.hvd_out = hvd.alltoall(send, name=tag)
+            self.hvd = hvd_call
+            self.mpi = lambda: world.Alltoall(send, self.recv)
+            self.bytes = n * count * esize
+        elif name == "broadcast":
             count = nbytes // esize
             self.send = _inputs(dtype, count, r)
             self.recv = np.zeros(count, dtype)
@@ -98,9 +125,20 @@ class _Case:
             self.mpi = lambda: world.Reduce_scatter_block(send, recv, op=MPI.SUM)
             self.bytes = n * count * esize
 
-    def wrong(self) -> int:
-        bits = np.dtype(f"u{self.recv.dtype.itemsize}")
-        return int(np.count_nonzero(self.recv.view(bits) != self.want.view(bits)))
+    def reset(self) -> None:
+        """Clears every output, so that a check sees only what the next batch wrote."""
+        self.recv[...] = 0
+        self.hvd_out = None
+
+    def wrong(self, lib: int) -> int:
+        """Wrong elements in the output of contender lib (0 hvd_lite, 1 MPI)."""
+        out = self.recv
+        if lib == 0 and self.engine_output:
+            out = self.hvd_out
+            if out is None or out.shape != self.want.shape:
+                return int(self.want.size)
+        bits = np.dtype(f"u{out.dtype.itemsize}")
+        return int(np.count_nonzero(out.view(bits) != self.want.view(bits)))
 
 
 def _pick_iters(args, calls: List[Callable], world, MPI) -> int:
@@ -151,6 +189,7 @@ def run(name: str, args) -> int:
               f"busbw = algbw * {factor:.3f}; MPI: {'mpi4py' if mpi_ok else 'n/a for this dtype'}")
         print("# time in us, algbw and busbw in GB/s; last column: hvd_lite busbw / MPI busbw")
         table.header([("", 1)] + [(lb, 4) for lb in labels] + ([("ratio", 1)] if mpi_ok else []))
+    load_start = common.loadavg()
     results = []
     for nbytes in sizes:
         case = _Case(name, comm, world, MPI, dtype, nbytes, code)
@@ -161,9 +200,9 @@ def run(name: str, args) -> int:
         for rep in range(args.repeats):
             for k in range(len(calls)):
                 i = (k + rep) % len(calls)
-                case.recv[...] = 0
+                case.reset()
                 times[rep, i] = common.time_batch(calls[i], iters, world.Barrier)
-                wrong[i] += case.wrong()
+                wrong[i] += case.wrong(i)
         world.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
         world.Allreduce(MPI.IN_PLACE, wrong, op=MPI.SUM)
         if not root:
@@ -182,12 +221,17 @@ def run(name: str, args) -> int:
         table.row(row)
         results.append(entry)
     comm.destroy()
+    load_end = common.loadavg()
+    if root:
+        print(f"# load average (1, 5, 15 min) at start {load_start}, at end {load_end}")
     total_wrong = sum(v["wrong"] for e in results for v in e["libs"].values()) if root else 0
     if root and args.json:
         common.write_json(args.json, {"benchmark": name, "argv": sys.argv, "ranks": n,
                                       "dtype": common.dtype_name(dtype), "busbw_factor": factor,
                                       "contenders": labels, "build_info": hvd.build_info(),
-                                      "machine": common.machine_summary(), "results": results})
+                                      "machine": common.machine_summary(), "api": args.api,
+                                      "loadavg": {"start": load_start, "end": load_end},
+                                      "results": results})
     if root and total_wrong:
         print(f"# {total_wrong} wrong elements", file=sys.stderr)
     return 1 if world.bcast(total_wrong, root=0) else 0
@@ -198,11 +242,11 @@ class Command:
 
     def __init__(self, name: str):
         self.name = name
-        self.__doc__ = f"{name.capitalize()} of hvd_lite's C API against MPI's (mpi4py).\n\n" + __doc__
+        where = "C API" if APIS[name] == "core" else "public API, through the engine,"
+        self.__doc__ = f"{name.capitalize()} of hvd_lite's {where} against MPI's (mpi4py).\n\n" + __doc__
 
-    @staticmethod
-    def add_arguments(p: argparse.ArgumentParser) -> None:
-        add_arguments(p)
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        add_arguments(p, APIS[self.name])
 
     def main(self, args) -> int:
         return run(self.name, args)

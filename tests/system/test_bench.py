@@ -122,3 +122,20 @@ def test_collective_benches_at_3_ranks_report_no_wrong_elements(tmp_path, comman
     assert record["benchmark"] == command and record["busbw_factor"] == pytest.approx(factor)
     assert [e["bytes"] > 0 for e in record["results"]] == [True] * 3
     assert all(lib["wrong"] == 0 for e in record["results"] for lib in e["libs"].values())
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
+def test_alltoall_bench_at_3_ranks_times_the_engine_and_reports_no_wrong_elements(tmp_path):
+    record, stdout = _mpirun(3, ["-b", "1K", "-e", "256K", "-f", "16", "-n", "2", "-w", "1",
+                                 "--repeats", "2", "-d", "int32"], tmp_path, "alltoall")
+    assert record["benchmark"] == "alltoall" and record["api"] == "numpy"
+    assert record["busbw_factor"] == pytest.approx(2 / 3)
+    assert record["contenders"] == ["hvd_lite", "MPI"]
+    # Each size is one rank's whole input: 3 equal blocks of whole int32 elements.
+    assert [e["bytes"] for e in record["results"]] == [1020, 16380, 262140]
+    for entry in record["results"]:
+        for label, lib in entry["libs"].items():
+            assert lib["wrong"] == 0, (label, entry["bytes"])
+            assert len(lib["times_s"]) == 2 and lib["median_s"] > 0
+    assert set(record["loadavg"]) == {"start", "end"}
+    assert "api numpy" in stdout
