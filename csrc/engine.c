@@ -44,7 +44,10 @@ void hvdl_request_release(struct hvdl_request *r) {
   if (atomic_fetch_sub(&r->refs, 1) == 1) {
     free(r->splits);
     free(r->recv_splits);
-    free(r->out);
+    if (r->out_pool)
+      hvdl_outpool_put(r->out_pool, r->out, r->out_cap);
+    else
+      free(r->out);
     free(r->zeros);
     free(r);
   }
@@ -238,6 +241,7 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
   }
   for (int i = 0; i < e->size; i++) e->join_round[i] = -1;
   pthread_mutex_init(&e->mu, NULL);
+  hvdl_outpool_init(&e->outpool);
   pthread_cond_init(&e->work_cv, NULL);
   pthread_cond_init(&e->done_cv, NULL);
   if (e->rank == 0 && cfg->timeline[0]) {
@@ -360,6 +364,7 @@ void hvdl_engine_free(struct hvdl_engine *e) {
   hvdl_negotiate_free(e);
   free(e->fusion);
   free(e->join_round);
+  hvdl_outpool_free(&e->outpool);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->work_cv);
   pthread_cond_destroy(&e->done_cv);

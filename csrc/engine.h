@@ -56,6 +56,8 @@ struct hvdl_request {
   int64_t *splits;               /* ALLTOALL: rows for each rank (size entries), or NULL */
   void *out;                     /* engine-allocated output, freed with the request */
   size_t out_bytes;
+  size_t out_cap;                /* its allocated size */
+  struct hvdl_outpool *out_pool; /* where `out` goes back to (NULL: free it) */
   int64_t out_dim0;              /* rows of `out` */
   int64_t *recv_splits;          /* ALLTOALL: rows received from each rank */
   int64_t value;                 /* JOIN: the last rank to join */
@@ -91,6 +93,20 @@ struct hvdl_table_entry {
 };
 
 struct hvdl_timeline;
+
+/* outpool.c: recycled engine-allocated outputs. */
+#define HVDL_OUTPOOL_SLOTS 4
+struct hvdl_outpool {
+  pthread_mutex_t mu;
+  void *buf[HVDL_OUTPOOL_SLOTS];
+  size_t cap[HVDL_OUTPOOL_SLOTS];
+};
+void hvdl_outpool_init(struct hvdl_outpool *p);
+/* A buffer of at least `bytes` (*cap: its real size): a recycled one or a new one. */
+void *hvdl_outpool_get(struct hvdl_outpool *p, size_t bytes, size_t *cap);
+/* Takes buf back (or frees it if the pool keeps bigger ones). */
+void hvdl_outpool_put(struct hvdl_outpool *p, void *buf, size_t cap);
+void hvdl_outpool_free(struct hvdl_outpool *p);
 
 struct hvdl_engine {
   struct hvdl_engine_config cfg;
@@ -128,6 +144,7 @@ struct hvdl_engine {
   long round_no;
   double last_round;
   struct hvdl_timeline *timeline;
+  struct hvdl_outpool outpool;   /* outputs of allgather/alltoall, recycled (thread-safe) */
 };
 
 /* engine.c */

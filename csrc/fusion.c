@@ -13,7 +13,8 @@
  *
  * The other collectives run one call each, in list order: allgather exchanges
  * the ranks' first dimensions, then gathers into an output the engine allocates;
- * alltoall exchanges the split counts, then uses MPI_Alltoallv; reducescatter
+ * alltoall exchanges the split counts, then every block pairwise (point to point);
+ * reducescatter
  * splits the rows as evenly as possible (the first ranks take the extra ones);
  * broadcast is hvdlBroadcast; a barrier needs nothing beyond its negotiation.
  */
@@ -110,11 +111,12 @@ static size_t row_elems(const struct hvdl_desc *d) {
   return k;
 }
 
-/* Allocates the request's output (rows x the other dims). */
+/* Allocates the request's output (rows x the other dims), recycled (outpool.c). */
 static hvdlResult_t alloc_out(struct hvdl_engine *e, struct hvdl_request *r, int64_t rows) {
   const size_t bytes = (size_t)rows * row_elems(&r->desc) * hvdl_type_size((hvdlDataType_t)r->desc.dtype);
-  r->out = malloc(bytes ? bytes : 1);
+  r->out = hvdl_outpool_get(&e->outpool, bytes, &r->out_cap);
   if (!r->out) return hvdl_fail(e->data, hvdlSystemError, "out of memory for a %zu-byte output", bytes);
+  r->out_pool = &e->outpool; /* the Python handle keeps the engine alive while it holds this */
   r->out_bytes = bytes;
   r->out_dim0 = rows;
   return hvdlSuccess;
@@ -147,6 +149,31 @@ static hvdlResult_t run_allgather(struct hvdl_engine *e, struct hvdl_request *r)
   return res;
 }
 
+/* Alltoallv's data movement, pairwise: every block to and from every other rank
+ * in flight at once, our own block copied locally, waits that spin (wait.c). */
+static hvdlResult_t exchange_blocks(struct hvdl_engine *e, const void *send, const int *scounts,
+                                    const int *sdispls, void *recv, const int *rcounts,
+                                    const int *rdispls) {
+  const int n = e->size, me = e->rank;
+  MPI_Request *reqs = malloc(sizeof *reqs * (size_t)(2 * n));
+  if (!reqs) return hvdl_fail(e->data, hvdlSystemError, "alltoall: out of memory");
+  int k = 0;
+  hvdlResult_t res = hvdlSuccess;
+  for (int i = 1; i < n && res == hvdlSuccess; i++) { /* peers in ring order from ours */
+    const int from = (me - i + n) % n, to = (me + i) % n;
+    int err = MPI_Irecv((char *)recv + rdispls[from], rcounts[from], MPI_BYTE, from, 0x4857,
+                        e->data->mpi, &reqs[k++]);
+    if (err == MPI_SUCCESS)
+      err = MPI_Isend((const char *)send + sdispls[to], scounts[to], MPI_BYTE, to, 0x4857,
+                      e->data->mpi, &reqs[k++]);
+    if (err != MPI_SUCCESS) res = hvdl_fail_mpi(e->data, err, "alltoall: MPI_Isend/MPI_Irecv");
+  }
+  memcpy((char *)recv + rdispls[me], (const char *)send + sdispls[me], (size_t)scounts[me]);
+  if (res == hvdlSuccess) res = hvdl_wait_all(e->data, k, reqs, 50.0);
+  free(reqs);
+  return res;
+}
+
 static hvdlResult_t run_alltoall(struct hvdl_engine *e, struct hvdl_request *r) {
   const int n = e->size;
   const size_t row_bytes = row_elems(&r->desc) * hvdl_type_size((hvdlDataType_t)r->desc.dtype);
@@ -175,11 +202,7 @@ static hvdlResult_t run_alltoall(struct hvdl_engine *e, struct hvdl_request *r) 
     total += r->recv_splits[q];
   }
   if (res == hvdlSuccess) res = alloc_out(e, r, total);
-  if (res == hvdlSuccess) {
-    int err = MPI_Ialltoallv(r->send, scounts, sdispls, MPI_BYTE, r->out, rcounts, rdispls, MPI_BYTE,
-                             e->data->mpi, &req);
-    res = err == MPI_SUCCESS ? hvdl_wait_all(e->data, 1, &req, 50.0) : hvdl_fail_mpi(e->data, err, "MPI_Ialltoallv");
-  }
+  if (res == hvdlSuccess) res = exchange_blocks(e, r->send, scounts, sdispls, r->out, rcounts, rdispls);
   free(ints);
   return res;
 }
