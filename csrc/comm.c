@@ -341,3 +341,26 @@ hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
   HVDL_CHECK(equal_counts(comm, recvcount, &counts));
   return hvdl_reducescatterv(comm, sendbuff, recvbuff, counts, datatype, op);
 }
+
+hvdlResult_t hvdlAllToAll(const void *sendbuff, void *recvbuff, size_t count,
+                          hvdlDataType_t datatype, hvdlComm_t comm, hvdlStream_t stream) {
+  const char *fn = "hvdlAllToAll";
+  size_t bytes;
+  HVDL_CHECK(check_call(comm, fn, datatype, stream));
+  HVDL_CHECK(check_bytes(comm, fn, count, (size_t)comm->size, datatype, &bytes));
+  HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, bytes, 0, "(no in-place form)"));
+  const size_t block = bytes / (size_t)comm->size;
+  if (block > 0x7fffffff || bytes > 0x7fffffff)
+    return hvdl_fail(comm, hvdlInvalidArgument, "%s: more than 2 GiB per rank is not supported", fn);
+  if (count == 0) return hvdlSuccess;
+  int *ints = malloc(sizeof *ints * 2 * (size_t)comm->size);
+  if (!ints) return hvdl_fail(comm, hvdlSystemError, "%s: out of memory", fn);
+  for (int q = 0; q < comm->size; q++) {
+    ints[q] = (int)block;
+    ints[comm->size + q] = (int)(block * (size_t)q);
+  }
+  hvdlResult_t res =
+      hvdl_alltoallv(comm, sendbuff, ints, ints + comm->size, recvbuff, ints, ints + comm->size);
+  free(ints);
+  return res;
+}

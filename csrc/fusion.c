@@ -149,31 +149,6 @@ static hvdlResult_t run_allgather(struct hvdl_engine *e, struct hvdl_request *r)
   return res;
 }
 
-/* Alltoallv's data movement, pairwise: every block to and from every other rank
- * in flight at once, our own block copied locally, waits that spin (wait.c). */
-static hvdlResult_t exchange_blocks(struct hvdl_engine *e, const void *send, const int *scounts,
-                                    const int *sdispls, void *recv, const int *rcounts,
-                                    const int *rdispls) {
-  const int n = e->size, me = e->rank;
-  MPI_Request *reqs = malloc(sizeof *reqs * (size_t)(2 * n));
-  if (!reqs) return hvdl_fail(e->data, hvdlSystemError, "alltoall: out of memory");
-  int k = 0;
-  hvdlResult_t res = hvdlSuccess;
-  for (int i = 1; i < n && res == hvdlSuccess; i++) { /* peers in ring order from ours */
-    const int from = (me - i + n) % n, to = (me + i) % n;
-    int err = MPI_Irecv((char *)recv + rdispls[from], rcounts[from], MPI_BYTE, from, 0x4857,
-                        e->data->mpi, &reqs[k++]);
-    if (err == MPI_SUCCESS)
-      err = MPI_Isend((const char *)send + sdispls[to], scounts[to], MPI_BYTE, to, 0x4857,
-                      e->data->mpi, &reqs[k++]);
-    if (err != MPI_SUCCESS) res = hvdl_fail_mpi(e->data, err, "alltoall: MPI_Isend/MPI_Irecv");
-  }
-  memcpy((char *)recv + rdispls[me], (const char *)send + sdispls[me], (size_t)scounts[me]);
-  if (res == hvdlSuccess) res = hvdl_wait_all(e->data, k, reqs, 50.0);
-  free(reqs);
-  return res;
-}
-
 static hvdlResult_t run_alltoall(struct hvdl_engine *e, struct hvdl_request *r) {
   const int n = e->size;
   const size_t row_bytes = row_elems(&r->desc) * hvdl_type_size((hvdlDataType_t)r->desc.dtype);
@@ -202,7 +177,8 @@ static hvdlResult_t run_alltoall(struct hvdl_engine *e, struct hvdl_request *r) 
     total += r->recv_splits[q];
   }
   if (res == hvdlSuccess) res = alloc_out(e, r, total);
-  if (res == hvdlSuccess) res = exchange_blocks(e, r->send, scounts, sdispls, r->out, rcounts, rdispls);
+  if (res == hvdlSuccess)
+    res = hvdl_alltoallv(e->data, r->send, scounts, sdispls, r->out, rcounts, rdispls);
   free(ints);
   return res;
 }

@@ -167,6 +167,12 @@ hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
                                hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                                hvdlStream_t stream);
 
+/* Sends count elements to every rank: block q (elements q*count .. (q+1)*count-1)
+ * of sendbuff goes to rank q, and block q of recvbuff comes from rank q. Both hold
+ * ranks * count elements and must not overlap (no in-place form). */
+hvdlResult_t hvdlAllToAll(const void *sendbuff, void *recvbuff, size_t count,
+                          hvdlDataType_t datatype, hvdlComm_t comm, hvdlStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

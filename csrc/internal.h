@@ -126,4 +126,10 @@ hvdlResult_t hvdl_broadcast_chain(hvdlComm_t comm, const void *sendbuff, void *r
 hvdlResult_t hvdl_reduce_root(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                               size_t count, hvdlDataType_t dt, hvdlRedOp_t op, int root);
 
+/* All-to-all with byte counts and displacements per rank (alltoall.c); the
+ * buffers must not overlap. */
+hvdlResult_t hvdl_alltoallv(hvdlComm_t comm, const void *send, const int *scounts,
+                            const int *sdispls, void *recv, const int *rcounts,
+                            const int *rdispls);
+
 #endif /* HVDL_INTERNAL_H_ */

@@ -704,6 +704,27 @@ static PyObject *Comm_allgather(CommObject *self, PyObject *args) {
   return finish_call(res, c, &sv, &rv);
 }
 
+static PyObject *Comm_alltoall(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype;
+  if (!PyArg_ParseTuple(args, "OOi", &sendobj, &recvobj, &dtype)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  hvdlComm_t c = self->comm;
+  const size_t n = (size_t)c->size;
+  hvdlResult_t res = hvdlInvalidArgument;
+  if (scount != rcount || scount % n != 0) {
+    hvdl_fail(c, res, "alltoall: sendbuf has %zu elements and recvbuf %zu; both need ranks (%zu) x count",
+              scount, rcount, n);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlAllToAll(sv.buf, rv.buf, scount / n, (hvdlDataType_t)dtype, c, NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sv, &rv);
+}
+
 static PyObject *Comm_reducescatter(CommObject *self, PyObject *args) {
   PyObject *sendobj, *recvobj;
   int dtype, op;
@@ -750,6 +771,8 @@ static PyMethodDef Comm_methods[] = {
      "allgather(sendbuf, recvbuf, dtype): hvdlAllGather; recvbuf holds size x sendbuf"},
     {"reducescatter", (PyCFunction)Comm_reducescatter, METH_VARARGS,
      "reducescatter(sendbuf, recvbuf, dtype, op): hvdlReduceScatter; sendbuf holds size x recvbuf"},
+    {"alltoall", (PyCFunction)Comm_alltoall, METH_VARARGS,
+     "alltoall(sendbuf, recvbuf, dtype): hvdlAllToAll, ranks x count elements each"},
     {"destroy", (PyCFunction)Comm_destroy, METH_NOARGS, "hvdlCommDestroy (collective)"},
     {NULL, NULL, 0, NULL},
 };

@@ -34,12 +34,14 @@ BUSBW = {"allgather": lambda n: (n - 1) / n, "reducescatter": lambda n: (n - 1) 
          "broadcast": lambda n: 1.0, "alltoall": lambda n: (n - 1) / n}
 
 # The hvd_lite entry point each collective is timed through (--api).
-APIS = {"allgather": "core", "reducescatter": "core", "broadcast": "core", "alltoall": "numpy"}
+APIS = {"allgather": "core", "reducescatter": "core", "broadcast": "core", "alltoall": "core"}
+# alltoall can also be timed through the engine (--api numpy): hvd.alltoall, a new array per call.
+EXTRA_APIS = {"alltoall": ("numpy",)}
 API_HELP = {"core": "the C binding on preallocated buffers",
             "numpy": "the public hvd.* call through the engine"}
 
 
-def add_arguments(p: argparse.ArgumentParser, api: str = "core") -> None:
+def add_arguments(p: argparse.ArgumentParser, api: str = "core", name: str = "") -> None:
     """The options (nccl-tests' letters where they exist)."""
     p.add_argument("-b", "--minbytes", type=common.parse_size, default=common.parse_size("1K"),
                    help="smallest size in bytes (default 1K)")
@@ -56,8 +58,10 @@ def add_arguments(p: argparse.ArgumentParser, api: str = "core") -> None:
     p.add_argument("--batch-time", type=float, default=0.02,
                    help="target seconds per batch when -n is 0 (default 0.02)")
     p.add_argument("--max-iters", type=int, default=20000, help="most calls per batch")
-    p.add_argument("--api", choices=(api,), default=api,
-                   help=f"hvd_lite entry point timed: '{api}', {API_HELP[api]}")
+    choices = (api,) + EXTRA_APIS.get(name, ())
+    p.add_argument("--api", choices=choices, default=api,
+                   help="hvd_lite entry point timed: " +
+                        "; ".join(f"'{a}', {API_HELP[a]}" for a in choices) + f" (default {api})")
     p.add_argument("--json", metavar="FILE", help="write every repeat's times to FILE")
 
 
@@ -69,10 +73,10 @@ def _inputs(dtype, count: int, rank: int) -> np.ndarray:
 class _Case:
     """One collective at one size: both libraries' calls and how to check their results."""
 
-    def __init__(self, name, comm, world, MPI, dtype, nbytes, code):
+    def __init__(self, name, comm, world, MPI, dtype, nbytes, code, api="core"):
         n, r = world.Get_size(), world.Get_rank()
         esize = dtype.itemsize
-        self.engine_output = name == "alltoall"  # hvd_lite's output is a new array per call
+        self.engine_output = name == "alltoall" and api == "numpy"  # a new array per call
         self.hvd_out = None  # that array, from the last call
         if name == "alltoall":
             import hvd_lite as hvd
@@ -82,11 +86,12 @@ class _Case:
             # Block r of every rank's input, in rank order.
             self.want = np.concatenate([_inputs(dtype, n * count, q)[r * count:(r + 1) * count]
                                         for q in range(n)])
-            send, tag = self.send, f"bench.alltoall.{count}"
+            send, tag, recv = self.send, f"bench.alltoall.{count}", self.recv
 
             def hvd_call():
                 self.hvd_out = hvd.alltoall(send, name=tag)
-            self.hvd = hvd_call
+            self.hvd = (hvd_call if api == "numpy"
+                        else (lambda: comm.alltoall(send, recv, code)))
             self.mpi = lambda: world.Alltoall(send, self.recv)
             self.bytes = n * count * esize
         elif name == "broadcast":
@@ -172,7 +177,7 @@ def run(name: str, args) -> int:
     comm = basics._core.Comm()
     mpi_ok = True
     try:
-        _Case(name, comm, world, MPI, dtype, n * dtype.itemsize, code).mpi()
+        _Case(name, comm, world, MPI, dtype, n * dtype.itemsize, code, args.api).mpi()
     except Exception:  # noqa: BLE001 - no MPI baseline for this dtype
         mpi_ok = False
     labels = ["hvd_lite"] + (["MPI"] if mpi_ok else [])
@@ -192,7 +197,7 @@ def run(name: str, args) -> int:
     load_start = common.loadavg()
     results = []
     for nbytes in sizes:
-        case = _Case(name, comm, world, MPI, dtype, nbytes, code)
+        case = _Case(name, comm, world, MPI, dtype, nbytes, code, args.api)
         calls = [case.hvd] + ([case.mpi] if mpi_ok else [])
         iters = _pick_iters(args, calls, world, MPI)
         times = np.zeros((args.repeats, len(calls)))
@@ -243,10 +248,12 @@ class Command:
     def __init__(self, name: str):
         self.name = name
         where = "C API" if APIS[name] == "core" else "public API, through the engine,"
+        if name in EXTRA_APIS:
+            where += " (or, with --api numpy, its public API through the engine)"
         self.__doc__ = f"{name.capitalize()} of hvd_lite's {where} against MPI's (mpi4py).\n\n" + __doc__
 
     def add_arguments(self, p: argparse.ArgumentParser) -> None:
-        add_arguments(p, APIS[self.name])
+        add_arguments(p, APIS[self.name], self.name)
 
     def main(self, args) -> int:
         return run(self.name, args)

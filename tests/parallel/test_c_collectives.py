@@ -364,3 +364,29 @@ def test_count_zero_is_a_no_op_even_with_null_buffers(comm):
     comm.allgather(empty, None, code(np.float32))
     comm.reducescatter(None, empty, code(np.float32), OPS["avg"])
     still_usable(comm, [])
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_alltoall_sends_block_q_to_rank_q(comm, dtype):
+    n, r = hvd.size(), hvd.rank()
+    for count in (0, 1, 5, 1001):
+        for skew in (False, True):
+            send = alloc(dtype, n * count, skew)
+            send[...] = exact_inputs(dtype, n * count, r, seed=count)
+            recv = alloc(dtype, n * count, skew)
+            comm.alltoall(send, recv, code(dtype))
+            want = np.concatenate([exact_inputs(dtype, n * count, q, seed=count)[r * count:(r + 1) * count]
+                                   for q in range(n)]) if n * count else np.zeros(0, dtype)
+            agree(same_bits(recv.copy(), want.astype(dtype)), f"count {count} skew {skew}")
+
+
+def test_alltoall_invalid_arguments_leave_the_communicator_usable(comm):
+    n = hvd.size()
+    x = np.zeros(4 * n, np.float32)
+    with pytest.raises(hvd.InvalidArgumentError, match="overlap"):
+        comm.alltoall(x[: 2 * n], x[1: 2 * n + 1], _core.hvdlFloat32)
+    with pytest.raises(hvd.InvalidArgumentError, match="ranks"):
+        comm.alltoall(np.zeros(n + 1 if n > 1 else 2, np.float32), np.zeros(n, np.float32), _core.hvdlFloat32)
+    send, recv = np.full(n, 7.0, np.float32), np.zeros(n, np.float32)
+    comm.alltoall(send, recv, _core.hvdlFloat32)
+    agree((recv == 7.0).all(), f"after invalid calls: {recv}")
