@@ -125,10 +125,11 @@ def test_collective_benches_at_3_ranks_report_no_wrong_elements(tmp_path, comman
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
-def test_alltoall_bench_at_3_ranks_times_the_engine_and_reports_no_wrong_elements(tmp_path):
+@pytest.mark.parametrize("api", ["core", "numpy"])
+def test_alltoall_bench_at_3_ranks_reports_no_wrong_elements(tmp_path, api):
     record, stdout = _mpirun(3, ["-b", "1K", "-e", "256K", "-f", "16", "-n", "2", "-w", "1",
-                                 "--repeats", "2", "-d", "int32"], tmp_path, "alltoall")
-    assert record["benchmark"] == "alltoall" and record["api"] == "numpy"
+                                 "--repeats", "2", "-d", "int32", "--api", api], tmp_path, "alltoall")
+    assert record["benchmark"] == "alltoall" and record["api"] == api
     assert record["busbw_factor"] == pytest.approx(2 / 3)
     assert record["contenders"] == ["hvd_lite", "MPI"]
     # Each size is one rank's whole input: 3 equal blocks of whole int32 elements.
