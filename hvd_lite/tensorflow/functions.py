@@ -1,6 +1,7 @@
 """DistributedGradientTape and broadcast_variables."""
 from typing import Iterable
 
+import numpy as np
 import tensorflow as tf
 
 from .. import ops
@@ -14,10 +15,11 @@ def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int = 0) ->
     if tf.executing_eagerly():
         from .. import collectives
 
-        handles = [collectives.broadcast_async(v.numpy(), root_rank, None) for v in variables]
+        handles = [collectives.broadcast_async(np.ascontiguousarray(np.asarray(v.numpy())), root_rank, None)
+                   for v in variables]
         for v, h in zip(variables, handles):
             out = ops.synchronize(h)
-            v.assign(out)
+            v.assign(np.reshape(out, v.shape))
         return None
     return tf.group([v.assign(broadcast(v, root_rank)) for v in variables])
 

@@ -82,7 +82,7 @@ def grouped_allreduce(tensors: Sequence[tf.Tensor], op: ReduceOp = Average,
     def fn(*arrays):
         hs = ops.grouped_allreduce_async([_np(a) for a in arrays], op, prescale_factor,
                                          postscale_factor, name)
-        return wait(hs, timeout, "allreduce")
+        return [np.reshape(o, a.shape) for o, a in zip(wait(hs, timeout, "allreduce"), arrays)]
 
     outs = _run(fn, sent, [s.dtype for s in sent], "allreduce")
     result = []
@@ -124,7 +124,8 @@ def broadcast(tensor, root_rank: int, name: Optional[str] = None) -> tf.Tensor:
     """Rank `root_rank`'s `tensor` on every rank."""
     t = _tensor(tensor)
     name = _graph_name("broadcast", name)
-    out = _run(lambda a: [collectives.broadcast(_np(a), root_rank, name)], [t], [t.dtype],
+    out = _run(lambda a: [collectives.broadcast(_np(a), root_rank, name).reshape(a.shape)], [t],
+               [t.dtype],
                "broadcast")[0]
     return tf.ensure_shape(out, t.shape)
 
