@@ -160,8 +160,8 @@ class MultiWorkerMirroredStrategy(tf.distribute.OneDeviceStrategy):
         if cluster_resolver is not None:
             raise HvdLiteError("hvd_lite's MultiWorkerMirroredStrategy takes its cluster from mpirun; "
                                "pass no cluster_resolver")
-        if communication_options is not None and not isinstance(
-                communication_options, tf.distribute.experimental.CommunicationOptions):
+        if communication_options is not None and not hasattr(communication_options,
+                                                             "timeout_seconds"):
             raise TypeError("communication_options must be a "
                             "tf.distribute.experimental.CommunicationOptions, got "
                             f"{type(communication_options).__name__}")
