@@ -28,6 +28,7 @@ _check_backend()
 
 from ..basics import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,  # noqa: E402
                       rank, shutdown, size)
+from ..state import allgather_object, broadcast_object  # noqa: E402
 from ..tensorflow import (Average, Compression, Max, Min, Product, Sum, allgather, allreduce,  # noqa: E402
                           broadcast, broadcast_variables)
 from .callbacks import (BroadcastGlobalVariablesCallback, LearningRateWarmupCallback,  # noqa: E402
@@ -36,6 +37,7 @@ from .optimizer import DistributedOptimizer  # noqa: E402
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
            "cross_rank", "cross_size", "allreduce", "allgather", "broadcast", "broadcast_variables",
+           "allgather_object", "broadcast_object",
            "Average", "Sum", "Min", "Max", "Product", "Compression", "DistributedOptimizer",
            "BroadcastGlobalVariablesCallback", "MetricAverageCallback",
            "LearningRateWarmupCallback", "HvdLiteError"]

@@ -92,15 +92,16 @@ class _HvdExtended(one_device_strategy.OneDeviceExtended):
 
     # --- variables: rank 0's initial value everywhere
     def _create_variable(self, next_creator, **kwargs):
+        # Only a variable created eagerly is broadcast: one created while a tf.function traces
+        # (an optimizer's slots on its first apply) has no value yet; build the model eagerly
+        # (keras.Input, or model.build) so that its random initial weights are created here.
+        eager = tf.executing_eagerly()
         var = super()._create_variable(next_creator, **kwargs)
-        if basics.size() > 1:
-            with tf.init_scope():
-                if tf.executing_eagerly():
-                    value = np.ascontiguousarray(np.asarray(var.numpy()))
-                    if value.ndim == 0:
-                        value = value.reshape(1)
-                    out = collectives.broadcast(value, 0, f"tf.strategy.var.{next(_var_ids)}")
-                    var.assign(np.reshape(out, var.shape))
+        if basics.size() > 1 and eager:
+            value = np.ascontiguousarray(np.asarray(var.numpy()))
+            out = collectives.broadcast(value.reshape(value.shape or (1,)), 0,
+                                        f"tf.strategy.var.{next(_var_ids)}")
+            var.assign(np.reshape(out, var.shape))
         return var
 
     # --- reductions
@@ -132,11 +133,11 @@ class _HvdExtended(one_device_strategy.OneDeviceExtended):
         n, r = basics.size(), basics.rank()
         if n > 1:
             batch = int(data_distribute.compute_batch_size(dataset))
-            if batch == -1:
-                raise ValueError("experimental_distribute_dataset needs a dataset batched with the "
-                                 "global batch size (call .batch(global_batch_size) on it)")
-            sizes = data_distribute.batch_sizes_for_worker(batch, n, 1, r)
-            dataset = input_ops.auto_shard_dataset(dataset.rebatch(sizes), n, r, n)
+            if batch == -1:  # batch size not static: split each batch in n, as TF's MWMS does
+                dataset = data_distribute._LegacyRebatchDataset(dataset, n)
+            else:
+                dataset = dataset.rebatch(data_distribute.batch_sizes_for_worker(batch, n, 1, r))
+            dataset = input_ops.auto_shard_dataset(dataset, n, r, n)
         return input_util.get_distributed_dataset(
             dataset, self._input_workers_with_options(options), self._container_strategy(),
             options=options)
