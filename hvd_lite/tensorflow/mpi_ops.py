@@ -86,7 +86,7 @@ def grouped_allreduce(tensors: Sequence[tf.Tensor], op: ReduceOp = Average,
 
     outs = _run(fn, sent, [s.dtype for s in sent], "allreduce")
     result = []
-    for o, s, (_, ctx), t in zip(outs, sent, packed, tensors):
+    for o, s, (_, ctx) in zip(outs, sent, packed):
         o = tf.ensure_shape(o, s.shape) if s.shape.is_fully_defined() else o
         result.append(compression.decompress(o, ctx))
     return result

@@ -28,7 +28,7 @@ from tensorflow.python.distribute import one_device_strategy
 from .. import basics, collectives, ops
 from ..exceptions import HvdLiteError
 from ..state import allgather_object
-from .mpi_ops import allgather, grouped_allreduce, wait
+from .mpi_ops import allgather, grouped_allreduce
 
 _var_ids = itertools.count()
 
