@@ -142,6 +142,8 @@ setup(
         "plot": ["matplotlib>=3.5"],
         # PyTorch adapter (hvd_lite.torch), its example and tests; CPU wheel pinned
         "torch": ["torch==2.13.0", "scikit-learn"],
+        # TensorFlow / Keras 3 adapter (hvd_lite.tensorflow, hvd_lite.keras), examples and tests
+        "tensorflow": ["tensorflow-cpu==2.21.*", "scikit-learn"],
     },
     entry_points={"console_scripts": ["hvd_lite.run = hvd_lite.run.cli:main"]},
 )

@@ -39,3 +39,19 @@ def test_pytorch_synthetic_benchmark_runs_both_contenders_at_two_ranks():
     for model in ("cnn", "mlp"):
         assert f"Model: {model}" in res.stdout, res.stdout
     assert res.stdout.count("hvd_lite / DDP:") == 2, res.stdout
+
+
+TF_EXAMPLES = ["keras_mwms_digits.py", "tf_custom_loop.py", "keras_horovod_style.py"]
+
+
+@pytest.mark.parametrize("script", TF_EXAMPLES)
+def test_tensorflow_example_reaches_95_percent_with_identical_weights_at_two_ranks(script):
+    pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[tensorflow]')")
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip install -e '.[tensorflow]')")
+    env = dict(job_env(), TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1")
+    res = subprocess.run(mpirun_cmd(2) + [sys.executable, os.path.join(ROOT, "examples", script)],
+                         capture_output=True, text=True, timeout=240, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    final = [l for l in res.stdout.splitlines() if l.startswith("final test accuracy")]
+    assert len(final) == 1 and final[0].endswith("weights identical on all 2 ranks: yes"), res.stdout
+    assert float(final[0].split()[3].rstrip(";")) >= 0.95, final[0]

@@ -1,0 +1,188 @@
+"""MultiWorkerMirroredStrategy: a tf.distribute.Strategy whose replicas are the hvd_lite ranks.
+
+Each rank runs one replica on its own device, as OneDeviceStrategy does; what makes it
+data-parallel is this strategy's extended:
+  - num_replicas_in_sync is hvd_lite.size(), so Keras and tf.nn.compute_average_loss scale
+    losses by the number of ranks;
+  - cross-replica reductions (ReplicaContext.all_reduce, reduce_to, batch_reduce_to, which
+    Keras's optimizer calls on the gradient list) are hvd_lite allreduces, a batch in one fused
+    call; gather is an hvd_lite allgather;
+  - a variable created in scope() takes rank 0's initial value;
+  - experimental_distribute_dataset rebatches the global batch to each rank's share and shards
+    it by rank, the way TF's MultiWorkerMirroredStrategy does (honouring AutoShardPolicy).
+It is not a subclass of tf.distribute.MultiWorkerMirroredStrategy on purpose: Keras keys its
+multi-worker metric path (broken on Keras 3, keras-team/keras#20585) on that class.
+"""
+import itertools
+import json
+import os
+import socket
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.data.experimental.ops import distribute as data_distribute
+from tensorflow.python.distribute import distribute_lib, input_ops, input_util
+from tensorflow.python.distribute import one_device_strategy
+
+from .. import basics, collectives, ops
+from ..exceptions import HvdLiteError
+from ..state import allgather_object
+from .mpi_ops import allgather, grouped_allreduce
+
+_var_ids = itertools.count()
+
+
+def _hvd_op(reduce_op):
+    reduce_op = tf.distribute.ReduceOp(reduce_op.upper()) if isinstance(reduce_op, str) else reduce_op
+    return ops.Average if reduce_op == tf.distribute.ReduceOp.MEAN else ops.Sum
+
+
+def _check_tf_config(rank: int, size: int, workers) -> None:
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return
+    try:
+        cfg = json.loads(raw)
+    except ValueError as exc:
+        raise HvdLiteError(f"TF_CONFIG is not valid JSON ({exc}); unset it or fix it") from None
+    cluster = cfg.get("cluster", {})
+    task = cfg.get("task", {})
+    n_tf = sum(len(v) for k, v in cluster.items() if k in ("chief", "worker"))
+    kinds = sorted(set(cluster) - {"chief", "worker"})
+    problems = []
+    if kinds:
+        problems.append(f"TF_CONFIG has task types {kinds} (hvd_lite runs workers only)")
+    if n_tf != size:
+        problems.append(f"TF_CONFIG's cluster has {n_tf} workers but the MPI world has {size} ranks")
+    index = task.get("index", 0) + (len(cluster.get("chief", [])) if task.get("type") == "worker"
+                                    else 0)
+    if task.get("type") not in ("chief", "worker") or index != rank:
+        problems.append(f"TF_CONFIG's task is {task.get('type')!r} #{task.get('index')} (worker "
+                        f"{index}) but this process is MPI rank {rank}")
+    if problems:
+        raise HvdLiteError("TF_CONFIG does not agree with the MPI world: " + "; ".join(problems) +
+                           ". Unset TF_CONFIG (hvd_lite takes the cluster from mpirun) or make "
+                           "it list one worker per rank, in rank order")
+
+
+class _HvdExtended(one_device_strategy.OneDeviceExtended):
+    """OneDeviceExtended whose cross-replica operations go through hvd_lite."""
+
+    def __init__(self, container_strategy, device, timeout: Optional[float]):
+        super().__init__(container_strategy, device)
+        self._hvd_timeout = timeout
+
+    # --- sizes and roles
+    @property
+    def _num_replicas_in_sync(self):
+        return basics.size()
+
+    @property
+    def should_checkpoint(self):
+        return basics.rank() == 0
+
+    @property
+    def should_save_summary(self):
+        return basics.rank() == 0
+
+    @property
+    def experimental_should_init(self):
+        return True
+
+    # --- variables: rank 0's initial value everywhere
+    def _create_variable(self, next_creator, **kwargs):
+        # Only a variable created eagerly is broadcast: one created while a tf.function traces
+        # (an optimizer's slots on its first apply) has no value yet; build the model eagerly
+        # (keras.Input, or model.build) so that its random initial weights are created here.
+        eager = tf.executing_eagerly()
+        var = super()._create_variable(next_creator, **kwargs)
+        if basics.size() > 1 and eager:
+            value = np.ascontiguousarray(np.asarray(var.numpy()))
+            out = collectives.broadcast(value.reshape(value.shape or (1,)), 0,
+                                        f"tf.strategy.var.{next(_var_ids)}")
+            var.assign(np.reshape(out, var.shape))
+        return var
+
+    # --- reductions
+    def _reduce_to(self, reduce_op, value, destinations, options):
+        return self._batch_reduce_to(reduce_op, [(value, destinations)], options)[0]
+
+    def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
+        values = [v for v, _ in value_destination_pairs]
+        timeout = self._timeout(options)
+        return grouped_allreduce(values, _hvd_op(reduce_op), timeout=timeout)
+
+    def _replica_ctx_all_reduce(self, reduce_op, value, options=None):
+        return grouped_allreduce(list(value), _hvd_op(reduce_op), timeout=self._timeout(options))
+
+    def _timeout(self, options):
+        t = getattr(options, "timeout_seconds", None) if options is not None else None
+        return t or self._hvd_timeout
+
+    def _gather_to_implementation(self, value, destinations, axis, options):
+        value = tf.convert_to_tensor(value)
+        if axis == 0:
+            return allgather(value)
+        perm = [axis] + [i for i in range(value.shape.rank) if i != axis]
+        inv = np.argsort(perm).tolist()
+        return tf.transpose(allgather(tf.transpose(value, perm)), inv)
+
+    # --- input
+    def _experimental_distribute_dataset(self, dataset, options):
+        n, r = basics.size(), basics.rank()
+        if n > 1:
+            batch = int(data_distribute.compute_batch_size(dataset))
+            if batch == -1:  # batch size not static: split each batch in n, as TF's MWMS does
+                dataset = data_distribute._LegacyRebatchDataset(dataset, n)
+            else:
+                dataset = dataset.rebatch(data_distribute.batch_sizes_for_worker(batch, n, 1, r))
+            dataset = input_ops.auto_shard_dataset(dataset, n, r, n)
+        return input_util.get_distributed_dataset(
+            dataset, self._input_workers_with_options(options), self._container_strategy(),
+            options=options)
+
+    def _distribute_datasets_from_function(self, dataset_fn, options):
+        ctx = distribute_lib.InputContext(num_input_pipelines=basics.size(),
+                                          input_pipeline_id=basics.rank(),
+                                          num_replicas_in_sync=basics.size())
+        return input_util.get_distributed_datasets_from_function(
+            dataset_fn, self._input_workers_with_options(options), [ctx],
+            self._container_strategy(), options=options)
+
+
+class MultiWorkerMirroredStrategy(tf.distribute.OneDeviceStrategy):
+    """Data parallelism over the hvd_lite ranks (one replica per rank) under mpirun; a stand-in for
+    tf.distribute.MultiWorkerMirroredStrategy on which Keras 3 model.fit works."""
+
+    def __init__(self, communication_options=None, cluster_resolver=None, device: str = None):
+        if not basics.is_initialized():
+            basics.init()
+        if cluster_resolver is not None:
+            raise HvdLiteError("hvd_lite's MultiWorkerMirroredStrategy takes its cluster from mpirun; "
+                               "pass no cluster_resolver")
+        if communication_options is not None and not hasattr(communication_options,
+                                                             "timeout_seconds"):
+            raise TypeError("communication_options must be a "
+                            "tf.distribute.experimental.CommunicationOptions, got "
+                            f"{type(communication_options).__name__}")
+        rank, size = basics.rank(), basics.size()
+        hosts = allgather_object(socket.gethostname())
+        workers = [f"{h}:{r}" for r, h in enumerate(hosts)]  # host:rank, not a TF server address
+        _check_tf_config(rank, size, workers)
+        self.communication_options = communication_options
+        timeout = getattr(communication_options, "timeout_seconds", None)
+        device = device or "/cpu:0"
+        # skip OneDeviceStrategy.__init__ (it would build a OneDeviceExtended): Strategy's own
+        distribute_lib.Strategy.__init__(self, _HvdExtended(self, device, timeout))
+        self._cluster_resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec({"worker": workers}), task_type="worker", task_id=rank,
+            num_accelerators={}, rpc_layer="mpi")
+
+    @property
+    def cluster_resolver(self):
+        return self._cluster_resolver
+
+    def __repr__(self):
+        return (f"<hvd_lite.tensorflow.MultiWorkerMirroredStrategy rank {basics.rank()} of "
+                f"{basics.size()}>")

@@ -1,0 +1,291 @@
+"""hvd_lite.tensorflow and hvd_lite.keras at 1-4 ranks: the collectives on tf tensors (eager and in
+tf.function), DistributedGradientTape, the Keras DistributedOptimizer and callbacks, and
+MultiWorkerMirroredStrategy under Keras model.fit and a custom loop, each against one process
+training on the same global batches."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
+                                              "(pip install -e '.[tensorflow]')")
+keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip install -e '.[tensorflow]')")
+
+import hvd_lite.keras as hvdk  # noqa: E402
+import hvd_lite.tensorflow as hvd  # noqa: E402
+from conftest import agree  # noqa: E402
+
+pytestmark = pytest.mark.mpi
+
+try:  # the machine is shared: one thread per op and between ops
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+except RuntimeError:
+    pass
+
+G = 12  # global batch: divisible by 1, 2, 3 and 4 ranks
+
+
+def data(rows=3 * G, seed=0):
+    rng = np.random.RandomState(seed)
+    x = rng.rand(rows, 4).astype("float32")
+    y = (x @ np.array([[1.0], [-2.0], [0.5], [3.0]], "float32") + 0.1).astype("float32")
+    return x, y
+
+
+def shard(a):
+    """This rank's block of every global batch of G rows (as the strategy's rebatch gives)."""
+    r, n = hvd.rank(), hvd.size()
+    per = G // n
+    return np.concatenate([a[i + r * per:i + (r + 1) * per] for i in range(0, len(a), G)])
+
+
+def mlp(seed=0):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(5, activation="tanh"),
+                             keras.layers.Dense(1)])
+
+
+def weights(model):
+    return [v.numpy().copy() for v in model.weights]
+
+
+def close(a, b, tol=1e-5):
+    bad = [float(np.abs(x - y).max()) for x, y in zip(a, b) if not np.allclose(x, y, atol=tol)]
+    return not bad, f"max differences {bad}"
+
+
+# ------------------------------------------------------------------ collectives on tensors
+
+def test_collectives_on_tensors_eager_and_in_tf_function_give_the_same_results():
+    r, n = hvd.rank(), hvd.size()
+
+    def step(x):
+        return (hvd.allreduce(x, op=hvd.Sum), hvd.allreduce(x),
+                hvd.allgather(tf.fill([r + 1, 2], tf.cast(r, tf.float32))),
+                hvd.broadcast(x, root_rank=n - 1), hvd.reducescatter(tf.ones([2 * n, 3]), op=hvd.Sum),
+                hvd.alltoall(tf.range(n, dtype=tf.int32) + 10 * r))
+
+    x = tf.constant([1.0, 2.0]) * (r + 1)
+    want = [np.array([1.0, 2.0]) * n * (n + 1) / 2, np.array([1.0, 2.0]) * (n + 1) / 2,
+            np.concatenate([np.full((q + 1, 2), q) for q in range(n)]), np.array([1.0, 2.0]) * n,
+            np.full((2, 3), n), np.array([r + 10 * q for q in range(n)])]
+    ok, detail = True, ""
+    for mode, fn in (("eager", step), ("tf.function", tf.function(step))):
+        for _ in range(2):  # a traced function runs its collectives again, in the same order
+            got = [t.numpy() for t in fn(x)]
+            for i, (g, w) in enumerate(zip(got, want)):
+                if g.shape != w.shape or not np.allclose(g, w):
+                    ok, detail = False, f"{mode} output {i}: {g} != {w}"
+    agree(ok, detail)
+
+
+def test_allreduce_keeps_dtype_and_scalar_shape_and_is_differentiable():
+    n = hvd.size()
+    s = hvd.allreduce(tf.constant(3, tf.int64), op=hvd.Sum)
+    v = tf.Variable([1.0, 2.0])
+    with tf.GradientTape() as tape:
+        y = tf.reduce_sum(hvd.allreduce(v * v, op=hvd.Sum))
+    g = tape.gradient(y, v).numpy()
+    agree(s.dtype == tf.int64 and s.shape == () and int(s) == 3 * n and
+          np.allclose(g, 2 * n * np.array([1.0, 2.0])), f"{s} {g}")
+
+
+def test_fp16_compression_returns_the_original_dtype():
+    out = hvd.grouped_allreduce([tf.constant([0.5, 1.5], tf.float32)], hvd.Average,
+                                compression=hvd.Compression.fp16)[0]
+    agree(out.dtype == tf.float32 and np.allclose(out.numpy(), [0.5, 1.5]), str(out))
+
+
+def test_broadcast_variables_takes_the_root_value():
+    r = hvd.rank()
+    vs = [tf.Variable(tf.fill([3], float(r))), tf.Variable(r, dtype=tf.int64)]
+    hvd.broadcast_variables(vs, root_rank=0)
+    agree(np.all(vs[0].numpy() == 0) and int(vs[1].numpy()) == 0, str([v.numpy() for v in vs]))
+
+
+# ------------------------------------------------------------------ DistributedGradientTape
+
+def test_distributed_gradient_tape_matches_one_process_on_the_global_batch():
+    x, y = data()
+    local, ref = mlp(), mlp()
+    opt_l, opt_r = keras.optimizers.SGD(0.1), keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def dist_step(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((local(xb) - yb) ** 2)
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, local.trainable_variables)
+        opt_l.apply_gradients(zip(grads, local.trainable_variables))
+
+    def ref_step(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((ref(xb) - yb) ** 2)
+        opt_r.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables),
+                                  ref.trainable_variables))
+
+    xs, ys = shard(x), shard(y)
+    per = G // hvd.size()
+    for i in range(len(x) // G):
+        dist_step(xs[i * per:(i + 1) * per], ys[i * per:(i + 1) * per])
+        ref_step(x[i * G:(i + 1) * G], y[i * G:(i + 1) * G])
+    agree(*close(weights(local), weights(ref)))
+
+
+# ------------------------------------------------------------------ hvd_lite.keras
+
+def test_keras_distributed_optimizer_and_callbacks_match_one_process_fit():
+    x, y = data()
+    r = hvd.rank()
+    model = mlp(seed=100 + r)  # different on each rank: the callback broadcasts rank 0's
+    ref = mlp(seed=100)
+    model.compile(optimizer=hvdk.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
+    ref.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    hist = model.fit(shard(x), shard(y), batch_size=G // hvd.size(), epochs=2, shuffle=False,
+                     verbose=0, callbacks=[hvdk.BroadcastGlobalVariablesCallback(0),
+                                           hvdk.MetricAverageCallback()])
+    ref.fit(x, y, batch_size=G, epochs=2, shuffle=False, verbose=0)
+    ok, detail = close(weights(model), weights(ref), 1e-4)
+    losses = hvd.allgather_object(hist.history["loss"])
+    agree(ok and all(np.allclose(l, losses[0]) for l in losses), f"{detail}; losses {losses}")
+
+
+def test_learning_rate_warmup_ramps_from_lr_over_size_to_lr():
+    n = hvd.size()
+    cb = hvdk.LearningRateWarmupCallback(initial_lr=0.4, warmup_epochs=2)
+    agree(np.isclose(cb.lr_at(0), 0.4 / n) and np.isclose(cb.lr_at(2), 0.4) and
+          np.isclose(cb.lr_at(1), 0.4 / n * (1 + (n - 1) / 2)), "")
+
+
+def test_keras_refuses_a_backend_other_than_tensorflow(monkeypatch):
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    with pytest.raises(hvd.HvdLiteError, match="'jax' backend"):
+        hvdk._check_backend()
+
+
+# ------------------------------------------------------------------ MultiWorkerMirroredStrategy
+
+@pytest.fixture(scope="module")
+def strategy():
+    return hvd.MultiWorkerMirroredStrategy()
+
+
+def test_strategy_describes_the_mpi_world(strategy):
+    r, n = hvd.rank(), hvd.size()
+    cr = strategy.cluster_resolver
+    spec = cr.cluster_spec().as_dict()
+    agree(strategy.num_replicas_in_sync == n and cr.task_type == "worker" and cr.task_id == r and
+          len(spec["worker"]) == n and strategy.extended.should_checkpoint == (r == 0) and
+          strategy.extended.should_save_summary == (r == 0) and
+          not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy),
+          f"{strategy.num_replicas_in_sync} {cr.task_type} {cr.task_id} {spec}")
+
+
+def test_differently_seeded_models_start_identical_in_the_scope(strategy):
+    with strategy.scope():
+        model = mlp(seed=hvd.rank())
+    w = np.concatenate([a.ravel() for a in weights(model)])
+    every = hvd.allgather_object(w)
+    agree(all(np.array_equal(e, every[0]) for e in every), "weights differ")
+
+
+def test_fit_under_the_strategy_matches_one_process_on_the_global_batches(strategy):
+    x, y = data()
+    with strategy.scope():
+        model = mlp(seed=hvd.rank())
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    ref = mlp()
+    ref.set_weights(model.get_weights())
+    ref.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(G)
+    model.fit(ds, epochs=2, verbose=0)
+    ref.fit(ds, epochs=2, verbose=0)
+    agree(*close(weights(model), weights(ref)))
+
+
+def test_custom_loop_with_compute_average_loss_matches_one_process(strategy):
+    x, y = data()
+    with strategy.scope():
+        model = mlp(seed=7)
+        opt = keras.optimizers.SGD(0.1)
+    ref, ref_opt = mlp(), keras.optimizers.SGD(0.1)
+    ref.set_weights(model.get_weights())
+    dist = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(G))
+
+    @tf.function
+    def train_step(batch):
+        def step(xb, yb):
+            with tf.GradientTape() as tape:
+                per_example = tf.reduce_mean((model(xb) - yb) ** 2, axis=1)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=G)
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step, args=batch),
+                               axis=None)
+
+    losses = [float(train_step(b)) for b in dist]
+    ref_losses = []
+    for i in range(0, len(x), G):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((ref(x[i:i + G]) - y[i:i + G]) ** 2)
+        ref_opt.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables),
+                                    ref.trainable_variables))
+        ref_losses.append(float(loss))
+    ok, detail = close(weights(model), weights(ref))
+    agree(ok and np.allclose(losses, ref_losses, atol=1e-5), f"{detail}; {losses} {ref_losses}")
+
+
+def test_reduce_mean_along_axis_0_with_an_uneven_last_batch(strategy):
+    values = np.arange(10, dtype="float32") ** 2
+    dist = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices(values).batch(4))
+    got = [float(strategy.reduce("MEAN", strategy.run(tf.identity, args=(b,)), axis=0))
+           for b in dist]
+    want = [values[i:i + 4].mean() for i in range(0, 10, 4)]
+    agree(np.allclose(got, want), f"{got} != {want}")
+
+
+def test_gather_concatenates_the_rank_blocks_in_rank_order(strategy):
+    r, n = hvd.rank(), hvd.size()
+    got = strategy.gather(tf.fill([1, 2], float(r)), axis=1).numpy()
+    agree(got.shape == (1, 2 * n) and np.array_equal(got[0], np.repeat(np.arange(n), 2)), str(got))
+
+
+def test_distribute_datasets_from_function_passes_the_rank_as_input_pipeline(strategy):
+    seen = []
+
+    def dataset_fn(ctx):
+        seen.append((ctx.input_pipeline_id, ctx.num_input_pipelines, ctx.num_replicas_in_sync,
+                     ctx.get_per_replica_batch_size(G)))
+        return tf.data.Dataset.range(40).shard(ctx.num_input_pipelines,
+                                               ctx.input_pipeline_id).batch(2)
+
+    first = next(iter(strategy.distribute_datasets_from_function(dataset_fn))).numpy()
+    r, n = hvd.rank(), hvd.size()
+    agree(seen == [(r, n, n, G // n)] and list(first) == [r, r + n], f"{seen} {first}")
+
+
+def test_communication_options_timeout_is_used_by_the_reductions():
+    opts = tf.distribute.experimental.CommunicationOptions(timeout_seconds=30)
+    s = hvd.MultiWorkerMirroredStrategy(communication_options=opts)
+    total = s.reduce("SUM", tf.constant(1.0), axis=None)
+    agree(s.extended._timeout(None) == 30 and float(total) == hvd.size(), str(total))
+
+
+def test_tf_config_that_disagrees_with_the_mpi_world_is_refused(monkeypatch):
+    from hvd_lite.tensorflow.strategy import _check_tf_config
+
+    n, r = hvd.size(), hvd.rank()
+    good = {"cluster": {"worker": [f"h:{i}" for i in range(n)]}, "task": {"type": "worker", "index": r}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(good))
+    _check_tf_config(r, n, [])
+    bad = dict(good, cluster={"worker": [f"h:{i}" for i in range(n + 1)]})
+    monkeypatch.setenv("TF_CONFIG", json.dumps(bad))
+    with pytest.raises(hvd.HvdLiteError, match=f"{n + 1} workers but the MPI world has {n} ranks"):
+        _check_tf_config(r, n, [])
