@@ -11,8 +11,12 @@
  * the receiver copies a large message inside its MPI_Test calls, and a sleeping
  * receiver delays every segment (1 ms instead of 50 us took the in-place ring
  * from 0.85-0.9x to 0.96-0.97x MPI's busbw at 4-16 MiB, docs/benchmarks.md).
- * Waits for other ranks to arrive are negotiate.c's, which sleep sooner.
+ * Waits for other ranks to arrive are negotiate.c's, which sleep sooner. The spin
+ * yields the core between polls: with 2 ranks on 2 cores the engine shares its
+ * core with the training thread, whose submissions took 5.3 ms of a ResNet-50
+ * step against 1.9 ms with the yield (docs/benchmarks.md, section 10).
  */
+#include <sched.h>
 #include <time.h>
 
 #include "internal.h"
@@ -32,7 +36,10 @@ hvdlResult_t hvdl_wait_all(hvdlComm_t comm, int n, MPI_Request *reqs, double max
   for (;;) {
     HVDL_MPI(comm, MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
     if (done) return hvdlSuccess;
-    if (hvdl_now() < spin_until) continue;
+    if (hvdl_now() < spin_until) {
+      sched_yield(); /* a busy-waiting engine lets the training thread of this process run */
+      continue;
+    }
     struct timespec ts = {0, (long)(sleep_us * 1000.0)};
     nanosleep(&ts, NULL);
     sleep_us = sleep_us * 2.0 < max_sleep_us ? sleep_us * 2.0 : max_sleep_us;
