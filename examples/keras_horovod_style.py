@@ -28,15 +28,7 @@ def main():
 
     x_train, x_test, y_train, y_test = _tf_setup.digits()
     x_train, y_train = x_train[hvd.rank()::hvd.size()], y_train[hvd.rank()::hvd.size()]
-    model = keras.Sequential([
-        keras.Input(shape=(8, 8, 1)),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.Conv2D(64, 3, activation="relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Flatten(),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
+    model = _tf_setup.cnn()  # Conv2D 32, Conv2D 64, MaxPool, Dense 64, Dense 10
     lr = args.lr * hvd.size()
     opt = hvd.DistributedOptimizer(keras.optimizers.Adam(learning_rate=lr))
     model.compile(loss="sparse_categorical_crossentropy", optimizer=opt, metrics=["accuracy"])
@@ -48,12 +40,7 @@ def main():
     model.fit(x_train, y_train, batch_size=args.batch_size, epochs=args.epochs,
               steps_per_epoch=steps, callbacks=callbacks, verbose=2 if hvd.rank() == 0 else 0)
 
-    accuracy = float(np.mean(model(x_test).numpy().argmax(1) == y_test))
-    flat = np.concatenate([w.ravel() for w in model.get_weights()])
-    same = all(np.array_equal(flat, w) for w in hvd.allgather_object(flat))
-    if hvd.rank() == 0:
-        print(f"final test accuracy {accuracy:.4f}; weights identical on all {hvd.size()} ranks: "
-              f"{'yes' if same else 'NO'}")
+    _tf_setup.report(hvd, model, x_test, y_test)
 
 
 if __name__ == "__main__":

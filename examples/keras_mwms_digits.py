@@ -17,15 +17,7 @@ import hvd_lite.tensorflow as hvd
 
 
 def build_and_compile_cnn_model(lr):
-    model = keras.Sequential([
-        keras.Input(shape=(8, 8, 1)),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.Conv2D(64, 3, activation="relu"),
-        keras.layers.MaxPooling2D(2),
-        keras.layers.Flatten(),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
+    model = _tf_setup.cnn()  # Conv2D 32, Conv2D 64, MaxPool, Dense 64, Dense 10
     model.compile(loss="sparse_categorical_crossentropy",
                   optimizer=keras.optimizers.Adam(learning_rate=lr), metrics=["accuracy"])
     return model

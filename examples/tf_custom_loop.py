@@ -9,7 +9,6 @@ are summed with strategy.reduce, and the optimizer all-reduces the gradients in 
 import argparse
 
 import _tf_setup
-import numpy as np
 import tensorflow as tf
 import keras
 
@@ -57,12 +56,7 @@ def main():
         if hvd.rank() == 0:
             print(f"epoch {epoch + 1:3d}/{args.epochs}  loss {total / steps:.4f}")
 
-    accuracy = float(np.mean(model(x_test).numpy().argmax(1) == y_test))
-    flat = np.concatenate([w.ravel() for w in model.get_weights()])
-    same = all(np.array_equal(flat, w) for w in hvd.allgather_object(flat))
-    if hvd.rank() == 0:
-        print(f"final test accuracy {accuracy:.4f}; weights identical on all {hvd.size()} ranks: "
-              f"{'yes' if same else 'NO'}")
+    _tf_setup.report(hvd, model, x_test, y_test)
 
 
 if __name__ == "__main__":
