@@ -34,9 +34,24 @@ if [ "$mode" != "--parallel-only" ]; then
   "${PYTEST[@]}" tests/unit
 fi
 
+# One parallel run at np ranks. Open MPI's launcher now and then fails to start itself (CI saw "The
+# PMIx server's listener thread failed to start" once); then no rank ever ran (each one leaves a
+# started-rank* marker as it begins), so the run is launched again, up to three times in all.
+parallel() {
+  local np=$1 attempt
+  for attempt in 1 2 3; do
+    rm -f "$HVD_LITE_TEST_LOGDIR"/started-rank*
+    timeout 1200 "$MPIRUN" "${flags[@]}" -np "$np" ci/mpi_pytest.sh "${PYTEST[@]}" --with-mpi \
+      tests/parallel && return 0
+    compgen -G "$HVD_LITE_TEST_LOGDIR/started-rank*" >/dev/null && return 1
+    echo "== mpirun failed before any rank started (attempt $attempt)"
+  done
+  return 1
+}
+
 for np in $NP_LIST; do
   echo "== parallel tests, $np rank(s)"
-  if ! timeout 1200 "$MPIRUN" "${flags[@]}" -np "$np" ci/mpi_pytest.sh "${PYTEST[@]}" --with-mpi tests/parallel; then
+  if ! parallel "$np"; then
     for log in "$HVD_LITE_TEST_LOGDIR"/pytest-rank*.log; do
       [ -f "$log" ] && { echo "---- $log"; tail -n 40 "$log"; }
     done

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Iterator, List, Optional, Tuple
 
 from hvd_lite.run.flavour import MPICH, OPENMPI, find
+from mpi_cmd import run_job
 
 TIMEOUT = 90
 BIN = os.path.dirname(sys.executable)
@@ -73,8 +74,8 @@ def env(**extra: str) -> dict:
 
 def hvdrun(*args: str, timeout: float = TIMEOUT, **popen) -> subprocess.CompletedProcess:
     """Runs `python -m hvd_lite.run ARGS...` to its end."""
-    return subprocess.run([sys.executable, "-m", "hvd_lite.run", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env(), **popen)
+    return run_job([sys.executable, "-m", "hvd_lite.run", *args], timeout=timeout, env=env(),
+                   **popen)
 
 
 def py(code: str) -> List[str]:

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from mpi_cmd import run_job
+
 MPIRUN = shutil.which("mpirun", path=os.path.dirname(sys.executable)) or shutil.which("mpirun")
 TIMEOUT = 120
 
@@ -25,7 +27,7 @@ def _mpirun(np_, args, tmp_path, command="allreduce"):
     out = tmp_path / "bench.json"
     cmd = [MPIRUN, "-np", str(np_), sys.executable, "-m", "hvd_lite.bench", command,
            *args, "--json", str(out)]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=_env())
+    res = run_job(cmd, timeout=TIMEOUT, env=_env())
     assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stdout}\n{res.stderr}"
     return json.loads(out.read_text()), res.stdout
 

@@ -1,14 +1,13 @@
 """Whole jobs that exercise the engine's failure paths, stall inspector, timeline and idle cost."""
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import time
 
 import pytest
 
-from mpi_cmd import job_env, mpirun_cmd
+from mpi_cmd import job_env, mpirun_cmd, run_job
 
 TIMEOUT = 120
 
@@ -17,8 +16,8 @@ def job(np_, script, env=None, timeout=TIMEOUT):
     """Runs `script` on np_ ranks; returns (CompletedProcess, seconds)."""
     full_env = job_env(env)
     t0 = time.monotonic()
-    res = subprocess.run(mpirun_cmd(np_) + [sys.executable, "-c", textwrap.dedent(script)],
-                         capture_output=True, text=True, timeout=timeout, env=full_env)
+    res = run_job(mpirun_cmd(np_) + [sys.executable, "-c", textwrap.dedent(script)],
+                  timeout=timeout, env=full_env)
     return res, time.monotonic() - t0
 
 

@@ -1,18 +1,17 @@
 """The examples run as a user would run them."""
 import os
-import subprocess
 import sys
 
 import pytest
 
-from mpi_cmd import job_env, mpirun_cmd
+from mpi_cmd import job_env, mpirun_cmd, run_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_allreduce_numpy_example_at_three_ranks():
-    res = subprocess.run(mpirun_cmd(3) + [sys.executable, os.path.join(ROOT, "examples", "allreduce_numpy.py")],
-                         capture_output=True, text=True, timeout=120, env=job_env())
+    res = run_job(mpirun_cmd(3) + [sys.executable, os.path.join(ROOT, "examples", "allreduce_numpy.py")],
+                  timeout=120, env=job_env())
     assert res.returncode == 0, res.stderr
     lines = sorted(l for l in res.stdout.splitlines() if l.startswith("rank"))
     assert lines == [f"rank {r}/3: sum 6, average 2, max 3: ok" for r in range(3)]
@@ -21,8 +20,8 @@ def test_allreduce_numpy_example_at_three_ranks():
 def test_pytorch_digits_example_reaches_95_percent_with_identical_weights_at_two_ranks():
     pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
     pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip install -e '.[torch]')")
-    res = subprocess.run(mpirun_cmd(2) + [sys.executable, os.path.join(ROOT, "examples", "pytorch_digits.py")],
-                         capture_output=True, text=True, timeout=240, env=job_env())
+    res = run_job(mpirun_cmd(2) + [sys.executable, os.path.join(ROOT, "examples", "pytorch_digits.py")],
+                  timeout=240, env=job_env())
     assert res.returncode == 0, res.stdout + res.stderr
     final = [l for l in res.stdout.splitlines() if l.startswith("final test accuracy")]
     assert len(final) == 1 and final[0].endswith("weights identical on all 2 ranks: yes"), res.stdout
@@ -32,9 +31,9 @@ def test_pytorch_digits_example_reaches_95_percent_with_identical_weights_at_two
 def test_pytorch_synthetic_benchmark_runs_both_contenders_at_two_ranks():
     pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
     script = os.path.join(ROOT, "examples", "pytorch_synthetic_benchmark.py")
-    res = subprocess.run(mpirun_cmd(2) + [sys.executable, script, "--ddp", "--num-warmup-batches", "1",
-                                          "--num-batches-per-iter", "1", "--num-iters", "2"],
-                         capture_output=True, text=True, timeout=240, env=job_env())
+    res = run_job(mpirun_cmd(2) + [sys.executable, script, "--ddp", "--num-warmup-batches", "1",
+                                   "--num-batches-per-iter", "1", "--num-iters", "2"],
+                  timeout=240, env=job_env())
     assert res.returncode == 0, res.stdout + res.stderr
     for model in ("cnn", "mlp"):
         assert f"Model: {model}" in res.stdout, res.stdout
@@ -49,8 +48,8 @@ def test_tensorflow_example_reaches_95_percent_with_identical_weights_at_two_ran
     pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[tensorflow]')")
     pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip install -e '.[tensorflow]')")
     env = dict(job_env(), TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1")
-    res = subprocess.run(mpirun_cmd(2) + [sys.executable, os.path.join(ROOT, "examples", script)],
-                         capture_output=True, text=True, timeout=240, env=env)
+    res = run_job(mpirun_cmd(2) + [sys.executable, os.path.join(ROOT, "examples", script)],
+                  timeout=240, env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     final = [l for l in res.stdout.splitlines() if l.startswith("final test accuracy")]
     assert len(final) == 1 and final[0].endswith("weights identical on all 2 ranks: yes"), res.stdout

@@ -1,21 +1,20 @@
 """Whole processes: how hvd_lite meets MPI (singleton jobs, mpi4py first or second, a launcher
 of another MPI, clean exits)."""
 import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from mpi_cmd import job_env, mpirun_cmd, mpirun_path
+from mpi_cmd import job_env, mpirun_cmd, mpirun_path, run_job
 
 TIMEOUT = 120
 
 
 def run(cmd, script, env=None):
     full_env = job_env(env)
-    return subprocess.run(cmd + [sys.executable, "-c", textwrap.dedent(script)],
-                          capture_output=True, text=True, timeout=TIMEOUT, env=full_env)
+    return run_job(cmd + [sys.executable, "-c", textwrap.dedent(script)], timeout=TIMEOUT,
+                   env=full_env)
 
 
 def test_one_rank_job_runs_without_mpirun():

@@ -1,0 +1,32 @@
+"""The tests' job runner launches again only when the MPI launcher itself failed to start."""
+import sys
+
+from mpi_cmd import LAUNCH_ATTEMPTS, LAUNCHER_FAILURES, run_job
+
+
+def _flaky(tmp_path, failures: int, message: str):
+    """A command that fails `failures` times printing `message`, then succeeds; and its count."""
+    count = tmp_path / "count"
+    code = (f"import pathlib, sys; p = pathlib.Path({str(count)!r}); "
+            f"n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1)); "
+            f"sys.exit(0) if n >= {failures} else (sys.stderr.write({message!r}), sys.exit(1))")
+    return [sys.executable, "-c", code], count
+
+
+def test_a_launcher_start_failure_is_launched_again(tmp_path):
+    cmd, count = _flaky(tmp_path, 1, LAUNCHER_FAILURES[0])
+    res = run_job(cmd, timeout=60)
+    assert res.returncode == 0 and count.read_text() == "2"
+
+
+def test_launching_again_stops_after_the_last_attempt(tmp_path):
+    cmd, count = _flaky(tmp_path, LAUNCH_ATTEMPTS + 5, LAUNCHER_FAILURES[0])
+    res = run_job(cmd, timeout=60)
+    assert res.returncode == 1 and count.read_text() == str(LAUNCH_ATTEMPTS)
+    assert LAUNCHER_FAILURES[0] in res.stderr
+
+
+def test_any_other_failure_is_returned_at_once(tmp_path):
+    cmd, count = _flaky(tmp_path, 1, "Mismatched ALLREDUCE tensor shapes")
+    res = run_job(cmd, timeout=60)
+    assert res.returncode == 1 and count.read_text() == "1"
