@@ -9,15 +9,24 @@
 
 #include "internal.h"
 
-/* Defaults chosen by measurement (docs/benchmarks.md): 512 KiB segments were best
- * or within 2 % of best from 1 to 256 MiB at 2 ranks; the latency path beat the
- * ring up to 128 KiB at 2 ranks but only up to 2 KiB at 3 and 4. */
-#define DEFAULT_SEGMENT_BYTES ((size_t)512 * 1024)
+/* Defaults chosen by measurement (docs/benchmarks.md): 256 KiB segments took a
+ * ResNet-50 gradient step (2 ranks) from 0.98-1.01x to 0.96-0.98x MPI per tensor and
+ * were as good or better than 512 KiB from 4 to 256 MiB (section 12; 512 KiB had been
+ * best in the older section 5); the latency path beat the ring up to 128 KiB at 2
+ * ranks but only up to 2 KiB at 3 and 4. */
+#define DEFAULT_SEGMENT_BYTES ((size_t)256 * 1024)
 #define DEFAULT_SMALL_BYTES_2_RANKS ((size_t)128 * 1024)
 #define DEFAULT_SMALL_BYTES_MORE_RANKS ((size_t)2 * 1024)
 /* 256 KiB fusion buffers stay in cache: a ResNet-50 step at 2 ranks took 22.6 ms with
  * them, 31 ms with 4 MiB (the packing copies fall out of L2), 24.8 ms unfused. */
 #define DEFAULT_FUSION_BYTES ((size_t)256 * 1024)
+/* A ResNet-50 step at 2 ranks on 2 cores (docs/benchmarks.md, section 12): waking the
+ * waiting training thread at most every 2 ms instead of after each handle took it from
+ * 0.98-0.99x to 0.96-0.97x MPI per tensor. Letting the 161 submissions gather for 1 ms
+ * (one round instead of three, no engine competing with the submitting thread) left the
+ * median alike but the spread narrower: 0.95-0.98x in 8 runs, against 0.95-1.02x. */
+#define DEFAULT_BATCH_MS 1.0
+#define DEFAULT_NOTIFY_MS 2.0
 /* Limits keep every MPI message count within an int. */
 #define MAX_SEGMENT_BYTES ((size_t)1 << 30)
 #define MAX_SMALL_BYTES ((size_t)1 << 26)
@@ -81,6 +90,8 @@ hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c) {
   HVDL_CHECK(env_size("HVD_LITE_FUSION_THRESHOLD", DEFAULT_FUSION_BYTES, 0, MAX_FUSION_BYTES,
                       &c->fusion_threshold));
   HVDL_CHECK(env_seconds("HVD_LITE_CYCLE_TIME", 0.0, 1e4, &c->cycle_time_ms));
+  HVDL_CHECK(env_seconds("HVD_LITE_BATCH_TIME", DEFAULT_BATCH_MS, 1e4, &c->batch_time_ms));
+  HVDL_CHECK(env_seconds("HVD_LITE_NOTIFY_TIME", DEFAULT_NOTIFY_MS, 1e4, &c->notify_time_ms));
   HVDL_CHECK(env_seconds("HVD_LITE_STALL_CHECK_TIME_SECONDS", 60.0, 1e7, &c->stall_check_s));
   HVDL_CHECK(env_seconds("HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS", 0.0, 1e7, &c->stall_shutdown_s));
   size_t cap;

@@ -73,10 +73,28 @@ void hvdl_engine_complete(struct hvdl_engine *e, struct hvdl_request *r, hvdlRes
   atomic_store(&r->state, res == hvdlSuccess ? HVDL_REQ_DONE : HVDL_REQ_FAILED);
   /* Wake waiters only for a request someone waits on: a thread synchronizing handle 1
    * of 161 would otherwise wake (and take the engine's core) 161 times. */
-  if (r->waiters) pthread_cond_broadcast(&e->done_cv);
+  if (r->waiters) {
+    if (e->cfg.notify_time_ms > 0) {
+      if (!e->wake_due) e->wake_due_since = hvdl_now();
+      e->wake_due = 1;
+    } else {
+      pthread_cond_broadcast(&e->done_cv);
+    }
+  }
   pthread_mutex_unlock(&e->mu);
   hvdl_request_release(r); /* the engine's reference */
 }
+
+void hvdl_engine_notify(struct hvdl_engine *e, int now) {
+  if (!e->wake_due || (!now && hvdl_now() - e->wake_due_since < e->cfg.notify_time_ms * 1e-3))
+    return;
+  e->wake_due = 0;
+  pthread_mutex_lock(&e->mu);
+  pthread_cond_broadcast(&e->done_cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+static void on_data_wait(void *arg) { hvdl_engine_notify(arg, 0); }
 
 static void mark_dead_locked(struct hvdl_engine *e, hvdlResult_t res, const char *reason) {
   if (!e->dead) {
@@ -126,6 +144,7 @@ static void *engine_main(void *arg) {
   struct hvdl_request **pending = NULL, **ready = NULL;
   int pcap = 0, cap = 0;
   const double tick = idle_tick(e);
+  const double batch = e->cfg.batch_time_ms * 1e-3;
   double next_tick = hvdl_now() + tick;
   double backoff = 0.0;            /* after a round without progress */
   double stuck_since = hvdl_now(); /* the last round that made progress */
@@ -137,6 +156,16 @@ static void *engine_main(void *arg) {
       if (e->stop_requested || (now >= next_tick && !e->hold)) break;
       if (e->hold) { /* a group is being submitted: wait for its end */
         pthread_cond_wait(&e->work_cv, &e->mu);
+        continue;
+      }
+      if (e->nnew && !e->nwaiting && !e->urgent && now - e->first_new < batch) {
+        /* New requests, and nobody waits yet: let more come, so that a burst enters one
+         * round (submissions do not wake us meanwhile; the first wait does). */
+        struct timespec ts;
+        abs_deadline(&ts, e->first_new + batch - now);
+        e->batching = 1;
+        pthread_cond_timedwait(&e->work_cv, &e->mu, &ts);
+        e->batching = 0;
         continue;
       }
       if (e->inflight && (backoff == 0.0 || e->nnew)) break;
@@ -173,6 +202,7 @@ static void *engine_main(void *arg) {
     }
     const int had_new = e->nnew;
     e->nnew = 0;
+    e->urgent = 0;
     pthread_mutex_unlock(&e->mu);
 
     if (e->cfg.cycle_time_ms > 0) {
@@ -187,6 +217,7 @@ static void *engine_main(void *arg) {
     int nready = 0, finished = 0;
     hvdlResult_t res = hvdl_round(e, pending, n, leaving, &ready, &cap, &nready, &finished);
     if (res == hvdlSuccess && nready > 0) res = hvdl_execute(e, ready, nready);
+    hvdl_engine_notify(e, 1);
     for (int i = 0; i < n; i++) hvdl_request_release(pending[i]);
     if (res != hvdlSuccess) {
       char msg[HVDL_ERRMSG_LEN];
@@ -232,6 +263,8 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
   MPI_Comm_set_errhandler(e->ctrl, MPI_ERRORS_RETURN);
   e->rank = e->data->rank;
   e->size = e->data->size;
+  e->data->on_wait = on_data_wait;
+  e->data->on_wait_arg = e;
   e->join_round = malloc(sizeof *e->join_round * (size_t)e->size);
   if (!e->join_round) {
     hvdlCommDestroy(e->data);
@@ -254,9 +287,11 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
   }
   if (e->rank == 0 && cfg->log_level <= HVDL_LOG_INFO) {
     fprintf(stderr,
-            "hvd_lite: engine on %d ranks: fusion threshold %zu B, cycle time %g ms, stall check "
-            "%g s, stall shutdown %g s, cache %zu, segment %zu B, latency path up to %zu B%s%s\n",
-            e->size, cfg->fusion_threshold, cfg->cycle_time_ms, cfg->stall_check_s,
+            "hvd_lite: engine on %d ranks: fusion threshold %zu B, cycle time %g ms, batch time "
+            "%g ms, notify time %g ms, stall check %g s, stall shutdown %g s, cache %zu, segment "
+            "%zu B, latency path up to %zu B%s%s\n",
+            e->size, cfg->fusion_threshold, cfg->cycle_time_ms, cfg->batch_time_ms,
+            cfg->notify_time_ms, cfg->stall_check_s,
             cfg->stall_shutdown_s, cfg->cache_capacity, e->data->config.segmentBytes,
             e->data->config.smallAllReduceBytes, cfg->timeline[0] ? ", timeline " : "",
             cfg->timeline);
@@ -271,14 +306,8 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
   return hvdlSuccess;
 }
 
-static uint64_t fnv1a(const char *s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-  return h;
-}
-
-hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r) {
-  r->name_hash = fnv1a(r->desc.name);
+hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r, int urgent) {
+  r->name_hash = hvdl_name_hash(r->desc.name);
   pthread_mutex_lock(&e->mu);
   if (e->dead || e->stop_requested) {
     hvdlResult_t res = e->dead ? e->dead_result : hvdlInvalidUsage;
@@ -304,8 +333,9 @@ hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r) {
   r->t_submit = hvdl_now();
   r->next = NULL;
   *tail = r;
-  e->nnew++;
-  pthread_cond_signal(&e->work_cv);
+  if (e->nnew++ == 0) e->first_new = r->t_submit;
+  e->urgent |= urgent;
+  if (!e->batching || urgent) pthread_cond_signal(&e->work_cv);
   pthread_mutex_unlock(&e->mu);
   return hvdlSuccess;
 }
@@ -324,6 +354,22 @@ int hvdl_request_poll(const struct hvdl_request *r) {
   return atomic_load(&r->state) != HVDL_REQ_PENDING;
 }
 
+int hvdl_request_wait_for(struct hvdl_engine *e, struct hvdl_request *r, double seconds) {
+  if (atomic_load(&r->state) != HVDL_REQ_PENDING) return 1;
+  struct timespec ts;
+  abs_deadline(&ts, seconds);
+  pthread_mutex_lock(&e->mu);
+  r->waiters++;
+  if (e->nwaiting++ == 0 && e->batching) pthread_cond_signal(&e->work_cv); /* the burst is over */
+  int rc = 0;
+  while (atomic_load(&r->state) == HVDL_REQ_PENDING && rc != ETIMEDOUT)
+    rc = pthread_cond_timedwait(&e->done_cv, &e->mu, &ts);
+  r->waiters--;
+  e->nwaiting--;
+  pthread_mutex_unlock(&e->mu);
+  return atomic_load(&r->state) != HVDL_REQ_PENDING;
+}
+
 void hvdl_request_wait(struct hvdl_engine *e, struct hvdl_request *r) {
   if (WAITER_SPIN_SECONDS > 0) {
     const double spin_until = hvdl_now() + WAITER_SPIN_SECONDS;
@@ -333,8 +379,10 @@ void hvdl_request_wait(struct hvdl_engine *e, struct hvdl_request *r) {
   if (atomic_load(&r->state) != HVDL_REQ_PENDING) return;
   pthread_mutex_lock(&e->mu);
   r->waiters++;
+  if (e->nwaiting++ == 0 && e->batching) pthread_cond_signal(&e->work_cv); /* the burst is over */
   while (atomic_load(&r->state) == HVDL_REQ_PENDING) pthread_cond_wait(&e->done_cv, &e->mu);
   r->waiters--;
+  e->nwaiting--;
   pthread_mutex_unlock(&e->mu);
 }
 

@@ -78,6 +78,7 @@ struct hvdl_request {
 /* Response cache: identical on every rank, changed only by broadcast responses. */
 struct hvdl_cache_entry {
   int valid;
+  uint64_t hash;                 /* hvdl_name_hash(desc.name) */
   struct hvdl_desc desc;
   double pending_since;          /* stall inspector, rank 0: first round seen pending somewhere */
   int warned;
@@ -123,6 +124,13 @@ struct hvdl_engine {
   struct hvdl_request *inflight; /* submitted, not completed, in submission order */
   int nnew;                      /* submitted since the engine last looked */
   int hold;                      /* > 0: a group is being submitted; start no round yet */
+  double first_new;              /* when the first request since the last round was submitted */
+  int nwaiting;                  /* threads blocked in hvdl_request_wait */
+  int batching;                  /* the engine lets a burst of submissions gather */
+  int urgent;                    /* a new request will be waited on at once: no batching */
+  /* engine thread only: completions whose waiters have not been woken yet */
+  int wake_due;
+  double wake_due_since;
   int stop_requested;
   int dead;                      /* no more requests accepted */
   hvdlResult_t dead_result;
@@ -131,6 +139,8 @@ struct hvdl_engine {
   /* engine thread only */
   struct hvdl_cache_entry *cache;
   int cache_count, cache_cap;
+  int *cache_slots;              /* open-addressing index by name hash: cache ids, -1 empty */
+  int cache_slot_cap, cache_slot_used;
   struct hvdl_table_entry *table; /* rank 0 */
   int table_count, table_cap;
   char *fusion;                  /* fusion buffer */
@@ -147,15 +157,26 @@ struct hvdl_engine {
   struct hvdl_outpool outpool;   /* outputs of allgather/alltoall, recycled (thread-safe) */
 };
 
+/* FNV-1a of a tensor name: the in-flight check and the cache index compare it first. */
+static inline uint64_t hvdl_name_hash(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  return h;
+}
+
 /* engine.c */
 hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
                                const struct hvdl_engine_config *cfg);
-hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r);
+/* `urgent`: the caller waits on r at once (a synchronous call), so the engine
+ * negotiates it without letting more submissions gather first. */
+hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r, int urgent);
 /* Holds (on) or releases (off) the start of new rounds, so that a group of
  * submissions enters the same round and can be fused. */
 void hvdl_engine_hold(struct hvdl_engine *e, int on);
 int hvdl_request_poll(const struct hvdl_request *r);
 void hvdl_request_wait(struct hvdl_engine *e, struct hvdl_request *r);
+/* Waits at most `seconds`; returns nonzero once r has completed. */
+int hvdl_request_wait_for(struct hvdl_engine *e, struct hvdl_request *r, double seconds);
 void hvdl_request_release(struct hvdl_request *r);
 hvdlResult_t hvdl_engine_stop(struct hvdl_engine *e);
 void hvdl_engine_free(struct hvdl_engine *e);
@@ -164,6 +185,9 @@ void hvdl_engine_mark_dead(struct hvdl_engine *e, hvdlResult_t res, const char *
 /* Completes r (engine thread): result hvdlSuccess or an error with a message. */
 void hvdl_engine_complete(struct hvdl_engine *e, struct hvdl_request *r, hvdlResult_t res,
                           const char *msg);
+/* Wakes the waiters of completed requests (engine thread): all of them with `now`,
+ * else only once the oldest completion has waited HVD_LITE_NOTIFY_TIME. */
+void hvdl_engine_notify(struct hvdl_engine *e, int now);
 
 /* negotiate.c: one round. Fills *ready (grown as needed; a joined rank adds
  * stand-ins for the others' allreduces) with what every rank executes now, in

@@ -244,6 +244,7 @@ hvdlResult_t hvdl_execute(struct hvdl_engine *e, struct hvdl_request **ready, in
   }
   for (int i = 0; i < n; i++) {
     if (taken[i]) continue;
+    hvdl_engine_notify(e, 0);
     struct hvdl_request *r = ready[i];
     taken[i] = 1;
     if (res != hvdlSuccess) { /* the communicator broke earlier in this list */

@@ -37,6 +37,8 @@ struct hvdlComm {
   hvdlConfig_t config;
   struct hvdl_scratch scratch;
   double phase_time[3];  /* last ring: start, end of reduce-scatter, end (for the timeline) */
+  void (*on_wait)(void *); /* called while hvdl_wait_all waits (the engine's notifications) */
+  void *on_wait_arg;
   char last_error[HVDL_ERRMSG_LEN];
 };
 
@@ -68,6 +70,8 @@ struct hvdl_engine_config {
   hvdlConfig_t comm;          /* ring segment, latency-path crossover */
   size_t fusion_threshold;    /* HVD_LITE_FUSION_THRESHOLD, bytes; 0 disables fusion */
   double cycle_time_ms;       /* HVD_LITE_CYCLE_TIME: least time between two rounds */
+  double batch_time_ms;       /* HVD_LITE_BATCH_TIME: how long a burst of submissions may pause */
+  double notify_time_ms;      /* HVD_LITE_NOTIFY_TIME: how long a completion may go unannounced */
   double stall_check_s;       /* HVD_LITE_STALL_CHECK_TIME_SECONDS; 0 disables the warning */
   double stall_shutdown_s;    /* HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS; 0 = wait forever */
   size_t cache_capacity;      /* HVD_LITE_CACHE_CAPACITY: response cache entries; 0 disables */

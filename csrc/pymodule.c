@@ -15,7 +15,7 @@
  *                                        base communicator (Fortran handle) or a subset of it
  *     .rank .size .local_rank .local_size .cross_rank .cross_size
  *     .submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits,
- *             error) -> Handle
+ *             error, urgent=False) -> Handle   (urgent: waited on at once, no batching)
  *     .shutdown()
  *   Handle.poll() -> bool, Handle.wait()  (GIL released; raises if the request failed)
  *   Handle.out_rows(), .recv_splits(), and the buffer protocol: an engine-allocated output
@@ -46,6 +46,9 @@
 #ifndef HVDL_BUILD_MPI_LIBDIR
 #define HVDL_BUILD_MPI_LIBDIR ""
 #endif
+
+/* A waiting handle checks for signals this often. */
+#define WAIT_SLICE_SECONDS 0.1
 
 static PyObject *error_factory = NULL;
 
@@ -378,8 +381,9 @@ static PyObject *Engine_submit(EngineObject *self, PyObject *args) {
   double pre, post;
   const char *name, *error;
   Py_ssize_t name_len;
-  if (!PyArg_ParseTuple(args, "iOOiidds#OiOs", &coll, &sendobj, &recvobj, &dtype, &op, &pre,
-                        &post, &name, &name_len, &shape, &root, &splits, &error))
+  int urgent = 0;
+  if (!PyArg_ParseTuple(args, "iOOiidds#OiOs|p", &coll, &sendobj, &recvobj, &dtype, &op, &pre,
+                        &post, &name, &name_len, &shape, &root, &splits, &error, &urgent))
     return NULL;
   if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine is gone");
   if (coll < 0 || coll >= HVDL_NUM_COLLS) return PyErr_Format(PyExc_ValueError, "invalid collective %d", coll);
@@ -443,7 +447,7 @@ static PyObject *Engine_submit(EngineObject *self, PyObject *args) {
   r->recv = h->has_recv ? h->recv.buf : NULL;
   r->count = scount;
   r->nbytes = scount * hvdl_type_size((hvdlDataType_t)dtype);
-  hvdlResult_t res = hvdl_engine_submit(self->engine, r);
+  hvdlResult_t res = hvdl_engine_submit(self->engine, r, urgent);
   if (res != hvdlSuccess) {
     raise_result(res, NULL);
     goto fail;
@@ -482,8 +486,12 @@ static PyObject *Handle_wait(HandleObject *self, PyObject *noargs) {
   if (!hvdl_request_poll(r)) {
     if (!self->owner->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine is gone");
     struct hvdl_engine *e = self->owner->engine;
-    Py_BEGIN_ALLOW_THREADS hvdl_request_wait(e, r);
-    Py_END_ALLOW_THREADS
+    /* In slices, so that a signal (Ctrl-C, a test's timeout) interrupts the wait. */
+    for (int done = 0; !done;) {
+      Py_BEGIN_ALLOW_THREADS done = hvdl_request_wait_for(e, r, WAIT_SLICE_SECONDS);
+      Py_END_ALLOW_THREADS
+      if (!done && PyErr_CheckSignals() < 0) return NULL;
+    }
   }
   if (atomic_load(&r->state) == HVDL_REQ_FAILED) {
     hvdl_fail(NULL, r->result, "%s", r->error);

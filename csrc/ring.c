@@ -52,10 +52,13 @@
 #define RING_TAG 0x4856 /* "HV" */
 /* At most this many segments per chunk: a chunk too big for that many
  * config.segmentBytes segments uses larger ones. It bounds the requests in
- * flight; Open MPI's ob1 orders messages with a 16-bit sequence number, and
- * ~65,536 unmatched messages between two ranks scramble their order (seen with
- * 64-byte segments of a 4 MiB buffer). */
-#define RING_MAX_SEGMENTS 1024
+ * flight: every segment of a step's chunk is sent at once. Open MPI's ob1 orders
+ * messages with a 16-bit sequence number, and ~65,536 unmatched messages between
+ * two ranks scramble their order (seen with 64-byte segments of a 4 MiB buffer);
+ * and with 1024 allowed, a step of exactly 128 segments in flight ran at half
+ * speed (64 MiB at 2 ranks with 256 KiB segments: 20 ms, against 11.5 ms with at
+ * most 64; docs/benchmarks.md, section 12). */
+#define RING_MAX_SEGMENTS 64
 /* Longest sleep between polls while waiting for a segment (wait.c). */
 #define RING_MAX_SLEEP_US 50.0
 

@@ -36,6 +36,7 @@ hvdlResult_t hvdl_wait_all(hvdlComm_t comm, int n, MPI_Request *reqs, double max
   for (;;) {
     HVDL_MPI(comm, MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
     if (done) return hvdlSuccess;
+    if (comm->on_wait) comm->on_wait(comm->on_wait_arg);
     if (hvdl_now() < spin_until) {
       sched_yield(); /* a busy-waiting engine lets the training thread of this process run */
       continue;

@@ -5,8 +5,8 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from . import basics
-from .ops import (Average, Handle, ReduceOp, _check_array, _check_op, _check_scale, _name, held,
-                  synchronize)
+from .ops import (Average, Handle, ReduceOp, _check_array, _check_op, _check_scale, _name, _urgency,
+                  at_once, held, synchronize)
 
 _core = basics._core
 
@@ -14,7 +14,7 @@ _core = basics._core
 def _submit(coll, send, recv, code, name, shape, op=0, pre=1.0, post=1.0, root=0, splits=None,
             error=""):
     return basics._engine().submit(coll, send, recv, code, op, pre, post, name, tuple(shape), root,
-                                   splits, error)
+                                   splits, error, _urgency.now)
 
 
 def _gathered(dtype, rest):
@@ -39,7 +39,7 @@ def allgather_async(array: np.ndarray, name: Optional[str] = None) -> Handle:
 
 def allgather(array: np.ndarray, name: Optional[str] = None) -> np.ndarray:
     """Concatenates every rank's array along dim 0, in rank order."""
-    return synchronize(allgather_async(array, name))
+    return synchronize(at_once(allgather_async, array, name))
 
 
 def _check_root(fn: str, root_rank) -> int:
@@ -69,12 +69,12 @@ def broadcast_async_(array: np.ndarray, root_rank: int, name: Optional[str] = No
 
 def broadcast(array: np.ndarray, root_rank: int, name: Optional[str] = None) -> np.ndarray:
     """root_rank's array, on every rank (a new array)."""
-    return synchronize(broadcast_async(array, root_rank, name))
+    return synchronize(at_once(broadcast_async, array, root_rank, name))
 
 
 def broadcast_(array: np.ndarray, root_rank: int, name: Optional[str] = None) -> np.ndarray:
     """Overwrites `array` with root_rank's on every rank; returns it."""
-    return synchronize(broadcast_async_(array, root_rank, name))
+    return synchronize(at_once(broadcast_async_, array, root_rank, name))
 
 
 def _split_error(splits, rows: int, n: int) -> str:
@@ -118,7 +118,7 @@ def alltoall_async(array: np.ndarray, splits=None, name: Optional[str] = None) -
 def alltoall(array: np.ndarray, splits=None, name: Optional[str] = None):
     """Rows splits[i] of `array` go to rank i; returns the rows received in rank order, and with
     `splits` given also the rows received from each rank."""
-    return synchronize(alltoall_async(array, splits, name))
+    return synchronize(at_once(alltoall_async, array, splits, name))
 
 
 def reducescatter_async(array: np.ndarray, op: ReduceOp = Average, name: Optional[str] = None,
@@ -144,7 +144,8 @@ def reducescatter(array: np.ndarray, op: ReduceOp = Average, name: Optional[str]
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> np.ndarray:
     """Reduces `array` across ranks; rank r gets its block of dim 0 (as even as possible, the
     first ranks taking the extra rows)."""
-    return synchronize(reducescatter_async(array, op, name, prescale_factor, postscale_factor))
+    return synchronize(at_once(reducescatter_async, array, op, name, prescale_factor,
+                               postscale_factor))
 
 
 def _names(fn: str, kind: str, arrays, name) -> List[str]:
@@ -165,7 +166,7 @@ def grouped_allgather_async(arrays: Sequence[np.ndarray], name: Optional[str] = 
 
 def grouped_allgather(arrays: Sequence[np.ndarray], name: Optional[str] = None) -> List[np.ndarray]:
     """allgather of each array."""
-    return [synchronize(h) for h in grouped_allgather_async(arrays, name)]
+    return [synchronize(h) for h in at_once(grouped_allgather_async, arrays, name)]
 
 
 def grouped_reducescatter_async(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
@@ -184,19 +185,20 @@ def grouped_reducescatter(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
                           name: Optional[str] = None, prescale_factor: float = 1.0,
                           postscale_factor: float = 1.0) -> List[np.ndarray]:
     """reducescatter of each array."""
-    return [synchronize(h) for h in grouped_reducescatter_async(arrays, op, name, prescale_factor,
-                                                                postscale_factor)]
+    return [synchronize(h) for h in at_once(grouped_reducescatter_async, arrays, op, name,
+                                            prescale_factor, postscale_factor)]
 
 
 def barrier() -> None:
     """Returns once every rank has called barrier()."""
-    c = _submit(_core.COLL_BARRIER, None, None, _core.hvdlUint8, basics.auto_name("barrier"), ())
+    c = at_once(_submit, _core.COLL_BARRIER, None, None, _core.hvdlUint8,
+                basics.auto_name("barrier"), ())
     synchronize(Handle(c, None, "barrier"))
 
 
 def join() -> int:
     """This rank has no more data: until every rank has joined, it takes part in the others'
     allreduces with zeros (Average still divides by size()). Returns the last rank to join."""
-    c = _submit(_core.COLL_JOIN, None, None, _core.hvdlUint8, "join", ())
+    c = at_once(_submit, _core.COLL_JOIN, None, None, _core.hvdlUint8, "join", ())
     synchronize(Handle(c, None, "join"))
     return c.value()

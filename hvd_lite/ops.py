@@ -2,6 +2,7 @@
 import contextlib
 import enum
 import numbers
+import threading
 from typing import List, Optional, Sequence
 
 import ml_dtypes
@@ -102,6 +103,23 @@ def _name(fn: str, kind: str, name) -> str:
     return name
 
 
+class _Urgency(threading.local):
+    now = False
+
+
+_urgency = _Urgency()
+
+
+def at_once(fn, *args):
+    """fn(*args), its submissions marked as waited on at once (the synchronous calls): the engine
+    negotiates them without letting more submissions gather first (HVD_LITE_BATCH_TIME)."""
+    _urgency.now = True
+    try:
+        return fn(*args)
+    finally:
+        _urgency.now = False
+
+
 class Handle:
     """A collective in flight: pass it to poll() or synchronize()."""
 
@@ -131,7 +149,7 @@ def _submit_allreduce(fn, array, out, op, prescale_factor, postscale_factor, nam
     # The C core takes the arrays' memory through the buffer protocol without a
     # format, which works for every dtype here, bfloat16 included.
     c = engine.submit(_core.COLL_ALLREDUCE, array, out, code, hop, pre, post, name, array.shape, 0,
-                      None, "")
+                      None, "", _urgency.now)
     return Handle(c, out, name)
 
 
@@ -165,15 +183,15 @@ def synchronize(handle: Handle):
 def allreduce(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
               postscale_factor: float = 1.0, name: Optional[str] = None) -> np.ndarray:
     """Reduces `array` across ranks into a new array (Average: sum, then / size)."""
-    return synchronize(_submit_allreduce("allreduce", array, None, op, prescale_factor,
-                                         postscale_factor, name))
+    return synchronize(at_once(_submit_allreduce, "allreduce", array, None, op, prescale_factor,
+                               postscale_factor, name))
 
 
 def allreduce_(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
                postscale_factor: float = 1.0, name: Optional[str] = None) -> np.ndarray:
     """Reduces `array` across ranks in place and returns it."""
-    return synchronize(_submit_allreduce("allreduce_", array, array, op, prescale_factor,
-                                         postscale_factor, name))
+    return synchronize(at_once(_submit_allreduce, "allreduce_", array, array, op, prescale_factor,
+                               postscale_factor, name))
 
 
 @contextlib.contextmanager
@@ -228,7 +246,7 @@ def grouped_allreduce(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                       name: Optional[str] = None) -> List[np.ndarray]:
     """Reduces a list of arrays into new arrays."""
-    handles = grouped_allreduce_async(arrays, op, prescale_factor, postscale_factor, name)
+    handles = at_once(grouped_allreduce_async, arrays, op, prescale_factor, postscale_factor, name)
     return [synchronize(h) for h in handles]
 
 
@@ -236,5 +254,6 @@ def grouped_allreduce_(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                        name: Optional[str] = None) -> List[np.ndarray]:
     """Reduces a list of arrays in place and returns them."""
-    handles = grouped_allreduce_async_(arrays, op, prescale_factor, postscale_factor, name)
+    handles = at_once(grouped_allreduce_async_, arrays, op, prescale_factor, postscale_factor,
+                      name)
     return [synchronize(h) for h in handles]

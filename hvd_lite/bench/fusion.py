@@ -42,6 +42,8 @@ from . import common, exact, models
 SWEEP_KNOBS = {
     "HVD_LITE_FUSION_THRESHOLD": ("fusion", True),
     "HVD_LITE_CYCLE_TIME": ("cycle", False),
+    "HVD_LITE_BATCH_TIME": ("batch", False),
+    "HVD_LITE_NOTIFY_TIME": ("notify", False),
     "HVD_LITE_SEGMENT_BYTES": ("seg", True),
     "HVD_LITE_SMALL_ALLREDUCE_BYTES": ("small", True),
     "HVD_LITE_CACHE_CAPACITY": ("cache", False),

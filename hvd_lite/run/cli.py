@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fuse tensors up to this many MB (HVD_LITE_FUSION_THRESHOLD, bytes)")
     k.add_argument("--cycle-time-ms", type=float, metavar="MS",
                    help="engine cycle time in ms (HVD_LITE_CYCLE_TIME)")
+    k.add_argument("--batch-time-ms", type=float, metavar="MS",
+                   help="let a burst of submissions gather this long before negotiating it "
+                        "(HVD_LITE_BATCH_TIME)")
+    k.add_argument("--notify-time-ms", type=float, metavar="MS",
+                   help="wake waiters for completions at least this often while the engine is "
+                        "busy (HVD_LITE_NOTIFY_TIME)")
     k.add_argument("--timeline-filename", metavar="FILE",
                    help="write a timeline to FILE (HVD_LITE_TIMELINE)")
     k.add_argument("--stall-check-warning-time-seconds", type=int, metavar="S",
@@ -67,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _knobs(args: argparse.Namespace) -> dict:
     return knob_env(fusion_threshold_mb=args.fusion_threshold_mb,
                     cycle_time_ms=args.cycle_time_ms,
+                    batch_time_ms=args.batch_time_ms,
+                    notify_time_ms=args.notify_time_ms,
                     timeline_filename=args.timeline_filename,
                     stall_check_warning_time_seconds=args.stall_check_warning_time_seconds,
                     stall_check_shutdown_time_seconds=args.stall_check_shutdown_time_seconds,

@@ -13,6 +13,8 @@ MAX_STALL_S = 10_000_000
 KNOBS = {
     "fusion_threshold_mb": ("HVD_LITE_FUSION_THRESHOLD", "MB"),
     "cycle_time_ms": ("HVD_LITE_CYCLE_TIME", "ms"),
+    "batch_time_ms": ("HVD_LITE_BATCH_TIME", "ms"),
+    "notify_time_ms": ("HVD_LITE_NOTIFY_TIME", "ms"),
     "timeline_filename": ("HVD_LITE_TIMELINE", ""),
     "stall_check_warning_time_seconds": ("HVD_LITE_STALL_CHECK_TIME_SECONDS", "s"),
     "stall_check_shutdown_time_seconds": ("HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS", "s"),
@@ -25,6 +27,7 @@ def _number(value: float) -> str:
 
 
 def knob_env(fusion_threshold_mb: Optional[float] = None, cycle_time_ms: Optional[float] = None,
+             batch_time_ms: Optional[float] = None, notify_time_ms: Optional[float] = None,
              timeline_filename: Optional[str] = None,
              stall_check_warning_time_seconds: Optional[int] = None,
              stall_check_shutdown_time_seconds: Optional[int] = None,
@@ -36,11 +39,13 @@ def knob_env(fusion_threshold_mb: Optional[float] = None, cycle_time_ms: Optiona
             raise LauncherError(f"--fusion-threshold-mb must be in [0, {MAX_FUSION_MB}], got "
                                 f"{fusion_threshold_mb:g}")
         env["HVD_LITE_FUSION_THRESHOLD"] = str(int(round(fusion_threshold_mb * 1024 * 1024)))
-    if cycle_time_ms is not None:
-        if not 0 <= cycle_time_ms <= MAX_CYCLE_MS:
-            raise LauncherError(f"--cycle-time-ms must be in [0, {MAX_CYCLE_MS:g}], got "
-                                f"{cycle_time_ms:g}")
-        env["HVD_LITE_CYCLE_TIME"] = _number(cycle_time_ms)
+    for flag, var, ms in (("--cycle-time-ms", "HVD_LITE_CYCLE_TIME", cycle_time_ms),
+                          ("--batch-time-ms", "HVD_LITE_BATCH_TIME", batch_time_ms),
+                          ("--notify-time-ms", "HVD_LITE_NOTIFY_TIME", notify_time_ms)):
+        if ms is not None:
+            if not 0 <= ms <= MAX_CYCLE_MS:
+                raise LauncherError(f"{flag} must be in [0, {MAX_CYCLE_MS:g}], got {ms:g}")
+            env[var] = _number(ms)
     if timeline_filename is not None:
         if not timeline_filename:
             raise LauncherError("--timeline-filename must not be empty")

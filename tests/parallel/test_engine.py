@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import hvd_lite as hvd
+from hvd_lite import basics, ops
 from conftest import agree, reinit, world
 from helpers import exact_inputs, fold, same_bits
 
@@ -177,3 +178,53 @@ def test_a_small_or_disabled_cache_stays_consistent(capacity):
                 if not same_bits(hvd.synchronize(h), expected_sum(np.float32, 10 + i, i)):
                     bad.append((step, i))
         agree(not bad, f"wrong results {bad}")
+
+
+def test_more_names_than_the_cache_holds_stay_right_step_after_step():
+    """100 names through a 40-entry cache: entries are evicted and reused every step, and the
+    cache's name index is rebuilt as it fills (csrc/negotiate.c)."""
+    with reinit(HVD_LITE_CACHE_CAPACITY=40):
+        bad = []
+        for step in range(3):
+            handles = [(i, hvd.allreduce_async(exact_inputs(np.float32, 3 + i, hvd.rank(), seed=i),
+                                               op=hvd.Sum, name=f"churn.{i}")) for i in range(100)]
+            for i, h in handles:
+                if not same_bits(hvd.synchronize(h), expected_sum(np.float32, 3 + i, i)):
+                    bad.append((step, i))
+        agree(not bad, f"wrong results {bad}")
+
+
+def test_a_waiting_thread_ends_the_batch_and_synchronous_calls_skip_it():
+    """With a 10 s batch time, an async submission returns in milliseconds once a thread waits
+    on it (the wait starts the round; without it the engine's 1 s idle tick would), and a
+    synchronous call, which says at submit that it will wait, is not batched at all."""
+    import time
+    with reinit(HVD_LITE_BATCH_TIME=10000):
+        took = []
+        for i in range(5):
+            world().Barrier()
+            t0 = time.monotonic()
+            h = hvd.allreduce_async(np.ones(10, np.float32), name=f"batch.async.{i}")
+            time.sleep(0.01)  # the engine is batching by now
+            hvd.synchronize(h)
+            took.append(time.monotonic() - t0 - 0.01)
+            world().Barrier()
+            t0 = time.monotonic()
+            hvd.allreduce(np.ones(10, np.float32), name=f"batch.sync.{i}")
+            took.append(time.monotonic() - t0)
+        agree(max(took) < 0.25, f"allreduces took {took} s")
+
+
+def test_a_waiter_is_told_when_the_ready_list_ends_whatever_the_notify_time():
+    """With a 10 s notify time, completions inside a ready list are announced when the list
+    ends: waiting on the first of 30 handles, then the rest, takes milliseconds."""
+    import time
+    with reinit(HVD_LITE_NOTIFY_TIME=10000):
+        world().Barrier()
+        t0 = time.monotonic()
+        with ops.held(basics._engine()):  # one round, one ready list
+            handles = [hvd.allreduce_async(np.full(1000, float(i), np.float32), op=hvd.Sum,
+                                           name=f"notify.{i}") for i in range(30)]
+        ok = all(hvd.synchronize(h)[0] == i * hvd.size() for i, h in enumerate(handles))
+        took = time.monotonic() - t0
+        agree(ok and took < 0.5, f"results ok {ok}, took {took:.3f} s")

@@ -189,3 +189,55 @@ def test_an_idle_or_waiting_engine_uses_almost_no_cpu():
         assert idle < 0.05, f"idle engine used {idle:.1%} of a core"
         assert waiting < 0.10, f"waiting engine used {waiting:.1%} of a core"
     print(res.stdout)
+
+
+@pytest.mark.parametrize("batch_ms,rounds_ok", [(1000, lambda n: n <= 2), (0, lambda n: n >= 3)],
+                         ids=["batched", "unbatched"])
+def test_a_burst_of_submissions_enters_one_round_within_the_batch_time(tmp_path, batch_ms,
+                                                                        rounds_ok):
+    """Six submissions 3 ms apart, then the waits: with HVD_LITE_BATCH_TIME=1000 the engine lets
+    the burst finish and negotiates it in one round (two if its 1 s idle tick falls inside the
+    burst); with 0 each submission starts a round of its own."""
+    path = tmp_path / "timeline.json"
+    res, _ = job(2, """
+        import time, numpy as np, hvd_lite as hvd
+        hvd.init()
+        hvd.allreduce(np.ones(1), name="warmup")
+        hs = []
+        for i in range(6):
+            hs.append(hvd.allreduce_async(np.ones(100, np.float32), name=f"burst.{i}"))
+            time.sleep(0.003)
+        for h in hs:
+            hvd.synchronize(h)
+    """, env={"HVD_LITE_TIMELINE": str(path), "HVD_LITE_BATCH_TIME": str(batch_ms)})
+    assert res.returncode == 0, res.stderr
+    events = json.loads(path.read_text())
+    rows = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    ends = sorted(e["ts"] + e["dur"] for e in events if e.get("name") == "NEGOTIATE"
+                  and rows[e["tid"]].startswith("burst."))  # negotiation ends with its round
+    rounds = 1 + sum(1 for a, b in zip(ends, ends[1:]) if b - a > 500)  # us apart: another round
+    assert len(ends) == 6 and rounds_ok(rounds), f"{rounds} rounds: {ends}"
+
+
+def test_a_signal_interrupts_a_waiting_synchronize():
+    """Rank 1 waits for a collective rank 0 joins 3 s late; an alarm after 1 s raises in the
+    waiting thread (Ctrl-C and pytest's timeout work the same way) instead of being held off."""
+    res, _ = job(2, """
+        import signal, time, numpy as np, hvd_lite as hvd
+        hvd.init()
+        if hvd.rank() == 0:
+            time.sleep(3)
+            hvd.allreduce(np.ones(3), name="late")
+        else:
+            def alarm(*_):
+                raise TimeoutError("alarm")
+            signal.signal(signal.SIGALRM, alarm)
+            signal.alarm(1)
+            t0 = time.monotonic()
+            try:
+                hvd.allreduce(np.ones(3), name="late")
+            except TimeoutError:
+                print(f"interrupted after {time.monotonic() - t0:.1f} s", flush=True)
+    """)
+    assert res.returncode == 0, res.stderr
+    assert "interrupted after 1." in res.stdout, res.stdout + res.stderr

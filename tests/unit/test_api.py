@@ -119,6 +119,7 @@ def test_init_rejects_bad_comm_arguments():
 @pytest.mark.parametrize("var,value", [
     ("HVD_LITE_FUSION_THRESHOLD", "-1"), ("HVD_LITE_FUSION_THRESHOLD", "4M"),
     ("HVD_LITE_CYCLE_TIME", "fast"), ("HVD_LITE_STALL_CHECK_TIME_SECONDS", "-5"),
+    ("HVD_LITE_BATCH_TIME", "-1"), ("HVD_LITE_NOTIFY_TIME", "1e9"),
     ("HVD_LITE_SEGMENT_BYTES", "0"), ("HVD_LITE_LOG_LEVEL", "loud"),
     ("HVD_LITE_SMALL_ALLREDUCE_BYTES", str(1 << 40)),
 ])

@@ -15,12 +15,15 @@ def test_command_after_the_options_is_kept_whole_with_its_own_options():
 
 def test_knob_flags_become_hvd_lite_variables():
     args = build_parser().parse_args([
-        "--fusion-threshold-mb", "64", "--cycle-time-ms", "2.5", "--timeline-filename", "tl.json",
+        "--fusion-threshold-mb", "64", "--cycle-time-ms", "2.5", "--batch-time-ms", "0.5",
+        "--notify-time-ms", "4", "--timeline-filename", "tl.json",
         "--stall-check-warning-time-seconds", "30", "--stall-check-shutdown-time-seconds", "90",
         "--log-level", "DEBUG", "python", "x.py"])
     assert _knobs(args) == {
         "HVD_LITE_FUSION_THRESHOLD": str(64 * 1024 * 1024),
         "HVD_LITE_CYCLE_TIME": "2.5",
+        "HVD_LITE_BATCH_TIME": "0.5",
+        "HVD_LITE_NOTIFY_TIME": "4",
         "HVD_LITE_TIMELINE": "tl.json",
         "HVD_LITE_STALL_CHECK_TIME_SECONDS": "30",
         "HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS": "90",
@@ -33,6 +36,8 @@ def test_knob_flags_become_hvd_lite_variables():
     (dict(fusion_threshold_mb=-1), r"--fusion-threshold-mb must be in \[0, 1024\], got -1"),
     (dict(fusion_threshold_mb=4096), "got 4096"),
     (dict(cycle_time_ms=-5), "--cycle-time-ms"),
+    (dict(batch_time_ms=-1), r"--batch-time-ms must be in \[0, 10000\], got -1"),
+    (dict(notify_time_ms=20000), r"--notify-time-ms must be in \[0, 10000\], got 20000"),
     (dict(stall_check_warning_time_seconds=-1), "--stall-check-warning-time-seconds"),
     (dict(stall_check_warning_time_seconds=60, stall_check_shutdown_time_seconds=30),
      "shutdown-time-seconds 30 is shorter than --stall-check-warning-time-seconds 60"),
