@@ -153,13 +153,14 @@ class _Allreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
         ctx.args = (op, prescale_factor, postscale_factor)
-        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
-                                           postscale_factor))
+        return synchronize(ops.at_once(allreduce_async, tensor, None, name, op,
+                                       prescale_factor, postscale_factor))
 
     @staticmethod
     def backward(ctx, grad):
         op, pre, post = ctx.args
-        return synchronize(allreduce_async(grad, None, None, op, pre, post)), None, None, None, None
+        out = synchronize(ops.at_once(allreduce_async, grad, None, None, op, pre, post))
+        return out, None, None, None, None
 
 
 def allreduce(tensor: torch.Tensor, average=None, name: Optional[str] = None,
@@ -176,8 +177,8 @@ def allreduce_(tensor: torch.Tensor, average=None, name: Optional[str] = None, o
                prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set=None) -> torch.Tensor:
     """Reduces `tensor` across ranks in place and returns it."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor))
+    return synchronize(ops.at_once(allreduce_async_, tensor, average, name, op, prescale_factor,
+                                   postscale_factor))
 
 
 def _group_names(fn: str, tensors, name) -> List[Optional[str]]:
@@ -212,14 +213,14 @@ class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
         ctx.args = (op, prescale_factor, postscale_factor)
-        handles = grouped_allreduce_async(list(tensors), None, name, op, prescale_factor,
-                                          postscale_factor)
+        handles = ops.at_once(grouped_allreduce_async, list(tensors), None, name, op,
+                              prescale_factor, postscale_factor)
         return tuple(synchronize(h) for h in handles)
 
     @staticmethod
     def backward(ctx, *grads):
         op, pre, post = ctx.args
-        handles = grouped_allreduce_async(list(grads), None, None, op, pre, post)
+        handles = ops.at_once(grouped_allreduce_async, list(grads), None, None, op, pre, post)
         return (None, None, None, None) + tuple(synchronize(h) for h in handles)
 
 
@@ -240,8 +241,8 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average=None, name: Opti
                        op=None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                        process_set=None) -> List[torch.Tensor]:
     """Reduces a list of tensors in place and returns them."""
-    handles = grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                       postscale_factor)
+    handles = ops.at_once(grouped_allreduce_async_, tensors, average, name, op, prescale_factor,
+                          postscale_factor)
     return [synchronize(h) for h in handles]
 
 
@@ -261,11 +262,11 @@ class _Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name):
         ctx.rows = tensor.shape[0] if tensor.dim() else 1
-        return synchronize(allgather_async(tensor, name))
+        return synchronize(ops.at_once(allgather_async, tensor, name))
 
     @staticmethod
     def backward(ctx, grad):
-        summed = synchronize(allreduce_async(grad, None, None, Sum))
+        summed = synchronize(ops.at_once(allreduce_async, grad, None, None, Sum))
         rows = collectives.allgather(np.array([ctx.rows], np.int64))
         start = int(rows[:basics.rank()].sum())
         return summed.narrow(0, start, ctx.rows), None
@@ -286,7 +287,7 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str]
 def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
                       process_set=None) -> List[torch.Tensor]:
     """allgather of each tensor."""
-    return [synchronize(h) for h in grouped_allgather_async(tensors, name)]
+    return [synchronize(h) for h in ops.at_once(grouped_allgather_async, tensors, name)]
 
 
 # ---------------------------------------------------------------------------- broadcast
@@ -313,11 +314,11 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name):
         ctx.root_rank = root_rank
-        return synchronize(broadcast_async(tensor, root_rank, name))
+        return synchronize(ops.at_once(broadcast_async, tensor, root_rank, name))
 
     @staticmethod
     def backward(ctx, grad):
-        summed = synchronize(allreduce_async(grad, None, None, Sum))
+        summed = synchronize(ops.at_once(allreduce_async, grad, None, None, Sum))
         if basics.rank() != ctx.root_rank:
             summed.zero_()
         return summed, None, None
@@ -332,7 +333,7 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                process_set=None) -> torch.Tensor:
     """Overwrites `tensor` with root_rank's on every rank; returns it."""
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+    return synchronize(ops.at_once(broadcast_async_, tensor, root_rank, name))
 
 
 # ---------------------------------------------------------------------------- alltoall, reducescatter
@@ -355,7 +356,7 @@ def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None
 def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None, process_set=None):
     """Rows splits[i] go to rank i; returns the rows received in rank order, and with `splits`
     given also the rows received from each rank."""
-    return synchronize(alltoall_async(tensor, splits, name))
+    return synchronize(ops.at_once(alltoall_async, tensor, splits, name))
 
 
 def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op=Average,
@@ -372,8 +373,8 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduces `tensor` across ranks; rank r gets its block of dim 0."""
     compressed, ctx = compression.compress(tensor)
-    out = synchronize(reducescatter_async(compressed, name, op, None, prescale_factor,
-                                          postscale_factor))
+    out = synchronize(ops.at_once(reducescatter_async, compressed, name, op, None,
+                                  prescale_factor, postscale_factor))
     return compression.decompress(out, ctx)
 
 
