@@ -80,8 +80,8 @@ def grouped_allreduce(tensors: Sequence[tf.Tensor], op: ReduceOp = Average,
     name = _graph_name("grouped_allreduce", name)
 
     def fn(*arrays):
-        hs = ops.grouped_allreduce_async([_np(a) for a in arrays], op, prescale_factor,
-                                         postscale_factor, name)
+        hs = ops.at_once(ops.grouped_allreduce_async, [_np(a) for a in arrays], op,
+                         prescale_factor, postscale_factor, name)  # waited on at once
         return [np.reshape(o, a.shape) for o, a in zip(wait(hs, timeout, "allreduce"), arrays)]
 
     outs = _run(fn, sent, [s.dtype for s in sent], "allreduce")
