@@ -19,24 +19,16 @@ def _plain_y(ax) -> None:
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
 
 
-def busbw_vs_size(record: dict, path: str) -> None:
-    """Draws each contender's median busbw against the size, from an allreduce record."""
+def _finish(plt, fig, ax, sizes: list, ylabel: str, title: str, path: str) -> None:
+    """The size axis (log 2, a tick every 16x), labels, grid and legend; saves and closes."""
     from .common import format_size
 
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
-    sizes = [e["bytes"] for e in record["results"]]
-    for label in record["contenders"]:
-        bw = [e["libs"][label]["busbw_GBps"] for e in record["results"]]
-        ax.plot(sizes, bw, marker="o", markersize=3, linewidth=1.2, label=label)
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
     ticks = [s for s in sizes if (s.bit_length() - 1) % 4 == 0] or sizes
     ax.set_xticks(ticks, [format_size(s) for s in ticks])
     ax.set_xlabel("bytes per rank")
-    ax.set_ylabel("busbw (GB/s, median)")
-    ax.set_title(f"all-reduce, {record['ranks']} ranks, {record['dtype']} {record['op']}"
-                 f"{', in place' if record['inplace'] else ''}", fontsize=10)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
     _plain_y(ax)
     ax.grid(True, which="both", linewidth=0.3)
     ax.legend(fontsize=8)
@@ -45,10 +37,22 @@ def busbw_vs_size(record: dict, path: str) -> None:
     plt.close(fig)
 
 
+def busbw_vs_size(record: dict, path: str) -> None:
+    """Draws each contender's median busbw against the size, from an allreduce record."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
+    sizes = [e["bytes"] for e in record["results"]]
+    for label in record["contenders"]:
+        bw = [e["libs"][label]["busbw_GBps"] for e in record["results"]]
+        ax.plot(sizes, bw, marker="o", markersize=3, linewidth=1.2, label=label)
+    ax.set_yscale("log")
+    _finish(plt, fig, ax, sizes, "busbw (GB/s, median)",
+            f"all-reduce, {record['ranks']} ranks, {record['dtype']} {record['op']}"
+            f"{', in place' if record['inplace'] else ''}", path)
+
+
 def time_ratio(records: list, numerator: str, denominator: str, path: str) -> None:
     """Draws median time(numerator) / time(denominator) against size, one line per record."""
-    from .common import format_size
-
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
     sizes = []
@@ -59,16 +63,6 @@ def time_ratio(records: list, numerator: str, denominator: str, path: str) -> No
         ax.plot(sizes, ratio, marker="o", markersize=3, linewidth=1.2,
                 label=f"{rec['ranks']} ranks")
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
-    ticks = [s for s in sizes if (s.bit_length() - 1) % 4 == 0] or sizes
-    ax.set_xticks(ticks, [format_size(s) for s in ticks])
-    ax.set_xlabel("bytes per rank")
-    ax.set_ylabel("time ratio (median)")
-    ax.set_title(f"{numerator} / {denominator}  (below 1: {numerator} faster)", fontsize=10)
-    _plain_y(ax)
-    ax.grid(True, which="both", linewidth=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _finish(plt, fig, ax, sizes, "time ratio (median)",
+            f"{numerator} / {denominator}  (below 1: {numerator} faster)", path)
