@@ -12,14 +12,13 @@
 
 #define HVDL_ERRMSG_LEN 512
 
-/* Ring state that lives as long as the communicator: the scratch segments the
- * reduce-scatter receives into, and the request arrays, grown on demand. */
+/* Scratch that lives as long as the communicator, grown on demand and reused. */
 struct hvdl_scratch {
-  char *tmp;            /* HVDL_RING_WINDOW receive segments, each segment_bytes */
+  char *tmp;            /* pipe.c: PIPE_WINDOW receive segments of the reducing verbs */
   size_t tmp_bytes;
   char *gather;         /* latency path: n * small_bytes */
   size_t gather_bytes;
-  char *sreq;           /* MPI_Request[2][cap]: sends of the two most recent ring steps */
+  char *sreq;           /* pipe.c: MPI_Request[2][cap], sends of the two most recent steps */
   size_t sreq_bytes;
   char *stage;          /* reduce-scatter: the partials being forwarded, two blocks */
   size_t stage_bytes;

@@ -1,5 +1,5 @@
 /*
- * pipe.c -- the segment pipeline shared by the ring and chain collectives.
+ * pipe.c -- the segment pipeline shared by every ring and chain collective.
  * The verbs and the rules for calling them are in pipe.h.
  *
  * One receiving step at this rank, for a piece of nseg segments:
@@ -8,7 +8,8 @@
  *   post the receives of segments 0 .. PIPE_WINDOW-1
  *   for j = 0 .. nseg-1:
  *     wait for segment j
- *     reduce it into dst (the reducing verbs; Avg divides in recvReduce)
+ *     reduce it into dst (the reducing verbs; Avg divides in the last reduction:
+     recvReduce, recvReduceCopySend)
  *     post the receive of segment j + PIPE_WINDOW into the slot just consumed
  *     forward dst's segment j to the right (the forwarding verbs)
  *
@@ -164,6 +165,11 @@ hvdlResult_t hvdl_pipe_recv_reduce(struct hvdl_pipe *p, const void *src, void *d
 hvdlResult_t hvdl_pipe_recv_reduce_send(struct hvdl_pipe *p, const void *src, void *dst,
                                         size_t count) {
   return recv_step(p, PIPE_REDUCE | PIPE_FORWARD, src, dst, count);
+}
+
+hvdlResult_t hvdl_pipe_recv_reduce_copy_send(struct hvdl_pipe *p, const void *src, void *dst,
+                                             size_t count) {
+  return recv_step(p, PIPE_REDUCE | PIPE_DIVIDE | PIPE_FORWARD, src, dst, count);
 }
 
 hvdlResult_t hvdl_pipe_finish(struct hvdl_pipe *p) {
