@@ -1,0 +1,69 @@
+"""Before/after from `python -m hvd_lite.bench ... --json` records: ratio of medians over runs.
+
+Each record already holds hvd_lite against its MPI baseline from the same run. For every point
+(size, or contender) this takes hvd_lite's time as a fraction of the baseline's in each run, the
+median of those over the runs of one build, and prints after / before. 1.00 = unchanged; the
+issue's bar for a restructuring is within +-5 %.
+
+    python tools/bench_compare.py --before old/fusion_*.json --after new/fusion_*.json
+"""
+import argparse
+import json
+import statistics
+import sys
+
+
+def points(rec):
+    """{point: hvd time / baseline time} of one record."""
+    kind, out = rec["benchmark"], {}
+    if kind == "fusion":
+        res = {r["label"]: r for r in rec["results"]}
+        best = min(r["median_s"] for r in res.values() if r["kind"] == "mpi")
+        for label, r in res.items():
+            if r["kind"] != "mpi":
+                out[f"{label} / best MPI"] = r["median_s"] / best
+    elif kind == "latency":
+        for row in rec["results"]:
+            libs = row["libs"]
+            for label, r in libs.items():
+                if label != "MPI_Allreduce":
+                    out[f"{row['bytes']} B {label} / MPI"] = r["median_us"] / libs["MPI_Allreduce"]["median_us"]
+    else:  # allreduce and the other collectives: hvd_lite (or a sweep's contenders) against MPI
+        for row in rec["results"]:
+            libs = row["libs"]
+            mpi = [r for r in libs.values() if r.get("kind") == "mpi"]
+            for label, r in libs.items():
+                if r.get("kind") != "mpi" and mpi:
+                    out[f"{row['bytes']} B {label} / MPI"] = r["median_s"] / mpi[0]["median_s"]
+    return out
+
+
+def medians(paths):
+    runs = [points(json.load(open(p))) for p in paths]
+    keys = [k for k in runs[0] if all(k in r for r in runs)]
+    return {k: statistics.median(r[k] for r in runs) for k in keys}, len(runs)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", nargs="+", required=True)
+    ap.add_argument("--after", nargs="+", required=True)
+    ap.add_argument("--tolerance", type=float, default=0.05)
+    a = ap.parse_args(argv)
+    before, nb = medians(a.before)
+    after, na = medians(a.after)
+    print(f"{'point':40} {'before':>8} {'after':>8} {'after/before':>13}   ({nb} and {na} runs; "
+          "time relative to the baseline of the same run, median over runs)")
+    worst = 1.0
+    for k in before:
+        if k in after:
+            q = after[k] / before[k]
+            worst = max(worst, q)
+            flag = "" if q <= 1 + a.tolerance else "   slower"
+            print(f"{k:40} {before[k]:8.3f} {after[k]:8.3f} {q:13.3f}{flag}")
+    print(f"worst after/before: {worst:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
