@@ -46,13 +46,27 @@ def test_ranks_may_submit_in_different_orders():
     agree(ok, "a tensor submitted in a different order came back wrong")
 
 
-def test_steady_state_repeats_use_the_cache_and_stay_right():
-    for step in range(5):
-        handles = [hvd.allreduce_async(exact_inputs(np.float32, 64 * (i + 1), hvd.rank(), seed=i),
-                                       op=hvd.Sum, name=f"steady.{i}") for i in range(10)]
-        ok = all(same_bits(hvd.synchronize(h), expected_sum(np.float32, 64 * (i + 1), i))
-                 for i, h in enumerate(handles))
-        agree(ok, f"step {step} wrong")
+@pytest.mark.parametrize("capacity", [None, 0], ids=["cache", "no-cache"])
+def test_repeated_names_are_negotiated_from_the_cache_without_names(capacity):
+    """After the first step, a name the engine has seen costs a bit, not a descriptor: no name
+    is announced and every request becomes ready through the cache (Engine.stats counts both).
+    With the cache disabled every step announces every name again, so the same counts differ."""
+    env = {} if capacity is None else {"HVD_LITE_CACHE_CAPACITY": capacity}
+    with reinit(**env):
+        engine = basics._engine()
+        for step in range(4):
+            before = engine.stats()
+            handles = [hvd.allreduce_async(exact_inputs(np.float32, 64 * (i + 1), hvd.rank(), seed=i),
+                                           op=hvd.Sum, name=f"steady.{i}") for i in range(10)]
+            ok = all(same_bits(hvd.synchronize(h), expected_sum(np.float32, 64 * (i + 1), i))
+                     for i, h in enumerate(handles))
+            after = engine.stats()
+            announced = after["announced"] - before["announced"]
+            cached = after["cached_ready"] - before["cached_ready"]
+            want = (10, 0) if step == 0 or capacity == 0 else (0, 10)
+            agree(ok and (announced, cached) == want,
+                  f"step {step}: results ok {ok}; {announced} names announced and {cached} requests "
+                  f"ready from the cache, want {want}")
 
 
 def mismatch_case(kind):
