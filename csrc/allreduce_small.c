@@ -28,7 +28,7 @@ hvdlResult_t hvdl_allreduce_small(hvdlComm_t comm, const void *sendbuff, void *r
   MPI_Request req;
   HVDL_MPI(comm, MPI_Iallgather(sendbuff, (int)bytes, MPI_BYTE, s->gather, (int)bytes, MPI_BYTE,
                                 comm->mpi, &req));
-  HVDL_CHECK(hvdl_wait_all(comm, 1, &req, 50.0));
+  HVDL_CHECK(hvdl_wait_all(comm, 1, &req));
   hvdl_reduce(recvbuff, s->gather, s->gather + bytes, count, dt, op);
   for (int i = 2; i < n; i++)
     hvdl_reduce(recvbuff, recvbuff, s->gather + (size_t)i * bytes, count, dt, op);

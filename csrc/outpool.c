@@ -10,7 +10,7 @@
  */
 #include <stdlib.h>
 
-#include "engine.h"
+#include "outpool.h"
 
 void hvdl_outpool_init(struct hvdl_outpool *p) {
   pthread_mutex_init(&p->mu, NULL);

@@ -21,9 +21,6 @@
 #include "pipe.h"
 #include "reduce.h"
 
-/* Longest sleep between polls while waiting for a segment (wait.c). */
-#define PIPE_MAX_SLEEP_US 50.0
-
 enum { PIPE_REDUCE = 1, PIPE_FORWARD = 2, PIPE_DIVIDE = 4 };
 
 /* Common setup: segments of seg_bytes (more if a piece would need more than
@@ -80,7 +77,7 @@ static size_t seg_elems(const struct hvdl_pipe *p, size_t count, size_t j) {
 
 static hvdlResult_t wait_sends(struct hvdl_pipe *p, int gen) {
   if (p->nsreq[gen] > 0)
-    HVDL_CHECK(hvdl_wait_all(p->comm, p->nsreq[gen], p->sreq[gen], PIPE_MAX_SLEEP_US));
+    HVDL_CHECK(hvdl_wait_all(p->comm, p->nsreq[gen], p->sreq[gen]));
   p->nsreq[gen] = 0;
   return hvdlSuccess;
 }
@@ -128,7 +125,7 @@ static hvdlResult_t recv_step(struct hvdl_pipe *p, unsigned what, const char *sr
     const size_t elems = seg_elems(p, count, j);
     const size_t at = j * p->seg * p->esize;
 
-    HVDL_CHECK(hvdl_wait_all(p->comm, 1, &rreq[slot], PIPE_MAX_SLEEP_US));
+    HVDL_CHECK(hvdl_wait_all(p->comm, 1, &rreq[slot]));
     if (what & PIPE_REDUCE) {
       hvdl_reduce(dst + at, p->tmp + slot * p->seg * p->esize, src + at, elems, p->dt, p->op);
       if ((what & PIPE_DIVIDE) && p->op == hvdlAvg)

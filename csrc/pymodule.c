@@ -15,7 +15,7 @@
  *                                        base communicator (Fortran handle) or a subset of it
  *     .rank .size .local_rank .local_size .cross_rank .cross_size
  *     .submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits,
- *             error, urgent=False) -> Handle   (urgent: waited on at once, no batching)
+ *             error, at_once=False) -> Handle   (at_once: waited on at once, no batching)
  *     .shutdown()
  *   Handle.poll() -> bool, Handle.wait()  (GIL released; raises if the request failed)
  *   Handle.out_rows(), .recv_splits(), and the buffer protocol: an engine-allocated output
@@ -332,6 +332,17 @@ static PyObject *Engine_shutdown(EngineObject *self, PyObject *noargs) {
   Py_RETURN_NONE;
 }
 
+static PyObject *Engine_stats(EngineObject *self, PyObject *noargs) {
+  (void)noargs;
+  if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
+  struct hvdl_engine_stats st;
+  hvdl_engine_get_stats(self->engine, &st);
+  return Py_BuildValue("{sKsKsKsK}", "rounds", (unsigned long long)st.rounds, "slow_rounds",
+                       (unsigned long long)st.slow_rounds, "announced",
+                       (unsigned long long)st.announced, "cached_ready",
+                       (unsigned long long)st.cached_ready);
+}
+
 static PyObject *Engine_hold(EngineObject *self, PyObject *arg) {
   int on = PyObject_IsTrue(arg);
   if (on < 0) return NULL;
@@ -381,9 +392,9 @@ static PyObject *Engine_submit(EngineObject *self, PyObject *args) {
   double pre, post;
   const char *name, *error;
   Py_ssize_t name_len;
-  int urgent = 0;
+  int at_once = 0;
   if (!PyArg_ParseTuple(args, "iOOiidds#OiOs|p", &coll, &sendobj, &recvobj, &dtype, &op, &pre,
-                        &post, &name, &name_len, &shape, &root, &splits, &error, &urgent))
+                        &post, &name, &name_len, &shape, &root, &splits, &error, &at_once))
     return NULL;
   if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine is gone");
   if (coll < 0 || coll >= HVDL_NUM_COLLS) return PyErr_Format(PyExc_ValueError, "invalid collective %d", coll);
@@ -447,7 +458,7 @@ static PyObject *Engine_submit(EngineObject *self, PyObject *args) {
   r->recv = h->has_recv ? h->recv.buf : NULL;
   r->count = scount;
   r->nbytes = scount * hvdl_type_size((hvdlDataType_t)dtype);
-  hvdlResult_t res = hvdl_engine_submit(self->engine, r, urgent);
+  hvdlResult_t res = hvdl_engine_submit(self->engine, r, at_once);
   if (res != hvdlSuccess) {
     raise_result(res, NULL);
     goto fail;
@@ -464,7 +475,7 @@ static void Handle_dealloc(HandleObject *self) {
   if (r) {
     /* The engine may still write into the buffers: wait before letting them go. */
     if (!hvdl_request_poll(r) && self->owner && self->owner->engine) {
-      Py_BEGIN_ALLOW_THREADS hvdl_request_wait(self->owner->engine, r);
+      Py_BEGIN_ALLOW_THREADS hvdl_request_wait(r);
       Py_END_ALLOW_THREADS
     }
     hvdl_request_release(r);
@@ -485,10 +496,9 @@ static PyObject *Handle_wait(HandleObject *self, PyObject *noargs) {
   struct hvdl_request *r = self->req;
   if (!hvdl_request_poll(r)) {
     if (!self->owner->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine is gone");
-    struct hvdl_engine *e = self->owner->engine;
     /* In slices, so that a signal (Ctrl-C, a test's timeout) interrupts the wait. */
     for (int done = 0; !done;) {
-      Py_BEGIN_ALLOW_THREADS done = hvdl_request_wait_for(e, r, WAIT_SLICE_SECONDS);
+      Py_BEGIN_ALLOW_THREADS done = hvdl_request_wait_for(r, WAIT_SLICE_SECONDS);
       Py_END_ALLOW_THREADS
       if (!done && PyErr_CheckSignals() < 0) return NULL;
     }
@@ -820,7 +830,10 @@ static PyGetSetDef Engine_getset[] = {
 
 static PyMethodDef Engine_methods[] = {
     {"submit", (PyCFunction)Engine_submit, METH_VARARGS,
-     "submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits, error)"},
+     "submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits, error, at_once)"},
+    {"stats", (PyCFunction)Engine_stats, METH_NOARGS,
+     "stats() -> dict: rounds, slow_rounds (descriptors gathered at the coordinator), announced "
+     "(names this rank sent), cached_ready (requests ready by their cache bit alone)"},
     {"hold", (PyCFunction)Engine_hold, METH_O,
      "hold(True) ... hold(False): submissions in between enter the same round"},
     {"shutdown", (PyCFunction)Engine_shutdown, METH_NOARGS,
