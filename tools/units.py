@@ -129,17 +129,33 @@ def draw(graph, path):
     top = max(rows)
     width = max(len(r) for r in rows.values())
     pos = {}
-    for level, units in rows.items():
-        for i, u in enumerate(units):
-            pos[u] = ((i + 0.5) * width / len(units), (top - level) * -1.0)
+
+    def place():
+        for level, units in rows.items():
+            for i, u in enumerate(units):
+                pos[u] = ((i + 0.5) * width / len(units), (top - level) * -1.0)
+
+    place()
+    for _ in range(4):  # order each row by where its callers and callees sit, so fewer arrows cross
+        for level in sorted(rows, reverse=True):
+            def centre(u):
+                near = [pos[v][0] for v in graph if u in graph[v]] + [pos[w][0] for w in graph[u]]
+                return sum(near) / len(near) if near else pos[u][0]
+            rows[level].sort(key=centre)
+            place()
     fig, ax = plt.subplots(figsize=(max(8, 1.45 * width), 1.1 * (top + 1) + 0.6))
+    callers = [v for v in graph if graph[v]]
+    # a unit every caller calls (base.c) is drawn without its arrows, which would hide the rest
+    everyone = {w for w in graph if all(w in graph[v] for v in callers if v != w)}
     for v, ws in graph.items():
         for w in ws:
+            if w in everyone:
+                continue
             ax.annotate("", xy=pos[w], xytext=pos[v],
                         arrowprops=dict(arrowstyle="-|>", color="#7a869a", lw=0.7,
                                         shrinkA=11, shrinkB=11, connectionstyle="arc3,rad=0.04"))
     for u, (x, y) in pos.items():
-        ax.text(x, y, u, ha="center", va="center", fontsize=9, family="monospace",
+        ax.text(x, y, u + (" (called by every unit above)" if u in everyone else ""), ha="center", va="center", fontsize=9, family="monospace",
                 bbox=dict(boxstyle="round,pad=0.3", fc="#eef3fb", ec="#3b5b8c", lw=0.8))
     ax.set_xlim(-0.2, width + 0.2)
     ax.set_ylim(-top - 0.6, 0.6)
