@@ -13,7 +13,7 @@
  *
  * Cost per rank: 1 collective step (MPI's allgather: log2(n) rounds in most
  * MPIs), (n-1) * bytes received, (n-1) * bytes reduced. The crossover with the
- * ring was measured with `python -m hvd_lite.bench allreduce` (docs/benchmarks.md).
+ * ring was measured with `python -m hvd_lite.bench allreduce` (docs/benchmarks-history.md).
  */
 #include "internal.h"
 #include "reduce.h"

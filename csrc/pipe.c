@@ -59,7 +59,7 @@ hvdlResult_t hvdl_pipe_init(struct hvdl_pipe *p, hvdlComm_t comm, int tag, size_
 
 hvdlResult_t hvdl_pipe_init_copy(struct hvdl_pipe *p, hvdlComm_t comm, int tag, size_t max_piece,
                                  hvdlDataType_t dt) {
-  /* 2 ranks, measured (docs/benchmarks.md): whole-piece messages took the
+  /* 2 ranks, measured (docs/benchmarks-history.md): whole-piece messages took the
    * all-gather from 0.97-0.99x to 1.00-1.02x MPI's busbw at 4-64 MiB. */
   size_t seg_bytes = comm->config.segmentBytes;
   if (comm->size == 2) {
