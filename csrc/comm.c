@@ -166,7 +166,7 @@ hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                            hvdlStream_t stream) {
   const char *fn = "hvdlAllReduce";
-  size_t bytes;
+  size_t bytes = 0;
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, count, 1, datatype, &bytes));
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, bytes, sendbuff == recvbuff,
@@ -186,7 +186,7 @@ hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, int root, hvdlComm_t comm,
                            hvdlStream_t stream) {
   const char *fn = "hvdlBroadcast";
-  size_t bytes;
+  size_t bytes = 0;
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, count, 1, datatype, &bytes));
   HVDL_CHECK(check_root(comm, fn, root));
@@ -206,7 +206,7 @@ hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
                         hvdlDataType_t datatype, hvdlRedOp_t op, int root, hvdlComm_t comm,
                         hvdlStream_t stream) {
   const char *fn = "hvdlReduce";
-  size_t bytes;
+  size_t bytes = 0;
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, count, 1, datatype, &bytes));
   HVDL_CHECK(check_root(comm, fn, root));
@@ -226,7 +226,7 @@ hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
 hvdlResult_t hvdlAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                            hvdlDataType_t datatype, hvdlComm_t comm, hvdlStream_t stream) {
   const char *fn = "hvdlAllGather";
-  size_t sendbytes, recvbytes;
+  size_t sendbytes = 0, recvbytes = 0;
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, sendcount, (size_t)comm->size, datatype, &recvbytes));
   sendbytes = recvbytes / (size_t)comm->size;
@@ -247,7 +247,7 @@ hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
                                hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                                hvdlStream_t stream) {
   const char *fn = "hvdlReduceScatter";
-  size_t sendbytes, recvbytes;
+  size_t sendbytes = 0, recvbytes = 0;
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, recvcount, (size_t)comm->size, datatype, &sendbytes));
   recvbytes = sendbytes / (size_t)comm->size;
@@ -268,7 +268,7 @@ hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
 hvdlResult_t hvdlAllToAll(const void *sendbuff, void *recvbuff, size_t count,
                           hvdlDataType_t datatype, hvdlComm_t comm, hvdlStream_t stream) {
   const char *fn = "hvdlAllToAll";
-  size_t bytes;
+  size_t bytes = 0;
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, count, (size_t)comm->size, datatype, &bytes));
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, bytes, 0, "(no in-place form)"));
