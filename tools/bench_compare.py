@@ -6,6 +6,7 @@ median of those over the runs of one build, and prints after / before. 1.00 = un
 issue's bar for a restructuring is within +-5 %.
 
     python tools/bench_compare.py --before old/fusion_*.json --after new/fusion_*.json
+    python tools/bench_compare.py --table new/fusion_*.json     # one build's figures, as markdown
 """
 import argparse
 import json
@@ -14,42 +15,69 @@ import sys
 
 
 def points(rec):
-    """{point: hvd time / baseline time} of one record."""
+    """{point: (hvd time, baseline time)} of one record (seconds, or us for latency)."""
     kind, out = rec["benchmark"], {}
     if kind == "fusion":
         res = {r["label"]: r for r in rec["results"]}
         best = min(r["median_s"] for r in res.values() if r["kind"] == "mpi")
         for label, r in res.items():
             if r["kind"] != "mpi":
-                out[f"{label} / best MPI"] = r["median_s"] / best
+                out[f"{label} / best MPI"] = (r["median_s"], best)
     elif kind == "latency":
         for row in rec["results"]:
             libs = row["libs"]
             for label, r in libs.items():
                 if label != "MPI_Allreduce":
-                    out[f"{row['bytes']} B {label} / MPI"] = r["median_us"] / libs["MPI_Allreduce"]["median_us"]
+                    out[f"{row['bytes']} B {label} / MPI"] = (r["median_us"] * 1e-6,
+                                                           libs["MPI_Allreduce"]["median_us"] * 1e-6)
     else:  # allreduce and the other collectives: hvd_lite (or a sweep's contenders) against MPI
         for row in rec["results"]:
             libs = row["libs"]
             mpi = [r for r in libs.values() if r.get("kind") == "mpi"]
             for label, r in libs.items():
                 if r.get("kind") != "mpi" and mpi:
-                    out[f"{row['bytes']} B {label} / MPI"] = r["median_s"] / mpi[0]["median_s"]
+                    out[f"{row['bytes']} B {label} / MPI"] = (r["median_s"], mpi[0]["median_s"])
     return out
 
 
 def medians(paths):
+    """{point: median over the runs of hvd time / baseline time}, and the number of runs."""
     runs = [points(json.load(open(p))) for p in paths]
     keys = [k for k in runs[0] if all(k in r for r in runs)]
-    return {k: statistics.median(r[k] for r in runs) for k in keys}, len(runs)
+    return {k: statistics.median(r[k][0] / r[k][1] for r in runs) for k in keys}, len(runs)
+
+
+def table(paths):
+    """A markdown table of runs of one build: per point, the median times and ratio over runs."""
+    runs = [points(json.load(open(p))) for p in paths]
+    keys = [k for k in runs[0] if all(k in r for r in runs)]
+    print(f"| point ({len(runs)} runs) | hvd_lite | baseline | hvd_lite / baseline (range) |")
+    print("|---|---:|---:|---|")
+    for k in keys:
+        hvd = statistics.median(r[k][0] for r in runs)
+        base = statistics.median(r[k][1] for r in runs)
+        ratios = [r[k][0] / r[k][1] for r in runs]
+        print(f"| {k} | {fmt(hvd)} | {fmt(base)} | {statistics.median(ratios):.2f} "
+              f"({min(ratios):.2f}-{max(ratios):.2f}) |")
+
+
+def fmt(seconds):
+    return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--before", nargs="+", required=True)
-    ap.add_argument("--after", nargs="+", required=True)
+    ap.add_argument("--before", nargs="+")
+    ap.add_argument("--after", nargs="+")
+    ap.add_argument("--table", nargs="+", metavar="RECORD",
+                    help="instead: a markdown table of these runs (one build), medians over runs")
     ap.add_argument("--tolerance", type=float, default=0.05)
     a = ap.parse_args(argv)
+    if a.table:
+        table(a.table)
+        return 0
+    if not (a.before and a.after):
+        ap.error("--before and --after (or --table) are required")
     before, nb = medians(a.before)
     after, na = medians(a.after)
     print(f"{'point':40} {'before':>8} {'after':>8} {'after/before':>13}   ({nb} and {na} runs; "
