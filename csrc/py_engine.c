@@ -87,13 +87,17 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds) {
     int n;
     if (ranks_array(ranks, &list, &n)) return -1;
     Py_BEGIN_ALLOW_THREADS res = hvdl_comm_subset(base, list, n, &sub);
-    Py_END_ALLOW_THREADS free(list);
+    Py_END_ALLOW_THREADS
+    free(list);
     if (res != hvdlSuccess) return hvdl_py_raise(res, NULL), -1;
     base = sub;
   }
-  Py_BEGIN_ALLOW_THREADS res = hvdl_topology(base, &self->topo);
+  /* Both are collective over base: the GIL is released while other ranks catch up. */
+  Py_BEGIN_ALLOW_THREADS
+  res = hvdl_topology(base, &self->topo);
   if (res == hvdlSuccess) res = hvdl_engine_start(&self->engine, base, &cfg);
-  Py_END_ALLOW_THREADS if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
+  Py_END_ALLOW_THREADS
+  if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub); /* the engine runs on its own duplicate */
   if (res != hvdlSuccess) return hvdl_py_raise(res, NULL), -1;
   return 0;
 }
@@ -173,7 +177,8 @@ static PyObject *Engine_submit(EngineObject *self, PyObject *args) {
                         &post, &name, &name_len, &shape, &root, &splits, &error, &at_once))
     return NULL;
   if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine is gone");
-  if (coll < 0 || coll >= HVDL_NUM_COLLS) return PyErr_Format(PyExc_ValueError, "invalid collective %d", coll);
+  if (coll < 0 || coll >= HVDL_NUM_COLLS)
+    return PyErr_Format(PyExc_ValueError, "invalid collective %d", coll);
   if (hvdl_py_check_dtype(dtype) || hvdl_py_check_op(op)) return NULL;
   if (name_len >= HVDL_MAX_NAME)
     return PyErr_Format(PyExc_ValueError, "name is %zd bytes long; the limit is %d", name_len,
@@ -271,7 +276,8 @@ static PyObject *Handle_wait(HandleObject *self, PyObject *noargs) {
   (void)noargs;
   struct hvdl_request *r = self->req;
   if (!hvdl_request_poll(r)) {
-    if (!self->owner->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine is gone");
+    if (!self->owner->engine)
+      return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine is gone");
     /* In slices, so that a signal (Ctrl-C, a test's timeout) interrupts the wait. */
     for (int done = 0; !done;) {
       Py_BEGIN_ALLOW_THREADS done = hvdl_request_wait_for(r, WAIT_SLICE_SECONDS);

@@ -124,7 +124,8 @@ static PyMethodDef module_methods[] = {
     {"set_error_factory", hvdl_py_set_error_factory, METH_O, "f(code, message) -> exception"},
     {"reduce_local", hvdl_py_reduce_local, METH_VARARGS, "dst = a op b with the C kernels"},
     {"divide_local", hvdl_py_divide_local, METH_VARARGS, "buf /= divisor with Avg's division"},
-    {"kernel_bench", hvdl_py_kernel_bench, METH_VARARGS, "(kernel seconds, memcpy seconds) per call"},
+    {"kernel_bench", hvdl_py_kernel_bench, METH_VARARGS,
+     "(kernel seconds, memcpy seconds) per call"},
     {NULL, NULL, 0, NULL},
 };
 

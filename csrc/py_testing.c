@@ -191,10 +191,12 @@ static PyObject *Comm_alltoall(CommObject *self, PyObject *args) {
   const size_t n = (size_t)c->size;
   hvdlResult_t res = hvdlInvalidArgument;
   if (scount != rcount || scount % n != 0) {
-    hvdl_fail(c, res, "alltoall: sendbuf has %zu elements and recvbuf %zu; both need ranks (%zu) x count",
+    hvdl_fail(c, res,
+              "alltoall: sendbuf has %zu elements and recvbuf %zu; both need ranks (%zu) x count",
               scount, rcount, n);
   } else {
-    Py_BEGIN_ALLOW_THREADS res = hvdlAllToAll(sv.buf, rv.buf, scount / n, (hvdlDataType_t)dtype, c, NULL);
+    Py_BEGIN_ALLOW_THREADS res = hvdlAllToAll(sv.buf, rv.buf, scount / n, (hvdlDataType_t)dtype,
+                                              c, NULL);
     Py_END_ALLOW_THREADS
   }
   return finish_call(res, c, &sv, &rv);
