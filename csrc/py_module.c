@@ -112,7 +112,7 @@ static PyObject *py_build_info(PyObject *self, PyObject *noargs) {
                        "hvdl_version", HVDL_VERSION_CODE);
 }
 
-/* ---- buffers ------------------------------------------------------------- */
+/* ---- module -------------------------------------------------------------- */
 
 static PyMethodDef module_methods[] = {
     {"mpi_init", py_mpi_init, METH_NOARGS, "initialise MPI with MPI_THREAD_MULTIPLE if needed"},

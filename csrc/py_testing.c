@@ -22,7 +22,6 @@
 
 /* ---- Comm: the NCCL-shaped C API on its own ------------------------------ */
 
-
 /* A bare hvdlComm over a duplicate of the world (or of a given communicator),
  * for benchmarks and tests of the C API. hvd_lite's collectives never use it:
  * they go through the Engine, whose thread owns their traffic. */
@@ -348,5 +347,3 @@ PyObject *hvdl_py_kernel_bench(PyObject *self, PyObject *args) {
   free(d);
   return Py_BuildValue("(dd)", tk, tm);
 }
-
-/* ---- module -------------------------------------------------------------- */
