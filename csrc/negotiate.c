@@ -228,12 +228,6 @@ out:
 
 /* ---- the round ------------------------------------------------------------ */
 
-static int by_cache_id(const void *a, const void *b) {
-  const struct hvdl_request *x = *(struct hvdl_request *const *)a;
-  const struct hvdl_request *y = *(struct hvdl_request *const *)b;
-  return (x->cache_id > y->cache_id) - (x->cache_id < y->cache_id);
-}
-
 /* JOIN: when every rank has joined, each JOIN request completes with the last
  * rank to join (the latest round; the highest rank among ties). */
 static void finish_join(struct hvdl_negotiator *g, struct hvdl_request **pending, int np) {
@@ -326,10 +320,10 @@ hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending
     return res; /* a shutdown is the same response on every rank: nobody executes anything */
   }
 
-  /* Cached entries ready everywhere. With joined ranks, an allreduce needs only the
-   * others' bits (the joined ranks run a stand-in); anything else needs every rank,
-   * so it goes back to the coordinator, which reports it. */
-  const int first_cached = rl.n;
+  /* Cached entries ready everywhere, by ascending id, so in the same order on every
+   * rank. With joined ranks, an allreduce needs only the others' bits (the joined
+   * ranks run a stand-in in its place); anything else needs every rank, so it goes
+   * back to the coordinator, which reports it. */
   struct hvdl_request **by_id = calloc((size_t)cache_n + 1, sizeof *by_id);
   if (!by_id) res = hvdl_fail(g->data, hvdlSystemError, "negotiation: out of memory");
   for (int i = 0; i < np && res == hvdlSuccess; i++)
@@ -364,7 +358,6 @@ hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending
     *nready = rl.n;
     return res;
   }
-  qsort(*ready + first_cached, (size_t)(rl.n - first_cached), sizeof **ready, by_cache_id);
   if (njoined == n) finish_join(g, pending, np);
 
   if (me == 0) hvdl_stall_inspect(&g->coord, all, words, cache_n);

@@ -137,6 +137,32 @@ def test_join_with_uneven_steps():
 
 
 @pytest.mark.mpi(min_size=2)
+def test_a_joined_rank_keeps_the_order_of_cached_allreduces():
+    """A joined rank runs stand-ins for the others' cached allreduces and its own pending ones in
+    the same place of the ready list as every other rank (ascending cache id): here it still has
+    the middle one of three cached names pending when it joins."""
+    n, r = hvd.size(), hvd.rank()
+    late = n - 1
+    sizes = (3, 5, 7)
+
+    def arrays():
+        return [np.full(k, float(r + 1 + i)) for i, k in enumerate(sizes)]
+
+    hvd.grouped_allreduce(arrays(), op=hvd.Sum, name="jo")  # jo.0, jo.1, jo.2 enter the cache
+    if r == late:
+        handle = hvd.allreduce_async(arrays()[1], op=hvd.Sum, name="jo.1")
+        hvd.join()
+        got = {1: hvd.synchronize(handle)}
+    else:
+        got = dict(enumerate(hvd.grouped_allreduce(arrays(), op=hvd.Sum, name="jo")))
+        hvd.join()
+    everyone = range(n)
+    want = {i: np.full(k, float(sum(q + 1 + i for q in everyone if i == 1 or q != late)))
+            for i, k in enumerate(sizes)}
+    agree(all(same_bits(got[i], want[i]) for i in got), f"got {got}, want {want}")
+
+
+@pytest.mark.mpi(min_size=2)
 def test_collectives_other_than_allreduce_fail_while_a_rank_has_joined():
     r, n = hvd.rank(), hvd.size()
     err = None
