@@ -33,18 +33,22 @@ def points(rec):
     else:  # allreduce and the other collectives: hvd_lite (or a sweep's contenders) against MPI
         for row in rec["results"]:
             libs = row["libs"]
-            mpi = [r for r in libs.values() if r.get("kind") == "mpi"]
+            # the baseline: kind "mpi" (allreduce) or the label "MPI" (the other collectives)
+            base = [label for label, r in libs.items() if r.get("kind") == "mpi" or label == "MPI"]
+            mpi = [libs[label] for label in base]
             for label, r in libs.items():
-                if r.get("kind") != "mpi" and mpi:
+                if label not in base and mpi:
                     out[f"{row['bytes']} B {label} / MPI"] = (r["median_s"], mpi[0]["median_s"])
     return out
 
 
-def medians(paths):
-    """{point: median over the runs of hvd time / baseline time}, and the number of runs."""
+def medians(paths, absolute=False):
+    """{point: median over the runs of hvd time / baseline time (or of hvd time alone, in us)},
+    and the number of runs."""
     runs = [points(json.load(open(p))) for p in paths]
     keys = [k for k in runs[0] if all(k in r for r in runs)]
-    return {k: statistics.median(r[k][0] / r[k][1] for r in runs) for k in keys}, len(runs)
+    value = (lambda t: t[0] * 1e6) if absolute else (lambda t: t[0] / t[1])
+    return {k: statistics.median(value(r[k]) for r in runs) for k in keys}, len(runs)
 
 
 def table(paths):
@@ -72,23 +76,28 @@ def main(argv=None):
     ap.add_argument("--table", nargs="+", metavar="RECORD",
                     help="instead: a markdown table of these runs (one build), medians over runs")
     ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--absolute", action="store_true",
+                    help="compare hvd_lite's own times (us), not its ratio to the baseline: for "
+                         "interleaved before/after runs whose baseline is noisier than hvd_lite")
     a = ap.parse_args(argv)
     if a.table:
         table(a.table)
         return 0
     if not (a.before and a.after):
         ap.error("--before and --after (or --table) are required")
-    before, nb = medians(a.before)
-    after, na = medians(a.after)
+    before, nb = medians(a.before, a.absolute)
+    after, na = medians(a.after, a.absolute)
+    what = "hvd_lite's time, us" if a.absolute else "time relative to the baseline of the same run"
     print(f"{'point':40} {'before':>8} {'after':>8} {'after/before':>13}   ({nb} and {na} runs; "
-          "time relative to the baseline of the same run, median over runs)")
+          f"{what}, median over runs)")
     worst = 1.0
     for k in before:
         if k in after:
             q = after[k] / before[k]
             worst = max(worst, q)
             flag = "" if q <= 1 + a.tolerance else "   slower"
-            print(f"{k:40} {before[k]:8.3f} {after[k]:8.3f} {q:13.3f}{flag}")
+            label = k.split(" / ")[0] if a.absolute else k
+            print(f"{label:40} {before[k]:8.3f} {after[k]:8.3f} {q:13.3f}{flag}")
     print(f"worst after/before: {worst:.3f}")
     return 0
 
