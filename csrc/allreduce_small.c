@@ -13,7 +13,7 @@
  *
  * Cost per rank: 1 collective step (MPI's allgather: log2(n) rounds in most
  * MPIs), (n-1) * bytes received, (n-1) * bytes reduced. The crossover with the
- * ring was measured with `python -m hvd_lite.bench allreduce` (docs/benchmarks.md).
+ * ring was measured with `python -m hvd_lite.bench allreduce` (docs/benchmarks-history.md).
  */
 #include "internal.h"
 #include "reduce.h"
@@ -28,7 +28,7 @@ hvdlResult_t hvdl_allreduce_small(hvdlComm_t comm, const void *sendbuff, void *r
   MPI_Request req;
   HVDL_MPI(comm, MPI_Iallgather(sendbuff, (int)bytes, MPI_BYTE, s->gather, (int)bytes, MPI_BYTE,
                                 comm->mpi, &req));
-  HVDL_CHECK(hvdl_wait_all(comm, 1, &req, 50.0));
+  HVDL_CHECK(hvdl_wait_all(comm, 1, &req));
   hvdl_reduce(recvbuff, s->gather, s->gather + bytes, count, dt, op);
   for (int i = 2; i < n; i++)
     hvdl_reduce(recvbuff, recvbuff, s->gather + (size_t)i * bytes, count, dt, op);

@@ -35,7 +35,7 @@ hvdlResult_t hvdl_alltoallv(hvdlComm_t comm, const void *send, const int *scount
   }
   if (send != recv || sdispls[me] != rdispls[me])
     memmove((char *)recv + rdispls[me], (const char *)send + sdispls[me], (size_t)scounts[me]);
-  if (res == hvdlSuccess) res = hvdl_wait_all(comm, k, reqs, 50.0);
+  if (res == hvdlSuccess) res = hvdl_wait_all(comm, k, reqs);
   free(reqs);
   return res;
 }

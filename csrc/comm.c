@@ -1,6 +1,7 @@
 /*
- * comm.c -- communicators, configuration, errors, and the public collective
- * entry points (validation, then dispatch to an algorithm).
+ * comm.c -- communicators and the public collective entry points: validation
+ * (hvdlInvalidArgument before any traffic), then dispatch to an algorithm file.
+ * It calls the algorithms, config.c and base.c; the algorithms never call it.
  */
 #include <stdarg.h>
 #include <stdint.h>
@@ -10,84 +11,6 @@
 
 #include "internal.h"
 
-
-/* ---- errors -------------------------------------------------------------- */
-
-static _Thread_local char thread_error[HVDL_ERRMSG_LEN];
-
-hvdlResult_t hvdl_fail(hvdlComm_t comm, hvdlResult_t res, const char *fmt, ...) {
-  char *slot = comm ? comm->last_error : thread_error;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(slot, HVDL_ERRMSG_LEN, fmt, ap);
-  va_end(ap);
-  return res;
-}
-
-hvdlResult_t hvdl_fail_mpi(hvdlComm_t comm, int mpi_err, const char *what) {
-  char text[MPI_MAX_ERROR_STRING + 1];
-  int len = 0;
-  if (MPI_Error_string(mpi_err, text, &len) != MPI_SUCCESS) len = 0;
-  text[len] = '\0';
-  if (comm) comm->broken = 1;
-  return hvdl_fail(comm, hvdlSystemError, "%s failed: %s (MPI error %d)", what, text, mpi_err);
-}
-
-const char *hvdlGetErrorString(hvdlResult_t result) {
-  switch (result) {
-    case hvdlSuccess: return "no error";
-    case hvdlUnhandledCudaError: return "unhandled cuda error";
-    case hvdlSystemError: return "unhandled system error (MPI or the operating system failed)";
-    case hvdlInternalError: return "internal error (a bug in hvd_lite)";
-    case hvdlInvalidArgument: return "invalid argument";
-    case hvdlInvalidUsage: return "invalid usage";
-    case hvdlRemoteError: return "remote process exited or there was a network error";
-    case hvdlInProgress: return "operation in progress";
-    default: return "unknown result code";
-  }
-}
-
-const char *hvdlGetLastError(hvdlComm_t comm) { return comm ? comm->last_error : thread_error; }
-
-/* ---- names --------------------------------------------------------------- */
-
-size_t hvdl_type_size(hvdlDataType_t t) {
-  static const size_t sizes[hvdlNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-  return sizes[t];
-}
-
-const char *hvdl_type_name(hvdlDataType_t t) {
-  static const char *names[hvdlNumTypes] = {"int8",    "uint8",   "int32",   "uint32",
-                                            "int64",   "uint64",  "float16", "float32",
-                                            "float64", "bfloat16"};
-  return (unsigned)t < hvdlNumTypes ? names[t] : "unknown";
-}
-
-const char *hvdl_op_name(hvdlRedOp_t op) {
-  static const char *names[hvdlNumOps] = {"sum", "prod", "max", "min", "avg"};
-  return (unsigned)op < hvdlNumOps ? names[op] : "unknown";
-}
-
-hvdlResult_t hvdlGetVersion(int *version) {
-  if (!version) return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlGetVersion: version is NULL");
-  *version = HVDL_VERSION_CODE;
-  return hvdlSuccess;
-}
-
-/* ---- communicators ------------------------------------------------------- */
-
-hvdlResult_t hvdl_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes) {
-  if (bytes <= *cap) return hvdlSuccess;
-  size_t rounded = (bytes + 63) & ~(size_t)63;
-  void *p = NULL;
-  if (posix_memalign(&p, 64, rounded) != 0)
-    return hvdl_fail(comm, hvdlSystemError, "out of memory allocating %zu bytes of scratch",
-                     rounded);
-  free(*buf);
-  *buf = p;
-  *cap = rounded;
-  return hvdlSuccess;
-}
 
 static void free_comm(hvdlComm_t comm) {
   free(comm->scratch.tmp);
@@ -243,7 +166,7 @@ hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                            hvdlStream_t stream) {
   const char *fn = "hvdlAllReduce";
-  size_t bytes;
+  size_t bytes = 0;
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, count, 1, datatype, &bytes));
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, bytes, sendbuff == recvbuff,
@@ -263,7 +186,7 @@ hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, int root, hvdlComm_t comm,
                            hvdlStream_t stream) {
   const char *fn = "hvdlBroadcast";
-  size_t bytes;
+  size_t bytes = 0;
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, count, 1, datatype, &bytes));
   HVDL_CHECK(check_root(comm, fn, root));
@@ -283,7 +206,7 @@ hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
                         hvdlDataType_t datatype, hvdlRedOp_t op, int root, hvdlComm_t comm,
                         hvdlStream_t stream) {
   const char *fn = "hvdlReduce";
-  size_t bytes;
+  size_t bytes = 0;
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, count, 1, datatype, &bytes));
   HVDL_CHECK(check_root(comm, fn, root));
@@ -303,7 +226,7 @@ hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
 hvdlResult_t hvdlAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                            hvdlDataType_t datatype, hvdlComm_t comm, hvdlStream_t stream) {
   const char *fn = "hvdlAllGather";
-  size_t sendbytes, recvbytes;
+  size_t sendbytes = 0, recvbytes = 0;
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, sendcount, (size_t)comm->size, datatype, &recvbytes));
   sendbytes = recvbytes / (size_t)comm->size;
@@ -324,7 +247,7 @@ hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
                                hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                                hvdlStream_t stream) {
   const char *fn = "hvdlReduceScatter";
-  size_t sendbytes, recvbytes;
+  size_t sendbytes = 0, recvbytes = 0;
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, recvcount, (size_t)comm->size, datatype, &sendbytes));
   recvbytes = sendbytes / (size_t)comm->size;
@@ -345,7 +268,7 @@ hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
 hvdlResult_t hvdlAllToAll(const void *sendbuff, void *recvbuff, size_t count,
                           hvdlDataType_t datatype, hvdlComm_t comm, hvdlStream_t stream) {
   const char *fn = "hvdlAllToAll";
-  size_t bytes;
+  size_t bytes = 0;
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, count, (size_t)comm->size, datatype, &bytes));
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, bytes, 0, "(no in-place form)"));

@@ -9,7 +9,7 @@
 
 #include "internal.h"
 
-/* Defaults chosen by measurement (docs/benchmarks.md): 256 KiB segments took a
+/* Defaults chosen by measurement (docs/benchmarks-history.md): 256 KiB segments took a
  * ResNet-50 gradient step (2 ranks) from 0.98-1.01x to 0.96-0.98x MPI per tensor and
  * were as good or better than 512 KiB from 4 to 256 MiB (section 12; 512 KiB had been
  * best in the older section 5); the latency path beat the ring up to 128 KiB at 2
@@ -20,7 +20,7 @@
 /* 256 KiB fusion buffers stay in cache: a ResNet-50 step at 2 ranks took 22.6 ms with
  * them, 31 ms with 4 MiB (the packing copies fall out of L2), 24.8 ms unfused. */
 #define DEFAULT_FUSION_BYTES ((size_t)256 * 1024)
-/* A ResNet-50 step at 2 ranks on 2 cores (docs/benchmarks.md, section 12): waking the
+/* A ResNet-50 step at 2 ranks on 2 cores (docs/benchmarks-history.md, section 12): waking the
  * waiting training thread at most every 2 ms instead of after each handle took it from
  * 0.98-0.99x to 0.96-0.97x MPI per tensor. Letting the 161 submissions gather for 1 ms
  * (one round instead of three, no engine competing with the submitting thread) left the

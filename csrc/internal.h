@@ -1,25 +1,26 @@
 /*
- * internal.h -- what the parts of the C core share: the communicator struct,
- * the result-checking macros and the error recorder.
+ * internal.h -- what the parts of the C core below the engine share: the
+ * communicator struct, the result-checking macros, base.c (errors, clock, type
+ * names, scratch), wait.c, config.c and the algorithms' entry points.
  */
 #ifndef HVDL_INTERNAL_H_
 #define HVDL_INTERNAL_H_
 
 #include <stdint.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "hvdl.h"
 
 #define HVDL_ERRMSG_LEN 512
 
-/* Ring state that lives as long as the communicator: the scratch segments the
- * reduce-scatter receives into, and the request arrays, grown on demand. */
+/* Scratch that lives as long as the communicator, grown on demand and reused. */
 struct hvdl_scratch {
-  char *tmp;            /* HVDL_RING_WINDOW receive segments, each segment_bytes */
+  char *tmp;            /* pipe.c: PIPE_WINDOW receive segments of the reducing verbs */
   size_t tmp_bytes;
   char *gather;         /* latency path: n * small_bytes */
   size_t gather_bytes;
-  char *sreq;           /* MPI_Request[2][cap]: sends of the two most recent ring steps */
+  char *sreq;           /* pipe.c: MPI_Request[2][cap], sends of the two most recent steps */
   size_t sreq_bytes;
   char *stage;          /* reduce-scatter: the partials being forwarded, two blocks */
   size_t stage_bytes;
@@ -37,7 +38,7 @@ struct hvdlComm {
   hvdlConfig_t config;
   struct hvdl_scratch scratch;
   double phase_time[3];  /* last ring: start, end of reduce-scatter, end (for the timeline) */
-  void (*on_wait)(void *); /* called while hvdl_wait_all waits (the engine's notifications) */
+  void (*on_wait)(void *); /* called while wait.c polls (the engine's notifications) */
   void *on_wait_arg;
   char last_error[HVDL_ERRMSG_LEN];
 };
@@ -88,12 +89,30 @@ hvdlResult_t hvdl_config_check(const hvdlConfig_t *c);
 /* The measured latency-path crossover for this many ranks. */
 size_t hvdl_small_bytes_default(int nranks);
 
-/* Waits for MPI requests without busy-polling for long: a short spin, then
- * sleeps that grow to max_sleep_us. Returns hvdlSystemError on an MPI error. */
-hvdlResult_t hvdl_wait_all(hvdlComm_t comm, int n, MPI_Request *reqs, double max_sleep_us);
+/* wait.c: how a waiter polls MPI requests. It spins for `spin` seconds (with
+ * sched_yield between polls if `yield`), then sleeps between polls, from
+ * `first_sleep` doubling up to `max_sleep`, or up to `long_sleep` once it has
+ * waited `long_after` (0: never). */
+struct hvdl_wait_limits {
+  double spin;
+  int yield;
+  double first_sleep, max_sleep;
+  double long_after, long_sleep;
+};
+/* Polls until all n requests are done (comm->on_wait between polls); returns
+ * hvdlSystemError on an MPI error. */
+hvdlResult_t hvdl_wait_requests(hvdlComm_t comm, int n, MPI_Request *reqs,
+                                const struct hvdl_wait_limits *limits);
+/* The same with the data phases' limits (every rank is inside the collective). */
+hvdlResult_t hvdl_wait_all(hvdlComm_t comm, int n, MPI_Request *reqs);
+/* The sleep after `sleep` (0: before the first one), `waited` seconds into a wait. */
+double hvdl_wait_next_sleep(const struct hvdl_wait_limits *limits, double sleep, double waited);
+void hvdl_sleep(double seconds);
 
-/* Monotonic time in seconds. */
+/* base.c: monotonic time in seconds; type and op names; scratch. */
 double hvdl_now(void);
+/* The CLOCK_REALTIME moment `seconds_from_now` ahead, for pthread_cond_timedwait. */
+void hvdl_deadline(struct timespec *ts, double seconds_from_now);
 
 size_t hvdl_type_size(hvdlDataType_t t);
 const char *hvdl_type_name(hvdlDataType_t t);

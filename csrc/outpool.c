@@ -5,12 +5,12 @@
  * so the engine allocates them. A large fresh malloc is fresh pages from the
  * kernel, and faulting them in cost more than moving the data (perf, alltoall at
  * 64 MiB on 2 ranks: 77 % of the engine's time in page faults and zeroing, 9 % in
- * the copy; docs/benchmarks.md). An output that Python lets go returns here and
+ * the copy; docs/benchmarks-history.md). An output that Python lets go returns here and
  * serves a later call of the same size or up to twice smaller.
  */
 #include <stdlib.h>
 
-#include "engine.h"
+#include "outpool.h"
 
 void hvdl_outpool_init(struct hvdl_outpool *p) {
   pthread_mutex_init(&p->mu, NULL);

@@ -1,5 +1,5 @@
 /*
- * pipe.c -- the segment pipeline shared by the ring and chain collectives.
+ * pipe.c -- the segment pipeline shared by every ring and chain collective.
  * The verbs and the rules for calling them are in pipe.h.
  *
  * One receiving step at this rank, for a piece of nseg segments:
@@ -8,7 +8,8 @@
  *   post the receives of segments 0 .. PIPE_WINDOW-1
  *   for j = 0 .. nseg-1:
  *     wait for segment j
- *     reduce it into dst (the reducing verbs; Avg divides in recvReduce)
+ *     reduce it into dst (the reducing verbs; Avg divides in the last reduction:
+     recvReduce, recvReduceCopySend)
  *     post the receive of segment j + PIPE_WINDOW into the slot just consumed
  *     forward dst's segment j to the right (the forwarding verbs)
  *
@@ -19,9 +20,6 @@
 
 #include "pipe.h"
 #include "reduce.h"
-
-/* Longest sleep between polls while waiting for a segment (wait.c). */
-#define PIPE_MAX_SLEEP_US 50.0
 
 enum { PIPE_REDUCE = 1, PIPE_FORWARD = 2, PIPE_DIVIDE = 4 };
 
@@ -61,7 +59,7 @@ hvdlResult_t hvdl_pipe_init(struct hvdl_pipe *p, hvdlComm_t comm, int tag, size_
 
 hvdlResult_t hvdl_pipe_init_copy(struct hvdl_pipe *p, hvdlComm_t comm, int tag, size_t max_piece,
                                  hvdlDataType_t dt) {
-  /* 2 ranks, measured (docs/benchmarks.md): whole-piece messages took the
+  /* 2 ranks, measured (docs/benchmarks-history.md): whole-piece messages took the
    * all-gather from 0.97-0.99x to 1.00-1.02x MPI's busbw at 4-64 MiB. */
   size_t seg_bytes = comm->config.segmentBytes;
   if (comm->size == 2) {
@@ -79,7 +77,7 @@ static size_t seg_elems(const struct hvdl_pipe *p, size_t count, size_t j) {
 
 static hvdlResult_t wait_sends(struct hvdl_pipe *p, int gen) {
   if (p->nsreq[gen] > 0)
-    HVDL_CHECK(hvdl_wait_all(p->comm, p->nsreq[gen], p->sreq[gen], PIPE_MAX_SLEEP_US));
+    HVDL_CHECK(hvdl_wait_all(p->comm, p->nsreq[gen], p->sreq[gen]));
   p->nsreq[gen] = 0;
   return hvdlSuccess;
 }
@@ -127,7 +125,7 @@ static hvdlResult_t recv_step(struct hvdl_pipe *p, unsigned what, const char *sr
     const size_t elems = seg_elems(p, count, j);
     const size_t at = j * p->seg * p->esize;
 
-    HVDL_CHECK(hvdl_wait_all(p->comm, 1, &rreq[slot], PIPE_MAX_SLEEP_US));
+    HVDL_CHECK(hvdl_wait_all(p->comm, 1, &rreq[slot]));
     if (what & PIPE_REDUCE) {
       hvdl_reduce(dst + at, p->tmp + slot * p->seg * p->esize, src + at, elems, p->dt, p->op);
       if ((what & PIPE_DIVIDE) && p->op == hvdlAvg)
@@ -164,6 +162,11 @@ hvdlResult_t hvdl_pipe_recv_reduce(struct hvdl_pipe *p, const void *src, void *d
 hvdlResult_t hvdl_pipe_recv_reduce_send(struct hvdl_pipe *p, const void *src, void *dst,
                                         size_t count) {
   return recv_step(p, PIPE_REDUCE | PIPE_FORWARD, src, dst, count);
+}
+
+hvdlResult_t hvdl_pipe_recv_reduce_copy_send(struct hvdl_pipe *p, const void *src, void *dst,
+                                             size_t count) {
+  return recv_step(p, PIPE_REDUCE | PIPE_DIVIDE | PIPE_FORWARD, src, dst, count);
 }
 
 hvdlResult_t hvdl_pipe_finish(struct hvdl_pipe *p) {

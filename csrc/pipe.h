@@ -1,7 +1,7 @@
 /*
- * pipe.h -- the segment pipeline that the ring and chain collectives share
- * (allgather.c, reducescatter.c, broadcast.c, and through reduce-scatter
- * reduce_root.c).
+ * pipe.h -- the segment pipeline that every ring and chain collective shares
+ * (ring.c, allgather.c, reducescatter.c, broadcast.c, and through
+ * reduce-scatter reduce_root.c).
  *
  * A pipe is this rank's place in a ring: it receives only from `left` and
  * sends only to `right`. An algorithm is a sequence of steps; each step moves
@@ -13,6 +13,8 @@
  *   recvReduce         dst = received op src            (the last reduction:
  *                      Avg divides by the number of ranks here)
  *   recvReduceSend     dst = received op src, forwarding each segment
+ *   recvReduceCopySend dst = received op src, the last reduction (Avg divides
+ *                      here), forwarding each segment (the ring all-reduce)
  *
  * Both neighbours must call matching verbs on pieces of the same length: what
  * one rank's step sends is what its right neighbour's next receiving step
@@ -36,9 +38,16 @@
 #include "internal.h"
 
 #define PIPE_WINDOW 4
-/* Segments per piece at most; a larger piece uses larger segments (see ring.c:
- * it bounds the messages in flight between two ranks). */
-#define PIPE_MAX_SEGMENTS 1024
+/* The segment policy, one for every collective: segments of config.segmentBytes
+ * (HVD_LITE_SEGMENT_BYTES), and larger ones for a piece that would need more than
+ * PIPE_MAX_SEGMENTS of them. The cap bounds the messages in flight, since a send
+ * step posts all of its piece's segments at once. Open MPI's ob1 orders messages
+ * with a 16-bit sequence number, and ~65,536 unmatched messages between two ranks
+ * scramble their order (seen with 64-byte segments of a 4 MiB buffer); and a ring
+ * all-reduce step of exactly 128 segments in flight ran at half speed (64 MiB at 2
+ * ranks with 256 KiB segments: 20 ms, against 11.5 ms with at most 64;
+ * docs/benchmarks-history.md). */
+#define PIPE_MAX_SEGMENTS 64
 /* The largest message a pipe sends (its byte count must fit an int). */
 #define PIPE_MAX_MESSAGE_BYTES ((size_t)1 << 30)
 
@@ -73,6 +82,8 @@ hvdlResult_t hvdl_pipe_recv_copy_send(struct hvdl_pipe *p, void *dst, size_t cou
 hvdlResult_t hvdl_pipe_recv_reduce(struct hvdl_pipe *p, const void *src, void *dst, size_t count);
 hvdlResult_t hvdl_pipe_recv_reduce_send(struct hvdl_pipe *p, const void *src, void *dst,
                                         size_t count);
+hvdlResult_t hvdl_pipe_recv_reduce_copy_send(struct hvdl_pipe *p, const void *src, void *dst,
+                                             size_t count);
 
 /* Waits for every send still in flight. */
 hvdlResult_t hvdl_pipe_finish(struct hvdl_pipe *p);

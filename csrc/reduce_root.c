@@ -38,8 +38,6 @@
 #include "reduce.h"
 
 #define GATHER_TAG 0x4852 /* "HR" */
-/* Longest sleep between polls (wait.c). */
-#define REDUCE_MAX_SLEEP_US 50.0
 /* The gather sends a block as messages of at most this many bytes (MPI counts are int). */
 #define GATHER_MAX_MESSAGE ((size_t)1 << 30)
 
@@ -54,7 +52,7 @@ static hvdlResult_t reduce_small(hvdlComm_t comm, const void *sendbuff, void *re
   MPI_Request req;
   HVDL_MPI(comm, MPI_Igather(sendbuff, (int)bytes, MPI_BYTE, s->gather, (int)bytes, MPI_BYTE,
                              root, comm->mpi, &req));
-  HVDL_CHECK(hvdl_wait_all(comm, 1, &req, REDUCE_MAX_SLEEP_US));
+  HVDL_CHECK(hvdl_wait_all(comm, 1, &req));
   if (comm->rank != root) return hvdlSuccess;
   hvdl_reduce(recvbuff, s->gather, s->gather + bytes, count, dt, op);
   for (int i = 2; i < n; i++)
@@ -119,6 +117,6 @@ hvdlResult_t hvdl_reduce_root(hvdlComm_t comm, const void *sendbuff, void *recvb
     HVDL_CHECK(post_block(comm, 1, mine, counts[r] * esize, root, reqs, &nreq));
   }
 #undef BLOCK_AT
-  if (nreq > 0) HVDL_CHECK(hvdl_wait_all(comm, nreq, reqs, REDUCE_MAX_SLEEP_US));
+  if (nreq > 0) HVDL_CHECK(hvdl_wait_all(comm, nreq, reqs));
   return hvdlSuccess;
 }

@@ -7,11 +7,13 @@
  * ending (",\n{event}\n]\n"), so a file cut between two writes still parses.
  */
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "request.h" /* HVDL_MAX_NAME */
+#include "timeline.h"
 
 struct hvdl_timeline {
   int fd;

@@ -5,16 +5,10 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from . import basics
-from .ops import (Average, Handle, ReduceOp, _check_array, _check_op, _check_scale, _name, _urgency,
-                  at_once, held, synchronize)
+from ._submit import (Average, Handle, ReduceOp, Request, at_once, check_array, check_op,
+                      check_scale, group_names, name_of, submit, submit_group, synchronize)
 
 _core = basics._core
-
-
-def _submit(coll, send, recv, code, name, shape, op=0, pre=1.0, post=1.0, root=0, splits=None,
-            error=""):
-    return basics._engine().submit(coll, send, recv, code, op, pre, post, name, tuple(shape), root,
-                                   splits, error, _urgency.now)
 
 
 def _gathered(dtype, rest):
@@ -27,19 +21,24 @@ def _gathered(dtype, rest):
     return finish
 
 
-def allgather_async(array: np.ndarray, name: Optional[str] = None) -> Handle:
-    """Starts concatenating every rank's array along dim 0 (dim 0 may differ per rank)."""
-    code = _check_array("allgather", array, False)
-    name = _name("allgather", "allgather", name)
+def allgather_request(fn: str, array, name) -> Request:
+    """An allgather of `array`, checked."""
+    code = check_array(fn, array, False)
+    name = name_of(fn, "allgather", name)
     error = "" if array.ndim else "allgather needs an array with at least one dimension, got a 0-d array"
     shape = array.shape if array.ndim else (1,)
-    c = _submit(_core.COLL_ALLGATHER, array, None, code, name, shape, error=error)
-    return Handle(c, None, name, _gathered(array.dtype, tuple(shape[1:])))
+    return Request(_core.COLL_ALLGATHER, array, None, code, name, shape, error=error,
+                   finish=_gathered(array.dtype, tuple(shape[1:])))
+
+
+def allgather_async(array: np.ndarray, name: Optional[str] = None) -> Handle:
+    """Starts concatenating every rank's array along dim 0 (dim 0 may differ per rank)."""
+    return submit(allgather_request("allgather", array, name))
 
 
 def allgather(array: np.ndarray, name: Optional[str] = None) -> np.ndarray:
     """Concatenates every rank's array along dim 0, in rank order."""
-    return synchronize(at_once(allgather_async, array, name))
+    return synchronize(at_once(submit, allgather_request("allgather", array, name)))
 
 
 def _check_root(fn: str, root_rank) -> int:
@@ -48,33 +47,45 @@ def _check_root(fn: str, root_rank) -> int:
     return int(root_rank)
 
 
+def broadcast_request(fn: str, array, inplace: bool, root_rank, name) -> Request:
+    """A broadcast from root_rank into `array` itself when `inplace`, else into a new array,
+    checked."""
+    code = check_array(fn, array, inplace)
+    root = _check_root(fn, root_rank)
+    name = name_of(fn, "broadcast", name)
+    out = array if inplace else np.empty_like(array, order="C")
+    return Request(_core.COLL_BROADCAST, array, out, code, name, array.shape, root=root,
+                   output=out)
+
+
 def broadcast_async(array: np.ndarray, root_rank: int, name: Optional[str] = None) -> Handle:
     """Starts copying root_rank's array to every rank, into a new array."""
-    code = _check_array("broadcast", array, False)
-    root = _check_root("broadcast", root_rank)
-    name = _name("broadcast", "broadcast", name)
-    out = np.empty_like(array, order="C")
-    c = _submit(_core.COLL_BROADCAST, array, out, code, name, array.shape, root=root)
-    return Handle(c, out, name)
+    return submit(broadcast_request("broadcast", array, False, root_rank, name))
 
 
 def broadcast_async_(array: np.ndarray, root_rank: int, name: Optional[str] = None) -> Handle:
     """Starts copying root_rank's array into `array` on every rank."""
-    code = _check_array("broadcast_", array, True)
-    root = _check_root("broadcast_", root_rank)
-    name = _name("broadcast_", "broadcast", name)
-    c = _submit(_core.COLL_BROADCAST, array, array, code, name, array.shape, root=root)
-    return Handle(c, array, name)
+    return submit(broadcast_request("broadcast_", array, True, root_rank, name))
+
+
+def broadcast_group_(fn: str, arrays: Sequence[np.ndarray], names: Sequence[str],
+                     root_rank: int) -> List[Handle]:
+    """In-place broadcasts of `arrays` under `names`: every one checked before any is submitted
+    (a bad one raises and sends nothing), then all submitted in one engine round."""
+    return submit_group([broadcast_request(fn, a, True, root_rank, n)
+                         for a, n in zip(arrays, names)])
 
 
 def broadcast(array: np.ndarray, root_rank: int, name: Optional[str] = None) -> np.ndarray:
     """root_rank's array, on every rank (a new array)."""
-    return synchronize(at_once(broadcast_async, array, root_rank, name))
+    return synchronize(at_once(submit, broadcast_request("broadcast", array, False, root_rank,
+                                                         name)))
 
 
 def broadcast_(array: np.ndarray, root_rank: int, name: Optional[str] = None) -> np.ndarray:
     """Overwrites `array` with root_rank's on every rank; returns it."""
-    return synchronize(at_once(broadcast_async_, array, root_rank, name))
+    return synchronize(at_once(submit, broadcast_request("broadcast_", array, True, root_rank,
+                                                         name)))
 
 
 def _split_error(splits, rows: int, n: int) -> str:
@@ -89,8 +100,8 @@ def _split_error(splits, rows: int, n: int) -> str:
 
 def alltoall_async(array: np.ndarray, splits=None, name: Optional[str] = None) -> Handle:
     """Starts sending rows splits[i] of `array` to rank i (evenly without splits)."""
-    code = _check_array("alltoall", array, False)
-    name = _name("alltoall", "alltoall", name)
+    code = check_array("alltoall", array, False)
+    name = name_of("alltoall", "alltoall", name)
     n = basics.size()
     rows = array.shape[0] if array.ndim else 0
     error = "" if array.ndim else "alltoall needs an array with at least one dimension, got a 0-d array"
@@ -106,13 +117,13 @@ def alltoall_async(array: np.ndarray, splits=None, name: Optional[str] = None) -
     if error:
         split_list = [0] * n
     shape = array.shape if array.ndim else (1,)
-    c = _submit(_core.COLL_ALLTOALL, array, None, code, name, shape, splits=split_list, error=error)
     gathered = _gathered(array.dtype, tuple(shape[1:]))
 
     def finish(handle_c):
         out = gathered(handle_c)
         return (out, np.array(handle_c.recv_splits(), dtype=np.int64)) if given else out
-    return Handle(c, None, name, finish)
+    return submit(Request(_core.COLL_ALLTOALL, array, None, code, name, shape, splits=split_list,
+                          error=error, finish=finish))
 
 
 def alltoall(array: np.ndarray, splits=None, name: Optional[str] = None):
@@ -121,23 +132,28 @@ def alltoall(array: np.ndarray, splits=None, name: Optional[str] = None):
     return synchronize(at_once(alltoall_async, array, splits, name))
 
 
-def reducescatter_async(array: np.ndarray, op: ReduceOp = Average, name: Optional[str] = None,
-                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
-    """Starts reducing `array` across ranks; rank r keeps its block of dim 0."""
-    code = _check_array("reducescatter", array, False)
-    hop = _check_op("reducescatter", op)
-    pre = _check_scale("reducescatter", "prescale_factor", prescale_factor, array)
-    post = _check_scale("reducescatter", "postscale_factor", postscale_factor, array)
-    name = _name("reducescatter", "reducescatter", name)
+def reducescatter_request(fn: str, array, op, name, prescale_factor, postscale_factor) -> Request:
+    """A reducescatter of `array` into this rank's block, checked."""
+    code = check_array(fn, array, False)
+    hop = check_op(fn, op)
+    pre = check_scale(fn, "prescale_factor", prescale_factor, array)
+    post = check_scale(fn, "postscale_factor", postscale_factor, array)
+    name = name_of(fn, "reducescatter", name)
     n, r = basics.size(), basics.rank()
     error = "" if array.ndim else "reducescatter needs an array with at least one dimension, got a 0-d array"
     shape = array.shape if array.ndim else (1,)
     rows = shape[0] // n + (1 if r < shape[0] % n else 0)
     out = np.empty((rows,) + tuple(shape[1:]), array.dtype)
     send = array if array.ndim else array.reshape(1)
-    c = _submit(_core.COLL_REDUCESCATTER, send, out, code, name, shape, op=hop, pre=pre, post=post,
-                error=error)
-    return Handle(c, out, name)
+    return Request(_core.COLL_REDUCESCATTER, send, out, code, name, shape, op=hop, pre=pre,
+                   post=post, error=error, output=out)
+
+
+def reducescatter_async(array: np.ndarray, op: ReduceOp = Average, name: Optional[str] = None,
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
+    """Starts reducing `array` across ranks; rank r keeps its block of dim 0."""
+    return submit(reducescatter_request("reducescatter", array, op, name, prescale_factor,
+                                        postscale_factor))
 
 
 def reducescatter(array: np.ndarray, op: ReduceOp = Average, name: Optional[str] = None,
@@ -148,20 +164,16 @@ def reducescatter(array: np.ndarray, op: ReduceOp = Average, name: Optional[str]
                                postscale_factor))
 
 
-def _names(fn: str, kind: str, arrays, name) -> List[str]:
-    if not isinstance(arrays, (list, tuple)):
-        raise TypeError(f"{fn} expects a list of numpy arrays, got {type(arrays).__name__}")
-    base = _name(fn, kind, name)
-    return [f"{base}.{i}" for i in range(len(arrays))]
+def allgather_group(fn: str, arrays: Sequence[np.ndarray], names: Sequence[str]) -> List[Handle]:
+    """Allgathers of `arrays` under `names`: every one checked before any is submitted (a bad one
+    raises and sends nothing), then all submitted in one engine round."""
+    return submit_group([allgather_request(fn, a, n) for a, n in zip(arrays, names)])
 
 
 def grouped_allgather_async(arrays: Sequence[np.ndarray], name: Optional[str] = None) -> List[Handle]:
     """allgather_async of each array, submitted together."""
-    names = _names("grouped_allgather", "grouped_allgather", arrays, name)
-    for a in arrays:
-        _check_array("grouped_allgather", a, False)
-    with held(basics._engine()):
-        return [allgather_async(a, n) for a, n in zip(arrays, names)]
+    fn = "grouped_allgather"
+    return allgather_group(fn, arrays, group_names(fn, fn, arrays, name))
 
 
 def grouped_allgather(arrays: Sequence[np.ndarray], name: Optional[str] = None) -> List[np.ndarray]:
@@ -172,13 +184,12 @@ def grouped_allgather(arrays: Sequence[np.ndarray], name: Optional[str] = None) 
 def grouped_reducescatter_async(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
                                 name: Optional[str] = None, prescale_factor: float = 1.0,
                                 postscale_factor: float = 1.0) -> List[Handle]:
-    """reducescatter_async of each array, submitted together."""
-    names = _names("grouped_reducescatter", "grouped_reducescatter", arrays, name)
-    for a in arrays:
-        _check_array("grouped_reducescatter", a, False)
-    with held(basics._engine()):
-        return [reducescatter_async(a, op, n, prescale_factor, postscale_factor)
-                for a, n in zip(arrays, names)]
+    """reducescatter_async of each array, submitted together (every one checked before any is
+    submitted)."""
+    fn = "grouped_reducescatter"
+    names = group_names(fn, fn, arrays, name)
+    return submit_group([reducescatter_request(fn, a, op, n, prescale_factor, postscale_factor)
+                         for a, n in zip(arrays, names)])
 
 
 def grouped_reducescatter(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
@@ -191,14 +202,14 @@ def grouped_reducescatter(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
 
 def barrier() -> None:
     """Returns once every rank has called barrier()."""
-    c = at_once(_submit, _core.COLL_BARRIER, None, None, _core.hvdlUint8,
-                basics.auto_name("barrier"), ())
-    synchronize(Handle(c, None, "barrier"))
+    request = Request(_core.COLL_BARRIER, None, None, _core.hvdlUint8, basics.auto_name("barrier"),
+                      ())
+    synchronize(at_once(submit, request))
 
 
 def join() -> int:
     """This rank has no more data: until every rank has joined, it takes part in the others'
     allreduces with zeros (Average still divides by size()). Returns the last rank to join."""
-    c = at_once(_submit, _core.COLL_JOIN, None, None, _core.hvdlUint8, "join", ())
-    synchronize(Handle(c, None, "join"))
-    return c.value()
+    request = Request(_core.COLL_JOIN, None, None, _core.hvdlUint8, "join", (),
+                      finish=lambda c: c.value())
+    return synchronize(at_once(submit, request))

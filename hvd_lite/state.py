@@ -4,13 +4,13 @@ Objects travel pickled: broadcast_object and allgather_object unpickle what othe
 use them only between processes you trust as much as your own code (the ranks of your own job).
 """
 import pickle
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
 from . import basics
-from .collectives import allgather, broadcast_, broadcast_async_
-from .ops import held, synchronize
+from ._submit import synchronize
+from .collectives import allgather, broadcast_, broadcast_group_
 
 
 def _pickled(obj: Any) -> np.ndarray:
@@ -38,9 +38,10 @@ def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
     return [pickle.loads(gathered[end - size:end].tobytes()) for size, end in zip(sizes, ends)]
 
 
-def broadcast_parameters(params, root_rank: int = 0) -> None:
-    """Overwrites every rank's parameters with root_rank's, in place: a dict (by sorted key), a
-    list of (name, array) pairs, or a list of arrays."""
+def parameter_items(params, noun: str, takes: str, kind: type,
+                    kind_name: str) -> List[Tuple[str, Any]]:
+    """broadcast_parameters' (name, value) pairs: a dict's by sorted key, a list of (name, value)
+    pairs as given, or a list of values named by their index; every value of type `kind`."""
     if isinstance(params, dict):
         items = sorted(params.items())
     elif isinstance(params, (list, tuple)):
@@ -48,18 +49,25 @@ def broadcast_parameters(params, root_rank: int = 0) -> None:
             items = list(params)
             names = [n for n, _ in items]
             if len(set(names)) != len(names):
-                raise ValueError("broadcast_parameters: duplicate names in the (name, array) list")
+                raise ValueError(f"broadcast_parameters: duplicate names in the (name, {noun}) list")
         else:
             items = [(str(i), p) for i, p in enumerate(params)]
     else:
-        raise TypeError("broadcast_parameters takes a dict, a list of (name, array) pairs or a list "
-                        f"of arrays, got {type(params).__name__}")
+        raise TypeError(f"broadcast_parameters takes {takes}, got {type(params).__name__}")
     for key, value in items:
-        if not isinstance(value, np.ndarray):
+        if not isinstance(value, kind):
             raise TypeError(f"broadcast_parameters: parameter {key!r} is a {type(value).__name__}, "
-                            "not a numpy.ndarray")
-    with held(basics._engine()):
-        handles = [broadcast_async_(value, root_rank, name=f"broadcast_parameters.{key}")
-                   for key, value in items]
+                            f"not a {kind_name}")
+    return items
+
+
+def broadcast_parameters(params, root_rank: int = 0) -> None:
+    """Overwrites every rank's parameters with root_rank's, in place: a dict (by sorted key), a
+    list of (name, array) pairs, or a list of arrays. Every array is checked before any is sent."""
+    items = parameter_items(params, "array",
+                            "a dict, a list of (name, array) pairs or a list of arrays",
+                            np.ndarray, "numpy.ndarray")
+    handles = broadcast_group_("broadcast_parameters", [a for _, a in items],
+                               [f"broadcast_parameters.{key}" for key, _ in items], root_rank)
     for h in handles:
         synchronize(h)

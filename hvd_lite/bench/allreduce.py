@@ -155,7 +155,7 @@ def _bind(c: Contender, args, comm, world, MPI, send: np.ndarray, recv: np.ndarr
             c.result = lambda: box[0]
         return
     code = hops.HVDL_DTYPES[send.dtype]
-    cop = hops._HVDL_OPS[hop]
+    cop = hops.HVDL_OPS[hop]
     sb, rb = send.view(np.uint8), recv.view(np.uint8)
     if args.inplace:
         c.call = lambda: comm.allreduce(rb, rb, code, cop)

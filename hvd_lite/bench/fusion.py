@@ -220,7 +220,7 @@ def main(args) -> int:
         from hvd_lite import basics
         from hvd_lite import ops as hops
         core = basics._core.Comm()  # its own communicator, knobs as in the environment
-        fcode, ccode = hops.HVDL_DTYPES[dtype], hops._HVDL_OPS[hvd.Sum]
+        fcode, ccode = hops.HVDL_DTYPES[dtype], hops.HVDL_OPS[hvd.Sum]
         core_views = [v.reshape(-1).view(np.uint8) for v in views]
         contenders.append(Contender("core per tensor", "core"))
         contenders[-1].step = core_per_tensor

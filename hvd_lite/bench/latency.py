@@ -62,7 +62,7 @@ def main(args) -> int:
     expected = exact.expected_pattern(dtype, "sum", n)
     pattern = exact.rank_pattern(dtype, "sum", rank)
     comm = basics._core.Comm() if "core" in kinds else None
-    fcode, scode = hops.HVDL_DTYPES[dtype], hops._HVDL_OPS[hvd.Sum]
+    fcode, scode = hops.HVDL_DTYPES[dtype], hops.HVDL_OPS[hvd.Sum]
 
     if root:
         print(f"# hvd_lite.bench latency: {n} ranks, float32 sum in place; {args.warmup} warm-up "

@@ -38,7 +38,8 @@ def _finish(plt, fig, ax, sizes: list, ylabel: str, title: str, path: str) -> No
 
 
 def busbw_vs_size(record: dict, path: str) -> None:
-    """Draws each contender's median busbw against the size, from an allreduce record."""
+    """Draws each contender's median busbw against the size, from an allreduce record or one of
+    the other collectives' (allgather, reducescatter, broadcast, alltoall)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
     sizes = [e["bytes"] for e in record["results"]]
@@ -47,8 +48,9 @@ def busbw_vs_size(record: dict, path: str) -> None:
         ax.plot(sizes, bw, marker="o", markersize=3, linewidth=1.2, label=label)
     ax.set_yscale("log")
     _finish(plt, fig, ax, sizes, "busbw (GB/s, median)",
-            f"all-reduce, {record['ranks']} ranks, {record['dtype']} {record['op']}"
-            f"{', in place' if record['inplace'] else ''}", path)
+            f"{record['benchmark']}, {record['ranks']} ranks, {record['dtype']}"
+            f"{' ' + record['op'] if 'op' in record else ''}"
+            f"{', in place' if record.get('inplace') else ''}", path)
 
 
 def time_ratio(records: list, numerator: str, denominator: str, path: str) -> None:

@@ -1,33 +1,23 @@
-"""Gradient compression for allreduce: horovod.tensorflow's Compression.none and .fp16."""
-from typing import Any, Tuple
-
+"""Gradient compression for allreduce: horovod.tensorflow's Compression.none and .fp16 (the logic
+is hvd_lite/_compression.py's; this module says how TensorFlow casts)."""
 import tensorflow as tf
 
-
-class NoneCompressor:
-    """Sends the tensor as it is."""
-
-    @staticmethod
-    def compress(tensor: tf.Tensor) -> Tuple[tf.Tensor, Any]:
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor: tf.Tensor, ctx: Any) -> tf.Tensor:
-        return tensor
+from .._compression import Compressor, NoneCompressor
+from .._compression import FP16Compressor as _FP16Compressor
 
 
-class FP16Compressor:
+class FP16Compressor(_FP16Compressor):
     """Sends floating-point tensors as float16 and casts the result back to their dtype."""
 
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating and tensor.dtype != tf.float16:
-            return tf.cast(tensor, tf.float16), tensor.dtype
-        return tensor, None
+    float16 = tf.float16
 
     @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tf.cast(tensor, ctx)
+    def is_floating(dtype) -> bool:
+        return dtype.is_floating
+
+    @staticmethod
+    def cast(tensor, dtype):
+        return tf.cast(tensor, dtype)
 
 
 class Compression:
@@ -35,3 +25,6 @@ class Compression:
 
     none = NoneCompressor
     fp16 = FP16Compressor
+
+
+__all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]

@@ -1,45 +1,23 @@
-"""Gradient compression for allreduce: horovod.torch's Compression.none and Compression.fp16."""
-from typing import Any, Tuple
-
+"""Gradient compression for allreduce: horovod.torch's Compression.none and Compression.fp16 (the
+logic is hvd_lite/_compression.py's; this module says how torch casts)."""
 import torch
 
-
-class Compressor:
-    """Turns a tensor into what is sent (compress) and the received result back (decompress)."""
-
-    @staticmethod
-    def compress(tensor: torch.Tensor) -> Tuple[torch.Tensor, Any]:
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor: torch.Tensor, ctx: Any) -> torch.Tensor:
-        raise NotImplementedError
+from .._compression import Compressor, NoneCompressor
+from .._compression import FP16Compressor as _FP16Compressor
 
 
-class NoneCompressor(Compressor):
-    """Sends the tensor as it is."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class FP16Compressor(Compressor):
+class FP16Compressor(_FP16Compressor):
     """Sends floating-point tensors as float16 and casts the result back to their dtype."""
 
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating_point and tensor.dtype != torch.float16:
-            return tensor.to(torch.float16), tensor.dtype
-        return tensor, None
+    float16 = torch.float16
 
     @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tensor.to(ctx)
+    def is_floating(dtype) -> bool:
+        return dtype.is_floating_point
+
+    @staticmethod
+    def cast(tensor, dtype):
+        return tensor.to(dtype)
 
 
 class Compression:
@@ -47,3 +25,6 @@ class Compression:
 
     none = NoneCompressor
     fp16 = FP16Compressor
+
+
+__all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]

@@ -3,35 +3,26 @@ from typing import Any, Optional
 
 import torch
 
-from .. import basics, state
-from .mpi_ops import broadcast_async_, synchronize
+from .. import basics, collectives, state
+from .._submit import synchronize
+from .mpi_ops import cpu_inplace, numpy_view
 
 
 def broadcast_parameters(params, root_rank: int = 0) -> None:
     """Overwrites every rank's tensors with root_rank's, in place: a state_dict (by sorted key),
     named_parameters() / a list of (name, tensor) pairs, or a list of tensors."""
-    if isinstance(params, dict):
-        items = sorted(params.items())
-    elif isinstance(params, (list, tuple)) or hasattr(params, "__iter__"):
-        params = list(params)
-        if all(isinstance(p, tuple) and len(p) == 2 for p in params):
-            items = params
-            names = [n for n, _ in items]
-            if len(set(names)) != len(names):
-                raise ValueError("broadcast_parameters: duplicate names in the (name, tensor) list")
-        else:
-            items = [(str(i), p) for i, p in enumerate(params)]
-    else:
-        raise TypeError("broadcast_parameters takes a state_dict, named_parameters() or a list of "
-                        f"tensors, got {type(params).__name__}")
-    for key, value in items:
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"broadcast_parameters: {key!r} is a {type(value).__name__}, not a "
-                            "torch.Tensor")
-    handles = [broadcast_async_(value, root_rank, name=f"broadcast_parameters.{key}")
-               for key, value in items]
-    for h in handles:
-        synchronize(h)
+    if not isinstance(params, (dict, list, tuple)) and hasattr(params, "__iter__"):
+        params = list(params)  # named_parameters() is a generator
+    items = state.parameter_items(params, "tensor",
+                                  "a state_dict, named_parameters() or a list of tensors",
+                                  torch.Tensor, "torch.Tensor")
+    cpus = [cpu_inplace("broadcast_parameters", t) for _, t in items]
+    # the numpy call broadcasts into the tensors' own memory (a CPU copy's for other devices)
+    state.broadcast_parameters([(key, numpy_view(c)) for (key, _), c in zip(items, cpus)],
+                               root_rank)
+    for (_, t), c in zip(items, cpus):
+        if c is not t:
+            t.data.copy_(c)
 
 
 def _describe(value: Any):
@@ -63,7 +54,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
         raise ValueError(f"broadcast_optimizer_state: this rank's optimizer has parameter groups "
                          f"of sizes {ours}, rank {root_rank}'s {theirs}; build the same optimizer "
                          "on every rank")
-    new_state, handles = {}, []
+    new_state, tensors, names = {}, [], []
     for idx in sorted(layout["state"]):
         new_state[idx] = {}
         for key in sorted(layout["state"][idx]):
@@ -76,9 +67,10 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
             else:
                 tensor = torch.empty(desc[1], dtype=desc[2])
             new_state[idx][key] = tensor
-            handles.append(broadcast_async_(tensor, root_rank,
-                                            name=f"broadcast_optimizer_state.{idx}.{key}"))
-    for h in handles:
+            tensors.append(tensor)
+            names.append(f"broadcast_optimizer_state.{idx}.{key}")
+    arrays = [numpy_view(cpu_inplace("broadcast_optimizer_state", t)) for t in tensors]
+    for h in collectives.broadcast_group_("broadcast_optimizer_state", arrays, names, root_rank):
         synchronize(h)
     if not is_root:
         optimizer.load_state_dict({"state": new_state, "param_groups": layout["param_groups"]})

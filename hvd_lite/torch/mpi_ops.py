@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from .. import basics, collectives, ops
+from .._submit import Average, Max, Min, Product, ReduceOp, Sum, at_once, group_names
 from ..exceptions import CollectiveError
-from ..ops import Average, Max, Min, Product, ReduceOp, Sum
 from .compression import Compression
 
 # horovod.torch's name for a failed collective.
@@ -37,7 +37,7 @@ def _check_tensor(fn: str, tensor) -> None:
                         "(tensor.to_dense())")
 
 
-def _numpy(tensor: torch.Tensor) -> np.ndarray:
+def numpy_view(tensor: torch.Tensor) -> np.ndarray:
     """A numpy view of a contiguous CPU tensor's memory (no copy)."""
     t = tensor.detach()
     if t.dtype == torch.bfloat16:
@@ -52,7 +52,7 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
-def _cpu_input(fn: str, tensor: torch.Tensor) -> torch.Tensor:
+def cpu_input(fn: str, tensor: torch.Tensor) -> torch.Tensor:
     """The tensor itself when it is a contiguous CPU tensor, else a contiguous CPU copy."""
     _check_tensor(fn, tensor)
     if tensor.device.type != "cpu":
@@ -60,7 +60,7 @@ def _cpu_input(fn: str, tensor: torch.Tensor) -> torch.Tensor:
     return tensor if tensor.is_contiguous() else tensor.contiguous()
 
 
-def _cpu_inplace(fn: str, tensor: torch.Tensor) -> torch.Tensor:
+def cpu_inplace(fn: str, tensor: torch.Tensor) -> torch.Tensor:
     """The tensor's own CPU memory for an in-place call (a CPU copy for other devices)."""
     _check_tensor(fn, tensor)
     if not tensor.is_contiguous():
@@ -130,8 +130,8 @@ def allreduce_async(tensor: torch.Tensor, average=None, name: Optional[str] = No
                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     process_set=None) -> Handle:
     """Starts reducing `tensor` across ranks into a new tensor; returns a handle."""
-    src = _cpu_input("allreduce_async", tensor)
-    h = ops.allreduce_async(_numpy(src), _op(op, average, "allreduce_async"), prescale_factor,
+    src = cpu_input("allreduce_async", tensor)
+    h = ops.allreduce_async(numpy_view(src), _op(op, average, "allreduce_async"), prescale_factor,
                             postscale_factor, name)
     return Handle(h, _out_of_place(tensor))
 
@@ -140,8 +140,8 @@ def allreduce_async_(tensor: torch.Tensor, average=None, name: Optional[str] = N
                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                      process_set=None) -> Handle:
     """Starts reducing `tensor` across ranks in place; returns a handle."""
-    cpu = _cpu_inplace("allreduce_async_", tensor)
-    array = _numpy(cpu)
+    cpu = cpu_inplace("allreduce_async_", tensor)
+    array = numpy_view(cpu)
     h = ops.allreduce_async_(array, _op(op, average, "allreduce_async_"), prescale_factor,
                              postscale_factor, name)
     return Handle(h, _in_place(tensor, cpu))
@@ -153,13 +153,13 @@ class _Allreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
         ctx.args = (op, prescale_factor, postscale_factor)
-        return synchronize(ops.at_once(allreduce_async, tensor, None, name, op,
-                                       prescale_factor, postscale_factor))
+        return synchronize(at_once(allreduce_async, tensor, None, name, op,
+                                   prescale_factor, postscale_factor))
 
     @staticmethod
     def backward(ctx, grad):
         op, pre, post = ctx.args
-        out = synchronize(ops.at_once(allreduce_async, grad, None, None, op, pre, post))
+        out = synchronize(at_once(allreduce_async, grad, None, None, op, pre, post))
         return out, None, None, None, None
 
 
@@ -177,50 +177,58 @@ def allreduce_(tensor: torch.Tensor, average=None, name: Optional[str] = None, o
                prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set=None) -> torch.Tensor:
     """Reduces `tensor` across ranks in place and returns it."""
-    return synchronize(ops.at_once(allreduce_async_, tensor, average, name, op, prescale_factor,
-                                   postscale_factor))
+    return synchronize(at_once(allreduce_async_, tensor, average, name, op, prescale_factor,
+                               postscale_factor))
 
 
-def _group_names(fn: str, tensors, name) -> List[Optional[str]]:
-    if not isinstance(tensors, (list, tuple)):
-        raise TypeError(f"{fn} expects a list of tensors, got {type(tensors).__name__}")
-    base = ops._name(fn, "grouped_allreduce", name)
-    return [f"{base}.{i}" for i in range(len(tensors))]
+def allreduce_group(fn: str, tensors: Sequence[torch.Tensor], names: Sequence[str],
+                    inplace: bool, op: ReduceOp, prescale_factor: float,
+                    postscale_factor: float) -> List[Handle]:
+    """Allreduces of `tensors` under `names`, in place or into new tensors: every one checked
+    before any is submitted (a bad one raises and sends nothing), then all submitted in one
+    engine round, so they can be fused."""
+    cpus = [cpu_inplace(fn, t) if inplace else cpu_input(fn, t) for t in tensors]
+    handles = ops.allreduce_group(fn, [numpy_view(c) for c in cpus], names, inplace, op,
+                                  prescale_factor, postscale_factor)
+    return [Handle(h, _in_place(t, c) if inplace else _out_of_place(t))
+            for h, t, c in zip(handles, tensors, cpus)]
+
+
+def _grouped(fn, tensors, inplace, average, name, op, prescale_factor,
+             postscale_factor) -> List[Handle]:
+    op = _op(op, average, fn)
+    names = group_names(fn, "grouped_allreduce", tensors, name, "tensors")
+    return allreduce_group(fn, tensors, names, inplace, op, prescale_factor, postscale_factor)
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average=None,
                             name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
                             postscale_factor: float = 1.0, process_set=None) -> List[Handle]:
     """Starts reducing a list of tensors, submitted together; one handle each."""
-    names = _group_names("grouped_allreduce_async", tensors, name)
-    srcs = [_cpu_input("grouped_allreduce_async", t) for t in tensors]
-    return [allreduce_async(s, average, n, op, prescale_factor, postscale_factor)
-            for s, n in zip(srcs, names)]
+    return _grouped("grouped_allreduce_async", tensors, False, average, name, op, prescale_factor,
+                    postscale_factor)
 
 
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average=None,
                              name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
                              postscale_factor: float = 1.0, process_set=None) -> List[Handle]:
     """In-place grouped_allreduce_async."""
-    names = _group_names("grouped_allreduce_async_", tensors, name)
-    for t in tensors:
-        _cpu_inplace("grouped_allreduce_async_", t)
-    return [allreduce_async_(t, average, n, op, prescale_factor, postscale_factor)
-            for t, n in zip(tensors, names)]
+    return _grouped("grouped_allreduce_async_", tensors, True, average, name, op, prescale_factor,
+                    postscale_factor)
 
 
 class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
         ctx.args = (op, prescale_factor, postscale_factor)
-        handles = ops.at_once(grouped_allreduce_async, list(tensors), None, name, op,
-                              prescale_factor, postscale_factor)
+        handles = at_once(grouped_allreduce_async, list(tensors), None, name, op,
+                          prescale_factor, postscale_factor)
         return tuple(synchronize(h) for h in handles)
 
     @staticmethod
     def backward(ctx, *grads):
         op, pre, post = ctx.args
-        handles = ops.at_once(grouped_allreduce_async, list(grads), None, None, op, pre, post)
+        handles = at_once(grouped_allreduce_async, list(grads), None, None, op, pre, post)
         return (None, None, None, None) + tuple(synchronize(h) for h in handles)
 
 
@@ -231,6 +239,8 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average=None, name: Optio
     op = _op(op, average, "grouped_allreduce")
     if not isinstance(tensors, (list, tuple)):
         raise TypeError(f"grouped_allreduce expects a list of tensors, got {type(tensors).__name__}")
+    for t in tensors:  # before compressing them
+        _check_tensor("grouped_allreduce", t)
     packed = [compression.compress(t) for t in tensors]
     outs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
                                    *[c for c, _ in packed])
@@ -241,8 +251,8 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average=None, name: Opti
                        op=None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                        process_set=None) -> List[torch.Tensor]:
     """Reduces a list of tensors in place and returns them."""
-    handles = ops.at_once(grouped_allreduce_async_, tensors, average, name, op, prescale_factor,
-                          postscale_factor)
+    handles = at_once(grouped_allreduce_async_, tensors, average, name, op, prescale_factor,
+                      postscale_factor)
     return [synchronize(h) for h in handles]
 
 
@@ -251,8 +261,8 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average=None, name: Opti
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
                     process_set=None) -> Handle:
     """Starts concatenating every rank's tensor along dim 0 (dim 0 may differ per rank)."""
-    src = _cpu_input("allgather_async", tensor)
-    h = collectives.allgather_async(_numpy(src), name)
+    src = cpu_input("allgather_async", tensor)
+    h = collectives.allgather_async(numpy_view(src), name)
     return Handle(h, _out_of_place(tensor))
 
 
@@ -262,11 +272,11 @@ class _Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name):
         ctx.rows = tensor.shape[0] if tensor.dim() else 1
-        return synchronize(ops.at_once(allgather_async, tensor, name))
+        return synchronize(at_once(allgather_async, tensor, name))
 
     @staticmethod
     def backward(ctx, grad):
-        summed = synchronize(ops.at_once(allreduce_async, grad, None, None, Sum))
+        summed = synchronize(at_once(allreduce_async, grad, None, None, Sum))
         rows = collectives.allgather(np.array([ctx.rows], np.int64))
         start = int(rows[:basics.rank()].sum())
         return summed.narrow(0, start, ctx.rows), None
@@ -279,15 +289,19 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set=None
 
 def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
                             process_set=None) -> List[Handle]:
-    """allgather_async of each tensor, submitted together."""
-    base = ops._name("grouped_allgather", "grouped_allgather", name)
-    return [allgather_async(t, f"{base}.{i}") for i, t in enumerate(tensors)]
+    """allgather_async of each tensor, submitted together: every one checked before any is
+    submitted."""
+    fn = "grouped_allgather"
+    names = group_names(fn, fn, tensors, name, "tensors")
+    srcs = [cpu_input(fn, t) for t in tensors]
+    handles = collectives.allgather_group(fn, [numpy_view(s) for s in srcs], names)
+    return [Handle(h, _out_of_place(t)) for h, t in zip(handles, tensors)]
 
 
 def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
                       process_set=None) -> List[torch.Tensor]:
     """allgather of each tensor."""
-    return [synchronize(h) for h in ops.at_once(grouped_allgather_async, tensors, name)]
+    return [synchronize(h) for h in at_once(grouped_allgather_async, tensors, name)]
 
 
 # ---------------------------------------------------------------------------- broadcast
@@ -295,16 +309,16 @@ def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = Non
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                     process_set=None) -> Handle:
     """Starts copying root_rank's tensor to every rank, into a new tensor."""
-    src = _cpu_input("broadcast_async", tensor)
-    h = collectives.broadcast_async(_numpy(src), root_rank, name)
+    src = cpu_input("broadcast_async", tensor)
+    h = collectives.broadcast_async(numpy_view(src), root_rank, name)
     return Handle(h, _out_of_place(tensor))
 
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                      process_set=None) -> Handle:
     """Starts copying root_rank's tensor into `tensor` on every rank."""
-    cpu = _cpu_inplace("broadcast_async_", tensor)
-    h = collectives.broadcast_async_(_numpy(cpu), root_rank, name)
+    cpu = cpu_inplace("broadcast_async_", tensor)
+    h = collectives.broadcast_async_(numpy_view(cpu), root_rank, name)
     return Handle(h, _in_place(tensor, cpu))
 
 
@@ -314,11 +328,11 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name):
         ctx.root_rank = root_rank
-        return synchronize(ops.at_once(broadcast_async, tensor, root_rank, name))
+        return synchronize(at_once(broadcast_async, tensor, root_rank, name))
 
     @staticmethod
     def backward(ctx, grad):
-        summed = synchronize(ops.at_once(allreduce_async, grad, None, None, Sum))
+        summed = synchronize(at_once(allreduce_async, grad, None, None, Sum))
         if basics.rank() != ctx.root_rank:
             summed.zero_()
         return summed, None, None
@@ -333,7 +347,7 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                process_set=None) -> torch.Tensor:
     """Overwrites `tensor` with root_rank's on every rank; returns it."""
-    return synchronize(ops.at_once(broadcast_async_, tensor, root_rank, name))
+    return synchronize(at_once(broadcast_async_, tensor, root_rank, name))
 
 
 # ---------------------------------------------------------------------------- alltoall, reducescatter
@@ -341,10 +355,10 @@ def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
 def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
                    process_set=None) -> Handle:
     """Starts sending rows splits[i] of `tensor` to rank i (evenly without splits)."""
-    src = _cpu_input("alltoall_async", tensor)
+    src = cpu_input("alltoall_async", tensor)
     if isinstance(splits, torch.Tensor):
         splits = splits.tolist()
-    h = collectives.alltoall_async(_numpy(src), splits, name)
+    h = collectives.alltoall_async(numpy_view(src), splits, name)
 
     def finish(out):
         if isinstance(out, tuple):
@@ -356,15 +370,15 @@ def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None
 def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None, process_set=None):
     """Rows splits[i] go to rank i; returns the rows received in rank order, and with `splits`
     given also the rows received from each rank."""
-    return synchronize(ops.at_once(alltoall_async, tensor, splits, name))
+    return synchronize(at_once(alltoall_async, tensor, splits, name))
 
 
 def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op=Average,
                         process_set=None, prescale_factor: float = 1.0,
                         postscale_factor: float = 1.0) -> Handle:
     """Starts reducing `tensor` across ranks; rank r keeps its block of dim 0."""
-    src = _cpu_input("reducescatter_async", tensor)
-    h = collectives.reducescatter_async(_numpy(src), op, name, prescale_factor, postscale_factor)
+    src = cpu_input("reducescatter_async", tensor)
+    h = collectives.reducescatter_async(numpy_view(src), op, name, prescale_factor, postscale_factor)
     return Handle(h, _out_of_place(tensor))
 
 
@@ -373,8 +387,8 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduces `tensor` across ranks; rank r gets its block of dim 0."""
     compressed, ctx = compression.compress(tensor)
-    out = synchronize(ops.at_once(reducescatter_async, compressed, name, op, None,
-                                  prescale_factor, postscale_factor))
+    out = synchronize(at_once(reducescatter_async, compressed, name, op, None,
+                              prescale_factor, postscale_factor))
     return compression.decompress(out, ctx)
 
 

@@ -3,7 +3,8 @@
 Each parameter gets a post-accumulate-grad hook. When backward has accumulated a parameter's
 gradient `backward_passes_per_step` times, the hook submits its allreduce (in place on `p.grad`,
 named after the parameter) to the engine and returns, so communication overlaps the rest of
-backward. `step()` calls `synchronize()`, which submits what no hook did (a parameter without a
+backward; with `groups`, a group's allreduces are submitted together once all of its gradients
+are ready. `step()` calls `synchronize()`, which submits what no hook did (a parameter without a
 gradient on this rank sends zeros, so every rank submits every name), waits for all of them and
 writes the results into `p.grad`; then the wrapped optimizer's own `step()` runs.
 """
@@ -15,7 +16,7 @@ import torch
 
 from .. import basics
 from .compression import Compression
-from .mpi_ops import Average, Sum, allreduce_async_, synchronize
+from .mpi_ops import Average, Sum, allreduce_group, synchronize
 
 
 class _DistributedOptimizer:
@@ -98,33 +99,39 @@ class _DistributedOptimizer:
             return
         gi = self._hvd_group_of.get(p)
         if gi is None:
-            self._hvd_submit(p)
+            self._hvd_submit([p])
             return
         ready = self._hvd_ready[gi]
         ready.add(p)
         if len(ready) == len(self._hvd_groups[gi]):
-            for q in self._hvd_groups[gi]:
-                self._hvd_submit(q)
+            self._hvd_submit(self._hvd_groups[gi])
             ready.clear()
 
-    def _hvd_submit(self, p: torch.Tensor) -> None:
-        grad = p.grad
-        if grad is None:  # not used on this rank: send zeros so that every rank sends every name
-            grad = p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
-        elif grad.is_sparse:
-            if not self._hvd_sparse_as_dense:
-                raise ValueError(f"parameter {self._hvd_names[p]!r} has a sparse gradient; pass "
-                                 "sparse_as_dense=True to DistributedOptimizer to reduce it dense")
-            grad = p.grad = grad.to_dense()
-        elif not grad.is_contiguous():
-            grad = p.grad = grad.contiguous()
-        sent, ctx = self._hvd_compression.compress(grad)
+    def _hvd_submit(self, params) -> None:
+        """Submits the allreduces of these parameters' gradients as one group: every gradient
+        checked before any is submitted, then all in one engine round, so they can be fused."""
+        sent, ctxs = [], []
+        for p in params:
+            grad = p.grad
+            if grad is None:  # not used on this rank: send zeros so that every rank sends every name
+                grad = p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            elif grad.is_sparse:
+                if not self._hvd_sparse_as_dense:
+                    raise ValueError(f"parameter {self._hvd_names[p]!r} has a sparse gradient; pass "
+                                     "sparse_as_dense=True to DistributedOptimizer to reduce it dense")
+                grad = p.grad = grad.to_dense()
+            elif not grad.is_contiguous():
+                grad = p.grad = grad.contiguous()
+            s, ctx = self._hvd_compression.compress(grad)
+            sent.append(s)
+            ctxs.append(ctx)
         op, pre, post = self._hvd_op, 1.0, 1.0
         if self._hvd_predivide != 1.0:
             op, pre, post = Sum, 1.0 / self._hvd_predivide, self._hvd_predivide / basics.size()
-        handle = allreduce_async_(sent, name=self._hvd_names[p], op=op, prescale_factor=pre,
-                                  postscale_factor=post)
-        self._hvd_handles[p] = (handle, ctx, sent)
+        handles = allreduce_group("allreduce_async_", sent, [self._hvd_names[p] for p in params],
+                                  True, op, pre, post)
+        for p, handle, ctx, s in zip(params, handles, ctxs, sent):
+            self._hvd_handles[p] = (handle, ctx, s)
 
     # -- the optimizer's interface ------------------------------------------------------------
 
@@ -134,9 +141,9 @@ class _DistributedOptimizer:
         if basics.size() == 1:
             self._hvd_synchronized = True
             return
-        for p in self._hvd_requires_update:
-            if p not in self._hvd_handles:
-                self._hvd_submit(p)
+        missing = [p for p in self._hvd_requires_update if p not in self._hvd_handles]
+        if missing:
+            self._hvd_submit(missing)
         for ready in self._hvd_ready.values():
             ready.clear()
         try:

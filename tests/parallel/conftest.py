@@ -2,10 +2,14 @@
 
 A test checks its rank-local result, then `agree()` combines the verdicts of all
 ranks with an MPI allreduce, so a failure on one rank fails the test on every rank
-instead of leaving the others waiting in the next collective.
+instead of leaving the others waiting in the next collective. A bare `assert` or a
+`pytest.raises` block fails on its own rank only: use `raised()`, `raises_on_every_rank()`,
+`raises_before_submitting()` or `with everywhere():` instead.
 """
 import contextlib
 import os
+import re
+from typing import Optional
 
 import pytest
 
@@ -25,9 +29,78 @@ def agree(ok: bool, detail: str = "") -> None:
     comm = world()
     all_ok = comm.allreduce(bool(ok), op=MPI.LAND)
     if not all_ok:
-        details = comm.allgather(detail if not ok else "")
-        bad = {r: d for r, d in enumerate(details) if d or not all_ok}
-        pytest.fail(f"failed on some rank: {bad}")
+        verdicts = comm.allgather((bool(ok), detail))
+        bad = {r: d for r, (good, d) in enumerate(verdicts) if not good}
+        pytest.fail(f"failed on rank(s) {sorted(bad)}: {bad}")
+
+
+def raised(call) -> Optional[BaseException]:
+    """The exception call() raised, or None (a rank-local outcome, for `agree`)."""
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - judged by the caller, on every rank
+        return exc
+    return None
+
+
+def raises_on_every_rank(exc_type, match: str, call) -> None:
+    """pytest.raises(exc_type, match=match) with the verdict agreed across ranks."""
+    err = raised(call)
+    agree(isinstance(err, exc_type) and re.search(match, str(err)) is not None,
+          f"expected {exc_type.__name__} matching {match!r}, got {err!r}")
+
+
+def raises_before_submitting(exc_type, match: str, call) -> None:
+    """raises_on_every_rank, and call() submitted nothing to the engine and took no hold before
+    raising (a grouped call checks every entry first)."""
+    with engine_calls() as calls:
+        err = raised(call)
+    agree(isinstance(err, exc_type) and re.search(match, str(err)) is not None and not calls,
+          f"expected {exc_type.__name__} matching {match!r} before any submission, got {err!r} "
+          f"after {calls}")
+
+
+@contextlib.contextmanager
+def everywhere(what: str = "checks"):
+    """Runs a block of rank-local checks (asserts, pytest.raises) and agrees on its verdict. The
+    block must not start a collective after a check that can fail."""
+    try:
+        yield
+    except (Exception, pytest.fail.Exception) as exc:  # pytest.raises fails with the latter
+        agree(False, f"{what}: {type(exc).__name__}: {exc}")
+    else:
+        agree(True)
+
+
+@contextlib.contextmanager
+def engine_calls():
+    """Records what reaches this rank's engine inside the block: one ("submit", name) per
+    submission and one ("hold", on) per hold. Rank-local: judge it with `agree`."""
+    from hvd_lite import basics
+
+    calls = []
+    real = basics._engine
+
+    class Spy:
+        def __init__(self, engine):
+            self._engine = engine
+
+        def submit(self, *args):
+            calls.append(("submit", args[7]))  # _submit.submit passes the name eighth
+            return self._engine.submit(*args)
+
+        def hold(self, on):
+            calls.append(("hold", on))
+            return self._engine.hold(on)
+
+        def __getattr__(self, attr):
+            return getattr(self._engine, attr)
+
+    basics._engine = lambda: Spy(real())
+    try:
+        yield calls
+    finally:
+        basics._engine = real
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import agree, reinit, world
+from conftest import agree, everywhere, raises_before_submitting, raises_on_every_rank, reinit, world
 from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
 
 pytestmark = pytest.mark.mpi
@@ -28,7 +28,7 @@ def check_exact(dtype, op, count, seed=0, inplace=False):
     want = fold([exact_inputs(dtype, count, q, seed) for q in range(n)], op, dtype)
     if inplace:
         got = x.copy()
-        assert hvd.allreduce_(got, op=OPS[op]) is got
+        agree(hvd.allreduce_(got, op=OPS[op]) is got, "allreduce_ did not return its array")
     else:
         got = hvd.allreduce(x, op=OPS[op])
         agree(same_bits(x, exact_inputs(dtype, count, r, seed)), "input was modified")
@@ -123,6 +123,30 @@ def test_topology_on_one_host():
     agree(hvd.mpi_threads_supported(), "MPI_THREAD_MULTIPLE not provided")
 
 
+# A later entry that every rank refuses, by kind: (exception, message, entry).
+BAD_LATER_ENTRIES = {
+    "not-an-array": (TypeError, "expects a numpy.ndarray, got list", [1.0, 2.0]),
+    "unsupported-dtype": (TypeError, "unsupported dtype int16", np.ones(3, np.int16)),
+    "not-contiguous": (ValueError, "not C-contiguous", np.ones((4, 4), np.float32)[:, ::2]),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_LATER_ENTRIES))
+@pytest.mark.parametrize("call", ["grouped_allreduce", "grouped_allreduce_",
+                                  "grouped_allreduce_async", "grouped_allreduce_async_"])
+def test_a_grouped_allreduce_with_a_bad_later_entry_raises_everywhere_and_submits_nothing(call, bad):
+    n, r = hvd.size(), hvd.rank()
+    exc_type, match, entry = BAD_LATER_ENTRIES[bad]
+    good = [np.full(3, float(r + 1), np.float32), np.ones(2, np.float32)]
+    raises_before_submitting(exc_type, match, lambda: getattr(hvd, call)(good + [entry], op=hvd.Sum,
+                                                                         name="bad.later"))
+    agree(np.array_equal(good[0], np.full(3, float(r + 1))), f"the first entry changed: {good[0]}")
+    # the same names again: nothing of the refused call is in flight, and the engine still works
+    outs = hvd.grouped_allreduce(good, op=hvd.Sum, name="bad.later")
+    agree(np.array_equal(outs[0], np.full(3, n * (n + 1) / 2))
+          and np.array_equal(outs[1], np.full(2, float(n))), f"after the refused call: {outs}")
+
+
 def test_init_with_an_mpi4py_communicator():
     comm = world()
     half = comm.Split(color=comm.rank % 2, key=comm.rank)
@@ -144,15 +168,18 @@ def test_init_with_a_list_of_ranks():
     members = list(range(0, comm.size, 2))
     hvd.shutdown()
     try:
-        if comm.rank in members:
-            hvd.init(comm=members)
-            got = hvd.allreduce(np.array([comm.rank], np.int32), op=hvd.Sum)
-            agree(hvd.size() == len(members) and got[0] == sum(members), f"got {got}")
-            hvd.shutdown()
-        else:
-            with pytest.raises(ValueError, match="not in the list of ranks"):
+        with everywhere("init(comm=a list of ranks)"):
+            if comm.rank in members:
                 hvd.init(comm=members)
-            agree(True)
+                try:
+                    size = hvd.size()
+                    got = hvd.allreduce(np.array([comm.rank], np.int32), op=hvd.Sum)
+                finally:
+                    hvd.shutdown()
+                assert size == len(members) and got[0] == sum(members), f"size {size}, got {got}"
+            else:
+                with pytest.raises(ValueError, match="not in the list of ranks"):
+                    hvd.init(comm=members)
     finally:
         hvd.init()
 
@@ -163,8 +190,9 @@ def test_c_api_invalid_argument_leaves_the_communicator_usable():
     comm = _core.Comm()
     try:
         x = np.zeros(10, np.float32)
-        with pytest.raises(hvd.InvalidArgumentError, match="overlap without being identical"):
-            comm.allreduce(x[0:8], x[1:9], _core.hvdlFloat32, _core.hvdlSum)
+        raises_on_every_rank(hvd.InvalidArgumentError, "overlap without being identical",
+                             lambda: comm.allreduce(x[0:8], x[1:9], _core.hvdlFloat32,
+                                                    _core.hvdlSum))
         y = np.full(5, 1.0, np.float32)
         out = np.empty_like(y)
         comm.allreduce(y, out, _core.hvdlFloat32, _core.hvdlSum)

@@ -16,7 +16,7 @@ keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip insta
 
 import hvd_lite.keras as hvdk  # noqa: E402
 import hvd_lite.tensorflow as hvd  # noqa: E402
-from conftest import agree  # noqa: E402
+from conftest import agree, everywhere, raises_on_every_rank  # noqa: E402
 
 pytestmark = pytest.mark.mpi
 
@@ -163,8 +163,7 @@ def test_learning_rate_warmup_ramps_from_lr_over_size_to_lr():
 
 def test_keras_refuses_a_backend_other_than_tensorflow(monkeypatch):
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
-    with pytest.raises(hvd.HvdLiteError, match="'jax' backend"):
-        hvdk._check_backend()
+    raises_on_every_rank(hvd.HvdLiteError, "'jax' backend", hvdk._check_backend)
 
 
 # ------------------------------------------------------------------ MultiWorkerMirroredStrategy
@@ -283,9 +282,10 @@ def test_tf_config_that_disagrees_with_the_mpi_world_is_refused(monkeypatch):
 
     n, r = hvd.size(), hvd.rank()
     good = {"cluster": {"worker": [f"h:{i}" for i in range(n)]}, "task": {"type": "worker", "index": r}}
-    monkeypatch.setenv("TF_CONFIG", json.dumps(good))
-    _check_tf_config(r, n, [])
-    bad = dict(good, cluster={"worker": [f"h:{i}" for i in range(n + 1)]})
-    monkeypatch.setenv("TF_CONFIG", json.dumps(bad))
-    with pytest.raises(hvd.HvdLiteError, match=f"{n + 1} workers but the MPI world has {n} ranks"):
+    with everywhere("TF_CONFIG checks"):
+        monkeypatch.setenv("TF_CONFIG", json.dumps(good))
         _check_tf_config(r, n, [])
+        bad = dict(good, cluster={"worker": [f"h:{i}" for i in range(n + 1)]})
+        monkeypatch.setenv("TF_CONFIG", json.dumps(bad))
+        with pytest.raises(hvd.HvdLiteError, match=f"{n + 1} workers but the MPI world has {n} ranks"):
+            _check_tf_config(r, n, [])

@@ -9,7 +9,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
 
 import hvd_lite.torch as hvd  # noqa: E402
-from conftest import agree, world  # noqa: E402
+from conftest import (agree, everywhere, raised, raises_before_submitting,  # noqa: E402
+                      raises_on_every_rank, world)
 
 pytestmark = pytest.mark.mpi
 
@@ -63,19 +64,18 @@ def test_in_place_on_a_non_contiguous_tensor_is_refused_and_out_of_place_copies(
     r, n = rank_size()
     base = torch.arange(12.0).reshape(3, 4)
     view = base.t()
-    with pytest.raises(ValueError, match="not contiguous"):
-        hvd.allreduce_(view, name="t.noncontig.inplace")
-    with pytest.raises(ValueError, match="not contiguous"):
-        hvd.broadcast_(view, 0, name="t.noncontig.bcast")
+    raises_on_every_rank(ValueError, "not contiguous",
+                         lambda: hvd.allreduce_(view, name="t.noncontig.inplace"))
+    raises_on_every_rank(ValueError, "not contiguous",
+                         lambda: hvd.broadcast_(view, 0, name="t.noncontig.bcast"))
     out = hvd.allreduce(view, op=hvd.Sum, name="t.noncontig")
     agree(torch.equal(out, view * n) and out.is_contiguous(), str(out))
 
 
 def test_unsupported_dtype_is_a_type_error():
-    with pytest.raises(TypeError, match="unsupported dtype torch.int16"):
-        hvd.allreduce(torch.zeros(3, dtype=torch.int16))
-    with pytest.raises(TypeError, match="torch.Tensor"):
-        hvd.allreduce(np.zeros(3, np.float32))
+    raises_on_every_rank(TypeError, "unsupported dtype torch.int16",
+                         lambda: hvd.allreduce(torch.zeros(3, dtype=torch.int16)))
+    raises_on_every_rank(TypeError, "torch.Tensor", lambda: hvd.allreduce(np.zeros(3, np.float32)))
 
 
 def test_async_poll_synchronize_and_average_argument():
@@ -101,6 +101,33 @@ def test_grouped_allreduce_variants():
     ok = all(torch.equal(a, w) and torch.equal(b, w) and torch.equal(c, w)
              for a, b, c, w in zip(outs, ys, asyncs, want))
     agree(ok, f"{outs} {ys}")
+
+
+# A later entry that every rank refuses: (exception, message, entry, refused by the in-place
+# calls only: the others copy a non-contiguous tensor).
+BAD_LATER_TENSORS = {
+    "unsupported-dtype": (TypeError, "unsupported dtype torch.int16", torch.ones(3, dtype=torch.int16),
+                          False),
+    "not-a-tensor": (TypeError, "expects a torch.Tensor, got ndarray", np.ones(3, np.float32), False),
+    "not-contiguous": (ValueError, "not contiguous", torch.ones(4, 4).t(), True),
+}
+
+
+@pytest.mark.parametrize("call,bad", [
+    (call, bad) for call in ("grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+                             "grouped_allreduce_async_")
+    for bad, (*_, in_place_only) in BAD_LATER_TENSORS.items() if call.endswith("_") or not in_place_only])
+def test_a_grouped_allreduce_with_a_bad_later_tensor_raises_everywhere_and_submits_nothing(call, bad):
+    r, n = rank_size()
+    exc_type, match, entry, _ = BAD_LATER_TENSORS[bad]
+    good = [torch.full((3,), float(r + 1)), torch.ones(2)]
+    raises_before_submitting(exc_type, match, lambda: getattr(hvd, call)(good + [entry], op=hvd.Sum,
+                                                                         name="t.bad.later"))
+    agree(torch.equal(good[0], torch.full((3,), float(r + 1))), f"the first entry changed: {good[0]}")
+    # the same names again: nothing of the refused call is in flight, and the engine still works
+    outs = hvd.grouped_allreduce(good, op=hvd.Sum, name="t.bad.later")
+    agree(torch.equal(outs[0], torch.full((3,), n * (n + 1) / 2))
+          and torch.equal(outs[1], torch.full((2,), float(n))), f"after the refused call: {outs}")
 
 
 def test_prescale_postscale():
@@ -150,18 +177,30 @@ def test_reducescatter_keeps_this_ranks_block():
     agree(torch.equal(out, torch.tensor([[2 * r, 2 * r + 1]], dtype=torch.float32) * total), str(out))
 
 
-def test_barrier_and_join():
+def test_join_returns_the_rank_that_joined_last():
+    r, n = rank_size()
     hvd.barrier()
-    last = hvd.join()
-    agree(0 <= last < hvd.size(), str(last))
+    for late in range(n):
+        problem = None
+        if r == late:
+            # This allreduce completes only once every other rank has joined (they contribute
+            # zeros without submitting it), so this rank's join comes in a later round.
+            def reduce_with_the_joined():
+                x = torch.full((2,), float(r + 1))
+                got = hvd.allreduce(x, op=hvd.Sum, name=f"t.join.{late}")
+                assert torch.equal(got, x), f"the joined ranks sent more than zeros: {got}"
+            problem = raised(reduce_with_the_joined)
+        last = hvd.join()
+        agree(problem is None and last == late,
+              f"rank {late} should join last; join returned {last}; {problem!r}")
 
 
 def test_mismatched_shapes_raise_horovod_internal_error_on_every_rank():
     r, n = rank_size()
     if n == 1:
         pytest.skip("needs 2 ranks")
-    with pytest.raises(hvd.HorovodInternalError, match="Mismatched ALLREDUCE tensor shapes"):
-        hvd.allreduce(torch.zeros(r + 1), name="t.mismatch")
+    raises_on_every_rank(hvd.HorovodInternalError, "Mismatched ALLREDUCE tensor shapes",
+                         lambda: hvd.allreduce(torch.zeros(r + 1), name="t.mismatch"))
 
 
 def test_fp16_compression_returns_the_input_dtype():
@@ -278,10 +317,10 @@ def test_hooks_start_every_allreduce_during_backward():
     x, y = batch(0)
     loss_of(model, shard(x), shard(y)).backward()
     submitted = len(opt._hvd_handles)
-    with pytest.raises(AssertionError, match="zero_grad"):
-        opt.zero_grad()
+    err = raised(opt.zero_grad)
     opt.step()
-    agree(submitted == len(list(model.parameters())), f"{submitted} submitted during backward")
+    agree(submitted == len(list(model.parameters())) and isinstance(err, AssertionError)
+          and "zero_grad" in str(err), f"{submitted} submitted during backward; zero_grad: {err!r}")
 
 
 def test_distributed_optimizer_matches_ddp():
@@ -341,9 +380,9 @@ def test_backward_more_often_than_backward_passes_per_step_is_an_error():
     opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters())
     x, y = batch(0)
     loss_of(model, shard(x), shard(y)).backward()
-    with pytest.raises(AssertionError, match="backward_passes_per_step"):
-        loss_of(model, shard(x), shard(y)).backward()
+    err = raised(lambda: loss_of(model, shard(x), shard(y)).backward())
     opt.synchronize()
+    agree(isinstance(err, AssertionError) and "backward_passes_per_step" in str(err), repr(err))
 
 
 def test_clipping_between_synchronize_and_step():
@@ -413,10 +452,12 @@ def test_a_parameter_used_on_only_one_rank_gets_the_average_everywhere():
 def test_named_parameters_duplicate_or_missing_names_are_value_errors():
     model = make_model()
     named = list(model.named_parameters())
-    with pytest.raises(ValueError, match="duplicate names: 0.weight"):
-        hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=named + named[:1])
-    with pytest.raises(ValueError, match="does not name 1"):
-        hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=named[1:])
+    raises_on_every_rank(ValueError, "duplicate names: 0.weight",
+                         lambda: hvd.DistributedOptimizer(sgd(model.parameters()),
+                                                          named_parameters=named + named[:1]))
+    raises_on_every_rank(ValueError, "does not name 1",
+                         lambda: hvd.DistributedOptimizer(sgd(model.parameters()),
+                                                          named_parameters=named[1:]))
 
 
 class SignSGD(torch.optim.Optimizer):
@@ -487,6 +528,21 @@ def test_groups_and_gradient_predivide_factor_give_the_same_result():
 
 
 # ------------------------------------------------------------------ state
+
+@pytest.mark.parametrize("bad", ["not-a-tensor", "not-contiguous"])
+def test_broadcast_parameters_with_a_bad_later_tensor_raises_everywhere_and_sends_nothing(bad):
+    r, n = rank_size()
+    if bad == "not-a-tensor":
+        exc_type, match, later = TypeError, "parameter 'z' is a ndarray, not a torch.Tensor", np.ones(2)
+    else:
+        exc_type, match, later = ValueError, "not contiguous", torch.ones(4, 4).t()
+    a = torch.full((2,), float(r))
+    raises_before_submitting(exc_type, match,
+                             lambda: hvd.broadcast_parameters([("a", a), ("z", later)], root_rank=0))
+    agree(torch.equal(a, torch.full((2,), float(r))), f"'a' changed: {a}")
+    hvd.broadcast_parameters([("a", a)], root_rank=0)
+    agree(torch.equal(a, torch.zeros(2)), f"after the refused call: {a}")
+
 
 def test_broadcast_parameters_from_a_state_dict():
     r, n = rank_size()

@@ -1,5 +1,6 @@
 /*
- * fusion.c -- executing a round's ready list on the data communicator.
+ * executor.c -- executing a round's ready list on the data communicator
+ * (executor.h).
  *
  * Tensor fusion: requests smaller than HVD_LITE_FUSION_THRESHOLD with the same
  * dtype, op and scale factors are packed (prescale applied while copying) into
@@ -21,8 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "executor.h"
+#include "outpool.h"
 #include "reduce.h"
+#include "timeline.h"
 
 static int same_key(const struct hvdl_request *a, const struct hvdl_request *b) {
   return b->desc.coll == HVDL_COLL_ALLREDUCE && a->desc.dtype == b->desc.dtype &&
@@ -31,73 +34,73 @@ static int same_key(const struct hvdl_request *a, const struct hvdl_request *b) 
 }
 
 /* Timeline events of the all-reduce just run (rank 0 only). */
-static void note_allreduce(struct hvdl_engine *e, const struct hvdl_request *r, double t0,
+static void note_allreduce(struct hvdl_executor *x, const struct hvdl_request *r, double t0,
                            double t1, size_t bytes) {
-  if (!e->timeline) return;
-  const double *ph = e->data->phase_time;
-  if (bytes > e->data->config.smallAllReduceBytes && e->size > 1 && ph[0] >= t0) {
-    hvdl_timeline_event(e->timeline, r->desc.name, "RING_REDUCE_SCATTER", ph[0], ph[1]);
-    hvdl_timeline_event(e->timeline, r->desc.name, "RING_ALL_GATHER", ph[1], ph[2]);
+  if (!x->timeline) return;
+  const double *ph = x->data->phase_time;
+  if (bytes > x->data->config.smallAllReduceBytes && x->data->size > 1 && ph[0] >= t0) {
+    hvdl_timeline_event(x->timeline, r->desc.name, "RING_REDUCE_SCATTER", ph[0], ph[1]);
+    hvdl_timeline_event(x->timeline, r->desc.name, "RING_ALL_GATHER", ph[1], ph[2]);
   } else {
-    hvdl_timeline_event(e->timeline, r->desc.name, "ALLREDUCE", t0, t1);
+    hvdl_timeline_event(x->timeline, r->desc.name, "ALLREDUCE", t0, t1);
   }
 }
 
-static void note_queue(struct hvdl_engine *e, const struct hvdl_request *r, double start) {
-  if (!e->timeline) return;
-  hvdl_timeline_event(e->timeline, r->desc.name, "NEGOTIATE", r->t_submit, r->t_ready);
-  hvdl_timeline_event(e->timeline, r->desc.name, "QUEUE", r->t_ready, start);
+static void note_queue(struct hvdl_executor *x, const struct hvdl_request *r, double start) {
+  if (!x->timeline) return;
+  hvdl_timeline_event(x->timeline, r->desc.name, "NEGOTIATE", r->t_submit, r->t_ready);
+  hvdl_timeline_event(x->timeline, r->desc.name, "QUEUE", r->t_ready, start);
 }
 
-static hvdlResult_t run_one(struct hvdl_engine *e, struct hvdl_request *r) {
+static hvdlResult_t run_one(struct hvdl_executor *x, struct hvdl_request *r) {
   const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
   double t0 = hvdl_now();
-  note_queue(e, r, t0);
+  note_queue(x, r, t0);
   const void *src = r->send;
   if (r->desc.prescale != 1.0) {
     hvdl_scale(r->recv, r->send, r->count, dt, r->desc.prescale);
     src = r->recv;
   }
-  hvdlResult_t res = hvdlAllReduce(src, r->recv, r->count, dt, (hvdlRedOp_t)r->desc.op, e->data, NULL);
+  hvdlResult_t res = hvdlAllReduce(src, r->recv, r->count, dt, (hvdlRedOp_t)r->desc.op, x->data, NULL);
   double t1 = hvdl_now();
   if (res == hvdlSuccess) {
-    note_allreduce(e, r, t0, t1, r->nbytes);
+    note_allreduce(x, r, t0, t1, r->nbytes);
     if (r->desc.postscale != 1.0) hvdl_scale(r->recv, r->recv, r->count, dt, r->desc.postscale);
   }
-  hvdl_engine_complete(e, r, res, res == hvdlSuccess ? NULL : hvdlGetLastError(e->data));
+  hvdl_request_complete(r, res, res == hvdlSuccess ? NULL : hvdlGetLastError(x->data));
   return res;
 }
 
-static hvdlResult_t run_fused(struct hvdl_engine *e, struct hvdl_request **group, int m,
+static hvdlResult_t run_fused(struct hvdl_executor *x, struct hvdl_request **group, int m,
                               size_t total) {
   const hvdlDataType_t dt = (hvdlDataType_t)group[0]->desc.dtype;
   const size_t es = hvdl_type_size(dt);
-  hvdlResult_t res = hvdl_reserve(e->data, &e->fusion, &e->fusion_bytes, total);
+  hvdlResult_t res = hvdl_reserve(x->data, &x->fusion, &x->fusion_bytes, total);
   const double t0 = hvdl_now();
   size_t off = 0;
   for (int i = 0; i < m && res == hvdlSuccess; i++) {
-    note_queue(e, group[i], t0);
-    hvdl_scale(e->fusion + off, group[i]->send, group[i]->count, dt, group[i]->desc.prescale);
+    note_queue(x, group[i], t0);
+    hvdl_scale(x->fusion + off, group[i]->send, group[i]->count, dt, group[i]->desc.prescale);
     off += group[i]->nbytes;
   }
   const double t1 = hvdl_now();
   if (res == hvdlSuccess)
-    res = hvdlAllReduce(e->fusion, e->fusion, total / es, dt, (hvdlRedOp_t)group[0]->desc.op,
-                        e->data, NULL);
+    res = hvdlAllReduce(x->fusion, x->fusion, total / es, dt, (hvdlRedOp_t)group[0]->desc.op,
+                        x->data, NULL);
   const double t2 = hvdl_now();
   off = 0;
   for (int i = 0; i < m && res == hvdlSuccess; i++) {
-    hvdl_scale(group[i]->recv, e->fusion + off, group[i]->count, dt, group[i]->desc.postscale);
+    hvdl_scale(group[i]->recv, x->fusion + off, group[i]->count, dt, group[i]->desc.postscale);
     off += group[i]->nbytes;
   }
   const double t3 = hvdl_now();
   for (int i = 0; i < m; i++) {
-    if (res == hvdlSuccess && e->timeline) {
-      hvdl_timeline_event(e->timeline, group[i]->desc.name, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
-      note_allreduce(e, group[i], t1, t2, total);
-      hvdl_timeline_event(e->timeline, group[i]->desc.name, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
+    if (res == hvdlSuccess && x->timeline) {
+      hvdl_timeline_event(x->timeline, group[i]->desc.name, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
+      note_allreduce(x, group[i], t1, t2, total);
+      hvdl_timeline_event(x->timeline, group[i]->desc.name, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
     }
-    hvdl_engine_complete(e, group[i], res, res == hvdlSuccess ? NULL : hvdlGetLastError(e->data));
+    hvdl_request_complete(group[i], res, res == hvdlSuccess ? NULL : hvdlGetLastError(x->data));
   }
   return res;
 }
@@ -112,54 +115,54 @@ static size_t row_elems(const struct hvdl_desc *d) {
 }
 
 /* Allocates the request's output (rows x the other dims), recycled (outpool.c). */
-static hvdlResult_t alloc_out(struct hvdl_engine *e, struct hvdl_request *r, int64_t rows) {
+static hvdlResult_t alloc_out(struct hvdl_executor *x, struct hvdl_request *r, int64_t rows) {
   const size_t bytes = (size_t)rows * row_elems(&r->desc) * hvdl_type_size((hvdlDataType_t)r->desc.dtype);
-  r->out = hvdl_outpool_get(&e->outpool, bytes, &r->out_cap);
-  if (!r->out) return hvdl_fail(e->data, hvdlSystemError, "out of memory for a %zu-byte output", bytes);
-  r->out_pool = &e->outpool; /* the Python handle keeps the engine alive while it holds this */
+  r->out = hvdl_outpool_get(x->outpool, bytes, &r->out_cap);
+  if (!r->out) return hvdl_fail(x->data, hvdlSystemError, "out of memory for a %zu-byte output", bytes);
+  r->out_pool = x->outpool; /* the Python handle keeps the engine alive while it holds this */
   r->out_bytes = bytes;
   r->out_dim0 = rows;
   return hvdlSuccess;
 }
 
 /* Every rank's int64 value, into vals[size] (on the data communicator). */
-static hvdlResult_t gather_int64(struct hvdl_engine *e, int64_t mine, int64_t *vals) {
+static hvdlResult_t gather_int64(struct hvdl_executor *x, int64_t mine, int64_t *vals) {
   MPI_Request req;
-  HVDL_MPI(e->data, MPI_Iallgather(&mine, 1, MPI_INT64_T, vals, 1, MPI_INT64_T, e->data->mpi, &req));
-  return hvdl_wait_all(e->data, 1, &req, 50.0);
+  HVDL_MPI(x->data, MPI_Iallgather(&mine, 1, MPI_INT64_T, vals, 1, MPI_INT64_T, x->data->mpi, &req));
+  return hvdl_wait_all(x->data, 1, &req);
 }
 
-static hvdlResult_t run_allgather(struct hvdl_engine *e, struct hvdl_request *r) {
-  const int n = e->size;
+static hvdlResult_t run_allgather(struct hvdl_executor *x, struct hvdl_request *r) {
+  const int n = x->data->size;
   const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
   hvdlResult_t res = hvdlSuccess;
   int64_t *rows = calloc((size_t)n, sizeof *rows);
   size_t *counts = calloc((size_t)n, sizeof *counts);
-  if (!rows || !counts) res = hvdl_fail(e->data, hvdlSystemError, "allgather: out of memory");
-  if (res == hvdlSuccess) res = gather_int64(e, r->dim0, rows);
+  if (!rows || !counts) res = hvdl_fail(x->data, hvdlSystemError, "allgather: out of memory");
+  if (res == hvdlSuccess) res = gather_int64(x, r->dim0, rows);
   int64_t total = 0;
   for (int q = 0; q < n && res == hvdlSuccess; q++) {
     counts[q] = (size_t)rows[q] * row_elems(&r->desc);
     total += rows[q];
   }
-  if (res == hvdlSuccess) res = alloc_out(e, r, total);
-  if (res == hvdlSuccess) res = hvdl_allgatherv(e->data, r->send, r->out, counts, dt);
+  if (res == hvdlSuccess) res = alloc_out(x, r, total);
+  if (res == hvdlSuccess) res = hvdl_allgatherv(x->data, r->send, r->out, counts, dt);
   free(rows);
   free(counts);
   return res;
 }
 
-static hvdlResult_t run_alltoall(struct hvdl_engine *e, struct hvdl_request *r) {
-  const int n = e->size;
+static hvdlResult_t run_alltoall(struct hvdl_executor *x, struct hvdl_request *r) {
+  const int n = x->data->size;
   const size_t row_bytes = row_elems(&r->desc) * hvdl_type_size((hvdlDataType_t)r->desc.dtype);
   hvdlResult_t res = hvdlSuccess;
   int *ints = calloc((size_t)n * 4, sizeof *ints);
   r->recv_splits = calloc((size_t)n, sizeof *r->recv_splits);
-  if (!ints || !r->recv_splits) res = hvdl_fail(e->data, hvdlSystemError, "alltoall: out of memory");
+  if (!ints || !r->recv_splits) res = hvdl_fail(x->data, hvdlSystemError, "alltoall: out of memory");
   MPI_Request req;
   if (res == hvdlSuccess) {
-    int err = MPI_Ialltoall(r->splits, 1, MPI_INT64_T, r->recv_splits, 1, MPI_INT64_T, e->data->mpi, &req);
-    res = err == MPI_SUCCESS ? hvdl_wait_all(e->data, 1, &req, 50.0) : hvdl_fail_mpi(e->data, err, "MPI_Ialltoall");
+    int err = MPI_Ialltoall(r->splits, 1, MPI_INT64_T, r->recv_splits, 1, MPI_INT64_T, x->data->mpi, &req);
+    res = err == MPI_SUCCESS ? hvdl_wait_all(x->data, 1, &req) : hvdl_fail_mpi(x->data, err, "MPI_Ialltoall");
   }
   int *scounts = ints, *sdispls = ints + n, *rcounts = ints + 2 * n, *rdispls = ints + 3 * n;
   int64_t total = 0;
@@ -167,7 +170,7 @@ static hvdlResult_t run_alltoall(struct hvdl_engine *e, struct hvdl_request *r) 
   for (int q = 0; q < n && res == hvdlSuccess; q++) {
     size_t sb = (size_t)r->splits[q] * row_bytes, rb = (size_t)r->recv_splits[q] * row_bytes;
     if (sb > 0x7fffffff || rb > 0x7fffffff || soff + sb > 0x7fffffff || roff + rb > 0x7fffffff)
-      res = hvdl_fail(e->data, hvdlInvalidArgument, "alltoall: more than 2 GiB per rank is not supported");
+      res = hvdl_fail(x->data, hvdlInvalidArgument, "alltoall: more than 2 GiB per rank is not supported");
     scounts[q] = (int)sb;
     sdispls[q] = (int)soff;
     rcounts[q] = (int)rb;
@@ -176,87 +179,87 @@ static hvdlResult_t run_alltoall(struct hvdl_engine *e, struct hvdl_request *r) 
     roff += rb;
     total += r->recv_splits[q];
   }
-  if (res == hvdlSuccess) res = alloc_out(e, r, total);
+  if (res == hvdlSuccess) res = alloc_out(x, r, total);
   if (res == hvdlSuccess)
-    res = hvdl_alltoallv(e->data, r->send, scounts, sdispls, r->out, rcounts, rdispls);
+    res = hvdl_alltoallv(x->data, r->send, scounts, sdispls, r->out, rcounts, rdispls);
   free(ints);
   return res;
 }
 
-static hvdlResult_t run_reducescatter(struct hvdl_engine *e, struct hvdl_request *r) {
-  const int n = e->size;
+static hvdlResult_t run_reducescatter(struct hvdl_executor *x, struct hvdl_request *r) {
+  const int n = x->data->size;
   const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
   const int64_t rows = r->desc.dims[0];
   hvdlResult_t res = hvdlSuccess;
   size_t *counts = calloc((size_t)n, sizeof *counts);
   void *scaled = NULL;
   const void *src = r->send;
-  if (!counts) return hvdl_fail(e->data, hvdlSystemError, "reducescatter: out of memory");
+  if (!counts) return hvdl_fail(x->data, hvdlSystemError, "reducescatter: out of memory");
   for (int q = 0; q < n; q++)  /* as even as possible; the first ranks take the extra rows */
     counts[q] = (size_t)(rows / n + (q < rows % n ? 1 : 0)) * row_elems(&r->desc);
   if (r->desc.prescale != 1.0) {
     scaled = malloc(r->nbytes ? r->nbytes : 1);
-    if (!scaled) res = hvdl_fail(e->data, hvdlSystemError, "reducescatter: out of memory");
+    if (!scaled) res = hvdl_fail(x->data, hvdlSystemError, "reducescatter: out of memory");
     else hvdl_scale(scaled, r->send, r->count, dt, r->desc.prescale);
     src = scaled;
   }
   if (res == hvdlSuccess)
-    res = hvdl_reducescatterv(e->data, src, r->recv, counts, dt, (hvdlRedOp_t)r->desc.op);
+    res = hvdl_reducescatterv(x->data, src, r->recv, counts, dt, (hvdlRedOp_t)r->desc.op);
   if (res == hvdlSuccess && r->desc.postscale != 1.0)
-    hvdl_scale(r->recv, r->recv, counts[e->rank], dt, r->desc.postscale);
+    hvdl_scale(r->recv, r->recv, counts[x->data->rank], dt, r->desc.postscale);
   free(scaled);
   free(counts);
   return res;
 }
 
-static hvdlResult_t run_other(struct hvdl_engine *e, struct hvdl_request *r) {
+static hvdlResult_t run_other(struct hvdl_executor *x, struct hvdl_request *r) {
   const double t0 = hvdl_now();
-  note_queue(e, r, t0);
+  note_queue(x, r, t0);
   hvdlResult_t res = hvdlSuccess;
   switch (r->desc.coll) {
-    case HVDL_COLL_ALLGATHER: res = run_allgather(e, r); break;
-    case HVDL_COLL_ALLTOALL: res = run_alltoall(e, r); break;
-    case HVDL_COLL_REDUCESCATTER: res = run_reducescatter(e, r); break;
+    case HVDL_COLL_ALLGATHER: res = run_allgather(x, r); break;
+    case HVDL_COLL_ALLTOALL: res = run_alltoall(x, r); break;
+    case HVDL_COLL_REDUCESCATTER: res = run_reducescatter(x, r); break;
     case HVDL_COLL_BROADCAST:
       res = hvdlBroadcast(r->send, r->recv, r->count, (hvdlDataType_t)r->desc.dtype, r->desc.root,
-                          e->data, NULL);
+                          x->data, NULL);
       break;
     case HVDL_COLL_BARRIER: break; /* the negotiation itself was the barrier */
-    default: res = hvdl_fail(e->data, hvdlInternalError, "unknown collective %d", r->desc.coll);
+    default: res = hvdl_fail(x->data, hvdlInternalError, "unknown collective %d", r->desc.coll);
   }
-  if (e->timeline && res == hvdlSuccess)
-    hvdl_timeline_event(e->timeline, r->desc.name, "EXECUTE", t0, hvdl_now());
+  if (x->timeline && res == hvdlSuccess)
+    hvdl_timeline_event(x->timeline, r->desc.name, "EXECUTE", t0, hvdl_now());
   /* A bad argument found only here (a size limit) fails this request, not the engine. */
   hvdlResult_t keep = res == hvdlInvalidArgument ? hvdlSuccess : res;
-  hvdl_engine_complete(e, r, res, res == hvdlSuccess ? NULL : hvdlGetLastError(e->data));
+  hvdl_request_complete(r, res, res == hvdlSuccess ? NULL : hvdlGetLastError(x->data));
   return keep;
 }
 
-hvdlResult_t hvdl_execute(struct hvdl_engine *e, struct hvdl_request **ready, int n) {
-  const size_t threshold = e->cfg.fusion_threshold;
+hvdlResult_t hvdl_execute(struct hvdl_executor *x, struct hvdl_request **ready, int n) {
+  const size_t threshold = x->fusion_threshold;
   hvdlResult_t res = hvdlSuccess;
   struct hvdl_request **group = malloc(sizeof *group * (size_t)n);
   char *taken = calloc((size_t)n, 1);
   if (!group || !taken) {
-    res = hvdl_fail(e->data, hvdlSystemError, "fusion: out of memory");
-    for (int i = 0; i < n; i++) hvdl_engine_complete(e, ready[i], res, hvdlGetLastError(e->data));
+    res = hvdl_fail(x->data, hvdlSystemError, "fusion: out of memory");
+    for (int i = 0; i < n; i++) hvdl_request_complete(ready[i], res, hvdlGetLastError(x->data));
     goto out;
   }
   for (int i = 0; i < n; i++) {
     if (taken[i]) continue;
-    hvdl_engine_notify(e, 0);
+    hvdl_requests_notify(x->requests, 0);
     struct hvdl_request *r = ready[i];
     taken[i] = 1;
     if (res != hvdlSuccess) { /* the communicator broke earlier in this list */
-      hvdl_engine_complete(e, r, res, hvdlGetLastError(e->data));
+      hvdl_request_complete(r, res, hvdlGetLastError(x->data));
       continue;
     }
     if (r->desc.coll != HVDL_COLL_ALLREDUCE) {
-      res = run_other(e, r);
+      res = run_other(x, r);
       continue;
     }
     if (threshold == 0 || r->nbytes >= threshold) {
-      res = run_one(e, r);
+      res = run_one(x, r);
       continue;
     }
     int m = 0;
@@ -270,11 +273,17 @@ hvdlResult_t hvdl_execute(struct hvdl_engine *e, struct hvdl_request **ready, in
       group[m++] = q;
       total += q->nbytes;
     }
-    res = m == 1 ? run_one(e, r) : run_fused(e, group, m, total);
+    res = m == 1 ? run_one(x, r) : run_fused(x, group, m, total);
   }
   hvdl_timeline_flush(NULL);
 out:
   free(group);
   free(taken);
   return res;
+}
+
+void hvdl_executor_free(struct hvdl_executor *x) {
+  free(x->fusion);
+  x->fusion = NULL;
+  x->fusion_bytes = 0;
 }

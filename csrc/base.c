@@ -1,0 +1,108 @@
+/*
+ * base.c -- what every unit of the C core uses, below all of them: recording a
+ * failure (hvdl_fail, hvdl_fail_mpi, the last error), the clock, the names and
+ * sizes of types and ops, and growing scratch memory. It calls only libc and MPI's error
+ * strings; everything above calls it (declarations in internal.h).
+ */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+/* ---- errors -------------------------------------------------------------- */
+
+static _Thread_local char thread_error[HVDL_ERRMSG_LEN];
+
+hvdlResult_t hvdl_fail(hvdlComm_t comm, hvdlResult_t res, const char *fmt, ...) {
+  char *slot = comm ? comm->last_error : thread_error;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(slot, HVDL_ERRMSG_LEN, fmt, ap);
+  va_end(ap);
+  return res;
+}
+
+hvdlResult_t hvdl_fail_mpi(hvdlComm_t comm, int mpi_err, const char *what) {
+  char text[MPI_MAX_ERROR_STRING + 1];
+  int len = 0;
+  if (MPI_Error_string(mpi_err, text, &len) != MPI_SUCCESS) len = 0;
+  text[len] = '\0';
+  if (comm) comm->broken = 1;
+  return hvdl_fail(comm, hvdlSystemError, "%s failed: %s (MPI error %d)", what, text, mpi_err);
+}
+
+const char *hvdlGetErrorString(hvdlResult_t result) {
+  switch (result) {
+    case hvdlSuccess: return "no error";
+    case hvdlUnhandledCudaError: return "unhandled cuda error";
+    case hvdlSystemError: return "unhandled system error (MPI or the operating system failed)";
+    case hvdlInternalError: return "internal error (a bug in hvd_lite)";
+    case hvdlInvalidArgument: return "invalid argument";
+    case hvdlInvalidUsage: return "invalid usage";
+    case hvdlRemoteError: return "remote process exited or there was a network error";
+    case hvdlInProgress: return "operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+const char *hvdlGetLastError(hvdlComm_t comm) { return comm ? comm->last_error : thread_error; }
+
+/* ---- time -------------------------------------------------------------- */
+
+double hvdl_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void hvdl_deadline(struct timespec *ts, double seconds_from_now) {
+  clock_gettime(CLOCK_REALTIME, ts);
+  double ns = (double)ts->tv_nsec + seconds_from_now * 1e9;
+  ts->tv_sec += (time_t)(ns / 1e9);
+  ts->tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
+}
+
+/* ---- names --------------------------------------------------------------- */
+
+size_t hvdl_type_size(hvdlDataType_t t) {
+  static const size_t sizes[hvdlNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+  return sizes[t];
+}
+
+const char *hvdl_type_name(hvdlDataType_t t) {
+  static const char *names[hvdlNumTypes] = {"int8",    "uint8",   "int32",   "uint32",
+                                            "int64",   "uint64",  "float16", "float32",
+                                            "float64", "bfloat16"};
+  return (unsigned)t < hvdlNumTypes ? names[t] : "unknown";
+}
+
+const char *hvdl_op_name(hvdlRedOp_t op) {
+  static const char *names[hvdlNumOps] = {"sum", "prod", "max", "min", "avg"};
+  return (unsigned)op < hvdlNumOps ? names[op] : "unknown";
+}
+
+hvdlResult_t hvdlGetVersion(int *version) {
+  if (!version) return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlGetVersion: version is NULL");
+  *version = HVDL_VERSION_CODE;
+  return hvdlSuccess;
+}
+
+/* ---- scratch ------------------------------------------------------------- */
+
+hvdlResult_t hvdl_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes) {
+  if (bytes <= *cap) return hvdlSuccess;
+  size_t rounded = (bytes + 63) & ~(size_t)63;
+  void *p = NULL;
+  if (posix_memalign(&p, 64, rounded) != 0)
+    return hvdl_fail(comm, hvdlSystemError, "out of memory allocating %zu bytes of scratch",
+                     rounded);
+  free(*buf);
+  *buf = p;
+  *cap = rounded;
+  return hvdlSuccess;
+}
+

@@ -1,0 +1,30 @@
+/*
+ * executor.h -- running a round's ready list on the data communicator: fusion of
+ * small allreduces, every other collective one call each, then completion of
+ * each request. executor.c calls the public C API (comm.c), reduce.c, request.c,
+ * outpool.c and timeline.c; the engine's loop calls it.
+ */
+#ifndef HVDL_EXECUTOR_H_
+#define HVDL_EXECUTOR_H_
+
+#include "request.h"
+
+struct hvdl_timeline;
+
+struct hvdl_executor {
+  hvdlComm_t data;               /* the collectives' communicator */
+  size_t fusion_threshold;       /* HVD_LITE_FUSION_THRESHOLD, bytes; 0 disables fusion */
+  struct hvdl_requests *requests; /* whose waiters it wakes while it runs */
+  struct hvdl_outpool *outpool;  /* outputs of allgather/alltoall */
+  struct hvdl_timeline *timeline; /* rank 0's, or NULL */
+  char *fusion;                  /* the fusion buffer */
+  size_t fusion_bytes;
+};
+
+/* Runs ready[0..n) in order and completes each request. Returns the first failure
+ * that leaves the communicator unusable (a bad argument found here fails only its
+ * own request). */
+hvdlResult_t hvdl_execute(struct hvdl_executor *x, struct hvdl_request **ready, int n);
+void hvdl_executor_free(struct hvdl_executor *x);
+
+#endif /* HVDL_EXECUTOR_H_ */

@@ -1,0 +1,62 @@
+/*
+ * py_binding.h -- what the units of the Python binding (module hvd_lite._core)
+ * share. The binding is thin: it turns Python objects into the C core's
+ * arguments and hvdlResult_t codes into exceptions; the core holds the logic.
+ *
+ *   py_module.c    the module: init, MPI lifetime, build_info, the method table
+ *   py_engine.c    the Engine and Handle types (the background engine)
+ *   py_testing.c   for tests and benchmarks only: the Comm type (the bare C API),
+ *                  the local kernels and the kernel benchmark
+ *   py_convert.c   conversions both ways: buffers, dtype and op checks, the base
+ *                  communicator, and results into exceptions (with the error factory)
+ *
+ * Arrows point down: py_module -> py_engine, py_testing -> py_convert -> the core.
+ */
+#ifndef HVDL_PY_BINDING_H_
+#define HVDL_PY_BINDING_H_
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stddef.h>
+
+#include "hvdl.h"
+
+/* ---- py_convert.c -------------------------------------------------------- */
+
+/* Raises the exception the Python layer maps `res` to (through the error factory),
+ * with comm's last message (comm NULL: this thread's); returns NULL. */
+PyObject *hvdl_py_raise(hvdlResult_t res, hvdlComm_t comm);
+
+/* set_error_factory(f): f(code, message) -> exception instance. */
+PyObject *hvdl_py_set_error_factory(PyObject *self, PyObject *f);
+
+/* error_string(code) -> hvdlGetErrorString(code). */
+PyObject *hvdl_py_error_string(PyObject *self, PyObject *arg);
+
+/* 0, or -1 with ValueError set for a value outside the public enum. */
+int hvdl_py_check_dtype(int dtype);
+int hvdl_py_check_op(int op);
+
+/* Exports obj as a C-contiguous buffer (writable if asked) holding a whole number
+ * of dtype elements, *count of them; -1 with an exception set otherwise. */
+int hvdl_py_get_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype, size_t *count,
+                       const char *what);
+
+/* The communicator a Fortran handle names; None means MPI_COMM_WORLD. */
+int hvdl_py_base_comm(PyObject *fobj, MPI_Comm *out);
+
+/* ---- py_engine.c --------------------------------------------------------- */
+
+extern PyTypeObject hvdl_py_engine_type; /* hvd_lite._core.Engine */
+extern PyTypeObject hvdl_py_handle_type; /* hvd_lite._core.Handle */
+
+/* ---- py_testing.c -------------------------------------------------------- */
+
+extern PyTypeObject hvdl_py_comm_type; /* hvd_lite._core.Comm */
+
+PyObject *hvdl_py_reduce_local(PyObject *self, PyObject *args);
+PyObject *hvdl_py_divide_local(PyObject *self, PyObject *args);
+PyObject *hvdl_py_kernel_bench(PyObject *self, PyObject *args);
+
+#endif /* HVDL_PY_BINDING_H_ */

@@ -1,0 +1,87 @@
+/*
+ * py_convert.c -- the binding's conversions, both ways: Python arguments into
+ * the C core's (flat byte buffers, dtype and op numbers, a communicator's
+ * Fortran handle) and the core's hvdlResult_t codes into Python exceptions.
+ *
+ * Buffers arrive through the buffer protocol as flat byte views (the Python
+ * layer passes arr.view(uint8)), so no framework or numpy header is needed.
+ * Exceptions are built by the error factory that the Python layer registers
+ * (hvd_lite.exceptions.error_from_code); without one they are RuntimeErrors.
+ */
+#include "py_binding.h"
+
+#include "internal.h"
+
+/* f(code, message) -> exception instance; set once by hvd_lite._loader. */
+static PyObject *error_factory = NULL;
+
+PyObject *hvdl_py_raise(hvdlResult_t res, hvdlComm_t comm) {
+  const char *msg = hvdlGetLastError(comm);
+  if (!msg || !*msg) msg = hvdlGetErrorString(res);
+  if (error_factory) {
+    PyObject *exc = PyObject_CallFunction(error_factory, "is", (int)res, msg);
+    if (exc) {
+      PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+      Py_DECREF(exc);
+    }
+    return NULL;
+  }
+  PyErr_Format(PyExc_RuntimeError, "%s (hvdl result %d)", msg, (int)res);
+  return NULL;
+}
+
+PyObject *hvdl_py_set_error_factory(PyObject *self, PyObject *f) {
+  (void)self;
+  Py_XINCREF(f);
+  Py_XSETREF(error_factory, f);
+  Py_RETURN_NONE;
+}
+
+PyObject *hvdl_py_error_string(PyObject *self, PyObject *arg) {
+  (void)self;
+  long code = PyLong_AsLong(arg);
+  if (code == -1 && PyErr_Occurred()) return NULL;
+  return PyUnicode_FromString(hvdlGetErrorString((hvdlResult_t)code));
+}
+
+int hvdl_py_check_dtype(int dtype) {
+  if (dtype < 0 || dtype >= hvdlNumTypes) {
+    PyErr_Format(PyExc_ValueError, "invalid hvdl datatype %d", dtype);
+    return -1;
+  }
+  return 0;
+}
+
+int hvdl_py_check_op(int op) {
+  if (op < 0 || op >= hvdlNumOps) {
+    PyErr_Format(PyExc_ValueError, "invalid hvdl op %d", op);
+    return -1;
+  }
+  return 0;
+}
+
+int hvdl_py_get_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype, size_t *count,
+                       const char *what) {
+  if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS
+                                             : PyBUF_C_CONTIGUOUS) != 0)
+    return -1;
+  size_t es = hvdl_type_size((hvdlDataType_t)dtype);
+  if ((size_t)view->len % es != 0) {
+    PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, not a whole number of %s elements", what,
+                 view->len, hvdl_type_name((hvdlDataType_t)dtype));
+    PyBuffer_Release(view);
+    return -1;
+  }
+  *count = (size_t)view->len / es;
+  return 0;
+}
+
+/* None, not -1, means the world: MPICH's handles may be negative. */
+int hvdl_py_base_comm(PyObject *fobj, MPI_Comm *out) {
+  *out = MPI_COMM_WORLD;
+  if (fobj == Py_None) return 0;
+  long long fhandle = PyLong_AsLongLong(fobj);
+  if (fhandle == -1 && PyErr_Occurred()) return -1;
+  *out = MPI_Comm_f2c((MPI_Fint)fhandle);
+  return 0;
+}

@@ -1,0 +1,349 @@
+/*
+ * py_testing.c -- what hvd_lite._core offers only to tests and benchmarks.
+ *
+ *   Comm(fhandle=None).allreduce(send, recv, dtype, op), .broadcast(send, recv, dtype, root),
+ *     .reduce(send, recv, dtype, op, root), .allgather(send, recv, dtype),
+ *     .reducescatter(send, recv, dtype, op), .alltoall(send, recv, dtype), .destroy()
+ *                                        the bare C API (hvdl.h)
+ *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor)
+ *                                        the reduction kernels (reduce.c) on local buffers
+ *   kernel_bench(dtype, op, nbytes, iters) -> (kernel_s, memcpy_s)
+ *
+ * hvd_lite's collectives never use these: they go through the Engine.
+ */
+#include "py_binding.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "reduce.h"
+
+/* ---- Comm: the NCCL-shaped C API on its own ------------------------------ */
+
+/* A bare hvdlComm over a duplicate of the world (or of a given communicator),
+ * for benchmarks and tests of the C API. hvd_lite's collectives never use it:
+ * they go through the Engine, whose thread owns their traffic. */
+typedef struct {
+  PyObject_HEAD hvdlComm_t comm;
+} CommObject;
+
+static int Comm_init(CommObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"fhandle", NULL};
+  PyObject *fobj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O", kwlist, &fobj)) return -1;
+  MPI_Comm base;
+  if (hvdl_py_base_comm(fobj, &base)) return -1;
+  hvdlResult_t res;
+  Py_BEGIN_ALLOW_THREADS res = hvdlCommInitMpi(&self->comm, base, NULL);
+  Py_END_ALLOW_THREADS if (res != hvdlSuccess) return hvdl_py_raise(res, NULL), -1;
+  return 0;
+}
+
+static void Comm_dealloc(CommObject *self) {
+  if (self->comm) hvdlCommAbort(self->comm);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Comm_allreduce(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype, op;
+  if (!PyArg_ParseTuple(args, "OOii", &sendobj, &recvobj, &dtype, &op)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  if (hvdl_py_check_dtype(dtype) || hvdl_py_check_op(op)) return NULL;
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (hvdl_py_get_buffer(sendobj, &sv, 0, dtype, &scount, "sendbuf")) return NULL;
+  if (hvdl_py_get_buffer(recvobj, &rv, 1, dtype, &rcount, "recvbuf")) {
+    PyBuffer_Release(&sv);
+    return NULL;
+  }
+  hvdlResult_t res = hvdlInvalidArgument;
+  hvdlComm_t c = self->comm;
+  if (scount != rcount) {
+    hvdl_fail(c, res, "allreduce: sendbuf has %zu elements, recvbuf %zu", scount, rcount);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlAllReduce(sv.buf, rv.buf, scount, (hvdlDataType_t)dtype,
+                                               (hvdlRedOp_t)op, c, NULL);
+    Py_END_ALLOW_THREADS
+  }
+  PyBuffer_Release(&sv);
+  PyBuffer_Release(&rv);
+  if (res != hvdlSuccess) return hvdl_py_raise(res, c);
+  Py_RETURN_NONE;
+}
+
+/* The other collectives of the C API. A buffer may be None (NULL), so that
+ * callers can pass what NCCL lets them leave out (a non-root's sendbuf in
+ * broadcast, its recvbuf in reduce) and tests can check the NULL rules.
+ * Sizes are bytes / element size; a size that does not fit the call's rule
+ * is refused here with InvalidArgumentError, before any traffic. */
+
+/* Exports obj (or None: NULL, 0 elements). */
+static int get_opt_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype,
+                          size_t *count, const char *what) {
+  if (obj == Py_None) {
+    memset(view, 0, sizeof *view);
+    *count = 0;
+    return 0;
+  }
+  return hvdl_py_get_buffer(obj, view, writable, dtype, count, what);
+}
+
+static void release_opt(Py_buffer *view) {
+  if (view->obj) PyBuffer_Release(view);
+}
+
+/* Exports both buffers; -1 with an exception set on failure. */
+static int get_pair(PyObject *sendobj, PyObject *recvobj, int dtype, Py_buffer *sv,
+                    Py_buffer *rv, size_t *scount, size_t *rcount) {
+  if (hvdl_py_check_dtype(dtype)) return -1;
+  if (get_opt_buffer(sendobj, sv, 0, dtype, scount, "sendbuf")) return -1;
+  if (get_opt_buffer(recvobj, rv, 1, dtype, rcount, "recvbuf")) {
+    release_opt(sv);
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *finish_call(hvdlResult_t res, hvdlComm_t c, Py_buffer *sv, Py_buffer *rv) {
+  release_opt(sv);
+  release_opt(rv);
+  if (res != hvdlSuccess) return hvdl_py_raise(res, c);
+  Py_RETURN_NONE;
+}
+
+static PyObject *Comm_broadcast(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype, root;
+  if (!PyArg_ParseTuple(args, "OOii", &sendobj, &recvobj, &dtype, &root)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  hvdlComm_t c = self->comm;
+  hvdlResult_t res = hvdlInvalidArgument;
+  if (sv.obj && scount != rcount) {
+    hvdl_fail(c, res, "broadcast: sendbuf has %zu elements, recvbuf %zu", scount, rcount);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlBroadcast(sv.buf, rv.buf, rcount, (hvdlDataType_t)dtype,
+                                               root, c, NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sv, &rv);
+}
+
+static PyObject *Comm_reduce(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype, op, root;
+  if (!PyArg_ParseTuple(args, "OOiii", &sendobj, &recvobj, &dtype, &op, &root)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  hvdlComm_t c = self->comm;
+  hvdlResult_t res = hvdlInvalidArgument;
+  size_t count = sv.obj ? scount : rcount;
+  if (sv.obj && rv.obj && scount != rcount) {
+    hvdl_fail(c, res, "reduce: sendbuf has %zu elements, recvbuf %zu", scount, rcount);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlReduce(sv.buf, rv.buf, count, (hvdlDataType_t)dtype,
+                                            (hvdlRedOp_t)op, root, c, NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sv, &rv);
+}
+
+static PyObject *Comm_allgather(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype;
+  if (!PyArg_ParseTuple(args, "OOi", &sendobj, &recvobj, &dtype)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  hvdlComm_t c = self->comm;
+  const size_t n = (size_t)c->size;
+  hvdlResult_t res = hvdlInvalidArgument;
+  size_t count = sv.obj ? scount : rcount / n;
+  if (rv.obj && rcount != count * n) {
+    hvdl_fail(c, res, "allgather: recvbuf has %zu elements, not %zu ranks x sendbuf's %zu",
+              rcount, n, count);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlAllGather(sv.buf, rv.buf, count, (hvdlDataType_t)dtype, c,
+                                               NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sv, &rv);
+}
+
+static PyObject *Comm_alltoall(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype;
+  if (!PyArg_ParseTuple(args, "OOi", &sendobj, &recvobj, &dtype)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  hvdlComm_t c = self->comm;
+  const size_t n = (size_t)c->size;
+  hvdlResult_t res = hvdlInvalidArgument;
+  if (scount != rcount || scount % n != 0) {
+    hvdl_fail(c, res,
+              "alltoall: sendbuf has %zu elements and recvbuf %zu; both need ranks (%zu) x count",
+              scount, rcount, n);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlAllToAll(sv.buf, rv.buf, scount / n, (hvdlDataType_t)dtype,
+                                              c, NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sv, &rv);
+}
+
+static PyObject *Comm_reducescatter(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype, op;
+  if (!PyArg_ParseTuple(args, "OOii", &sendobj, &recvobj, &dtype, &op)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  hvdlComm_t c = self->comm;
+  const size_t n = (size_t)c->size;
+  hvdlResult_t res = hvdlInvalidArgument;
+  size_t count = rv.obj ? rcount : scount / n;
+  if (sv.obj && scount != count * n) {
+    hvdl_fail(c, res, "reducescatter: sendbuf has %zu elements, not %zu ranks x recvbuf's %zu",
+              scount, n, count);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlReduceScatter(sv.buf, rv.buf, count, (hvdlDataType_t)dtype,
+                                                   (hvdlRedOp_t)op, c, NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sv, &rv);
+}
+
+static PyObject *Comm_destroy(CommObject *self, PyObject *noargs) {
+  (void)noargs;
+  if (self->comm) {
+    hvdlComm_t c = self->comm;
+    self->comm = NULL;
+    hvdlResult_t res;
+    Py_BEGIN_ALLOW_THREADS res = hvdlCommDestroy(c);
+    Py_END_ALLOW_THREADS if (res != hvdlSuccess) return hvdl_py_raise(res, NULL);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef Comm_methods[] = {
+    {"allreduce", (PyCFunction)Comm_allreduce, METH_VARARGS,
+     "allreduce(sendbuf, recvbuf, dtype, op): hvdlAllReduce on byte buffers (GIL released)"},
+    {"broadcast", (PyCFunction)Comm_broadcast, METH_VARARGS,
+     "broadcast(sendbuf, recvbuf, dtype, root): hvdlBroadcast (sendbuf may be None off the root)"},
+    {"reduce", (PyCFunction)Comm_reduce, METH_VARARGS,
+     "reduce(sendbuf, recvbuf, dtype, op, root): hvdlReduce (recvbuf may be None off the root)"},
+    {"allgather", (PyCFunction)Comm_allgather, METH_VARARGS,
+     "allgather(sendbuf, recvbuf, dtype): hvdlAllGather; recvbuf holds size x sendbuf"},
+    {"reducescatter", (PyCFunction)Comm_reducescatter, METH_VARARGS,
+     "reducescatter(sendbuf, recvbuf, dtype, op): hvdlReduceScatter; sendbuf holds size x recvbuf"},
+    {"alltoall", (PyCFunction)Comm_alltoall, METH_VARARGS,
+     "alltoall(sendbuf, recvbuf, dtype): hvdlAllToAll, ranks x count elements each"},
+    {"destroy", (PyCFunction)Comm_destroy, METH_NOARGS, "hvdlCommDestroy (collective)"},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject hvdl_py_comm_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hvd_lite._core.Comm",
+    .tp_basicsize = sizeof(CommObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A bare hvdlComm (the C API), for benchmarks and tests.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Comm_init,
+    .tp_dealloc = (destructor)Comm_dealloc,
+    .tp_methods = Comm_methods,
+};
+
+/* ---- local kernels, for tests and the kernel benchmark ------------------- */
+
+PyObject *hvdl_py_reduce_local(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *d, *a, *b;
+  int dtype, op;
+  if (!PyArg_ParseTuple(args, "OOOii", &d, &a, &b, &dtype, &op)) return NULL;
+  if (hvdl_py_check_dtype(dtype) || hvdl_py_check_op(op)) return NULL;
+  Py_buffer dv, av, bv;
+  size_t nd, na, nb;
+  if (hvdl_py_get_buffer(d, &dv, 1, dtype, &nd, "dst")) return NULL;
+  if (hvdl_py_get_buffer(a, &av, 0, dtype, &na, "a")) goto fail_d;
+  if (hvdl_py_get_buffer(b, &bv, 0, dtype, &nb, "b")) goto fail_a;
+  if (na != nd || nb != nd) {
+    PyErr_SetString(PyExc_ValueError, "reduce_local: buffers differ in length");
+  } else {
+    Py_BEGIN_ALLOW_THREADS hvdl_reduce(dv.buf, av.buf, bv.buf, nd, (hvdlDataType_t)dtype,
+                                       (hvdlRedOp_t)op);
+    Py_END_ALLOW_THREADS
+  }
+  PyBuffer_Release(&bv);
+fail_a:
+  PyBuffer_Release(&av);
+fail_d:
+  PyBuffer_Release(&dv);
+  if (PyErr_Occurred()) return NULL;
+  Py_RETURN_NONE;
+}
+
+PyObject *hvdl_py_divide_local(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *d;
+  int dtype;
+  unsigned long long divisor;
+  if (!PyArg_ParseTuple(args, "OiK", &d, &dtype, &divisor)) return NULL;
+  if (hvdl_py_check_dtype(dtype)) return NULL;
+  Py_buffer dv;
+  size_t n;
+  if (hvdl_py_get_buffer(d, &dv, 1, dtype, &n, "buf")) return NULL;
+  hvdl_divide(dv.buf, n, (hvdlDataType_t)dtype, divisor);
+  PyBuffer_Release(&dv);
+  Py_RETURN_NONE;
+}
+
+PyObject *hvdl_py_kernel_bench(PyObject *self, PyObject *args) {
+  (void)self;
+  int dtype, op, iters;
+  Py_ssize_t nbytes;
+  if (!PyArg_ParseTuple(args, "iini", &dtype, &op, &nbytes, &iters)) return NULL;
+  if (hvdl_py_check_dtype(dtype) || hvdl_py_check_op(op)) return NULL;
+  size_t es = hvdl_type_size((hvdlDataType_t)dtype);
+  size_t n = (size_t)nbytes / es, bytes = n * es;
+  if (n == 0 || iters < 1) return PyErr_Format(PyExc_ValueError, "kernel_bench: nothing to time");
+  char *a = NULL, *b = NULL, *d = NULL;
+  if (posix_memalign((void **)&a, 64, bytes) || posix_memalign((void **)&b, 64, bytes) ||
+      posix_memalign((void **)&d, 64, bytes)) {
+    free(a);
+    free(b);
+    free(d);
+    return PyErr_NoMemory();
+  }
+  /* Ones of the type: products stay normal numbers (0x11 bytes made subnormals). */
+  static const uint64_t one_bits[hvdlNumTypes] = {1, 1, 1, 1, 1, 1, 0x3C00, 0x3F800000,
+                                                  0x3FF0000000000000ull, 0x3F80};
+  for (size_t i = 0; i < n; i++) {
+    memcpy(a + i * es, &one_bits[dtype], es); /* little-endian: the low bytes */
+    memcpy(b + i * es, &one_bits[dtype], es);
+  }
+  memset(d, 0, bytes);
+  double tk, tm;
+  Py_BEGIN_ALLOW_THREADS hvdl_reduce(d, a, b, n, (hvdlDataType_t)dtype, (hvdlRedOp_t)op);
+  double t0 = hvdl_now();
+  for (int i = 0; i < iters; i++) hvdl_reduce(d, a, b, n, (hvdlDataType_t)dtype, (hvdlRedOp_t)op);
+  double t1 = hvdl_now();
+  for (int i = 0; i < iters; i++) memcpy(d, a, bytes);
+  double t2 = hvdl_now();
+  tk = (t1 - t0) / iters;
+  tm = (t2 - t1) / iters;
+  Py_END_ALLOW_THREADS free(a);
+  free(b);
+  free(d);
+  return Py_BuildValue("(dd)", tk, tm);
+}

@@ -1,0 +1,165 @@
+/*
+ * request.c -- a request's life: added to the in-flight set, completed or
+ * failed, its waiters woken, waited on, released. See request.h.
+ *
+ * Waking. A completed request's waiters are woken only if it has any: a thread
+ * synchronizing handle 1 of 161 would otherwise wake (and take the engine's
+ * core) 161 times. With a notify time, a completion sets wake_due and the
+ * completing thread wakes everyone at most every notify_s, and at the end of its
+ * work (hvdl_requests_notify with flush): one condition variable serves every
+ * waiter, and each checks its own request's state when woken.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "request.h"
+
+void hvdl_requests_init(struct hvdl_requests *q, double notify_s,
+                        void (*on_first_waiter)(void *), void *hook_arg) {
+  memset(q, 0, sizeof *q);
+  pthread_mutex_init(&q->mu, NULL);
+  pthread_cond_init(&q->done_cv, NULL);
+  q->notify_s = notify_s;
+  q->on_first_waiter = on_first_waiter;
+  q->hook_arg = hook_arg;
+}
+
+void hvdl_requests_destroy(struct hvdl_requests *q) {
+  pthread_mutex_destroy(&q->mu);
+  pthread_cond_destroy(&q->done_cv);
+}
+
+void hvdl_request_release(struct hvdl_request *r) {
+  if (atomic_fetch_sub(&r->refs, 1) == 1) {
+    free(r->splits);
+    free(r->recv_splits);
+    if (r->out_pool)
+      hvdl_outpool_put(r->out_pool, r->out, r->out_cap);
+    else
+      free(r->out);
+    free(r->zeros);
+    free(r);
+  }
+}
+
+hvdlResult_t hvdl_requests_add_locked(struct hvdl_requests *q, struct hvdl_request *r) {
+  if (q->dead) return hvdl_fail(NULL, q->dead_result, "%s", q->dead_reason);
+  struct hvdl_request **tail = &q->head;
+  for (; *tail; tail = &(*tail)->next)
+    if ((*tail)->name_hash == r->name_hash && strcmp((*tail)->desc.name, r->desc.name) == 0)
+      return hvdl_fail(NULL, hvdlInvalidArgument,
+                       "a collective named '%s' is still in flight on this rank; wait for it "
+                       "(synchronize) before submitting the name again",
+                       r->desc.name);
+  atomic_store(&r->state, HVDL_REQ_PENDING);
+  atomic_fetch_add(&r->refs, 1); /* the set's reference */
+  r->set = q;
+  r->next = NULL;
+  *tail = r;
+  return hvdlSuccess;
+}
+
+/* Unlinks r from the in-flight list (under mu). */
+static void unlink_locked(struct hvdl_requests *q, struct hvdl_request *r) {
+  for (struct hvdl_request **p = &q->head; *p; p = &(*p)->next) {
+    if (*p == r) {
+      *p = r->next;
+      r->next = NULL;
+      return;
+    }
+  }
+}
+
+void hvdl_request_complete(struct hvdl_request *r, hvdlResult_t res, const char *msg) {
+  struct hvdl_requests *q = r->set;
+  if (!q) { /* an engine-made stand-in, never added to a set */
+    r->result = res;
+    atomic_store(&r->state, res == hvdlSuccess ? HVDL_REQ_DONE : HVDL_REQ_FAILED);
+    hvdl_request_release(r);
+    return;
+  }
+  pthread_mutex_lock(&q->mu);
+  unlink_locked(q, r);
+  r->result = res;
+  if (res != hvdlSuccess) snprintf(r->error, sizeof r->error, "%s", msg ? msg : "");
+  atomic_store(&r->state, res == hvdlSuccess ? HVDL_REQ_DONE : HVDL_REQ_FAILED);
+  if (r->waiters) {
+    if (q->notify_s > 0) {
+      if (!q->wake_due) q->wake_due_since = hvdl_now();
+      q->wake_due = 1;
+    } else {
+      pthread_cond_broadcast(&q->done_cv);
+    }
+  }
+  pthread_mutex_unlock(&q->mu);
+  hvdl_request_release(r); /* the set's reference */
+}
+
+void hvdl_requests_notify(struct hvdl_requests *q, int flush) {
+  if (!q->wake_due || (!flush && hvdl_now() - q->wake_due_since < q->notify_s)) return;
+  q->wake_due = 0;
+  pthread_mutex_lock(&q->mu);
+  pthread_cond_broadcast(&q->done_cv);
+  pthread_mutex_unlock(&q->mu);
+}
+
+void hvdl_requests_mark_dead_locked(struct hvdl_requests *q, hvdlResult_t res, const char *reason) {
+  if (!q->dead) {
+    q->dead = 1;
+    q->dead_result = res;
+    snprintf(q->dead_reason, sizeof q->dead_reason, "%s", reason);
+  }
+}
+
+void hvdl_requests_mark_dead(struct hvdl_requests *q, hvdlResult_t res, const char *reason) {
+  pthread_mutex_lock(&q->mu);
+  hvdl_requests_mark_dead_locked(q, res, reason);
+  pthread_mutex_unlock(&q->mu);
+}
+
+void hvdl_requests_fail_all(struct hvdl_requests *q, hvdlResult_t res, const char *reason) {
+  pthread_mutex_lock(&q->mu);
+  hvdl_requests_mark_dead_locked(q, res, reason);
+  while (q->head) {
+    struct hvdl_request *r = q->head;
+    q->head = r->next;
+    r->next = NULL;
+    r->result = q->dead_result;
+    snprintf(r->error, sizeof r->error, "%s", q->dead_reason);
+    atomic_store(&r->state, HVDL_REQ_FAILED);
+    hvdl_request_release(r);
+  }
+  pthread_cond_broadcast(&q->done_cv);
+  pthread_mutex_unlock(&q->mu);
+}
+
+int hvdl_request_poll(const struct hvdl_request *r) {
+  return atomic_load(&r->state) != HVDL_REQ_PENDING;
+}
+
+/* A waiter goes straight to sleep, without spinning first: on a small machine its spin
+ * took the core the engine thread needed (35 -> 15 us for a 4 KiB allreduce at 2 ranks). */
+int hvdl_request_wait_for(struct hvdl_request *r, double seconds) {
+  if (atomic_load(&r->state) != HVDL_REQ_PENDING) return 1;
+  struct hvdl_requests *q = r->set;
+  struct timespec ts;
+  hvdl_deadline(&ts, seconds);
+  pthread_mutex_lock(&q->mu);
+  r->waiters++;
+  if (q->nwaiting++ == 0 && q->on_first_waiter) q->on_first_waiter(q->hook_arg);
+  int rc = 0;
+  while (atomic_load(&r->state) == HVDL_REQ_PENDING && rc != ETIMEDOUT)
+    rc = pthread_cond_timedwait(&q->done_cv, &q->mu, &ts);
+  r->waiters--;
+  q->nwaiting--;
+  pthread_mutex_unlock(&q->mu);
+  return atomic_load(&r->state) != HVDL_REQ_PENDING;
+}
+
+void hvdl_request_wait(struct hvdl_request *r) {
+  while (!hvdl_request_wait_for(r, 1.0)) {
+  }
+}

@@ -1,0 +1,234 @@
+"""From a call's arguments to the engine, for every collective: the dtype and op tables, the
+argument checks, the names (one call's or a group's), the at_once mark, the request, its
+submission (alone, or a group held into one engine round) and the Handle that waits for it.
+
+ops.py (allreduce), collectives.py (the others), state.py and the framework adapters build on
+this module; it calls nothing above it.
+"""
+import contextlib
+import enum
+import numbers
+import threading
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence
+
+import ml_dtypes
+import numpy as np
+
+from . import basics
+
+_core = basics._core
+
+
+class ReduceOp(enum.IntEnum):
+    """Reduction ops, with Horovod's numbers."""
+
+    Average = 0
+    Sum = 1
+    Min = 3
+    Max = 4
+    Product = 5
+
+
+Average, Sum, Min, Max, Product = (ReduceOp.Average, ReduceOp.Sum, ReduceOp.Min, ReduceOp.Max,
+                                   ReduceOp.Product)
+
+HVDL_OPS = {
+    ReduceOp.Average: _core.hvdlAvg,
+    ReduceOp.Sum: _core.hvdlSum,
+    ReduceOp.Min: _core.hvdlMin,
+    ReduceOp.Max: _core.hvdlMax,
+    ReduceOp.Product: _core.hvdlProd,
+}
+
+HVDL_DTYPES = {
+    np.dtype(np.int8): _core.hvdlInt8,
+    np.dtype(np.uint8): _core.hvdlUint8,
+    np.dtype(np.int32): _core.hvdlInt32,
+    np.dtype(np.uint32): _core.hvdlUint32,
+    np.dtype(np.int64): _core.hvdlInt64,
+    np.dtype(np.uint64): _core.hvdlUint64,
+    np.dtype(np.float16): _core.hvdlFloat16,
+    np.dtype(np.float32): _core.hvdlFloat32,
+    np.dtype(np.float64): _core.hvdlFloat64,
+    np.dtype(ml_dtypes.bfloat16): _core.hvdlBfloat16,
+}
+
+# The longest name the engine takes, in UTF-8 bytes: csrc/engine.h's HVDL_MAX_NAME less its NUL.
+MAX_NAME_BYTES = 511
+
+
+# ---------------------------------------------------------------------------- argument checks
+
+def hvdl_dtype(dtype) -> int:
+    """The hvdlDataType_t of a numpy dtype; TypeError if it has none."""
+    dt = np.dtype(dtype)
+    code = HVDL_DTYPES.get(dt)
+    if code is None:
+        names = ", ".join(str(d) for d in HVDL_DTYPES)
+        raise TypeError(f"unsupported dtype {dt} (supported: {names})")
+    return code
+
+
+def check_array(fn: str, array, inplace: bool) -> int:
+    """The array's hvdl dtype code; TypeError or ValueError if the engine cannot take it."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{fn} expects a numpy.ndarray, got {type(array).__name__}")
+    code = HVDL_DTYPES.get(array.dtype)
+    if code is None:
+        try:
+            hvdl_dtype(array.dtype)
+        except TypeError as exc:
+            raise TypeError(f"{fn}: {exc}") from None
+    flags = array.flags
+    if not flags.c_contiguous:
+        raise ValueError(f"{fn}: the array is not C-contiguous (shape {list(array.shape)}, strides "
+                         f"{list(array.strides)}); pass numpy.ascontiguousarray(array)")
+    if inplace and not flags.writeable:
+        raise ValueError(f"{fn}: the array is read-only and cannot be reduced in place; "
+                         "use the out-of-place call or pass a writable copy")
+    return code
+
+
+def check_op(fn: str, op) -> int:
+    """The hvdl op code of a ReduceOp; ValueError for anything else."""
+    code = HVDL_OPS.get(op) if isinstance(op, int) else None
+    if code is None:
+        raise ValueError(f"{fn}: op {op!r} is not one of Sum, Average, Min, Max, Product")
+    return code
+
+
+def check_scale(fn: str, label: str, factor, array: np.ndarray) -> float:
+    """A scale factor as a float; refused for integer arrays unless it is 1."""
+    if factor == 1.0 and type(factor) in (float, int):  # the common case, quickly
+        return 1.0
+    if isinstance(factor, bool) or not isinstance(factor, numbers.Real):
+        raise TypeError(f"{fn}: {label} must be a real number, got {type(factor).__name__}")
+    factor = float(factor)
+    if factor != 1.0 and array.dtype.kind in "iu":
+        raise ValueError(f"{fn}: {label}={factor:g} applies to floating-point arrays only, "
+                         f"not {array.dtype}")
+    return factor
+
+
+# ---------------------------------------------------------------------------- names
+
+def _check_name(fn: str, name) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"{fn}: name must be a str or None, got {type(name).__name__}")
+    if "\0" in name:
+        raise ValueError(f"{fn}: name {name!r} contains a NUL character; names are C strings")
+    size = len(name.encode())
+    if size > MAX_NAME_BYTES:
+        raise ValueError(f"{fn}: name is {size} bytes long; the limit is {MAX_NAME_BYTES}")
+    return name
+
+
+def name_of(fn: str, kind: str, name: Optional[str]) -> str:
+    """`name` once checked, or the next automatic name of this kind when it is None."""
+    return basics.auto_name(kind) if name is None else _check_name(fn, name)
+
+
+def group_names(fn: str, kind: str, items, name: Optional[str],
+                of: str = "numpy arrays") -> List[str]:
+    """The names of a grouped call's entries: `<name>.<i>`, or an automatic base name of this
+    kind; TypeError unless `items` is a list or tuple (of `of`)."""
+    if not isinstance(items, (list, tuple)):
+        raise TypeError(f"{fn} expects a list of {of}, got {type(items).__name__}")
+    if name is not None and items:
+        _check_name(fn, name)
+        _check_name(fn, f"{name}.{len(items) - 1}")  # the longest
+    base = name_of(fn, kind, name)
+    return [f"{base}.{i}" for i in range(len(items))]
+
+
+# ---------------------------------------------------------------------------- at once, held
+
+class _ThisThread(threading.local):
+    at_once = False  # this thread's submissions are waited on at once (see at_once())
+
+
+_this_thread = _ThisThread()
+
+
+def at_once(fn, *args):
+    """fn(*args), its submissions marked as waited on at once (the synchronous calls): the engine
+    negotiates them without letting more submissions gather first (HVD_LITE_BATCH_TIME)."""
+    _this_thread.at_once = True
+    try:
+        return fn(*args)
+    finally:
+        _this_thread.at_once = False
+
+
+@contextlib.contextmanager
+def held(engine):
+    """Submissions inside enter the engine's same round (so a group can be fused)."""
+    engine.hold(True)
+    try:
+        yield
+    finally:
+        engine.hold(False)
+
+
+# ---------------------------------------------------------------------------- requests, handles
+
+class Handle:
+    """A collective in flight: pass it to poll() or synchronize()."""
+
+    __slots__ = ("_c", "output", "name", "_finish")
+
+    def __init__(self, c_handle, output, name: str, finish=None):
+        self._c = c_handle
+        self.output = output
+        self.name = name
+        self._finish = finish  # builds the output from the engine's buffer, once done
+
+    def __repr__(self) -> str:
+        state = "done" if self._c.poll() else "pending"
+        return f"<hvd_lite.Handle {self.name!r} {state}>"
+
+
+class Request(NamedTuple):
+    """One collective, checked and named: what the engine is given, and what its Handle returns."""
+
+    coll: int
+    send: Any  # the input buffer (None: no data)
+    recv: Any  # the output buffer (None: the engine allocates it)
+    dtype: int
+    name: str
+    shape: tuple
+    op: int = 0
+    pre: float = 1.0
+    post: float = 1.0
+    root: int = 0
+    splits: Optional[list] = None
+    error: str = ""  # a problem this rank found, which fails the collective on every rank
+    output: Any = None  # the Handle's output until it is finished
+    finish: Optional[Callable] = None  # C handle -> output, once done
+
+
+def submit(request: Request) -> Handle:
+    """Hands a checked request to the engine."""
+    r = request
+    c = basics._engine().submit(r.coll, r.send, r.recv, r.dtype, r.op, r.pre, r.post, r.name,
+                                tuple(r.shape), r.root, r.splits, r.error, _this_thread.at_once)
+    return Handle(c, r.output, r.name, r.finish)
+
+
+def submit_group(requests: Sequence[Request]) -> List[Handle]:
+    """Hands checked requests to the engine together, in one round (so they can be fused)."""
+    with held(basics._engine()):
+        return [submit(r) for r in requests]
+
+
+def poll(handle: Handle) -> bool:
+    """True once the collective behind `handle` has completed (successfully or not)."""
+    return handle._c.poll()
+
+
+def synchronize(handle: Handle):
+    """Waits for `handle` (GIL released) and returns its output, or raises its error."""
+    handle._c.wait()
+    if handle._finish is not None:
+        handle.output, handle._finish = handle._finish(handle._c), None
+    return handle.output
