@@ -76,7 +76,7 @@ static hvdlResult_t ready_push(struct hvdl_negotiator *g, struct ready_list *rl,
 /* A joined rank's stand-in for an allreduce the others run: zeros in, scratch out. */
 static hvdlResult_t push_stand_in(struct hvdl_negotiator *g, struct ready_list *rl,
                                   const struct hvdl_desc *d) {
-  struct hvdl_request *r = calloc(1, sizeof *r);
+  struct hvdl_request *r = hvdl_request_new(); /* the engine's only reference */
   size_t count = 1;
   for (int i = 0; i < d->ndim; i++) count *= (size_t)d->dims[i];
   const size_t bytes = count * hvdl_type_size((hvdlDataType_t)d->dtype);
@@ -97,8 +97,6 @@ static hvdlResult_t push_stand_in(struct hvdl_negotiator *g, struct ready_list *
   r->recv = r->out;
   r->count = count;
   r->nbytes = bytes;
-  atomic_init(&r->refs, 1); /* the engine's only */
-  atomic_init(&r->state, HVDL_REQ_PENDING);
   r->t_submit = hvdl_now();
   return ready_push(g, rl, r);
 }

@@ -188,13 +188,11 @@ static PyObject *Engine_submit(EngineObject *self, PyObject *args) {
   h->owner = NULL;
   h->req = NULL;
   h->has_send = h->has_recv = 0;
-  struct hvdl_request *r = calloc(1, sizeof *r);
+  struct hvdl_request *r = hvdl_request_new();
   if (!r) {
     Py_DECREF(h);
     return PyErr_NoMemory();
   }
-  atomic_init(&r->refs, 1);
-  atomic_init(&r->state, HVDL_REQ_PENDING);
   h->req = r;
   Py_INCREF(self);
   h->owner = self;

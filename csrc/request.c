@@ -32,6 +32,15 @@ void hvdl_requests_destroy(struct hvdl_requests *q) {
   pthread_cond_destroy(&q->done_cv);
 }
 
+struct hvdl_request *hvdl_request_new(void) {
+  struct hvdl_request *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  atomic_init(&r->refs, 1);
+  atomic_init(&r->state, HVDL_REQ_PENDING);
+  r->cache_id = -1;
+  return r;
+}
+
 void hvdl_request_release(struct hvdl_request *r) {
   if (atomic_fetch_sub(&r->refs, 1) == 1) {
     free(r->splits);

@@ -3,7 +3,8 @@
  * (struct hvdl_desc, compared across ranks), the request itself, and the set of
  * requests in flight with the lock and condition variable its waiters sleep on.
  *
- * A request is created by the binding, added to the in-flight set at submit
+ * A request is created (hvdl_request_new) by the binding, or by the negotiation
+ * for a joined rank's stand-in, added to the in-flight set at submit
  * (hvdl_requests_add), completed or failed by the engine's parts
  * (hvdl_request_complete, hvdl_requests_fail_all), waited on by its submitter
  * (hvdl_request_poll, hvdl_request_wait, hvdl_request_wait_for) and freed when
@@ -110,6 +111,9 @@ static inline uint64_t hvdl_name_hash(const char *s) {
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
   return h;
 }
+
+/* A new request, pending, with one reference (its creator's); NULL when out of memory. */
+struct hvdl_request *hvdl_request_new(void);
 
 void hvdl_requests_init(struct hvdl_requests *q, double notify_s,
                         void (*on_first_waiter)(void *), void *hook_arg);
