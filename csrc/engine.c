@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -27,6 +26,8 @@
 #include "executor.h"
 #include "negotiate.h"
 #include "timeline.h"
+
+static const char SHUT_DOWN[] = "hvd_lite has been shut down on this rank";
 
 /* After a round without progress the engine sleeps, 20 us doubling to 100 us, and
  * to 10 ms once nothing has moved for 50 ms (then the others are idle or late);
@@ -43,10 +44,6 @@ static void on_first_waiter(void *arg) {
 static void on_data_wait(void *arg) {
   struct hvdl_engine *e = arg;
   hvdl_requests_notify(&e->requests, 0);
-}
-
-static void fail_all(struct hvdl_engine *e, hvdlResult_t res, const char *reason) {
-  hvdl_requests_fail_all(&e->requests, res, reason);
 }
 
 static double idle_tick(const struct hvdl_engine *e) {
@@ -100,7 +97,7 @@ static void *engine_main(void *arg) {
     if (leaving) {
       /* Pending requests fail here and now; the last round only says goodbye. */
       pthread_mutex_unlock(&e->requests.mu);
-      fail_all(e, hvdlInvalidUsage, "hvd_lite has been shut down on this rank");
+      hvdl_requests_fail_all(&e->requests, hvdlInvalidUsage, SHUT_DOWN);
       pthread_mutex_lock(&e->requests.mu);
     }
     int n = 0;
@@ -110,7 +107,7 @@ static void *engine_main(void *arg) {
       struct hvdl_request **p1 = realloc(pending, sizeof *p1 * (size_t)ncap);
       if (!p1) {
         pthread_mutex_unlock(&e->requests.mu);
-        fail_all(e, hvdlSystemError, "hvd_lite engine: out of memory");
+        hvdl_requests_fail_all(&e->requests, hvdlSystemError, "hvd_lite engine: out of memory");
         break;
       }
       pending = p1;
@@ -140,7 +137,7 @@ static void *engine_main(void *arg) {
     if (res != hvdlSuccess) {
       char msg[HVDL_ERRMSG_LEN];
       snprintf(msg, sizeof msg, "hvd_lite engine failed: %s", hvdlGetLastError(e->data));
-      fail_all(e, res, msg);
+      hvdl_requests_fail_all(&e->requests, res, msg);
       break;
     }
     if (finished) break;
@@ -155,7 +152,7 @@ static void *engine_main(void *arg) {
   }
   free(pending);
   free(ready);
-  fail_all(e, hvdlInvalidUsage, "hvd_lite has been shut down on this rank");
+  hvdl_requests_fail_all(&e->requests, hvdlInvalidUsage, SHUT_DOWN);
   return NULL;
 }
 
@@ -281,7 +278,7 @@ hvdlResult_t hvdl_engine_stop(struct hvdl_engine *e) {
 void hvdl_engine_free(struct hvdl_engine *e) {
   if (!e) return;
   if (e->thread_started) hvdl_engine_stop(e);
-  fail_all(e, hvdlInvalidUsage, "hvd_lite has been shut down on this rank");
+  hvdl_requests_fail_all(&e->requests, hvdlInvalidUsage, SHUT_DOWN);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (e->data) {

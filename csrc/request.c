@@ -115,7 +115,7 @@ void hvdl_requests_notify(struct hvdl_requests *q, int flush) {
   pthread_mutex_unlock(&q->mu);
 }
 
-void hvdl_requests_mark_dead_locked(struct hvdl_requests *q, hvdlResult_t res, const char *reason) {
+static void mark_dead_locked(struct hvdl_requests *q, hvdlResult_t res, const char *reason) {
   if (!q->dead) {
     q->dead = 1;
     q->dead_result = res;
@@ -125,13 +125,13 @@ void hvdl_requests_mark_dead_locked(struct hvdl_requests *q, hvdlResult_t res, c
 
 void hvdl_requests_mark_dead(struct hvdl_requests *q, hvdlResult_t res, const char *reason) {
   pthread_mutex_lock(&q->mu);
-  hvdl_requests_mark_dead_locked(q, res, reason);
+  mark_dead_locked(q, res, reason);
   pthread_mutex_unlock(&q->mu);
 }
 
 void hvdl_requests_fail_all(struct hvdl_requests *q, hvdlResult_t res, const char *reason) {
   pthread_mutex_lock(&q->mu);
-  hvdl_requests_mark_dead_locked(q, res, reason);
+  mark_dead_locked(q, res, reason);
   while (q->head) {
     struct hvdl_request *r = q->head;
     q->head = r->next;

@@ -124,7 +124,6 @@ void hvdl_requests_destroy(struct hvdl_requests *q);
 hvdlResult_t hvdl_requests_add_locked(struct hvdl_requests *q, struct hvdl_request *r);
 /* Refuses new requests from now on, with this reason (the first one sticks). */
 void hvdl_requests_mark_dead(struct hvdl_requests *q, hvdlResult_t res, const char *reason);
-void hvdl_requests_mark_dead_locked(struct hvdl_requests *q, hvdlResult_t res, const char *reason);
 /* Marks the set dead and fails every request in it, waking every waiter. */
 void hvdl_requests_fail_all(struct hvdl_requests *q, hvdlResult_t res, const char *reason);
 /* Removes r from its set and completes it: hvdlSuccess, or an error with a message.
