@@ -51,6 +51,19 @@ const char *hvdlGetErrorString(hvdlResult_t result) {
 
 const char *hvdlGetLastError(hvdlComm_t comm) { return comm ? comm->last_error : thread_error; }
 
+/* ---- fault injection (a testing aid) ------------------------------------ */
+
+int hvdl_fault_hit(struct hvdl_faults *f, enum hvdl_fault_point p) {
+  if (!f || atomic_load_explicit(&f->armed[p], memory_order_relaxed) <= 0) return 0;
+  return atomic_fetch_sub(&f->armed[p], 1) == 1;
+}
+
+const char *hvdl_fault_name(int p) {
+  static const char *names[HVDL_FAULT_POINTS] = {"alloc", "send", "recv", "negotiate", "stall",
+                                                 "exit", "adapter"};
+  return p >= 0 && p < HVDL_FAULT_POINTS ? names[p] : NULL;
+}
+
 /* ---- time -------------------------------------------------------------- */
 
 double hvdl_now(void) {

@@ -61,6 +61,16 @@ hvdlResult_t hvdlCommInitMpi(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
   return hvdlSuccess;
 }
 
+hvdlResult_t hvdl_comm_renew(hvdlComm_t comm, MPI_Comm from) {
+  MPI_Comm fresh;
+  HVDL_MPI(comm, MPI_Comm_dup(from, &fresh)); /* not of the old one: it may hold a collective */
+  MPI_Comm_set_errhandler(fresh, MPI_ERRORS_RETURN);
+  MPI_Comm_free(&comm->mpi); /* what was abandoned on it can no longer match anything */
+  comm->mpi = fresh;
+  comm->broken = 0;
+  return hvdlSuccess;
+}
+
 hvdlResult_t hvdlCommDestroy(hvdlComm_t comm) {
   if (!comm) return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlCommDestroy: comm is NULL");
   int finalized = 0;

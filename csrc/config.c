@@ -110,6 +110,8 @@ hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c) {
                        "error or fatal", lv);
     c->log_level = found;
   }
+  HVDL_CHECK(env_seconds("HVD_LITE_DATA_TIMEOUT_SECONDS", 60.0, 1e7, &c->data_timeout_s));
+  HVDL_CHECK(hvdl_config_faults(c, getenv("HVD_LITE_FAULT")));
   const char *tl = getenv("HVD_LITE_TIMELINE");
   if (tl && *tl) {
     if (strlen(tl) >= sizeof c->timeline)
@@ -118,4 +120,38 @@ hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c) {
     strcpy(c->timeline, tl);
   }
   return hvdlSuccess;
+}
+
+/* HVD_LITE_FAULT=point@rank[#n],... : rank `rank` fails the n-th time (default 1)
+ * it reaches `point` (docs/design.md, "Failures"; a testing aid). */
+hvdlResult_t hvdl_config_faults(struct hvdl_engine_config *c, const char *spec) {
+  c->nfaults = 0;
+  for (const char *p = spec; p && *p;) {
+    const char *at = strchr(p, '@'), *comma = strchr(p, ',');
+    const char *end = comma ? comma : p + strlen(p);
+    if (!at || at > end || c->nfaults == 16) goto bad;
+    int point = -1;
+    for (int i = 0; i < HVDL_FAULT_POINTS; i++)
+      if (strlen(hvdl_fault_name(i)) == (size_t)(at - p) && strncmp(p, hvdl_fault_name(i), (size_t)(at - p)) == 0)
+        point = i;
+    char *q;
+    if (point < 0 || at[1] < '0' || at[1] > '9') goto bad;
+    long rank = strtol(at + 1, &q, 10), n = 1;
+    if (*q == '#') {
+      if (q[1] < '0' || q[1] > '9') goto bad;
+      n = strtol(q + 1, &q, 10);
+    }
+    if (q != end || rank > 1 << 24 || n < 1 || n > 1 << 30) goto bad;
+    c->faults[c->nfaults].point = point;
+    c->faults[c->nfaults].rank = (int)rank;
+    c->faults[c->nfaults].n = (int)n;
+    c->nfaults++;
+    p = comma ? comma + 1 : end;
+  }
+  return hvdlSuccess;
+bad:
+  return hvdl_fail(NULL, hvdlInvalidArgument,
+                   "HVD_LITE_FAULT=%s is not valid: expected point@rank or point@rank#n, comma-separated "
+                   "(at most 16), point one of alloc, send, recv, negotiate, stall, exit, adapter",
+                   spec);
 }

@@ -41,9 +41,18 @@ static void on_first_waiter(void *arg) {
   if (e->batching) pthread_cond_signal(&e->work_cv); /* the burst is over */
 }
 
-static void on_data_wait(void *arg) {
+/* The data communicator's watch (wait.c): completions are announced while the
+ * engine waits, and a sleeping wait looks for alarms: an engine alarm ends any
+ * wait, a data alarm for the step being run (or an earlier one) ends its wait. */
+static hvdlResult_t on_data_wait(void *arg, int sleeping) {
   struct hvdl_engine *e = arg;
   hvdl_requests_notify(&e->requests, 0);
+  if (!sleeping) return hvdlSuccess;
+  hvdl_alarm_poll(&e->alarm);
+  if (e->alarm.engine_down) return hvdl_fail(e->data, hvdlRemoteError, "%s", e->alarm.engine.msg);
+  if (e->in_data && hvdl_alarm_failed(&e->alarm, e->executor->step - 1))
+    return hvdl_fail(e->data, (hvdlResult_t)e->alarm.first.code, "%s", e->alarm.first.msg);
+  return hvdlSuccess;
 }
 
 static double idle_tick(const struct hvdl_engine *e) {
@@ -131,12 +140,24 @@ static void *engine_main(void *arg) {
 
     int nready = 0, finished = 0;
     hvdlResult_t res = hvdl_round(e->negotiator, pending, n, leaving, &ready, &cap, &nready, &finished);
-    if (res == hvdlSuccess && nready > 0) res = hvdl_execute(e->executor, ready, nready);
+    if (res == hvdlSuccess && nready > 0) {
+      e->in_data = 1;
+      res = hvdl_execute(e->executor, ready, nready);
+      e->in_data = 0;
+    }
     hvdl_requests_notify(&e->requests, 1);
     for (int i = 0; i < n; i++) hvdl_request_release(pending[i]);
     if (res != hvdlSuccess) {
+      /* The engine stops; the others learn why from its engine alarm, unless it
+       * stops because another engine stopped. */
       char msg[HVDL_ERRMSG_LEN];
-      snprintf(msg, sizeof msg, "hvd_lite engine failed: %s", hvdlGetLastError(e->data));
+      if (e->alarm.engine_down) {
+        snprintf(msg, sizeof msg, "%s", e->alarm.engine.msg);
+      } else {
+        snprintf(msg, sizeof msg, "hvd_lite engine failed on rank %d: %s", e->rank,
+                 hvdlGetLastError(e->data));
+        hvdl_alarm_raise_engine(&e->alarm, res, msg);
+      }
       hvdl_requests_fail_all(&e->requests, res, msg);
       break;
     }
@@ -180,8 +201,17 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
   MPI_Comm_set_errhandler(e->ctrl, MPI_ERRORS_RETURN);
   e->rank = e->data->rank;
   e->size = e->data->size;
-  e->data->on_wait = on_data_wait;
-  e->data->on_wait_arg = e;
+  res = hvdl_alarm_init(&e->alarm, e->ctrl);
+  if (res != hvdlSuccess) {
+    hvdl_engine_free(e);
+    return res;
+  }
+  e->data->watch = on_data_wait;
+  e->data->watch_arg = e;
+  e->data->data_timeout = cfg->data_timeout_s;
+  e->data->faults = &e->faults;
+  for (int i = 0; i < cfg->nfaults; i++)
+    if (cfg->faults[i].rank == e->rank) atomic_store(&e->faults.armed[cfg->faults[i].point], cfg->faults[i].n);
   e->negotiator = malloc(sizeof *e->negotiator);
   e->executor = calloc(1, sizeof *e->executor);
   if (!e->negotiator || !e->executor) {
@@ -190,7 +220,7 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
     hvdl_engine_free(e);
     return hvdl_fail(NULL, hvdlSystemError, "hvd_lite engine: out of memory");
   }
-  res = hvdl_negotiator_init(e->negotiator, e->data, e->ctrl, &e->requests, cfg);
+  res = hvdl_negotiator_init(e->negotiator, e->data, e->ctrl, &e->requests, &e->alarm, cfg);
   if (res != hvdlSuccess) {
     hvdl_engine_free(e);
     return res;
@@ -199,6 +229,7 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
   e->executor->fusion_threshold = cfg->fusion_threshold;
   e->executor->requests = &e->requests;
   e->executor->outpool = &e->outpool;
+  e->executor->alarm = &e->alarm;
   if (e->rank == 0 && cfg->timeline[0]) {
     e->timeline = e->executor->timeline = hvdl_timeline_open(cfg->timeline);
     if (!e->timeline) {
@@ -264,6 +295,14 @@ void hvdl_engine_get_stats(struct hvdl_engine *e, struct hvdl_engine_stats *out)
   out->cached_ready = atomic_load_explicit(&st->cached_ready, memory_order_relaxed);
 }
 
+void hvdl_engine_inject_fault(struct hvdl_engine *e, int point, int n) {
+  if (point >= 0 && point < HVDL_FAULT_POINTS) atomic_store(&e->faults.armed[point], n > 0 ? n : 0);
+}
+
+int hvdl_engine_fault_hit(struct hvdl_engine *e, int point) {
+  return point >= 0 && point < HVDL_FAULT_POINTS && hvdl_fault_hit(&e->faults, point);
+}
+
 hvdlResult_t hvdl_engine_stop(struct hvdl_engine *e) {
   if (!e->thread_started) return hvdlSuccess;
   pthread_mutex_lock(&e->requests.mu);
@@ -289,6 +328,7 @@ void hvdl_engine_free(struct hvdl_engine *e) {
   hvdl_timeline_close(e->timeline);
   if (e->negotiator) hvdl_negotiator_free(e->negotiator);
   if (e->executor) hvdl_executor_free(e->executor);
+  hvdl_alarm_free(&e->alarm);
   free(e->negotiator);
   free(e->executor);
   hvdl_outpool_free(&e->outpool);

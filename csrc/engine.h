@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "alarm.h"
 #include "internal.h"
 #include "outpool.h"
 #include "request.h"
@@ -43,6 +44,9 @@ struct hvdl_engine {
   struct hvdl_timeline *timeline; /* rank 0's, or NULL */
   struct hvdl_outpool outpool;   /* outputs of allgather/alltoall, recycled */
   double last_round;
+  struct hvdl_alarm alarm;       /* failures to and from the other ranks (engine thread) */
+  int in_data;                   /* the engine thread is executing a ready list */
+  struct hvdl_faults faults;     /* injected faults (any thread arms them) */
 };
 
 /* What the engine has done so far; hvdl_engine_get_stats may be called from any thread. */
@@ -62,6 +66,10 @@ hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r, i
  * submissions enters the same round and can be fused. */
 void hvdl_engine_hold(struct hvdl_engine *e, int on);
 void hvdl_engine_get_stats(struct hvdl_engine *e, struct hvdl_engine_stats *out);
+/* Fault injection (a testing aid): fail the n-th next time `point` is reached
+ * (0 disarms); hvdl_engine_fault_hit counts one arrival at `point` (the adapter's). */
+void hvdl_engine_inject_fault(struct hvdl_engine *e, int point, int n);
+int hvdl_engine_fault_hit(struct hvdl_engine *e, int point);
 hvdlResult_t hvdl_engine_stop(struct hvdl_engine *e);
 void hvdl_engine_free(struct hvdl_engine *e);
 

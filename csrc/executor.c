@@ -23,6 +23,10 @@
 #include <string.h>
 
 #include "executor.h"
+#include <stdio.h>
+#include <unistd.h>
+
+#include "alarm.h"
 #include "outpool.h"
 #include "reduce.h"
 #include "timeline.h"
@@ -66,8 +70,8 @@ static hvdlResult_t run_one(struct hvdl_executor *x, struct hvdl_request *r) {
   if (res == hvdlSuccess) {
     note_allreduce(x, r, t0, t1, r->nbytes);
     if (r->desc.postscale != 1.0) hvdl_scale(r->recv, r->recv, r->count, dt, r->desc.postscale);
+    hvdl_request_complete(r, res, NULL);
   }
-  hvdl_request_complete(r, res, res == hvdlSuccess ? NULL : hvdlGetLastError(x->data));
   return res;
 }
 
@@ -75,7 +79,11 @@ static hvdlResult_t run_fused(struct hvdl_executor *x, struct hvdl_request **gro
                               size_t total) {
   const hvdlDataType_t dt = (hvdlDataType_t)group[0]->desc.dtype;
   const size_t es = hvdl_type_size(dt);
-  hvdlResult_t res = hvdl_reserve(x->data, &x->fusion, &x->fusion_bytes, total);
+  hvdlResult_t res =
+      hvdl_fault_hit(x->data->faults, HVDL_FAULT_ALLOC)
+          ? hvdl_fail(x->data, hvdlSystemError, "injected fault (HVD_LITE_FAULT): out of memory "
+                      "for a %zu-byte fusion buffer", total)
+          : hvdl_reserve(x->data, &x->fusion, &x->fusion_bytes, total);
   const double t0 = hvdl_now();
   size_t off = 0;
   for (int i = 0; i < m && res == hvdlSuccess; i++) {
@@ -94,13 +102,13 @@ static hvdlResult_t run_fused(struct hvdl_executor *x, struct hvdl_request **gro
     off += group[i]->nbytes;
   }
   const double t3 = hvdl_now();
-  for (int i = 0; i < m; i++) {
-    if (res == hvdlSuccess && x->timeline) {
+  for (int i = 0; i < m && res == hvdlSuccess; i++) {
+    if (x->timeline) {
       hvdl_timeline_event(x->timeline, group[i]->desc.name, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
       note_allreduce(x, group[i], t1, t2, total);
       hvdl_timeline_event(x->timeline, group[i]->desc.name, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
     }
-    hvdl_request_complete(group[i], res, res == hvdlSuccess ? NULL : hvdlGetLastError(x->data));
+    hvdl_request_complete(group[i], res, NULL);
   }
   return res;
 }
@@ -117,8 +125,11 @@ static size_t row_elems(const struct hvdl_desc *d) {
 /* Allocates the request's output (rows x the other dims), recycled (outpool.c). */
 static hvdlResult_t alloc_out(struct hvdl_executor *x, struct hvdl_request *r, int64_t rows) {
   const size_t bytes = (size_t)rows * row_elems(&r->desc) * hvdl_type_size((hvdlDataType_t)r->desc.dtype);
-  r->out = hvdl_outpool_get(x->outpool, bytes, &r->out_cap);
-  if (!r->out) return hvdl_fail(x->data, hvdlSystemError, "out of memory for a %zu-byte output", bytes);
+  const int injected = hvdl_fault_hit(x->data->faults, HVDL_FAULT_ALLOC);
+  r->out = injected ? NULL : hvdl_outpool_get(x->outpool, bytes, &r->out_cap);
+  if (!r->out)
+    return hvdl_fail(x->data, hvdlSystemError, "%sout of memory for a %zu-byte output",
+                     injected ? "injected fault (HVD_LITE_FAULT): " : "", bytes);
   r->out_pool = x->outpool; /* the Python handle keeps the engine alive while it holds this */
   r->out_bytes = bytes;
   r->out_dim0 = rows;
@@ -227,12 +238,75 @@ static hvdlResult_t run_other(struct hvdl_executor *x, struct hvdl_request *r) {
     case HVDL_COLL_BARRIER: break; /* the negotiation itself was the barrier */
     default: res = hvdl_fail(x->data, hvdlInternalError, "unknown collective %d", r->desc.coll);
   }
-  if (x->timeline && res == hvdlSuccess)
-    hvdl_timeline_event(x->timeline, r->desc.name, "EXECUTE", t0, hvdl_now());
-  /* A bad argument found only here (a size limit) fails this request, not the engine. */
-  hvdlResult_t keep = res == hvdlInvalidArgument ? hvdlSuccess : res;
-  hvdl_request_complete(r, res, res == hvdlSuccess ? NULL : hvdlGetLastError(x->data));
-  return keep;
+  if (res == hvdlSuccess) {
+    if (x->timeline) hvdl_timeline_event(x->timeline, r->desc.name, "EXECUTE", t0, hvdl_now());
+    hvdl_request_complete(r, res, NULL);
+  }
+  return res;
+}
+
+/* ---- failed steps ------------------------------------------------------- */
+
+static const char *coll_name(int coll) {
+  switch (coll) {
+    case HVDL_COLL_ALLREDUCE: return "allreduce";
+    case HVDL_COLL_ALLGATHER: return "allgather";
+    case HVDL_COLL_BROADCAST: return "broadcast";
+    case HVDL_COLL_ALLTOALL: return "alltoall";
+    case HVDL_COLL_REDUCESCATTER: return "reducescatter";
+    case HVDL_COLL_BARRIER: return "barrier";
+    default: return "collective";
+  }
+}
+
+/* "allreduce 'a'" or "allreduce 'a' (fused with 3 more)". */
+static void describe(char *out, size_t cap, struct hvdl_request **group, int m) {
+  int k = snprintf(out, cap, "%s '%s'", coll_name(group[0]->desc.coll), group[0]->desc.name);
+  if (m > 1 && k > 0 && (size_t)k < cap) snprintf(out + k, cap - (size_t)k, " (fused with %d more)", m - 1);
+}
+
+/* Step `step` (group[0..m)) did not succeed here, or failed elsewhere before it
+ * ran: completes its requests with the message every rank gives for it. A failure
+ * of this rank's own (res) is told to the others first. */
+static void fail_step(struct hvdl_executor *x, struct hvdl_request **group, int m, uint64_t step,
+                      hvdlResult_t res) {
+  struct hvdl_alarm *a = x->alarm;
+  char what[HVDL_MAX_NAME + 64], msg[HVDL_ERRMSG_LEN];
+  describe(what, sizeof what, group, m);
+  if (res != hvdlSuccess && !hvdl_alarm_failed(a, step)) { /* this rank's own failure */
+    snprintf(msg, sizeof msg, "%s failed on rank %d: %s", what, x->data->rank,
+             hvdlGetLastError(x->data));
+    hvdl_alarm_raise(a, step, res, msg);
+  }
+  hvdlResult_t code = (hvdlResult_t)a->first.code;
+  if (a->first.step == step) {
+    snprintf(msg, sizeof msg, "%s", a->first.msg);
+  } else {
+    snprintf(msg, sizeof msg, "%s was not run: an earlier collective of the same round failed (%s)",
+             what, a->first.msg);
+    code = hvdlRemoteError;
+  }
+  for (int i = 0; i < m; i++) hvdl_request_complete(group[i], code, msg);
+}
+
+/* One step: the request r, or the fused group starting at r. */
+static hvdlResult_t run_step(struct hvdl_executor *x, struct hvdl_request **group, int m, size_t total) {
+  const uint64_t step = x->step++;
+  if (hvdl_alarm_failed(x->alarm, step)) {
+    fail_step(x, group, m, step, hvdlSuccess);
+    return hvdlSuccess;
+  }
+  if (hvdl_fault_hit(x->data->faults, HVDL_FAULT_EXIT)) _exit(3); /* a crash mid-collective */
+  const struct hvdl_request *r = group[0];
+  hvdlResult_t res = r->desc.coll != HVDL_COLL_ALLREDUCE ? run_other(x, group[0])
+                     : m == 1                            ? run_one(x, group[0])
+                                                         : run_fused(x, group, m, total);
+  if (res != hvdlSuccess && x->alarm->engine_down) { /* another rank's engine has stopped */
+    for (int i = 0; i < m; i++) hvdl_request_complete(group[i], hvdlRemoteError, x->alarm->engine.msg);
+    return hvdl_fail(x->data, hvdlRemoteError, "%s", x->alarm->engine.msg);
+  }
+  if (res != hvdlSuccess) fail_step(x, group, m, step, res);
+  return hvdlSuccess;
 }
 
 hvdlResult_t hvdl_execute(struct hvdl_executor *x, struct hvdl_request **ready, int n) {
@@ -250,22 +324,11 @@ hvdlResult_t hvdl_execute(struct hvdl_executor *x, struct hvdl_request **ready, 
     hvdl_requests_notify(x->requests, 0);
     struct hvdl_request *r = ready[i];
     taken[i] = 1;
-    if (res != hvdlSuccess) { /* the communicator broke earlier in this list */
-      hvdl_request_complete(r, res, hvdlGetLastError(x->data));
-      continue;
-    }
-    if (r->desc.coll != HVDL_COLL_ALLREDUCE) {
-      res = run_other(x, r);
-      continue;
-    }
-    if (threshold == 0 || r->nbytes >= threshold) {
-      res = run_one(x, r);
-      continue;
-    }
     int m = 0;
     size_t total = r->nbytes;
     group[m++] = r;
-    for (int j = i + 1; j < n; j++) {
+    const int fusable = r->desc.coll == HVDL_COLL_ALLREDUCE && threshold > 0 && r->nbytes < threshold;
+    for (int j = i + 1; j < n && fusable; j++) {
       struct hvdl_request *q = ready[j];
       if (taken[j] || !same_key(r, q) || q->nbytes >= threshold || total + q->nbytes > threshold)
         continue;
@@ -273,7 +336,8 @@ hvdlResult_t hvdl_execute(struct hvdl_executor *x, struct hvdl_request **ready, 
       group[m++] = q;
       total += q->nbytes;
     }
-    res = m == 1 ? run_one(x, r) : run_fused(x, group, m, total);
+    res = run_step(x, group, m, total);
+    if (res != hvdlSuccess) break; /* the engine stops: it fails what is left */
   }
   hvdl_timeline_flush(NULL);
 out:

@@ -2,7 +2,7 @@
  * executor.h -- running a round's ready list on the data communicator: fusion of
  * small allreduces, every other collective one call each, then completion of
  * each request. executor.c calls the public C API (comm.c), reduce.c, request.c,
- * outpool.c and timeline.c; the engine's loop calls it.
+ * alarm.c, outpool.c and timeline.c; the engine's loop calls it.
  */
 #ifndef HVDL_EXECUTOR_H_
 #define HVDL_EXECUTOR_H_
@@ -10,6 +10,7 @@
 #include "request.h"
 
 struct hvdl_timeline;
+struct hvdl_alarm;
 
 struct hvdl_executor {
   hvdlComm_t data;               /* the collectives' communicator */
@@ -17,13 +18,17 @@ struct hvdl_executor {
   struct hvdl_requests *requests; /* whose waiters it wakes while it runs */
   struct hvdl_outpool *outpool;  /* outputs of allgather/alltoall */
   struct hvdl_timeline *timeline; /* rank 0's, or NULL */
+  struct hvdl_alarm *alarm;      /* how a step's failure reaches the other ranks */
+  uint64_t step;                 /* steps run so far: one per collective call, the same on every rank */
   char *fusion;                  /* the fusion buffer */
   size_t fusion_bytes;
 };
 
-/* Runs ready[0..n) in order and completes each request. Returns the first failure
- * that leaves the communicator unusable (a bad argument found here fails only its
- * own request). */
+/* Runs ready[0..n) in order and completes each request. A step that fails on this
+ * rank raises an alarm; a step that failed anywhere fails here with that rank's
+ * message, and so do the later steps of the list (docs/design.md, "Failures").
+ * Every such failure is the data communicator's to recover from (the next round
+ * replaces it); this returns hvdlSuccess unless the engine itself must stop. */
 hvdlResult_t hvdl_execute(struct hvdl_executor *x, struct hvdl_request **ready, int n);
 void hvdl_executor_free(struct hvdl_executor *x);
 

@@ -6,6 +6,7 @@
 #ifndef HVDL_INTERNAL_H_
 #define HVDL_INTERNAL_H_
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <time.h>
@@ -30,6 +31,16 @@ struct hvdl_scratch {
   size_t counts_bytes;
 };
 
+/* Fault injection, a testing aid (docs/design.md, "Failures"): where a rank can be
+ * made to fail. armed[p] = n > 0 fails the n-th next time point p is reached. */
+enum hvdl_fault_point {
+  HVDL_FAULT_ALLOC, HVDL_FAULT_SEND, HVDL_FAULT_RECV, HVDL_FAULT_NEGOTIATE, HVDL_FAULT_STALL,
+  HVDL_FAULT_EXIT, HVDL_FAULT_ADAPTER, HVDL_FAULT_POINTS
+};
+struct hvdl_faults {
+  atomic_int armed[HVDL_FAULT_POINTS];
+};
+
 struct hvdlComm {
   MPI_Comm mpi;         /* private duplicate of the caller's communicator */
   int rank;
@@ -38,8 +49,14 @@ struct hvdlComm {
   hvdlConfig_t config;
   struct hvdl_scratch scratch;
   double phase_time[3];  /* last ring: start, end of reduce-scatter, end (for the timeline) */
-  void (*on_wait)(void *); /* called while wait.c polls (the engine's notifications) */
-  void *on_wait_arg;
+  /* Called while wait.c polls, `sleeping` once the wait has stopped spinning; a
+   * result other than hvdlSuccess ends the wait with it (the engine: notifications,
+   * and alarms from other ranks). */
+  hvdlResult_t (*watch)(void *arg, int sleeping);
+  void *watch_arg;
+  double data_timeout;   /* a wait in which nothing completes for this long fails (0: never) */
+  int wait_peer;         /* the rank the current wait is for, where the algorithm knows (-1) */
+  struct hvdl_faults *faults; /* NULL unless faults are injected */
   char last_error[HVDL_ERRMSG_LEN];
 };
 
@@ -77,6 +94,10 @@ struct hvdl_engine_config {
   double stall_shutdown_s;    /* HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS; 0 = wait forever */
   size_t cache_capacity;      /* HVD_LITE_CACHE_CAPACITY: response cache entries; 0 disables */
   char timeline[4096];        /* HVD_LITE_TIMELINE: Chrome-trace file written by rank 0 */
+  double data_timeout_s;      /* HVD_LITE_DATA_TIMEOUT_SECONDS; 0 = a data phase may wait forever */
+  /* HVD_LITE_FAULT (a testing aid): point@rank#n, up to 16 of them */
+  struct { int point, rank, n; } faults[16];
+  int nfaults;
   int log_level;              /* HVD_LITE_LOG_LEVEL: enum hvdl_log_level */
 };
 
@@ -85,6 +106,12 @@ enum hvdl_log_level {
 };
 
 hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c);
+/* Parses one HVD_LITE_FAULT-style spec ("point@rank#n,...") into c->faults. */
+hvdlResult_t hvdl_config_faults(struct hvdl_engine_config *c, const char *spec);
+/* comm.c: replaces the communicator's MPI communicator with a duplicate of
+ * `from` (collective over it), after a failed collective left messages and
+ * requests behind on the old one. */
+hvdlResult_t hvdl_comm_renew(hvdlComm_t comm, MPI_Comm from);
 hvdlResult_t hvdl_config_check(const hvdlConfig_t *c);
 /* The measured latency-path crossover for this many ranks. */
 size_t hvdl_small_bytes_default(int nranks);
@@ -92,22 +119,38 @@ size_t hvdl_small_bytes_default(int nranks);
 /* wait.c: how a waiter polls MPI requests. It spins for `spin` seconds (with
  * sched_yield between polls if `yield`), then sleeps between polls, from
  * `first_sleep` doubling up to `max_sleep`, or up to `long_sleep` once it has
- * waited `long_after` (0: never). */
+ * waited `long_after` (0: never). A `bounded` wait fails when nothing completes
+ * for comm->data_timeout (the data phases: every rank is inside the collective). */
 struct hvdl_wait_limits {
   double spin;
   int yield;
   double first_sleep, max_sleep;
   double long_after, long_sleep;
+  int bounded;
 };
-/* Polls until all n requests are done (comm->on_wait between polls); returns
- * hvdlSystemError on an MPI error. */
+/* Polls until all n requests are done (comm->watch between polls); returns
+ * hvdlSystemError on an MPI error, hvdlRemoteError when nothing completes for
+ * comm->data_timeout, or what comm->watch returned. On failure the requests are
+ * left as they are: a caller that owns point-to-point requests abandons them. */
 hvdlResult_t hvdl_wait_requests(hvdlComm_t comm, int n, MPI_Request *reqs,
                                 const struct hvdl_wait_limits *limits);
-/* The same with the data phases' limits (every rank is inside the collective). */
+/* The same with the data phases' limits (every rank is inside the collective);
+ * hvdl_wait_peer when every request is with one peer (named if it stays silent). */
 hvdlResult_t hvdl_wait_all(hvdlComm_t comm, int n, MPI_Request *reqs);
+hvdlResult_t hvdl_wait_peer(hvdlComm_t comm, int peer, int n, MPI_Request *reqs);
+/* Releases the point-to-point requests of a failed collective, all receives
+ * (`receives`) or all sends: receives are cancelled and waited for (a matched one
+ * finishes its message; at most 1 s), sends are freed as they are. Never for
+ * collective requests: MPI forbids cancelling them (they are left to the
+ * communicator, which the engine replaces). */
+void hvdl_abandon(hvdlComm_t comm, int n, MPI_Request *reqs, int receives);
 /* The sleep after `sleep` (0: before the first one), `waited` seconds into a wait. */
 double hvdl_wait_next_sleep(const struct hvdl_wait_limits *limits, double sleep, double waited);
 void hvdl_sleep(double seconds);
+
+/* base.c: 1 when an armed fault at point p fires now (f may be NULL); its name. */
+int hvdl_fault_hit(struct hvdl_faults *f, enum hvdl_fault_point p);
+const char *hvdl_fault_name(int p);
 
 /* base.c: monotonic time in seconds; type and op names; scratch. */
 double hvdl_now(void);

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "negotiate.h"
+#include "alarm.h"
 
 static int desc_equal(const struct hvdl_desc *a, const struct hvdl_desc *b) {
   if (a->coll != b->coll || a->dtype != b->dtype || a->op != b->op || a->ndim != b->ndim ||
@@ -246,6 +247,8 @@ hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending
   const int n = g->size, me = g->rank;
   *nready = 0;
   *finished = 0;
+  if (hvdl_fault_hit(g->data->faults, HVDL_FAULT_NEGOTIATE))
+    return hvdl_fail(g->data, hvdlSystemError, "injected fault (HVD_LITE_FAULT) in a negotiation round");
 
   /* A new request matching a cache entry becomes a bit; the others are announced.
    * A JOIN request is neither: it sets this rank's "joined" flag. */
@@ -281,17 +284,18 @@ hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending
       mine[HVDL_HDR_WORDS + pending[i]->cache_id / 64] |= 1ull << (pending[i]->cache_id % 64);
   const int slow = uncached > 0 || (me == 0 && g->coord.pending_shutdown[0]);
   mine[0] = (leaving ? HVDL_FLAG_LEAVING : 0) | (slow ? HVDL_FLAG_SLOW : 0) | (joined_here ? HVDL_FLAG_JOINED : 0) |
-            ((uint64_t)uncached << 32);
+            (g->alarm->sent ? HVDL_FLAG_ALARMED : 0) | ((uint64_t)uncached << 32);
 
   MPI_Request req;
   HVDL_MPI(g->data, MPI_Iallgather(mine, words, MPI_UINT64_T, all, words, MPI_UINT64_T, g->ctrl, &req));
   HVDL_CHECK(wait_round(g, &req));
 
-  int any_slow = 0, shutdown = 0, anyone_leaving = 0, njoined = 0;
+  int any_slow = 0, shutdown = 0, anyone_leaving = 0, njoined = 0, any_alarmed = 0;
   char leavers[256] = "";
   size_t nl = 0;
-  unsigned char *joined = calloc((size_t)n, 1);
+  unsigned char *joined = calloc((size_t)n * 2, 1);
   if (!joined) return hvdl_fail(g->data, hvdlSystemError, "negotiation: out of memory");
+  unsigned char *alarmed = joined + n;
   g->round_no++;
   atomic_fetch_add_explicit(&g->stats.rounds, 1, memory_order_relaxed);
   for (int r = 0; r < n; r++) {
@@ -299,6 +303,8 @@ hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending
     any_slow |= (h & HVDL_FLAG_SLOW) != 0;
     anyone_leaving |= (h & HVDL_FLAG_LEAVING) != 0;
     joined[r] = (h & HVDL_FLAG_JOINED) != 0;
+    alarmed[r] = (h & HVDL_FLAG_ALARMED) != 0;
+    any_alarmed |= alarmed[r];
     njoined += joined[r];
     if (joined[r] && g->join.round[r] < 0) g->join.round[r] = (int)g->round_no;
     if ((h & HVDL_FLAG_LEAVING) && r != me && nl + 16 < sizeof leavers)
@@ -307,7 +313,11 @@ hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending
 
   struct ready_list rl = {ready, ready_cap, 0};
   hvdlResult_t res = hvdlSuccess;
-  if (any_slow) {
+  if (any_alarmed) { /* a data phase failed since the last round: every rank starts afresh */
+    res = hvdl_alarm_settle(g->alarm, alarmed);
+    if (res == hvdlSuccess) res = hvdl_comm_renew(g->data, g->ctrl);
+  }
+  if (any_slow && res == hvdlSuccess) {
     atomic_fetch_add_explicit(&g->stats.slow_rounds, 1, memory_order_relaxed);
     res = slow_path(g, all, words, cache_n, anyone_leaving, joined, pending, np, &rl, &shutdown);
   }
@@ -376,9 +386,10 @@ hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending
 }
 
 hvdlResult_t hvdl_negotiator_init(struct hvdl_negotiator *g, hvdlComm_t data, MPI_Comm ctrl,
-                                  struct hvdl_requests *requests,
+                                  struct hvdl_requests *requests, struct hvdl_alarm *alarm,
                                   const struct hvdl_engine_config *cfg) {
   memset(g, 0, sizeof *g);
+  g->alarm = alarm;
   g->data = data;
   g->ctrl = ctrl;
   g->rank = data->rank;

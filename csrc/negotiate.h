@@ -30,6 +30,7 @@ struct hvdl_negotiator {
   MPI_Comm ctrl;                 /* the rounds' communicator */
   int rank, size;
   struct hvdl_requests *requests; /* completed (errors, JOIN) or marked dead here */
+  struct hvdl_alarm *alarm;      /* data alarms are settled here, and the data communicator renewed */
   struct hvdl_cache cache;
   struct hvdl_coordinator coord; /* rank 0 */
   struct hvdl_join join;
@@ -42,7 +43,7 @@ struct hvdl_negotiator {
 };
 
 hvdlResult_t hvdl_negotiator_init(struct hvdl_negotiator *g, hvdlComm_t data, MPI_Comm ctrl,
-                                  struct hvdl_requests *requests,
+                                  struct hvdl_requests *requests, struct hvdl_alarm *alarm,
                                   const struct hvdl_engine_config *cfg);
 /* One round over `pending` (the requests in flight, held by the caller). Fills
  * *ready (grown as needed; a joined rank adds stand-ins for the others'

@@ -75,9 +75,22 @@ static size_t seg_elems(const struct hvdl_pipe *p, size_t count, size_t j) {
   return count - first < p->seg ? count - first : p->seg;
 }
 
+/* A failed step abandons everything the pipe has posted (wait.c), so that no
+ * message of it can land in a buffer after the failure is reported. */
+static hvdlResult_t abandon(struct hvdl_pipe *p, MPI_Request *rreq, int nr, hvdlResult_t res) {
+  if (rreq) hvdl_abandon(p->comm, nr, rreq, 1);
+  for (int gen = 0; gen < 2; gen++) {
+    hvdl_abandon(p->comm, p->nsreq[gen], p->sreq[gen], 0);
+    p->nsreq[gen] = 0;
+  }
+  return res;
+}
+
 static hvdlResult_t wait_sends(struct hvdl_pipe *p, int gen) {
-  if (p->nsreq[gen] > 0)
-    HVDL_CHECK(hvdl_wait_all(p->comm, p->nsreq[gen], p->sreq[gen]));
+  if (p->nsreq[gen] > 0) {
+    hvdlResult_t res = hvdl_wait_peer(p->comm, p->right, p->nsreq[gen], p->sreq[gen]);
+    if (res != hvdlSuccess) return abandon(p, NULL, 0, res);
+  }
   p->nsreq[gen] = 0;
   return hvdlSuccess;
 }
@@ -89,16 +102,31 @@ static hvdlResult_t begin_step(struct hvdl_pipe *p, int *gen) {
   return wait_sends(p, *gen);
 }
 
+/* Injected faults (HVD_LITE_FAULT): a failing send or receive, or a rank that
+ * stops sending for twice the data timeout. */
+static hvdlResult_t fault(struct hvdl_pipe *p, enum hvdl_fault_point at) {
+  hvdlComm_t c = p->comm;
+  if (at == HVDL_FAULT_SEND && hvdl_fault_hit(c->faults, HVDL_FAULT_STALL))
+    hvdl_sleep(c->data_timeout > 0 ? 2 * c->data_timeout : 1.0);
+  if (hvdl_fault_hit(c->faults, at))
+    return hvdl_fail(c, hvdlSystemError, "injected fault (HVD_LITE_FAULT): a %s to rank %d failed",
+                     hvdl_fault_name(at), at == HVDL_FAULT_SEND ? p->right : p->left);
+  return hvdlSuccess;
+}
+
 /* send: one segment to the right. */
 static hvdlResult_t send_segment(struct hvdl_pipe *p, int gen, const char *buf, size_t elems) {
-  MPI_Request *req = &p->sreq[gen][p->nsreq[gen]++];
+  if (p->comm->faults) HVDL_CHECK(fault(p, HVDL_FAULT_SEND));
+  MPI_Request *req = &p->sreq[gen][p->nsreq[gen]];
   HVDL_MPI(p->comm, MPI_Isend(buf, (int)(elems * p->esize), MPI_BYTE, p->right, p->tag,
                               p->comm->mpi, req));
+  p->nsreq[gen]++;
   return hvdlSuccess;
 }
 
 static hvdlResult_t post_recv(struct hvdl_pipe *p, unsigned what, char *dst, size_t count,
                               size_t j, MPI_Request *req) {
+  if (p->comm->faults) HVDL_CHECK(fault(p, HVDL_FAULT_RECV));
   char *into = (what & PIPE_REDUCE) ? p->tmp + (j % PIPE_WINDOW) * p->seg * p->esize
                                     : dst + j * p->seg * p->esize;
   HVDL_MPI(p->comm, MPI_Irecv(into, (int)(seg_elems(p, count, j) * p->esize), MPI_BYTE, p->left,
@@ -117,33 +145,37 @@ static hvdlResult_t recv_step(struct hvdl_pipe *p, unsigned what, const char *sr
   HVDL_CHECK(begin_step(p, &gen));
   const size_t nseg = (count + p->seg - 1) / p->seg;
   MPI_Request rreq[PIPE_WINDOW];
-  for (size_t j = 0; j < nseg && j < PIPE_WINDOW; j++)
-    HVDL_CHECK(post_recv(p, what, dst, count, j, &rreq[j]));
+  hvdlResult_t res = hvdlSuccess;
+  for (size_t j = 0; j < PIPE_WINDOW; j++) rreq[j] = MPI_REQUEST_NULL;
+  for (size_t j = 0; j < nseg && j < PIPE_WINDOW && res == hvdlSuccess; j++)
+    res = post_recv(p, what, dst, count, j, &rreq[j]);
 
-  for (size_t j = 0; j < nseg; j++) {
+  for (size_t j = 0; j < nseg && res == hvdlSuccess; j++) {
     const size_t slot = j % PIPE_WINDOW;
     const size_t elems = seg_elems(p, count, j);
     const size_t at = j * p->seg * p->esize;
 
-    HVDL_CHECK(hvdl_wait_all(p->comm, 1, &rreq[slot]));
+    res = hvdl_wait_peer(p->comm, p->left, 1, &rreq[slot]);
+    if (res != hvdlSuccess) break;
     if (what & PIPE_REDUCE) {
       hvdl_reduce(dst + at, p->tmp + slot * p->seg * p->esize, src + at, elems, p->dt, p->op);
       if ((what & PIPE_DIVIDE) && p->op == hvdlAvg)
         hvdl_divide(dst + at, elems, p->dt, (uint64_t)p->comm->size);
     }
-    if (j + PIPE_WINDOW < nseg)
-      HVDL_CHECK(post_recv(p, what, dst, count, j + PIPE_WINDOW, &rreq[slot]));
-    if (what & PIPE_FORWARD) HVDL_CHECK(send_segment(p, gen, dst + at, elems));
+    if (j + PIPE_WINDOW < nseg) res = post_recv(p, what, dst, count, j + PIPE_WINDOW, &rreq[slot]);
+    if (res == hvdlSuccess && (what & PIPE_FORWARD)) res = send_segment(p, gen, dst + at, elems);
   }
-  return hvdlSuccess;
+  return res == hvdlSuccess ? res : abandon(p, rreq, PIPE_WINDOW, res);
 }
 
 hvdlResult_t hvdl_pipe_send(struct hvdl_pipe *p, const void *src, size_t count) {
   int gen;
   HVDL_CHECK(begin_step(p, &gen));
   const char *from = src;
-  for (size_t j = 0; j * p->seg < count; j++)
-    HVDL_CHECK(send_segment(p, gen, from + j * p->seg * p->esize, seg_elems(p, count, j)));
+  for (size_t j = 0; j * p->seg < count; j++) {
+    hvdlResult_t res = send_segment(p, gen, from + j * p->seg * p->esize, seg_elems(p, count, j));
+    if (res != hvdlSuccess) return abandon(p, NULL, 0, res);
+  }
   return hvdlSuccess;
 }
 

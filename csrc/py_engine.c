@@ -123,6 +123,32 @@ static PyObject *Engine_stats(EngineObject *self, PyObject *noargs) {
                        (unsigned long long)st.cached_ready);
 }
 
+/* Fault injection, a testing aid (docs/design.md, "Failures"). */
+static int fault_point(PyObject *name) {
+  const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+  for (int i = 0; s && i < HVDL_FAULT_POINTS; i++)
+    if (strcmp(s, hvdl_fault_name(i)) == 0) return i;
+  if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "unknown fault point %R", name);
+  return -1;
+}
+
+static PyObject *Engine_inject_fault(EngineObject *self, PyObject *args) {
+  PyObject *name;
+  int n = 1;
+  if (!PyArg_ParseTuple(args, "U|i", &name, &n)) return NULL;
+  int point = fault_point(name);
+  if (point < 0) return NULL;
+  if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
+  hvdl_engine_inject_fault(self->engine, point, n);
+  Py_RETURN_NONE;
+}
+
+static PyObject *Engine_fault_hit(EngineObject *self, PyObject *name) {
+  int point = fault_point(name);
+  if (point < 0) return NULL;
+  return PyBool_FromLong(self->engine && hvdl_engine_fault_hit(self->engine, point));
+}
+
 static PyObject *Engine_hold(EngineObject *self, PyObject *arg) {
   int on = PyObject_IsTrue(arg);
   if (on < 0) return NULL;
@@ -376,6 +402,10 @@ static PyMethodDef Engine_methods[] = {
      "hold(True) ... hold(False): submissions in between enter the same round"},
     {"shutdown", (PyCFunction)Engine_shutdown, METH_NOARGS,
      "leave: the last round tells the other ranks; pending requests fail"},
+    {"_inject_fault", (PyCFunction)Engine_inject_fault, METH_VARARGS,
+     "_inject_fault(point, n=1): this rank fails the n-th next time it reaches point (testing)"},
+    {"_fault_hit", (PyCFunction)Engine_fault_hit, METH_O,
+     "_fault_hit(point) -> bool: an arrival at point, True when an armed fault fires (testing)"},
     {NULL, NULL, 0, NULL},
 };
 

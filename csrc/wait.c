@@ -5,7 +5,9 @@
  * limits (struct hvdl_wait_limits, internal.h); the engine's pause between
  * rounds that made no progress takes its sleeps from hvdl_wait_next_sleep too.
  * It calls base.c and MPI; the algorithms, the executor, the negotiation and
- * the engine loop call it.
+ * the engine loop call it. A wait ends early when the communicator's watch hook
+ * says so (the engine: an alarm from another rank) or when nothing has completed
+ * for comm->data_timeout; hvdl_abandon then cancels what its caller had posted.
  *
  * Why not MPI_Wait: it busy-polls in Open MPI, so a rank waiting for a slow peer
  * burns a whole core, which on a small machine is a core taken from training.
@@ -28,7 +30,7 @@
 
 /* The data phases: spin 1 ms yielding, then sleeps from 1 us up to 50 us. */
 static const struct hvdl_wait_limits in_collective = {
-    .spin = 1e-3, .yield = 1, .first_sleep = 1e-6, .max_sleep = 50e-6};
+    .spin = 1e-3, .yield = 1, .first_sleep = 1e-6, .max_sleep = 50e-6, .bounded = 1};
 
 void hvdl_sleep(double seconds) {
   if (seconds <= 0) return;
@@ -42,25 +44,87 @@ double hvdl_wait_next_sleep(const struct hvdl_wait_limits *w, double sleep, doub
   return sleep * 2 < cap ? sleep * 2 : cap;
 }
 
+/* How many of the n requests are still pending (each one is tested). */
+static int pending_count(int n, MPI_Request *reqs) {
+  int left = 0;
+  for (int i = 0; i < n; i++) {
+    int done = 1;
+    if (reqs[i] != MPI_REQUEST_NULL && MPI_Test(&reqs[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      done = 0;
+    left += !done;
+  }
+  return left;
+}
+
+/* Progress, not total time, is bounded: at every data_timeout mark the wait counts
+ * its pending requests, and fails if none completed since the last mark. */
+static hvdlResult_t no_progress(hvdlComm_t comm, int n, double waited) {
+  if (comm->wait_peer >= 0)
+    return hvdl_fail(comm, hvdlRemoteError,
+                     "no message from rank %d for %g s (HVD_LITE_DATA_TIMEOUT_SECONDS): it is not "
+                     "taking part in the collective",
+                     comm->wait_peer, waited);
+  return hvdl_fail(comm, hvdlRemoteError,
+                   "no progress for %g s (HVD_LITE_DATA_TIMEOUT_SECONDS) waiting for %d message(s) "
+                   "from other ranks: one of them is not taking part in the collective",
+                   waited, n);
+}
+
 hvdlResult_t hvdl_wait_requests(hvdlComm_t comm, int n, MPI_Request *reqs,
                                 const struct hvdl_wait_limits *w) {
   const double start = hvdl_now();
-  double sleep = 0;
+  const double timeout = w->bounded ? comm->data_timeout : 0;
+  double sleep = 0, mark = start + timeout;
+  int left = n;
   for (;;) {
     int done = 0;
     HVDL_MPI(comm, MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
     if (done) return hvdlSuccess;
-    if (comm->on_wait) comm->on_wait(comm->on_wait_arg);
-    const double waited = hvdl_now() - start;
-    if (waited < w->spin) {
+    const double now = hvdl_now(), waited = now - start;
+    const int sleeping = waited >= w->spin;
+    if (comm->watch) HVDL_CHECK(comm->watch(comm->watch_arg, sleeping));
+    if (!sleeping) {
       if (w->yield) sched_yield(); /* a busy-waiting engine lets this process's training thread run */
       continue;
+    }
+    if (timeout > 0 && now >= mark) {
+      const int now_left = pending_count(n, reqs);
+      if (now_left >= left) return no_progress(comm, now_left, timeout);
+      left = now_left;
+      mark = now + timeout;
     }
     sleep = hvdl_wait_next_sleep(w, sleep, waited);
     hvdl_sleep(sleep);
   }
 }
 
-hvdlResult_t hvdl_wait_all(hvdlComm_t comm, int n, MPI_Request *reqs) {
+void hvdl_abandon(hvdlComm_t comm, int n, MPI_Request *reqs, int receives) {
+  (void)comm;
+  if (receives) { /* a cancelled receive completes at once; a matched one finishes its message */
+    for (int i = 0; i < n; i++)
+      if (reqs[i] != MPI_REQUEST_NULL) MPI_Cancel(&reqs[i]);
+    const double until = hvdl_now() + 1.0;
+    double sleep = 1e-6;
+    for (;;) {
+      int done = 0;
+      if (MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done ||
+          hvdl_now() >= until)
+        break;
+      hvdl_sleep(sleep);
+      sleep = sleep * 2 < 1e-3 ? sleep * 2 : 1e-3;
+    }
+  }
+  /* A send is released as it is: it completes in the background, or never if its
+   * receiver cancelled (MPI cannot cancel a send reliably). */
+  for (int i = 0; i < n; i++)
+    if (reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[i]);
+}
+
+hvdlResult_t hvdl_wait_peer(hvdlComm_t comm, int peer, int n, MPI_Request *reqs) {
+  comm->wait_peer = peer;
   return hvdl_wait_requests(comm, n, reqs, &in_collective);
+}
+
+hvdlResult_t hvdl_wait_all(hvdlComm_t comm, int n, MPI_Request *reqs) {
+  return hvdl_wait_peer(comm, -1, n, reqs);
 }

@@ -18,6 +18,7 @@
 #define HVDL_FLAG_LEAVING 1ull
 #define HVDL_FLAG_SLOW 2ull
 #define HVDL_FLAG_JOINED 4ull
+#define HVDL_FLAG_ALARMED 8ull /* sent a data alarm since the last settle (alarm.h) */
 
 /* The coordinator's response: a sequence of these, each followed by its fields. */
 enum hvdl_resp_kind {

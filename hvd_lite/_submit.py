@@ -210,6 +210,8 @@ class Request(NamedTuple):
 def submit(request: Request) -> Handle:
     """Hands a checked request to the engine."""
     r = request
+    if basics._state.adapter_faults and not r.error:
+        r = r._replace(error=basics.adapter_fault())
     c = basics._engine().submit(r.coll, r.send, r.recv, r.dtype, r.op, r.pre, r.post, r.name,
                                 tuple(r.shape), r.root, r.splits, r.error, _this_thread.at_once)
     return Handle(c, r.output, r.name, r.finish)

@@ -22,6 +22,7 @@ class _State:
     thread_level: int = -1
     finalize_at_exit: bool = False
     atexit_registered: bool = False
+    adapter_faults: bool = False  # an adapter fault may be armed (a testing aid)
 
 
 _state = _State()
@@ -110,6 +111,23 @@ def init(comm: Any = None) -> None:
         _check_launcher_after_init(_core.mpi_world_size())
     _state.engine = _core.Engine(fhandle, ranks)
     _state.auto_names = {}  # automatic names restart with every engine, on every rank
+    # HVD_LITE_FAULT (parsed by the engine) may arm the adapter's fault point too
+    _state.adapter_faults = "adapter" in os.environ.get("HVD_LITE_FAULT", "")
+
+
+def inject_fault(point: str, n: int = 1) -> None:
+    """A testing aid: this rank fails the n-th next time it reaches `point` (alloc, send, recv,
+    negotiate, stall, exit, adapter; docs/design.md, "Failures"); n=0 disarms it."""
+    _engine()._inject_fault(point, n)
+    if point == "adapter":
+        _state.adapter_faults = True
+
+
+def adapter_fault() -> str:
+    """The error an armed adapter fault gives this request, or "" (the common case, quickly)."""
+    if not _state.adapter_faults or not _engine()._fault_hit("adapter"):
+        return ""
+    return "injected fault (HVD_LITE_FAULT): the adapter failed"
 
 
 def auto_name(kind: str) -> str:
