@@ -150,5 +150,6 @@ hvdlResult_t hvdl_alarm_settle(struct hvdl_alarm *a, const unsigned char *alarme
   a->sent = 0;
   memset(a->got, 0, (size_t)a->size);
   a->first.step = HVDL_NO_STEP;
+  a->epoch++;
   return hvdlSuccess;
 }

@@ -26,6 +26,7 @@ struct hvdl_alarm_note {
 struct hvdl_alarm {
   MPI_Comm comm;
   int rank, size;
+  unsigned epoch;               /* settles so far */
   /* data alarms of the current epoch (until the next settle) */
   int sent;                     /* this rank has sent its data alarm */
   unsigned char *got;           /* [size]: rank q's data alarm has been received */

@@ -25,10 +25,18 @@ hvdlResult_t hvdl_allreduce_small(hvdlComm_t comm, const void *sendbuff, void *r
   struct hvdl_scratch *s = &comm->scratch;
   HVDL_CHECK(hvdl_reserve(comm, &s->gather, &s->gather_bytes, (size_t)n * bytes));
 
+  if (hvdl_fault_hit(comm->faults, HVDL_FAULT_SEND))
+    return hvdl_fail(comm, hvdlSystemError, "injected fault (HVD_LITE_FAULT): a send failed");
   MPI_Request req;
   HVDL_MPI(comm, MPI_Iallgather(sendbuff, (int)bytes, MPI_BYTE, s->gather, (int)bytes, MPI_BYTE,
                                 comm->mpi, &req));
-  HVDL_CHECK(hvdl_wait_all(comm, 1, &req));
+  hvdlResult_t res = hvdl_wait_all(comm, 1, &req);
+  if (res != hvdlSuccess) {
+    /* The abandoned all-gather may still write into its buffer: it is left to it. */
+    s->gather = NULL;
+    s->gather_bytes = 0;
+    return res;
+  }
   hvdl_reduce(recvbuff, s->gather, s->gather + bytes, count, dt, op);
   for (int i = 2; i < n; i++)
     hvdl_reduce(recvbuff, recvbuff, s->gather + (size_t)i * bytes, count, dt, op);

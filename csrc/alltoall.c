@@ -44,8 +44,9 @@ hvdlResult_t hvdl_alltoallv(hvdlComm_t comm, const void *send, const int *scount
     memmove((char *)recv + rdispls[me], (const char *)send + sdispls[me], (size_t)scounts[me]);
   if (res == hvdlSuccess) res = hvdl_wait_all(comm, 2 * n, reqs);
   if (res != hvdlSuccess) {
-    hvdl_abandon(comm, k, rreq, 1);
-    hvdl_abandon(comm, k, sreq, 0);
+    const double until = hvdl_now() + HVDL_ABANDON_GRACE;
+    hvdl_abandon(comm, k, rreq, 1, until);
+    hvdl_abandon(comm, k, sreq, 0, until);
   }
   free(reqs);
   return res;

@@ -13,6 +13,7 @@
 
 
 static void free_comm(hvdlComm_t comm) {
+  free(comm->parked);
   free(comm->scratch.tmp);
   free(comm->scratch.gather);
   free(comm->scratch.sreq);
@@ -65,9 +66,22 @@ hvdlResult_t hvdl_comm_renew(hvdlComm_t comm, MPI_Comm from) {
   MPI_Comm fresh;
   HVDL_MPI(comm, MPI_Comm_dup(from, &fresh)); /* not of the old one: it may hold a collective */
   MPI_Comm_set_errhandler(fresh, MPI_ERRORS_RETURN);
-  MPI_Comm_free(&comm->mpi); /* what was abandoned on it can no longer match anything */
+  /* The old communicator is dropped, not freed: messages abandoned on it may still
+   * sit in a peer's queue, and a freed communicator's context id can be given to a
+   * later one, whose receives would then match them. One handle per failure. */
   comm->mpi = fresh;
   comm->broken = 0;
+  /* Every rank has left the failed collectives: nobody can match a parked send now.
+   * One that is still moving its message gets a moment to finish. */
+  const double until = hvdl_now() + HVDL_ABANDON_GRACE;
+  int done = 0;
+  while (comm->nparked > 0 &&
+         MPI_Testall(comm->nparked, comm->parked, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
+         !done && hvdl_now() < until)
+    hvdl_sleep(1e-4);
+  for (int i = 0; i < comm->nparked; i++)
+    if (comm->parked[i] != MPI_REQUEST_NULL) MPI_Request_free(&comm->parked[i]);
+  comm->nparked = 0;
   return hvdlSuccess;
 }
 

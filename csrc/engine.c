@@ -140,6 +140,7 @@ static void *engine_main(void *arg) {
 
     int nready = 0, finished = 0;
     hvdlResult_t res = hvdl_round(e->negotiator, pending, n, leaving, &ready, &cap, &nready, &finished);
+    hvdl_executor_unpin(e->executor, res != hvdlSuccess);
     if (res == hvdlSuccess && nready > 0) {
       e->in_data = 1;
       res = hvdl_execute(e->executor, ready, nready);
@@ -174,6 +175,7 @@ static void *engine_main(void *arg) {
   free(pending);
   free(ready);
   hvdl_requests_fail_all(&e->requests, hvdlInvalidUsage, SHUT_DOWN);
+  hvdl_executor_unpin(e->executor, 1); /* no settle is coming */
   return NULL;
 }
 

@@ -136,21 +136,27 @@ static hvdlResult_t alloc_out(struct hvdl_executor *x, struct hvdl_request *r, i
   return hvdlSuccess;
 }
 
-/* Every rank's int64 value, into vals[size] (on the data communicator). */
-static hvdlResult_t gather_int64(struct hvdl_executor *x, int64_t mine, int64_t *vals) {
+/* Every rank's int64 value, into vals[size] (on the data communicator). After a
+ * failure *vals is left to the abandoned collective, which may still write it. */
+static hvdlResult_t gather_int64(struct hvdl_executor *x, int64_t *mine, int64_t **vals) {
   MPI_Request req;
-  HVDL_MPI(x->data, MPI_Iallgather(&mine, 1, MPI_INT64_T, vals, 1, MPI_INT64_T, x->data->mpi, &req));
-  return hvdl_wait_all(x->data, 1, &req);
+  HVDL_MPI(x->data, MPI_Iallgather(mine, 1, MPI_INT64_T, *vals, 1, MPI_INT64_T, x->data->mpi, &req));
+  hvdlResult_t res = hvdl_wait_all(x->data, 1, &req);
+  if (res != hvdlSuccess) *vals = NULL;
+  return res;
 }
 
 static hvdlResult_t run_allgather(struct hvdl_executor *x, struct hvdl_request *r) {
   const int n = x->data->size;
   const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
   hvdlResult_t res = hvdlSuccess;
-  int64_t *rows = calloc((size_t)n, sizeof *rows);
+  int64_t *rows = calloc((size_t)n + 1, sizeof *rows); /* the others', then this rank's */
   size_t *counts = calloc((size_t)n, sizeof *counts);
   if (!rows || !counts) res = hvdl_fail(x->data, hvdlSystemError, "allgather: out of memory");
-  if (res == hvdlSuccess) res = gather_int64(x, r->dim0, rows);
+  if (res == hvdlSuccess) {
+    rows[n] = r->dim0;
+    res = gather_int64(x, rows + n, &rows);
+  }
   int64_t total = 0;
   for (int q = 0; q < n && res == hvdlSuccess; q++) {
     counts[q] = (size_t)rows[q] * row_elems(&r->desc);
@@ -174,6 +180,8 @@ static hvdlResult_t run_alltoall(struct hvdl_executor *x, struct hvdl_request *r
   if (res == hvdlSuccess) {
     int err = MPI_Ialltoall(r->splits, 1, MPI_INT64_T, r->recv_splits, 1, MPI_INT64_T, x->data->mpi, &req);
     res = err == MPI_SUCCESS ? hvdl_wait_all(x->data, 1, &req) : hvdl_fail_mpi(x->data, err, "MPI_Ialltoall");
+    if (res != hvdlSuccess && err == MPI_SUCCESS) /* left to the abandoned exchange */
+      r->splits = r->recv_splits = NULL;
   }
   int *scounts = ints, *sdispls = ints + n, *rcounts = ints + 2 * n, *rdispls = ints + 3 * n;
   int64_t total = 0;
@@ -265,6 +273,29 @@ static void describe(char *out, size_t cap, struct hvdl_request **group, int m) 
   if (m > 1 && k > 0 && (size_t)k < cap) snprintf(out + k, cap - (size_t)k, " (fused with %d more)", m - 1);
 }
 
+static void pin(struct hvdl_executor *x, struct hvdl_request *r) {
+  if (x->npinned == x->pinned_cap) {
+    int cap = x->pinned_cap ? 2 * x->pinned_cap : 16;
+    struct hvdl_request **p = realloc(x->pinned, sizeof *p * (size_t)cap);
+    if (!p) return; /* not pinned: its buffers may go before a late peer is done */
+    x->pinned = p;
+    x->pinned_cap = cap;
+  }
+  atomic_fetch_add(&r->refs, 1);
+  atomic_fetch_add(&r->pins, 1);
+  x->pinned[x->npinned++] = r;
+  x->pinned_epoch = x->alarm->epoch;
+}
+
+void hvdl_executor_unpin(struct hvdl_executor *x, int all) {
+  if (x->npinned == 0 || (!all && x->alarm->epoch == x->pinned_epoch)) return;
+  for (int i = 0; i < x->npinned; i++) {
+    atomic_fetch_sub(&x->pinned[i]->pins, 1);
+    hvdl_request_release(x->pinned[i]);
+  }
+  x->npinned = 0;
+}
+
 /* Step `step` (group[0..m)) did not succeed here, or failed elsewhere before it
  * ran: completes its requests with the message every rank gives for it. A failure
  * of this rank's own (res) is told to the others first. */
@@ -286,7 +317,17 @@ static void fail_step(struct hvdl_executor *x, struct hvdl_request **group, int 
              what, a->first.msg);
     code = hvdlRemoteError;
   }
-  for (int i = 0; i < m; i++) hvdl_request_complete(group[i], code, msg);
+  /* Until every rank has left this collective, a late peer may still read or write
+   * its buffers: they are pinned (request.h) until the next settle, and a fusion
+   * buffer is left to it. */
+  if (group[0]->desc.coll == HVDL_COLL_ALLREDUCE && m > 1 && res != hvdlSuccess) {
+    x->fusion = NULL;
+    x->fusion_bytes = 0;
+  }
+  for (int i = 0; i < m; i++) {
+    if (res != hvdlSuccess) pin(x, group[i]);
+    hvdl_request_complete(group[i], code, msg);
+  }
 }
 
 /* One step: the request r, or the fused group starting at r. */
@@ -347,6 +388,9 @@ out:
 }
 
 void hvdl_executor_free(struct hvdl_executor *x) {
+  hvdl_executor_unpin(x, 1);
+  free(x->pinned);
+  x->pinned = NULL;
   free(x->fusion);
   x->fusion = NULL;
   x->fusion_bytes = 0;

@@ -22,6 +22,9 @@ struct hvdl_executor {
   uint64_t step;                 /* steps run so far: one per collective call, the same on every rank */
   char *fusion;                  /* the fusion buffer */
   size_t fusion_bytes;
+  struct hvdl_request **pinned;  /* requests of failed steps, pinned until the next settle */
+  int npinned, pinned_cap;
+  unsigned pinned_epoch;         /* the alarm epoch they failed in */
 };
 
 /* Runs ready[0..n) in order and completes each request. A step that fails on this
@@ -30,6 +33,9 @@ struct hvdl_executor {
  * Every such failure is the data communicator's to recover from (the next round
  * replaces it); this returns hvdlSuccess unless the engine itself must stop. */
 hvdlResult_t hvdl_execute(struct hvdl_executor *x, struct hvdl_request **ready, int n);
+/* Unpins the failed steps' requests once their epoch has been settled (every rank
+ * has left those collectives), or unconditionally when `all` (the engine stops). */
+void hvdl_executor_unpin(struct hvdl_executor *x, int all);
 void hvdl_executor_free(struct hvdl_executor *x);
 
 #endif /* HVDL_EXECUTOR_H_ */

@@ -57,6 +57,8 @@ struct hvdlComm {
   double data_timeout;   /* a wait in which nothing completes for this long fails (0: never) */
   int wait_peer;         /* the rank the current wait is for, where the algorithm knows (-1) */
   struct hvdl_faults *faults; /* NULL unless faults are injected */
+  MPI_Request *parked;   /* sends of failed collectives, released when the communicator is renewed */
+  int nparked, parked_cap;
   char last_error[HVDL_ERRMSG_LEN];
 };
 
@@ -138,12 +140,15 @@ hvdlResult_t hvdl_wait_requests(hvdlComm_t comm, int n, MPI_Request *reqs,
  * hvdl_wait_peer when every request is with one peer (named if it stays silent). */
 hvdlResult_t hvdl_wait_all(hvdlComm_t comm, int n, MPI_Request *reqs);
 hvdlResult_t hvdl_wait_peer(hvdlComm_t comm, int peer, int n, MPI_Request *reqs);
-/* Releases the point-to-point requests of a failed collective, all receives
- * (`receives`) or all sends: receives are cancelled and waited for (a matched one
- * finishes its message; at most 1 s), sends are freed as they are. Never for
- * collective requests: MPI forbids cancelling them (they are left to the
- * communicator, which the engine replaces). */
-void hvdl_abandon(hvdlComm_t comm, int n, MPI_Request *reqs, int receives);
+/* Releases the point-to-point requests of a failed collective. Receives
+ * (`receives`) are cancelled, then given until `until` (hvdl_now() time;
+ * HVDL_ABANDON_GRACE from the failure) to finish (a matched message finishes),
+ * then freed. Sends cannot be cancelled, and a late peer may still match one and
+ * read its buffer, so they are parked on the communicator until hvdl_comm_renew,
+ * when every rank has left the failed collective. Never for collective requests:
+ * MPI forbids cancelling them; they are left to the old communicator. */
+#define HVDL_ABANDON_GRACE 1.0
+void hvdl_abandon(hvdlComm_t comm, int n, MPI_Request *reqs, int receives, double until);
 /* The sleep after `sleep` (0: before the first one), `waited` seconds into a wait. */
 double hvdl_wait_next_sleep(const struct hvdl_wait_limits *limits, double sleep, double waited);
 void hvdl_sleep(double seconds);

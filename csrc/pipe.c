@@ -78,9 +78,10 @@ static size_t seg_elems(const struct hvdl_pipe *p, size_t count, size_t j) {
 /* A failed step abandons everything the pipe has posted (wait.c), so that no
  * message of it can land in a buffer after the failure is reported. */
 static hvdlResult_t abandon(struct hvdl_pipe *p, MPI_Request *rreq, int nr, hvdlResult_t res) {
-  if (rreq) hvdl_abandon(p->comm, nr, rreq, 1);
+  const double until = hvdl_now() + HVDL_ABANDON_GRACE;
+  if (rreq) hvdl_abandon(p->comm, nr, rreq, 1, until);
   for (int gen = 0; gen < 2; gen++) {
-    hvdl_abandon(p->comm, p->nsreq[gen], p->sreq[gen], 0);
+    hvdl_abandon(p->comm, p->nsreq[gen], p->sreq[gen], 0, until);
     p->nsreq[gen] = 0;
   }
   return res;

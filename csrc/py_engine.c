@@ -278,9 +278,11 @@ fail:
 static void Handle_dealloc(HandleObject *self) {
   struct hvdl_request *r = self->req;
   if (r) {
-    /* The engine may still write into the buffers: wait before letting them go. */
-    if (!hvdl_request_poll(r) && self->owner && self->owner->engine) {
+    /* The engine (or, after a failure, a late peer's MPI traffic) may still use the
+     * buffers: wait before letting them go. */
+    if (!hvdl_request_idle(r) && self->owner && self->owner->engine) {
       Py_BEGIN_ALLOW_THREADS hvdl_request_wait(r);
+      while (!hvdl_request_idle(r)) hvdl_sleep(1e-3);
       Py_END_ALLOW_THREADS
     }
     hvdl_request_release(r);

@@ -149,6 +149,10 @@ int hvdl_request_poll(const struct hvdl_request *r) {
   return atomic_load(&r->state) != HVDL_REQ_PENDING;
 }
 
+int hvdl_request_idle(const struct hvdl_request *r) {
+  return hvdl_request_poll(r) && atomic_load(&r->pins) == 0;
+}
+
 /* A waiter goes straight to sleep, without spinning first: on a small machine its spin
  * took the core the engine thread needed (35 -> 15 us for a 4 KiB allreduce at 2 ranks). */
 int hvdl_request_wait_for(struct hvdl_request *r, double seconds) {

@@ -73,6 +73,7 @@ struct hvdl_request {
   void *zeros;                   /* a joined rank's stand-in input (engine-made requests) */
   _Atomic int state;             /* enum hvdl_req_state */
   _Atomic int refs;
+  _Atomic int pins;              /* > 0: MPI may still touch its buffers (a failed step, until the next settle) */
   hvdlResult_t result;           /* set before state leaves PENDING */
   int waiters;                   /* threads sleeping on done_cv for this request (under mu) */
   uint64_t name_hash;            /* of desc.name: the in-flight check compares these first */
@@ -135,6 +136,8 @@ void hvdl_request_complete(struct hvdl_request *r, hvdlResult_t res, const char 
 void hvdl_requests_notify(struct hvdl_requests *q, int flush);
 
 int hvdl_request_poll(const struct hvdl_request *r);
+/* Completed, and MPI touches its buffers no more: they may be let go. */
+int hvdl_request_idle(const struct hvdl_request *r);
 /* Waits at most `seconds` (r must have been added to a set); returns nonzero
  * once r has completed. */
 int hvdl_request_wait_for(struct hvdl_request *r, double seconds);

@@ -24,6 +24,7 @@
  * arrive (negotiation rounds) spin briefly and sleep sooner.
  */
 #include <sched.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "internal.h"
@@ -98,24 +99,36 @@ hvdlResult_t hvdl_wait_requests(hvdlComm_t comm, int n, MPI_Request *reqs,
   }
 }
 
-void hvdl_abandon(hvdlComm_t comm, int n, MPI_Request *reqs, int receives) {
-  (void)comm;
-  if (receives) { /* a cancelled receive completes at once; a matched one finishes its message */
-    for (int i = 0; i < n; i++)
-      if (reqs[i] != MPI_REQUEST_NULL) MPI_Cancel(&reqs[i]);
-    const double until = hvdl_now() + 1.0;
-    double sleep = 1e-6;
-    for (;;) {
-      int done = 0;
-      if (MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done ||
-          hvdl_now() >= until)
-        break;
-      hvdl_sleep(sleep);
-      sleep = sleep * 2 < 1e-3 ? sleep * 2 : 1e-3;
+void hvdl_abandon(hvdlComm_t comm, int n, MPI_Request *reqs, int receives, double until) {
+  if (!receives) {
+    for (int i = 0; i < n; i++) {
+      if (reqs[i] == MPI_REQUEST_NULL) continue;
+      if (comm->nparked == comm->parked_cap) {
+        int cap = comm->parked_cap ? 2 * comm->parked_cap : 64;
+        MPI_Request *p = realloc(comm->parked, sizeof *p * (size_t)cap);
+        if (!p) { /* cannot keep it: released now, at the risk of a late match */
+          MPI_Request_free(&reqs[i]);
+          continue;
+        }
+        comm->parked = p;
+        comm->parked_cap = cap;
+      }
+      comm->parked[comm->nparked++] = reqs[i];
+      reqs[i] = MPI_REQUEST_NULL;
     }
+    return;
   }
-  /* A send is released as it is: it completes in the background, or never if its
-   * receiver cancelled (MPI cannot cancel a send reliably). */
+  for (int i = 0; i < n; i++)
+    if (reqs[i] != MPI_REQUEST_NULL) MPI_Cancel(&reqs[i]);
+  double sleep = 1e-6;
+  for (;;) {
+    int done = 0;
+    if (MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done ||
+        hvdl_now() >= until)
+      break;
+    hvdl_sleep(sleep);
+    sleep = sleep * 2 < 1e-3 ? sleep * 2 : 1e-3;
+  }
   for (int i = 0; i < n; i++)
     if (reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[i]);
 }

@@ -1,0 +1,160 @@
+"""The fault-injection suite: a chosen rank fails at a chosen point (HVD_LITE_FAULT's points, armed
+at run time by tests/system/fault_worker.py) in every collective family; every rank must get an
+error naming the failing rank within its bound, and the next collective must be right.
+
+CI runs every point in every family where it exists, at 2 ranks (several faults per job). The
+full matrix, 2-4 ranks with every rank as the victim, is
+
+    HVD_LITE_FAULT_MATRIX=full python -m pytest -q tests/system/test_faults.py
+"""
+import json
+import os
+import sys
+import textwrap
+import time
+
+import pytest
+
+from mpi_cmd import job_env, mpirun_cmd, run_job
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FULL = os.environ.get("HVD_LITE_FAULT_MATRIX") == "full"
+DATA_TIMEOUT = 2  # HVD_LITE_DATA_TIMEOUT_SECONDS in these jobs
+BOUND = 5.0  # seconds to the error, for every fault but a stall
+STALL_BOUND = 2 * DATA_TIMEOUT + BOUND
+
+# Where each point exists: allocations in the outputs the engine allocates and the fusion buffer;
+# sends and receives in every data phase (the latency path has sends only); a stall where a
+# neighbour waits for a message; the adapter before any collective.
+POINTS = {
+    "allreduce_small": ["send", "adapter"],
+    "allreduce_fused": ["alloc", "send", "adapter"],
+    "allreduce_ring": ["send", "recv", "stall", "adapter"],
+    "allgather": ["alloc", "send", "recv", "stall", "adapter"],
+    "broadcast": ["send", "recv", "stall", "adapter"],
+    "alltoall": ["alloc", "send", "recv", "adapter"],
+    "reducescatter": ["send", "recv", "stall", "adapter"],
+}
+
+
+def cases(n, every_victim):
+    out, k = [], 0
+    for family, points in POINTS.items():
+        for point in points:
+            if point == "stall" and not every_victim and family != "allreduce_ring":
+                continue  # CI: one stall (each costs twice the data timeout)
+            victims = range(n) if every_victim else [k % n]
+            for v in victims:
+                if family == "broadcast" and (point == "send" and v == n - 1 or
+                                              point == "recv" and v == 0):
+                    continue  # the chain's last rank sends nothing, its root receives nothing
+                out.append(f"{family}:{point}:{v}")
+            k += 1
+    return out
+
+
+def run_cases(n, case_list):
+    env = job_env({"HVD_LITE_DATA_TIMEOUT_SECONDS": str(DATA_TIMEOUT)})
+    t0 = time.monotonic()
+    res = run_job(mpirun_cmd(n) + [sys.executable, os.path.join(HERE, "fault_worker.py")] + case_list,
+                  timeout=120 + 15 * len(case_list), env=env)
+    took = time.monotonic() - t0
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    return rows, took
+
+
+def check(rows, n, case_list):
+    """Every case: an error on the victim and on every other rank, naming the victim, within the
+    bound — except that a rank whose own part finished before the failure (a broadcast's root, a
+    rank that had received every block already) may hold its output, which must then be right;
+    the next collective right; never a wrong output. Returns (the longest time to an error, how
+    many ranks finished their part)."""
+    by_case = {}
+    for row in rows:
+        by_case.setdefault(row["case"], []).append(row)
+    longest, finished = 0.0, 0
+    for case in case_list:
+        family, point, victim = case.split(":")
+        got = by_case.get(case, [])
+        assert sorted(r["rank"] for r in got) == list(range(n)), (case, got)
+        for row in got:
+            assert row["next_right"] is True, (case, row)
+            if row["ok"]:  # a stalled rank itself is late, not failing: it may finish its part
+                assert (row["rank"] != int(victim) or point == "stall") and row["right"] is True, \
+                    (case, row)
+                finished += 1
+                continue
+            if point == "stall":  # the silence spreads round the ring: each waiter names its own
+                assert "no message from rank" in row["error"], (case, row)
+            else:
+                assert f"rank {victim}" in row["error"], (case, row)
+            assert "HVD_LITE_FAULT" in row["error"] or "HVD_LITE_DATA_TIMEOUT_SECONDS" in row["error"], \
+                (case, row)
+            bound = STALL_BOUND if point == "stall" else BOUND
+            assert row["seconds"] < bound, (case, row)
+            longest = max(longest, row["seconds"])
+        if point == "stall":  # the victim's neighbour names it
+            assert any(f"no message from rank {victim} " in row["error"] for row in got), (case, got)
+    errors = sum(1 for case in case_list for row in by_case[case] if not row["ok"])
+    assert errors >= finished, (errors, finished)  # mostly errors: the suite is not vacuous
+    return longest, finished
+
+
+@pytest.mark.parametrize("n", [2, 3, 4] if FULL else [2])
+def test_a_fault_on_one_rank_fails_the_collective_on_every_rank_and_the_next_one_works(n):
+    case_list = cases(n, every_victim=FULL)
+    rows, took = run_cases(n, case_list)
+    longest, finished = check(rows, n, case_list)
+    print(f"\nfaults injected: {len(case_list)} at {n} ranks; hangs 0; wrong results 0; "
+          f"ranks that finished their part first: {finished}; longest time to an error "
+          f"{longest:.3f} s; job {took:.1f} s")
+
+
+def job(n, script, env):
+    t0 = time.monotonic()
+    res = run_job(mpirun_cmd(n) + [sys.executable, "-c", textwrap.dedent(script)],
+                  timeout=120, env=job_env(env))
+    return res, time.monotonic() - t0
+
+
+def test_a_failed_negotiation_stops_the_engine_on_every_rank_with_its_cause():
+    res, took = job(3, """
+        import numpy as np, hvd_lite as hvd
+        hvd.init()
+        for attempt in ("first", "next"):
+            try:
+                hvd.allreduce(np.ones(4, np.float32), name=attempt)
+                print(f"rank {hvd.rank()} {attempt}: ok", flush=True)
+            except hvd.HvdLiteError as e:
+                print(f"rank {hvd.rank()} {attempt}: {e}", flush=True)
+    """, {"HVD_LITE_FAULT": "negotiate@1"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(3):
+        for attempt in ("first", "next"):
+            assert (f"rank {r} {attempt}: hvd_lite engine failed on rank 1: injected fault "
+                    "(HVD_LITE_FAULT) in a negotiation round") in res.stdout, res.stdout + res.stderr
+    assert took < 60
+
+
+def test_a_rank_that_dies_mid_collective_ends_the_job():
+    res, took = job(3, """
+        import numpy as np, hvd_lite as hvd
+        hvd.init()
+        for step in range(20):
+            hvd.allreduce(np.ones(1 << 20, np.float32), name=f"s{step}")
+        print("finished", flush=True)
+    """, {"HVD_LITE_FAULT": "exit@2#5"})
+    assert res.returncode != 0 and "finished" not in res.stdout
+    assert took < 60
+
+
+def test_a_bad_fault_spec_is_refused_with_its_value():
+    res, _ = job(1, """
+        import hvd_lite as hvd
+        try:
+            hvd.init()
+        except ValueError as e:
+            print("refused:", e, flush=True)
+    """, {"HVD_LITE_FAULT": "sned@0"})
+    assert "refused: HVD_LITE_FAULT=sned@0 is not valid" in res.stdout, res.stdout + res.stderr
