@@ -72,8 +72,9 @@ hvdlResult_t hvdl_comm_renew(hvdlComm_t comm, MPI_Comm from) {
   comm->mpi = fresh;
   comm->broken = 0;
   /* Every rank has left the failed collectives: nobody can match a parked send now.
-   * One that is still moving its message gets a moment to finish. */
-  const double until = hvdl_now() + HVDL_ABANDON_GRACE;
+   * One that is still moving its message gets a moment to finish (an unmatched one
+   * never will: this is not waited for long). */
+  const double until = hvdl_now() + 0.05;
   int done = 0;
   while (comm->nparked > 0 &&
          MPI_Testall(comm->nparked, comm->parked, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
