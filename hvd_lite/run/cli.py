@@ -1,5 +1,6 @@
 """`hvd_lite.run` / `python -m hvd_lite.run`: the command-line launcher."""
 import argparse
+import os
 import signal
 import sys
 from typing import Callable, List, Optional
@@ -131,6 +132,14 @@ def _report(result: JobResult, verbose: bool) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Runs the launcher; returns the exit code (a failing rank's, 124 on --start-timeout)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # stdout's reader has gone (`--dry-run | head -c 10`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv: Optional[List[str]]) -> int:
     args = build_parser().parse_args(argv)
     command = list(args.command)
     if command[:1] == ["--"]:
@@ -139,7 +148,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.check_build:
             from .check_build import report
 
-            print(report(args.mpirun))
+            print(report(args.mpirun), flush=True)
             return 0
         start_timeout = (default_start_timeout() if args.start_timeout is None
                          else args.start_timeout)
@@ -147,7 +156,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          mpi_args=args.mpi_args, knob_env=_knobs(args),
                          tag_output=args.tag_output, mpirun=args.mpirun)
         if args.dry_run:
-            print(plan.shell_line())
+            print(plan.shell_line(), flush=True)
             return 0
         if args.verbose:
             sys.stderr.write(f"hvd_lite.run: {plan.np} rank(s) with {plan.mpi.describe()}\n"

@@ -1,5 +1,6 @@
 """hvd_lite.run's command line: options, knobs and the errors it stops at before any MPI runs."""
 import os
+import signal
 import subprocess
 import sys
 
@@ -158,6 +159,18 @@ def test_the_installed_command_refuses_in_one_line_without_a_traceback(argv, wor
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith("hvd_lite.run: error: ") and words in res.stderr
     assert res.stderr.count("\n") == 1 and res.stdout == ""
+
+
+def test_a_dry_run_into_a_closed_pipe_exits_141_without_a_traceback():
+    read, write = os.pipe()
+    os.close(read)  # as `| head` that has gone
+    try:
+        res = subprocess.run([sys.executable, "-m", "hvd_lite.run", "--dry-run", "true"],
+                             stdout=write,
+                             stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert res.returncode == 128 + signal.SIGPIPE and res.stderr == ""
 
 
 def test_hosts_and_hostfile_are_exclusive(capsys):
