@@ -23,6 +23,8 @@ class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line (the usage itself is in --help)."""
 
     def error(self, message: str):
+        if message.endswith("expected one argument"):
+            message += " (a value that starts with '-' goes after '=': --mpi-args=--oversubscribe)"
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

@@ -55,11 +55,15 @@ class JobResult:
         code 3'."""
         if rank not in self.killed:
             return f"rank {rank} exited with code {self.exits.get(rank)}"
-        signum = self.killed[rank]
-        try:
-            return f"rank {rank} was killed by {signal.Signals(signum).name} (signal {signum})"
-        except ValueError:  # a number without a name (a real-time signal)
-            return f"rank {rank} was killed by signal {signum}"
+        return f"rank {rank} was killed by {_signal_text(self.killed[rank])}"
+
+
+def _signal_text(signum: int) -> str:
+    """'SIGKILL (signal 9)', or 'signal 40' for a number without a name (a real-time signal)."""
+    try:
+        return f"{signal.Signals(signum).name} (signal {signum})"
+    except ValueError:
+        return f"signal {signum}"
 
 
 class _Markers:
@@ -271,7 +275,9 @@ class Job:
             result.exit_code = result.first_failure()[1]
         else:
             result.exit_code = rc if rc >= 0 else 128 - rc
-            if rc != 0 and len(result.started) < self.np:
-                result.error = (f"{os.path.basename(self.argv[0])} exited with code {rc} after "
+            if rc < 0 or (rc != 0 and len(result.started) < self.np):
+                how = (f"exited with code {rc}" if rc > 0 else
+                       f"was killed by {_signal_text(-rc)}")
+                result.error = (f"{os.path.basename(self.argv[0])} {how} after "
                                 f"{len(result.started)} of {self.np} ranks started")
         return result

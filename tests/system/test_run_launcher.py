@@ -133,6 +133,18 @@ def test_a_script_that_does_not_exist_gives_pythons_message_and_code(tmp_path):
     assert "Traceback" not in res.stderr and "can't open file" in res.stderr
 
 
+def test_an_mpirun_killed_by_a_signal_is_named_in_one_line(tmp_path):
+    fake = tmp_path / "mpirun"
+    version = "mpirun (Open MPI) 5.0.11" if MPI.flavour == OPENMPI else "HYDRA build details:"
+    fake.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] && {{ echo '{version}'; exit 0; }}\n"
+                    "kill -9 $$\n")
+    fake.chmod(0o755)
+    res = hvdrun("--mpirun", str(fake), "-np", "1", "true")
+    assert res.returncode == 128 + signal.SIGKILL, res.stderr
+    assert res.stderr == ("hvd_lite.run: mpirun was killed by SIGKILL (signal 9) after 0 of 1 "
+                          "ranks started\n")
+
+
 def test_an_unreachable_host_is_reported_without_a_traceback():
     res = hvdrun("-np", "1", "-H", "no-such-host.invalid:1", "--start-timeout", "20", "true")
     assert res.returncode != 0

@@ -114,6 +114,8 @@ def test_errors_exit_2_with_a_message_and_start_nothing(capsys, argv, words):
     (["--stall-check-shutdown-time-seconds", "1.5"], "got '1.5'"),
     (["--log-level", "loud"], "invalid choice: 'loud'"),
     (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+    (["--mpi-args", "--oversubscribe"], "argument --mpi-args: expected one argument (a value that "
+                                        "starts with '-' goes after '=': --mpi-args=--"),
 ])
 def test_bad_option_values_are_one_line_usage_errors_exiting_2(capsys, argv, words):
     code, err = _refused(capsys, ["--dry-run"] + argv + ["true"])
