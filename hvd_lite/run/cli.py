@@ -1,11 +1,15 @@
 """`hvd_lite.run` / `python -m hvd_lite.run`: the command-line launcher."""
 import argparse
+import os
+import signal
 import sys
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from ..exceptions import HvdLiteError
-from .knobs import LOG_LEVELS, knob_env
-from .launch import execute, make_plan
+from .knobs import LOG_LEVELS, MAX_STALL_S, knob_env
+from .job import JobResult
+from .launch import default_start_timeout, execute, make_plan
+from .values import MAX_RANKS, parse_float, parse_int
 
 USAGE_EXAMPLE = """examples:
   hvd_lite.run -np 4 python train.py
@@ -15,14 +19,46 @@ USAGE_EXAMPLE = """examples:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line (the usage itself is in --help)."""
+
+    def error(self, message: str):
+        if message.endswith("expected one argument"):
+            message += " (a value that starts with '-' goes after '=': --mpi-args=--oversubscribe)"
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _whole(lo: int, hi: int) -> Callable[[str], int]:
+    def whole(text: str) -> int:
+        try:
+            return parse_int(text, lo, hi)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"expected {exc}") from None
+    return whole
+
+
+def _number(text: str) -> float:
+    try:
+        return parse_float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected {exc}") from None
+
+
+def _seconds(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The launcher's argument parser."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="hvd_lite.run", epilog=USAGE_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Runs COMMAND on every rank of an MPI job (Open MPI 5, MPICH/Hydra or Intel "
                     "MPI, found from mpirun --version).")
-    p.add_argument("-np", "--num-proc", dest="np", type=int, metavar="N",
+    p.add_argument("-np", "--num-proc", dest="np", type=_whole(1, MAX_RANKS), metavar="N",
                    help="number of ranks (default: the hosts' total slots, or 1)")
     hosts = p.add_mutually_exclusive_group()
     hosts.add_argument("-H", "--hosts", metavar="HOST:N,...",
@@ -34,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mpirun", metavar="PATH",
                    help="the mpirun/mpiexec to use (default: $HVD_LITE_MPIRUN, this Python's "
                         "bin/, then PATH)")
-    p.add_argument("--start-timeout", type=float, metavar="SECONDS",
+    p.add_argument("--start-timeout", type=_seconds, metavar="SECONDS",
                    help="end the job if not every rank has started by then "
                         "(default: $HVD_LITE_START_TIMEOUT or 60)")
     p.add_argument("--no-tag-output", dest="tag_output", action="store_false",
@@ -46,21 +82,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check-build", action="store_true",
                    help="print how hvd_lite was built and what it can use here, then exit")
     k = p.add_argument_group("engine knobs (set as HVD_LITE_* on every rank)")
-    k.add_argument("--fusion-threshold-mb", type=float, metavar="MB",
+    k.add_argument("--fusion-threshold-mb", type=_number, metavar="MB",
                    help="fuse tensors up to this many MB (HVD_LITE_FUSION_THRESHOLD, bytes)")
-    k.add_argument("--cycle-time-ms", type=float, metavar="MS",
+    k.add_argument("--cycle-time-ms", type=_number, metavar="MS",
                    help="engine cycle time in ms (HVD_LITE_CYCLE_TIME)")
-    k.add_argument("--batch-time-ms", type=float, metavar="MS",
+    k.add_argument("--batch-time-ms", type=_number, metavar="MS",
                    help="let a burst of submissions gather this long before negotiating it "
                         "(HVD_LITE_BATCH_TIME)")
-    k.add_argument("--notify-time-ms", type=float, metavar="MS",
+    k.add_argument("--notify-time-ms", type=_number, metavar="MS",
                    help="wake waiters for completions at least this often while the engine is "
                         "busy (HVD_LITE_NOTIFY_TIME)")
     k.add_argument("--timeline-filename", metavar="FILE",
                    help="write a timeline to FILE (HVD_LITE_TIMELINE)")
-    k.add_argument("--stall-check-warning-time-seconds", type=int, metavar="S",
+    k.add_argument("--stall-check-warning-time-seconds", metavar="S",
+                   type=_whole(0, MAX_STALL_S),
                    help="warn when a rank stalls this long (HVD_LITE_STALL_CHECK_TIME_SECONDS)")
-    k.add_argument("--stall-check-shutdown-time-seconds", type=int, metavar="S",
+    k.add_argument("--stall-check-shutdown-time-seconds", metavar="S",
+                   type=_whole(0, MAX_STALL_S),
                    help="end the job when a rank stalls this long, 0 = never "
                         "(HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS)")
     k.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
@@ -81,8 +119,29 @@ def _knobs(args: argparse.Namespace) -> dict:
                     log_level=args.log_level)
 
 
+def _report(result: JobResult, verbose: bool) -> None:
+    """The launcher's last line: why the job failed, when the ranks' own output may not say."""
+    first = result.first_failure()
+    if result.error and not result.error_printed:
+        sys.stderr.write(f"hvd_lite.run: {result.error}\n")
+    elif result.error is None and first and first[0] in result.killed:
+        sys.stderr.write(f"hvd_lite.run: {result.describe(first[0])}; exit code "
+                         f"{result.exit_code}\n")
+    elif verbose and first:
+        sys.stderr.write(f"hvd_lite.run: rank {first[0]} failed first, with exit code "
+                         f"{first[1]}\n")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Runs the launcher; returns the exit code (a failing rank's, 124 on --start-timeout)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # stdout's reader has gone (`--dry-run | head -c 10`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv: Optional[List[str]]) -> int:
     args = build_parser().parse_args(argv)
     command = list(args.command)
     if command[:1] == ["--"]:
@@ -91,27 +150,28 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.check_build:
             from .check_build import report
 
-            print(report(args.mpirun))
+            print(report(args.mpirun), flush=True)
             return 0
+        start_timeout = (default_start_timeout() if args.start_timeout is None
+                         else args.start_timeout)
         plan = make_plan(command, np=args.np, hosts=args.hosts, hostfile=args.hostfile,
                          mpi_args=args.mpi_args, knob_env=_knobs(args),
                          tag_output=args.tag_output, mpirun=args.mpirun)
         if args.dry_run:
-            print(plan.shell_line())
+            print(plan.shell_line(), flush=True)
             return 0
         if args.verbose:
             sys.stderr.write(f"hvd_lite.run: {plan.np} rank(s) with {plan.mpi.describe()}\n"
                              f"hvd_lite.run: {plan.shell_line()}\n")
             sys.stderr.flush()
-        result = execute(plan, start_timeout=args.start_timeout, stdin=None)
+        result = execute(plan, start_timeout=start_timeout, stdin=None)
     except HvdLiteError as exc:
         sys.stderr.write(f"hvd_lite.run: error: {exc}\n")
         return 2
-    if result.error and not result.error_printed:
-        sys.stderr.write(f"hvd_lite.run: {result.error}\n")
-    elif args.verbose and result.first_failure():
-        rank, code = result.first_failure()
-        sys.stderr.write(f"hvd_lite.run: rank {rank} failed first, with exit code {code}\n")
+    except KeyboardInterrupt:  # before the job runs (once it runs, Ctrl-C ends it)
+        sys.stderr.write("hvd_lite.run: interrupted\n")
+        return 128 + signal.SIGINT
+    _report(result, args.verbose)
     return result.exit_code
 
 

@@ -30,6 +30,8 @@ class MPI:
 
 def find_mpirun(explicit: Optional[str] = None) -> str:
     """The mpirun to use: `explicit`, $HVD_LITE_MPIRUN, this Python's bin/, then PATH."""
+    if explicit == "":
+        raise LauncherError("--mpirun is empty; give the path of mpirun, or leave the option out")
     candidates = []
     if explicit:
         candidates.append(explicit)

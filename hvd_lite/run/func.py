@@ -58,7 +58,7 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Mapping[str, Any]]
     if result.error or missing:
         first = result.first_failure()
         why = result.error or (f"the job ended with exit code {result.exit_code}"
-                               + (f" (rank {first[0]} failed first)" if first else ""))
+                               + (f" (first: {result.describe(first[0])})" if first else ""))
         raise LauncherError(f"run({getattr(func, '__name__', func)!r}) got no result from "
                             f"rank(s) {', '.join(map(str, missing)) or '-'}: {why}")
     return [cloudpickle.loads(base64.b64decode(result.payloads[("ret", r)]))

@@ -5,9 +5,10 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from ..exceptions import LauncherError
+from .values import MAX_RANKS, parse_int
 
-# A host name or IPv4 address: letters, digits, '-', '_' and '.'.
-_HOST_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+# A host name or IPv4 address: letters, digits, '-', '_' and '.' (ASCII only).
+_HOST_RE = re.compile(r"[A-Za-z0-9_.\-]+")
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,10 @@ class Host:
 def _check_name(name: str, where: str) -> str:
     if not name:
         raise LauncherError(f"{where}: empty host name")
-    if not _HOST_RE.match(name):
+    if name.startswith("-"):
+        raise LauncherError(f"{where}: host name {name!r} starts with '-', which mpirun would "
+                            "read as an option; give the host's name")
+    if not _HOST_RE.fullmatch(name):
         raise LauncherError(
             f"{where}: {name!r} is not a valid host name (use letters, digits, '-', '_' and '.'; "
             "IPv6 literals are not supported, give the host's name instead)")
@@ -32,18 +36,22 @@ def _check_name(name: str, where: str) -> str:
 
 
 def _check_slots(text: str, where: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise LauncherError(f"{where}: slots must be a positive integer, got {text!r}")
-    return int(text)
+    try:
+        return parse_int(text, 1, MAX_RANKS)
+    except ValueError as exc:
+        raise LauncherError(f"{where}: slots must be {exc}") from None
 
 
 def _no_duplicates(hosts: List[Host], where: str) -> List[Host]:
-    seen = set()
+    seen = {}
     for h in hosts:
-        if h.name in seen:
-            raise LauncherError(f"{where}: host {h.name!r} is listed twice; give it once with "
-                                "the total number of slots")
-        seen.add(h.name)
+        key = h.name.lower()  # host names are case-insensitive
+        if key in seen:
+            same = f"host {h.name!r}" + (f" (the same as {seen[key]!r})" if seen[key] != h.name
+                                         else "")
+            raise LauncherError(f"{where}: {same} is listed twice; give it once with the total "
+                                "number of slots")
+        seen[key] = h.name
     return hosts
 
 
@@ -69,26 +77,33 @@ def parse_hosts(text: str) -> List[Host]:
 def parse_hostfile(path: str) -> List[Host]:
     """Reads a hostfile: one `host slots=N` per line (`slots=` optional), `#` starts a comment."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, "rb") as f:
             lines = f.read().splitlines()
     except OSError as exc:
         raise LauncherError(f"--hostfile {path!r}: cannot read it: {exc.strerror}") from None
     hosts = []
-    for lineno, raw in enumerate(lines, 1):
+    for lineno, data in enumerate(lines, 1):
+        where = f"{path}:{lineno}"
+        try:
+            raw = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise LauncherError(f"{where}: the line is not UTF-8 text: {data!r}") from None
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        where = f"{path}:{lineno}"
         fields = line.split()
-        name, slots = fields[0], 1
+        name, slots = fields[0], None
         for field in fields[1:]:
             key, sep, value = field.partition("=")
-            if key == "slots" and sep:
+            if key == "slots" and sep and slots is None:
                 slots = _check_slots(value, f"{where}, host {name!r}")
+            elif key == "slots" and sep:
+                raise LauncherError(f"{where}: slots= is given twice in {raw.strip()!r}; "
+                                    "a line is 'host slots=N'")
             else:
                 raise LauncherError(f"{where}: cannot read {field!r} in {raw.strip()!r}; "
                                     "a line is 'host slots=N'")
-        hosts.append(Host(_check_name(name, where), slots))
+        hosts.append(Host(_check_name(name, where), 1 if slots is None else slots))
     if not hosts:
         raise LauncherError(f"--hostfile {path!r} lists no hosts; add lines 'host slots=N'")
     return _no_duplicates(hosts, f"--hostfile {path!r}")
@@ -99,10 +114,17 @@ def total_slots(hosts: Sequence[Host]) -> int:
     return sum(h.slots for h in hosts)
 
 
+def _check_np(np: int) -> int:
+    if isinstance(np, bool) or not isinstance(np, int):
+        raise TypeError(f"np must be an int, got {type(np).__name__} {np!r}")
+    if not 1 <= np <= MAX_RANKS:
+        raise LauncherError(f"-np must be from 1 to {MAX_RANKS}, got {np}")
+    return np
+
+
 def place(hosts: Sequence[Host], np: int) -> List[Tuple[str, int]]:
     """Ranks per host, filling hosts in order: rank 0.. on the first host, and so on."""
-    if np < 1:
-        raise LauncherError(f"-np must be at least 1, got {np}")
+    _check_np(np)
     total = total_slots(hosts)
     if np > total:
         listed = ", ".join(str(h) for h in hosts)
@@ -129,10 +151,8 @@ def resolve(np: Optional[int], hosts: Optional[str] = None,
     elif hosts is not None:
         host_list = parse_hosts(hosts)
     else:
-        n = 1 if np is None else np
-        if n < 1:
-            raise LauncherError(f"-np must be at least 1, got {n}")
+        n = _check_np(1 if np is None else np)
         return n, [Host("localhost", n)]
     n = total_slots(host_list) if np is None else np
-    place(host_list, n)  # validates np against the slots
+    place(host_list, n)  # validates np, and np against the slots
     return n, host_list

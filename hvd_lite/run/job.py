@@ -41,6 +41,7 @@ class JobResult:
     error: Optional[str] = None
     error_printed: bool = False  # the job runner already wrote `error` to stderr
     signal: Optional[int] = None
+    killed: Dict[int, int] = field(default_factory=dict)  # rank -> signal its command died of
 
     def first_failure(self) -> Optional[Tuple[int, int]]:
         """(rank, code) of the first rank that reported a non-zero exit, or None."""
@@ -48,6 +49,21 @@ class JobResult:
             if code != 0:
                 return rank, code
         return None
+
+    def describe(self, rank: int) -> str:
+        """How a rank ended: 'rank 1 was killed by SIGKILL (signal 9)' or 'rank 1 exited with
+        code 3'."""
+        if rank not in self.killed:
+            return f"rank {rank} exited with code {self.exits.get(rank)}"
+        return f"rank {rank} was killed by {_signal_text(self.killed[rank])}"
+
+
+def _signal_text(signum: int) -> str:
+    """'SIGKILL (signal 9)', or 'signal 40' for a number without a name (a real-time signal)."""
+    try:
+        return f"{signal.Signals(signum).name} (signal {signum})"
+    except ValueError:
+        return f"signal {signum}"
 
 
 class _Markers:
@@ -58,6 +74,7 @@ class _Markers:
         self.lock = threading.Lock()
         self.started: List[int] = []
         self.exits: Dict[int, int] = {}
+        self.killed: Dict[int, int] = {}
         self.failed_at: Optional[float] = None
         self.chunks: Dict[Tuple[str, int], Dict[int, str]] = {}
         self.counts: Dict[Tuple[str, int], int] = {}
@@ -69,21 +86,30 @@ class _Markers:
             if kind == "start":
                 if rank not in self.started:
                     self.started.append(rank)
-            elif kind == "exit":
-                code = int(data) if data.lstrip("-").isdigit() else 1
+            elif kind == "exit":  # data: CODE, or CODE:SIGNAL when the command was killed
+                text, _, signum = data.partition(":")
+                code = int(text) if text.isascii() and text.isdigit() else 1
                 self.exits.setdefault(rank, code)
+                if signum.isascii() and signum.isdigit():
+                    self.killed.setdefault(rank, int(signum))
                 if code != 0 and self.failed_at is None:
                     self.failed_at = time.monotonic()
             else:
                 self.chunks.setdefault((kind, rank), {})[index] = data
                 self.counts[(kind, rank)] = count
 
-    def payloads(self) -> Dict[Tuple[str, int], str]:
+    def _payloads(self) -> Dict[Tuple[str, int], str]:
         out = {}
         for key, parts in self.chunks.items():
             if len(parts) == self.counts[key]:
                 out[key] = "".join(parts[i] for i in range(len(parts)))
         return out
+
+    def result(self, **fields) -> JobResult:
+        """What the ranks reported so far, with the given other fields of a JobResult."""
+        with self.lock:
+            return JobResult(started=list(self.started), exits=dict(self.exits),
+                             killed=dict(self.killed), payloads=self._payloads(), **fields)
 
 
 def _descendants(root: int) -> List[int]:
@@ -219,9 +245,10 @@ class Job:
                     self._note(error + " Ending the job.")
                     self._end()
                 elif failed_at is not None and now - failed_at > FAILURE_GRACE_S:
-                    rank, code = next((r, c) for r, c in markers.exits.items() if c != 0)
-                    self._note(f"rank {rank} exited with code {code} and the job is still "
-                               f"running {FAILURE_GRACE_S:g} s later; ending the other ranks.")
+                    so_far = markers.result(exit_code=0, mpirun_code=0)
+                    self._note(f"{so_far.describe(so_far.first_failure()[0])} and the job is "
+                               f"still running {FAILURE_GRACE_S:g} s later; ending the other "
+                               "ranks.")
                     self._end()
         finally:
             for sig, old in handlers.items():
@@ -237,10 +264,7 @@ class Job:
             except (ProcessLookupError, PermissionError):
                 pass
         reader.join(timeout=KILL_GRACE_S)
-        with markers.lock:
-            result = JobResult(exit_code=0, mpirun_code=rc, started=list(markers.started),
-                               exits=dict(markers.exits), payloads=markers.payloads(),
-                               error=error, signal=self._caught)
+        result = markers.result(exit_code=0, mpirun_code=rc, error=error, signal=self._caught)
         if self._caught is not None:
             result.exit_code = 128 + self._caught
             result.error = (f"stopped by {signal.Signals(self._caught).name}; ended every rank")
@@ -251,7 +275,9 @@ class Job:
             result.exit_code = result.first_failure()[1]
         else:
             result.exit_code = rc if rc >= 0 else 128 - rc
-            if rc != 0 and len(result.started) < self.np:
-                result.error = (f"{os.path.basename(self.argv[0])} exited with code {rc} after "
+            if rc < 0 or (rc != 0 and len(result.started) < self.np):
+                how = (f"exited with code {rc}" if rc > 0 else
+                       f"was killed by {_signal_text(-rc)}")
+                result.error = (f"{os.path.basename(self.argv[0])} {how} after "
                                 f"{len(result.started)} of {self.np} ranks started")
         return result

@@ -1,4 +1,5 @@
 """Turns the launcher's options into a plan (MPI, argv, environment) and runs it."""
+import math
 import os
 import secrets
 import shlex
@@ -11,6 +12,7 @@ from .command import LaunchSpec, build_command, forwarded_names
 from .hosts import resolve
 from .job import Job, JobResult
 from .rank import TOKEN_VAR
+from .values import parse_float
 
 DEFAULT_START_TIMEOUT_S = 60.0
 
@@ -21,10 +23,14 @@ def default_start_timeout() -> float:
     if value is None:
         return DEFAULT_START_TIMEOUT_S
     try:
-        return float(value)
-    except ValueError:
-        raise LauncherError(f"HVD_LITE_START_TIMEOUT={value!r} is not a number of seconds") \
-            from None
+        seconds = parse_float(value)
+    except ValueError as exc:
+        raise LauncherError(f"HVD_LITE_START_TIMEOUT must be a number of seconds > 0: "
+                            f"expected {exc}") from None
+    if seconds <= 0:
+        raise LauncherError(f"HVD_LITE_START_TIMEOUT must be a number of seconds > 0, got "
+                            f"{value!r}")
+    return seconds
 
 
 @dataclass
@@ -76,6 +82,7 @@ def execute(plan: Plan, start_timeout: Optional[float] = None, stdin=None,
             quiet: bool = False) -> JobResult:
     """Runs a plan to its end."""
     timeout = default_start_timeout() if start_timeout is None else float(start_timeout)
-    if timeout <= 0:
-        raise LauncherError(f"--start-timeout must be > 0 seconds, got {timeout:g}")
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise LauncherError(f"--start-timeout must be a finite number of seconds > 0, got "
+                            f"{timeout:g}")
     return Job(plan.argv, plan.env, plan.np, plan.token, timeout, stdin=stdin, quiet=quiet).run()

@@ -2,10 +2,10 @@
 
 mpirun starts `python .../hvd_lite/run/rank.py CMD ARGS...` on every rank. The shim writes one
 marker line to stderr ("started"), runs CMD ARGS exactly as given (no shell), forwards the signals
-it receives to it, writes a second marker line with the exit status, and exits with that status
-(or dies of the same signal). The launcher reads the markers out of mpirun's stderr: that is how
-it bounds the start (--start-timeout) and reports the exit code of the rank that failed, whatever
-the MPI does with exit codes (Hydra ORs them together).
+it receives to it, writes a second marker line with the exit status (and the signal, when CMD was
+killed by one), and exits with that status (or dies of the same signal). The launcher reads the
+markers out of mpirun's stderr: that is how it bounds the start (--start-timeout) and reports the
+exit code of the rank that failed, whatever the MPI does with exit codes (Hydra ORs them together).
 
 This file is run by path and imports only the standard library, so it works before (and without)
 hvd_lite's C extension loading.
@@ -21,6 +21,7 @@ PREFIX = "@@hvdl-run"
 CHUNK = 2000  # characters of payload per marker line: one write, below PIPE_BUF
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
 _FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+_UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP)
 
 
 def rank_from_env() -> int:
@@ -58,12 +59,44 @@ def _die_on_parent_exit() -> None:
         pass
 
 
+def _die_of(signum: int) -> None:
+    """Ends this process by `signum`, as its child ended, without leaving a core file of its own
+    (one from the shim could overwrite the child's). SIGKILL's handler cannot be changed and is
+    left alone."""
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    except (ImportError, OSError, ValueError):
+        pass
+    if signum not in _UNCATCHABLE:
+        try:
+            signal.signal(signum, signal.SIG_DFL)
+        except (OSError, ValueError):  # a signal Python may not handle (one glibc reserves)
+            pass
+    os.kill(os.getpid(), signum)
+
+
 def main(argv) -> int:
     """Runs argv on this rank between a 'start' and an 'exit' marker; returns the exit status."""
     rank = rank_from_env()
     if not argv:
         sys.stderr.write("hvd_lite.run rank shim: no command given\n")
         return 2
+    child = None
+    early = []  # signals that arrived before the child existed
+
+    def forward(signum, _frame):
+        if child is None:
+            early.append(signum)
+            return
+        try:
+            child.send_signal(signum)
+        except OSError:
+            pass
+
+    for name in _FORWARDED:
+        signal.signal(getattr(signal, name), forward)
     emit("start", rank)
     try:
         # close_fds=False: Hydra hands each rank its PMI connection as an inherited fd (PMI_FD).
@@ -72,21 +105,13 @@ def main(argv) -> int:
         sys.stderr.write(f"hvd_lite.run: rank {rank}: cannot run {argv[0]!r}: {exc.strerror}\n")
         emit("exit", rank, "127")
         return 127
-
-    def forward(signum, _frame):
-        try:
-            child.send_signal(signum)
-        except OSError:
-            pass
-
-    for name in _FORWARDED:
-        signal.signal(getattr(signal, name), forward)
+    for signum in early:
+        forward(signum, None)
     code = child.wait()
     if code < 0:
-        emit("exit", rank, str(128 - code))
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-        return 128 - code
+        emit("exit", rank, f"{128 - code}:{-code}")
+        _die_of(-code)
+        return 128 - code  # still alive: the signal does not end this process
     emit("exit", rank, str(code))
     return code
 

@@ -1,5 +1,6 @@
 """`hvd_lite.run` as users run it: real jobs under the MPI of this environment."""
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -9,7 +10,9 @@ import time
 import pytest
 
 from run_helpers import MPI, env, hvdrun, pid_alive, py, remove_leaked_shm, tagged
+from hvd_lite.run.command import SHIM
 from hvd_lite.run.flavour import MPICH, OPENMPI
+from hvd_lite.run.rank import TOKEN_VAR
 
 RANK_INFO = """
 import os, sys, hvd_lite as hvd
@@ -59,6 +62,94 @@ def test_a_rank_killed_by_a_signal_gives_128_plus_the_signal():
     code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
     res = hvdrun("-np", "2", *py(code))
     assert res.returncode == 128 + signal.SIGKILL, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV])
+def test_a_rank_that_kills_itself_is_reported_in_one_line_and_ends_the_job(sig):
+    # rank 1 dies of `sig` while rank 0 sleeps: the launcher ends rank 0, names rank 1 and the
+    # signal, exits 128 + sig, and neither it nor the rank shim prints a traceback.
+    code = f"""
+import os, signal, time
+if (os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ["PMI_RANK"]) == "1":
+    os.kill(os.getpid(), {int(sig)})
+time.sleep(60)
+"""
+    t0 = time.monotonic()
+    res = hvdrun("-np", "2", *py(code), timeout=60)
+    assert time.monotonic() - t0 < 30, res.stderr
+    assert res.returncode == 128 + sig, res.stderr
+    assert "Traceback" not in res.stderr
+    name = signal.Signals(sig).name
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("hvd_lite.run: ")]
+    assert lines[-1] == (f"hvd_lite.run: rank 1 was killed by {name} (signal {int(sig)}); "
+                         f"exit code {128 + sig}"), res.stderr
+
+
+def _cores_on():
+    """In the child: allow core files (the soft limit up to the hard one)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (resource.getrlimit(resource.RLIMIT_CORE)[1],) * 2)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV])
+def test_the_rank_shim_dies_of_its_commands_signal_and_reports_it(tmp_path, sig):
+    # The shim alone (no MPI): its command dies of `sig`; the exit marker carries 128 + sig and
+    # the signal, and the shim dies of the same signal without a traceback. Core files are
+    # allowed, but the command turns its own off: a core file in the directory is the shim's.
+    code = ("import os, resource; resource.setrlimit(resource.RLIMIT_CORE, "
+            f"(0, resource.getrlimit(resource.RLIMIT_CORE)[1])); os.kill(os.getpid(), {int(sig)})")
+    res = subprocess.run([sys.executable, SHIM, *py(code)], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path, env=env(**{TOKEN_VAR: "feed"}),
+                         preexec_fn=_cores_on)
+    assert res.returncode == -sig, res.stderr
+    assert res.stderr.splitlines() == ["@@hvdl-run:feed:start:-1:0/1:",
+                                       f"@@hvdl-run:feed:exit:-1:0/1:{128 + sig}:{int(sig)}"]
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("core")]
+
+
+def test_the_rank_shim_exits_with_its_commands_code():
+    res = subprocess.run([sys.executable, SHIM, *py("raise SystemExit(3)")], capture_output=True,
+                         text=True, timeout=60, env=env(**{TOKEN_VAR: "feed"}))
+    assert res.returncode == 3
+    assert res.stderr.splitlines()[-1] == "@@hvdl-run:feed:exit:-1:0/1:3"
+
+
+def test_a_command_that_cannot_run_is_a_line_and_exit_127(tmp_path):
+    # One line from each rank that gets that far (the MPI may end the other rank first).
+    missing = str(tmp_path / "no-such-program")
+    res = hvdrun("-np", "2", missing)
+    assert res.returncode == 127, res.stderr
+    assert "Traceback" not in res.stderr
+    assert re.search(r"hvd_lite\.run: rank [01]: cannot run " + re.escape(repr(missing)) +
+                     ": No such file or directory", res.stderr), res.stderr
+
+
+def test_a_script_that_does_not_exist_gives_pythons_message_and_code(tmp_path):
+    res = hvdrun("-np", "2", sys.executable, str(tmp_path / "no_such_script.py"))
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and "can't open file" in res.stderr
+
+
+def test_an_mpirun_killed_by_a_signal_is_named_in_one_line(tmp_path):
+    fake = tmp_path / "mpirun"
+    version = "mpirun (Open MPI) 5.0.11" if MPI.flavour == OPENMPI else "HYDRA build details:"
+    fake.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] && {{ echo '{version}'; exit 0; }}\n"
+                    "kill -9 $$\n")
+    fake.chmod(0o755)
+    res = hvdrun("--mpirun", str(fake), "-np", "1", "true")
+    assert res.returncode == 128 + signal.SIGKILL, res.stderr
+    assert res.stderr == ("hvd_lite.run: mpirun was killed by SIGKILL (signal 9) after 0 of 1 "
+                          "ranks started\n")
+
+
+def test_an_unreachable_host_is_reported_without_a_traceback():
+    res = hvdrun("-np", "1", "-H", "no-such-host.invalid:1", "--start-timeout", "20", "true")
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr
+    assert res.stderr.splitlines()[-1].startswith("hvd_lite.run: ")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
