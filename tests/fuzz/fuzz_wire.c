@@ -256,6 +256,13 @@ static void check_rejection(const struct hvdl_reader *rd, const char *what, int 
   CHECK(strstr(err_comm.last_error, want) != NULL, "'%s' lacks '%s'", err_comm.last_error, want);
 }
 
+/* The readers accept exactly what the writers write: an accepted item, written
+ * again, is the bytes it was read from. */
+static void check_rewrites_to(const struct hvdl_buf *b, const char *from, const char *to, const char *what) {
+  CHECK(b->len == (size_t)(to - from) && memcmp(b->p, from, b->len) == 0,
+        "an accepted %s (%td bytes) is written back as %zu different bytes", what, to - from, b->len);
+}
+
 /* ---- case 1: a stream of descriptors ------------------------------------------ */
 
 static void desc_case(struct bytes *m, struct bytes *prev) {
@@ -275,12 +282,17 @@ static void desc_case(struct bytes *m, struct bytes *prev) {
   hvdl_reader_init(&rd, p, m->len);
   int n = 0, ok = 1;
   while (!hvdl_reader_done(&rd)) {
+    const char *from = rd.p;
     if (hvdl_desc_get(&rd, &got)) {
       ok = 0;
       check_rejection(&rd, "descriptors", 3);
       break;
     }
     check_desc_ranges(&got);
+    struct hvdl_buf again = {0};
+    if (hvdl_desc_put(&again, &got)) abort();
+    check_rewrites_to(&again, from, rd.p, "descriptor");
+    free(again.p);
     if (!mutated) CHECK(n < k && memcmp(&got, &want[n], sizeof got) == 0, "descriptor %d reads back different", n);
     n++;
   }
@@ -336,11 +348,23 @@ static void resp_case(struct bytes *m, struct bytes *prev) {
   int n = 0, ok = 1;
   count = count0;
   while (!hvdl_reader_done(&rd)) {
+    const char *from = rd.p;
     if (hvdl_resp_get(&rd, count, &got)) {
       ok = 0;
       check_rejection(&rd, "response", 0);
       break;
     }
+    struct hvdl_buf again = {0};
+    int failed = 0;
+    switch (got.kind) {
+      case HVDL_RESP_READY: failed = hvdl_resp_put_ready(&again, got.id, &got.desc); break;
+      case HVDL_RESP_ERROR: failed = hvdl_resp_put_error(&again, got.name, got.msg); break;
+      case HVDL_RESP_EVICT: failed = hvdl_resp_put_evict(&again, got.id); break;
+      default: failed = hvdl_resp_put_shutdown(&again, got.msg); break;
+    }
+    if (failed) abort();
+    check_rewrites_to(&again, from, rd.p, "response entry");
+    free(again.p);
     switch (got.kind) {
       case HVDL_RESP_READY:
         CHECK(got.id >= -1 && got.id <= count, "READY id %d with %d entries", got.id, count);
@@ -598,7 +622,12 @@ int main(int argc, char **argv) {
   session_end(&s);
   free(prev.p);
   free(m.p);
-  printf("fuzz_wire: %ld cases, seed %" PRIu64 "\n", cases, seed);
+#ifdef __SANITIZE_ADDRESS__
+  const char *asan = "AddressSanitizer";
+#else
+  const char *asan = "no AddressSanitizer";
+#endif
+  printf("fuzz_wire: %ld cases, seed %" PRIu64 ", built with %s\n", cases, seed, asan);
   int vacuous = 0;
   for (int k = 0; k < NREADERS; k++) {
     printf("  %-24s accepted %6ld  rejected %6ld\n", reader_names[k], accepted[k], rejected[k]);

@@ -106,6 +106,39 @@ def test_mismatches_raise_on_every_rank_and_the_engine_carries_on(kind):
     agree(np.array_equal(y, np.full(3, 2.0 * hvd.size())), "engine unusable after a mismatch")
 
 
+@pytest.mark.parametrize("which", ["prescale_factor", "postscale_factor"])
+def test_the_same_nan_scale_factor_on_every_rank_agrees_and_is_cached(which):
+    """Scale factors are compared by their bits: the same NaN everywhere is no mismatch, and the
+    second call is a cache bit (a NaN that never equals itself would be announced every time)."""
+    engine = basics._engine()
+    results, deltas = [], []
+    for _ in range(2):
+        before = engine.stats()
+        try:
+            out = hvd.allreduce(np.ones(5, np.float32), op=hvd.Sum, name=f"nan.{which}",
+                                **{which: float("nan")})
+            results.append(bool(np.isnan(out).all()))
+        except hvd.HvdLiteError as exc:
+            results.append(str(exc))
+        after = engine.stats()
+        deltas.append((after["announced"] - before["announced"],
+                       after["cached_ready"] - before["cached_ready"]))
+    agree(results == [True, True] and deltas == [(1, 0), (0, 1)],
+          f"all NaN per call: {results}; (names announced, ready from the cache) per call: {deltas}, "
+          "want [(1, 0), (0, 1)]")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_zero_and_negative_zero_scale_factors_are_a_mismatch_naming_both():
+    x = np.ones(4, np.float32)
+    err = raised(lambda: hvd.allreduce(x, prescale_factor=0.0 if hvd.rank() == 0 else -0.0,
+                                       name="signed.zero"))
+    agree(isinstance(err, hvd.HvdLiteError)
+          and "Mismatched ALLREDUCE prescale factors: one rank sent 0, another sent -0" in str(err), repr(err))
+    y = hvd.allreduce(np.full(3, 2.0), op=hvd.Sum, name="after.signed.zero")
+    agree(np.array_equal(y, np.full(3, 2.0 * hvd.size())), "engine unusable after a mismatch")
+
+
 @pytest.mark.mpi(min_size=2)
 def test_a_changed_shape_for_a_cached_name_is_revalidated():
     for _ in range(2):
