@@ -1,5 +1,7 @@
 """The engine under mpirun: async handles, ranks submitting in different orders, validation of
 mismatches on every rank, names in flight, grouped calls and fusion."""
+import struct
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -128,14 +130,28 @@ def test_the_same_nan_scale_factor_on_every_rank_agrees_and_is_cached(which):
           "want [(1, 0), (0, 1)]")
 
 
+def float_from_bits(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<Q", bits))[0]
+
+
+# rank 0's factor, the others', and the message: values that print alike show their bits too
+DIFFERENT_BITS = {
+    "zero": (0.0, -0.0, "prescale factors: one rank sent 0, another sent -0"),
+    "nan-payload": (float_from_bits(0x7ff8000000000001), float_from_bits(0x7ff8000000000000),
+                    "prescale factors: one rank sent nan (bits 0x7ff8000000000001), "
+                    "another sent nan (bits 0x7ff8000000000000)"),
+}
+
+
 @pytest.mark.mpi(min_size=2)
-def test_zero_and_negative_zero_scale_factors_are_a_mismatch_naming_both():
+@pytest.mark.parametrize("case", list(DIFFERENT_BITS))
+def test_scale_factors_with_different_bits_are_a_mismatch_naming_both(case):
+    first, others, message = DIFFERENT_BITS[case]
     x = np.ones(4, np.float32)
-    err = raised(lambda: hvd.allreduce(x, prescale_factor=0.0 if hvd.rank() == 0 else -0.0,
-                                       name="signed.zero"))
-    agree(isinstance(err, hvd.HvdLiteError)
-          and "Mismatched ALLREDUCE prescale factors: one rank sent 0, another sent -0" in str(err), repr(err))
-    y = hvd.allreduce(np.full(3, 2.0), op=hvd.Sum, name="after.signed.zero")
+    err = raised(lambda: hvd.allreduce(x, prescale_factor=first if hvd.rank() == 0 else others,
+                                       name=f"bits.{case}"))
+    agree(isinstance(err, hvd.HvdLiteError) and f"Mismatched ALLREDUCE {message}" in str(err), repr(err))
+    y = hvd.allreduce(np.full(3, 2.0), op=hvd.Sum, name=f"after.bits.{case}")
     agree(np.array_equal(y, np.full(3, 2.0 * hvd.size())), "engine unusable after a mismatch")
 
 
