@@ -285,7 +285,7 @@ static void desc_case(struct bytes *m, struct bytes *prev) {
     const char *from = rd.p;
     if (hvdl_desc_get(&rd, &got)) {
       ok = 0;
-      check_rejection(&rd, "descriptors", 3);
+      check_rejection(&rd, "descriptors", 3); /* as if from rank 3: the intake case checks the rank */
       break;
     }
     check_desc_ranges(&got);
