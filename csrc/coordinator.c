@@ -25,6 +25,23 @@ static void shape_str(const struct hvdl_desc *d, char *out, size_t cap) {
   if (n < cap) snprintf(out + n, cap - n, "]");
 }
 
+/* Two scale factors whose bits differ, as text that shows the difference: %g,
+ * all the digits when %g reads the same, and the bits too when even those do
+ * (NaNs with different payloads). */
+static void scale_pair(double a, double b, char *x, char *y, size_t cap) {
+  snprintf(x, cap, "%g", a);
+  snprintf(y, cap, "%g", b);
+  if (strcmp(x, y) != 0) return;
+  uint64_t ua, ub;
+  memcpy(&ua, &a, sizeof ua);
+  memcpy(&ub, &b, sizeof ub);
+  snprintf(x, cap, "%.17g", a);
+  snprintf(y, cap, "%.17g", b);
+  if (strcmp(x, y) != 0) return;
+  snprintf(x, cap, "%.17g (bits 0x%016llx)", a, (unsigned long long)ua);
+  snprintf(y, cap, "%.17g (bits 0x%016llx)", b, (unsigned long long)ub);
+}
+
 /* Writes the first difference between two ranks' descriptors; 0 if none. */
 static int mismatch(const struct hvdl_desc *a, int ra, const struct hvdl_desc *b, int rb,
                     char *msg, size_t cap) {
@@ -53,14 +70,12 @@ static int mismatch(const struct hvdl_desc *a, int ra, const struct hvdl_desc *b
     what = "reduction ops";
     snprintf(x, sizeof x, "%s", hvdl_op_name((hvdlRedOp_t)a->op));
     snprintf(y, sizeof y, "%s", hvdl_op_name((hvdlRedOp_t)b->op));
-  } else if (a->prescale != b->prescale) {
+  } else if (!hvdl_same_bits(a->prescale, b->prescale)) {
     what = "prescale factors";
-    snprintf(x, sizeof x, "%g", a->prescale);
-    snprintf(y, sizeof y, "%g", b->prescale);
-  } else if (a->postscale != b->postscale) {
+    scale_pair(a->prescale, b->prescale, x, y, sizeof x);
+  } else if (!hvdl_same_bits(a->postscale, b->postscale)) {
     what = "postscale factors";
-    snprintf(x, sizeof x, "%g", a->postscale);
-    snprintf(y, sizeof y, "%g", b->postscale);
+    scale_pair(a->postscale, b->postscale, x, y, sizeof x);
   } else {
     return 0;
   }
@@ -70,26 +85,44 @@ static int mismatch(const struct hvdl_desc *a, int ra, const struct hvdl_desc *b
 }
 
 
-/* Coordinator: a cache id for a newly ready name (evicting one pending nowhere if
- * the cache is full), or -1 for "do not cache". */
-static int alloc_cache_id(struct hvdl_coordinator *co, const uint64_t *all, int words, int cache_n,
-                          const unsigned char *fresh, struct hvdl_buf *resp) {
-  if (co->cache->capacity == 0) return -1;
-  for (int i = 0; i < co->cache->count; i++)
-    if (!co->cache->entries[i].valid) return i;
-  if ((size_t)co->cache->count < co->cache->capacity) return co->cache->count;
-  for (int i = 0; i < cache_n; i++) {
-    if (fresh[i]) continue;
+/* ---- cache ids ------------------------------------------------------------- */
+
+/* The coordinator writes a response without changing the cache: the cache
+ * changes when the response is applied, on every rank (rank 0 too) from the same
+ * bytes, so a response that fails to be written leaves rank 0's cache as every
+ * other rank's. A plan holds what the response being written does to each id. */
+enum { ID_KEPT = 0, ID_DROPPED, ID_GIVEN };
+
+struct id_plan {
+  unsigned char *state; /* per id: ID_KEPT (as the cache says), ID_DROPPED (evicted), ID_GIVEN */
+  size_t len;
+  int next_new;         /* the next id past the cache's entries */
+};
+
+/* A cache id for a newly ready name, or -1 for "do not cache": a free one, a new
+ * one while the cache is below its capacity, or else one pending nowhere, which
+ * the response must evict first (*evict). */
+static int alloc_cache_id(const struct hvdl_coordinator *co, const uint64_t *all, int words, int cache_n,
+                          struct id_plan *plan, int *evict) {
+  const struct hvdl_cache *c = co->cache;
+  *evict = 0;
+  if (c->capacity == 0) return -1;
+  int id = -1;
+  for (int i = 0; i < c->count && id < 0; i++)
+    if (plan->state[i] == ID_DROPPED || (plan->state[i] == ID_KEPT && !c->entries[i].valid)) id = i;
+  if (id < 0 && (size_t)plan->next_new < c->capacity && (size_t)plan->next_new < plan->len)
+    id = plan->next_new++;
+  for (int i = 0; i < cache_n && id < 0; i++) {
+    if (plan->state[i] != ID_KEPT) continue;
     int anywhere = 0;
     for (int r = 0; r < co->size && !anywhere; r++) anywhere = hvdl_bit_on(all, words, r, i);
     if (!anywhere) {
-      co->cache->entries[i].valid = 0;
-      hvdl_buf_put_u32(resp, HVDL_RESP_EVICT);
-      hvdl_buf_put_u32(resp, (uint32_t)i);
-      return i;
+      *evict = 1;
+      id = i;
     }
   }
-  return -1;
+  if (id >= 0) plan->state[id] = ID_GIVEN;
+  return id;
 }
 
 /* ---- the coordinator's table (rank 0) ------------------------------------ */
@@ -139,33 +172,63 @@ static hvdlResult_t table_add(struct hvdl_coordinator *co, int *index) {
   return hvdlSuccess;
 }
 
+/* The text of a validated table entry's error into msg; 0 if it has none. */
+static int validate(const struct hvdl_coordinator *co, const struct hvdl_table_entry *te, int first,
+                    const unsigned char *joined, char *msg, size_t cap) {
+  const int n = co->size;
+  const struct hvdl_desc *ref = &te->descs[first];
+  for (int r = 0; r < n; r++)
+    if (te->have[r] && te->descs[r].error[0]) {
+      snprintf(msg, cap, "%s (on rank %d)", te->descs[r].error, r);
+      return 1;
+    }
+  for (int r = first + 1; r < n; r++)
+    if (te->have[r] && mismatch(ref, first, &te->descs[r], r, msg, cap)) return 1;
+  if (ref->coll == HVDL_COLL_BROADCAST && (ref->root < 0 || ref->root >= n)) {
+    snprintf(msg, cap, "BROADCAST root rank %d is out of range for %d ranks (tensor '%s')", ref->root, n,
+             ref->name);
+    return 1;
+  }
+  if (ref->coll != HVDL_COLL_ALLREDUCE && te->nhave < n) {
+    char who[256];
+    size_t k = 0;
+    who[0] = '\0';
+    for (int r = 0; r < n && k + 16 < sizeof who; r++)
+      if (joined[r]) k += (size_t)snprintf(who + k, sizeof who - k, k ? ", %d" : "%d", r);
+    snprintf(msg, cap,
+             "%s '%s' cannot run while rank %s has joined (hvd_lite.join): only allreduce "
+             "continues with joined ranks, which contribute zeros",
+             coll_name(ref->coll), ref->name, who);
+    return 1;
+  }
+  return 0;
+}
+
 /* Rank 0: files the gathered descriptors and writes the response. */
 hvdlResult_t hvdl_coordinate(struct hvdl_coordinator *co, const char *gathered, const int *counts,
                                const int *displs, const uint64_t *all, int words, int cache_n,
                                int anyone_leaving, const unsigned char *joined, struct hvdl_buf *resp) {
   const int n = co->size;
-  unsigned char *fresh = calloc((size_t)(co->cache->count + 1 > cache_n ? co->cache->count + 1 : cache_n) + 1, 1);
-  if (!fresh) return hvdl_fail(co->comm, hvdlSystemError, "coordinator: out of memory");
-  size_t fresh_len = (size_t)(co->cache->count + 1 > cache_n ? co->cache->count + 1 : cache_n) + 1;
+  hvdlResult_t res = hvdlSuccess;
+  struct id_plan plan = {calloc((size_t)co->cache->count + 1, 1), (size_t)co->cache->count + 1,
+                         co->cache->count};
+  if (!plan.state) return hvdl_fail(co->comm, hvdlSystemError, "coordinator: out of memory");
   struct hvdl_desc d;
   for (int r = 0; r < n; r++) {
-    const char *p = gathered + displs[r], *end = p + counts[r];
-    while (p < end) {
-      p = hvdl_desc_get(p, &d);
+    struct hvdl_reader rd;
+    hvdl_reader_init(&rd, gathered + displs[r], (size_t)counts[r]);
+    while (!hvdl_reader_done(&rd)) {
+      if (hvdl_desc_get(&rd, &d)) {
+        res = hvdl_reader_fail(co->comm, &rd, "descriptors", r);
+        goto out;
+      }
       int id = hvdl_cache_find(co->cache, d.name, hvdl_name_hash(d.name));
-      if (id >= 0) { /* its metadata changed on rank r: every rank drops the entry */
-        co->cache->entries[id].valid = 0;
-        hvdl_buf_put_u32(resp, HVDL_RESP_EVICT);
-        hvdl_buf_put_u32(resp, (uint32_t)id);
+      if (id >= 0 && plan.state[id] != ID_DROPPED) { /* its metadata changed on rank r: every rank drops it */
+        plan.state[id] = ID_DROPPED;
+        if (hvdl_resp_put_evict(resp, id)) goto oom;
       }
       int t = table_lookup(co, d.name);
-      if (t < 0) {
-        hvdlResult_t res = table_add(co, &t);
-        if (res != hvdlSuccess) {
-          free(fresh);
-          return res;
-        }
-      }
+      if (t < 0 && (res = table_add(co, &t)) != hvdlSuccess) goto out;
       struct hvdl_table_entry *te = &co->table[t];
       te->descs[r] = d;
       if (!te->have[r]) {
@@ -174,6 +237,13 @@ hvdlResult_t hvdl_coordinate(struct hvdl_coordinator *co, const char *gathered, 
       }
     }
   }
+  /* Each name may take one new id. */
+  const size_t len = (size_t)co->cache->count + (size_t)co->table_count + 1;
+  unsigned char *grown = realloc(plan.state, len);
+  if (!grown) goto oom;
+  memset(grown + plan.len, 0, len - plan.len);
+  plan.state = grown;
+  plan.len = len;
   for (int i = 0; i < co->table_count;) {
     struct hvdl_table_entry *te = &co->table[i];
     /* Ready when every rank that has not joined announced it. A rank that leaves
@@ -189,58 +259,25 @@ hvdlResult_t hvdl_coordinate(struct hvdl_coordinator *co, const char *gathered, 
     }
     const struct hvdl_desc *ref = &te->descs[first];
     char msg[HVDL_ERRMSG_LEN];
-    int bad = 0;
-    for (int r = 0; r < n && !bad; r++)
-      if (te->have[r] && te->descs[r].error[0]) {
-        snprintf(msg, sizeof msg, "%s (on rank %d)", te->descs[r].error, r);
-        bad = 1;
-      }
-    for (int r = first + 1; r < n && !bad; r++)
-      if (te->have[r]) bad = mismatch(ref, first, &te->descs[r], r, msg, sizeof msg);
-    if (!bad && ref->coll == HVDL_COLL_BROADCAST && (ref->root < 0 || ref->root >= n)) {
-      snprintf(msg, sizeof msg, "BROADCAST root rank %d is out of range for %d ranks (tensor '%s')",
-               ref->root, n, ref->name);
-      bad = 1;
-    }
-    if (!bad && ref->coll != HVDL_COLL_ALLREDUCE && te->nhave < n) {
-      char who[256];
-      size_t k = 0;
-      who[0] = '\0';
-      for (int r = 0; r < n && k + 16 < sizeof who; r++)
-        if (joined[r]) k += (size_t)snprintf(who + k, sizeof who - k, k ? ", %d" : "%d", r);
-      snprintf(msg, sizeof msg,
-               "%s '%s' cannot run while rank %s has joined (hvd_lite.join): only allreduce "
-               "continues with joined ranks, which contribute zeros",
-               coll_name(ref->coll), ref->name, who);
-      bad = 1;
-    }
-    if (bad) {
-      hvdl_buf_put_u32(resp, HVDL_RESP_ERROR);
-      hvdl_buf_put_str(resp, ref->name);
-      hvdl_buf_put_str(resp, msg);
+    if (validate(co, te, first, joined, msg, sizeof msg)) {
+      if (hvdl_resp_put_error(resp, ref->name, msg)) goto oom;
     } else {
-      int id = alloc_cache_id(co, all, words, cache_n, fresh, resp);
-      if (id >= 0) {
-        hvdlResult_t res = hvdl_cache_set(co->cache, id, ref);
-        if (res != hvdlSuccess) {
-          free(fresh);
-          return res;
-        }
-        if ((size_t)id < fresh_len) fresh[id] = 1;
-      }
-      hvdl_buf_put_u32(resp, HVDL_RESP_READY);
-      hvdl_buf_put_u32(resp, (uint32_t)id);
-      hvdl_desc_put(resp, ref);
+      int evict;
+      const int id = alloc_cache_id(co, all, words, cache_n, &plan, &evict);
+      if ((evict && hvdl_resp_put_evict(resp, id)) || hvdl_resp_put_ready(resp, id, ref)) goto oom;
     }
     table_remove(co, i);
   }
   if (co->pending_shutdown[0]) {
-    hvdl_buf_put_u32(resp, HVDL_RESP_SHUTDOWN);
-    hvdl_buf_put_str(resp, co->pending_shutdown);
+    if (hvdl_resp_put_shutdown(resp, co->pending_shutdown)) goto oom;
     co->pending_shutdown[0] = '\0';
   }
-  free(fresh);
-  return hvdlSuccess;
+  goto out;
+oom:
+  res = hvdl_fail(co->comm, hvdlSystemError, "coordinator: out of memory writing the response");
+out:
+  free(plan.state);
+  return res;
 }
 
 
@@ -262,8 +299,7 @@ static void stall_note(struct hvdl_coordinator *co, const char *name, const char
   char line[HVDL_MAX_NAME + 128];
   if (co->stall_check_s > 0 && age > co->stall_check_s && !*warned) {
     snprintf(line, sizeof line, "\n  '%s' (%.0f s; missing ranks: %s)", name, age, missing);
-    hvdl_buf_put(warn, line, strlen(line));
-    *warned = 1;
+    if (hvdl_buf_put(warn, line, strlen(line)) == 0) *warned = 1; /* else: again next round */
   }
   if (co->stall_shutdown_s > 0 && age > co->stall_shutdown_s && !co->pending_shutdown[0])
     snprintf(co->pending_shutdown, sizeof co->pending_shutdown,

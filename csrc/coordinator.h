@@ -36,7 +36,10 @@ struct hvdl_coordinator {
  * counts[r] bytes) and writes the response: READY for names every rank that has
  * not joined announced and that agree, ERROR for those that do not, EVICT for
  * cache entries whose metadata changed or that make room, SHUTDOWN for a stall.
- * `all` holds every rank's header and bit vector (`words` each; `cache_n` entries). */
+ * `all` holds every rank's header and bit vector (`words` each; `cache_n` entries).
+ * The cache is left as it is: it changes as the response is applied, on every
+ * rank alike. A malformed descriptor is hvdlInternalError naming the rank that
+ * sent it, running out of memory hvdlSystemError; either way *resp must not be sent. */
 hvdlResult_t hvdl_coordinate(struct hvdl_coordinator *co, const char *gathered, const int *counts,
                              const int *displs, const uint64_t *all, int words, int cache_n,
                              int anyone_leaving, const unsigned char *joined,

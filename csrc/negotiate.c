@@ -32,7 +32,8 @@
 
 static int desc_equal(const struct hvdl_desc *a, const struct hvdl_desc *b) {
   if (a->coll != b->coll || a->dtype != b->dtype || a->op != b->op || a->ndim != b->ndim ||
-      a->root != b->root || a->prescale != b->prescale || a->postscale != b->postscale)
+      a->root != b->root || !hvdl_same_bits(a->prescale, b->prescale) ||
+      !hvdl_same_bits(a->postscale, b->postscale))
     return 0;
   for (int i = 0; i < a->ndim; i++)
     if (a->dims[i] != b->dims[i]) return 0;
@@ -111,59 +112,63 @@ static struct hvdl_request *find_announced(struct hvdl_request **pending, int np
   return NULL;
 }
 
+/* Applies rank 0's response, entry by entry, each read whole and checked before
+ * it is applied (every rank reads the same bytes, so a malformed entry stops
+ * every rank at the same point, with the same cache). */
 static hvdlResult_t apply_response(struct hvdl_negotiator *g, const char *p, size_t len,
                                    struct hvdl_request **pending, int np, int joined_here,
                                    struct ready_list *rl, int *shutdown) {
-  const char *end = p + len;
-  struct hvdl_desc d;
-  char name[HVDL_MAX_NAME], msg[HVDL_ERRMSG_LEN];
-  while (p < end) {
-    uint32_t kind, id;
-    p = hvdl_get_u32(p, &kind);
-    switch (kind) {
+  struct hvdl_reader rd;
+  struct hvdl_resp e;
+  hvdl_reader_init(&rd, p, len);
+  while (!hvdl_reader_done(&rd)) {
+    if (hvdl_resp_get(&rd, g->cache.count, &e)) return hvdl_reader_fail(g->data, &rd, "response", 0);
+    switch (e.kind) {
       case HVDL_RESP_READY: {
-        p = hvdl_get_u32(p, &id);
-        p = hvdl_desc_get(p, &d);
-        if ((int32_t)id >= 0) HVDL_CHECK(hvdl_cache_set(&g->cache, (int)id, &d));
-        struct hvdl_request *r = find_announced(pending, np, d.name);
+        if (e.id >= 0) HVDL_CHECK(hvdl_cache_set(&g->cache, e.id, &e.desc));
+        struct hvdl_request *r = find_announced(pending, np, e.desc.name);
         if (r)
           HVDL_CHECK(ready_push(g, rl, r));
-        else if (joined_here && d.coll == HVDL_COLL_ALLREDUCE)
-          HVDL_CHECK(push_stand_in(g, rl, &d));
+        else if (joined_here && e.desc.coll == HVDL_COLL_ALLREDUCE)
+          HVDL_CHECK(push_stand_in(g, rl, &e.desc));
         break;
       }
       case HVDL_RESP_ERROR: {
-        p = hvdl_get_str(p, name, sizeof name);
-        p = hvdl_get_str(p, msg, sizeof msg);
-        struct hvdl_request *r = find_announced(pending, np, name);
+        struct hvdl_request *r = find_announced(pending, np, e.name);
         if (r) {
           r->phase = HVDL_PHASE_FINISHED;
-          hvdl_request_complete(r, hvdlInvalidUsage, msg);
+          hvdl_request_complete(r, hvdlInvalidUsage, e.msg);
         }
         break;
       }
       case HVDL_RESP_EVICT:
-        p = hvdl_get_u32(p, &id);
-        if ((int)id < g->cache.count) g->cache.entries[id].valid = 0;
+        g->cache.entries[e.id].valid = 0;
         for (int i = 0; i < np; i++)
-          if (pending[i]->phase == HVDL_PHASE_CACHED && pending[i]->cache_id == (int)id) {
+          if (pending[i]->phase == HVDL_PHASE_CACHED && pending[i]->cache_id == e.id) {
             pending[i]->phase = HVDL_PHASE_NEW;
             pending[i]->cache_id = -1;
           }
         break;
       case HVDL_RESP_SHUTDOWN:
-        p = hvdl_get_str(p, msg, sizeof msg);
-        hvdl_requests_mark_dead(g->requests, hvdlRemoteError, msg);
+        hvdl_requests_mark_dead(g->requests, hvdlRemoteError, e.msg);
         *shutdown = 1;
         break;
-      default:
-        return hvdl_fail(g->data, hvdlInternalError, "negotiation: unknown response kind %u", kind);
     }
   }
   return hvdlSuccess;
 }
 
 /* ---- the slow path --------------------------------------------------------- */
+
+/* An MPI call of the slow path: on failure, records it and leaves by `out`. */
+#define SLOW_MPI(call)                                  \
+  do {                                                  \
+    int mpi_err_ = (call);                              \
+    if (mpi_err_ != MPI_SUCCESS) {                      \
+      res = hvdl_fail_mpi(g->data, mpi_err_, #call);    \
+      goto out;                                         \
+    }                                                   \
+  } while (0)
 
 static hvdlResult_t slow_path(struct hvdl_negotiator *g, const uint64_t *all, int words, int cache_n,
                               int anyone_leaving, const unsigned char *joined,
@@ -172,9 +177,29 @@ static hvdlResult_t slow_path(struct hvdl_negotiator *g, const uint64_t *all, in
   const int n = g->size;
   hvdlResult_t res = hvdlSuccess;
   struct hvdl_buf mine = {0}, resp = {0};
+  MPI_Request req;
   int *counts = calloc((size_t)n * 2, sizeof(int));
   if (!counts) return hvdl_fail(g->data, hvdlSystemError, "negotiation: out of memory");
   int *displs = counts + n;
+  /* Every rank reads the same headers, so a bad size fails every rank here alike. */
+  size_t total = 0;
+  for (int r = 0; r < n; r++) {
+    const uint64_t bytes = all[(size_t)r * (size_t)words] >> 32;
+    if (bytes > 0x7fffffffu) {
+      res = hvdl_fail(g->data, hvdlInternalError,
+                      "negotiation: malformed header from rank %d: %llu bytes of descriptors", r,
+                      (unsigned long long)bytes);
+      goto out;
+    }
+    counts[r] = (int)bytes;
+    displs[r] = (int)total;
+    total += bytes;
+    if (total > 0x7fffffffu) {
+      res = hvdl_fail(g->data, hvdlInvalidArgument,
+                      "negotiation: ranks 0 to %d announce more than 2 GiB of new names at once", r);
+      goto out;
+    }
+  }
   for (int i = 0; i < np; i++) {
     if (pending[i]->phase != HVDL_PHASE_NEW || pending[i]->desc.coll == HVDL_COLL_JOIN) continue;
     if (hvdl_desc_put(&mine, &pending[i]->desc)) {
@@ -184,27 +209,31 @@ static hvdlResult_t slow_path(struct hvdl_negotiator *g, const uint64_t *all, in
     pending[i]->phase = HVDL_PHASE_ANNOUNCED;
     atomic_fetch_add_explicit(&g->stats.announced, 1, memory_order_relaxed);
   }
-  size_t total = 0;
-  for (int r = 0; r < n; r++) {
-    counts[r] = (int)(all[(size_t)r * (size_t)words] >> 32);
-    displs[r] = (int)total;
-    total += (size_t)counts[r];
-  }
   if (g->rank == 0) {
     res = hvdl_reserve(g->data, &g->gathered, &g->gathered_bytes, total + 1);
     if (res != hvdlSuccess) goto out;
   }
-  MPI_Request req;
-  HVDL_MPI(g->data, MPI_Igatherv(mine.p, (int)mine.len, MPI_BYTE, g->gathered, counts, displs,
-                                 MPI_BYTE, 0, g->ctrl, &req));
+  SLOW_MPI(MPI_Igatherv(mine.p, (int)mine.len, MPI_BYTE, g->gathered, counts, displs, MPI_BYTE, 0, g->ctrl,
+                        &req));
   if ((res = wait_round(g, &req)) != hvdlSuccess) goto out;
+  /* Rank 0 writes the whole response, or fails before sending any of it. */
   if (g->rank == 0 &&
-      (res = hvdl_coordinate(&g->coord, g->gathered, counts, displs, all, words, cache_n, anyone_leaving, joined,
-                        &resp)) != hvdlSuccess)
+      (res = hvdl_coordinate(&g->coord, g->gathered, counts, displs, all, words, cache_n, anyone_leaving,
+                             joined, &resp)) != hvdlSuccess)
     goto out;
+  if (g->rank == 0 && resp.len > 0x7fffffffu) {
+    res = hvdl_fail(g->data, hvdlInvalidArgument,
+                    "negotiation: the response is %zu bytes, over 2 GiB: too many new names at once", resp.len);
+    goto out;
+  }
   uint64_t len = resp.len;
-  HVDL_MPI(g->data, MPI_Ibcast(&len, 1, MPI_UINT64_T, 0, g->ctrl, &req));
+  SLOW_MPI(MPI_Ibcast(&len, 1, MPI_UINT64_T, 0, g->ctrl, &req));
   if ((res = wait_round(g, &req)) != hvdlSuccess) goto out;
+  if (len > 0x7fffffffu) {
+    res = hvdl_fail(g->data, hvdlInternalError, "negotiation: malformed response length from rank 0: %llu",
+                    (unsigned long long)len);
+    goto out;
+  }
   if (len > 0) {
     if (g->rank != 0) {
       resp.p = malloc(len);
@@ -214,7 +243,7 @@ static hvdlResult_t slow_path(struct hvdl_negotiator *g, const uint64_t *all, in
       }
       resp.len = resp.cap = len;
     }
-    HVDL_MPI(g->data, MPI_Ibcast(resp.p, (int)len, MPI_BYTE, 0, g->ctrl, &req));
+    SLOW_MPI(MPI_Ibcast(resp.p, (int)len, MPI_BYTE, 0, g->ctrl, &req));
     if ((res = wait_round(g, &req)) != hvdlSuccess) goto out;
     res = apply_response(g, resp.p, len, pending, np, joined[g->rank], rl, shutdown);
   }
@@ -224,6 +253,8 @@ out:
   free(counts);
   return res;
 }
+
+#undef SLOW_MPI
 
 /* ---- the round ------------------------------------------------------------ */
 

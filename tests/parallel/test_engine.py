@@ -1,5 +1,7 @@
 """The engine under mpirun: async handles, ranks submitting in different orders, validation of
 mismatches on every rank, names in flight, grouped calls and fusion."""
+import struct
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -103,6 +105,53 @@ def test_mismatches_raise_on_every_rank_and_the_engine_carries_on(kind):
     agree(isinstance(err, hvd.HvdLiteError) and MESSAGES[kind] in str(err)
           and f"'mismatch.{kind}'" in str(err), repr(err))
     y = hvd.allreduce(np.full(3, 2.0), op=hvd.Sum, name=f"after.{kind}")
+    agree(np.array_equal(y, np.full(3, 2.0 * hvd.size())), "engine unusable after a mismatch")
+
+
+@pytest.mark.parametrize("which", ["prescale_factor", "postscale_factor"])
+def test_the_same_nan_scale_factor_on_every_rank_agrees_and_is_cached(which):
+    """Scale factors are compared by their bits: the same NaN everywhere is no mismatch, and the
+    second call is a cache bit (a NaN that never equals itself would be announced every time)."""
+    engine = basics._engine()
+    results, deltas = [], []
+    for _ in range(2):
+        before = engine.stats()
+        try:
+            out = hvd.allreduce(np.ones(5, np.float32), op=hvd.Sum, name=f"nan.{which}",
+                                **{which: float("nan")})
+            results.append(bool(np.isnan(out).all()))
+        except hvd.HvdLiteError as exc:
+            results.append(str(exc))
+        after = engine.stats()
+        deltas.append((after["announced"] - before["announced"],
+                       after["cached_ready"] - before["cached_ready"]))
+    agree(results == [True, True] and deltas == [(1, 0), (0, 1)],
+          f"all NaN per call: {results}; (names announced, ready from the cache) per call: {deltas}, "
+          "want [(1, 0), (0, 1)]")
+
+
+def float_from_bits(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<Q", bits))[0]
+
+
+# rank 0's factor, the others', and the message: values that print alike show their bits too
+DIFFERENT_BITS = {
+    "zero": (0.0, -0.0, "prescale factors: one rank sent 0, another sent -0"),
+    "nan-payload": (float_from_bits(0x7ff8000000000001), float_from_bits(0x7ff8000000000000),
+                    "prescale factors: one rank sent nan (bits 0x7ff8000000000001), "
+                    "another sent nan (bits 0x7ff8000000000000)"),
+}
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("case", list(DIFFERENT_BITS))
+def test_scale_factors_with_different_bits_are_a_mismatch_naming_both(case):
+    first, others, message = DIFFERENT_BITS[case]
+    x = np.ones(4, np.float32)
+    err = raised(lambda: hvd.allreduce(x, prescale_factor=first if hvd.rank() == 0 else others,
+                                       name=f"bits.{case}"))
+    agree(isinstance(err, hvd.HvdLiteError) and f"Mismatched ALLREDUCE {message}" in str(err), repr(err))
+    y = hvd.allreduce(np.full(3, 2.0), op=hvd.Sum, name=f"after.bits.{case}")
     agree(np.array_equal(y, np.full(3, 2.0 * hvd.size())), "engine unusable after a mismatch")
 
 
