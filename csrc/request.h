@@ -122,6 +122,10 @@ void hvdl_requests_destroy(struct hvdl_requests *q);
  * request of the same name is in flight (then hvdlInvalidUsage / hvdlInvalidArgument
  * with the reason recorded in the thread's error slot). */
 hvdlResult_t hvdl_requests_add_locked(struct hvdl_requests *q, struct hvdl_request *r);
+/* Under q->mu: appends all n requests, in order, or none of them (the set is dead, a
+ * name is in flight, or a name appears twice among them; the error says which). */
+hvdlResult_t hvdl_requests_add_all_locked(struct hvdl_requests *q, struct hvdl_request **rs,
+                                          int n);
 /* Refuses new requests from now on, with this reason (the first one sticks). */
 void hvdl_requests_mark_dead(struct hvdl_requests *q, hvdlResult_t res, const char *reason);
 /* Marks the set dead and fails every request in it, waking every waiter. */
