@@ -279,6 +279,29 @@ hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r, i
   return res;
 }
 
+hvdlResult_t hvdl_engine_submit_group(struct hvdl_engine *e, struct hvdl_request **rs, int n,
+                                      int at_once) {
+  const double now = hvdl_now();
+  for (int i = 0; i < n; i++) {
+    rs[i]->name_hash = hvdl_name_hash(rs[i]->desc.name);
+    rs[i]->phase = HVDL_PHASE_NEW;
+    rs[i]->cache_id = -1;
+    rs[i]->t_submit = now;
+  }
+  pthread_mutex_lock(&e->requests.mu);
+  hvdlResult_t res = e->stop_requested && !e->requests.dead
+                         ? hvdl_fail(NULL, hvdlInvalidUsage, "hvd_lite is shutting down on this rank")
+                         : hvdl_requests_add_all_locked(&e->requests, rs, n);
+  if (res == hvdlSuccess && n > 0) {
+    if (e->nnew == 0) e->first_new = now;
+    e->nnew += n;
+    e->at_once |= at_once;
+    if (!e->batching || at_once) pthread_cond_signal(&e->work_cv);
+  }
+  pthread_mutex_unlock(&e->requests.mu);
+  return res;
+}
+
 void hvdl_engine_hold(struct hvdl_engine *e, int on) {
   pthread_mutex_lock(&e->requests.mu);
   e->hold += on ? 1 : -1;
@@ -314,6 +337,24 @@ hvdlResult_t hvdl_engine_stop(struct hvdl_engine *e) {
   pthread_join(e->thread, NULL);
   e->thread_started = 0;
   return hvdlSuccess;
+}
+
+int hvdl_engine_stop_for(struct hvdl_engine *e, double seconds) {
+  if (!e->thread_started) return 1;
+  pthread_mutex_lock(&e->requests.mu);
+  e->stop_requested = 1;
+  pthread_cond_signal(&e->work_cv);
+  pthread_mutex_unlock(&e->requests.mu);
+#ifdef __GLIBC__
+  struct timespec ts;
+  hvdl_deadline(&ts, seconds);
+  if (pthread_timedjoin_np(e->thread, NULL, &ts) != 0) return 0;
+#else
+  (void)seconds; /* no timed join: wait for the thread */
+  pthread_join(e->thread, NULL);
+#endif
+  e->thread_started = 0;
+  return 1;
 }
 
 void hvdl_engine_free(struct hvdl_engine *e) {

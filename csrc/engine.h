@@ -62,6 +62,10 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
 /* `at_once`: the caller waits on r at once (a synchronous call), so the engine
  * negotiates it without letting more submissions gather first. */
 hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r, int at_once);
+/* Submits n requests as one group: all of them, in order and in the same round, or none
+ * (the engine refuses one: it is shutting down or dead, or a name is in flight or repeated). */
+hvdlResult_t hvdl_engine_submit_group(struct hvdl_engine *e, struct hvdl_request **rs, int n,
+                                      int at_once);
 /* Holds (on) or releases (off) the start of new rounds, so that a group of
  * submissions enters the same round and can be fused. */
 void hvdl_engine_hold(struct hvdl_engine *e, int on);
@@ -71,6 +75,9 @@ void hvdl_engine_get_stats(struct hvdl_engine *e, struct hvdl_engine_stats *out)
 void hvdl_engine_inject_fault(struct hvdl_engine *e, int point, int n);
 int hvdl_engine_fault_hit(struct hvdl_engine *e, int point);
 hvdlResult_t hvdl_engine_stop(struct hvdl_engine *e);
+/* Asks the engine to stop and waits at most `seconds` for its thread to end (its last
+ * round tells the other ranks); nonzero once it has ended. Call again to wait longer. */
+int hvdl_engine_stop_for(struct hvdl_engine *e, double seconds);
 void hvdl_engine_free(struct hvdl_engine *e);
 
 #endif /* HVDL_ENGINE_H_ */

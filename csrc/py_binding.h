@@ -4,13 +4,16 @@
  * arguments and hvdlResult_t codes into exceptions; the core holds the logic.
  *
  *   py_module.c    the module: init, MPI lifetime, build_info, the method table
- *   py_engine.c    the Engine and Handle types (the background engine)
+ *   py_engine.c    the Engine type (the background engine)
+ *   py_handle.c    the Handle type (one submitted collective), and the orphans of
+ *                  handles dropped while pending
  *   py_testing.c   for tests and benchmarks only: the Comm type (the bare C API),
  *                  the local kernels and the kernel benchmark
  *   py_convert.c   conversions both ways: buffers, dtype and op checks, the base
  *                  communicator, and results into exceptions (with the error factory)
  *
- * Arrows point down: py_module -> py_engine, py_testing -> py_convert -> the core.
+ * Arrows point down: py_module -> py_engine -> py_handle, py_testing -> py_convert
+ * -> the core.
  */
 #ifndef HVDL_PY_BINDING_H_
 #define HVDL_PY_BINDING_H_
@@ -21,6 +24,10 @@
 #include <stddef.h>
 
 #include "hvdl.h"
+#include "topology.h"
+
+struct hvdl_engine;
+struct hvdl_request;
 
 /* ---- py_convert.c -------------------------------------------------------- */
 
@@ -46,10 +53,42 @@ int hvdl_py_get_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype, 
 /* The communicator a Fortran handle names; None means MPI_COMM_WORLD. */
 int hvdl_py_base_comm(PyObject *fobj, MPI_Comm *out);
 
-/* ---- py_engine.c --------------------------------------------------------- */
+/* ---- py_engine.c, py_handle.c ------------------------------------------- */
+
+/* A waiting thread checks for signals this often. */
+#define HVDL_PY_WAIT_SLICE_SECONDS 0.1
+
+/* A request and the buffers it reads and writes, exported while the engine may use them. */
+struct hvdl_py_hold {
+  struct hvdl_request *req;
+  Py_buffer send, recv;
+  int has_send, has_recv;
+};
+
+/* The hold of a handle dropped while its request was pending. */
+struct hvdl_py_orphan {
+  struct hvdl_py_hold hold;
+  struct hvdl_py_orphan *next;
+};
+
+typedef struct {
+  PyObject_HEAD struct hvdl_engine *engine;
+  struct hvdl_topology topo;
+  struct hvdl_py_orphan *orphans; /* under the GIL */
+  int stopping;                   /* a thread is joining the engine thread (under the GIL) */
+} hvdl_py_engine;
+
+typedef struct {
+  PyObject_HEAD hvdl_py_engine *owner;
+  struct hvdl_py_hold hold;
+} hvdl_py_handle;
 
 extern PyTypeObject hvdl_py_engine_type; /* hvd_lite._core.Engine */
 extern PyTypeObject hvdl_py_handle_type; /* hvd_lite._core.Handle */
+
+/* Lets go of the engine object's orphans whose requests have completed (with `all`:
+ * every one, once none can be pending: the engine has been freed). */
+void hvdl_py_release_orphans(hvdl_py_engine *engine, int all);
 
 /* ---- py_testing.c -------------------------------------------------------- */
 

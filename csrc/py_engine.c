@@ -1,6 +1,6 @@
 /*
- * py_engine.c -- hvd_lite._core.Engine and Handle: the background engine
- * (engine.c) as Python objects.
+ * py_engine.c -- hvd_lite._core.Engine: the background engine (engine.c) as a
+ * Python object; its handles are py_handle.c's.
  *
  *   Engine(fhandle=None, ranks=None)     starts the engine over the base communicator
  *                                        (Fortran handle) or the subset of it that
@@ -8,10 +8,13 @@
  *     .rank .size .local_rank .local_size .cross_rank .cross_size   (hvdl_topology)
  *     .submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits,
  *             error, at_once=False) -> Handle   (at_once: waited on at once, no batching)
- *     .hold(on), .shutdown()
- *   Handle.poll() -> bool, Handle.wait()  (GIL released; raises if the request failed)
- *   Handle.out_rows(), .recv_splits(), .value(), and the buffer protocol: an
- *   engine-allocated output
+ *     .submit_group([(coll, send, ..., error), ...], at_once=False) -> [Handle]
+ *                                        all of them in one round, or none
+ *     .hold(on), .shutdown()             (shutdown waits in slices: a signal interrupts it)
+ *
+ * The engine object keeps the orphans of dropped handles (py_handle.c) and lets go
+ * of those whose requests have completed at each submit, after shutdown and when it
+ * is released itself.
  */
 #include "py_binding.h"
 
@@ -22,21 +25,6 @@
 #include "engine.h"
 #include "internal.h"
 #include "topology.h"
-
-/* A waiting handle checks for signals this often. */
-#define WAIT_SLICE_SECONDS 0.1
-
-typedef struct {
-  PyObject_HEAD struct hvdl_engine *engine;
-  struct hvdl_topology topo;
-} EngineObject;
-
-typedef struct {
-  PyObject_HEAD EngineObject *owner;
-  struct hvdl_request *req;
-  Py_buffer send, recv;
-  int has_send, has_recv;
-} HandleObject;
 
 /* `ranks` (a sequence of ints) as a malloc'ed array; -1 with an exception set. */
 static int ranks_array(PyObject *ranks, long long **out, int *n) {
@@ -68,7 +56,7 @@ static int ranks_array(PyObject *ranks, long long **out, int *n) {
   return 0;
 }
 
-static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds) {
+static int Engine_init(hvdl_py_engine *self, PyObject *args, PyObject *kwds) {
   static char *kwlist[] = {"fhandle", "ranks", NULL};
   PyObject *fobj = Py_None, *ranks = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO", kwlist, &fobj, &ranks)) return -1;
@@ -102,17 +90,30 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kwds) {
   return 0;
 }
 
-static PyObject *Engine_shutdown(EngineObject *self, PyObject *noargs) {
+/* Stops the engine, waiting for its thread in slices so that a signal interrupts the
+ * wait (then the engine goes on leaving; call again to wait for it). One thread joins
+ * the engine thread at a time; another caller waits for that one. */
+static PyObject *Engine_shutdown(hvdl_py_engine *self, PyObject *noargs) {
   (void)noargs;
-  if (self->engine) {
-    struct hvdl_engine *e = self->engine;
-    Py_BEGIN_ALLOW_THREADS hvdl_engine_stop(e);
+  struct hvdl_engine *e = self->engine;
+  if (!e) Py_RETURN_NONE;
+  for (int done = 0; !done;) {
+    const int mine = !self->stopping;
+    self->stopping = 1;
+    Py_BEGIN_ALLOW_THREADS
+    if (mine)
+      done = hvdl_engine_stop_for(e, HVDL_PY_WAIT_SLICE_SECONDS);
+    else
+      hvdl_sleep(HVDL_PY_WAIT_SLICE_SECONDS);
     Py_END_ALLOW_THREADS
+    if (mine) self->stopping = 0;
+    if (!done && PyErr_CheckSignals() < 0) return NULL;
   }
+  hvdl_py_release_orphans(self, 0); /* the engine failed whatever was pending */
   Py_RETURN_NONE;
 }
 
-static PyObject *Engine_stats(EngineObject *self, PyObject *noargs) {
+static PyObject *Engine_stats(hvdl_py_engine *self, PyObject *noargs) {
   (void)noargs;
   if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
   struct hvdl_engine_stats st;
@@ -132,7 +133,7 @@ static int fault_point(PyObject *name) {
   return -1;
 }
 
-static PyObject *Engine_inject_fault(EngineObject *self, PyObject *args) {
+static PyObject *Engine_inject_fault(hvdl_py_engine *self, PyObject *args) {
   PyObject *name;
   int n = 1;
   if (!PyArg_ParseTuple(args, "U|i", &name, &n)) return NULL;
@@ -143,26 +144,27 @@ static PyObject *Engine_inject_fault(EngineObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
-static PyObject *Engine_fault_hit(EngineObject *self, PyObject *name) {
+static PyObject *Engine_fault_hit(hvdl_py_engine *self, PyObject *name) {
   int point = fault_point(name);
   if (point < 0) return NULL;
   return PyBool_FromLong(self->engine && hvdl_engine_fault_hit(self->engine, point));
 }
 
-static PyObject *Engine_hold(EngineObject *self, PyObject *arg) {
+static PyObject *Engine_hold(hvdl_py_engine *self, PyObject *arg) {
   int on = PyObject_IsTrue(arg);
   if (on < 0) return NULL;
   if (self->engine) hvdl_engine_hold(self->engine, on);
   Py_RETURN_NONE;
 }
 
-static void Engine_dealloc(EngineObject *self) {
+static void Engine_dealloc(hvdl_py_engine *self) {
   if (self->engine) {
     struct hvdl_engine *e = self->engine;
     self->engine = NULL;
     Py_BEGIN_ALLOW_THREADS hvdl_engine_free(e);
     Py_END_ALLOW_THREADS
   }
+  hvdl_py_release_orphans(self, 1); /* the engine failed whatever was pending */
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -188,48 +190,63 @@ static int parse_shape(PyObject *shape, struct hvdl_desc *d) {
   return 0;
 }
 
-/* submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits, error)
- *   -> Handle. recv None: the engine allocates the output (ALLGATHER, ALLTOALL); send and
- *   recv None: no data (BARRIER); splits: ALLTOALL rows per rank; error: a problem this rank
- *   found in its arguments, which fails the collective on every rank. */
-static PyObject *Engine_submit(EngineObject *self, PyObject *args) {
+/* A handle for one submit() argument tuple, its request filled but not submitted (and
+ * not pending, so that dropping it waits for nothing); NULL with an exception set.
+ * recv None: the engine allocates the output (ALLGATHER, ALLTOALL); send and recv None:
+ * no data (BARRIER); splits: ALLTOALL rows per rank; error: a problem this rank found in
+ * its arguments, which fails the collective on every rank. */
+static hvdl_py_handle *new_handle(hvdl_py_engine *self, PyObject *args, int *at_once) {
   PyObject *sendobj, *recvobj, *shape, *splits;
   int coll, dtype, op, root;
   double pre, post;
   const char *name, *error;
   Py_ssize_t name_len;
-  int at_once = 0;
-  if (!PyArg_ParseTuple(args, "iOOiidds#OiOs|p", &coll, &sendobj, &recvobj, &dtype, &op, &pre,
-                        &post, &name, &name_len, &shape, &root, &splits, &error, &at_once))
+  if (!PyTuple_Check(args)) {
+    PyErr_Format(PyExc_TypeError, "a submission is a tuple of arguments, got %s",
+                 Py_TYPE(args)->tp_name);
     return NULL;
-  if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine is gone");
-  if (coll < 0 || coll >= HVDL_NUM_COLLS)
-    return PyErr_Format(PyExc_ValueError, "invalid collective %d", coll);
-  if (hvdl_py_check_dtype(dtype) || hvdl_py_check_op(op)) return NULL;
-  if (name_len >= HVDL_MAX_NAME)
-    return PyErr_Format(PyExc_ValueError, "name is %zd bytes long; the limit is %d", name_len,
-                        HVDL_MAX_NAME - 1);
-  HandleObject *h = PyObject_New(HandleObject, &hvdl_py_handle_type);
-  if (!h) return NULL;
-  h->owner = NULL;
-  h->req = NULL;
-  h->has_send = h->has_recv = 0;
-  struct hvdl_request *r = hvdl_request_new();
-  if (!r) {
-    Py_DECREF(h);
-    return PyErr_NoMemory();
   }
-  h->req = r;
+  if (!PyArg_ParseTuple(args, "iOOiidds#OiOs|p", &coll, &sendobj, &recvobj, &dtype, &op, &pre,
+                        &post, &name, &name_len, &shape, &root, &splits, &error, at_once))
+    return NULL;
+  if (!self->engine) {
+    PyErr_SetString(PyExc_RuntimeError, "the hvd_lite engine is gone");
+    return NULL;
+  }
+  if (coll < 0 || coll >= HVDL_NUM_COLLS) {
+    PyErr_Format(PyExc_ValueError, "invalid collective %d", coll);
+    return NULL;
+  }
+  if (hvdl_py_check_dtype(dtype) || hvdl_py_check_op(op)) return NULL;
+  if (name_len >= HVDL_MAX_NAME) {
+    PyErr_Format(PyExc_ValueError, "name is %zd bytes long; the limit is %d", name_len,
+                 HVDL_MAX_NAME - 1);
+    return NULL;
+  }
+  if (memchr(name, '\0', (size_t)name_len)) {
+    PyErr_Format(PyExc_ValueError, "name %R contains a NUL character; names are C strings",
+                 PyTuple_GET_ITEM(args, 7));
+    return NULL;
+  }
+  hvdl_py_handle *h = PyObject_New(hvdl_py_handle, &hvdl_py_handle_type);
+  if (!h) return NULL;
+  memset(&h->hold, 0, sizeof h->hold);
   Py_INCREF(self);
   h->owner = self;
+  struct hvdl_request *r = h->hold.req = hvdl_request_new();
+  if (!r) {
+    Py_DECREF(h);
+    return (hvdl_py_handle *)PyErr_NoMemory();
+  }
+  atomic_store(&r->state, HVDL_REQ_FAILED); /* until it is submitted: nothing to wait for */
   size_t scount = 0, rcount = 0;
   if (sendobj != Py_None) {
-    if (hvdl_py_get_buffer(sendobj, &h->send, 0, dtype, &scount, "sendbuf")) goto fail;
-    h->has_send = 1;
+    if (hvdl_py_get_buffer(sendobj, &h->hold.send, 0, dtype, &scount, "sendbuf")) goto fail;
+    h->hold.has_send = 1;
   }
   if (recvobj != Py_None) {
-    if (hvdl_py_get_buffer(recvobj, &h->recv, 1, dtype, &rcount, "recvbuf")) goto fail;
-    h->has_recv = 1;
+    if (hvdl_py_get_buffer(recvobj, &h->hold.recv, 1, dtype, &rcount, "recvbuf")) goto fail;
+    h->hold.has_recv = 1;
   }
   if (parse_shape(shape, &r->desc)) goto fail;
   if (splits != Py_None) {
@@ -259,121 +276,77 @@ static PyObject *Engine_submit(EngineObject *self, PyObject *args) {
     r->dim0 = r->desc.dims[0];
     r->desc.dims[0] = -1; /* may differ per rank: exchanged when it runs */
   }
-  r->send = h->has_send ? h->send.buf : NULL;
-  r->recv = h->has_recv ? h->recv.buf : NULL;
+  r->send = h->hold.has_send ? h->hold.send.buf : NULL;
+  r->recv = h->hold.has_recv ? h->hold.recv.buf : NULL;
   r->count = scount;
   r->nbytes = scount * hvdl_type_size((hvdlDataType_t)dtype);
-  hvdlResult_t res = hvdl_engine_submit(self->engine, r, at_once);
-  if (res != hvdlSuccess) {
-    hvdl_py_raise(res, NULL);
-    goto fail;
-  }
-  return (PyObject *)h;
+  return h;
 fail:
-  atomic_store(&r->state, HVDL_REQ_FAILED); /* never submitted: nothing to wait for */
   Py_DECREF(h);
   return NULL;
 }
 
-static void Handle_dealloc(HandleObject *self) {
-  struct hvdl_request *r = self->req;
-  if (r) {
-    /* The engine (or, after a failure, a late peer's MPI traffic) may still use the
-     * buffers: wait before letting them go. */
-    if (!hvdl_request_idle(r) && self->owner && self->owner->engine) {
-      Py_BEGIN_ALLOW_THREADS hvdl_request_wait(r);
-      while (!hvdl_request_idle(r)) hvdl_sleep(1e-3);
-      Py_END_ALLOW_THREADS
+/* submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits, error,
+ *        at_once=False) -> Handle */
+static PyObject *Engine_submit(hvdl_py_engine *self, PyObject *args) {
+  hvdl_py_release_orphans(self, 0);
+  int at_once = 0;
+  hvdl_py_handle *h = new_handle(self, args, &at_once);
+  if (!h) return NULL;
+  hvdlResult_t res = hvdl_engine_submit(self->engine, h->hold.req, at_once);
+  if (res != hvdlSuccess) {
+    Py_DECREF(h);
+    return hvdl_py_raise(res, NULL);
+  }
+  return (PyObject *)h;
+}
+
+/* submit_group(entries, at_once=False) -> [Handle]: every entry (submit's arguments but
+ * at_once) checked, then all submitted in one round, or none if any is refused. */
+static PyObject *Engine_submit_group(hvdl_py_engine *self, PyObject *args) {
+  PyObject *entries;
+  int at_once = 0;
+  if (!PyArg_ParseTuple(args, "O|p", &entries, &at_once)) return NULL;
+  hvdl_py_release_orphans(self, 0);
+  PyObject *seq = PySequence_Fast(entries, "submit_group takes a sequence of argument tuples");
+  if (!seq) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (n > INT_MAX) {
+    Py_DECREF(seq);
+    return PyErr_Format(PyExc_ValueError, "a group of %zd entries is too large", n);
+  }
+  PyObject *list = PyList_New(n);
+  struct hvdl_request **reqs = malloc(sizeof *reqs * (size_t)(n > 0 ? n : 1));
+  if (!list || !reqs) {
+    Py_XDECREF(list);
+    free(reqs);
+    Py_DECREF(seq);
+    return PyErr_NoMemory();
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    int ignored = 0;
+    hvdl_py_handle *h = new_handle(self, PySequence_Fast_GET_ITEM(seq, i), &ignored);
+    if (!h) { /* nothing is submitted yet: the handles made so far go without waiting */
+      free(reqs);
+      Py_DECREF(list);
+      Py_DECREF(seq);
+      return NULL;
     }
-    hvdl_request_release(r);
+    reqs[i] = h->hold.req;
+    PyList_SET_ITEM(list, i, (PyObject *)h);
   }
-  if (self->has_send) PyBuffer_Release(&self->send);
-  if (self->has_recv) PyBuffer_Release(&self->recv);
-  Py_XDECREF(self->owner);
-  PyObject_Free(self);
-}
-
-static PyObject *Handle_poll(HandleObject *self, PyObject *noargs) {
-  (void)noargs;
-  return PyBool_FromLong(hvdl_request_poll(self->req));
-}
-
-static PyObject *Handle_wait(HandleObject *self, PyObject *noargs) {
-  (void)noargs;
-  struct hvdl_request *r = self->req;
-  if (!hvdl_request_poll(r)) {
-    if (!self->owner->engine)
-      return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine is gone");
-    /* In slices, so that a signal (Ctrl-C, a test's timeout) interrupts the wait. */
-    for (int done = 0; !done;) {
-      Py_BEGIN_ALLOW_THREADS done = hvdl_request_wait_for(r, WAIT_SLICE_SECONDS);
-      Py_END_ALLOW_THREADS
-      if (!done && PyErr_CheckSignals() < 0) return NULL;
-    }
+  Py_DECREF(seq);
+  hvdlResult_t res = n ? hvdl_engine_submit_group(self->engine, reqs, (int)n, at_once) : hvdlSuccess;
+  free(reqs);
+  if (res != hvdlSuccess) {
+    Py_DECREF(list);
+    return hvdl_py_raise(res, NULL);
   }
-  if (atomic_load(&r->state) == HVDL_REQ_FAILED) {
-    hvdl_fail(NULL, r->result, "%s", r->error);
-    return hvdl_py_raise(r->result, NULL);
-  }
-  Py_RETURN_NONE;
-}
-
-/* After a successful wait: rows of the engine-allocated output, and (alltoall) the
- * rows received from each rank. */
-static PyObject *Handle_out_rows(HandleObject *self, PyObject *noargs) {
-  (void)noargs;
-  return PyLong_FromLongLong((long long)self->req->out_dim0);
-}
-
-static PyObject *Handle_value(HandleObject *self, PyObject *noargs) {
-  (void)noargs;
-  return PyLong_FromLongLong((long long)self->req->value);
-}
-
-static PyObject *Handle_recv_splits(HandleObject *self, PyObject *noargs) {
-  (void)noargs;
-  struct hvdl_request *r = self->req;
-  if (!r->recv_splits || !self->owner) Py_RETURN_NONE;
-  PyObject *list = PyList_New(self->owner->topo.size);
-  for (int i = 0; list && i < self->owner->topo.size; i++)
-    PyList_SET_ITEM(list, i, PyLong_FromLongLong((long long)r->recv_splits[i]));
   return list;
 }
 
-/* The buffer protocol exposes the engine-allocated output once the request is done. */
-static int Handle_getbuffer(HandleObject *self, Py_buffer *view, int flags) {
-  struct hvdl_request *r = self->req;
-  if (atomic_load(&r->state) != HVDL_REQ_DONE || !r->out) {
-    PyErr_SetString(PyExc_BufferError, "this handle has no output (yet)");
-    view->obj = NULL;
-    return -1;
-  }
-  return PyBuffer_FillInfo(view, (PyObject *)self, r->out, (Py_ssize_t)r->out_bytes, 0, flags);
-}
-
-static PyBufferProcs Handle_as_buffer = {(getbufferproc)Handle_getbuffer, NULL};
-
-static PyMethodDef Handle_methods[] = {
-    {"out_rows", (PyCFunction)Handle_out_rows, METH_NOARGS, "rows of the engine-allocated output"},
-    {"recv_splits", (PyCFunction)Handle_recv_splits, METH_NOARGS, "alltoall: rows from each rank"},
-    {"value", (PyCFunction)Handle_value, METH_NOARGS, "join: the last rank to join"},
-    {"poll", (PyCFunction)Handle_poll, METH_NOARGS, "True once the request has completed"},
-    {"wait", (PyCFunction)Handle_wait, METH_NOARGS, "wait (GIL released); raise if it failed"},
-    {NULL, NULL, 0, NULL},
-};
-
-PyTypeObject hvdl_py_handle_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hvd_lite._core.Handle",
-    .tp_basicsize = sizeof(HandleObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A submitted collective.",
-    .tp_dealloc = (destructor)Handle_dealloc,
-    .tp_methods = Handle_methods,
-    .tp_as_buffer = &Handle_as_buffer,
-};
-
 #define ENGINE_INT_GETTER(field)                                                       \
-  static PyObject *Engine_get_##field(EngineObject *self, void *closure) {            \
+  static PyObject *Engine_get_##field(hvdl_py_engine *self, void *closure) {            \
     (void)closure;                                                                    \
     return PyLong_FromLong((long)self->topo.field);                                   \
   }
@@ -397,13 +370,16 @@ static PyGetSetDef Engine_getset[] = {
 static PyMethodDef Engine_methods[] = {
     {"submit", (PyCFunction)Engine_submit, METH_VARARGS,
      "submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits, error, at_once)"},
+    {"submit_group", (PyCFunction)Engine_submit_group, METH_VARARGS,
+     "submit_group([(coll, send, ..., error), ...], at_once) -> [Handle]: all in one round, or none"},
     {"stats", (PyCFunction)Engine_stats, METH_NOARGS,
      "stats() -> dict: rounds, slow_rounds (descriptors gathered at the coordinator), announced "
      "(names this rank sent), cached_ready (requests ready by their cache bit alone)"},
     {"hold", (PyCFunction)Engine_hold, METH_O,
      "hold(True) ... hold(False): submissions in between enter the same round"},
     {"shutdown", (PyCFunction)Engine_shutdown, METH_NOARGS,
-     "leave: the last round tells the other ranks; pending requests fail"},
+     "leave: the last round tells the other ranks; pending requests fail (a signal interrupts "
+     "the wait; call again to finish it)"},
     {"_inject_fault", (PyCFunction)Engine_inject_fault, METH_VARARGS,
      "_inject_fault(point, n=1): this rank fails the n-th next time it reaches point (testing)"},
     {"_fault_hit", (PyCFunction)Engine_fault_hit, METH_O,
@@ -413,7 +389,7 @@ static PyMethodDef Engine_methods[] = {
 
 PyTypeObject hvdl_py_engine_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hvd_lite._core.Engine",
-    .tp_basicsize = sizeof(EngineObject),
+    .tp_basicsize = sizeof(hvdl_py_engine),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "The background engine over a communicator, with its host layout.",
     .tp_new = PyType_GenericNew,

@@ -54,21 +54,47 @@ void hvdl_request_release(struct hvdl_request *r) {
   }
 }
 
-hvdlResult_t hvdl_requests_add_locked(struct hvdl_requests *q, struct hvdl_request *r) {
+/* The reason r may not join the set, or hvdlSuccess: the set is dead, or a request of its
+ * name is in flight or among the n requests before it in the same group. */
+static hvdlResult_t refusal_locked(const struct hvdl_requests *q, const struct hvdl_request *r,
+                                   struct hvdl_request *const *before, int n) {
   if (q->dead) return hvdl_fail(NULL, q->dead_result, "%s", q->dead_reason);
-  struct hvdl_request **tail = &q->head;
-  for (; *tail; tail = &(*tail)->next)
-    if ((*tail)->name_hash == r->name_hash && strcmp((*tail)->desc.name, r->desc.name) == 0)
+  for (const struct hvdl_request *t = q->head; t; t = t->next)
+    if (t->name_hash == r->name_hash && strcmp(t->desc.name, r->desc.name) == 0)
       return hvdl_fail(NULL, hvdlInvalidArgument,
                        "a collective named '%s' is still in flight on this rank; wait for it "
                        "(synchronize) before submitting the name again",
                        r->desc.name);
-  atomic_store(&r->state, HVDL_REQ_PENDING);
-  atomic_fetch_add(&r->refs, 1); /* the set's reference */
-  r->set = q;
-  r->next = NULL;
-  *tail = r;
+  for (int i = 0; i < n; i++)
+    if (before[i]->name_hash == r->name_hash && strcmp(before[i]->desc.name, r->desc.name) == 0)
+      return hvdl_fail(NULL, hvdlInvalidArgument,
+                       "the name '%s' appears twice in one group; every entry needs its own name",
+                       r->desc.name);
   return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_requests_add_all_locked(struct hvdl_requests *q, struct hvdl_request **rs,
+                                          int n) {
+  for (int i = 0; i < n; i++) {
+    hvdlResult_t res = refusal_locked(q, rs[i], rs, i);
+    if (res != hvdlSuccess) return res;
+  }
+  struct hvdl_request **tail = &q->head;
+  while (*tail) tail = &(*tail)->next;
+  for (int i = 0; i < n; i++) {
+    struct hvdl_request *r = rs[i];
+    atomic_store(&r->state, HVDL_REQ_PENDING);
+    atomic_fetch_add(&r->refs, 1); /* the set's reference */
+    r->set = q;
+    r->next = NULL;
+    *tail = r;
+    tail = &r->next;
+  }
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_requests_add_locked(struct hvdl_requests *q, struct hvdl_request *r) {
+  return hvdl_requests_add_all_locked(q, &r, 1);
 }
 
 /* Unlinks r from the in-flight list (under mu). */

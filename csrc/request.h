@@ -4,8 +4,9 @@
  * requests in flight with the lock and condition variable its waiters sleep on.
  *
  * A request is created (hvdl_request_new) by the binding, or by the negotiation
- * for a joined rank's stand-in, added to the in-flight set at submit
- * (hvdl_requests_add), completed or failed by the engine's parts
+ * for a joined rank's stand-in, added to the in-flight set at submit, alone or
+ * with its group (hvdl_requests_add_locked, hvdl_requests_add_all_locked),
+ * completed or failed by the engine's parts
  * (hvdl_request_complete, hvdl_requests_fail_all), waited on by its submitter
  * (hvdl_request_poll, hvdl_request_wait, hvdl_request_wait_for) and freed when
  * both have let go (hvdl_request_release). request.c calls only base.c and
@@ -123,6 +124,10 @@ void hvdl_requests_destroy(struct hvdl_requests *q);
  * request of the same name is in flight (then hvdlInvalidUsage / hvdlInvalidArgument
  * with the reason recorded in the thread's error slot). */
 hvdlResult_t hvdl_requests_add_locked(struct hvdl_requests *q, struct hvdl_request *r);
+/* Under q->mu: appends all n requests, in order, or none of them (the set is dead, a
+ * name is in flight, or a name appears twice among them; the error says which). */
+hvdlResult_t hvdl_requests_add_all_locked(struct hvdl_requests *q, struct hvdl_request **rs,
+                                          int n);
 /* Refuses new requests from now on, with this reason (the first one sticks). */
 void hvdl_requests_mark_dead(struct hvdl_requests *q, hvdlResult_t res, const char *reason);
 /* Marks the set dead and fails every request in it, waking every waiter. */

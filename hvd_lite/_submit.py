@@ -1,6 +1,7 @@
 """From a call's arguments to the engine, for every collective: the dtype and op tables, the
 argument checks, the names (one call's or a group's), the at_once mark, the request, its
-submission (alone, or a group held into one engine round) and the Handle that waits for it.
+submission (alone, or a group in one engine round, all or nothing) and the Handle that waits for
+it.
 
 ops.py (allreduce), collectives.py (the others), state.py and the framework adapters build on
 this module; it calls nothing above it.
@@ -53,8 +54,10 @@ HVDL_DTYPES = {
     np.dtype(ml_dtypes.bfloat16): _core.hvdlBfloat16,
 }
 
-# The longest name the engine takes, in UTF-8 bytes: csrc/engine.h's HVDL_MAX_NAME less its NUL.
+# The longest name the engine takes, in UTF-8 bytes: csrc/request.h's HVDL_MAX_NAME less its NUL.
 MAX_NAME_BYTES = 511
+# The most dimensions an array may have: csrc/request.h's HVDL_MAX_DIMS.
+MAX_DIMS = 16
 
 
 # ---------------------------------------------------------------------------- argument checks
@@ -79,6 +82,9 @@ def check_array(fn: str, array, inplace: bool) -> int:
             hvdl_dtype(array.dtype)
         except TypeError as exc:
             raise TypeError(f"{fn}: {exc}") from None
+    if array.ndim > MAX_DIMS:
+        raise ValueError(f"{fn}: arrays of more than {MAX_DIMS} dimensions are not supported "
+                         f"(got {array.ndim}); reshape it")
     flags = array.flags
     if not flags.c_contiguous:
         raise ValueError(f"{fn}: the array is not C-contiguous (shape {list(array.shape)}, strides "
@@ -112,7 +118,8 @@ def check_scale(fn: str, label: str, factor, array: np.ndarray) -> float:
 
 # ---------------------------------------------------------------------------- names
 
-def _check_name(fn: str, name) -> str:
+def check_name(fn: str, name) -> str:
+    """`name` if the engine can take it: a str without NUL, at most MAX_NAME_BYTES in UTF-8."""
     if not isinstance(name, str):
         raise TypeError(f"{fn}: name must be a str or None, got {type(name).__name__}")
     if "\0" in name:
@@ -125,7 +132,7 @@ def _check_name(fn: str, name) -> str:
 
 def name_of(fn: str, kind: str, name: Optional[str]) -> str:
     """`name` once checked, or the next automatic name of this kind when it is None."""
-    return basics.auto_name(kind) if name is None else _check_name(fn, name)
+    return basics.auto_name(kind) if name is None else check_name(fn, name)
 
 
 def group_names(fn: str, kind: str, items, name: Optional[str],
@@ -135,8 +142,8 @@ def group_names(fn: str, kind: str, items, name: Optional[str],
     if not isinstance(items, (list, tuple)):
         raise TypeError(f"{fn} expects a list of {of}, got {type(items).__name__}")
     if name is not None and items:
-        _check_name(fn, name)
-        _check_name(fn, f"{name}.{len(items) - 1}")  # the longest
+        check_name(fn, name)
+        check_name(fn, f"{name}.{len(items) - 1}")  # the longest
     base = name_of(fn, kind, name)
     return [f"{base}.{i}" for i in range(len(items))]
 
@@ -207,25 +214,36 @@ class Request(NamedTuple):
     finish: Optional[Callable] = None  # C handle -> output, once done
 
 
+def _engine_args(r: Request) -> tuple:
+    error = r.error
+    if basics._state.adapter_faults and not error:  # a testing aid (basics.inject_fault)
+        error = basics.adapter_fault()
+    return (r.coll, r.send, r.recv, r.dtype, r.op, r.pre, r.post, r.name, tuple(r.shape), r.root,
+            r.splits, error)
+
+
 def submit(request: Request) -> Handle:
     """Hands a checked request to the engine."""
-    r = request
-    if basics._state.adapter_faults and not r.error:
-        r = r._replace(error=basics.adapter_fault())
-    c = basics._engine().submit(r.coll, r.send, r.recv, r.dtype, r.op, r.pre, r.post, r.name,
-                                tuple(r.shape), r.root, r.splits, r.error, _this_thread.at_once)
-    return Handle(c, r.output, r.name, r.finish)
+    c = basics._engine().submit(*_engine_args(request), _this_thread.at_once)
+    return Handle(c, request.output, request.name, request.finish)
 
 
 def submit_group(requests: Sequence[Request]) -> List[Handle]:
-    """Hands checked requests to the engine together, in one round (so they can be fused)."""
-    with held(basics._engine()):
-        return [submit(r) for r in requests]
+    """Hands checked requests to the engine together, in one round (so they can be fused): all
+    of them, or none if the engine refuses one (a name in flight, the engine shut down)."""
+    cs = basics._engine().submit_group([_engine_args(r) for r in requests], _this_thread.at_once)
+    return [Handle(c, r.output, r.name, r.finish) for c, r in zip(cs, requests)]
 
 
 def poll(handle: Handle) -> bool:
     """True once the collective behind `handle` has completed (successfully or not)."""
     return handle._c.poll()
+
+
+def wait_for(handle: Handle, seconds: float) -> bool:
+    """Waits at most `seconds` for `handle` (GIL released; a signal interrupts it); True once
+    its collective has completed (successfully or not: synchronize() says which)."""
+    return handle._c.wait_for(seconds)
 
 
 def synchronize(handle: Handle):

@@ -139,10 +139,14 @@ def auto_name(kind: str) -> str:
 
 
 def shutdown() -> None:
-    """Stops the engine (pending collectives fail); MPI itself stays up until the process exits."""
-    engine, _state.engine = _state.engine, None
+    """Stops the engine (pending collectives fail); MPI itself stays up until the process exits.
+    A signal (Ctrl-C) interrupts the wait for the engine to leave: it goes on leaving, refusing
+    new collectives, and the next shutdown() (or the one at exit) waits for the rest."""
+    engine = _state.engine
     if engine is not None:
         engine.shutdown()
+        if _state.engine is engine:
+            _state.engine = None
 
 
 def is_initialized() -> bool:

@@ -9,31 +9,69 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 
 from . import basics
-from ._submit import synchronize
+from ._submit import check_name, name_of, synchronize
 from .collectives import allgather, broadcast_, broadcast_group_
+from .exceptions import CollectiveError
+
+_core = basics._core
 
 
 def _pickled(obj: Any) -> np.ndarray:
     return np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
 
 
+def _object_names(fn: str, name: Optional[str]) -> Tuple[str, str]:
+    """The names of an object helper's two collectives, checked before either is submitted."""
+    base = name_of(fn, fn, name or None)
+    check_name(fn, f"{base}.size")  # as long as the other
+    return f"{base}.size", f"{base}.data"
+
+
+def _unpicklable(fn: str, ranks: List[int]) -> CollectiveError:
+    return CollectiveError(_core.hvdlRemoteError,
+                           f"{fn}: rank(s) {ranks} could not pickle their object (see the error "
+                           "there); nothing was sent")
+
+
 def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
-    """root_rank's `obj` on every rank (pickled; see the module's trust note)."""
-    name = name or basics.auto_name("broadcast_object")
-    mine = _pickled(obj) if basics.rank() == root_rank else np.empty(0, np.uint8)
-    size = np.array([mine.size], np.int64)
-    broadcast_(size, root_rank, name=f"{name}.size")
-    data = mine.copy() if basics.rank() == root_rank else np.empty(int(size[0]), np.uint8)
-    broadcast_(data, root_rank, name=f"{name}.data")
-    return obj if basics.rank() == root_rank else pickle.loads(data.tobytes())
+    """root_rank's `obj` on every rank (pickled; see the module's trust note). An object the root
+    cannot pickle raises there, and CollectiveError on the other ranks."""
+    fn = "broadcast_object"
+    size_name, data_name = _object_names(fn, name)
+    is_root = basics.rank() == root_rank
+    mine, failure = np.empty(0, np.uint8), None
+    if is_root:
+        try:
+            mine = _pickled(obj)
+        except Exception as exc:  # noqa: BLE001 - raised below, after telling the others
+            failure = exc
+    size = np.array([-1 if failure else mine.size], np.int64)
+    broadcast_(size, root_rank, name=size_name)
+    if size[0] < 0:
+        if failure is not None:
+            raise failure
+        raise _unpicklable(fn, [root_rank])
+    data = mine.copy() if is_root else np.empty(int(size[0]), np.uint8)
+    broadcast_(data, root_rank, name=data_name)
+    return obj if is_root else pickle.loads(data.tobytes())
 
 
 def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
-    """Every rank's `obj`, as a list in rank order (pickled; see the module's trust note)."""
-    name = name or basics.auto_name("allgather_object")
-    data = _pickled(obj)
-    sizes = allgather(np.array([data.size], np.int64), name=f"{name}.size")
-    gathered = allgather(data, name=f"{name}.data")
+    """Every rank's `obj`, as a list in rank order (pickled; see the module's trust note). An
+    object a rank cannot pickle raises there, and CollectiveError on the other ranks."""
+    fn = "allgather_object"
+    size_name, data_name = _object_names(fn, name)
+    data, failure = np.empty(0, np.uint8), None
+    try:
+        data = _pickled(obj)
+    except Exception as exc:  # noqa: BLE001 - raised below, after telling the others
+        failure = exc
+    sizes = allgather(np.array([-1 if failure else data.size], np.int64), name=size_name)
+    if (sizes < 0).any():
+        if failure is not None:
+            raise failure
+        raise _unpicklable(fn, [int(r) for r in np.flatnonzero(sizes < 0)])
+    gathered = allgather(data, name=data_name)
     ends = np.cumsum(sizes)
     return [pickle.loads(gathered[end - size:end].tobytes()) for size, end in zip(sizes, ends)]
 

@@ -5,6 +5,8 @@ import numpy as np
 import tensorflow as tf
 
 from .. import ops
+from .._submit import group_names
+from ..collectives import broadcast_group_
 from .compression import Compression
 from .mpi_ops import Average, broadcast, grouped_allreduce
 
@@ -13,13 +15,13 @@ def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int = 0) ->
     """Assigns rank `root_rank`'s value to each variable on every rank (eager or in a graph)."""
     variables = list(variables)
     if tf.executing_eagerly():
-        from .. import collectives
-
-        handles = [collectives.broadcast_async(np.ascontiguousarray(np.asarray(v.numpy())), root_rank, None)
-                   for v in variables]
-        for v, h in zip(variables, handles):
-            out = ops.synchronize(h)
-            v.assign(np.reshape(out, v.shape))
+        fn = "broadcast_variables"
+        arrays = [np.array(v.numpy(), order="C", copy=True) for v in variables]  # writable copies
+        names = group_names(fn, fn, arrays, None, "variables")
+        # every variable checked before any is submitted, then all in one round
+        for v, a, h in zip(variables, arrays, broadcast_group_(fn, arrays, names, root_rank)):
+            ops.synchronize(h)
+            v.assign(a)
         return None
     return tf.group([v.assign(broadcast(v, root_rank)) for v in variables])
 

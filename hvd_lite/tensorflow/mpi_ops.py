@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from .. import basics, collectives, ops
+from .._submit import check_name, wait_for
 from ..exceptions import CollectiveError
 from ..ops import Average, Max, Min, Product, ReduceOp, Sum
 
@@ -22,24 +23,27 @@ _trace_ids = itertools.count()
 
 
 def _graph_name(kind: str, name: Optional[str]) -> Optional[str]:
-    if name is not None or tf.executing_eagerly():
+    """`name` checked now (not when a graph runs), or a trace-time name inside a graph."""
+    if name is not None:
+        return check_name(kind, name)
+    if tf.executing_eagerly():
         return name
     return f"tf.{kind}.{next(_trace_ids)}"
 
 
 def wait(handles, timeout: Optional[float] = None, what: str = "collective"):
-    """Waits for hvd_lite handles; with `timeout` (seconds) raises CollectiveError past it."""
+    """Waits for hvd_lite handles; with `timeout` (seconds) raises CollectiveError past it. A
+    collective given up on stays in flight under its name until the other ranks submit it."""
     if timeout:
         deadline = time.monotonic() + timeout
-        pending = list(handles)
-        while pending:
-            pending = [h for h in pending if not ops.poll(h)]
-            if pending and time.monotonic() > deadline:
-                raise CollectiveError(f"{what}: {len(pending)} collective(s) not done after "
+        for h in handles:
+            pending = [] if wait_for(h, max(0.0, deadline - time.monotonic())) else [
+                p for p in handles if not ops.poll(p)]
+            if pending:
+                raise CollectiveError(basics._core.hvdlRemoteError,
+                                      f"{what}: {len(pending)} collective(s) not done after "
                                       f"{timeout} s (communication_options timeout); first: "
                                       f"{pending[0].name!r}")
-            if pending:
-                time.sleep(0.0005)
     return [ops.synchronize(h) for h in handles]
 
 

@@ -48,12 +48,6 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
                       for idx, st in sd["state"].items()},
         }
     layout = state.broadcast_object(layout, root_rank, name="broadcast_optimizer_state.layout")
-    ours = [len(g["params"]) for g in optimizer.param_groups]
-    theirs = [len(g["params"]) for g in layout["param_groups"]]
-    if ours != theirs:
-        raise ValueError(f"broadcast_optimizer_state: this rank's optimizer has parameter groups "
-                         f"of sizes {ours}, rank {root_rank}'s {theirs}; build the same optimizer "
-                         "on every rank")
     new_state, tensors, names = {}, [], []
     for idx in sorted(layout["state"]):
         new_state[idx] = {}
@@ -72,6 +66,14 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
     arrays = [numpy_view(cpu_inplace("broadcast_optimizer_state", t)) for t in tensors]
     for h in collectives.broadcast_group_("broadcast_optimizer_state", arrays, names, root_rank):
         synchronize(h)
+    # checked after the broadcasts (which follow the root's layout), so that a rank that
+    # raises here leaves none of the others waiting for it
+    ours = [len(g["params"]) for g in optimizer.param_groups]
+    theirs = [len(g["params"]) for g in layout["param_groups"]]
+    if ours != theirs:
+        raise ValueError(f"broadcast_optimizer_state: this rank's optimizer has parameter groups "
+                         f"of sizes {ours}, rank {root_rank}'s {theirs}; build the same optimizer "
+                         "on every rank")
     if not is_root:
         optimizer.load_state_dict({"state": new_state, "param_groups": layout["param_groups"]})
 

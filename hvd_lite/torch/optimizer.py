@@ -15,6 +15,7 @@ from typing import Dict
 import torch
 
 from .. import basics
+from .._submit import check_name
 from .compression import Compression
 from .mpi_ops import Average, Sum, allreduce_group, synchronize
 
@@ -47,7 +48,9 @@ class _DistributedOptimizer:
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor applies to op=Average only, got "
                              f"op={op!r}")
-        self._hvd_names = {p: f"DistributedOptimizer.allreduce.{by_param[id(p)]}" for p in params}
+        self._hvd_names = {p: check_name("DistributedOptimizer",
+                                         f"DistributedOptimizer.allreduce.{by_param[id(p)]}")
+                           for p in params}
         self._hvd_compression = compression
         self._hvd_passes = backward_passes_per_step
         self._hvd_op = op

@@ -75,7 +75,8 @@ def everywhere(what: str = "checks"):
 @contextlib.contextmanager
 def engine_calls():
     """Records what reaches this rank's engine inside the block: one ("submit", name) per
-    submission and one ("hold", on) per hold. Rank-local: judge it with `agree`."""
+    submission (each entry of a group too) and one ("hold", on) per hold. Rank-local: judge it
+    with `agree`."""
     from hvd_lite import basics
 
     calls = []
@@ -88,6 +89,10 @@ def engine_calls():
         def submit(self, *args):
             calls.append(("submit", args[7]))  # _submit.submit passes the name eighth
             return self._engine.submit(*args)
+
+        def submit_group(self, entries, *args):
+            calls.extend(("submit", e[7]) for e in entries)
+            return self._engine.submit_group(entries, *args)
 
         def hold(self, on):
             calls.append(("hold", on))

@@ -128,6 +128,7 @@ BAD_LATER_ENTRIES = {
     "not-an-array": (TypeError, "expects a numpy.ndarray, got list", [1.0, 2.0]),
     "unsupported-dtype": (TypeError, "unsupported dtype int16", np.ones(3, np.int16)),
     "not-contiguous": (ValueError, "not C-contiguous", np.ones((4, 4), np.float32)[:, ::2]),
+    "too-many-dimensions": (ValueError, "more than 16 dimensions", np.ones((1,) * 17, np.float32)),
 }
 
 

@@ -189,6 +189,35 @@ def test_objects():
     agree(everyone == [("rank", q, None if q % 2 else {q}) for q in range(n)], str(everyone))
 
 
+def test_an_object_a_rank_cannot_pickle_raises_there_and_collective_error_elsewhere():
+    """The root's unpicklable object (broadcast_object), or the last rank's (allgather_object):
+    that rank raises pickle's error, the others CollectiveError naming it; the next call works."""
+    import pickle
+    r, n = hvd.rank(), hvd.size()
+
+    def unpicklable():
+        return lambda: None  # a local function: pickle refuses it
+
+    for call, bad_rank in ((lambda obj: hvd.broadcast_object(obj, root_rank=n - 1), n - 1),
+                           (hvd.allgather_object, n - 1)):
+        err = raised(lambda: call(unpicklable() if r == bad_rank else "fine"))
+        if r == bad_rank:
+            ok = isinstance(err, (pickle.PicklingError, AttributeError, TypeError))
+        else:
+            ok = isinstance(err, hvd.HvdLiteError) and f"rank(s) [{bad_rank}] could not pickle" in str(err)
+        agree(ok, repr(err))
+    agree(hvd.broadcast_object(("ok", r), root_rank=0) == ("ok", 0), "the next broadcast_object")
+
+
+def test_object_names_the_engine_cannot_take_raise_before_anything_is_sent():
+    raises_before_submitting(ValueError, "contains a NUL character",
+                             lambda: hvd.broadcast_object(1, 0, name="a\0b"))
+    raises_before_submitting(ValueError, "the limit is 511",
+                             lambda: hvd.allgather_object(1, name="x" * 507))
+    raises_before_submitting(TypeError, "name must be a str",
+                             lambda: hvd.allgather_object(1, name=5))
+
+
 def test_broadcast_parameters_dict_pairs_and_list():
     r = hvd.rank()
     d = {"b": np.full(2, float(r)), "a": np.full(3, r, np.int32)}

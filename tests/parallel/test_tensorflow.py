@@ -16,7 +16,8 @@ keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip insta
 
 import hvd_lite.keras as hvdk  # noqa: E402
 import hvd_lite.tensorflow as hvd  # noqa: E402
-from conftest import agree, everywhere, raises_on_every_rank  # noqa: E402
+from conftest import (agree, everywhere, raises_before_submitting, raises_on_every_rank,  # noqa: E402
+                      world)
 
 pytestmark = pytest.mark.mpi
 
@@ -105,6 +106,52 @@ def test_broadcast_variables_takes_the_root_value():
     vs = [tf.Variable(tf.fill([3], float(r))), tf.Variable(r, dtype=tf.int64)]
     hvd.broadcast_variables(vs, root_rank=0)
     agree(np.all(vs[0].numpy() == 0) and int(vs[1].numpy()) == 0, str([v.numpy() for v in vs]))
+
+
+def test_broadcast_variables_with_a_bad_later_variable_raises_everywhere_and_sends_nothing():
+    r = hvd.rank()
+    vs = [tf.Variable(tf.fill([3], float(r))), tf.Variable([True, False])]  # bool: unsupported
+    raises_before_submitting(TypeError, "unsupported dtype bool",
+                             lambda: hvd.broadcast_variables(vs, root_rank=0))
+    agree(np.all(vs[0].numpy() == r), f"the first variable changed: {vs[0].numpy()}")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_names_that_differ_after_a_nul_are_refused_eagerly_and_when_traced():
+    name = "a\0x" if hvd.rank() == 0 else "a\0y"
+    x = tf.ones([2])
+    for call in (lambda: hvd.allreduce(x, name=name), lambda: hvd.grouped_allreduce([x], name=name),
+                 lambda: hvd.allgather(x, name=name), lambda: hvd.broadcast(x, 0, name=name),
+                 lambda: tf.function(lambda: hvd.allreduce(x, name=name))()):
+        raises_before_submitting(ValueError, "contains a NUL character", call)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_reduction_with_a_timeout_raises_collective_error_when_a_rank_never_submits():
+    """Rank 0 does not submit 'tf.timeout' until the others have given up on it: they raise
+    CollectiveError within the timeout (plus a little) and carry on; the collective they left
+    in flight completes when rank 0 submits it at last."""
+    import time
+    from hvd_lite.exceptions import CollectiveError
+
+    x = tf.fill([4], float(hvd.rank() + 1))
+    err, took = None, 0.0
+    if hvd.rank() != 0:
+        t0 = time.monotonic()
+        try:
+            hvd.grouped_allreduce([x], hvd.Sum, name="tf.timeout", timeout=1.0)
+        except CollectiveError as exc:
+            err = exc
+        took = time.monotonic() - t0
+    world().barrier()
+    if hvd.rank() == 0:
+        hvd.grouped_allreduce([x], hvd.Sum, name="tf.timeout")  # completes the others' too
+    out = hvd.allreduce(x, hvd.Sum, name="tf.after.timeout")
+    n = hvd.size()
+    ok = np.allclose(out.numpy(), n * (n + 1) / 2)
+    if hvd.rank() != 0:
+        ok = ok and err is not None and "not done after 1.0 s" in str(err) and 1.0 <= took < 2.0
+    agree(ok, f"{err!r} after {took:.2f} s; then {out.numpy()}")
 
 
 # ------------------------------------------------------------------ DistributedGradientTape

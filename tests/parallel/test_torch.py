@@ -110,6 +110,7 @@ BAD_LATER_TENSORS = {
                           False),
     "not-a-tensor": (TypeError, "expects a torch.Tensor, got ndarray", np.ones(3, np.float32), False),
     "not-contiguous": (ValueError, "not contiguous", torch.ones(4, 4).t(), True),
+    "too-many-dimensions": (ValueError, "more than 16 dimensions", torch.ones((1,) * 17), False),
 }
 
 
@@ -460,6 +461,30 @@ def test_named_parameters_duplicate_or_missing_names_are_value_errors():
                                                           named_parameters=named[1:]))
 
 
+def test_named_parameters_the_engine_cannot_take_are_value_errors_at_once():
+    """A name with a NUL, or one whose allreduce name is over the limit, is refused when the
+    optimizer is built, not in a backward hook."""
+    model = make_model()
+    named = list(model.named_parameters())
+    for bad, match in (("a\0x", "contains a NUL character"), ("w" * 500, "the limit is 511")):
+        renamed = [(bad, named[0][1])] + named[1:]
+        raises_on_every_rank(ValueError, match,
+                             lambda: hvd.DistributedOptimizer(sgd(model.parameters()),
+                                                              named_parameters=renamed))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_tensor_names_that_differ_after_a_nul_are_refused_by_every_call():
+    name = "a\0x" if hvd.rank() == 0 else "a\0y"
+    t = torch.ones(2)
+    for call in (lambda: hvd.allreduce(t, name=name), lambda: hvd.allreduce_(t, name=name),
+                 lambda: hvd.grouped_allreduce([t], name=name), lambda: hvd.allgather(t, name=name),
+                 lambda: hvd.broadcast_(t, 0, name=name), lambda: hvd.alltoall(t, name=name),
+                 lambda: hvd.reducescatter(t, name=name),
+                 lambda: hvd.broadcast_object(1, 0, name=name)):
+        raises_before_submitting(ValueError, "contains a NUL character", call)
+
+
 class SignSGD(torch.optim.Optimizer):
     """A custom optimizer: steps by the sign of the gradient."""
 
@@ -582,6 +607,28 @@ def test_broadcast_optimizer_state(kind):
     if kind == "adam":
         ok = ok and group["betas"] == (0.9, 0.99) and float(sd["state"][0]["step"]) == 2.0
     agree(ok, f"{group}")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_broadcast_optimizer_state_to_a_rank_with_other_parameter_groups_raises_there_only():
+    """The last rank's optimizer has one parameter group more than the root's: it raises
+    ValueError after taking part in the broadcasts, so no other rank is left waiting for it."""
+    r, n = rank_size()
+    model = make_model()
+    params = list(model.parameters())
+    groups = [{"params": params[:2]}, {"params": params[2:]}] if r == n - 1 else [{"params": params}]
+    opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+    x, y = batch(0)
+    opt.zero_grad()
+    loss_of(model, x, y).backward()
+    opt.step()
+    err = raised(lambda: hvd.broadcast_optimizer_state(opt, root_rank=0))
+    after = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="t.after.optimizer_state")
+    if r == n - 1:
+        ok = isinstance(err, ValueError) and "parameter groups of sizes [2, 2]" in str(err)
+    else:
+        ok = err is None
+    agree(ok and after.item() == n, f"{err!r}, then {after}")
 
 
 def test_broadcast_and_allgather_object():

@@ -221,13 +221,15 @@ def test_a_burst_of_submissions_enters_one_round_within_the_batch_time(tmp_path,
 
 def test_a_signal_interrupts_a_waiting_synchronize():
     """Rank 1 waits for a collective rank 0 joins 3 s late; an alarm after 1 s raises in the
-    waiting thread (Ctrl-C and pytest's timeout work the same way) instead of being held off."""
+    waiting thread (Ctrl-C and pytest's timeout work the same way) instead of being held off.
+    Rank 1 then waits in a barrier, so that it is still there when rank 0 comes."""
     res, _ = job(2, """
         import signal, time, numpy as np, hvd_lite as hvd
         hvd.init()
         if hvd.rank() == 0:
             time.sleep(3)
             hvd.allreduce(np.ones(3), name="late")
+            hvd.barrier()
         else:
             def alarm(*_):
                 raise TimeoutError("alarm")
@@ -238,6 +240,7 @@ def test_a_signal_interrupts_a_waiting_synchronize():
                 hvd.allreduce(np.ones(3), name="late")
             except TimeoutError:
                 print(f"interrupted after {time.monotonic() - t0:.1f} s", flush=True)
+            hvd.barrier()
     """)
     assert res.returncode == 0, res.stderr
     assert "interrupted after 1." in res.stdout, res.stdout + res.stderr
