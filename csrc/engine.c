@@ -262,21 +262,7 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
 }
 
 hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r, int at_once) {
-  r->name_hash = hvdl_name_hash(r->desc.name);
-  r->phase = HVDL_PHASE_NEW;
-  r->cache_id = -1;
-  r->t_submit = hvdl_now();
-  pthread_mutex_lock(&e->requests.mu);
-  hvdlResult_t res = e->stop_requested && !e->requests.dead
-                         ? hvdl_fail(NULL, hvdlInvalidUsage, "hvd_lite is shutting down on this rank")
-                         : hvdl_requests_add_locked(&e->requests, r);
-  if (res == hvdlSuccess) {
-    if (e->nnew++ == 0) e->first_new = r->t_submit;
-    e->at_once |= at_once;
-    if (!e->batching || at_once) pthread_cond_signal(&e->work_cv);
-  }
-  pthread_mutex_unlock(&e->requests.mu);
-  return res;
+  return hvdl_engine_submit_group(e, &r, 1, at_once);
 }
 
 hvdlResult_t hvdl_engine_submit_group(struct hvdl_engine *e, struct hvdl_request **rs, int n,

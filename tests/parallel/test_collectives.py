@@ -66,6 +66,24 @@ def test_alltoall_even_and_with_splits():
     agree(list(received) == want_recv and same_bits(out, want), f"splits: {received}")
 
 
+def test_an_alltoall_over_the_size_limit_on_one_rank_fails_on_every_rank_and_the_next_works():
+    """Rank 0 alone sends more than 2 GiB (to itself: the others see small counts); it used to
+    fail there while the others waited for ever. The big array is never written (virtual memory)."""
+    n, r = hvd.size(), hvd.rank()
+    if n < 2:
+        pytest.skip("needs a rank without the oversized block")
+    if r == 0:
+        x = np.empty(2**31 + 8, np.uint8).reshape(-1, 1)
+        splits = [x.shape[0]] + [0] * (n - 1)
+    else:
+        x = np.zeros((n, 1), np.uint8)
+        splits = [1] * n
+    raises_on_every_rank(hvd.CollectiveError, r"alltoall .* failed on rank 0: .*2 GiB",
+                         lambda: hvd.alltoall(x, splits=splits, name="too.big"))
+    got = hvd.allreduce(np.ones(3, np.float32), op=hvd.Sum, name="after.too.big")
+    agree(bool(np.all(got == n)), f"the next collective: {got}")
+
+
 @pytest.mark.parametrize("rows", [0, 1, 5, 9])
 @pytest.mark.parametrize("op", ["sum", "avg", "max"])
 def test_reducescatter_uneven_blocks(rows, op):
