@@ -49,10 +49,10 @@ struct hvdlComm {
   hvdlConfig_t config;
   struct hvdl_scratch scratch;
   double phase_time[3];  /* last ring: start, end of reduce-scatter, end (for the timeline) */
-  /* Called while wait.c polls, `sleeping` once the wait has stopped spinning; a
-   * result other than hvdlSuccess ends the wait with it (the engine: notifications,
-   * and alarms from other ranks). */
-  hvdlResult_t (*watch)(void *arg, int sleeping);
+  /* Called while wait.c polls, with the seconds the wait has lasted; a result other
+   * than hvdlSuccess ends the wait with it (the engine: notifications, and alarms
+   * from other ranks). */
+  hvdlResult_t (*watch)(void *arg, double waited);
   void *watch_arg;
   double data_timeout;   /* a wait in which nothing completes for this long fails (0: never) */
   int wait_peer;         /* the rank the current wait is for, where the algorithm knows (-1) */

@@ -82,9 +82,8 @@ hvdlResult_t hvdl_wait_requests(hvdlComm_t comm, int n, MPI_Request *reqs,
     HVDL_MPI(comm, MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
     if (done) return hvdlSuccess;
     const double now = hvdl_now(), waited = now - start;
-    const int sleeping = waited >= w->spin;
-    if (comm->watch) HVDL_CHECK(comm->watch(comm->watch_arg, sleeping));
-    if (!sleeping) {
+    if (comm->watch) HVDL_CHECK(comm->watch(comm->watch_arg, waited));
+    if (waited < w->spin) {
       if (w->yield) sched_yield(); /* a busy-waiting engine lets this process's training thread run */
       continue;
     }
