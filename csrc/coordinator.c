@@ -7,12 +7,6 @@
 
 #include "coordinator.h"
 
-static const char *coll_name(int c) {
-  static const char *names[HVDL_NUM_COLLS] = {"ALLREDUCE", "ALLGATHER", "BROADCAST",
-                                               "ALLTOALL", "REDUCESCATTER", "BARRIER", "JOIN"};
-  return c >= 0 && c < HVDL_NUM_COLLS ? names[c] : "UNKNOWN";
-}
-
 /* [17, 17]; a first dimension that may differ per rank (-1 here) shows as '*'. */
 static void shape_str(const struct hvdl_desc *d, char *out, size_t cap) {
   size_t n = (size_t)snprintf(out, cap, "[");
@@ -51,7 +45,7 @@ static int mismatch(const struct hvdl_desc *a, int ra, const struct hvdl_desc *b
     snprintf(msg, cap,
              "Mismatched collective operations: one rank sent %s, another sent %s "
              "(tensor '%s'; ranks %d and %d)",
-             coll_name(a->coll), coll_name(b->coll), a->name, ra, rb);
+             hvdl_coll_name(a->coll), hvdl_coll_name(b->coll), a->name, ra, rb);
     return 1;
   }
   if (a->dtype != b->dtype) {
@@ -80,7 +74,7 @@ static int mismatch(const struct hvdl_desc *a, int ra, const struct hvdl_desc *b
     return 0;
   }
   snprintf(msg, cap, "Mismatched %s %s: one rank sent %s, another sent %s (tensor '%s'; ranks %d and %d)",
-           coll_name(a->coll), what, x, y, a->name, ra, rb);
+           hvdl_coll_name(a->coll), what, x, y, a->name, ra, rb);
   return 1;
 }
 
@@ -198,7 +192,7 @@ static int validate(const struct hvdl_coordinator *co, const struct hvdl_table_e
     snprintf(msg, cap,
              "%s '%s' cannot run while rank %s has joined (hvd_lite.join): only allreduce "
              "continues with joined ranks, which contribute zeros",
-             coll_name(ref->coll), ref->name, who);
+             hvdl_coll_name(ref->coll), ref->name, who);
     return 1;
   }
   return 0;

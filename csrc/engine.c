@@ -318,13 +318,7 @@ int hvdl_engine_fault_hit(struct hvdl_engine *e, int point) {
 }
 
 hvdlResult_t hvdl_engine_stop(struct hvdl_engine *e) {
-  if (!e->thread_started) return hvdlSuccess;
-  pthread_mutex_lock(&e->requests.mu);
-  e->stop_requested = 1;
-  pthread_cond_signal(&e->work_cv);
-  pthread_mutex_unlock(&e->requests.mu);
-  pthread_join(e->thread, NULL);
-  e->thread_started = 0;
+  hvdl_engine_stop_for(e, -1.0);
   return hvdlSuccess;
 }
 
@@ -335,9 +329,13 @@ int hvdl_engine_stop_for(struct hvdl_engine *e, double seconds) {
   pthread_cond_signal(&e->work_cv);
   pthread_mutex_unlock(&e->requests.mu);
 #ifdef __GLIBC__
-  struct timespec ts;
-  hvdl_deadline(&ts, seconds);
-  if (pthread_timedjoin_np(e->thread, NULL, &ts) != 0) return 0;
+  if (seconds >= 0) {
+    struct timespec ts;
+    hvdl_deadline(&ts, seconds);
+    if (pthread_timedjoin_np(e->thread, NULL, &ts) != 0) return 0;
+  } else {
+    pthread_join(e->thread, NULL);
+  }
 #else
   (void)seconds; /* no timed join: wait for the thread */
   pthread_join(e->thread, NULL);

@@ -74,9 +74,11 @@ void hvdl_engine_get_stats(struct hvdl_engine *e, struct hvdl_engine_stats *out)
  * (0 disarms); hvdl_engine_fault_hit counts one arrival at `point` (the adapter's). */
 void hvdl_engine_inject_fault(struct hvdl_engine *e, int point, int n);
 int hvdl_engine_fault_hit(struct hvdl_engine *e, int point);
+/* Asks the engine to stop and waits for its thread to end. */
 hvdlResult_t hvdl_engine_stop(struct hvdl_engine *e);
 /* Asks the engine to stop and waits at most `seconds` for its thread to end (its last
- * round tells the other ranks); nonzero once it has ended. Call again to wait longer. */
+ * round tells the other ranks; seconds < 0: without a bound); nonzero once it has ended.
+ * Call again to wait longer. */
 int hvdl_engine_stop_for(struct hvdl_engine *e, double seconds);
 void hvdl_engine_free(struct hvdl_engine *e);
 

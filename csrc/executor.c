@@ -19,17 +19,17 @@
  * splits the rows as evenly as possible (the first ranks take the extra ones);
  * broadcast is hvdlBroadcast; a barrier needs nothing beyond its negotiation.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "executor.h"
-#include <stdio.h>
 #include <unistd.h>
 
 #include "alarm.h"
+#include "executor.h"
 #include "outpool.h"
 #include "reduce.h"
 #include "timeline.h"
+#include "wire.h"
 
 static int same_key(const struct hvdl_request *a, const struct hvdl_request *b) {
   return b->desc.coll == HVDL_COLL_ALLREDUCE && a->desc.dtype == b->desc.dtype &&
@@ -255,21 +255,9 @@ static hvdlResult_t run_other(struct hvdl_executor *x, struct hvdl_request *r) {
 
 /* ---- failed steps ------------------------------------------------------- */
 
-static const char *coll_name(int coll) {
-  switch (coll) {
-    case HVDL_COLL_ALLREDUCE: return "allreduce";
-    case HVDL_COLL_ALLGATHER: return "allgather";
-    case HVDL_COLL_BROADCAST: return "broadcast";
-    case HVDL_COLL_ALLTOALL: return "alltoall";
-    case HVDL_COLL_REDUCESCATTER: return "reducescatter";
-    case HVDL_COLL_BARRIER: return "barrier";
-    default: return "collective";
-  }
-}
-
-/* "allreduce 'a'" or "allreduce 'a' (fused with 3 more)". */
+/* "ALLREDUCE 'a'" or "ALLREDUCE 'a' (fused with 3 more)". */
 static void describe(char *out, size_t cap, struct hvdl_request **group, int m) {
-  int k = snprintf(out, cap, "%s '%s'", coll_name(group[0]->desc.coll), group[0]->desc.name);
+  int k = snprintf(out, cap, "%s '%s'", hvdl_coll_name(group[0]->desc.coll), group[0]->desc.name);
   if (m > 1 && k > 0 && (size_t)k < cap) snprintf(out + k, cap - (size_t)k, " (fused with %d more)", m - 1);
 }
 

@@ -201,3 +201,9 @@ int hvdl_resp_get(struct hvdl_reader *r, int cache_count, struct hvdl_resp *out)
       return bad(r, start, "unknown response kind %u", out->kind);
   }
 }
+
+const char *hvdl_coll_name(int coll) {
+  static const char *names[HVDL_NUM_COLLS] = {"ALLREDUCE", "ALLGATHER", "BROADCAST",
+                                               "ALLTOALL", "REDUCESCATTER", "BARRIER", "JOIN"};
+  return coll >= 0 && coll < HVDL_NUM_COLLS ? names[coll] : "UNKNOWN";
+}

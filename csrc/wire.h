@@ -102,4 +102,7 @@ struct hvdl_resp {
  * one), and an EVICT id is below it. */
 int hvdl_resp_get(struct hvdl_reader *r, int cache_count, struct hvdl_resp *out);
 
+/* A collective's name in messages: "ALLREDUCE", "ALLGATHER", ... */
+const char *hvdl_coll_name(int coll);
+
 #endif /* HVDL_WIRE_H_ */

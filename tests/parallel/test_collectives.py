@@ -78,7 +78,7 @@ def test_an_alltoall_over_the_size_limit_on_one_rank_fails_on_every_rank_and_the
     else:
         x = np.zeros((n, 1), np.uint8)
         splits = [1] * n
-    raises_on_every_rank(hvd.CollectiveError, r"alltoall .* failed on rank 0: .*2 GiB",
+    raises_on_every_rank(hvd.CollectiveError, r"ALLTOALL .* failed on rank 0: .*2 GiB",
                          lambda: hvd.alltoall(x, splits=splits, name="too.big"))
     got = hvd.allreduce(np.ones(3, np.float32), op=hvd.Sum, name="after.too.big")
     agree(bool(np.all(got == n)), f"the next collective: {got}")
