@@ -27,6 +27,10 @@
  * median alike but the spread narrower: 0.95-0.98x in 8 runs, against 0.95-1.02x. */
 #define DEFAULT_BATCH_MS 1.0
 #define DEFAULT_NOTIFY_MS 2.0
+/* A waiting caller runs the round and the collective itself (engine.c's fast path) up to
+ * this many bytes; larger ready lists go to the engine thread, whose caller waits
+ * interruptibly. */
+#define DEFAULT_FAST_PATH_BYTES ((size_t)16 << 20)
 /* Limits keep every MPI message count within an int. */
 #define MAX_SEGMENT_BYTES ((size_t)1 << 30)
 #define MAX_SMALL_BYTES ((size_t)1 << 26)
@@ -111,6 +115,8 @@ hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c) {
     c->log_level = found;
   }
   HVDL_CHECK(env_seconds("HVD_LITE_DATA_TIMEOUT_SECONDS", 60.0, 1e7, &c->data_timeout_s));
+  HVDL_CHECK(env_size("HVD_LITE_FAST_PATH_BYTES", DEFAULT_FAST_PATH_BYTES, 0, MAX_FUSION_BYTES,
+                      &c->fast_path_bytes));
   HVDL_CHECK(hvdl_config_faults(c, getenv("HVD_LITE_FAULT")));
   const char *tl = getenv("HVD_LITE_TIMELINE");
   if (tl && *tl) {

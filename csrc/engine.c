@@ -15,6 +15,7 @@
  * engine thread.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -66,13 +67,80 @@ static double idle_tick(const struct hvdl_engine *e) {
   return tick < 0.01 ? 0.01 : tick;
 }
 
+/* Under mu: the requests in flight become this turn's pending list, each held for
+ * the turn; -1 when out of memory. */
+static int take_pending_locked(struct hvdl_engine *e) {
+  int n = 0;
+  for (struct hvdl_request *r = e->requests.head; r; r = r->next) n++;
+  if (n > e->pending_cap) {
+    struct hvdl_request **p = realloc(e->pending, sizeof *p * (size_t)n * 2);
+    if (!p) return -1;
+    e->pending = p;
+    e->pending_cap = n * 2;
+  }
+  n = 0;
+  for (struct hvdl_request *r = e->requests.head; r; r = r->next) {
+    atomic_fetch_add(&r->refs, 1);
+    e->pending[n++] = r;
+  }
+  e->npending = n;
+  e->had_new = e->nnew;
+  e->nnew = 0;
+  e->at_once = 0;
+  e->caller_expected = 0;
+  return 0;
+}
+
+static hvdlResult_t finish_round(struct hvdl_engine *e, hvdlResult_t res, int *finished) {
+  *finished = 0;
+  e->nready = 0;
+  if (res == hvdlSuccess)
+    res = hvdl_round_finish(e->negotiator, e->pending, e->npending, e->leaving, &e->ready,
+                            &e->ready_cap, &e->nready, finished);
+  hvdl_executor_unpin(e->executor, res != hvdlSuccess);
+  return res;
+}
+
+static hvdlResult_t execute_ready(struct hvdl_engine *e) {
+  if (e->nready == 0) return hvdlSuccess;
+  e->in_data = 1;
+  hvdlResult_t res = hvdl_execute(e->executor, e->ready, e->nready);
+  e->in_data = 0;
+  return res;
+}
+
+/* The end of a turn: the pending list let go (its waiters are woken once the turn is
+ * given back, so that one that submits again finds the turn free). A failure stops the
+ * engine here, and the other ranks learn why from its engine alarm, unless it stops
+ * because another engine stopped. Nonzero when the loop must end. */
+static int end_turn(struct hvdl_engine *e, hvdlResult_t res, int finished) {
+  for (int i = 0; i < e->npending; i++) hvdl_request_release(e->pending[i]);
+  e->npending = 0;
+  if (res == hvdlSuccess) return finished;
+  char msg[HVDL_ERRMSG_LEN];
+  if (e->alarm.engine_down) {
+    snprintf(msg, sizeof msg, "%s", e->alarm.engine.msg);
+  } else {
+    snprintf(msg, sizeof msg, "hvd_lite engine failed on rank %d: %s", e->rank,
+             hvdlGetLastError(e->data));
+    hvdl_alarm_raise_engine(&e->alarm, res, msg);
+  }
+  hvdl_requests_fail_all(&e->requests, res, msg);
+  return 1;
+}
+
+/* Under mu: gives the turn back; a caller may leave work for the engine thread. */
+static void end_turn_locked(struct hvdl_engine *e, int handed, int over) {
+  e->turn = HVDL_TURN_FREE;
+  e->handed = handed;
+  if (over) e->over = 1;
+}
+
 static void *engine_main(void *arg) {
   struct hvdl_engine *e = arg;
 #ifdef __linux__
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* 1 us: short sleeps stay short */
 #endif
-  struct hvdl_request **pending = NULL, **ready = NULL;
-  int pcap = 0, cap = 0;
   const double tick = idle_tick(e);
   const double batch = e->cfg.batch_time_ms * 1e-3;
   double next_tick = hvdl_now() + tick;
@@ -81,13 +149,24 @@ static void *engine_main(void *arg) {
 
   for (;;) {
     pthread_mutex_lock(&e->requests.mu);
+    int backoff_done = 0;
     for (;;) {
       double now = hvdl_now();
+      if (e->over || e->handed) break;
+      if (e->turn == HVDL_TURN_CALLER || (e->caller_expected && now < e->caller_deadline)) {
+        /* A caller runs the round, or is about to (the fast path): wait for it. */
+        struct timespec ts;
+        double until = e->turn == HVDL_TURN_CALLER ? next_tick - now : e->caller_deadline - now;
+        hvdl_deadline(&ts, until > 0 ? until : 0);
+        pthread_cond_timedwait(&e->work_cv, &e->requests.mu, &ts);
+        continue;
+      }
       if (e->stop_requested || (now >= next_tick && !e->hold)) break;
       if (e->hold) { /* a group is being submitted: wait for its end */
         pthread_cond_wait(&e->work_cv, &e->requests.mu);
         continue;
       }
+      if (backoff_done && e->requests.head) break;
       if (e->nnew && !e->requests.nwaiting && !e->at_once && now - e->first_new < batch) {
         /* New requests, and nobody waits yet: let more come, so that a burst enters one
          * round (submissions do not wake us meanwhile; the first wait does). */
@@ -103,83 +182,118 @@ static void *engine_main(void *arg) {
       double until = e->requests.head ? backoff : next_tick - now;
       hvdl_deadline(&ts, until < next_tick - now ? until : next_tick - now);
       int rc = pthread_cond_timedwait(&e->work_cv, &e->requests.mu, &ts);
-      if (rc == ETIMEDOUT && e->requests.head) break;
+      if (rc == ETIMEDOUT) backoff_done = 1;
     }
-    const int leaving = e->stop_requested;
-    if (leaving) {
-      /* Pending requests fail here and now; the last round only says goodbye. */
+    if (e->over) {
       pthread_mutex_unlock(&e->requests.mu);
-      hvdl_requests_fail_all(&e->requests, hvdlInvalidUsage, SHUT_DOWN);
-      pthread_mutex_lock(&e->requests.mu);
+      break;
     }
-    int n = 0;
-    for (struct hvdl_request *r = e->requests.head; r; r = r->next) n++;
-    if (n > pcap) {
-      int ncap = n * 2;
-      struct hvdl_request **p1 = realloc(pending, sizeof *p1 * (size_t)ncap);
-      if (!p1) {
+    e->turn = HVDL_TURN_ENGINE;
+    const int stage = e->handed;
+    e->handed = HVDL_HANDED_NONE;
+    if (stage == HVDL_HANDED_NONE) {
+      e->leaving = e->stop_requested;
+      if (e->leaving) {
+        /* Pending requests fail here and now; the last round only says goodbye. */
+        pthread_mutex_unlock(&e->requests.mu);
+        hvdl_requests_fail_all(&e->requests, hvdlInvalidUsage, SHUT_DOWN);
+        pthread_mutex_lock(&e->requests.mu);
+      }
+      if (take_pending_locked(e) != 0) {
+        end_turn_locked(e, HVDL_HANDED_NONE, 1);
         pthread_mutex_unlock(&e->requests.mu);
         hvdl_requests_fail_all(&e->requests, hvdlSystemError, "hvd_lite engine: out of memory");
         break;
       }
-      pending = p1;
-      pcap = ncap;
     }
-    n = 0;
-    for (struct hvdl_request *r = e->requests.head; r; r = r->next) {
-      atomic_fetch_add(&r->refs, 1); /* held for this round */
-      pending[n++] = r;
-    }
-    const int had_new = e->nnew;
-    e->nnew = 0;
-    e->at_once = 0;
     pthread_mutex_unlock(&e->requests.mu);
 
-    if (e->cfg.cycle_time_ms > 0) {
-      double wait = e->last_round + e->cfg.cycle_time_ms * 1e-3 - hvdl_now();
-      hvdl_sleep(wait);
+    hvdlResult_t res = hvdlSuccess;
+    int finished = 0;
+    if (stage == HVDL_HANDED_NONE) {
+      if (e->cfg.cycle_time_ms > 0) hvdl_sleep(e->last_round + e->cfg.cycle_time_ms * 1e-3 - hvdl_now());
+      e->last_round = hvdl_now();
+      res = hvdl_round_post(e->negotiator, e->pending, e->npending, e->leaving);
     }
-    e->last_round = hvdl_now();
-
-    int nready = 0, finished = 0;
-    hvdlResult_t res = hvdl_round(e->negotiator, pending, n, leaving, &ready, &cap, &nready, &finished);
-    hvdl_executor_unpin(e->executor, res != hvdlSuccess);
-    if (res == hvdlSuccess && nready > 0) {
-      e->in_data = 1;
-      res = hvdl_execute(e->executor, ready, nready);
-      e->in_data = 0;
-    }
+    if (stage != HVDL_HANDED_READY) res = finish_round(e, res, &finished);
+    if (res == hvdlSuccess) res = execute_ready(e);
+    const int progress = e->nready > 0 || e->had_new;
+    const int over = end_turn(e, res, finished);
+    pthread_mutex_lock(&e->requests.mu);
+    end_turn_locked(e, HVDL_HANDED_NONE, over);
+    pthread_mutex_unlock(&e->requests.mu);
     hvdl_requests_notify(&e->requests, 1);
-    for (int i = 0; i < n; i++) hvdl_request_release(pending[i]);
-    if (res != hvdlSuccess) {
-      /* The engine stops; the others learn why from its engine alarm, unless it
-       * stops because another engine stopped. */
-      char msg[HVDL_ERRMSG_LEN];
-      if (e->alarm.engine_down) {
-        snprintf(msg, sizeof msg, "%s", e->alarm.engine.msg);
-      } else {
-        snprintf(msg, sizeof msg, "hvd_lite engine failed on rank %d: %s", e->rank,
-                 hvdlGetLastError(e->data));
-        hvdl_alarm_raise_engine(&e->alarm, res, msg);
-      }
-      hvdl_requests_fail_all(&e->requests, res, msg);
-      break;
-    }
-    if (finished) break;
+    if (over) break;
     const double now = hvdl_now();
     next_tick = now + tick;
-    if (nready > 0 || had_new) {
+    if (progress) {
       backoff = 0.0;
       stuck_since = now;
     } else {
       backoff = hvdl_wait_next_sleep(&no_progress, backoff, now - stuck_since);
     }
   }
-  free(pending);
-  free(ready);
   hvdl_requests_fail_all(&e->requests, hvdlInvalidUsage, SHUT_DOWN);
   hvdl_executor_unpin(e->executor, 1); /* no settle is coming */
   return NULL;
+}
+
+/* How long a caller running a round spins for its peers before it hands the round to
+ * the engine thread; and how long the engine thread leaves a synchronous submission
+ * to its caller. */
+#define FAST_SPIN 100e-6
+#define CALLER_GRACE 2e-3
+
+static size_t ready_bytes(const struct hvdl_engine *e) {
+  size_t b = 0;
+  for (int i = 0; i < e->nready; i++) b += e->ready[i]->nbytes;
+  return b;
+}
+
+int hvdl_engine_run_for(struct hvdl_engine *e, struct hvdl_request *r) {
+  if (hvdl_request_poll(r)) return 1;
+  const size_t limit = e->cfg.fast_path_bytes;
+  pthread_mutex_lock(&e->requests.mu);
+  const int free_turn = e->thread_started && e->turn == HVDL_TURN_FREE && !e->handed && !e->over &&
+                        !e->hold && !e->stop_requested && !e->requests.dead;
+  if (!free_turn || limit == 0 || r->nbytes > limit || e->cfg.cycle_time_ms > 0 ||
+      take_pending_locked(e) != 0) {
+    e->caller_expected = 0; /* the engine thread runs the round, now */
+    pthread_cond_signal(&e->work_cv);
+    pthread_mutex_unlock(&e->requests.mu);
+    return hvdl_request_poll(r);
+  }
+  e->turn = HVDL_TURN_CALLER;
+  e->leaving = 0;
+  pthread_mutex_unlock(&e->requests.mu);
+
+  int handed = HVDL_HANDED_NONE, finished = 0, arrived = 0, over = 0;
+  e->last_round = hvdl_now();
+  hvdlResult_t res = hvdl_round_post(e->negotiator, e->pending, e->npending, 0);
+  const double start = hvdl_now();
+  while (res == hvdlSuccess && !arrived) {
+    res = hvdl_round_arrived(e->negotiator, &arrived);
+    if (!arrived && hvdl_now() - start > FAST_SPIN) handed = HVDL_HANDED_ROUND;
+    if (handed) break;
+    sched_yield();
+  }
+  if (!handed) {
+    res = finish_round(e, res, &finished);
+    if (res == hvdlSuccess && !finished && ready_bytes(e) > limit) handed = HVDL_HANDED_READY;
+  }
+  if (!handed) {
+    if (res == hvdlSuccess) res = execute_ready(e);
+    over = end_turn(e, res, finished);
+  }
+  pthread_mutex_lock(&e->requests.mu);
+  end_turn_locked(e, handed, over);
+  if (handed || over || e->requests.head || e->stop_requested) pthread_cond_signal(&e->work_cv);
+  pthread_mutex_unlock(&e->requests.mu);
+  if (!handed) {
+    hvdl_requests_notify(&e->requests, 1);
+    atomic_fetch_add_explicit(&e->caller_turns, 1, memory_order_relaxed);
+  }
+  return hvdl_request_poll(r);
 }
 
 hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
@@ -285,7 +399,13 @@ hvdlResult_t hvdl_engine_submit_group(struct hvdl_engine *e, struct hvdl_request
     if (e->nnew == 0) e->first_new = now;
     e->nnew += n;
     e->at_once |= at_once;
-    if (!e->batching || at_once) pthread_cond_signal(&e->work_cv);
+    if (at_once && e->cfg.fast_path_bytes > 0 && e->cfg.cycle_time_ms <= 0 && e->turn == HVDL_TURN_FREE) {
+      /* its caller will run the round (hvdl_engine_run_for): no hand-off */
+      e->caller_expected = 1;
+      e->caller_deadline = now + CALLER_GRACE;
+    } else if (!e->batching || at_once) {
+      pthread_cond_signal(&e->work_cv);
+    }
   }
   pthread_mutex_unlock(&e->requests.mu);
   return res;
@@ -307,6 +427,7 @@ void hvdl_engine_get_stats(struct hvdl_engine *e, struct hvdl_engine_stats *out)
   out->slow_rounds = atomic_load_explicit(&st->slow_rounds, memory_order_relaxed);
   out->announced = atomic_load_explicit(&st->announced, memory_order_relaxed);
   out->cached_ready = atomic_load_explicit(&st->cached_ready, memory_order_relaxed);
+  out->caller_turns = atomic_load_explicit(&e->caller_turns, memory_order_relaxed);
 }
 
 void hvdl_engine_inject_fault(struct hvdl_engine *e, int point, int n) {
@@ -362,6 +483,8 @@ void hvdl_engine_free(struct hvdl_engine *e) {
   free(e->negotiator);
   free(e->executor);
   hvdl_outpool_free(&e->outpool);
+  free(e->pending);
+  free(e->ready);
   hvdl_requests_destroy(&e->requests);
   pthread_cond_destroy(&e->work_cv);
   free(e);

@@ -47,7 +47,23 @@ struct hvdl_engine {
   struct hvdl_alarm alarm;       /* failures to and from the other ranks (engine thread) */
   int in_data;                   /* the engine thread is executing a ready list */
   struct hvdl_faults faults;     /* injected faults (any thread arms them) */
+
+  /* Whose turn it is to run the loop's work, the engine thread's or a waiting caller's
+   * (hvdl_engine_run_for), and what a caller handed back; under requests.mu. */
+  int turn;                      /* enum hvdl_turn */
+  int handed;                    /* enum hvdl_handed */
+  int caller_expected;           /* a synchronous submission's caller is coming to run the round */
+  double caller_deadline;        /* ... unless it has not come by then */
+  int over;                      /* the loop has ended: a failure, or this rank's last round */
+  /* The work of the turn in progress, owned by whoever has the turn. */
+  struct hvdl_request **pending, **ready;
+  int npending, pending_cap, nready, ready_cap;
+  int leaving, had_new;
+  _Atomic uint64_t caller_turns; /* turns run by a waiting caller (statistics) */
 };
+
+enum hvdl_turn { HVDL_TURN_FREE = 0, HVDL_TURN_ENGINE, HVDL_TURN_CALLER };
+enum hvdl_handed { HVDL_HANDED_NONE = 0, HVDL_HANDED_ROUND, HVDL_HANDED_READY };
 
 /* What the engine has done so far; hvdl_engine_get_stats may be called from any thread. */
 struct hvdl_engine_stats {
@@ -55,6 +71,7 @@ struct hvdl_engine_stats {
   uint64_t slow_rounds;          /* rounds that gathered descriptors at the coordinator */
   uint64_t announced;            /* descriptors this rank announced (names not in the cache) */
   uint64_t cached_ready;         /* requests made ready by their cache bit alone, no name sent */
+  uint64_t caller_turns;         /* rounds run by a waiting caller (the fast path) */
 };
 
 hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
@@ -62,6 +79,13 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
 /* `at_once`: the caller waits on r at once (a synchronous call), so the engine
  * negotiates it without letting more submissions gather first. */
 hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r, int at_once);
+/* The fast path of a synchronous call, from the thread that waits for r: when the
+ * engine thread is idle, this thread runs the next round itself and, if the ready
+ * list is small (HVD_LITE_FAST_PATH_BYTES), executes it, sparing the two thread
+ * hand-offs of the engine thread's path. A round whose peers have not all arrived
+ * within a short spin, or a larger ready list, goes to the engine thread, posted
+ * as it is. At most one round; nonzero when r has completed. */
+int hvdl_engine_run_for(struct hvdl_engine *e, struct hvdl_request *r);
 /* Submits n requests as one group: all of them, in order and in the same round, or none
  * (the engine refuses one: it is shutting down or dead, or a name is in flight or repeated). */
 hvdlResult_t hvdl_engine_submit_group(struct hvdl_engine *e, struct hvdl_request **rs, int n,

@@ -97,6 +97,7 @@ struct hvdl_engine_config {
   size_t cache_capacity;      /* HVD_LITE_CACHE_CAPACITY: response cache entries; 0 disables */
   char timeline[4096];        /* HVD_LITE_TIMELINE: Chrome-trace file written by rank 0 */
   double data_timeout_s;      /* HVD_LITE_DATA_TIMEOUT_SECONDS; 0 = a data phase may wait forever */
+  size_t fast_path_bytes;     /* HVD_LITE_FAST_PATH_BYTES: the most a waiting caller executes itself; 0: never */
   /* HVD_LITE_FAULT (a testing aid): point@rank#n, up to 16 of them */
   struct { int point, rank, n; } faults[16];
   int nfaults;

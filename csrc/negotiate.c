@@ -273,11 +273,9 @@ static void finish_join(struct hvdl_negotiator *g, struct hvdl_request **pending
     }
 }
 
-hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending, int np, int leaving,
-                        struct hvdl_request ***ready, int *ready_cap, int *nready, int *finished) {
+hvdlResult_t hvdl_round_post(struct hvdl_negotiator *g, struct hvdl_request **pending, int np,
+                             int leaving) {
   const int n = g->size, me = g->rank;
-  *nready = 0;
-  *finished = 0;
   if (hvdl_fault_hit(g->data->faults, HVDL_FAULT_NEGOTIATE))
     return hvdl_fail(g->data, hvdlSystemError, "injected fault (HVD_LITE_FAULT) in a negotiation round");
 
@@ -317,9 +315,27 @@ hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending
   mine[0] = (leaving ? HVDL_FLAG_LEAVING : 0) | (slow ? HVDL_FLAG_SLOW : 0) | (joined_here ? HVDL_FLAG_JOINED : 0) |
             (g->alarm->sent ? HVDL_FLAG_ALARMED : 0) | ((uint64_t)uncached << 32);
 
-  MPI_Request req;
-  HVDL_MPI(g->data, MPI_Iallgather(mine, words, MPI_UINT64_T, all, words, MPI_UINT64_T, g->ctrl, &req));
-  HVDL_CHECK(wait_round(g, &req));
+  HVDL_MPI(g->data, MPI_Iallgather(mine, words, MPI_UINT64_T, all, words, MPI_UINT64_T, g->ctrl,
+                                    &g->posted.req));
+  g->posted.words = words;
+  g->posted.cache_n = cache_n;
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_round_arrived(struct hvdl_negotiator *g, int *arrived) {
+  HVDL_MPI(g->data, MPI_Test(&g->posted.req, arrived, MPI_STATUS_IGNORE));
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_round_finish(struct hvdl_negotiator *g, struct hvdl_request **pending, int np,
+                               int leaving, struct hvdl_request ***ready, int *ready_cap, int *nready,
+                               int *finished) {
+  const int n = g->size, me = g->rank;
+  const int words = g->posted.words, cache_n = g->posted.cache_n;
+  uint64_t *all = (uint64_t *)(void *)g->vectors;
+  *nready = 0;
+  *finished = 0;
+  HVDL_CHECK(wait_round(g, &g->posted.req));
 
   int any_slow = 0, shutdown = 0, anyone_leaving = 0, njoined = 0, any_alarmed = 0;
   char leavers[256] = "";
@@ -414,6 +430,14 @@ hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending
   }
   *nready = rl.n;
   return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending, int np, int leaving,
+                        struct hvdl_request ***ready, int *ready_cap, int *nready, int *finished) {
+  *nready = 0;
+  *finished = 0;
+  HVDL_CHECK(hvdl_round_post(g, pending, np, leaving));
+  return hvdl_round_finish(g, pending, np, leaving, ready, ready_cap, nready, finished);
 }
 
 hvdlResult_t hvdl_negotiator_init(struct hvdl_negotiator *g, hvdlComm_t data, MPI_Comm ctrl,

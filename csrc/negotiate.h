@@ -40,6 +40,10 @@ struct hvdl_negotiator {
   char *vectors;                 /* every rank's header and bit vector, then this rank's */
   size_t vectors_bytes;
   struct hvdl_negotiate_stats stats;
+  struct {                       /* the round posted by hvdl_round_post, until hvdl_round_finish */
+    MPI_Request req;
+    int words, cache_n;
+  } posted;
 };
 
 hvdlResult_t hvdl_negotiator_init(struct hvdl_negotiator *g, hvdlComm_t data, MPI_Comm ctrl,
@@ -52,6 +56,16 @@ hvdlResult_t hvdl_negotiator_init(struct hvdl_negotiator *g, hvdlComm_t data, MP
 hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending, int npending,
                         int leaving, struct hvdl_request ***ready, int *ready_cap, int *nready,
                         int *finished);
+/* The same round in two halves, so that the thread that posts it need not be the one
+ * that finishes it (engine.c's fast path): post sends this rank's contribution;
+ * arrived tests whether every rank's has arrived; finish waits for them and does the
+ * rest. Between post and finish nothing else may use the negotiator. */
+hvdlResult_t hvdl_round_post(struct hvdl_negotiator *g, struct hvdl_request **pending, int npending,
+                             int leaving);
+hvdlResult_t hvdl_round_arrived(struct hvdl_negotiator *g, int *arrived);
+hvdlResult_t hvdl_round_finish(struct hvdl_negotiator *g, struct hvdl_request **pending, int npending,
+                               int leaving, struct hvdl_request ***ready, int *ready_cap, int *nready,
+                               int *finished);
 void hvdl_negotiator_free(struct hvdl_negotiator *g);
 
 #endif /* HVDL_NEGOTIATE_H_ */

@@ -118,10 +118,11 @@ static PyObject *Engine_stats(hvdl_py_engine *self, PyObject *noargs) {
   if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
   struct hvdl_engine_stats st;
   hvdl_engine_get_stats(self->engine, &st);
-  return Py_BuildValue("{sKsKsKsK}", "rounds", (unsigned long long)st.rounds, "slow_rounds",
+  return Py_BuildValue("{sKsKsKsKsK}", "rounds", (unsigned long long)st.rounds, "slow_rounds",
                        (unsigned long long)st.slow_rounds, "announced",
                        (unsigned long long)st.announced, "cached_ready",
-                       (unsigned long long)st.cached_ready);
+                       (unsigned long long)st.cached_ready, "caller_turns",
+                       (unsigned long long)st.caller_turns);
 }
 
 /* Fault injection, a testing aid (docs/design.md, "Failures"). */
@@ -374,7 +375,8 @@ static PyMethodDef Engine_methods[] = {
      "submit_group([(coll, send, ..., error), ...], at_once) -> [Handle]: all in one round, or none"},
     {"stats", (PyCFunction)Engine_stats, METH_NOARGS,
      "stats() -> dict: rounds, slow_rounds (descriptors gathered at the coordinator), announced "
-     "(names this rank sent), cached_ready (requests ready by their cache bit alone)"},
+     "(names this rank sent), cached_ready (requests ready by their cache bit alone), "
+     "caller_turns (rounds run by a waiting caller: the fast path)"},
     {"hold", (PyCFunction)Engine_hold, METH_O,
      "hold(True) ... hold(False): submissions in between enter the same round"},
     {"shutdown", (PyCFunction)Engine_shutdown, METH_NOARGS,

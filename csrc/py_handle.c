@@ -18,6 +18,7 @@
 
 #include <stdlib.h>
 
+#include "engine.h"
 #include "internal.h"
 #include "request.h"
 
@@ -78,6 +79,14 @@ static int wait_in_slices(hvdl_py_handle *self, double seconds) {
     return -1;
   }
   const double deadline = hvdl_now() + seconds;
+  if (seconds < 0 || seconds > HVDL_PY_WAIT_SLICE_SECONDS) {
+    /* the fast path: this thread may run the round itself (bounded: one round) */
+    struct hvdl_engine *engine = self->owner->engine;
+    int done;
+    Py_BEGIN_ALLOW_THREADS done = hvdl_engine_run_for(engine, r);
+    Py_END_ALLOW_THREADS
+    if (done) return 1;
+  }
   for (;;) {
     double slice = HVDL_PY_WAIT_SLICE_SECONDS;
     if (seconds >= 0 && deadline - hvdl_now() < slice) slice = deadline - hvdl_now();

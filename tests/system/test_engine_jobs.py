@@ -244,3 +244,49 @@ def test_a_signal_interrupts_a_waiting_synchronize():
     """)
     assert res.returncode == 0, res.stderr
     assert "interrupted after 1." in res.stdout, res.stdout + res.stderr
+
+
+FAST_PATH_JOB = """
+    import threading, numpy as np, hvd_lite as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    tri = n * (n + 1) // 2
+    eng = hvd.basics._engine()
+    before = eng.stats()["caller_turns"]
+    wrong = 0
+    # synchronous calls, small and large (the large ones above HVD_LITE_FAST_PATH_BYTES = 4096)
+    for step in range(60):
+        count = 8 if step % 3 else 64 * 1024
+        out = hvd.allreduce(np.full(count, r + 1, np.float64), op=hvd.Sum, name=f"s{step % 4}.{count}")
+        wrong += int(np.count_nonzero(out != tri))
+    # asynchronous ones in flight while another thread makes synchronous calls
+    def sync_calls():
+        global wrong
+        for step in range(30):
+            out = hvd.allreduce(np.full(16, r + 1, np.int32), op=hvd.Sum, name=f"t{step}")
+            wrong += int(np.count_nonzero(out != tri))
+    t = threading.Thread(target=sync_calls)
+    t.start()
+    hs = [hvd.allreduce_async(np.full(1000, r + 1, np.float32), op=hvd.Sum, name=f"a{i}")
+          for i in range(30)]
+    wrong += sum(int(np.count_nonzero(hvd.synchronize(h) != tri)) for h in hs)
+    t.join()
+    print(f"rank {r} wrong {wrong} caller_turns {eng.stats()['caller_turns'] - before}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_synchronous_calls_run_their_rounds_in_the_calling_thread_and_stay_right(n):
+    res, _ = job(n, FAST_PATH_JOB, env={"HVD_LITE_FAST_PATH_BYTES": "4096"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(n):
+        line = next(l for l in res.stdout.splitlines() if l.startswith(f"rank {r} wrong"))
+        assert line.split()[3] == "0", res.stdout
+        assert int(line.split()[5]) > 0, res.stdout  # the fast path ran
+
+
+def test_without_the_fast_path_every_round_is_the_engine_threads():
+    res, _ = job(2, FAST_PATH_JOB, env={"HVD_LITE_FAST_PATH_BYTES": "0"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    for r in range(2):
+        assert f"rank {r} wrong 0 caller_turns 0" in res.stdout, res.stdout
