@@ -63,11 +63,13 @@ static int ranks_array(PyObject *ranks, long long **out, int *n) {
 static hvdlResult_t set_config(struct hvdl_engine_config *cfg, int set_id) {
   cfg->nfaults = 0;
   if (!cfg->timeline[0]) return hvdlSuccess;
-  size_t n = strlen(cfg->timeline);
-  int w = snprintf(cfg->timeline + n, sizeof cfg->timeline - n, ".set%d", set_id);
-  if (w < 0 || (size_t)w >= sizeof cfg->timeline - n)
+  char suffix[32];
+  size_t n = strlen(cfg->timeline), k = (size_t)snprintf(suffix, sizeof suffix, ".set%d", set_id);
+  if (n + k >= sizeof cfg->timeline)
     return hvdl_fail(NULL, hvdlInvalidArgument, "HVD_LITE_TIMELINE is too long to name process "
-                     "set %d's timeline (at most %zu bytes)", set_id, sizeof cfg->timeline - 16);
+                     "set %d's timeline %s.%s: at most %zu bytes leave room for the suffix",
+                     set_id, "<file>", suffix + 1, sizeof cfg->timeline - 1 - k);
+  memcpy(cfg->timeline + n, suffix, k + 1);
   return hvdlSuccess;
 }
 

@@ -49,6 +49,7 @@ class _DistributedOptimizer:
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor applies to op=Average only, got "
                              f"op={op!r}")
+        process_set = global_process_set if process_set is None else process_set
         if not isinstance(process_set, ProcessSet):
             raise TypeError(f"DistributedOptimizer: process_set must be a hvd_lite.ProcessSet, got "
                             f"{type(process_set).__name__}")

@@ -551,3 +551,24 @@ def test_the_torch_module_exports_the_process_set_api():
         assert ht.ProcessSet is hvd.ProcessSet and ht.global_process_set is hvd.global_process_set
         assert ht.add_process_set is hvd.add_process_set
         assert ht.remove_process_set is hvd.remove_process_set
+
+
+def test_a_sets_timeline_goes_to_its_own_file(tmp_path_factory):
+    from conftest import reinit
+    n, r = hvd.size(), hvd.rank()
+    if n < 2:
+        pytest.skip("needs a set that is not the global one")
+    base = world().bcast(str(tmp_path_factory.mktemp("timeline") / "t.json") if r == 0 else None)
+    with reinit(HVD_LITE_TIMELINE=base):
+        with added([n - 1]) as (ps,):
+            if ps.included():
+                hvd.allreduce(np.ones(2), name="in_the_set", process_set=ps)
+            hvd.allreduce(np.ones(2), name="in_the_world")
+            path = f"{base}.set{ps.process_set_id}"
+        hvd.barrier()
+        with everywhere():
+            if r == n - 1:  # the set's first rank writes its timeline
+                assert "in_the_set" in open(path).read()
+            if r == 0:
+                text = open(base).read()
+                assert "in_the_world" in text and "in_the_set" not in text
