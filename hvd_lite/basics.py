@@ -128,6 +128,9 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     list of hvd_lite.ProcessSet to register now (or "dynamic", Horovod's spelling for none:
     add_process_set works either way)."""
     if _state.engine is not None:
+        if _static_sets(process_sets):
+            raise ValueError("init(process_sets=...): hvd_lite is initialized already; add the "
+                             "sets with add_process_set(), or shutdown() first")
         return
     if comm is None:
         fhandle, ranks = None, None
@@ -225,12 +228,15 @@ def _set_engine(set_id: int, ranks: List[int]):
     """The engine of a set this rank belongs to (collective over its members), or None."""
     if rank() not in ranks:
         return None
-    if _state.thread_level != _core.MPI_THREAD_MULTIPLE:
-        raise ValueError("process sets need MPI_THREAD_MULTIPLE (each set's engine has its own "
-                         "thread), but MPI was initialised with a lower thread level")
     fhandle, base_ranks = _state.base
     in_base = [base_ranks[r] for r in ranks] if base_ranks else ranks
     return _core.Engine(fhandle, in_base, set_id=set_id)
+
+
+def _check_threads(fn: str) -> None:
+    if _state.thread_level != _core.MPI_THREAD_MULTIPLE:
+        raise ValueError(f"{fn}: process sets need MPI_THREAD_MULTIPLE (each set's engine has its "
+                         "own thread), but MPI was initialised with a lower thread level")
 
 
 def _new_set(ranks: List[int], owner) -> int:
@@ -250,6 +256,7 @@ def _find(ranks: List[int]) -> Optional[_Set]:
 
 
 def _register_static(process_sets: list) -> None:
+    _check_threads("init(process_sets=...)")
     n = size()
     lists = [_check_set_ranks(f"init(process_sets=...): entry {i}", ps.ranks, n)
              for i, ps in enumerate(process_sets)]
@@ -267,6 +274,7 @@ def add_set(process_set) -> int:
     """Registers a ProcessSet (collective over the global set) and returns its id."""
     fn = "add_process_set"
     _engine()
+    _check_threads(fn)
     ranks = _check_set_ranks(fn, process_set.ranks, size())
     with _state.sets_lock:
         _agree(fn, f"add {ranks}")

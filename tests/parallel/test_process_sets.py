@@ -161,6 +161,8 @@ def test_static_sets_from_init_and_shutdown_invalidates_them():
                 hvd.init(process_sets=3)
         hvd.init(process_sets="dynamic")  # Horovod's spelling: nothing now, add_process_set later
         agree(list(registered_ids()) == [0], f"{registered_ids()}")
+        raises_on_every_rank(ValueError, "initialized already",  # not a silent no-op
+                             lambda: hvd.init(process_sets=[hvd.ProcessSet([0])]))
         hvd.shutdown()
         if n >= 2:  # ranks that pass different static sets all fail
             mine = [hvd.ProcessSet([0])] if r == 0 else [hvd.ProcessSet([n - 1])]
