@@ -2,9 +2,11 @@
  * py_engine.c -- hvd_lite._core.Engine: the background engine (engine.c) as a
  * Python object; its handles are py_handle.c's.
  *
- *   Engine(fhandle=None, ranks=None)     starts the engine over the base communicator
+ *   Engine(fhandle=None, ranks=None, set_id=0)
+ *                                        starts the engine over the base communicator
  *                                        (Fortran handle) or the subset of it that
- *                                        `ranks` lists (topology.c makes it)
+ *                                        `ranks` lists (topology.c makes it); set_id > 0:
+ *                                        a process set's engine (see set_config)
  *     .rank .size .local_rank .local_size .cross_rank .cross_size   (hvdl_topology)
  *     .submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits,
  *             error, at_once=False) -> Handle   (at_once: waited on at once, no batching)
@@ -56,16 +58,33 @@ static int ranks_array(PyObject *ranks, long long **out, int *n) {
   return 0;
 }
 
+/* A process set's engine (hvd_lite/basics.py): HVD_LITE_FAULT names global ranks and arms the
+ * global set's engine only, and the timeline goes to "<HVD_LITE_TIMELINE>.set<id>". */
+static hvdlResult_t set_config(struct hvdl_engine_config *cfg, int set_id) {
+  cfg->nfaults = 0;
+  if (!cfg->timeline[0]) return hvdlSuccess;
+  char suffix[32];
+  size_t n = strlen(cfg->timeline), k = (size_t)snprintf(suffix, sizeof suffix, ".set%d", set_id);
+  if (n + k >= sizeof cfg->timeline)
+    return hvdl_fail(NULL, hvdlInvalidArgument, "HVD_LITE_TIMELINE is too long to name process "
+                     "set %d's timeline %s.%s: at most %zu bytes leave room for the suffix",
+                     set_id, "<file>", suffix + 1, sizeof cfg->timeline - 1 - k);
+  memcpy(cfg->timeline + n, suffix, k + 1);
+  return hvdlSuccess;
+}
+
 static int Engine_init(hvdl_py_engine *self, PyObject *args, PyObject *kwds) {
-  static char *kwlist[] = {"fhandle", "ranks", NULL};
+  static char *kwlist[] = {"fhandle", "ranks", "set_id", NULL};
   PyObject *fobj = Py_None, *ranks = Py_None;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO", kwlist, &fobj, &ranks)) return -1;
+  int set_id = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOi", kwlist, &fobj, &ranks, &set_id)) return -1;
   if (self->engine) {
     PyErr_SetString(PyExc_RuntimeError, "Engine is already initialised");
     return -1;
   }
   struct hvdl_engine_config cfg;
   hvdlResult_t res = hvdl_engine_config_default(&cfg);
+  if (res == hvdlSuccess && set_id > 0) res = set_config(&cfg, set_id);
   if (res != hvdlSuccess) return hvdl_py_raise(res, NULL), -1;
   MPI_Comm base;
   if (hvdl_py_base_comm(fobj, &base)) return -1;

@@ -130,21 +130,22 @@ def check_name(fn: str, name) -> str:
     return name
 
 
-def name_of(fn: str, kind: str, name: Optional[str]) -> str:
-    """`name` once checked, or the next automatic name of this kind when it is None."""
-    return basics.auto_name(kind) if name is None else check_name(fn, name)
+def name_of(fn: str, kind: str, name: Optional[str], where=None) -> str:
+    """`name` once checked, or the next automatic name of this kind in the process set `where`
+    (basics.set_for; None: the global set) when it is None."""
+    return basics.auto_name(kind, where) if name is None else check_name(fn, name)
 
 
 def group_names(fn: str, kind: str, items, name: Optional[str],
-                of: str = "numpy arrays") -> List[str]:
+                of: str = "numpy arrays", where=None) -> List[str]:
     """The names of a grouped call's entries: `<name>.<i>`, or an automatic base name of this
-    kind; TypeError unless `items` is a list or tuple (of `of`)."""
+    kind (in the process set `where`); TypeError unless `items` is a list or tuple (of `of`)."""
     if not isinstance(items, (list, tuple)):
         raise TypeError(f"{fn} expects a list of {of}, got {type(items).__name__}")
     if name is not None and items:
         check_name(fn, name)
         check_name(fn, f"{name}.{len(items) - 1}")  # the longest
-    base = name_of(fn, kind, name)
+    base = name_of(fn, kind, name, where)
     return [f"{base}.{i}" for i in range(len(items))]
 
 
@@ -212,6 +213,7 @@ class Request(NamedTuple):
     error: str = ""  # a problem this rank found, which fails the collective on every rank
     output: Any = None  # the Handle's output until it is finished
     finish: Optional[Callable] = None  # C handle -> output, once done
+    where: Any = None  # the process set it runs in (basics.set_for); None: the global set
 
 
 def _engine_args(r: Request) -> tuple:
@@ -222,16 +224,22 @@ def _engine_args(r: Request) -> tuple:
             r.splits, error)
 
 
+def _engine_of(where):
+    """The engine of a process set (basics.set_for's); None: the global set's."""
+    return where.engine if where is not None and where.id else basics._engine()
+
+
 def submit(request: Request) -> Handle:
-    """Hands a checked request to the engine."""
-    c = basics._engine().submit(*_engine_args(request), _this_thread.at_once)
+    """Hands a checked request to its process set's engine."""
+    c = _engine_of(request.where).submit(*_engine_args(request), _this_thread.at_once)
     return Handle(c, request.output, request.name, request.finish)
 
 
 def submit_group(requests: Sequence[Request]) -> List[Handle]:
     """Hands checked requests to the engine together, in one round (so they can be fused): all
-    of them, or none if the engine refuses one (a name in flight, the engine shut down)."""
-    cs = basics._engine().submit_group([_engine_args(r) for r in requests], _this_thread.at_once)
+    of them, or none if the engine refuses one (a name in flight, the engine shut down). They
+    run in the first one's process set (the callers build them all for the same set)."""
+    cs = _engine_of(requests[0].where if requests else None).submit_group([_engine_args(r) for r in requests], _this_thread.at_once)
     return [Handle(c, r.output, r.name, r.finish) for c, r in zip(cs, requests)]
 
 

@@ -1,7 +1,12 @@
-"""Process-level state: init, shutdown, and the rank/size queries."""
+"""Process-level state: init, shutdown, the rank/size queries, and the process sets' engines."""
 import atexit
+import collections
+import hashlib
 import os
-from typing import Any, Optional
+import threading
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
 
 from . import _loader
 from .exceptions import MPIMismatchError, NotInitializedError
@@ -16,9 +21,45 @@ _LAUNCHER_SIZE_VARS = (
 )
 
 
+class _Set:
+    """A process set as this rank sees it: its id, its ranks (global ranks, sorted), the
+    ProcessSet objects registered under it, and on its members an engine over those ranks with
+    its own automatic names (the global set's engine is _State.engine)."""
+
+    __slots__ = ("id", "ranks", "engine", "auto_names", "owners")
+
+    def __init__(self, set_id: int, ranks: List[int], engine, auto_names: dict):
+        self.id, self.ranks, self.engine, self.auto_names = set_id, ranks, engine, auto_names
+        self.owners: list = []
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    @property
+    def rank(self) -> int:
+        """This rank's place in the set (the set's engine's rank)."""
+        return self.engine.rank if self.id else _engine().rank
+
+    def set_rank(self, fn: str, global_rank: int) -> int:
+        """The set rank of a global rank; ValueError if it is not in the set."""
+        if not self.id:
+            return global_rank
+        try:
+            return self.ranks.index(global_rank)
+        except ValueError:
+            raise ValueError(f"{fn}: root rank {global_rank} is not in the process set (ranks "
+                             f"{self.ranks}); give a global rank of one of its members") from None
+
+
 class _State:
     engine: Optional[Any] = None
     auto_names: dict = {}
+    sets: Dict[int, _Set] = {}  # id -> set, the global set (0) included
+    free_ids: collections.deque = collections.deque()  # removed sets' ids, reused first
+    next_id: int = 1
+    base: tuple = (None, None)  # the global set's communicator: (Fortran handle, ranks in it)
+    sets_lock = threading.Lock()  # one process-set change at a time
     thread_level: int = -1
     finalize_at_exit: bool = False
     atexit_registered: bool = False
@@ -82,9 +123,14 @@ def _atexit() -> None:
         _core.mpi_finalize()
 
 
-def init(comm: Any = None) -> None:
-    """Initialises hvd_lite (and MPI, with thread support, if nobody has)."""
+def init(comm: Any = None, process_sets: Any = None) -> None:
+    """Initialises hvd_lite (and MPI, with thread support, if nobody has); `process_sets`: a
+    list of hvd_lite.ProcessSet to register now (or "dynamic", Horovod's spelling for none:
+    add_process_set works either way)."""
     if _state.engine is not None:
+        if _static_sets(process_sets):
+            raise ValueError("init(process_sets=...): hvd_lite is initialized already; add the "
+                             "sets with add_process_set(), or shutdown() first")
         return
     if comm is None:
         fhandle, ranks = None, None
@@ -98,6 +144,7 @@ def init(comm: Any = None) -> None:
     else:
         raise TypeError("init(comm=...) takes None, an mpi4py communicator or a list of ranks, "
                         f"got {type(comm).__name__}")
+    static = _static_sets(process_sets)
     _check_runtime_mpi()
     _check_launcher_before_init()
     provided, initialized_here = _core.mpi_init()
@@ -109,16 +156,194 @@ def init(comm: Any = None) -> None:
         _state.atexit_registered = True
     if comm is None:
         _check_launcher_after_init(_core.mpi_world_size())
-    _state.engine = _core.Engine(fhandle, ranks)
+    engine = _core.Engine(fhandle, ranks)
+    _state.engine, _state.base = engine, (fhandle, ranks)
     _state.auto_names = {}  # automatic names restart with every engine, on every rank
+    _state.sets = {0: _Set(0, list(range(engine.size)), engine, _state.auto_names)}
+    _state.free_ids, _state.next_id = collections.deque(), 1
     # HVD_LITE_FAULT (parsed by the engine) may arm the adapter's fault point too
     _state.adapter_faults = "adapter" in os.environ.get("HVD_LITE_FAULT", "")
+    if static:
+        try:
+            _register_static(static)
+        except BaseException:
+            shutdown()
+            raise
 
 
-def inject_fault(point: str, n: int = 1) -> None:
+# ---------------------------------------------------------------------------- process sets
+#
+# A process set has its own engine over a communicator of its members (MPI_Comm_create_group,
+# collective over the members only), so it negotiates, fuses and fails on its own, concurrently
+# with the other sets. Adding and removing one are collective over the global set: every rank
+# makes the same changes in the same order (Horovod's rule), and an allgather through the global
+# engine checks that before any member builds or stops the set's engine, so a mismatch is a
+# ValueError on every rank instead of a hang in MPI.
+
+def _check_set_ranks(fn: str, ranks: Sequence[int], size: int) -> List[int]:
+    """The ranks of a set as a sorted list; ValueError if out of range, repeated or empty."""
+    out = sorted(int(r) for r in ranks)
+    bad = [r for r in out if not 0 <= r < size]
+    if bad:
+        raise ValueError(f"{fn}: rank(s) {bad} are out of range; the global set has ranks "
+                         f"0..{size - 1}")
+    if len(set(out)) != len(out):
+        raise ValueError(f"{fn}: the ranks {out} repeat a rank")
+    if not out:
+        raise ValueError(f"{fn}: a process set needs at least one rank")
+    return out
+
+
+def _static_sets(process_sets) -> list:
+    """init()'s process_sets as a list of ProcessSet objects; TypeError for anything else."""
+    if process_sets is None or (isinstance(process_sets, str) and process_sets.lower() == "dynamic"):
+        return []
+    if isinstance(process_sets, (str, bytes)) or not hasattr(process_sets, "__iter__"):
+        raise TypeError("init(process_sets=...) takes a list of hvd_lite.ProcessSet or "
+                        f"\"dynamic\", got {process_sets!r}")
+    out = list(process_sets)
+    for i, ps in enumerate(out):
+        if not hasattr(ps, "process_set_id") or getattr(ps, "ranks", None) is None:
+            raise TypeError(f"init(process_sets=...): entry {i} is not a hvd_lite.ProcessSet "
+                            f"built from a list of ranks: {ps!r}")
+    return out
+
+
+def _agree(fn: str, change: str) -> None:
+    """Checks that every rank of the global set makes this process-set change now: an allgather
+    of its digest through the global engine; ValueError on every rank if they differ."""
+    mine = np.frombuffer(hashlib.blake2b(change.encode(), digest_size=16).digest(), np.uint8)
+    handle = _engine().submit(_core.COLL_ALLGATHER, mine, None, _core.hvdlUint8, 0, 1.0, 1.0,
+                              "hvd_lite.process_set_change", (16,), 0, None, "", True)
+    handle.wait()
+    digests = np.frombuffer(handle, np.uint8).reshape(-1, 16)
+    differ = [r for r in range(len(digests)) if not np.array_equal(digests[r], mine)]
+    if differ:
+        raise ValueError(f"{fn}: rank(s) {differ} made a different process-set change than rank "
+                         f"{rank()} ({change}); every rank must add and remove the same process "
+                         "sets in the same order")
+
+
+def _set_engine(set_id: int, ranks: List[int]):
+    """The engine of a set this rank belongs to (collective over its members), or None."""
+    if rank() not in ranks:
+        return None
+    fhandle, base_ranks = _state.base
+    in_base = [base_ranks[r] for r in ranks] if base_ranks else ranks
+    return _core.Engine(fhandle, in_base, set_id=set_id)
+
+
+def _check_threads(fn: str) -> None:
+    if _state.thread_level != _core.MPI_THREAD_MULTIPLE:
+        raise ValueError(f"{fn}: process sets need MPI_THREAD_MULTIPLE (each set's engine has its "
+                         "own thread), but MPI was initialised with a lower thread level")
+
+
+def _new_set(ranks: List[int], owner) -> int:
+    set_id = _state.free_ids.popleft() if _state.free_ids else _state.next_id
+    engine = _set_engine(set_id, ranks)
+    if set_id == _state.next_id:
+        _state.next_id += 1
+    s = _Set(set_id, ranks, engine, {})
+    s.owners.append(owner)
+    _state.sets[set_id] = s
+    owner.process_set_id, owner.ranks = set_id, ranks
+    return set_id
+
+
+def _find(ranks: List[int]) -> Optional[_Set]:
+    return next((s for s in _state.sets.values() if s.ranks == ranks), None)
+
+
+def _register_static(process_sets: list) -> None:
+    _check_threads("init(process_sets=...)")
+    n = size()
+    lists = [_check_set_ranks(f"init(process_sets=...): entry {i}", ps.ranks, n)
+             for i, ps in enumerate(process_sets)]
+    for i, ranks in enumerate(lists):
+        if ranks == _state.sets[0].ranks or ranks in lists[:i]:
+            raise ValueError(f"init(process_sets=...): entry {i} is a duplicate "
+                             f"(ranks {ranks}); every process set must have different ranks")
+    with _state.sets_lock:
+        _agree("init(process_sets=...)", f"init {lists}")
+        for ps, ranks in zip(process_sets, lists):
+            _new_set(ranks, ps)
+
+
+def add_set(process_set) -> int:
+    """Registers a ProcessSet (collective over the global set) and returns its id."""
+    fn = "add_process_set"
+    _engine()
+    _check_threads(fn)
+    ranks = _check_set_ranks(fn, process_set.ranks, size())
+    with _state.sets_lock:
+        _agree(fn, f"add {ranks}")
+        if _find(ranks) is not None:
+            raise ValueError(f"{fn}: a process set with ranks {ranks} exists already (id "
+                             f"{_find(ranks).id}); remove it first or use that one")
+        return _new_set(ranks, process_set)
+
+
+def remove_set(process_set) -> bool:
+    """Removes a registered set (collective over the global set): its engine stops, and what
+    is still in flight in it fails. False for the global set or a set not registered."""
+    set_id = process_set.process_set_id
+    if set_id is None or set_id == 0 or _state.engine is None or set_id not in _state.sets:
+        return False
+    with _state.sets_lock:
+        _agree("remove_process_set", f"remove {set_id}")
+        s = _state.sets.pop(set_id)
+        _state.free_ids.append(set_id)
+        for owner in s.owners:
+            owner.process_set_id = None
+        if s.engine is not None:
+            s.engine.shutdown()
+    return True
+
+
+def set_for(fn: str, process_set) -> _Set:
+    """The set a collective on `process_set` runs in (None: the global set); TypeError or
+    ValueError, before anything is sent, for a set that is not registered or that this rank is
+    not a member of."""
+    if process_set is None:
+        _engine()
+        return _state.sets[0]
+    set_id = getattr(process_set, "process_set_id", _NOT_A_SET)
+    if set_id == 0:
+        _engine()
+        return _state.sets[0]
+    if set_id is _NOT_A_SET:
+        raise TypeError(f"{fn}: process_set must be a hvd_lite.ProcessSet, got "
+                        f"{type(process_set).__name__}")
+    _engine()
+    s = _state.sets.get(set_id) if set_id is not None else None
+    if s is None or process_set not in s.owners:
+        raise ValueError(f"{fn}: {process_set} is not registered (or was removed); pass it to "
+                         "hvd_lite.init(process_sets=[...]) or hvd_lite.add_process_set() first")
+    if s.engine is None:
+        raise ValueError(f"{fn}: rank {rank()} is not a member of the provided process set "
+                         f"(ranks {s.ranks})")
+    return s
+
+
+_NOT_A_SET = object()
+
+
+def registered(set_id: int) -> _Set:
+    """The registered set with this id; ValueError if there is none."""
+    _engine()
+    s = _state.sets.get(set_id)
+    if s is None:
+        raise ValueError(f"process set {set_id} does not exist or has not been registered")
+    return s
+
+
+def inject_fault(point: str, n: int = 1, process_set=None) -> None:
     """A testing aid: this rank fails the n-th next time it reaches `point` (alloc, send, recv,
-    negotiate, stall, exit, adapter; docs/design.md, "Failures"); n=0 disarms it."""
-    _engine()._inject_fault(point, n)
+    negotiate, stall, exit, adapter; docs/design.md, "Failures") in the global set's engine, or
+    in `process_set`'s; n=0 disarms it."""
+    where = set_for("inject_fault", process_set)
+    (where.engine if where.id else _engine())._inject_fault(point, n)
     if point == "adapter":
         _state.adapter_faults = True
 
@@ -130,11 +355,13 @@ def adapter_fault() -> str:
     return "injected fault (HVD_LITE_FAULT): the adapter failed"
 
 
-def auto_name(kind: str) -> str:
-    """The next automatic name for a collective of this kind: the same on every rank
-    that makes the same calls in the same order since init()."""
-    n = _state.auto_names.get(kind, 0)
-    _state.auto_names[kind] = n + 1
+def auto_name(kind: str, where: Optional[_Set] = None) -> str:
+    """The next automatic name for a collective of this kind in this set (None: the global
+    set): the same on every rank that makes the same calls in the same order in the set since
+    it was made."""
+    names = _state.auto_names if where is None else where.auto_names
+    n = names.get(kind, 0)
+    names[kind] = n + 1
     return f"{kind}.noname.{n}"
 
 
@@ -144,9 +371,16 @@ def shutdown() -> None:
     new collectives, and the next shutdown() (or the one at exit) waits for the rest."""
     engine = _state.engine
     if engine is not None:
+        for set_id in sorted(_state.sets):  # every rank stops its sets in the same order
+            s = _state.sets[set_id]
+            if set_id and s.engine is not None:
+                s.engine.shutdown()
+            for owner in s.owners:
+                owner.process_set_id = None
         engine.shutdown()
         if _state.engine is engine:
             _state.engine = None
+            _state.sets = {}
 
 
 def is_initialized() -> bool:

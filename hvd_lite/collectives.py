@@ -5,6 +5,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from . import basics
+from .process_sets import ProcessSet, global_process_set
 from ._submit import (Average, Handle, ReduceOp, Request, at_once, check_array, check_op,
                       check_scale, group_names, name_of, submit, submit_group, synchronize)
 
@@ -21,24 +22,27 @@ def _gathered(dtype, rest):
     return finish
 
 
-def allgather_request(fn: str, array, name) -> Request:
-    """An allgather of `array`, checked."""
+def allgather_request(fn: str, array, name, process_set=None) -> Request:
+    """An allgather of `array` in `process_set` (None: the global set), checked."""
+    where = basics.set_for(fn, process_set)
     code = check_array(fn, array, False)
-    name = name_of(fn, "allgather", name)
+    name = name_of(fn, "allgather", name, where)
     error = "" if array.ndim else "allgather needs an array with at least one dimension, got a 0-d array"
     shape = array.shape if array.ndim else (1,)
     return Request(_core.COLL_ALLGATHER, array, None, code, name, shape, error=error,
-                   finish=_gathered(array.dtype, tuple(shape[1:])))
+                   finish=_gathered(array.dtype, tuple(shape[1:])), where=where)
 
 
-def allgather_async(array: np.ndarray, name: Optional[str] = None) -> Handle:
+def allgather_async(array: np.ndarray, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> Handle:
     """Starts concatenating every rank's array along dim 0 (dim 0 may differ per rank)."""
-    return submit(allgather_request("allgather", array, name))
+    return submit(allgather_request("allgather", array, name, process_set))
 
 
-def allgather(array: np.ndarray, name: Optional[str] = None) -> np.ndarray:
+def allgather(array: np.ndarray, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Concatenates every rank's array along dim 0, in rank order."""
-    return synchronize(at_once(submit, allgather_request("allgather", array, name)))
+    return synchronize(at_once(submit, allgather_request("allgather", array, name, process_set)))
 
 
 def _check_root(fn: str, root_rank) -> int:
@@ -47,45 +51,52 @@ def _check_root(fn: str, root_rank) -> int:
     return int(root_rank)
 
 
-def broadcast_request(fn: str, array, inplace: bool, root_rank, name) -> Request:
-    """A broadcast from root_rank into `array` itself when `inplace`, else into a new array,
-    checked."""
+def broadcast_request(fn: str, array, inplace: bool, root_rank, name,
+                      process_set=None) -> Request:
+    """A broadcast from root_rank (a global rank) into `array` itself when `inplace`, else into
+    a new array, in `process_set` (None: the global set), checked."""
+    where = basics.set_for(fn, process_set)
     code = check_array(fn, array, inplace)
-    root = _check_root(fn, root_rank)
-    name = name_of(fn, "broadcast", name)
+    root = where.set_rank(fn, _check_root(fn, root_rank))
+    name = name_of(fn, "broadcast", name, where)
     out = array if inplace else np.empty_like(array, order="C")
     return Request(_core.COLL_BROADCAST, array, out, code, name, array.shape, root=root,
-                   output=out)
+                   output=out, where=where)
 
 
-def broadcast_async(array: np.ndarray, root_rank: int, name: Optional[str] = None) -> Handle:
+def broadcast_async(array: np.ndarray, root_rank: int, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> Handle:
     """Starts copying root_rank's array to every rank, into a new array."""
-    return submit(broadcast_request("broadcast", array, False, root_rank, name))
+    return submit(broadcast_request("broadcast", array, False, root_rank, name, process_set))
 
 
-def broadcast_async_(array: np.ndarray, root_rank: int, name: Optional[str] = None) -> Handle:
+def broadcast_async_(array: np.ndarray, root_rank: int, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> Handle:
     """Starts copying root_rank's array into `array` on every rank."""
-    return submit(broadcast_request("broadcast_", array, True, root_rank, name))
+    return submit(broadcast_request("broadcast_", array, True, root_rank, name, process_set))
 
 
 def broadcast_group_(fn: str, arrays: Sequence[np.ndarray], names: Sequence[str],
-                     root_rank: int) -> List[Handle]:
+                     root_rank: int, process_set=None) -> List[Handle]:
     """In-place broadcasts of `arrays` under `names`: every one checked before any is submitted
     (a bad one raises and sends nothing), then all submitted in one engine round."""
-    return submit_group([broadcast_request(fn, a, True, root_rank, n)
+    basics.set_for(fn, process_set)  # an empty group too: not a member, say so
+    return submit_group([broadcast_request(fn, a, True, root_rank, n, process_set)
                          for a, n in zip(arrays, names)])
 
 
-def broadcast(array: np.ndarray, root_rank: int, name: Optional[str] = None) -> np.ndarray:
+def broadcast(array: np.ndarray, root_rank: int, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> np.ndarray:
     """root_rank's array, on every rank (a new array)."""
     return synchronize(at_once(submit, broadcast_request("broadcast", array, False, root_rank,
-                                                         name)))
+                                                         name, process_set)))
 
 
-def broadcast_(array: np.ndarray, root_rank: int, name: Optional[str] = None) -> np.ndarray:
+def broadcast_(array: np.ndarray, root_rank: int, name: Optional[str] = None,
+               process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Overwrites `array` with root_rank's on every rank; returns it."""
     return synchronize(at_once(submit, broadcast_request("broadcast_", array, True, root_rank,
-                                                         name)))
+                                                         name, process_set)))
 
 
 def _split_error(splits, rows: int, n: int) -> str:
@@ -98,11 +109,13 @@ def _split_error(splits, rows: int, n: int) -> str:
     return ""
 
 
-def alltoall_async(array: np.ndarray, splits=None, name: Optional[str] = None) -> Handle:
-    """Starts sending rows splits[i] of `array` to rank i (evenly without splits)."""
+def alltoall_async(array: np.ndarray, splits=None, name: Optional[str] = None,
+                   process_set: ProcessSet = global_process_set) -> Handle:
+    """Starts sending rows splits[i] of `array` to the set's rank i (evenly without splits)."""
+    where = basics.set_for("alltoall", process_set)
     code = check_array("alltoall", array, False)
-    name = name_of("alltoall", "alltoall", name)
-    n = basics.size()
+    name = name_of("alltoall", "alltoall", name, where)
+    n = where.size
     rows = array.shape[0] if array.ndim else 0
     error = "" if array.ndim else "alltoall needs an array with at least one dimension, got a 0-d array"
     given = splits is not None
@@ -123,87 +136,101 @@ def alltoall_async(array: np.ndarray, splits=None, name: Optional[str] = None) -
         out = gathered(handle_c)
         return (out, np.array(handle_c.recv_splits(), dtype=np.int64)) if given else out
     return submit(Request(_core.COLL_ALLTOALL, array, None, code, name, shape, splits=split_list,
-                          error=error, finish=finish))
+                          error=error, finish=finish, where=where))
 
 
-def alltoall(array: np.ndarray, splits=None, name: Optional[str] = None):
-    """Rows splits[i] of `array` go to rank i; returns the rows received in rank order, and with
-    `splits` given also the rows received from each rank."""
-    return synchronize(at_once(alltoall_async, array, splits, name))
+def alltoall(array: np.ndarray, splits=None, name: Optional[str] = None,
+             process_set: ProcessSet = global_process_set):
+    """Rows splits[i] of `array` go to the set's rank i; returns the rows received in rank order,
+    and with `splits` given also the rows received from each rank."""
+    return synchronize(at_once(alltoall_async, array, splits, name, process_set))
 
 
-def reducescatter_request(fn: str, array, op, name, prescale_factor, postscale_factor) -> Request:
-    """A reducescatter of `array` into this rank's block, checked."""
+def reducescatter_request(fn: str, array, op, name, prescale_factor, postscale_factor,
+                          process_set=None) -> Request:
+    """A reducescatter of `array` into this rank's block (its place in `process_set`; None: the
+    global set), checked."""
+    where = basics.set_for(fn, process_set)
     code = check_array(fn, array, False)
     hop = check_op(fn, op)
     pre = check_scale(fn, "prescale_factor", prescale_factor, array)
     post = check_scale(fn, "postscale_factor", postscale_factor, array)
-    name = name_of(fn, "reducescatter", name)
-    n, r = basics.size(), basics.rank()
+    name = name_of(fn, "reducescatter", name, where)
+    n, r = where.size, where.rank
     error = "" if array.ndim else "reducescatter needs an array with at least one dimension, got a 0-d array"
     shape = array.shape if array.ndim else (1,)
     rows = shape[0] // n + (1 if r < shape[0] % n else 0)
     out = np.empty((rows,) + tuple(shape[1:]), array.dtype)
     send = array if array.ndim else array.reshape(1)
     return Request(_core.COLL_REDUCESCATTER, send, out, code, name, shape, op=hop, pre=pre,
-                   post=post, error=error, output=out)
+                   post=post, error=error, output=out, where=where)
 
 
 def reducescatter_async(array: np.ndarray, op: ReduceOp = Average, name: Optional[str] = None,
-                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                        process_set: ProcessSet = global_process_set) -> Handle:
     """Starts reducing `array` across ranks; rank r keeps its block of dim 0."""
     return submit(reducescatter_request("reducescatter", array, op, name, prescale_factor,
-                                        postscale_factor))
+                                        postscale_factor, process_set))
 
 
 def reducescatter(array: np.ndarray, op: ReduceOp = Average, name: Optional[str] = None,
-                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> np.ndarray:
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                  process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Reduces `array` across ranks; rank r gets its block of dim 0 (as even as possible, the
     first ranks taking the extra rows)."""
     return synchronize(at_once(reducescatter_async, array, op, name, prescale_factor,
-                               postscale_factor))
+                               postscale_factor, process_set))
 
 
-def allgather_group(fn: str, arrays: Sequence[np.ndarray], names: Sequence[str]) -> List[Handle]:
+def allgather_group(fn: str, arrays: Sequence[np.ndarray], names: Sequence[str],
+                    process_set=None) -> List[Handle]:
     """Allgathers of `arrays` under `names`: every one checked before any is submitted (a bad one
     raises and sends nothing), then all submitted in one engine round."""
-    return submit_group([allgather_request(fn, a, n) for a, n in zip(arrays, names)])
+    basics.set_for(fn, process_set)  # an empty group too: not a member, say so
+    return submit_group([allgather_request(fn, a, n, process_set) for a, n in zip(arrays, names)])
 
 
-def grouped_allgather_async(arrays: Sequence[np.ndarray], name: Optional[str] = None) -> List[Handle]:
+def grouped_allgather_async(arrays: Sequence[np.ndarray], name: Optional[str] = None,
+                            process_set: ProcessSet = global_process_set) -> List[Handle]:
     """allgather_async of each array, submitted together."""
     fn = "grouped_allgather"
-    return allgather_group(fn, arrays, group_names(fn, fn, arrays, name))
+    names = group_names(fn, fn, arrays, name, where=basics.set_for(fn, process_set))
+    return allgather_group(fn, arrays, names, process_set)
 
 
-def grouped_allgather(arrays: Sequence[np.ndarray], name: Optional[str] = None) -> List[np.ndarray]:
+def grouped_allgather(arrays: Sequence[np.ndarray], name: Optional[str] = None,
+                      process_set: ProcessSet = global_process_set) -> List[np.ndarray]:
     """allgather of each array."""
-    return [synchronize(h) for h in at_once(grouped_allgather_async, arrays, name)]
+    return [synchronize(h) for h in at_once(grouped_allgather_async, arrays, name, process_set)]
 
 
 def grouped_reducescatter_async(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
                                 name: Optional[str] = None, prescale_factor: float = 1.0,
-                                postscale_factor: float = 1.0) -> List[Handle]:
+                                postscale_factor: float = 1.0,
+                                process_set: ProcessSet = global_process_set) -> List[Handle]:
     """reducescatter_async of each array, submitted together (every one checked before any is
     submitted)."""
     fn = "grouped_reducescatter"
-    names = group_names(fn, fn, arrays, name)
-    return submit_group([reducescatter_request(fn, a, op, n, prescale_factor, postscale_factor)
-                         for a, n in zip(arrays, names)])
+    names = group_names(fn, fn, arrays, name, where=basics.set_for(fn, process_set))
+    return submit_group([reducescatter_request(fn, a, op, n, prescale_factor, postscale_factor,
+                                               process_set) for a, n in zip(arrays, names)])
 
 
 def grouped_reducescatter(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
                           name: Optional[str] = None, prescale_factor: float = 1.0,
-                          postscale_factor: float = 1.0) -> List[np.ndarray]:
+                          postscale_factor: float = 1.0,
+                          process_set: ProcessSet = global_process_set) -> List[np.ndarray]:
     """reducescatter of each array."""
     return [synchronize(h) for h in at_once(grouped_reducescatter_async, arrays, op, name,
-                                            prescale_factor, postscale_factor)]
+                                            prescale_factor, postscale_factor, process_set)]
 
 
-def barrier() -> None:
-    """Returns once every rank has called barrier()."""
-    request = Request(_core.COLL_BARRIER, None, None, _core.hvdlUint8, basics.auto_name("barrier"),
-                      ())
+def barrier(process_set: ProcessSet = global_process_set) -> None:
+    """Returns once every rank of the set has called barrier()."""
+    where = basics.set_for("barrier", process_set)
+    request = Request(_core.COLL_BARRIER, None, None, _core.hvdlUint8,
+                      basics.auto_name("barrier", where), (), where=where)
     synchronize(at_once(submit, request))
 
 

@@ -4,6 +4,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from . import basics
+from .process_sets import ProcessSet, global_process_set
 from ._submit import (HVDL_DTYPES, HVDL_OPS, Average, Handle, Max, Min, Product, ReduceOp, Request,
                       Sum, at_once, check_array, check_op, check_scale, group_names, held,
                       hvdl_dtype, name_of, poll, submit, submit_group, synchronize)
@@ -12,95 +13,110 @@ _core = basics._core
 
 
 def allreduce_request(fn: str, array, inplace: bool, op, prescale_factor, postscale_factor,
-                      name) -> Request:
-    """An allreduce of `array` (into itself when `inplace`, else into a new array), checked."""
-    basics._engine()  # not initialized: say so before anything else
+                      name, process_set=None) -> Request:
+    """An allreduce of `array` (into itself when `inplace`, else into a new array) in
+    `process_set` (None: the global set), checked."""
+    where = basics.set_for(fn, process_set)  # not initialized, not a member: say so first
     code = check_array(fn, array, inplace)
     hop = check_op(fn, op)
     pre = check_scale(fn, "prescale_factor", prescale_factor, array)
     post = check_scale(fn, "postscale_factor", postscale_factor, array)
-    name = name_of(fn, "allreduce", name)
+    name = name_of(fn, "allreduce", name, where)
     out = array if inplace else np.empty_like(array, order="C")
     # The C core takes the arrays' memory through the buffer protocol without a
     # format, which works for every dtype here, bfloat16 included.
     return Request(_core.COLL_ALLREDUCE, array, out, code, name, array.shape, op=hop, pre=pre,
-                   post=post, output=out)
+                   post=post, output=out, where=where)
 
 
 def allreduce_async(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
-                    postscale_factor: float = 1.0, name: Optional[str] = None) -> Handle:
+                    postscale_factor: float = 1.0, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> Handle:
     """Starts reducing `array` across ranks into a new array; returns a handle."""
     return submit(allreduce_request("allreduce_async", array, False, op, prescale_factor,
-                                    postscale_factor, name))
+                                    postscale_factor, name, process_set))
 
 
 def allreduce_async_(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
-                     postscale_factor: float = 1.0, name: Optional[str] = None) -> Handle:
+                     postscale_factor: float = 1.0, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> Handle:
     """Starts reducing `array` across ranks in place; returns a handle."""
     return submit(allreduce_request("allreduce_async_", array, True, op, prescale_factor,
-                                    postscale_factor, name))
+                                    postscale_factor, name, process_set))
 
 
 def allreduce(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
-              postscale_factor: float = 1.0, name: Optional[str] = None) -> np.ndarray:
+              postscale_factor: float = 1.0, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Reduces `array` across ranks into a new array (Average: sum, then / size)."""
     request = allreduce_request("allreduce", array, False, op, prescale_factor, postscale_factor,
-                                name)
+                                name, process_set)
     return synchronize(at_once(submit, request))
 
 
 def allreduce_(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
-               postscale_factor: float = 1.0, name: Optional[str] = None) -> np.ndarray:
+               postscale_factor: float = 1.0, name: Optional[str] = None,
+               process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Reduces `array` across ranks in place and returns it."""
     request = allreduce_request("allreduce_", array, True, op, prescale_factor, postscale_factor,
-                                name)
+                                name, process_set)
     return synchronize(at_once(submit, request))
 
 
 def allreduce_group(fn: str, arrays: Sequence[np.ndarray], names: Sequence[str], inplace: bool,
-                    op, prescale_factor, postscale_factor) -> List[Handle]:
-    """Allreduces of `arrays` under `names`: every one checked before any is submitted (a bad
-    one raises and sends nothing), then all submitted in one engine round."""
-    requests = [allreduce_request(fn, a, inplace, op, prescale_factor, postscale_factor, n)
-                for a, n in zip(arrays, names)]
+                    op, prescale_factor, postscale_factor, process_set=None) -> List[Handle]:
+    """Allreduces of `arrays` under `names` in `process_set` (None: the global set): every one
+    checked before any is submitted (a bad one raises and sends nothing), then all submitted in
+    one engine round."""
+    basics.set_for(fn, process_set)  # an empty group too: not a member, say so
+    requests = [allreduce_request(fn, a, inplace, op, prescale_factor, postscale_factor, n,
+                                  process_set) for a, n in zip(arrays, names)]
     return submit_group(requests)
 
 
-def _grouped(fn, arrays, inplace, op, prescale_factor, postscale_factor, name) -> List[Handle]:
-    names = group_names(fn, "grouped_allreduce", arrays, name)
-    return allreduce_group(fn, arrays, names, inplace, op, prescale_factor, postscale_factor)
+def _grouped(fn, arrays, inplace, op, prescale_factor, postscale_factor, name,
+             process_set) -> List[Handle]:
+    where = basics.set_for(fn, process_set)
+    names = group_names(fn, "grouped_allreduce", arrays, name, where=where)
+    return allreduce_group(fn, arrays, names, inplace, op, prescale_factor, postscale_factor,
+                           process_set)
 
 
 def grouped_allreduce_async(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                            name: Optional[str] = None) -> List[Handle]:
+                            name: Optional[str] = None,
+                            process_set: ProcessSet = global_process_set) -> List[Handle]:
     """Starts reducing a list of arrays, submitted together so they can be fused; one handle each."""
     return _grouped("grouped_allreduce_async", arrays, False, op, prescale_factor, postscale_factor,
-                    name)
+                    name, process_set)
 
 
 def grouped_allreduce_async_(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                             name: Optional[str] = None) -> List[Handle]:
+                             name: Optional[str] = None,
+                             process_set: ProcessSet = global_process_set) -> List[Handle]:
     """In-place grouped_allreduce_async."""
     return _grouped("grouped_allreduce_async_", arrays, True, op, prescale_factor, postscale_factor,
-                    name)
+                    name, process_set)
 
 
 def grouped_allreduce(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                      name: Optional[str] = None) -> List[np.ndarray]:
+                      name: Optional[str] = None,
+                      process_set: ProcessSet = global_process_set) -> List[np.ndarray]:
     """Reduces a list of arrays into new arrays."""
-    handles = at_once(grouped_allreduce_async, arrays, op, prescale_factor, postscale_factor, name)
+    handles = at_once(grouped_allreduce_async, arrays, op, prescale_factor, postscale_factor, name,
+                      process_set)
     return [synchronize(h) for h in handles]
 
 
 def grouped_allreduce_(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                       name: Optional[str] = None) -> List[np.ndarray]:
+                       name: Optional[str] = None,
+                       process_set: ProcessSet = global_process_set) -> List[np.ndarray]:
     """Reduces a list of arrays in place and returns them."""
     handles = at_once(grouped_allreduce_async_, arrays, op, prescale_factor, postscale_factor,
-                      name)
+                      name, process_set)
     return [synchronize(h) for h in handles]
 
 

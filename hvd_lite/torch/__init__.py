@@ -14,6 +14,7 @@ except ImportError as exc:  # pragma: no cover
 from ..basics import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
                       mpi_threads_supported, rank, shutdown, size)
 from ..exceptions import HvdLiteError
+from ..process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .compression import Compression
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                         broadcast_parameters)
@@ -37,4 +38,5 @@ __all__ = [
     "synchronize", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
     "Compression", "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
     "broadcast_object", "allgather_object", "HorovodInternalError", "HvdLiteError",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
 ]

@@ -5,10 +5,11 @@ import torch
 
 from .. import basics, collectives, state
 from .._submit import synchronize
+from ..process_sets import global_process_set
 from .mpi_ops import cpu_inplace, numpy_view
 
 
-def broadcast_parameters(params, root_rank: int = 0) -> None:
+def broadcast_parameters(params, root_rank: int = 0, process_set=global_process_set) -> None:
     """Overwrites every rank's tensors with root_rank's, in place: a state_dict (by sorted key),
     named_parameters() / a list of (name, tensor) pairs, or a list of tensors."""
     if not isinstance(params, (dict, list, tuple)) and hasattr(params, "__iter__"):
@@ -19,7 +20,7 @@ def broadcast_parameters(params, root_rank: int = 0) -> None:
     cpus = [cpu_inplace("broadcast_parameters", t) for _, t in items]
     # the numpy call broadcasts into the tensors' own memory (a CPU copy's for other devices)
     state.broadcast_parameters([(key, numpy_view(c)) for (key, _), c in zip(items, cpus)],
-                               root_rank)
+                               root_rank, process_set)
     for (_, t), c in zip(items, cpus):
         if c is not t:
             t.data.copy_(c)
@@ -31,7 +32,8 @@ def _describe(value: Any):
     return ("value", value)
 
 
-def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int = 0) -> None:
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int = 0,
+                              process_set=global_process_set) -> None:
     """Makes every rank's optimizer state and hyper-parameters (lr, betas, ...) root_rank's.
 
     A rank whose state is empty (no step taken yet) gets it created; no parameter changes."""
@@ -47,7 +49,8 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
             "state": {idx: {k: _describe(v) for k, v in st.items()}
                       for idx, st in sd["state"].items()},
         }
-    layout = state.broadcast_object(layout, root_rank, name="broadcast_optimizer_state.layout")
+    layout = state.broadcast_object(layout, root_rank, name="broadcast_optimizer_state.layout",
+                                    process_set=process_set)
     new_state, tensors, names = {}, [], []
     for idx in sorted(layout["state"]):
         new_state[idx] = {}
@@ -64,7 +67,8 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
             tensors.append(tensor)
             names.append(f"broadcast_optimizer_state.{idx}.{key}")
     arrays = [numpy_view(cpu_inplace("broadcast_optimizer_state", t)) for t in tensors]
-    for h in collectives.broadcast_group_("broadcast_optimizer_state", arrays, names, root_rank):
+    for h in collectives.broadcast_group_("broadcast_optimizer_state", arrays, names, root_rank,
+                                          process_set):
         synchronize(h)
     # checked after the broadcasts (which follow the root's layout), so that a rank that
     # raises here leaves none of the others waiting for it
@@ -78,11 +82,12 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
         optimizer.load_state_dict({"state": new_state, "param_groups": layout["param_groups"]})
 
 
-def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+                     process_set=global_process_set) -> Any:
     """root_rank's `obj` on every rank (pickled: use only among your own job's ranks)."""
-    return state.broadcast_object(obj, root_rank, name)
+    return state.broadcast_object(obj, root_rank, name, process_set)
 
 
-def allgather_object(obj: Any, name: Optional[str] = None) -> list:
+def allgather_object(obj: Any, name: Optional[str] = None, process_set=global_process_set) -> list:
     """Every rank's `obj`, as a list in rank order (pickled: use only among your own job's ranks)."""
-    return state.allgather_object(obj, name)
+    return state.allgather_object(obj, name, process_set)

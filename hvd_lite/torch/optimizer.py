@@ -16,6 +16,7 @@ import torch
 
 from .. import basics
 from .._submit import check_name
+from ..process_sets import ProcessSet, global_process_set
 from .compression import Compression
 from .mpi_ops import Average, Sum, allreduce_group, synchronize
 
@@ -24,7 +25,7 @@ class _DistributedOptimizer:
     """Mixed in front of the wrapped optimizer's class (see DistributedOptimizer)."""
 
     def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                   gradient_predivide_factor, groups, sparse_as_dense):
+                   gradient_predivide_factor, groups, sparse_as_dense, process_set):
         params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
             named = list(named_parameters)
@@ -48,6 +49,16 @@ class _DistributedOptimizer:
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor applies to op=Average only, got "
                              f"op={op!r}")
+        process_set = global_process_set if process_set is None else process_set
+        if not isinstance(process_set, ProcessSet):
+            raise TypeError(f"DistributedOptimizer: process_set must be a hvd_lite.ProcessSet, got "
+                            f"{type(process_set).__name__}")
+        if process_set.process_set_id is None:
+            raise ValueError(f"DistributedOptimizer: {process_set} is not registered; pass it to "
+                             "hvd_lite.init(process_sets=[...]) or add_process_set() first")
+        # a rank outside the set steps on its own gradients, as in Horovod
+        self._hvd_process_set = process_set
+        self._hvd_reduces = bool(process_set.included()) and process_set.size() > 1
         self._hvd_names = {p: check_name("DistributedOptimizer",
                                          f"DistributedOptimizer.allreduce.{by_param[id(p)]}")
                            for p in params}
@@ -64,7 +75,7 @@ class _DistributedOptimizer:
         self._hvd_should_sync = True
         self._hvd_synchronized = False
         self._hvd_hooks = []
-        if basics.size() > 1:
+        if self._hvd_reduces:
             for p in self._hvd_requires_update:
                 self._hvd_hooks.append(p.register_post_accumulate_grad_hook(self._hvd_hook))
 
@@ -130,9 +141,10 @@ class _DistributedOptimizer:
             ctxs.append(ctx)
         op, pre, post = self._hvd_op, 1.0, 1.0
         if self._hvd_predivide != 1.0:
-            op, pre, post = Sum, 1.0 / self._hvd_predivide, self._hvd_predivide / basics.size()
+            op, pre, post = Sum, 1.0 / self._hvd_predivide, (self._hvd_predivide /
+                                                             self._hvd_process_set.size())
         handles = allreduce_group("allreduce_async_", sent, [self._hvd_names[p] for p in params],
-                                  True, op, pre, post)
+                                  True, op, pre, post, self._hvd_process_set)
         for p, handle, ctx, s in zip(params, handles, ctxs, sent):
             self._hvd_handles[p] = (handle, ctx, s)
 
@@ -141,7 +153,7 @@ class _DistributedOptimizer:
     def synchronize(self) -> None:
         """Submits what the hooks have not, waits for every gradient's allreduce and writes the
         averages into p.grad."""
-        if basics.size() == 1:
+        if not self._hvd_reduces:
             self._hvd_synchronized = True
             return
         missing = [p for p in self._hvd_requires_update if p not in self._hvd_handles]
@@ -196,12 +208,14 @@ class _DistributedOptimizer:
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None,
                          compression=Compression.none, backward_passes_per_step: int = 1,
                          op=Average, gradient_predivide_factor: float = 1.0, groups=None,
-                         sparse_as_dense: bool = False) -> torch.optim.Optimizer:
+                         sparse_as_dense: bool = False,
+                         process_set=global_process_set) -> torch.optim.Optimizer:
     """Wraps `optimizer` so that step() applies gradients averaged across ranks.
 
     The result is an instance of a subclass of the optimizer's class with the same name, sharing
     its param_groups, state and defaults (so state_dict, load_state_dict and LR schedulers keep
-    working); build LR schedulers on the returned optimizer.
+    working); build LR schedulers on the returned optimizer. With `process_set`, gradients are
+    averaged over that set's ranks only; ranks outside it step on their own gradients.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "
@@ -217,5 +231,5 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     wrapped.__dict__.update({k: v for k, v in optimizer.__dict__.items()
                              if k not in ("step", "zero_grad")})
     wrapped._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
-                       gradient_predivide_factor, groups, sparse_as_dense)
+                       gradient_predivide_factor, groups, sparse_as_dense, process_set)
     return wrapped
