@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import agree, raises_before_submitting
+from conftest import agree, raises_before_submitting, raises_on_every_rank
 from helpers import INT_DTYPES, exact_inputs, fold, horovod_scale, same_bits
 
 pytestmark = pytest.mark.mpi
@@ -257,3 +257,16 @@ def test_tensorflow_new_dtypes_and_integer_scaling():
         got = htf.reducescatter(tf.constant(inputs[r]), op=htf.Sum, prescale_factor=2.5)
         agree(same(got, scaled_reference(inputs, "sum", 2.5, 1.0)[2 * r:2 * r + 2]),
               f"{dtype} reducescatter")
+
+
+def test_the_engine_itself_refuses_a_reduction_of_bool():
+    from hvd_lite import _core, basics
+
+    x = np.ones(4, np.bool_)
+    for coll in (_core.COLL_ALLREDUCE, _core.COLL_REDUCESCATTER):
+        raises_on_every_rank(ValueError, "bool data has no reduction ops", lambda: basics._engine(
+        ).submit(coll, x, x.copy(), _core.hvdlBool, _core.hvdlSum, 1.0, 1.0, "engine.bool", (4,), 0,
+                 None, ""))
+    # nothing of it is in flight: the name is free and the engine works
+    got = hvd.allreduce(np.ones(4, np.int16), op=hvd.Sum, name="engine.bool")
+    agree(got.tolist() == [hvd.size()] * 4, f"after the refused submissions: {got}")
