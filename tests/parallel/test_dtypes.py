@@ -247,6 +247,9 @@ def test_tensorflow_new_dtypes_and_integer_scaling():
               f"{dtype} broadcast")
         want = np.concatenate([rows(np_dt, 2 * n, q)[2 * r:2 * r + 2] for q in range(n)])
         agree(same(htf.alltoall(tf.constant(rows(np_dt, 2 * n, r))), want), f"{dtype} alltoall")
+        v = tf.Variable(rows(np_dt, 2, r))
+        htf.broadcast_variables([v], root_rank=n - 1)
+        agree(same(v, rows(np_dt, 2, n - 1)), f"{dtype} broadcast_variables")
         if np_dt == np.bool_:
             raises_before_submitting(TypeError, "bool arrays cannot be reduced",
                                      lambda: htf.allreduce(tf.constant(rows(np_dt, 2, r))))
