@@ -82,15 +82,17 @@ void hvdl_deadline(struct timespec *ts, double seconds_from_now) {
 /* ---- names --------------------------------------------------------------- */
 
 size_t hvdl_type_size(hvdlDataType_t t) {
-  static const size_t sizes[hvdlNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-  return sizes[t];
+  static const size_t sizes[HVDL_TYPE_SLOTS] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 2, 2, 1};
+  return sizes[hvdl_type_slot(t)];
 }
 
 const char *hvdl_type_name(hvdlDataType_t t) {
-  static const char *names[hvdlNumTypes] = {"int8",    "uint8",   "int32",   "uint32",
-                                            "int64",   "uint64",  "float16", "float32",
-                                            "float64", "bfloat16"};
-  return (unsigned)t < hvdlNumTypes ? names[t] : "unknown";
+  static const char *names[HVDL_TYPE_SLOTS] = {"int8",    "uint8",   "int32",    "uint32",
+                                               "int64",   "uint64",  "float16",  "float32",
+                                               "float64", "bfloat16", "int16",   "uint16",
+                                               "bool"};
+  const int slot = hvdl_type_slot(t);
+  return slot >= 0 ? names[slot] : "unknown";
 }
 
 const char *hvdl_op_name(hvdlRedOp_t op) {

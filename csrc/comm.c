@@ -138,9 +138,9 @@ static hvdlResult_t check_call(hvdlComm_t comm, const char *fn, hvdlDataType_t d
     return hvdl_fail(comm, hvdlInvalidUsage,
                      "%s: the communicator failed earlier and cannot be used; destroy or abort it",
                      fn);
-  if ((unsigned)dt >= hvdlNumTypes)
-    return hvdl_fail(comm, hvdlInvalidArgument, "%s: invalid datatype %d (valid: 0..%d)", fn,
-                     (int)dt, hvdlNumTypes - 1);
+  if (!hvdl_type_valid(dt))
+    return hvdl_fail(comm, hvdlInvalidArgument, "%s: invalid datatype %d (valid: 0..%d, %d..%d)",
+                     fn, (int)dt, hvdlNumTypes - 1, hvdlExtTypesBegin, hvdlExtTypesEnd - 1);
   if (stream != NULL)
     return hvdl_fail(comm, hvdlInvalidUsage,
                      "%s: stream must be NULL (this build supports host memory only)", fn);
@@ -157,10 +157,15 @@ static hvdlResult_t check_bytes(hvdlComm_t comm, const char *fn, size_t count, s
   return hvdlSuccess;
 }
 
-static hvdlResult_t check_op(hvdlComm_t comm, const char *fn, hvdlRedOp_t op) {
+/* A reduction's op, and a type reductions apply to. */
+static hvdlResult_t check_op(hvdlComm_t comm, const char *fn, hvdlRedOp_t op, hvdlDataType_t dt) {
   if ((unsigned)op >= hvdlNumOps)
     return hvdl_fail(comm, hvdlInvalidArgument, "%s: invalid op %d (valid: 0..%d)", fn, (int)op,
                      hvdlNumOps - 1);
+  if (!hvdl_type_reducible(dt))
+    return hvdl_fail(comm, hvdlInvalidArgument,
+                     "%s: %s data has no reduction ops (it moves with hvdlBroadcast, "
+                     "hvdlAllGather and hvdlAllToAll)", fn, hvdl_type_name(dt));
   return hvdlSuccess;
 }
 
@@ -196,7 +201,7 @@ hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
   HVDL_CHECK(check_bytes(comm, fn, count, 1, datatype, &bytes));
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, bytes, sendbuff == recvbuff,
                            "being identical"));
-  HVDL_CHECK(check_op(comm, fn, op));
+  HVDL_CHECK(check_op(comm, fn, op, datatype));
   if (count == 0) return hvdlSuccess;
   if (comm->size == 1) {
     if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
@@ -239,7 +244,7 @@ hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
   const size_t recvbytes = comm->rank == root ? bytes : 0;
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, recvbytes, sendbuff == recvbuff,
                            "being identical"));
-  HVDL_CHECK(check_op(comm, fn, op));
+  HVDL_CHECK(check_op(comm, fn, op, datatype));
   if (count == 0) return hvdlSuccess;
   if (comm->size == 1) {
     if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
@@ -279,7 +284,7 @@ hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
   const int inplace = (uintptr_t)recvbuff == (uintptr_t)sendbuff + (size_t)comm->rank * recvbytes;
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, sendbytes, recvbuff, recvbytes, inplace,
                            "being in place (recvbuff == sendbuff + rank * recvcount)"));
-  HVDL_CHECK(check_op(comm, fn, op));
+  HVDL_CHECK(check_op(comm, fn, op, datatype));
   if (recvcount == 0) return hvdlSuccess;
   if (comm->size == 1) {
     if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, recvbytes);

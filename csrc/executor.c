@@ -18,6 +18,10 @@
  * reducescatter
  * splits the rows as evenly as possible (the first ranks take the extra ones);
  * broadcast is hvdlBroadcast; a barrier needs nothing beyond its negotiation.
+ *
+ * Average on integers is Horovod's: the sum, then the postscale factor divided by
+ * the number of ranks, applied in float64 and truncated toward zero (hvdl_scale).
+ * Floats keep hvdlAvg (the sum, then one division by the number of ranks).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +34,18 @@
 #include "reduce.h"
 #include "timeline.h"
 #include "wire.h"
+
+/* The op a request's reduction runs with, and *post its postscale factor. */
+static hvdlRedOp_t reduction(const struct hvdl_executor *x, const struct hvdl_request *r,
+                             double *post) {
+  const int dt = r->desc.dtype;
+  const int is_float = dt == hvdlFloat16 || dt == hvdlFloat32 || dt == hvdlFloat64 ||
+                       dt == hvdlBfloat16;
+  *post = r->desc.postscale;
+  if (r->desc.op != hvdlAvg || is_float) return (hvdlRedOp_t)r->desc.op;
+  *post = r->desc.postscale / (double)x->data->size;
+  return hvdlSum;
+}
 
 static int same_key(const struct hvdl_request *a, const struct hvdl_request *b) {
   return b->desc.coll == HVDL_COLL_ALLREDUCE && a->desc.dtype == b->desc.dtype &&
@@ -61,15 +77,17 @@ static hvdlResult_t run_one(struct hvdl_executor *x, struct hvdl_request *r) {
   double t0 = hvdl_now();
   note_queue(x, r, t0);
   const void *src = r->send;
+  double post;
+  const hvdlRedOp_t op = reduction(x, r, &post);
   if (r->desc.prescale != 1.0) {
     hvdl_scale(r->recv, r->send, r->count, dt, r->desc.prescale);
     src = r->recv;
   }
-  hvdlResult_t res = hvdlAllReduce(src, r->recv, r->count, dt, (hvdlRedOp_t)r->desc.op, x->data, NULL);
+  hvdlResult_t res = hvdlAllReduce(src, r->recv, r->count, dt, op, x->data, NULL);
   double t1 = hvdl_now();
   if (res == hvdlSuccess) {
     note_allreduce(x, r, t0, t1, r->nbytes);
-    if (r->desc.postscale != 1.0) hvdl_scale(r->recv, r->recv, r->count, dt, r->desc.postscale);
+    if (post != 1.0) hvdl_scale(r->recv, r->recv, r->count, dt, post);
     hvdl_request_complete(r, res, NULL);
   }
   return res;
@@ -79,6 +97,8 @@ static hvdlResult_t run_fused(struct hvdl_executor *x, struct hvdl_request **gro
                               size_t total) {
   const hvdlDataType_t dt = (hvdlDataType_t)group[0]->desc.dtype;
   const size_t es = hvdl_type_size(dt);
+  double post;
+  const hvdlRedOp_t op = reduction(x, group[0], &post); /* the same for the whole group */
   hvdlResult_t res =
       hvdl_fault_hit(x->data->faults, HVDL_FAULT_ALLOC)
           ? hvdl_fail(x->data, hvdlSystemError, "injected fault (HVD_LITE_FAULT): out of memory "
@@ -93,12 +113,11 @@ static hvdlResult_t run_fused(struct hvdl_executor *x, struct hvdl_request **gro
   }
   const double t1 = hvdl_now();
   if (res == hvdlSuccess)
-    res = hvdlAllReduce(x->fusion, x->fusion, total / es, dt, (hvdlRedOp_t)group[0]->desc.op,
-                        x->data, NULL);
+    res = hvdlAllReduce(x->fusion, x->fusion, total / es, dt, op, x->data, NULL);
   const double t2 = hvdl_now();
   off = 0;
   for (int i = 0; i < m && res == hvdlSuccess; i++) {
-    hvdl_scale(group[i]->recv, x->fusion + off, group[i]->count, dt, group[i]->desc.postscale);
+    hvdl_scale(group[i]->recv, x->fusion + off, group[i]->count, dt, post);
     off += group[i]->nbytes;
   }
   const double t3 = hvdl_now();
@@ -213,6 +232,8 @@ static hvdlResult_t run_reducescatter(struct hvdl_executor *x, struct hvdl_reque
   size_t *counts = calloc((size_t)n, sizeof *counts);
   void *scaled = NULL;
   const void *src = r->send;
+  double post;
+  const hvdlRedOp_t op = reduction(x, r, &post);
   if (!counts) return hvdl_fail(x->data, hvdlSystemError, "reducescatter: out of memory");
   for (int q = 0; q < n; q++)  /* as even as possible; the first ranks take the extra rows */
     counts[q] = (size_t)(rows / n + (q < rows % n ? 1 : 0)) * row_elems(&r->desc);
@@ -223,9 +244,9 @@ static hvdlResult_t run_reducescatter(struct hvdl_executor *x, struct hvdl_reque
     src = scaled;
   }
   if (res == hvdlSuccess)
-    res = hvdl_reducescatterv(x->data, src, r->recv, counts, dt, (hvdlRedOp_t)r->desc.op);
-  if (res == hvdlSuccess && r->desc.postscale != 1.0)
-    hvdl_scale(r->recv, r->recv, counts[x->data->rank], dt, r->desc.postscale);
+    res = hvdl_reducescatterv(x->data, src, r->recv, counts, dt, op);
+  if (res == hvdlSuccess && post != 1.0)
+    hvdl_scale(r->recv, r->recv, counts[x->data->rank], dt, post);
   free(scaled);
   free(counts);
   return res;

@@ -2,8 +2,9 @@
  * hvdl.h -- hvd_lite's public C API.
  *
  * The shape follows NCCL so that code written against NCCL reads the same here:
- * the same enum numbers for data types, reduction ops and result codes, the same
- * parameter order for collectives, the same count and in-place rules:
+ * the same enum numbers for data types (plus three of hvd_lite's own, numbered
+ * outside NCCL's range), reduction ops and result codes, the same parameter order
+ * for collectives, the same count and in-place rules:
  *
  *   - `count` is a number of elements, not bytes; count 0 is a valid no-op.
  *   - A collective is in-place when sendbuff == recvbuff (AllGather and
@@ -54,7 +55,16 @@ typedef enum {
   hvdlNumResults = 8
 } hvdlResult_t;
 
-/* Data types: NCCL's numbers (int8 ... bfloat16). */
+/* Data types.
+ * 0 .. 9 are NCCL's types with NCCL's numbers, and hvdlNumTypes keeps NCCL's
+ * meaning: the count of those (a loop over 0 .. hvdlNumTypes-1 visits NCCL's types).
+ * hvd_lite's own types, which NCCL lacks but Horovod takes (int16, uint16, bool),
+ * are numbered from hvdlExtTypesBegin = 32 to hvdlExtTypesEnd - 1. The gap is
+ * room for NCCL's list to grow (NCCL 2.24 added ncclFloat8e4m3 = 10 and
+ * ncclFloat8e5m2 = 11) without a number ever naming one type in NCCL and another
+ * here; numbers in it (10 .. 31) are not types and are refused as invalid.
+ * bool is one byte, moved verbatim; it has no reduction ops (AllReduce, Reduce and
+ * ReduceScatter refuse it with hvdlInvalidArgument, as Horovod refuses it). */
 typedef enum {
   hvdlInt8 = 0,
   hvdlChar = 0,
@@ -71,7 +81,13 @@ typedef enum {
   hvdlFloat64 = 8,
   hvdlDouble = 8,
   hvdlBfloat16 = 9,
-  hvdlNumTypes = 10
+  hvdlNumTypes = 10,
+  /* hvd_lite's types (not NCCL's) */
+  hvdlExtTypesBegin = 32,
+  hvdlInt16 = 32,
+  hvdlUint16 = 33,
+  hvdlBool = 34,
+  hvdlExtTypesEnd = 35
 } hvdlDataType_t;
 
 /* Reduction ops: NCCL's numbers.
@@ -79,7 +95,8 @@ typedef enum {
  * and rounded to nearest-even after every binary operation. Min/max on floats
  * return the other operand when one is NaN (IEEE fmin/fmax, as NCCL).
  * Avg: integers take the wrapped sum and one truncating division by the number of
- * ranks; floats take the sum and one division by the number of ranks. */
+ * ranks; floats take the sum and one division by the number of ranks.
+ * bool takes no op. */
 typedef enum {
   hvdlSum = 0,
   hvdlProd = 1,

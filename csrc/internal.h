@@ -163,6 +163,19 @@ double hvdl_now(void);
 /* The CLOCK_REALTIME moment `seconds_from_now` ahead, for pthread_cond_timedwait. */
 void hvdl_deadline(struct timespec *ts, double seconds_from_now);
 
+/* Types by a dense index, for tables: NCCL's keep their numbers (0 .. 9) and
+ * hvd_lite's follow them (int16 10, uint16 11, bool 12); -1 for a number that is
+ * no type. */
+#define HVDL_TYPE_SLOTS (hvdlNumTypes + hvdlExtTypesEnd - hvdlExtTypesBegin)
+static inline int hvdl_type_slot(int t) {
+  if (t >= 0 && t < hvdlNumTypes) return t;
+  if (t >= hvdlExtTypesBegin && t < hvdlExtTypesEnd) return hvdlNumTypes + t - hvdlExtTypesBegin;
+  return -1;
+}
+/* 1 when t is a data type; 1 when reduction ops apply to it (every type but bool). */
+static inline int hvdl_type_valid(int t) { return hvdl_type_slot(t) >= 0; }
+static inline int hvdl_type_reducible(int t) { return hvdl_type_valid(t) && t != hvdlBool; }
+/* The size and name of a valid type ("unknown" names any other number). */
 size_t hvdl_type_size(hvdlDataType_t t);
 const char *hvdl_type_name(hvdlDataType_t t);
 const char *hvdl_op_name(hvdlRedOp_t op);

@@ -43,6 +43,8 @@ PyObject *hvdl_py_error_string(PyObject *self, PyObject *arg);
 
 /* 0, or -1 with ValueError set for a value outside the public enum. */
 int hvdl_py_check_dtype(int dtype);
+/* ... and one that reduction ops apply to (not bool). */
+int hvdl_py_check_reducible(int dtype);
 int hvdl_py_check_op(int op);
 
 /* Exports obj as a C-contiguous buffer (writable if asked) holding a whole number
@@ -96,6 +98,7 @@ extern PyTypeObject hvdl_py_comm_type; /* hvd_lite._core.Comm */
 
 PyObject *hvdl_py_reduce_local(PyObject *self, PyObject *args);
 PyObject *hvdl_py_divide_local(PyObject *self, PyObject *args);
+PyObject *hvdl_py_scale_local(PyObject *self, PyObject *args);
 PyObject *hvdl_py_kernel_bench(PyObject *self, PyObject *args);
 
 #endif /* HVDL_PY_BINDING_H_ */

@@ -45,8 +45,18 @@ PyObject *hvdl_py_error_string(PyObject *self, PyObject *arg) {
 }
 
 int hvdl_py_check_dtype(int dtype) {
-  if (dtype < 0 || dtype >= hvdlNumTypes) {
+  if (!hvdl_type_valid(dtype)) {
     PyErr_Format(PyExc_ValueError, "invalid hvdl datatype %d", dtype);
+    return -1;
+  }
+  return 0;
+}
+
+int hvdl_py_check_reducible(int dtype) {
+  if (hvdl_py_check_dtype(dtype)) return -1;
+  if (!hvdl_type_reducible(dtype)) {
+    PyErr_Format(PyExc_ValueError, "%s data has no reduction ops",
+                 hvdl_type_name((hvdlDataType_t)dtype));
     return -1;
   }
   return 0;

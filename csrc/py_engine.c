@@ -238,6 +238,9 @@ static hvdl_py_handle *new_handle(hvdl_py_engine *self, PyObject *args, int *at_
     return NULL;
   }
   if (hvdl_py_check_dtype(dtype) || hvdl_py_check_op(op)) return NULL;
+  if ((coll == HVDL_COLL_ALLREDUCE || coll == HVDL_COLL_REDUCESCATTER) &&
+      hvdl_py_check_reducible(dtype))
+    return NULL;
   if (name_len >= HVDL_MAX_NAME) {
     PyErr_Format(PyExc_ValueError, "name is %zd bytes long; the limit is %d", name_len,
                  HVDL_MAX_NAME - 1);

@@ -13,7 +13,8 @@
  *   set_error_factory(f)                 f(code, message) -> exception instance
  *   error_string(code) -> str            (hvdlGetErrorString)
  *   Engine, Handle                       py_engine.c
- *   Comm, reduce_local, divide_local, kernel_bench     py_testing.c (tests, benchmarks)
+ *   Comm, reduce_local, divide_local, scale_local,
+ *   kernel_bench                                       py_testing.c (tests, benchmarks)
  *   hvdlInt8 ... hvdlInProgress, COLL_*  (the public enums' values)
  */
 #include "py_binding.h"
@@ -124,6 +125,7 @@ static PyMethodDef module_methods[] = {
     {"set_error_factory", hvdl_py_set_error_factory, METH_O, "f(code, message) -> exception"},
     {"reduce_local", hvdl_py_reduce_local, METH_VARARGS, "dst = a op b with the C kernels"},
     {"divide_local", hvdl_py_divide_local, METH_VARARGS, "buf /= divisor with Avg's division"},
+    {"scale_local", hvdl_py_scale_local, METH_VARARGS, "dst = src * factor with the scale kernels"},
     {"kernel_bench", hvdl_py_kernel_bench, METH_VARARGS,
      "(kernel seconds, memcpy seconds) per call"},
     {NULL, NULL, 0, NULL},
@@ -169,6 +171,11 @@ PyMODINIT_FUNC PyInit__core(void) {
       {"hvdlFloat64", hvdlFloat64},
       {"hvdlBfloat16", hvdlBfloat16},
       {"hvdlNumTypes", hvdlNumTypes},
+      {"hvdlExtTypesBegin", hvdlExtTypesBegin},
+      {"hvdlInt16", hvdlInt16},
+      {"hvdlUint16", hvdlUint16},
+      {"hvdlBool", hvdlBool},
+      {"hvdlExtTypesEnd", hvdlExtTypesEnd},
       {"hvdlSum", hvdlSum},
       {"hvdlProd", hvdlProd},
       {"hvdlMax", hvdlMax},

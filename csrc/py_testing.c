@@ -5,7 +5,8 @@
  *     .reduce(send, recv, dtype, op, root), .allgather(send, recv, dtype),
  *     .reducescatter(send, recv, dtype, op), .alltoall(send, recv, dtype), .destroy()
  *                                        the bare C API (hvdl.h)
- *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor)
+ *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor),
+ *   scale_local(dst, src, dtype, factor)
  *                                        the reduction kernels (reduce.c) on local buffers
  *   kernel_bench(dtype, op, nbytes, iters) -> (kernel_s, memcpy_s)
  *
@@ -271,7 +272,7 @@ PyObject *hvdl_py_reduce_local(PyObject *self, PyObject *args) {
   PyObject *d, *a, *b;
   int dtype, op;
   if (!PyArg_ParseTuple(args, "OOOii", &d, &a, &b, &dtype, &op)) return NULL;
-  if (hvdl_py_check_dtype(dtype) || hvdl_py_check_op(op)) return NULL;
+  if (hvdl_py_check_reducible(dtype) || hvdl_py_check_op(op)) return NULL;
   Py_buffer dv, av, bv;
   size_t nd, na, nb;
   if (hvdl_py_get_buffer(d, &dv, 1, dtype, &nd, "dst")) return NULL;
@@ -299,7 +300,7 @@ PyObject *hvdl_py_divide_local(PyObject *self, PyObject *args) {
   int dtype;
   unsigned long long divisor;
   if (!PyArg_ParseTuple(args, "OiK", &d, &dtype, &divisor)) return NULL;
-  if (hvdl_py_check_dtype(dtype)) return NULL;
+  if (hvdl_py_check_reducible(dtype)) return NULL;
   Py_buffer dv;
   size_t n;
   if (hvdl_py_get_buffer(d, &dv, 1, dtype, &n, "buf")) return NULL;
@@ -308,12 +309,34 @@ PyObject *hvdl_py_divide_local(PyObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+PyObject *hvdl_py_scale_local(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *d, *s;
+  int dtype;
+  double factor;
+  if (!PyArg_ParseTuple(args, "OOid", &d, &s, &dtype, &factor)) return NULL;
+  if (hvdl_py_check_reducible(dtype)) return NULL;
+  Py_buffer dv, sv;
+  size_t nd, ns;
+  if (hvdl_py_get_buffer(d, &dv, 1, dtype, &nd, "dst")) return NULL;
+  if (hvdl_py_get_buffer(s, &sv, 0, dtype, &ns, "src")) {
+    PyBuffer_Release(&dv);
+    return NULL;
+  }
+  if (ns != nd) PyErr_SetString(PyExc_ValueError, "scale_local: buffers differ in length");
+  else hvdl_scale(dv.buf, sv.buf, nd, (hvdlDataType_t)dtype, factor);
+  PyBuffer_Release(&sv);
+  PyBuffer_Release(&dv);
+  if (PyErr_Occurred()) return NULL;
+  Py_RETURN_NONE;
+}
+
 PyObject *hvdl_py_kernel_bench(PyObject *self, PyObject *args) {
   (void)self;
   int dtype, op, iters;
   Py_ssize_t nbytes;
   if (!PyArg_ParseTuple(args, "iini", &dtype, &op, &nbytes, &iters)) return NULL;
-  if (hvdl_py_check_dtype(dtype) || hvdl_py_check_op(op)) return NULL;
+  if (hvdl_py_check_reducible(dtype) || hvdl_py_check_op(op)) return NULL;
   size_t es = hvdl_type_size((hvdlDataType_t)dtype);
   size_t n = (size_t)nbytes / es, bytes = n * es;
   if (n == 0 || iters < 1) return PyErr_Format(PyExc_ValueError, "kernel_bench: nothing to time");
@@ -326,11 +349,12 @@ PyObject *hvdl_py_kernel_bench(PyObject *self, PyObject *args) {
     return PyErr_NoMemory();
   }
   /* Ones of the type: products stay normal numbers (0x11 bytes made subnormals). */
-  static const uint64_t one_bits[hvdlNumTypes] = {1, 1, 1, 1, 1, 1, 0x3C00, 0x3F800000,
-                                                  0x3FF0000000000000ull, 0x3F80};
+  static const uint64_t one_bits[HVDL_TYPE_SLOTS] = {
+      1, 1, 1, 1, 1, 1, 0x3C00, 0x3F800000, 0x3FF0000000000000ull, 0x3F80, 1, 1, 1};
+  const uint64_t one = one_bits[hvdl_type_slot(dtype)];
   for (size_t i = 0; i < n; i++) {
-    memcpy(a + i * es, &one_bits[dtype], es); /* little-endian: the low bytes */
-    memcpy(b + i * es, &one_bits[dtype], es);
+    memcpy(a + i * es, &one, es); /* little-endian: the low bytes */
+    memcpy(b + i * es, &one, es);
   }
   memset(d, 0, bytes);
   double tk, tm;

@@ -23,6 +23,8 @@
 
 #include <string.h>
 
+#include "internal.h"
+
 /* On x86-64 each kernel is also compiled for AVX2 (x86-64-v3), picked at load
  * time by the CPU: wider vectors, and 64-bit integer min/max that SSE2 lacks. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
@@ -110,6 +112,8 @@ static inline uint16_t float_to_bf16(float f) {
 
 INT_KERNELS(i8, int8_t, uint32_t)
 INT_KERNELS(u8, uint8_t, uint32_t)
+INT_KERNELS(i16, int16_t, uint32_t)
+INT_KERNELS(u16, uint16_t, uint32_t)
 INT_KERNELS(i32, int32_t, uint32_t)
 INT_KERNELS(u32, uint32_t, uint32_t)
 INT_KERNELS(i64, int64_t, uint64_t)
@@ -171,10 +175,11 @@ typedef void (*reduce_fn)(void *, const void *, const void *, size_t);
 
 #define ROW(tag) {reduce_sum_##tag, reduce_prod_##tag, reduce_max_##tag, reduce_min_##tag}
 
-/* Indexed by hvdlDataType_t, then by hvdlRedOp_t (Sum, Prod, Max, Min). */
-static const reduce_fn kernels[hvdlNumTypes][4] = {
-    ROW(i8), ROW(u8), ROW(i32), ROW(u32), ROW(i64),
-    ROW(u64), ROW(f16), ROW(f32), ROW(f64), ROW(bf16),
+/* Indexed by the type's slot (hvdl_type_slot), then by hvdlRedOp_t (Sum, Prod, Max,
+ * Min). bool has no row: no op applies to it. */
+static const reduce_fn kernels[HVDL_TYPE_SLOTS][4] = {
+    ROW(i8),  ROW(u8),  ROW(i32), ROW(u32), ROW(i64), ROW(u64), ROW(f16),
+    ROW(f32), ROW(f64), ROW(bf16), ROW(i16), ROW(u16), {NULL, NULL, NULL, NULL},
 };
 
 
@@ -258,10 +263,10 @@ static reduce_fn pick_kernel(hvdlDataType_t dt, int op) {
   if (dt == hvdlFloat16 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"))
     return simd_f16[op];
   if (dt == hvdlBfloat16 && __builtin_cpu_supports("avx2")) return simd_bf16[op];
-  return kernels[dt][op];
+  return kernels[hvdl_type_slot(dt)][op];
 }
 #else
-static reduce_fn pick_kernel(hvdlDataType_t dt, int op) { return kernels[dt][op]; }
+static reduce_fn pick_kernel(hvdlDataType_t dt, int op) { return kernels[hvdl_type_slot(dt)][op]; }
 #endif
 
 /* Buffers whose address is not a multiple of the element size are legal (MPI
@@ -271,12 +276,10 @@ static reduce_fn pick_kernel(hvdlDataType_t dt, int op) { return kernels[dt][op]
 
 static int misaligned(const void *p, size_t esize) { return ((uintptr_t)p & (esize - 1)) != 0; }
 
-static const size_t type_sizes[hvdlNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-
 void hvdl_reduce(void *dst, const void *a, const void *b, size_t n, hvdlDataType_t dt,
                  hvdlRedOp_t op) {
   const reduce_fn fn = pick_kernel(dt, op == hvdlAvg ? hvdlSum : op);
-  const size_t es = type_sizes[dt];
+  const size_t es = hvdl_type_size(dt);
   if (!misaligned(dst, es) && !misaligned(a, es) && !misaligned(b, es)) {
     fn(dst, a, b, n);
     return;
@@ -305,6 +308,8 @@ void hvdl_reduce(void *dst, const void *a, const void *b, size_t n, hvdlDataType
 
 DIV_KERNEL(div_i8, int8_t, (int8_t)(v / (int64_t)divisor))
 DIV_KERNEL(div_u8, uint8_t, (uint8_t)(v / divisor))
+DIV_KERNEL(div_i16, int16_t, (int16_t)(v / (int64_t)divisor))
+DIV_KERNEL(div_u16, uint16_t, (uint16_t)(v / divisor))
 DIV_KERNEL(div_i32, int32_t, (int32_t)(v / (int64_t)divisor))
 DIV_KERNEL(div_u32, uint32_t, (uint32_t)(v / divisor))
 DIV_KERNEL(div_i64, int64_t, (int64_t)(v / (int64_t)divisor))
@@ -316,15 +321,17 @@ DIV_KERNEL(div_bf16, uint16_t, float_to_bf16(bf16_to_float(v) / (float)divisor))
 
 typedef void (*divide_fn)(void *, size_t, uint64_t);
 
-static const divide_fn dividers[hvdlNumTypes] = {
-    div_i8, div_u8, div_i32, div_u32, div_i64, div_u64, div_f16, div_f32, div_f64, div_bf16,
+/* Indexed by the type's slot; none for bool. */
+static const divide_fn dividers[HVDL_TYPE_SLOTS] = {
+    div_i8,  div_u8,  div_i32, div_u32,  div_i64, div_u64, div_f16,
+    div_f32, div_f64, div_bf16, div_i16, div_u16, NULL,
 };
 
 void hvdl_divide(void *buf, size_t n, hvdlDataType_t dt, uint64_t divisor) {
   if (divisor <= 1) return;
-  const size_t es = type_sizes[dt];
+  const size_t es = hvdl_type_size(dt);
   if (!misaligned(buf, es)) {
-    dividers[dt](buf, n, divisor);
+    dividers[hvdl_type_slot(dt)](buf, n, divisor);
     return;
   }
   _Alignas(64) char x[BOUNCE_BYTES];
@@ -332,7 +339,7 @@ void hvdl_divide(void *buf, size_t n, hvdlDataType_t dt, uint64_t divisor) {
   for (size_t i = 0; i < n; i += per) {
     const size_t m = n - i < per ? n - i : per;
     memcpy(x, (char *)buf + i * es, m * es);
-    dividers[dt](x, m, divisor);
+    dividers[hvdl_type_slot(dt)](x, m, divisor);
     memcpy((char *)buf + i * es, x, m * es);
   }
 }
@@ -351,6 +358,29 @@ void hvdl_divide(void *buf, size_t n, hvdlDataType_t dt, uint64_t divisor) {
     }                                                                         \
   }
 
+/* Integers, as Horovod scales them: the product in float64, truncated toward
+ * zero. A product outside the type's range is clamped to it and NaN gives 0
+ * (Horovod leaves both undefined). LO is the type's minimum and HI one past its
+ * maximum, both exact in a double; a product in [LO, HI) truncates into range. */
+#define INT_SCALE_KERNEL(name, T, LO, HI, TMIN, TMAX)                                  \
+  KERNEL static void name(void *dst, const void *src, size_t n, double f) {             \
+    T *d = (T *)dst;                                                                    \
+    const T *s = (const T *)src;                                                        \
+    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                               \
+      const double x = f * (double)s[i];                                                \
+      d[i] = x >= (HI) ? (T)(TMAX) : x >= (LO) ? (T)x : x != x ? (T)0 : (T)(TMIN);      \
+    }                                                                                   \
+  }
+
+INT_SCALE_KERNEL(scale_i8, int8_t, -0x1p7, 0x1p7, INT8_MIN, INT8_MAX)
+INT_SCALE_KERNEL(scale_u8, uint8_t, 0.0, 0x1p8, 0, UINT8_MAX)
+INT_SCALE_KERNEL(scale_i16, int16_t, -0x1p15, 0x1p15, INT16_MIN, INT16_MAX)
+INT_SCALE_KERNEL(scale_u16, uint16_t, 0.0, 0x1p16, 0, UINT16_MAX)
+INT_SCALE_KERNEL(scale_i32, int32_t, -0x1p31, 0x1p31, INT32_MIN, INT32_MAX)
+INT_SCALE_KERNEL(scale_u32, uint32_t, 0.0, 0x1p32, 0, UINT32_MAX)
+INT_SCALE_KERNEL(scale_i64, int64_t, -0x1p63, 0x1p63, INT64_MIN, INT64_MAX)
+INT_SCALE_KERNEL(scale_u64, uint64_t, 0.0, 0x1p64, 0, UINT64_MAX)
+
 SCALE_KERNEL(scale_f16, uint16_t, float_to_half(half_to_float(v) * ff))
 SCALE_KERNEL(scale_bf16, uint16_t, float_to_bf16(bf16_to_float(v) * ff))
 SCALE_KERNEL(scale_f32, float, v * ff)
@@ -363,9 +393,17 @@ void hvdl_scale(void *dst, const void *src, size_t n, hvdlDataType_t dt, double 
     case hvdlBfloat16: fn = scale_bf16; break;
     case hvdlFloat32: fn = scale_f32; break;
     case hvdlFloat64: fn = scale_f64; break;
-    default: break;
+    case hvdlInt8: fn = scale_i8; break;
+    case hvdlUint8: fn = scale_u8; break;
+    case hvdlInt16: fn = scale_i16; break;
+    case hvdlUint16: fn = scale_u16; break;
+    case hvdlInt32: fn = scale_i32; break;
+    case hvdlUint32: fn = scale_u32; break;
+    case hvdlInt64: fn = scale_i64; break;
+    case hvdlUint64: fn = scale_u64; break;
+    default: break; /* bool: never scaled (no reduction takes it) */
   }
-  const size_t es = type_sizes[dt];
+  const size_t es = hvdl_type_size(dt);
   if (factor == 1.0 || !fn) {
     if (dst != src) memmove(dst, src, n * es);
     return;

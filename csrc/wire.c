@@ -132,8 +132,9 @@ int hvdl_desc_get(struct hvdl_reader *r, struct hvdl_desc *d) {
   memcpy(&f, r->p, sizeof f);
   if (f.coll < 0 || f.coll >= HVDL_NUM_COLLS)
     return bad(r, start, "descriptor: collective %d is not in 0..%d", f.coll, HVDL_NUM_COLLS - 1);
-  if (f.dtype < 0 || f.dtype >= hvdlNumTypes)
-    return bad(r, start, "descriptor: data type %d is not in 0..%d", f.dtype, hvdlNumTypes - 1);
+  if (!hvdl_type_valid(f.dtype))
+    return bad(r, start, "descriptor: data type %d is not in 0..%d or %d..%d", f.dtype,
+               hvdlNumTypes - 1, hvdlExtTypesBegin, hvdlExtTypesEnd - 1);
   if (f.op < 0 || f.op >= hvdlNumOps)
     return bad(r, start, "descriptor: reduction op %d is not in 0..%d", f.op, hvdlNumOps - 1);
   if (f.ndim < 0 || f.ndim > HVDL_MAX_DIMS)

@@ -41,6 +41,7 @@ HVDL_OPS = {
     ReduceOp.Product: _core.hvdlProd,
 }
 
+# NCCL's types, then hvd_lite's own (int16, uint16, bool: csrc/hvdl.h numbers them from 32).
 HVDL_DTYPES = {
     np.dtype(np.int8): _core.hvdlInt8,
     np.dtype(np.uint8): _core.hvdlUint8,
@@ -52,6 +53,9 @@ HVDL_DTYPES = {
     np.dtype(np.float32): _core.hvdlFloat32,
     np.dtype(np.float64): _core.hvdlFloat64,
     np.dtype(ml_dtypes.bfloat16): _core.hvdlBfloat16,
+    np.dtype(np.int16): _core.hvdlInt16,
+    np.dtype(np.uint16): _core.hvdlUint16,
+    np.dtype(np.bool_): _core.hvdlBool,
 }
 
 # The longest name the engine takes, in UTF-8 bytes: csrc/request.h's HVDL_MAX_NAME less its NUL.
@@ -95,6 +99,13 @@ def check_array(fn: str, array, inplace: bool) -> int:
     return code
 
 
+def check_reducible(fn: str, array: np.ndarray) -> None:
+    """TypeError for an array no reduction op applies to (bool)."""
+    if array.dtype == np.bool_:
+        raise TypeError(f"{fn}: bool arrays cannot be reduced (bool takes allgather, broadcast "
+                        "and alltoall only, as in Horovod); cast to an integer type to reduce")
+
+
 def check_op(fn: str, op) -> int:
     """The hvdl op code of a ReduceOp; ValueError for anything else."""
     code = HVDL_OPS.get(op) if isinstance(op, int) else None
@@ -103,17 +114,14 @@ def check_op(fn: str, op) -> int:
     return code
 
 
-def check_scale(fn: str, label: str, factor, array: np.ndarray) -> float:
-    """A scale factor as a float; refused for integer arrays unless it is 1."""
+def check_scale(fn: str, label: str, factor) -> float:
+    """A scale factor as a float (integer arrays are scaled in float64 and truncated toward
+    zero, as Horovod does: csrc/reduce.h)."""
     if factor == 1.0 and type(factor) in (float, int):  # the common case, quickly
         return 1.0
     if isinstance(factor, bool) or not isinstance(factor, numbers.Real):
         raise TypeError(f"{fn}: {label} must be a real number, got {type(factor).__name__}")
-    factor = float(factor)
-    if factor != 1.0 and array.dtype.kind in "iu":
-        raise ValueError(f"{fn}: {label}={factor:g} applies to floating-point arrays only, "
-                         f"not {array.dtype}")
-    return factor
+    return float(factor)
 
 
 # ---------------------------------------------------------------------------- names

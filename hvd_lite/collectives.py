@@ -7,7 +7,8 @@ import numpy as np
 from . import basics
 from .process_sets import ProcessSet, global_process_set
 from ._submit import (Average, Handle, ReduceOp, Request, at_once, check_array, check_op,
-                      check_scale, group_names, name_of, submit, submit_group, synchronize)
+                      check_reducible, check_scale, group_names, name_of, submit, submit_group,
+                      synchronize)
 
 _core = basics._core
 
@@ -152,9 +153,10 @@ def reducescatter_request(fn: str, array, op, name, prescale_factor, postscale_f
     global set), checked."""
     where = basics.set_for(fn, process_set)
     code = check_array(fn, array, False)
+    check_reducible(fn, array)
     hop = check_op(fn, op)
-    pre = check_scale(fn, "prescale_factor", prescale_factor, array)
-    post = check_scale(fn, "postscale_factor", postscale_factor, array)
+    pre = check_scale(fn, "prescale_factor", prescale_factor)
+    post = check_scale(fn, "postscale_factor", postscale_factor)
     name = name_of(fn, "reducescatter", name, where)
     n, r = where.size, where.rank
     error = "" if array.ndim else "reducescatter needs an array with at least one dimension, got a 0-d array"

@@ -6,7 +6,8 @@ import numpy as np
 from . import basics
 from .process_sets import ProcessSet, global_process_set
 from ._submit import (HVDL_DTYPES, HVDL_OPS, Average, Handle, Max, Min, Product, ReduceOp, Request,
-                      Sum, at_once, check_array, check_op, check_scale, group_names, held,
+                      Sum, at_once, check_array, check_op, check_reducible, check_scale,
+                      group_names, held,
                       hvdl_dtype, name_of, poll, submit, submit_group, synchronize)
 
 _core = basics._core
@@ -18,9 +19,10 @@ def allreduce_request(fn: str, array, inplace: bool, op, prescale_factor, postsc
     `process_set` (None: the global set), checked."""
     where = basics.set_for(fn, process_set)  # not initialized, not a member: say so first
     code = check_array(fn, array, inplace)
+    check_reducible(fn, array)
     hop = check_op(fn, op)
-    pre = check_scale(fn, "prescale_factor", prescale_factor, array)
-    post = check_scale(fn, "postscale_factor", postscale_factor, array)
+    pre = check_scale(fn, "prescale_factor", prescale_factor)
+    post = check_scale(fn, "postscale_factor", postscale_factor)
     name = name_of(fn, "allreduce", name, where)
     out = array if inplace else np.empty_like(array, order="C")
     # The C core takes the arrays' memory through the buffer protocol without a

@@ -2,14 +2,19 @@
 import ml_dtypes
 import numpy as np
 
+# Every dtype the reductions take (bool aside, every one hvd_lite takes).
 ALL_DTYPES = [np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16,
-              np.float32, np.float64, ml_dtypes.bfloat16]
-INT_DTYPES = ALL_DTYPES[:6]
+              np.float32, np.float64, ml_dtypes.bfloat16, np.int16, np.uint16]
+# ... and the ones only allgather, broadcast and alltoall take.
+MOVE_DTYPES = ALL_DTYPES + [np.bool_]
 FLOAT16ISH = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
 def is_int(dtype) -> bool:
     return np.dtype(dtype).kind in "iu"
+
+
+INT_DTYPES = [d for d in ALL_DTYPES if is_int(d)]
 
 
 def exact_inputs(dtype, count: int, rank: int, seed: int = 0) -> np.ndarray:
@@ -21,6 +26,8 @@ def exact_inputs(dtype, count: int, rank: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed * 1000 + rank)
     ints = rng.integers(-4, 5, size=count)
     dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return ints > 0
     if dt.kind == "u":
         ints = np.abs(ints)
     if dt.kind == "f" or dt in FLOAT16ISH:
@@ -44,8 +51,8 @@ def fold(values, op: str, dtype):
                 acc = np.minimum(acc, v)
         if op == "avg":
             n = len(values)
-            acc = np.array([int(x) // n if int(x) >= 0 else -((-int(x)) // n) for x in acc.tolist()],
-                           dtype=object).astype(dt)
+            acc = np.array([int(x) // n if int(x) >= 0 else -((-int(x)) // n)
+                            for x in acc.ravel().tolist()], dtype=object).astype(dt).reshape(acc.shape)
         return acc
     # Floats: exact inputs make the float64 result exact; round once to dtype.
     wide = [v.astype(np.float64) for v in values]
@@ -62,6 +69,22 @@ def fold(values, op: str, dtype):
     if op == "avg":
         acc = acc / len(values)
     return acc.astype(dt)
+
+
+def horovod_scale(values: np.ndarray, factor: float) -> np.ndarray:
+    """An integer array scaled as Horovod scales it: the product in float64, truncated toward
+    zero. Where Horovod's result is undefined, hvd_lite's rule: out of range clamps, NaN is 0."""
+    dt = values.dtype
+    info = np.iinfo(dt)
+    lo, hi = float(info.min), float(int(info.max) + 1)  # both exact in a double
+    with np.errstate(invalid="ignore"):
+        p = np.float64(factor) * values.astype(np.float64)
+    out = np.zeros(values.shape, dt)
+    fits = (p >= lo) & (p < hi)
+    out[fits] = np.trunc(p[fits]).astype(dt)
+    out[p >= hi] = info.max
+    out[p < lo] = info.min
+    return out
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:

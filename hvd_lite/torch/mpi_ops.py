@@ -19,10 +19,13 @@ from .compression import Compression
 # horovod.torch's name for a failed collective.
 HorovodInternalError = CollectiveError
 
+# Every dtype the engine takes (hvd_lite._submit.HVDL_DTYPES) but bfloat16, which numpy lacks.
+# bool moves with allgather, broadcast and alltoall only; reductions refuse it, as Horovod does.
 _NUMPY_DTYPES = {
-    torch.int8: np.int8, torch.uint8: np.uint8, torch.int32: np.int32, torch.uint32: np.uint32,
-    torch.int64: np.int64, torch.uint64: np.uint64, torch.float16: np.float16,
-    torch.float32: np.float32, torch.float64: np.float64,
+    torch.int8: np.int8, torch.uint8: np.uint8, torch.int16: np.int16, torch.uint16: np.uint16,
+    torch.int32: np.int32, torch.uint32: np.uint32, torch.int64: np.int64,
+    torch.uint64: np.uint64, torch.float16: np.float16, torch.float32: np.float32,
+    torch.float64: np.float64, torch.bool: np.bool_,
 }
 SUPPORTED_DTYPES = tuple(_NUMPY_DTYPES) + (torch.bfloat16,)
 

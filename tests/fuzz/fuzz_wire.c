@@ -105,10 +105,15 @@ static double random_scale(void) {
   }
 }
 
+/* The data types: NCCL's numbers, then hvd_lite's from hvdlExtTypesBegin. */
+static int32_t type_at(size_t slot) {
+  return (int32_t)(slot < hvdlNumTypes ? slot : hvdlExtTypesBegin + (slot - hvdlNumTypes));
+}
+
 static void random_desc(struct hvdl_desc *d, const char *name, int nranks) {
   memset(d, 0, sizeof *d);
   d->coll = (int32_t)below(HVDL_COLL_JOIN); /* JOIN is never announced */
-  d->dtype = (int32_t)below(hvdlNumTypes);
+  d->dtype = type_at(below(HVDL_TYPE_SLOTS));
   d->op = (int32_t)below(hvdlNumOps);
   d->ndim = chance(3) ? HVDL_MAX_DIMS : (int32_t)below(4);
   for (int i = 0; i < d->ndim; i++) d->dims[i] = chance(3) ? 0 : (int64_t)below(6);
@@ -127,7 +132,7 @@ static void random_desc(struct hvdl_desc *d, const char *name, int nranks) {
 /* What hvdl_desc_get promises of what it accepts. */
 static void check_desc_ranges(const struct hvdl_desc *d) {
   CHECK(d->coll >= 0 && d->coll < HVDL_NUM_COLLS, "coll %d", d->coll);
-  CHECK(d->dtype >= 0 && d->dtype < hvdlNumTypes, "dtype %d", d->dtype);
+  CHECK(hvdl_type_valid(d->dtype), "dtype %d", d->dtype);
   CHECK(d->op >= 0 && d->op < hvdlNumOps, "op %d", d->op);
   CHECK(d->ndim >= 0 && d->ndim <= HVDL_MAX_DIMS, "ndim %d", d->ndim);
   for (int i = 0; i < d->ndim && i < HVDL_MAX_DIMS; i++) CHECK(d->dims[i] >= -1, "dims[%d] %lld", i, (long long)d->dims[i]);
@@ -160,8 +165,10 @@ static void copy(void *dst, const void *src, size_t n) {
 static void put_le(unsigned char *p, uint64_t v, size_t n) { memcpy(p, &v, n); } /* host order, as wire.c */
 
 static void mutate_once(struct bytes *m, const struct bytes *other) {
+  /* 9, 10, 31 .. 35: the edges of the data types' two ranges (0 .. 9, 32 .. 34) */
   static const uint32_t edge32[] = {0,          1,          2,          3,          4,          5,
-                                    6,          7,          16,         17,         511,        512,
+                                    6,          7,          9,          10,         16,         17,
+                                    31,         32,         34,         35,         511,        512,
                                     4096,       0x7fffffff, 0x80000000, 0xfffffffe, 0xffffffff, 0x10000};
   static const int64_t edge64[] = {-1, -2, 0, 1, INT64_MAX, INT64_MIN, (int64_t)1 << 40, (int64_t)1 << 62};
   size_t at = below(m->len + 1);
@@ -469,7 +476,7 @@ static void announce(struct session *s, int i, struct hvdl_buf *b) {
   if (chance(8)) {
     s->dirty[i] = 1;
     switch (below(4)) {
-      case 0: d.dtype = (d.dtype + 1) % hvdlNumTypes; break;
+      case 0: d.dtype = type_at(((size_t)hvdl_type_slot(d.dtype) + 1) % HVDL_TYPE_SLOTS); break;
       case 1: d.prescale = -d.prescale; break; /* 0.0 against -0.0, a NaN's sign */
       case 2:
         d.dims[0] = 7;

@@ -11,8 +11,9 @@ import pytest
 
 import hvd_lite as hvd
 from conftest import agree, raises_on_every_rank, world
-from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
+from helpers import ALL_DTYPES, MOVE_DTYPES, exact_inputs, fold, same_bits
 from hvd_lite import _core
+from hvd_lite.ops import HVDL_DTYPES
 
 pytestmark = pytest.mark.mpi
 
@@ -20,8 +21,8 @@ OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 
 
 def code(dtype) -> int:
-    """The hvdl datatype code (helpers.ALL_DTYPES is in hvdl order)."""
-    return [np.dtype(d) for d in ALL_DTYPES].index(np.dtype(dtype))
+    """The hvdl datatype code."""
+    return HVDL_DTYPES[np.dtype(dtype)]
 
 
 @contextlib.contextmanager
@@ -262,6 +263,21 @@ def test_broadcast_and_allgather_move_bits_verbatim(comm):
         agree(got.tobytes() == everyone[root], f"broadcast from {root} changed some bits")
 
 
+def test_bool_moves_by_broadcast_allgather_and_alltoall_byte_for_byte(comm):
+    # bool is one byte moved verbatim: even bytes other than 0 and 1 arrive unchanged
+    n, r = hvd.size(), hvd.rank()
+    x = np.random.default_rng(400 + r).integers(0, 256, 3 * n, dtype=np.uint8).view(np.bool_)
+    everyone = world().allgather(x.tobytes())
+    out = np.empty(n * x.size, np.bool_)
+    comm.allgather(x, out, _core.hvdlBool)
+    agree(out.tobytes() == b"".join(everyone), "allgather changed some bytes")
+    got = np.empty_like(x)
+    comm.broadcast(x, got, _core.hvdlBool, n - 1)
+    agree(got.tobytes() == everyone[n - 1], "broadcast changed some bytes")
+    comm.alltoall(x, got, _core.hvdlBool)
+    agree(got.tobytes() == b"".join(e[3 * r:3 * r + 3] for e in everyone), "alltoall changed bytes")
+
+
 # ---- invalid arguments --------------------------------------------------------------------------
 
 def still_usable(c, problems):
@@ -305,6 +321,18 @@ def test_invalid_op_is_invalid(comm):
     expect_invalid(bad, lambda: comm.reduce(x, x, code(np.float32), 5, 0), "invalid op 5")
     expect_invalid(bad, lambda: comm.reducescatter(x, x[r * 4:(r + 1) * 4], code(np.float32), 5),
                    "invalid op 5")
+    still_usable(comm, bad)
+
+
+def test_reductions_of_bool_are_invalid(comm):
+    n, r, bad = hvd.size(), hvd.rank(), []
+    x = np.ones(2 * n, np.bool_)
+    match = "bool data has no reduction ops"
+    for op in OPS.values():
+        expect_invalid(bad, lambda: comm.allreduce(x, x.copy(), _core.hvdlBool, op), match)
+        expect_invalid(bad, lambda: comm.reduce(x, x.copy(), _core.hvdlBool, op, 0), match)
+        expect_invalid(bad, lambda: comm.reducescatter(x, x[2 * r:2 * r + 2].copy(),
+                                                       _core.hvdlBool, op), match)
     still_usable(comm, bad)
 
 
@@ -366,7 +394,7 @@ def test_count_zero_is_a_no_op_even_with_null_buffers(comm):
     still_usable(comm, [])
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", MOVE_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_alltoall_sends_block_q_to_rank_q(comm, dtype):
     n, r = hvd.size(), hvd.rank()
     for count in (0, 1, 5, 1001):

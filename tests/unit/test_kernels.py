@@ -5,7 +5,7 @@ import pytest
 
 from hvd_lite import _core
 from hvd_lite.ops import HVDL_DTYPES
-from helpers import ALL_DTYPES, FLOAT16ISH, INT_DTYPES
+from helpers import ALL_DTYPES, FLOAT16ISH, INT_DTYPES, horovod_scale
 
 OPS = {"sum": _core.hvdlSum, "prod": _core.hvdlProd, "max": _core.hvdlMax, "min": _core.hvdlMin,
        "avg": _core.hvdlAvg}
@@ -92,6 +92,7 @@ def test_float16_ties_round_to_even():
 @pytest.mark.parametrize("dtype,a,b,want", [
     (np.int8, 127, 1, -128), (np.uint8, 255, 1, 0), (np.int32, 2**31 - 1, 1, -2**31),
     (np.uint32, 2**32 - 1, 2, 1), (np.int64, 2**63 - 1, 1, -2**63), (np.uint64, 2**64 - 1, 1, 0),
+    (np.int16, 2**15 - 1, 1, -2**15), (np.uint16, 2**16 - 1, 1, 0),
 ])
 def test_integer_sum_wraps(dtype, a, b, want):
     got = kernel(np.array([a], dtype), np.array([b], dtype), "sum")
@@ -173,3 +174,67 @@ def test_in_place_kernel_calls_alias_safely():
     _core.reduce_local(y.view(np.uint8), y.view(np.uint8), b.view(np.uint8), _core.hvdlFloat32,
                        _core.hvdlSum)
     assert_same(y, want)
+
+
+def scale(values, factor):
+    out = np.empty_like(values)
+    _core.scale_local(out.view(np.uint8), values.view(np.uint8), HVDL_DTYPES[values.dtype], factor)
+    return out
+
+
+FACTORS = [0.5, -0.5, 1 / 3, 2.5, -1.75, 1e-3, 3.0, 1e10, -1e10, 2.0**-60, np.nan, np.inf, -np.inf]
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_integer_scaling_is_horovods_float64_product_truncated_toward_zero(dtype):
+    rng = np.random.default_rng(11)
+    info = np.iinfo(dtype)
+    edges = np.array([info.min, info.min + 1, -7, -3, -1, 0, 1, 3, 7, info.max - 1, info.max],
+                     dtype=object)
+    values = np.concatenate([random_values(dtype, 4099, rng),
+                             edges[[info.min <= int(v) <= info.max for v in edges]].astype(dtype)])
+    for f in FACTORS:
+        got = scale(values, f)
+        want = horovod_scale(values, f)
+        bad = np.nonzero(got != want)[0]
+        assert bad.size == 0, (f"factor {f}: {values[bad[:4]]} -> {got[bad[:4]]}, "
+                               f"want {want[bad[:4]]}")
+
+
+def test_integer_scaling_truncates_clamps_and_maps_nan_to_zero():
+    x = np.array([7, -7, 100, -100], np.int8)
+    assert scale(x, 0.5).tolist() == [3, -3, 50, -50]  # toward zero, not floor
+    assert scale(x, 2.0).tolist() == [14, -14, 127, -128]  # clamped, not wrapped
+    assert scale(x, np.nan).tolist() == [0, 0, 0, 0]
+    assert scale(np.array([5, 200], np.uint8), -1.0).tolist() == [0, 0]
+    big = np.array([2**53 + 1], np.int64)  # rounds to 2**53 in float64, as in Horovod
+    assert scale(big, 3.0).tolist() == [3 * 2**53]
+    assert scale(np.array([2**62], np.int64), 4.0).tolist() == [2**63 - 1]
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_misaligned_integer_scaling(dtype):
+    dt = np.dtype(dtype)
+    values = random_values(dt, 5000, np.random.default_rng(4))
+    raw = [bytearray(values.nbytes + 1) for _ in range(2)]
+    src, dst = (np.frombuffer(r, dtype=dt, count=values.size, offset=1) for r in raw)
+    src[...] = values
+    _core.scale_local(dst.view(np.uint8), src.view(np.uint8), HVDL_DTYPES[dt], -2.5)
+    assert np.array_equal(dst, horovod_scale(values, -2.5))
+
+
+@pytest.mark.parametrize("call", [
+    lambda b: _core.reduce_local(b, b, b, _core.hvdlBool, _core.hvdlSum),
+    lambda b: _core.divide_local(b, _core.hvdlBool, 2),
+    lambda b: _core.scale_local(b, b, _core.hvdlBool, 2.0),
+], ids=["reduce", "divide", "scale"])
+def test_bool_has_no_kernels(call):
+    with pytest.raises(ValueError, match="bool data has no reduction ops"):
+        call(np.zeros(4, np.uint8))
+
+
+@pytest.mark.parametrize("dtype", [10, 31, 35, -1])
+def test_numbers_between_and_beyond_the_type_ranges_are_no_types(dtype):
+    with pytest.raises(ValueError, match=f"invalid hvdl datatype {dtype}"):
+        _core.reduce_local(np.zeros(4, np.uint8), np.zeros(4, np.uint8), np.zeros(4, np.uint8),
+                           dtype, _core.hvdlSum)
