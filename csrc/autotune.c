@@ -140,8 +140,8 @@ static void log_row(struct hvdl_autotune *t, const char *kind, int no, long roun
   if (t->log) {
     fprintf(t->log, "%s,%d,%ld,%zu,%zu,%g,%g,", kind, no, round, v.fusion_threshold, v.segment_bytes,
             v.batch_time_ms, v.cycle_time_ms);
-    if (steps > 0) fprintf(t->log, "%d,%.0f,%.6f,%.6g\n", steps, bytes, seconds, score);
-    else fprintf(t->log, ",,,%.6g\n", score);
+    if (steps > 0) fprintf(t->log, "%d,%.0f,%.9g,%.9g\n", steps, bytes, seconds, score);
+    else fprintf(t->log, ",,,%.9g\n", score);
     fflush(t->log);
   }
   if (t->log_level > HVDL_LOG_INFO) return;
