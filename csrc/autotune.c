@@ -97,14 +97,15 @@ static void apply(struct hvdl_autotune *t, const struct hvdl_tune_word *w, long 
 
 /* ---- finding the steps: the names ready since the current step began ---------- */
 
+/* Open addressing, at most half full; a hash is stored with its low bit set, as 0
+ * marks an empty slot. */
 static int seen_has(const struct hvdl_autotune *t, uint64_t h) {
-  const size_t mask = t->seen_cap - 1;
-  h |= 1; /* 0 marks an empty slot */
-  for (size_t i = t->seen_cap ? h & mask : 0; t->seen_cap; i = (i + 1) & mask) {
+  if (t->seen_cap == 0) return 0;
+  h |= 1;
+  for (size_t i = h & (t->seen_cap - 1);; i = (i + 1) & (t->seen_cap - 1)) {
     if (t->seen[i] == h) return 1;
     if (t->seen[i] == 0) return 0;
   }
-  return 0;
 }
 
 static void seen_put(uint64_t *slots, size_t cap, uint64_t h) {
