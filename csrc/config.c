@@ -3,6 +3,7 @@
  * here and nowhere else (README, "Knobs", lists the same table).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -51,6 +52,25 @@ static hvdlResult_t env_size(const char *name, size_t dflt, size_t min, size_t m
   return hvdlSuccess;
 }
 
+static hvdlResult_t env_int(const char *name, int dflt, int min, int max, int *out) {
+  const char *s = getenv(name);
+  *out = dflt;
+  if (!s || !*s) return hvdlSuccess;
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end != '\0' || v < min || v > max)
+    return hvdl_fail(NULL, hvdlInvalidArgument, "%s=%s is not valid: expected an integer in [%d, %d]",
+                     name, s, min, max);
+  *out = (int)v;
+  return hvdlSuccess;
+}
+
+static int env_set(const char *name) {
+  const char *s = getenv(name);
+  return s && *s;
+}
+
 static hvdlResult_t env_seconds(const char *name, double dflt, double max, double *out) {
   const char *s = getenv(name);
   *out = dflt;
@@ -88,6 +108,34 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
   return hvdlSuccess;
 }
 
+/* The autotuner's knobs (csrc/autotune.c). Horovod's defaults: 3 warm-up samples of 10 steps.
+ * A knob the user set is kept as set; the sample knobs and the log without
+ * HVD_LITE_AUTOTUNE=1 would do nothing, so they are refused. */
+static hvdlResult_t config_autotune(struct hvdl_engine_config *c) {
+  HVDL_CHECK(env_int("HVD_LITE_AUTOTUNE", 0, 0, 1, &c->autotune));
+  HVDL_CHECK(env_int("HVD_LITE_AUTOTUNE_WARMUP_SAMPLES", 3, 0, 1000, &c->autotune_warmup));
+  HVDL_CHECK(env_int("HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", 10, 1, 1000000, &c->autotune_steps));
+  static const char *others[] = {"HVD_LITE_AUTOTUNE_WARMUP_SAMPLES", "HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE",
+                                 "HVD_LITE_AUTOTUNE_LOG"};
+  for (int i = 0; i < 3 && !c->autotune; i++)
+    if (env_set(others[i]))
+      return hvdl_fail(NULL, hvdlInvalidArgument,
+                       "%s is set but HVD_LITE_AUTOTUNE is not 1: set HVD_LITE_AUTOTUNE=1 to tune, or unset it",
+                       others[i]);
+  static const char *tuned[HVDL_TUNE_PARAMS] = {"HVD_LITE_FUSION_THRESHOLD", "HVD_LITE_SEGMENT_BYTES",
+                                                "HVD_LITE_BATCH_TIME", "HVD_LITE_CYCLE_TIME"};
+  for (int p = 0; p < HVDL_TUNE_PARAMS; p++)
+    if (env_set(tuned[p])) c->autotune_fixed |= 1u << p;
+  const char *log = getenv("HVD_LITE_AUTOTUNE_LOG");
+  if (log && *log) {
+    if (strlen(log) >= sizeof c->autotune_log)
+      return hvdl_fail(NULL, hvdlInvalidArgument, "HVD_LITE_AUTOTUNE_LOG is longer than %zu bytes",
+                       sizeof c->autotune_log - 1);
+    strcpy(c->autotune_log, log);
+  }
+  return hvdlSuccess;
+}
+
 hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c) {
   memset(c, 0, sizeof *c);
   HVDL_CHECK(hvdlConfigDefault(&c->comm));
@@ -118,6 +166,7 @@ hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c) {
   HVDL_CHECK(env_size("HVD_LITE_FAST_PATH_BYTES", DEFAULT_FAST_PATH_BYTES, 0, MAX_FUSION_BYTES,
                       &c->fast_path_bytes));
   HVDL_CHECK(hvdl_config_faults(c, getenv("HVD_LITE_FAULT")));
+  HVDL_CHECK(config_autotune(c));
   const char *tl = getenv("HVD_LITE_TIMELINE");
   if (tl && *tl) {
     if (strlen(tl) >= sizeof c->timeline)
@@ -126,6 +175,19 @@ hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c) {
     strcpy(c->timeline, tl);
   }
   return hvdlSuccess;
+}
+
+void hvdl_engine_config_print(const struct hvdl_engine_config *cfg, int nranks, const hvdlConfig_t *comm) {
+  if (cfg->log_level > HVDL_LOG_INFO) return;
+  fprintf(stderr,
+          "hvd_lite: engine on %d ranks: fusion threshold %zu B, cycle time %g ms, batch time "
+          "%g ms, notify time %g ms, stall check %g s, stall shutdown %g s, cache %zu, segment "
+          "%zu B, latency path up to %zu B%s%s%s\n",
+          nranks, cfg->fusion_threshold, cfg->cycle_time_ms, cfg->batch_time_ms, cfg->notify_time_ms,
+          cfg->stall_check_s, cfg->stall_shutdown_s, cfg->cache_capacity, comm->segmentBytes,
+          comm->smallAllReduceBytes, cfg->autotune ? ", autotune" : "", cfg->timeline[0] ? ", timeline " : "",
+          cfg->timeline);
+  fflush(stderr);
 }
 
 /* HVD_LITE_FAULT=point@rank[#n],... : rank `rank` fails the n-th time (default 1)

@@ -97,6 +97,9 @@ static hvdlResult_t finish_round(struct hvdl_engine *e, hvdlResult_t res, int *f
   if (res == hvdlSuccess)
     res = hvdl_round_finish(e->negotiator, e->pending, e->npending, e->leaving, &e->ready,
                             &e->ready_cap, &e->nready, finished);
+  if (res == hvdlSuccess) /* rank 0's autotune word of the round, applied before the ready list runs */
+    res = hvdl_autotune_round(&e->tuner, e->negotiator->tune_in, e->negotiator->round_no, e->ready,
+                              e->nready, &e->negotiator->tune_out);
   hvdl_executor_unpin(e->executor, res != hvdlSuccess);
   return res;
 }
@@ -142,7 +145,6 @@ static void *engine_main(void *arg) {
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* 1 us: short sleeps stay short */
 #endif
   const double tick = idle_tick(e);
-  const double batch = e->cfg.batch_time_ms * 1e-3;
   double next_tick = hvdl_now() + tick;
   double backoff = 0.0;            /* after a round without progress */
   double stuck_since = hvdl_now(); /* the last round that made progress */
@@ -151,7 +153,7 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&e->requests.mu);
     int backoff_done = 0;
     for (;;) {
-      double now = hvdl_now();
+      const double now = hvdl_now(), batch = e->cfg.batch_time_ms * 1e-3; /* the tuner may change it */
       if (e->over || e->handed) break;
       if (e->turn == HVDL_TURN_CALLER || (e->caller_expected && now < e->caller_deadline)) {
         /* A caller runs the round, or is about to (the fast path): wait for it. */
@@ -357,18 +359,14 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
                        cfg->timeline);
     }
   }
-  if (e->rank == 0 && cfg->log_level <= HVDL_LOG_INFO) {
-    fprintf(stderr,
-            "hvd_lite: engine on %d ranks: fusion threshold %zu B, cycle time %g ms, batch time "
-            "%g ms, notify time %g ms, stall check %g s, stall shutdown %g s, cache %zu, segment "
-            "%zu B, latency path up to %zu B%s%s\n",
-            e->size, cfg->fusion_threshold, cfg->cycle_time_ms, cfg->batch_time_ms,
-            cfg->notify_time_ms, cfg->stall_check_s,
-            cfg->stall_shutdown_s, cfg->cache_capacity, e->data->config.segmentBytes,
-            e->data->config.smallAllReduceBytes, cfg->timeline[0] ? ", timeline " : "",
-            cfg->timeline);
-    fflush(stderr);
+  const struct hvdl_tune_targets at = {&e->executor->fusion_threshold, &e->data->config.segmentBytes,
+                                       &e->cfg.batch_time_ms, &e->cfg.cycle_time_ms, &e->requests.mu};
+  if ((res = hvdl_autotune_init(&e->tuner, cfg, e->rank, e->data, &at)) != hvdlSuccess) {
+    hvdl_engine_free(e);
+    return res;
   }
+  e->negotiator->tune_out = hvdl_autotune_word(&e->tuner);
+  if (e->rank == 0) hvdl_engine_config_print(cfg, e->size, &e->data->config);
   if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
     hvdl_engine_free(e);
     return hvdl_fail(NULL, hvdlSystemError, "hvd_lite engine: cannot start its thread");
@@ -477,6 +475,7 @@ void hvdl_engine_free(struct hvdl_engine *e) {
   }
   if (e->ctrl != MPI_COMM_NULL && !finalized) MPI_Comm_free(&e->ctrl);
   hvdl_timeline_close(e->timeline);
+  hvdl_autotune_free(&e->tuner);
   if (e->negotiator) hvdl_negotiator_free(e->negotiator);
   if (e->executor) hvdl_executor_free(e->executor);
   hvdl_alarm_free(&e->alarm);

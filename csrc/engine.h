@@ -1,8 +1,8 @@
 /*
  * engine.h -- the background engine: the queue of submitted requests, the
  * thread that runs rounds (negotiate.c) and executions (executor.c), and the
- * communicators. engine.c calls those parts and request.c, timeline.c, config
- * and comm.c; only the Python binding calls it. docs/design.md, "The engine", has
+ * communicators. engine.c calls those parts and request.c, autotune.c,
+ * timeline.c, config and comm.c; only the Python binding calls it. docs/design.md, "The engine", has
  * the picture.
  */
 #ifndef HVDL_ENGINE_H_
@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "alarm.h"
+#include "autotune.h"
 #include "internal.h"
 #include "outpool.h"
 #include "request.h"
@@ -47,6 +48,7 @@ struct hvdl_engine {
   struct hvdl_alarm alarm;       /* failures to and from the other ranks (engine thread) */
   int in_data;                   /* the engine thread is executing a ready list */
   struct hvdl_faults faults;     /* injected faults (any thread arms them) */
+  struct hvdl_autotune tuner;    /* HVD_LITE_AUTOTUNE; applies rank 0's choice after every round */
 
   /* Whose turn it is to run the loop's work, the engine thread's or a waiting caller's
    * (hvdl_engine_run_for), and what a caller handed back; under requests.mu. */

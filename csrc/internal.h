@@ -102,6 +102,17 @@ struct hvdl_engine_config {
   struct { int point, rank, n; } faults[16];
   int nfaults;
   int log_level;              /* HVD_LITE_LOG_LEVEL: enum hvdl_log_level */
+  /* HVD_LITE_AUTOTUNE (csrc/autotune.c): rank 0 tunes the parameters below online */
+  int autotune;
+  unsigned autotune_fixed;    /* bit p (enum hvdl_tune_param): the user set it, so it stays as set */
+  int autotune_warmup;        /* HVD_LITE_AUTOTUNE_WARMUP_SAMPLES: samples measured and dropped first */
+  int autotune_steps;         /* HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE: training steps in a sample */
+  char autotune_log[4096];    /* HVD_LITE_AUTOTUNE_LOG: rank 0's CSV of samples and the choice */
+};
+
+/* The parameters the autotuner may change, in the order it tunes them. */
+enum hvdl_tune_param {
+  HVDL_TUNE_FUSION, HVDL_TUNE_SEGMENT, HVDL_TUNE_BATCH, HVDL_TUNE_CYCLE, HVDL_TUNE_PARAMS
 };
 
 enum hvdl_log_level {
@@ -109,6 +120,8 @@ enum hvdl_log_level {
 };
 
 hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c);
+/* At info level, the configuration on stderr (rank 0, at the engine's start). */
+void hvdl_engine_config_print(const struct hvdl_engine_config *cfg, int nranks, const hvdlConfig_t *comm);
 /* Parses one HVD_LITE_FAULT-style spec ("point@rank#n,...") into c->faults. */
 hvdlResult_t hvdl_config_faults(struct hvdl_engine_config *c, const char *spec);
 /* comm.c: replaces the communicator's MPI communicator with a duplicate of

@@ -5,9 +5,10 @@
  * A round is collective over the engine's control communicator:
  *
  *   1. MPI_Iallgather of each rank's contribution: two header words (flags:
- *      leaving, wants the slow path; the byte size of its uncached descriptors)
- *      and a bit vector with bit k set when a request matching cache entry k
- *      is pending here. Steady-state training takes only this step: no names.
+ *      leaving, wants the slow path; the byte size of its uncached descriptors;
+ *      rank 0's autotune word, which the engine applies after the round) and a
+ *      bit vector with bit k set when a request matching cache entry k is
+ *      pending here. Steady-state training takes only this step: no names.
  *   2. Slow path, when any rank asked for it: MPI_Igatherv of the uncached
  *      descriptors to rank 0 (the coordinator). It files them in its table by
  *      name; a name every rank has announced is validated (collective, dtype,
@@ -314,6 +315,7 @@ hvdlResult_t hvdl_round_post(struct hvdl_negotiator *g, struct hvdl_request **pe
   const int slow = uncached > 0 || (me == 0 && g->coord.pending_shutdown[0]);
   mine[0] = (leaving ? HVDL_FLAG_LEAVING : 0) | (slow ? HVDL_FLAG_SLOW : 0) | (joined_here ? HVDL_FLAG_JOINED : 0) |
             (g->alarm->sent ? HVDL_FLAG_ALARMED : 0) | ((uint64_t)uncached << 32);
+  if (me == 0) mine[HVDL_TUNE_WORD] = g->tune_out;
 
   HVDL_MPI(g->data, MPI_Iallgather(mine, words, MPI_UINT64_T, all, words, MPI_UINT64_T, g->ctrl,
                                     &g->posted.req));
@@ -344,6 +346,7 @@ hvdlResult_t hvdl_round_finish(struct hvdl_negotiator *g, struct hvdl_request **
   if (!joined) return hvdl_fail(g->data, hvdlSystemError, "negotiation: out of memory");
   unsigned char *alarmed = joined + n;
   g->round_no++;
+  g->tune_in = all[HVDL_TUNE_WORD];
   atomic_fetch_add_explicit(&g->stats.rounds, 1, memory_order_relaxed);
   for (int r = 0; r < n; r++) {
     uint64_t h = all[(size_t)r * (size_t)words];

@@ -40,6 +40,8 @@ struct hvdl_negotiator {
   char *vectors;                 /* every rank's header and bit vector, then this rank's */
   size_t vectors_bytes;
   struct hvdl_negotiate_stats stats;
+  uint64_t tune_out;             /* rank 0: the autotune word its next round sends (wire.h) */
+  uint64_t tune_in;              /* rank 0's autotune word in the last round finished */
   struct {                       /* the round posted by hvdl_round_post, until hvdl_round_finish */
     MPI_Request req;
     int words, cache_n;

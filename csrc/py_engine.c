@@ -144,6 +144,28 @@ static PyObject *Engine_stats(hvdl_py_engine *self, PyObject *noargs) {
                        (unsigned long long)st.caller_turns);
 }
 
+static PyObject *Engine_autotune(hvdl_py_engine *self, PyObject *noargs) {
+  (void)noargs;
+  if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
+  struct hvdl_tune_values v;
+  struct hvdl_tune_change ch[HVDL_TUNE_HISTORY];
+  int settled, samples;
+  const int n = hvdl_autotune_state(&self->engine->tuner, &v, &settled, &samples, ch, HVDL_TUNE_HISTORY);
+  PyObject *changes = PyList_New(0);
+  for (int i = 0; changes && i < n && i < HVDL_TUNE_HISTORY; i++) {
+    PyObject *c = Py_BuildValue("(lnndd" "O)", ch[i].round, (Py_ssize_t)ch[i].v.fusion_threshold,
+                                (Py_ssize_t)ch[i].v.segment_bytes, ch[i].v.batch_time_ms, ch[i].v.cycle_time_ms,
+                                ch[i].settled ? Py_True : Py_False);
+    if (!c || PyList_Append(changes, c) < 0) Py_CLEAR(changes);
+    Py_XDECREF(c);
+  }
+  if (!changes) return NULL;
+  return Py_BuildValue("{snsnsdsdsOsisN}", "fusion_threshold", (Py_ssize_t)v.fusion_threshold,
+                       "segment_bytes", (Py_ssize_t)v.segment_bytes, "batch_time_ms", v.batch_time_ms,
+                       "cycle_time_ms", v.cycle_time_ms, "settled", settled ? Py_True : Py_False,
+                       "samples", samples, "changes", changes);
+}
+
 /* Fault injection, a testing aid (docs/design.md, "Failures"). */
 static int fault_point(PyObject *name) {
   const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
@@ -399,6 +421,11 @@ static PyMethodDef Engine_methods[] = {
      "stats() -> dict: rounds, slow_rounds (descriptors gathered at the coordinator), announced "
      "(names this rank sent), cached_ready (requests ready by their cache bit alone), "
      "caller_turns (rounds run by a waiting caller: the fast path)"},
+    {"autotune", (PyCFunction)Engine_autotune, METH_NOARGS,
+     "autotune() -> dict: the tunable parameters in effect (fusion_threshold, segment_bytes, "
+     "batch_time_ms, cycle_time_ms), settled (the autotuner's final choice is in effect), samples "
+     "(scored so far; rank 0) and changes: [(round, fusion_threshold, segment_bytes, batch_time_ms, "
+     "cycle_time_ms, settled)], each set of values rank 0's autotuner chose, applied after that round"},
     {"hold", (PyCFunction)Engine_hold, METH_O,
      "hold(True) ... hold(False): submissions in between enter the same round"},
     {"shutdown", (PyCFunction)Engine_shutdown, METH_NOARGS,

@@ -203,6 +203,31 @@ int hvdl_resp_get(struct hvdl_reader *r, int cache_count, struct hvdl_resp *out)
   }
 }
 
+uint64_t hvdl_tune_put(const struct hvdl_tune_word *t) {
+  uint64_t w = t->settled ? HVDL_TUNE_SETTLED : 0;
+  for (int p = 0; p < HVDL_TUNE_PARAMS; p++) w |= (uint64_t)(t->idx[p] + 1) << (8 * p);
+  return w;
+}
+
+int hvdl_tune_get(struct hvdl_reader *r, const int sizes[HVDL_TUNE_PARAMS], struct hvdl_tune_word *out) {
+  const char *start = r->p;
+  uint64_t w;
+  if (left(r) < sizeof w) return bad(r, start, "autotune word: %zu bytes left, it takes 8", left(r));
+  memcpy(&w, r->p, sizeof w);
+  const uint64_t known = HVDL_TUNE_SETTLED | ((1ull << (8 * HVDL_TUNE_PARAMS)) - 1);
+  if (w & ~known) return bad(r, start, "autotune word 0x%llx: reserved bits set", (unsigned long long)w);
+  for (int p = 0; p < HVDL_TUNE_PARAMS; p++) {
+    const int v = (int)((w >> (8 * p)) & 0xff);
+    if (v > sizes[p])
+      return bad(r, start, "autotune word 0x%llx: parameter %d has value %d of %d", (unsigned long long)w, p,
+                 v - 1, sizes[p]);
+    out->idx[p] = v - 1;
+  }
+  out->settled = (w & HVDL_TUNE_SETTLED) != 0;
+  r->p += sizeof w;
+  return 0;
+}
+
 const char *hvdl_coll_name(int coll) {
   static const char *names[HVDL_NUM_COLLS] = {"ALLREDUCE", "ALLGATHER", "BROADCAST",
                                                "ALLTOALL", "REDUCESCATTER", "BARRIER", "JOIN"};

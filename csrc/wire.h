@@ -15,14 +15,27 @@
 
 #include "request.h"
 
-/* A round's first message, per rank: HVDL_HDR_WORDS header words (flags below;
- * the byte size of its uncached descriptors in the high half of word 0), then a
- * bit vector with bit k set when a request matching cache entry k is pending. */
+/* A round's first message, per rank: HVDL_HDR_WORDS header words (word 0: flags
+ * below, the byte size of its uncached descriptors in the high half; word 1: rank
+ * 0's autotune word, below, 0 from every other rank), then a bit vector with bit k
+ * set when a request matching cache entry k is pending. */
 #define HVDL_HDR_WORDS 2
 #define HVDL_FLAG_LEAVING 1ull
 #define HVDL_FLAG_SLOW 2ull
 #define HVDL_FLAG_JOINED 4ull
 #define HVDL_FLAG_ALARMED 8ull /* sent a data alarm since the last settle (alarm.h) */
+
+/* The autotune word (csrc/autotune.c): the parameters every rank applies after the
+ * round, before its ready list. Byte p (enum hvdl_tune_param) is 1 + the index of
+ * parameter p's value in its grid, or 0 when rank 0 does not tune p (each rank keeps
+ * its own); HVDL_TUNE_SETTLED marks the final choice; the other bits are 0. A word
+ * of 0 says nothing: rank 0 is not tuning. */
+#define HVDL_TUNE_WORD 1
+#define HVDL_TUNE_SETTLED (1ull << 32)
+struct hvdl_tune_word {
+  int idx[HVDL_TUNE_PARAMS]; /* index in the parameter's grid; -1: not tuned */
+  int settled;
+};
 
 /* The coordinator's response: a sequence of these, each followed by its fields. */
 enum hvdl_resp_kind {
@@ -101,6 +114,11 @@ struct hvdl_resp {
  * are given densely, so a READY id is -1 or at most cache_count (the next new
  * one), and an EVICT id is below it. */
 int hvdl_resp_get(struct hvdl_reader *r, int cache_count, struct hvdl_resp *out);
+
+/* The autotune word: written, and read (8 bytes in host order) with `sizes` the
+ * grids' lengths; an index past its grid or a reserved bit set is malformed. */
+uint64_t hvdl_tune_put(const struct hvdl_tune_word *t);
+int hvdl_tune_get(struct hvdl_reader *r, const int sizes[HVDL_TUNE_PARAMS], struct hvdl_tune_word *out);
 
 /* A collective's name in messages: "ALLREDUCE", "ALLGATHER", ... */
 const char *hvdl_coll_name(int coll);

@@ -6,7 +6,7 @@ import sys
 from typing import Callable, List, Optional
 
 from ..exceptions import HvdLiteError
-from .knobs import LOG_LEVELS, MAX_STALL_S, knob_env
+from .knobs import LOG_LEVELS, MAX_AUTOTUNE_STEPS, MAX_AUTOTUNE_WARMUP, MAX_STALL_S, knob_env
 from .job import JobResult
 from .launch import default_start_timeout, execute, make_plan
 from .values import MAX_RANKS, parse_float, parse_int
@@ -103,6 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "(HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS)")
     k.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
                    help="engine log level (HVD_LITE_LOG_LEVEL)")
+    k.add_argument("--autotune", action="store_true", default=None,
+                   help="tune the fusion threshold, segment size, batch and cycle times online "
+                        "(HVD_LITE_AUTOTUNE=1)")
+    k.add_argument("--autotune-log-file", metavar="FILE",
+                   help="rank 0 writes each sample and the final choice to FILE as CSV "
+                        "(HVD_LITE_AUTOTUNE_LOG)")
+    k.add_argument("--autotune-warmup-samples", metavar="N", type=_whole(0, MAX_AUTOTUNE_WARMUP),
+                   help="samples dropped before the search (HVD_LITE_AUTOTUNE_WARMUP_SAMPLES)")
+    k.add_argument("--autotune-steps-per-sample", metavar="N", type=_whole(1, MAX_AUTOTUNE_STEPS),
+                   help="training steps in one sample (HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND ...",
                    help="the program and its arguments, run unchanged on every rank")
     return p
@@ -116,7 +126,11 @@ def _knobs(args: argparse.Namespace) -> dict:
                     timeline_filename=args.timeline_filename,
                     stall_check_warning_time_seconds=args.stall_check_warning_time_seconds,
                     stall_check_shutdown_time_seconds=args.stall_check_shutdown_time_seconds,
-                    log_level=args.log_level)
+                    log_level=args.log_level,
+                    autotune=args.autotune,
+                    autotune_log_file=args.autotune_log_file,
+                    autotune_warmup_samples=args.autotune_warmup_samples,
+                    autotune_steps_per_sample=args.autotune_steps_per_sample)
 
 
 def _report(result: JobResult, verbose: bool) -> None:

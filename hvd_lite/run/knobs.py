@@ -8,6 +8,8 @@ LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 MAX_FUSION_MB = 1024
 MAX_CYCLE_MS = 1e4
 MAX_STALL_S = 10_000_000
+MAX_AUTOTUNE_WARMUP = 1000
+MAX_AUTOTUNE_STEPS = 1_000_000
 
 # flag (argparse dest) -> (environment variable, unit shown in errors)
 KNOBS = {
@@ -19,6 +21,10 @@ KNOBS = {
     "stall_check_warning_time_seconds": ("HVD_LITE_STALL_CHECK_TIME_SECONDS", "s"),
     "stall_check_shutdown_time_seconds": ("HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS", "s"),
     "log_level": ("HVD_LITE_LOG_LEVEL", ""),
+    "autotune": ("HVD_LITE_AUTOTUNE", ""),
+    "autotune_log_file": ("HVD_LITE_AUTOTUNE_LOG", ""),
+    "autotune_warmup_samples": ("HVD_LITE_AUTOTUNE_WARMUP_SAMPLES", ""),
+    "autotune_steps_per_sample": ("HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", ""),
 }
 
 
@@ -31,7 +37,9 @@ def knob_env(fusion_threshold_mb: Optional[float] = None, cycle_time_ms: Optiona
              timeline_filename: Optional[str] = None,
              stall_check_warning_time_seconds: Optional[int] = None,
              stall_check_shutdown_time_seconds: Optional[int] = None,
-             log_level: Optional[str] = None) -> Dict[str, str]:
+             log_level: Optional[str] = None, autotune: Optional[bool] = None,
+             autotune_log_file: Optional[str] = None, autotune_warmup_samples: Optional[int] = None,
+             autotune_steps_per_sample: Optional[int] = None) -> Dict[str, str]:
     """The HVD_LITE_* variables for the knobs that were given (None means not given)."""
     env = {}
     if fusion_threshold_mb is not None:
@@ -71,4 +79,27 @@ def knob_env(fusion_threshold_mb: Optional[float] = None, cycle_time_ms: Optiona
         if level not in LOG_LEVELS:
             raise LauncherError(f"--log-level {log_level!r} is not one of {', '.join(LOG_LEVELS)}")
         env["HVD_LITE_LOG_LEVEL"] = level
+    env.update(_autotune_env(autotune, autotune_log_file, autotune_warmup_samples, autotune_steps_per_sample))
+    return env
+
+
+def _autotune_env(autotune, log_file, warmup, steps) -> Dict[str, str]:
+    env = {}
+    if autotune is not None:
+        env["HVD_LITE_AUTOTUNE"] = "1" if autotune else "0"
+    for flag, given in (("--autotune-log-file", log_file), ("--autotune-warmup-samples", warmup),
+                        ("--autotune-steps-per-sample", steps)):
+        if given is not None and not autotune:
+            raise LauncherError(f"{flag} needs --autotune: without it nothing is tuned")
+    if log_file is not None:
+        if not log_file:
+            raise LauncherError("--autotune-log-file must not be empty")
+        env["HVD_LITE_AUTOTUNE_LOG"] = log_file
+    for flag, var, value, lo, hi in (
+            ("--autotune-warmup-samples", "HVD_LITE_AUTOTUNE_WARMUP_SAMPLES", warmup, 0, MAX_AUTOTUNE_WARMUP),
+            ("--autotune-steps-per-sample", "HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", steps, 1, MAX_AUTOTUNE_STEPS)):
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise LauncherError(f"{flag} must be a whole number in [{lo}, {hi}], got {value!r}")
+            env[var] = str(value)
     return env

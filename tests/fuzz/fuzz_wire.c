@@ -15,7 +15,8 @@
  *   - a descriptor stream to hvdl_desc_get;
  *   - a response to hvdl_resp_get, with the cache size the negotiation passes;
  *   - every rank's gathered descriptors to rank 0's intake, hvdl_coordinate, one
- *     rank's segment mutated, across rounds with a table and a cache that live on.
+ *     rank's segment mutated, across rounds with a table and a cache that live on;
+ *   - rank 0's autotune header word to hvdl_tune_get, with random grid lengths.
  * It checks that a message as written is accepted and reads back as written;
  * that what a reader accepts is within the ranges it promises; that a rejection
  * says why and names the rank whose bytes they were (rank 0 for a response);
@@ -73,8 +74,9 @@ static long failures;
   } while (0)
 
 static long case_no;
-enum { DESCS, RESPONSES, INTAKE, NREADERS };
-static const char *reader_names[NREADERS] = {"hvdl_desc_get", "hvdl_resp_get", "hvdl_coordinate intake"};
+enum { DESCS, RESPONSES, INTAKE, TUNE, NREADERS };
+static const char *reader_names[NREADERS] = {"hvdl_desc_get", "hvdl_resp_get", "hvdl_coordinate intake",
+                                             "hvdl_tune_get"};
 static long accepted[NREADERS], rejected[NREADERS];
 static long oom_cases, oom_errors;
 
@@ -608,6 +610,40 @@ static void intake_case(struct session *s, struct bytes *prev) {
   }
 }
 
+/* ---- case 4: rank 0's autotune word ------------------------------------------------ */
+
+static void tune_case(struct bytes *m, struct bytes *prev) {
+  int sizes[HVDL_TUNE_PARAMS];
+  struct hvdl_tune_word want, got;
+  for (int q = 0; q < HVDL_TUNE_PARAMS; q++) {
+    sizes[q] = (int)below(10); /* 0: a grid with nothing in it, so only "not tuned" reads */
+    want.idx[q] = sizes[q] && chance(80) ? (int)below((size_t)sizes[q]) : -1;
+  }
+  want.settled = chance(30);
+  const uint64_t w = hvdl_tune_put(&want);
+  bytes_set(m, &w, sizeof w);
+  const int mutated = chance(85);
+  if (mutated) mutate(m, prev);
+  char *p = exact_copy(m);
+  struct hvdl_reader rd;
+  hvdl_reader_init(&rd, p, m->len);
+  const int ok = hvdl_tune_get(&rd, sizes, &got) == 0;
+  if (ok) {
+    for (int q = 0; q < HVDL_TUNE_PARAMS; q++)
+      CHECK(got.idx[q] >= -1 && got.idx[q] < sizes[q], "parameter %d: index %d of %d", q, got.idx[q], sizes[q]);
+    CHECK(rd.p == rd.begin + sizeof w, "an autotune word read %td bytes", rd.p - rd.begin);
+    const uint64_t again = hvdl_tune_put(&got);
+    CHECK(memcmp(&again, p, sizeof again) == 0, "an accepted autotune word is written back different");
+    if (!mutated) CHECK(again == w, "an autotune word reads back different");
+  } else {
+    CHECK(mutated, "an autotune word as written rejected: %s", rd.why);
+    CHECK(rd.why[0] != '\0', "a rejected autotune word says nothing");
+    if (m->len) check_rejection(&rd, "autotune word", 0);
+  }
+  (ok ? accepted : rejected)[TUNE]++;
+  free(p);
+}
+
 /* ---- the run ------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
@@ -619,12 +655,13 @@ int main(int argc, char **argv) {
   struct session s;
   session_start(&s);
   for (case_no = 0; case_no < cases; case_no++) {
-    switch (case_no % 3) {
+    switch (case_no % 4) {
       case 0: desc_case(&m, &prev); break;
       case 1: resp_case(&m, &prev); break;
-      default: intake_case(&s, &prev); break;
+      case 2: intake_case(&s, &prev); break;
+      default: tune_case(&m, &prev); break;
     }
-    if (case_no % 3 != 2 && m.len) bytes_set(&prev, m.p, m.len);
+    if (case_no % 4 != 2 && m.len) bytes_set(&prev, m.p, m.len);
   }
   session_end(&s);
   free(prev.p);

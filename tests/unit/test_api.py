@@ -122,7 +122,9 @@ def test_init_rejects_bad_comm_arguments():
     ("HVD_LITE_CYCLE_TIME", "fast"), ("HVD_LITE_STALL_CHECK_TIME_SECONDS", "-5"),
     ("HVD_LITE_BATCH_TIME", "-1"), ("HVD_LITE_NOTIFY_TIME", "1e9"),
     ("HVD_LITE_SEGMENT_BYTES", "0"), ("HVD_LITE_LOG_LEVEL", "loud"),
-    ("HVD_LITE_SMALL_ALLREDUCE_BYTES", str(1 << 40)),
+    ("HVD_LITE_SMALL_ALLREDUCE_BYTES", str(1 << 40)), ("HVD_LITE_AUTOTUNE", "yes"),
+    ("HVD_LITE_AUTOTUNE", "2"), ("HVD_LITE_AUTOTUNE_WARMUP_SAMPLES", "-1"),
+    ("HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", "0"), ("HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", "10x"),
 ])
 def test_bad_knob_values_are_named_at_init(monkeypatch, var, value):
     monkeypatch.setenv(var, value)
@@ -137,6 +139,44 @@ def test_log_level_info_prints_the_configuration(capfd, monkeypatch):
     hvd.init()
     hvd.shutdown()
     assert "fusion threshold 12345 B" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("var,value", [("HVD_LITE_AUTOTUNE_LOG", "tune.csv"),
+                                       ("HVD_LITE_AUTOTUNE_WARMUP_SAMPLES", "2"),
+                                       ("HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", "5")])
+def test_autotune_knobs_without_autotune_are_refused(monkeypatch, var, value):
+    monkeypatch.setenv(var, value)
+    monkeypatch.setenv("HVD_LITE_AUTOTUNE", "0")
+    with pytest.raises(ValueError, match=f"{var} is set but HVD_LITE_AUTOTUNE is not 1"):
+        hvd.init()
+    assert not hvd.is_initialized()
+
+
+def test_an_autotune_log_that_cannot_be_created_is_named_at_init(monkeypatch, tmp_path):
+    path = tmp_path / "missing" / "tune.csv"
+    monkeypatch.setenv("HVD_LITE_AUTOTUNE", "1")
+    monkeypatch.setenv("HVD_LITE_AUTOTUNE_LOG", str(path))
+    with pytest.raises(ValueError, match=f"HVD_LITE_AUTOTUNE_LOG={path}: cannot create the file"):
+        hvd.init()
+    assert not hvd.is_initialized()
+
+
+def test_autotune_keeps_the_knobs_the_user_set_and_says_what_it_tunes(capfd, monkeypatch):
+    monkeypatch.setenv("HVD_LITE_LOG_LEVEL", "info")
+    monkeypatch.setenv("HVD_LITE_AUTOTUNE", "1")
+    monkeypatch.setenv("HVD_LITE_FUSION_THRESHOLD", "12345")
+    monkeypatch.setenv("HVD_LITE_CYCLE_TIME", "0")
+    hvd.init()
+    try:
+        state = hvd.basics._engine().autotune()
+    finally:
+        hvd.shutdown()
+    # fusion (6 values) and cycle time (3) are set: 1 + (4 - 1) segment sizes + (5 - 1) batch times
+    assert ("autotune: tuning segment size, batch time in 8 samples of 10 steps, after 3 warm-up samples"
+            in capfd.readouterr().err)
+    assert state["fusion_threshold"] == 12345 and state["cycle_time_ms"] == 0.0
+    assert state["segment_bytes"] == 262144 and state["batch_time_ms"] == 1.0
+    assert not state["settled"] and state["samples"] == 0
 
 
 def test_automatic_names_restart_at_init():

@@ -55,6 +55,30 @@ def test_bad_knob_values_are_rejected(kw, words):
         knob_env(**kw)
 
 
+def test_autotune_flags_become_hvd_lite_variables():
+    args = build_parser().parse_args(["--autotune", "--autotune-log-file", "tune.csv",
+                                      "--autotune-warmup-samples", "0",
+                                      "--autotune-steps-per-sample", "5", "python", "x.py"])
+    assert _knobs(args) == {"HVD_LITE_AUTOTUNE": "1", "HVD_LITE_AUTOTUNE_LOG": "tune.csv",
+                            "HVD_LITE_AUTOTUNE_WARMUP_SAMPLES": "0",
+                            "HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE": "5"}
+    assert knob_env(autotune=True) == {"HVD_LITE_AUTOTUNE": "1"}
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(autotune_log_file="tune.csv"), "--autotune-log-file needs --autotune"),
+    (dict(autotune=False, autotune_steps_per_sample=5), "--autotune-steps-per-sample needs --autotune"),
+    (dict(autotune=True, autotune_log_file=""), "--autotune-log-file must not be empty"),
+    (dict(autotune=True, autotune_warmup_samples=-1), r"--autotune-warmup-samples must be a whole "
+                                                      r"number in \[0, 1000\], got -1"),
+    (dict(autotune=True, autotune_steps_per_sample=0), r"in \[1, 1000000\], got 0"),
+    (dict(autotune=True, autotune_steps_per_sample=2.5), "got 2.5"),
+])
+def test_bad_autotune_knobs_are_rejected(kw, words):
+    with pytest.raises(LauncherError, match=words):
+        knob_env(**kw)
+
+
 def test_fractional_megabytes_round_to_bytes():
     assert knob_env(fusion_threshold_mb=0.5) == {"HVD_LITE_FUSION_THRESHOLD": "524288"}
 
