@@ -103,6 +103,10 @@ typedef struct {
   size_t smallAllReduceBytes; /* at or below this many bytes per rank, AllReduce takes the
                                  latency path (HVD_LITE_SMALL_ALLREDUCE_BYTES);
                                  HVDL_SMALL_BYTES_AUTO: chosen by the number of ranks */
+  int disableShm;             /* 1: no shared-memory path between the ranks of a host
+                                 (HVD_LITE_SHM=0) */
+  size_t shmBytes;            /* the shared-memory path's chunk: bytes of each of the four
+                                 areas a rank has in its host's segment (HVD_LITE_SHM_BYTES) */
 } hvdlConfig_t;
 
 #define HVDL_SMALL_BYTES_AUTO ((size_t)-1)

@@ -57,6 +57,10 @@ struct hvdlComm {
   double data_timeout;   /* a wait in which nothing completes for this long fails (0: never) */
   int wait_peer;         /* the rank the current wait is for, where the algorithm knows (-1) */
   struct hvdl_faults *faults; /* NULL unless faults are injected */
+  struct hvdl_shm *shm;  /* shm.c: the segment shared with this host's ranks; NULL when there is
+                          * none (HVD_LITE_SHM=0, or no host has two ranks) */
+  hvdlComm_t cross;      /* allreduce_hier.c: this local rank's peers on the other hosts (a
+                          * lane); NULL on one host and on local ranks that carry no lane */
   MPI_Request *parked;   /* sends of failed collectives, released when the communicator is renewed */
   int nparked, parked_cap;
   char last_error[HVDL_ERRMSG_LEN];
@@ -117,6 +121,11 @@ hvdlResult_t hvdl_comm_renew(hvdlComm_t comm, MPI_Comm from);
 hvdlResult_t hvdl_config_check(const hvdlConfig_t *c);
 /* The measured latency-path crossover for this many ranks. */
 size_t hvdl_small_bytes_default(int nranks);
+/* The shared-memory path's chunk when hvdlConfig_t.shmBytes is 0. */
+size_t hvdl_shm_bytes_default(void);
+/* HVD_LITE_RANKS_PER_HOST (a testing aid): k > 0 splits each host's ranks into
+ * hosts of k consecutive ranks (topology.c); 0 when unset. */
+hvdlResult_t hvdl_config_ranks_per_host(int *k);
 
 /* wait.c: how a waiter polls MPI requests. It spins for `spin` seconds (with
  * sched_yield between polls if `yield`), then sleeps between polls, from
@@ -130,6 +139,22 @@ struct hvdl_wait_limits {
   double long_after, long_sleep;
   int bounded;
 };
+/* A condition to wait for. test sets *done (an error it returns ends the wait);
+ * pending counts what is still outstanding, for the progress bound (it may set
+ * comm->wait_peer to the peer the wait is for); left is the count at the start. */
+struct hvdl_poll {
+  hvdlResult_t (*test)(hvdlComm_t comm, void *arg, int *done);
+  int (*pending)(hvdlComm_t comm, void *arg);
+  void *arg;
+  int left;
+};
+/* Polls p until it is done, with comm->watch between polls and the limits' sleeps;
+ * hvdlRemoteError when pending() has not dropped for comm->data_timeout (bounded
+ * limits), or what test or comm->watch returned. hvdl_wait_data: with the data
+ * phases' limits. */
+hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
+                             const struct hvdl_wait_limits *limits);
+hvdlResult_t hvdl_wait_data(hvdlComm_t comm, const struct hvdl_poll *p);
 /* Polls until all n requests are done (comm->watch between polls); returns
  * hvdlSystemError on an MPI error, hvdlRemoteError when nothing completes for
  * comm->data_timeout, or what comm->watch returned. On failure the requests are
@@ -174,6 +199,12 @@ hvdlResult_t hvdl_allreduce_ring(hvdlComm_t comm, const void *sendbuff, void *re
                                  size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 hvdlResult_t hvdl_allreduce_small(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                   size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+/* Through the host's shared segment (shm.c), when comm->shm says one host; and the
+ * hierarchical all-reduce (allreduce_hier.c), when it says several. */
+hvdlResult_t hvdl_allreduce_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 
 /* Variable-size ring collectives (allgather.c, reducescatter.c). Rank k's block
  * has counts[k] elements (any may be 0) and starts at element counts[0] + ... +
