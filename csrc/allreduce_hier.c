@@ -16,7 +16,9 @@
  *   2. across hosts       local rank j all-reduces lane j in place with its peers
  *                         on comm->cross: the ring, or the latency path at or below
  *                         that communicator's crossover; the m lanes in parallel.
- *                         Avg divides by the number of ranks here
+ *                         Avg divides by the number of ranks here. Its waits beat
+ *                         the host's heartbeat (shm.h): the host's other ranks,
+ *                         waiting for this one in phase 3, see it busy, not silent
  *   3. within each host   hvdl_shm_share: every local rank copies every lane
  *
  * Bitwise identity. Every element's host partials are each computed once by one
@@ -35,6 +37,23 @@
 #include "reduce.h"
 #include "shm.h"
 
+/* The lane's waits: a heartbeat for the host's ranks waiting on this one, then the
+ * caller's own hook (the engine: alarms), whose failure it reports as it is. */
+struct lane_watch {
+  hvdlComm_t comm;
+  int failed;
+};
+
+static hvdlResult_t watch_lane(void *arg, double waited) {
+  struct lane_watch *w = arg;
+  hvdlComm_t comm = w->comm;
+  hvdl_shm_beat(comm->shm);
+  if (!comm->watch) return hvdlSuccess;
+  hvdlResult_t res = comm->watch(comm->watch_arg, waited);
+  w->failed = res != hvdlSuccess;
+  return res;
+}
+
 hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                  size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
   const struct hvdl_shm *s = comm->shm;
@@ -49,8 +68,9 @@ hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *re
 
   if (hi > lo) {
     hvdlComm_t x = comm->cross;
-    x->watch = comm->watch; /* the caller's hooks and limits hold across hosts too */
-    x->watch_arg = comm->watch_arg;
+    struct lane_watch w = {comm, 0};
+    x->watch = watch_lane;
+    x->watch_arg = &w;
     x->data_timeout = comm->data_timeout;
     x->faults = comm->faults;
     char *lane = (char *)recvbuff + lo * esize;
@@ -58,9 +78,14 @@ hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *re
     hvdlResult_t res = n * esize <= x->config.smallAllReduceBytes
                            ? hvdl_allreduce_small(x, lane, lane, n, dt, across)
                            : hvdl_allreduce_ring(x, lane, lane, n, dt, across);
-    if (res != hvdlSuccess)
-      return hvdl_fail(comm, res, "lane %d across hosts (ranks there are numbered by host): %s",
-                       s->local_rank, x->last_error);
+    x->watch = NULL;
+    if (res != hvdlSuccess) {
+      if (w.failed) { /* the caller's hook said why, on comm */
+        comm->broken = 1;
+        return res;
+      }
+      return hvdl_fail(comm, res, "lane %d across hosts: %s", s->local_rank, x->last_error);
+    }
     if (op == hvdlAvg) hvdl_divide(lane, n, dt, (uint64_t)comm->size);
   }
 

@@ -21,6 +21,7 @@ static void free_comm(hvdlComm_t comm, int collective) {
     else hvdlCommAbort(comm->cross);
   }
   hvdl_shm_free(comm, collective);
+  free(comm->rank_names);
   free(comm->parked);
   free(comm->scratch.tmp);
   free(comm->scratch.gather);
@@ -37,6 +38,14 @@ static hvdlResult_t split_lanes(hvdlComm_t comm, MPI_Comm from, MPI_Comm *out) {
   const struct hvdl_shm *s = comm->shm;
   const int color = s->local_rank < s->lanes ? s->local_rank : MPI_UNDEFINED;
   HVDL_MPI(comm, MPI_Comm_split(from, color, comm->rank, out));
+  return hvdlSuccess;
+}
+
+/* sub->rank_names: the rank in comm of each of sub's ranks (collective over sub). */
+static hvdlResult_t name_ranks(hvdlComm_t comm, hvdlComm_t sub) {
+  sub->rank_names = malloc(sizeof(int) * (size_t)sub->size);
+  if (!sub->rank_names) return hvdl_fail(comm, hvdlSystemError, "hvdlCommInitMpi: out of memory");
+  HVDL_MPI(comm, MPI_Allgather(&comm->rank, 1, MPI_INT, sub->rank_names, 1, MPI_INT, sub->mpi));
   return hvdlSuccess;
 }
 
@@ -64,6 +73,7 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
     if (res == hvdlSuccess && lane != MPI_COMM_NULL) {
       res = new_comm(&comm->cross, lane, &across);
       MPI_Comm_free(&lane);
+      if (res == hvdlSuccess) res = name_ranks(comm, comm->cross);
     }
   }
   if (res != hvdlSuccess) {

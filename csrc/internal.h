@@ -56,6 +56,8 @@ struct hvdlComm {
   void *watch_arg;
   double data_timeout;   /* a wait in which nothing completes for this long fails (0: never) */
   int wait_peer;         /* the rank the current wait is for, where the algorithm knows (-1) */
+  int *rank_names;       /* for messages: each rank's number in the communicator this one
+                          * serves (a lane's, allreduce_hier.c), or NULL: its own */
   struct hvdl_faults *faults; /* NULL unless faults are injected */
   struct hvdl_shm *shm;  /* shm.c: the segment shared with this host's ranks; NULL when there is
                           * none (HVD_LITE_SHM=0, or no host has two ranks) */
@@ -140,16 +142,17 @@ struct hvdl_wait_limits {
   int bounded;
 };
 /* A condition to wait for. test sets *done (an error it returns ends the wait);
- * pending counts what is still outstanding, for the progress bound (it may set
- * comm->wait_peer to the peer the wait is for); left is the count at the start. */
+ * progress is a count that grows whenever the wait moves on (requests completed, a
+ * peer's step or heartbeat), start its value when the wait begins; progress may
+ * set comm->wait_peer to the peer the wait is for. */
 struct hvdl_poll {
   hvdlResult_t (*test)(hvdlComm_t comm, void *arg, int *done);
-  int (*pending)(hvdlComm_t comm, void *arg);
+  uint64_t (*progress)(hvdlComm_t comm, void *arg);
   void *arg;
-  int left;
+  uint64_t start;
 };
 /* Polls p until it is done, with comm->watch between polls and the limits' sleeps;
- * hvdlRemoteError when pending() has not dropped for comm->data_timeout (bounded
+ * hvdlRemoteError when its progress has not grown for comm->data_timeout (bounded
  * limits), or what test or comm->watch returned. hvdl_wait_data: with the data
  * phases' limits. */
 hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,

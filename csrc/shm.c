@@ -9,6 +9,7 @@
  * aligned:
  *
  *   counter   the last step q has published (a 64-bit atomic, alone on its line)
+ *   heartbeat bumped while q waits for other hosts (allreduce_hier.c): progress
  *   in[0..1]  its input areas              (area bytes each: HVD_LITE_SHM_BYTES)
  *   out[0..1] its reduced-slice areas
  *
@@ -57,10 +58,11 @@
  *
  * Failures. A step's wait is the data phases' wait: a local rank that stops
  * publishing is named ("no message from rank R") after the data timeout
- * without progress, and another rank's alarm ends the wait. After a failure
+ * without progress (no local rank's step or heartbeat moved: a rank busy across
+ * hosts is not silent), and another rank's alarm ends the wait. After a failure
  * (hvdl_comm_renew) the ranks of a host agree on the highest step any of them
- * reached and go on from there. Fault points: stall and send before a publish,
- * recv before a wait.
+ * reached and go on from there. Fault points: stall, send and recv, each before
+ * a publish.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -82,6 +84,15 @@
 
 static _Atomic uint64_t *counter(const struct hvdl_shm *s, int q) {
   return (_Atomic uint64_t *)(void *)s->seg[q];
+}
+
+static _Atomic uint64_t *heartbeat(const struct hvdl_shm *s, int q) {
+  return (_Atomic uint64_t *)(void *)(s->seg[q] + 64);
+}
+
+void hvdl_shm_beat(const struct hvdl_shm *s) {
+  if (s->local_size > 1) /* else there is no segment, and nobody to tell */
+    atomic_fetch_add_explicit(heartbeat(s, s->local_rank), 1, memory_order_relaxed);
 }
 
 static char *in_area(const struct hvdl_shm *s, int q, uint64_t k) {
@@ -117,16 +128,17 @@ static hvdlResult_t all_arrived(hvdlComm_t comm, void *arg, int *done) {
   return hvdlSuccess;
 }
 
-/* How many local ranks have not published step k; the wait names the first. */
-static int behind(hvdlComm_t comm, void *arg) {
+/* Progress: the local ranks' steps and heartbeats, summed; the wait names the
+ * first local rank that has not published step k. */
+static uint64_t progress(hvdlComm_t comm, void *arg) {
   const struct arrival *a = arg;
-  int n = 0;
-  for (int q = a->s->local_size - 1; q >= 0; q--)
-    if (atomic_load_explicit(counter(a->s, q), memory_order_acquire) < a->k) {
-      comm->wait_peer = a->s->ranks[q];
-      n++;
-    }
-  return n;
+  uint64_t sum = 0;
+  for (int q = a->s->local_size - 1; q >= 0; q--) {
+    const uint64_t step = atomic_load_explicit(counter(a->s, q), memory_order_acquire);
+    if (step < a->k) comm->wait_peer = a->s->ranks[q];
+    sum += step + atomic_load_explicit(heartbeat(a->s, q), memory_order_relaxed);
+  }
+  return sum;
 }
 
 static hvdlResult_t fault(hvdlComm_t comm, enum hvdl_fault_point at) {
@@ -141,13 +153,17 @@ static hvdlResult_t fault(hvdlComm_t comm, enum hvdl_fault_point at) {
 
 /* Ends step s->step + 1: publishes it, then waits until every local rank has. */
 static hvdlResult_t step(hvdlComm_t comm, struct hvdl_shm *s) {
-  if (comm->faults) HVDL_CHECK(fault(comm, HVDL_FAULT_SEND));
+  if (comm->faults) { /* before publishing: the others wait for this rank, as for a lost message */
+    HVDL_CHECK(fault(comm, HVDL_FAULT_SEND));
+    HVDL_CHECK(fault(comm, HVDL_FAULT_RECV));
+  }
   const uint64_t k = ++s->step;
   atomic_store_explicit(counter(s, s->local_rank), k, memory_order_release);
-  if (comm->faults) HVDL_CHECK(fault(comm, HVDL_FAULT_RECV));
   struct arrival a = {s, k};
-  const struct hvdl_poll p = {all_arrived, behind, &a, behind(comm, &a)};
-  if (p.left == 0) return hvdlSuccess;
+  int done = 0;
+  all_arrived(comm, &a, &done);
+  if (done) return hvdlSuccess;
+  const struct hvdl_poll p = {all_arrived, progress, &a, progress(comm, &a)};
   return hvdl_wait_data(comm, &p);
 }
 

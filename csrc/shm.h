@@ -64,6 +64,10 @@ hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbu
  * rank holds all of buf: an all-gather through the segment. */
 hvdlResult_t hvdl_shm_share(hvdlComm_t comm, void *buf, size_t count, hvdlDataType_t dt);
 
+/* Tells the host's other ranks that this one is alive and busy elsewhere (waiting
+ * for other hosts): their waits count it as progress. */
+void hvdl_shm_beat(const struct hvdl_shm *s);
+
 /* Lane j's elements [*lo, *hi) of a count-element buffer cut into `lanes` near-equal
  * pieces (the first count % lanes one longer). */
 void hvdl_shm_lane(size_t count, int lanes, int j, size_t *lo, size_t *hi);

@@ -59,18 +59,19 @@ static int pending_count(int n, MPI_Request *reqs) {
   return left;
 }
 
-/* Progress, not total time, is bounded: at every data_timeout mark the wait counts
- * its pending requests, and fails if none completed since the last mark. */
-static hvdlResult_t no_progress(hvdlComm_t comm, int n, double waited) {
+/* Progress, not total time, is bounded: at every data_timeout mark the wait reads
+ * its progress count, and fails if it has not grown since the last mark. The peer
+ * is named as the communicator it serves numbers it (comm->rank_names). */
+static hvdlResult_t no_progress(hvdlComm_t comm, double waited) {
   if (comm->wait_peer >= 0)
     return hvdl_fail(comm, hvdlRemoteError,
                      "no message from rank %d for %g s (HVD_LITE_DATA_TIMEOUT_SECONDS): it is not "
                      "taking part in the collective",
-                     comm->wait_peer, waited);
+                     comm->rank_names ? comm->rank_names[comm->wait_peer] : comm->wait_peer, waited);
   return hvdl_fail(comm, hvdlRemoteError,
-                   "no progress for %g s (HVD_LITE_DATA_TIMEOUT_SECONDS) waiting for %d message(s) "
-                   "from other ranks: one of them is not taking part in the collective",
-                   waited, n);
+                   "no progress for %g s (HVD_LITE_DATA_TIMEOUT_SECONDS) waiting for other ranks: "
+                   "one of them is not taking part in the collective",
+                   waited);
 }
 
 hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
@@ -78,7 +79,7 @@ hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
   const double start = hvdl_now();
   const double timeout = w->bounded ? comm->data_timeout : 0;
   double sleep = 0, mark = start + timeout;
-  int left = p->left;
+  uint64_t seen = p->start;
   for (;;) {
     int done = 0;
     HVDL_CHECK(p->test(comm, p->arg, &done));
@@ -90,9 +91,9 @@ hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
       continue;
     }
     if (timeout > 0 && now >= mark) {
-      const int now_left = p->pending(comm, p->arg);
-      if (now_left >= left) return no_progress(comm, now_left, timeout);
-      left = now_left;
+      const uint64_t now_seen = p->progress(comm, p->arg);
+      if (now_seen == seen) return no_progress(comm, timeout);
+      seen = now_seen;
       mark = now + timeout;
     }
     sleep = hvdl_wait_next_sleep(w, sleep, waited);
@@ -111,16 +112,17 @@ static hvdlResult_t test_requests(hvdlComm_t comm, void *arg, int *done) {
   return hvdlSuccess;
 }
 
-static int requests_left(hvdlComm_t comm, void *arg) {
+/* Progress: the requests completed (none at the start). */
+static uint64_t requests_done(hvdlComm_t comm, void *arg) {
   (void)comm;
   struct request_set *rs = arg;
-  return pending_count(rs->n, rs->reqs);
+  return (uint64_t)(rs->n - pending_count(rs->n, rs->reqs));
 }
 
 hvdlResult_t hvdl_wait_requests(hvdlComm_t comm, int n, MPI_Request *reqs,
                                 const struct hvdl_wait_limits *w) {
   struct request_set rs = {n, reqs};
-  const struct hvdl_poll p = {test_requests, requests_left, &rs, n};
+  const struct hvdl_poll p = {test_requests, requests_done, &rs, 0};
   return hvdl_wait_until(comm, &p, w);
 }
 
