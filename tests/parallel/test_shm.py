@@ -116,8 +116,10 @@ def test_exact_results_every_dtype_and_op_across_every_chunk_boundary(dtype):
 @pytest.mark.parametrize("op", list(OPS))
 def test_exact_results_with_the_default_chunk_in_and_out_of_place(op):
     with make_comm() as c:
-        for dtype in (np.float32, np.int8, np.float16, np.uint64):
-            for count in (5, 3000, 5000, 300_007):  # one step, then 1 to 3 chunks of 1 MiB
+        # one step (up to 16 KiB), then one chunk of 1 MiB, then 2 or 3 of them
+        for dtype, counts in ((np.int8, (5, 3000)), (np.float16, (5, 5000)),
+                              (np.float32, (5, 3000, 300_007)), (np.uint64, (5, 5000, 300_007))):
+            for count in counts:
                 for inplace in (False, True):
                     check_exact(c, dtype, op, count, inplace, seed=count)
 
@@ -253,10 +255,11 @@ def test_a_rank_that_stops_taking_part_fails_the_allreduce_on_every_rank_and_the
             if point == "stall":
                 # The victim wakes after twice the timeout. Its host's ranks time out on it;
                 # with more ranks, a rank may first hear another waiter's alarm, or (emulated
-                # hosts) time out on a lane peer that waits for the victim.
+                # hosts) time out on a lane peer that waits for the victim, which the latency
+                # path across hosts cannot name.
                 agree(r == victim or (err is not None and took < 2 * TIMEOUT + 4
-                                      and "no message from rank" in str(err)
-                                      and (n > 2 or f"rank {victim} " in str(err))),
+                                      and "(HVD_LITE_DATA_TIMEOUT_SECONDS)" in str(err)
+                                      and (n > 2 or f"no message from rank {victim} " in str(err))),
                       f"stall: {err!r} after {took:.2f} s")
             else:
                 agree(err is not None and f"rank {victim}" in str(err)

