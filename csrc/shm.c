@@ -76,7 +76,7 @@
 #include "shm.h"
 #include "topology.h"
 
-#define LINE ((size_t)128) /* the counter's line: two cache lines, so prefetch does not share it */
+#define LINE ((size_t)128) /* the step counter (bytes 0-7) and the heartbeat (64-71): a cache line each */
 /* At most this many bytes use the one-step form (every rank reduces the whole buffer).
  * Not measured yet: one step saves a counter round trip (about a microsecond) and costs
  * (L-1) B / L more reduction per rank, which is about as long at some 10-20 KiB. */
