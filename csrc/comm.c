@@ -10,9 +10,18 @@
 #include <string.h>
 
 #include "internal.h"
+#include "shm.h"
 
 
-static void free_comm(hvdlComm_t comm) {
+/* Frees comm's memory; `collective` also frees what every rank frees together
+ * (the shared segment, the cross-host communicator). */
+static void free_comm(hvdlComm_t comm, int collective) {
+  if (comm->cross) {
+    if (collective) hvdlCommDestroy(comm->cross);
+    else hvdlCommAbort(comm->cross);
+  }
+  hvdl_shm_free(comm, collective);
+  free(comm->rank_names);
   free(comm->parked);
   free(comm->scratch.tmp);
   free(comm->scratch.gather);
@@ -21,6 +30,59 @@ static void free_comm(hvdlComm_t comm) {
   free(comm->scratch.block);
   free(comm->scratch.counts);
   free(comm);
+}
+
+/* The communicator of this rank's lane across hosts (allreduce_hier.c), from
+ * `from` (collective over it; MPI_COMM_NULL for a local rank without a lane). */
+static hvdlResult_t split_lanes(hvdlComm_t comm, MPI_Comm from, MPI_Comm *out) {
+  const struct hvdl_shm *s = comm->shm;
+  const int color = s->local_rank < s->lanes ? s->local_rank : MPI_UNDEFINED;
+  HVDL_MPI(comm, MPI_Comm_split(from, color, comm->rank, out));
+  return hvdlSuccess;
+}
+
+/* sub->rank_names: the rank in comm of each of sub's ranks (collective over sub). */
+static hvdlResult_t name_ranks(hvdlComm_t comm, hvdlComm_t sub) {
+  sub->rank_names = malloc(sizeof(int) * (size_t)sub->size);
+  if (!sub->rank_names) return hvdl_fail(comm, hvdlSystemError, "hvdlCommInitMpi: out of memory");
+  HVDL_MPI(comm, MPI_Allgather(&comm->rank, 1, MPI_INT, sub->rank_names, 1, MPI_INT, sub->mpi));
+  return hvdlSuccess;
+}
+
+static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfig_t *cfg) {
+  hvdlComm_t comm = calloc(1, sizeof *comm);
+  if (!comm) return hvdl_fail(NULL, hvdlSystemError, "hvdlCommInitMpi: out of memory");
+  comm->config = *cfg;
+  int err = MPI_Comm_dup(mpi_comm, &comm->mpi);
+  if (err != MPI_SUCCESS) {
+    free_comm(comm, 0);
+    return hvdl_fail_mpi(NULL, err, "MPI_Comm_dup in hvdlCommInitMpi");
+  }
+  /* Errors on our communicator come back as codes; they never abort the job. */
+  MPI_Comm_set_errhandler(comm->mpi, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm->mpi, &comm->rank);
+  MPI_Comm_size(comm->mpi, &comm->size);
+  if (comm->config.smallAllReduceBytes == HVDL_SMALL_BYTES_AUTO)
+    comm->config.smallAllReduceBytes = hvdl_small_bytes_default(comm->size);
+  hvdlResult_t res = hvdl_shm_init(comm);
+  if (res == hvdlSuccess && comm->shm && comm->shm->hosts > 1) {
+    MPI_Comm lane = MPI_COMM_NULL;
+    hvdlConfig_t across = *cfg;
+    across.disableShm = 1; /* one rank per host: nothing to share */
+    res = split_lanes(comm, comm->mpi, &lane);
+    if (res == hvdlSuccess && lane != MPI_COMM_NULL) {
+      res = new_comm(&comm->cross, lane, &across);
+      MPI_Comm_free(&lane);
+      if (res == hvdlSuccess) res = name_ranks(comm, comm->cross);
+    }
+  }
+  if (res != hvdlSuccess) {
+    hvdl_fail(NULL, res, "hvdlCommInitMpi: %s", comm->last_error);
+    free_comm(comm, 0);
+    return res;
+  }
+  *out = comm;
+  return hvdlSuccess;
 }
 
 hvdlResult_t hvdlCommInitMpi(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfig_t *config) {
@@ -43,23 +105,7 @@ hvdlResult_t hvdlCommInitMpi(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
     HVDL_CHECK(hvdlConfigDefault(&cfg));
   }
   HVDL_CHECK(hvdl_config_check(&cfg));
-
-  hvdlComm_t comm = calloc(1, sizeof *comm);
-  if (!comm) return hvdl_fail(NULL, hvdlSystemError, "hvdlCommInitMpi: out of memory");
-  comm->config = cfg;
-  int err = MPI_Comm_dup(mpi_comm, &comm->mpi);
-  if (err != MPI_SUCCESS) {
-    free_comm(comm);
-    return hvdl_fail_mpi(NULL, err, "MPI_Comm_dup in hvdlCommInitMpi");
-  }
-  /* Errors on our communicator come back as codes; they never abort the job. */
-  MPI_Comm_set_errhandler(comm->mpi, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(comm->mpi, &comm->rank);
-  MPI_Comm_size(comm->mpi, &comm->size);
-  if (comm->config.smallAllReduceBytes == HVDL_SMALL_BYTES_AUTO)
-    comm->config.smallAllReduceBytes = hvdl_small_bytes_default(comm->size);
-  *out = comm;
-  return hvdlSuccess;
+  return new_comm(out, mpi_comm, &cfg);
 }
 
 hvdlResult_t hvdl_comm_renew(hvdlComm_t comm, MPI_Comm from) {
@@ -83,6 +129,17 @@ hvdlResult_t hvdl_comm_renew(hvdlComm_t comm, MPI_Comm from) {
   for (int i = 0; i < comm->nparked; i++)
     if (comm->parked[i] != MPI_REQUEST_NULL) MPI_Request_free(&comm->parked[i]);
   comm->nparked = 0;
+  /* The shared segment's counters and the lanes' communicators start afresh too. */
+  HVDL_CHECK(hvdl_shm_renew(comm));
+  if (comm->shm && comm->shm->hosts > 1) {
+    MPI_Comm lane = MPI_COMM_NULL;
+    HVDL_CHECK(split_lanes(comm, fresh, &lane));
+    if (lane != MPI_COMM_NULL) {
+      hvdlResult_t res = hvdl_comm_renew(comm->cross, lane);
+      MPI_Comm_free(&lane);
+      if (res != hvdlSuccess) return hvdl_fail(comm, res, "%s", comm->cross->last_error);
+    }
+  }
   return hvdlSuccess;
 }
 
@@ -91,15 +148,15 @@ hvdlResult_t hvdlCommDestroy(hvdlComm_t comm) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Comm_free(&comm->mpi);
-  free_comm(comm);
+  free_comm(comm, !finalized);
   return hvdlSuccess;
 }
 
 hvdlResult_t hvdlCommAbort(hvdlComm_t comm) {
   if (!comm) return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlCommAbort: comm is NULL");
   /* MPI_Comm_free is local in practice but formally collective; after a failure
-   * the peers may be gone, so the handle is dropped rather than freed. */
-  free_comm(comm);
+   * the peers may be gone, so the handle is dropped rather than freed (the shared window too). */
+  free_comm(comm, 0);
   return hvdlSuccess;
 }
 
@@ -207,6 +264,10 @@ hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
     if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
     return hvdlSuccess;
   }
+  /* Candidates 'shm' (one host) and 'hier' (several), wherever ranks share a host. */
+  if (comm->shm)
+    return comm->shm->hosts == 1 ? hvdl_allreduce_shm(comm, sendbuff, recvbuff, count, datatype, op)
+                                 : hvdl_allreduce_hier(comm, sendbuff, recvbuff, count, datatype, op);
   if (bytes <= comm->config.smallAllReduceBytes)
     return hvdl_allreduce_small(comm, sendbuff, recvbuff, count, datatype, op);
   return hvdl_allreduce_ring(comm, sendbuff, recvbuff, count, datatype, op);

@@ -32,6 +32,12 @@
  * this many bytes; larger ready lists go to the engine thread, whose caller waits
  * interruptibly. */
 #define DEFAULT_FAST_PATH_BYTES ((size_t)16 << 20)
+/* The shared-memory path's chunk (shm.c): 4 areas of this many bytes per rank. Not
+ * measured yet: large enough that a chunk's two counter updates are small beside its
+ * copies, small enough that the 4 areas stay a few MiB per rank. */
+#define DEFAULT_SHM_BYTES ((size_t)1 << 20)
+#define MIN_SHM_BYTES ((size_t)64)
+#define MAX_SHM_BYTES ((size_t)1 << 30)
 /* Limits keep every MPI message count within an int. */
 #define MAX_SEGMENT_BYTES ((size_t)1 << 30)
 #define MAX_SMALL_BYTES ((size_t)1 << 26)
@@ -85,11 +91,38 @@ static hvdlResult_t env_seconds(const char *name, double dflt, double max, doubl
   return hvdlSuccess;
 }
 
+/* A 0/1 switch, 1 when unset. */
+static hvdlResult_t env_switch(const char *name, int *out) {
+  const char *s = getenv(name);
+  *out = 1;
+  if (!s || !*s) return hvdlSuccess;
+  if (strcmp(s, "0") != 0 && strcmp(s, "1") != 0)
+    return hvdl_fail(NULL, hvdlInvalidArgument, "%s=%s is not valid: expected 0 (off) or 1 (on)",
+                     name, s);
+  *out = s[0] == '1';
+  return hvdlSuccess;
+}
+
+size_t hvdl_shm_bytes_default(void) { return DEFAULT_SHM_BYTES; }
+
 size_t hvdl_small_bytes_default(int nranks) {
   return nranks <= 2 ? DEFAULT_SMALL_BYTES_2_RANKS : DEFAULT_SMALL_BYTES_MORE_RANKS;
 }
 
+hvdlResult_t hvdl_config_ranks_per_host(int *k) {
+  size_t v = 0;
+  HVDL_CHECK(env_size("HVD_LITE_RANKS_PER_HOST", 0, 0, 1 << 24, &v));
+  *k = (int)v;
+  return hvdlSuccess;
+}
+
 hvdlResult_t hvdl_config_check(const hvdlConfig_t *c) {
+  if ((c->shmBytes && (c->shmBytes < MIN_SHM_BYTES || c->shmBytes > MAX_SHM_BYTES)) ||
+      (c->disableShm != 0 && c->disableShm != 1))
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "hvdlConfig_t out of range: shmBytes %zu (%zu .. %zu, or 0 for the default), "
+                     "disableShm %d (0 or 1)",
+                     c->shmBytes, MIN_SHM_BYTES, MAX_SHM_BYTES, c->disableShm);
   if (c->segmentBytes > MAX_SEGMENT_BYTES ||
       (c->smallAllReduceBytes > MAX_SMALL_BYTES && c->smallAllReduceBytes != HVDL_SMALL_BYTES_AUTO))
     return hvdl_fail(NULL, hvdlInvalidArgument,
@@ -105,6 +138,13 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
                       &config->segmentBytes));
   HVDL_CHECK(env_size("HVD_LITE_SMALL_ALLREDUCE_BYTES", HVDL_SMALL_BYTES_AUTO, 0, MAX_SMALL_BYTES,
                       &config->smallAllReduceBytes));
+  int shm;
+  HVDL_CHECK(env_switch("HVD_LITE_SHM", &shm));
+  config->disableShm = !shm;
+  HVDL_CHECK(env_size("HVD_LITE_SHM_BYTES", DEFAULT_SHM_BYTES, MIN_SHM_BYTES, MAX_SHM_BYTES,
+                      &config->shmBytes));
+  int k;
+  HVDL_CHECK(hvdl_config_ranks_per_host(&k)); /* read by topology.c: refused here, before any traffic */
   return hvdlSuccess;
 }
 

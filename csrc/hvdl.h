@@ -120,6 +120,10 @@ typedef struct {
   size_t smallAllReduceBytes; /* at or below this many bytes per rank, AllReduce takes the
                                  latency path (HVD_LITE_SMALL_ALLREDUCE_BYTES);
                                  HVDL_SMALL_BYTES_AUTO: chosen by the number of ranks */
+  int disableShm;             /* 1: no shared-memory path between the ranks of a host
+                                 (HVD_LITE_SHM=0) */
+  size_t shmBytes;            /* the shared-memory path's chunk: bytes of each of the four
+                                 areas a rank has in its host's segment (HVD_LITE_SHM_BYTES) */
 } hvdlConfig_t;
 
 #define HVDL_SMALL_BYTES_AUTO ((size_t)-1)
@@ -131,7 +135,9 @@ hvdlResult_t hvdlGetVersion(int *version);
 hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config);
 
 /* Makes a communicator over the ranks of mpiComm (collective over mpiComm).
- * MPI must be initialised. The MPI communicator is duplicated. config may be NULL. */
+ * MPI must be initialised. The MPI communicator is duplicated. config may be NULL.
+ * Ranks that share a host also map a shared-memory segment (4 x shmBytes each),
+ * unless config->disableShm. */
 hvdlResult_t hvdlCommInitMpi(hvdlComm_t *comm, MPI_Comm mpiComm, const hvdlConfig_t *config);
 
 /* Frees a communicator (collective: every rank must call it). */

@@ -56,7 +56,13 @@ struct hvdlComm {
   void *watch_arg;
   double data_timeout;   /* a wait in which nothing completes for this long fails (0: never) */
   int wait_peer;         /* the rank the current wait is for, where the algorithm knows (-1) */
+  int *rank_names;       /* for messages: each rank's number in the communicator this one
+                          * serves (a lane's, allreduce_hier.c), or NULL: its own */
   struct hvdl_faults *faults; /* NULL unless faults are injected */
+  struct hvdl_shm *shm;  /* shm.c: the segment shared with this host's ranks; NULL when there is
+                          * none (HVD_LITE_SHM=0, or no host has two ranks) */
+  hvdlComm_t cross;      /* allreduce_hier.c: this local rank's peers on the other hosts (a
+                          * lane); NULL on one host and on local ranks that carry no lane */
   MPI_Request *parked;   /* sends of failed collectives, released when the communicator is renewed */
   int nparked, parked_cap;
   char last_error[HVDL_ERRMSG_LEN];
@@ -131,6 +137,11 @@ hvdlResult_t hvdl_comm_renew(hvdlComm_t comm, MPI_Comm from);
 hvdlResult_t hvdl_config_check(const hvdlConfig_t *c);
 /* The measured latency-path crossover for this many ranks. */
 size_t hvdl_small_bytes_default(int nranks);
+/* The shared-memory path's chunk when hvdlConfig_t.shmBytes is 0. */
+size_t hvdl_shm_bytes_default(void);
+/* HVD_LITE_RANKS_PER_HOST (a testing aid): k > 0 splits each host's ranks into
+ * hosts of k consecutive ranks (topology.c); 0 when unset. */
+hvdlResult_t hvdl_config_ranks_per_host(int *k);
 
 /* wait.c: how a waiter polls MPI requests. It spins for `spin` seconds (with
  * sched_yield between polls if `yield`), then sleeps between polls, from
@@ -144,6 +155,23 @@ struct hvdl_wait_limits {
   double long_after, long_sleep;
   int bounded;
 };
+/* A condition to wait for. test sets *done (an error it returns ends the wait);
+ * progress is a count that grows whenever the wait moves on (requests completed, a
+ * peer's step or heartbeat), start its value when the wait begins; progress may
+ * set comm->wait_peer to the peer the wait is for. */
+struct hvdl_poll {
+  hvdlResult_t (*test)(hvdlComm_t comm, void *arg, int *done);
+  uint64_t (*progress)(hvdlComm_t comm, void *arg);
+  void *arg;
+  uint64_t start;
+};
+/* Polls p until it is done, with comm->watch between polls and the limits' sleeps;
+ * hvdlRemoteError when its progress has not grown for comm->data_timeout (bounded
+ * limits), or what test or comm->watch returned. hvdl_wait_data: with the data
+ * phases' limits. */
+hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
+                             const struct hvdl_wait_limits *limits);
+hvdlResult_t hvdl_wait_data(hvdlComm_t comm, const struct hvdl_poll *p);
 /* Polls until all n requests are done (comm->watch between polls); returns
  * hvdlSystemError on an MPI error, hvdlRemoteError when nothing completes for
  * comm->data_timeout, or what comm->watch returned. On failure the requests are
@@ -201,6 +229,12 @@ hvdlResult_t hvdl_allreduce_ring(hvdlComm_t comm, const void *sendbuff, void *re
                                  size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 hvdlResult_t hvdl_allreduce_small(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                   size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+/* Through the host's shared segment (shm.c), when comm->shm says one host; and the
+ * hierarchical all-reduce (allreduce_hier.c), when it says several. */
+hvdlResult_t hvdl_allreduce_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 
 /* Variable-size ring collectives (allgather.c, reducescatter.c). Rank k's block
  * has counts[k] elements (any may be 0) and starts at element counts[0] + ... +

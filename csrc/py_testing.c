@@ -5,6 +5,8 @@
  *     .reduce(send, recv, dtype, op, root), .allgather(send, recv, dtype),
  *     .reducescatter(send, recv, dtype, op), .alltoall(send, recv, dtype), .destroy()
  *                                        the bare C API (hvdl.h)
+ *   Comm.shm_layout() -> None or (hosts, lanes, local_rank, local_size)
+ *                                        its shared-memory path (shm.h)
  *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor),
  *   scale_local(dst, src, dtype, factor)
  *                                        the reduction kernels (reduce.c) on local buffers
@@ -20,6 +22,7 @@
 
 #include "internal.h"
 #include "reduce.h"
+#include "shm.h"
 
 /* ---- Comm: the NCCL-shaped C API on its own ------------------------------ */
 
@@ -237,6 +240,13 @@ static PyObject *Comm_destroy(CommObject *self, PyObject *noargs) {
   Py_RETURN_NONE;
 }
 
+static PyObject *Comm_shm_layout(CommObject *self, PyObject *unused) {
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  const struct hvdl_shm *s = self->comm->shm;
+  if (!s) Py_RETURN_NONE;
+  return Py_BuildValue("(iiii)", s->hosts, s->lanes, s->local_rank, s->local_size);
+}
+
 static PyMethodDef Comm_methods[] = {
     {"allreduce", (PyCFunction)Comm_allreduce, METH_VARARGS,
      "allreduce(sendbuf, recvbuf, dtype, op): hvdlAllReduce on byte buffers (GIL released)"},
@@ -251,6 +261,8 @@ static PyMethodDef Comm_methods[] = {
     {"alltoall", (PyCFunction)Comm_alltoall, METH_VARARGS,
      "alltoall(sendbuf, recvbuf, dtype): hvdlAllToAll, ranks x count elements each"},
     {"destroy", (PyCFunction)Comm_destroy, METH_NOARGS, "hvdlCommDestroy (collective)"},
+    {"shm_layout", (PyCFunction)Comm_shm_layout, METH_NOARGS,
+     "None without a shared-memory path, else (hosts, lanes, local_rank, local_size)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,6 +20,10 @@ struct hvdl_topology {
  * hvdlSystemError with MPI's text if MPI fails. */
 hvdlResult_t hvdl_topology(MPI_Comm comm, struct hvdl_topology *out);
 
+/* Makes *local, the communicator of the ranks of comm on this rank's host, in
+ * rank order (collective over comm; the caller frees it). */
+hvdlResult_t hvdl_local_comm(MPI_Comm comm, MPI_Comm *local);
+
 /* Makes *out, the communicator of ranks[0 .. n-1] of base, in that order. Only
  * the listed ranks call it (MPI_Comm_create_group). hvdlInvalidArgument, before
  * any MPI traffic, for a rank outside [0, size of base) or a caller that is not

@@ -8,6 +8,8 @@
  * the engine loop call it. A wait ends early when the communicator's watch hook
  * says so (the engine: an alarm from another rank) or when nothing has completed
  * for comm->data_timeout; hvdl_abandon then cancels what its caller had posted.
+ * The same loop waits for other conditions (hvdl_wait_until: the shared-memory
+ * path's counters, shm.c), with the same limits and the same bound.
  *
  * Why not MPI_Wait: it busy-polls in Open MPI, so a rank waiting for a slow peer
  * burns a whole core, which on a small machine is a core taken from training.
@@ -57,29 +59,30 @@ static int pending_count(int n, MPI_Request *reqs) {
   return left;
 }
 
-/* Progress, not total time, is bounded: at every data_timeout mark the wait counts
- * its pending requests, and fails if none completed since the last mark. */
-static hvdlResult_t no_progress(hvdlComm_t comm, int n, double waited) {
+/* Progress, not total time, is bounded: at every data_timeout mark the wait reads
+ * its progress count, and fails if it has not grown since the last mark. The peer
+ * is named as the communicator it serves numbers it (comm->rank_names). */
+static hvdlResult_t no_progress(hvdlComm_t comm, double waited) {
   if (comm->wait_peer >= 0)
     return hvdl_fail(comm, hvdlRemoteError,
                      "no message from rank %d for %g s (HVD_LITE_DATA_TIMEOUT_SECONDS): it is not "
                      "taking part in the collective",
-                     comm->wait_peer, waited);
+                     comm->rank_names ? comm->rank_names[comm->wait_peer] : comm->wait_peer, waited);
   return hvdl_fail(comm, hvdlRemoteError,
-                   "no progress for %g s (HVD_LITE_DATA_TIMEOUT_SECONDS) waiting for %d message(s) "
-                   "from other ranks: one of them is not taking part in the collective",
-                   waited, n);
+                   "no progress for %g s (HVD_LITE_DATA_TIMEOUT_SECONDS) waiting for other ranks: "
+                   "one of them is not taking part in the collective",
+                   waited);
 }
 
-hvdlResult_t hvdl_wait_requests(hvdlComm_t comm, int n, MPI_Request *reqs,
-                                const struct hvdl_wait_limits *w) {
+hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
+                             const struct hvdl_wait_limits *w) {
   const double start = hvdl_now();
   const double timeout = w->bounded ? comm->data_timeout : 0;
   double sleep = 0, mark = start + timeout;
-  int left = n;
+  uint64_t seen = p->start;
   for (;;) {
     int done = 0;
-    HVDL_MPI(comm, MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
+    HVDL_CHECK(p->test(comm, p->arg, &done));
     if (done) return hvdlSuccess;
     const double now = hvdl_now(), waited = now - start;
     if (comm->watch) HVDL_CHECK(comm->watch(comm->watch_arg, waited));
@@ -88,14 +91,39 @@ hvdlResult_t hvdl_wait_requests(hvdlComm_t comm, int n, MPI_Request *reqs,
       continue;
     }
     if (timeout > 0 && now >= mark) {
-      const int now_left = pending_count(n, reqs);
-      if (now_left >= left) return no_progress(comm, now_left, timeout);
-      left = now_left;
+      const uint64_t now_seen = p->progress(comm, p->arg);
+      if (now_seen == seen) return no_progress(comm, timeout);
+      seen = now_seen;
       mark = now + timeout;
     }
     sleep = hvdl_wait_next_sleep(w, sleep, waited);
     hvdl_sleep(sleep);
   }
+}
+
+struct request_set {
+  int n;
+  MPI_Request *reqs;
+};
+
+static hvdlResult_t test_requests(hvdlComm_t comm, void *arg, int *done) {
+  struct request_set *rs = arg;
+  HVDL_MPI(comm, MPI_Testall(rs->n, rs->reqs, done, MPI_STATUSES_IGNORE));
+  return hvdlSuccess;
+}
+
+/* Progress: the requests completed (none at the start). */
+static uint64_t requests_done(hvdlComm_t comm, void *arg) {
+  (void)comm;
+  struct request_set *rs = arg;
+  return (uint64_t)(rs->n - pending_count(rs->n, rs->reqs));
+}
+
+hvdlResult_t hvdl_wait_requests(hvdlComm_t comm, int n, MPI_Request *reqs,
+                                const struct hvdl_wait_limits *w) {
+  struct request_set rs = {n, reqs};
+  const struct hvdl_poll p = {test_requests, requests_done, &rs, 0};
+  return hvdl_wait_until(comm, &p, w);
 }
 
 void hvdl_abandon(hvdlComm_t comm, int n, MPI_Request *reqs, int receives, double until) {
@@ -139,4 +167,9 @@ hvdlResult_t hvdl_wait_peer(hvdlComm_t comm, int peer, int n, MPI_Request *reqs)
 
 hvdlResult_t hvdl_wait_all(hvdlComm_t comm, int n, MPI_Request *reqs) {
   return hvdl_wait_peer(comm, -1, n, reqs);
+}
+
+hvdlResult_t hvdl_wait_data(hvdlComm_t comm, const struct hvdl_poll *p) {
+  comm->wait_peer = -1;
+  return hvdl_wait_until(comm, p, &in_collective);
 }

@@ -1,5 +1,6 @@
 """hvd_lite.allreduce under mpirun at 1-4 ranks: exact values, bitwise identity, the ring's
-boundaries (tiny forced segments) and both sides of the small-message crossover."""
+boundaries (tiny forced segments) and both sides of the small-message crossover. Tests that pin the
+ring or the latency path turn the shared-memory path off (tests/parallel/test_shm.py has its own)."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -46,7 +47,7 @@ def test_exact_results_every_dtype_and_op(dtype, op):
 @pytest.mark.parametrize("path", ["ring", "small"])
 def test_tiny_segments_cross_every_boundary(path):
     small = 0 if path == "ring" else 1 << 26
-    with reinit(HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SMALL_ALLREDUCE_BYTES=small):
+    with reinit(HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SMALL_ALLREDUCE_BYTES=small, HVD_LITE_SHM=0):
         for dtype in (np.float32, np.int8, np.float64, ml_dtypes.bfloat16):
             seg_elems = max(16 // np.dtype(dtype).itemsize, 1)
             for count in counts_for(hvd.size(), seg_elems):
@@ -56,7 +57,7 @@ def test_tiny_segments_cross_every_boundary(path):
 
 @pytest.mark.parametrize("small", [0, 1 << 26, None], ids=["ring", "latency-path", "default"])
 def test_every_rank_gets_bitwise_identical_results(small):
-    env = {} if small is None else {"HVD_LITE_SMALL_ALLREDUCE_BYTES": small}
+    env = {} if small is None else {"HVD_LITE_SMALL_ALLREDUCE_BYTES": small, "HVD_LITE_SHM": 0}
     with reinit(HVD_LITE_SEGMENT_BYTES=4096, **env):
         rng = np.random.default_rng(100 + hvd.rank())
         for count in (3, 1000, 33_333, 1 << 20):
@@ -75,7 +76,7 @@ def test_every_rank_gets_bitwise_identical_results(small):
 def test_ring_and_latency_path_agree_on_exact_inputs():
     results = []
     for small in (0, 1 << 26):
-        with reinit(HVD_LITE_SMALL_ALLREDUCE_BYTES=small, HVD_LITE_SEGMENT_BYTES=64):
+        with reinit(HVD_LITE_SMALL_ALLREDUCE_BYTES=small, HVD_LITE_SEGMENT_BYTES=64, HVD_LITE_SHM=0):
             x = exact_inputs(np.float32, 4097, hvd.rank())
             results.append(hvd.allreduce(x, op=hvd.Sum))
     agree(same_bits(results[0], results[1]), "ring and latency path differ")

@@ -9,8 +9,11 @@ TOPOLOGY = """
 import socket, sys, numpy as np, hvd_lite as hvd
 hvd.init()
 total = int(hvd.allreduce(np.array([hvd.rank() + 1], np.int64), op=hvd.Sum)[0])
+# the hierarchical all-reduce: 3 chunks within each host, lanes across hosts
+big = hvd.allreduce(np.arange(300_001, dtype=np.float64) * (hvd.rank() + 1), op=hvd.Sum)
+exact = bool(np.array_equal(big, np.arange(300_001, dtype=np.float64) * total))
 sys.stdout.write(f"TOPO {hvd.rank()} {socket.gethostname()} {hvd.local_rank()} {hvd.local_size()} "
-                 f"{hvd.cross_rank()} {hvd.cross_size()} {total}\\n")
+                 f"{hvd.cross_rank()} {hvd.cross_size()} {total} {exact}\\n")
 """
 
 
@@ -18,12 +21,12 @@ def test_two_hosts_give_local_and_cross_ranks_per_host():
     with two_hosts() as (words, _root):
         res = hvdrun("-np", "4", "-H", "hosta:2,hostb:2", *mpi_args(words), *py(TOPOLOGY))
     assert res.returncode == 0, res.stdout + res.stderr
-    # rank host local_rank local_size cross_rank cross_size sum(rank+1)
+    # rank host local_rank local_size cross_rank cross_size sum(rank+1) big-all-reduce-exact
     assert sorted(tagged(res.stdout, "TOPO")) == [
-        "0 hosta 0 2 0 2 10",
-        "1 hosta 1 2 0 2 10",
-        "2 hostb 0 2 1 2 10",
-        "3 hostb 1 2 1 2 10",
+        "0 hosta 0 2 0 2 10 True",
+        "1 hosta 1 2 0 2 10 True",
+        "2 hostb 0 2 1 2 10 True",
+        "3 hostb 1 2 1 2 10 True",
     ]
 
 
@@ -34,9 +37,9 @@ def test_uneven_hosts_from_a_hostfile(tmp_path):
         res = hvdrun("-np", "3", "--hostfile", str(hostfile), *mpi_args(words), *py(TOPOLOGY))
     assert res.returncode == 0, res.stdout + res.stderr
     assert sorted(tagged(res.stdout, "TOPO")) == [
-        "0 hosta 0 1 0 2 6",
-        "1 hostb 0 2 1 2 6",
-        "2 hostb 1 2 0 1 6",
+        "0 hosta 0 1 0 2 6 True",
+        "1 hostb 0 2 1 2 6 True",
+        "2 hostb 1 2 0 1 6 True",
     ]
 
 

@@ -1,0 +1,75 @@
+/*
+ * shm.h -- the shared-memory unit: the segment that the ranks of a communicator
+ * on one host share (a POSIX shared-memory file), and the verbs that the one-host
+ * all-reduce (shm.c) and the hierarchical all-reduce (allreduce_hier.c) are made
+ * of. The schedule and why every rank gets the same bytes: shm.c's opening
+ * comment and docs/algorithms.md.
+ */
+#ifndef HVDL_SHM_H_
+#define HVDL_SHM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+/* One rank's view of its host's segment, and the layout of hosts. */
+struct hvdl_shm {
+  MPI_Comm local;       /* the ranks of this host, in rank order */
+  char *base;           /* the segment's mapping (NULL when this rank is alone on its host) */
+  size_t bytes;
+  int local_rank, local_size;
+  int hosts;            /* hosts of the communicator */
+  int lanes;            /* the fewest ranks on any host: local ranks 0 .. lanes-1 carry a
+                         * slice each across hosts (allreduce_hier.c) */
+  int *ranks;           /* the communicator's rank of each local rank (for messages) */
+  size_t area;          /* bytes of each of a rank's four areas: the chunk */
+  char **seg;           /* each local rank's segment: counter line, in[0], in[1], out[0], out[1] */
+  uint64_t step;        /* steps this rank has published */
+};
+
+/* Sets up comm->shm, collectively over comm->mpi: NULL when the path is off
+ * (config.disableShm), comm has one rank, or no host has two of its ranks.
+ * A segment that cannot be made on some host (a full /dev/shm) is no error: every rank then
+ * leaves comm->shm NULL (the agreement is collective) and the ring is used. */
+hvdlResult_t hvdl_shm_init(hvdlComm_t comm);
+
+/* Releases comm->shm: unmaps the segment; `collective` also frees the host's
+ * communicator (every local rank calls it; not after a failure, hvdlCommAbort). */
+void hvdl_shm_free(hvdlComm_t comm, int collective);
+
+/* After a failed collective, when every rank has left it (hvdl_comm_renew): the
+ * ranks of each host agree on their step counters again (collective). */
+hvdlResult_t hvdl_shm_renew(hvdlComm_t comm);
+
+/* How hvdl_shm_reduce combines the local ranks' inputs. */
+struct hvdl_shm_fold {
+  hvdlDataType_t dt;
+  hvdlRedOp_t op;
+  uint64_t divisor;  /* 0, or divide every result by this (Avg) */
+  int ring_order;    /* 0: local-rank order, x0 op x1 op ... (the latency path's);
+                      * 1: ring.c's order, x(c+1) op x(c+2) op ... op x(c) for the
+                      * elements of its chunk c (count cut into local_size chunks) */
+};
+
+/* Reduces count elements over the local ranks through the segment, chunk by
+ * chunk: every element is reduced by one local rank, in f's order; each rank
+ * then copies elements [lo, hi) of the result into recvbuff (only those). In
+ * place when sendbuff == recvbuff. A rank alone on its host copies [lo, hi) of
+ * sendbuff (divided). */
+hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                             size_t count, const struct hvdl_shm_fold *f, size_t lo, size_t hi);
+
+/* Local rank j < lanes holds lane j (hvdl_shm_lane) of buf; afterwards every local
+ * rank holds all of buf: an all-gather through the segment. */
+hvdlResult_t hvdl_shm_share(hvdlComm_t comm, void *buf, size_t count, hvdlDataType_t dt);
+
+/* Tells the host's other ranks that this one is alive and busy elsewhere (waiting
+ * for other hosts): their waits count it as progress. */
+void hvdl_shm_beat(const struct hvdl_shm *s);
+
+/* Lane j's elements [*lo, *hi) of a count-element buffer cut into `lanes` near-equal
+ * pieces (the first count % lanes one longer). */
+void hvdl_shm_lane(size_t count, int lanes, int j, size_t *lo, size_t *hi);
+
+#endif /* HVDL_SHM_H_ */
