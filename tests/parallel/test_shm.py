@@ -14,6 +14,7 @@ import hvd_lite as hvd
 from conftest import agree, reinit, world
 from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
 from hvd_lite import _core
+from hvd_lite._submit import HVDL_DTYPES
 
 pytestmark = pytest.mark.mpi
 
@@ -22,7 +23,8 @@ F32 = 7  # the hvdl code of float32
 
 
 def code(dtype) -> int:
-    return [np.dtype(d) for d in ALL_DTYPES].index(np.dtype(dtype))
+    """The hvdl datatype code."""
+    return HVDL_DTYPES[np.dtype(dtype)]
 
 
 @contextlib.contextmanager
