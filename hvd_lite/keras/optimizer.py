@@ -97,9 +97,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
 
 def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',
                                 compression=Compression.none, sparse_as_dense=False,
-                                gradient_predivide_factor=1.0, op=Average,
-                                backward_passes_per_step=1, average_aggregated_gradients=False,
-                                groups=None, process_set=global_process_set, local_layers=None,
+                                gradient_predivide_factor=1.0, op=Average, groups=None,
+                                process_set=global_process_set, local_layers=None,
                                 scale_local_gradients=True) -> keras.optimizers.Optimizer:
     """DistributedOptimizer whose `local_layers`' gradients stay local."""
     if local_layers is None:
@@ -109,9 +108,9 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sp
     elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
         raise ValueError("All local layers must be of keras.layers.Layer type.")
     opt = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression,
-                               sparse_as_dense, gradient_predivide_factor, op,
-                               backward_passes_per_step, average_aggregated_gradients, 0, groups,
-                               process_set, scale_local_gradients)
+                               sparse_as_dense, gradient_predivide_factor, op, groups=groups,
+                               process_set=process_set,
+                               scale_local_gradients=scale_local_gradients)
     for layer in local_layers:
         for v in layer.trainable_weights:
             opt.register_local_var(v)

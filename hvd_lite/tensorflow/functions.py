@@ -17,7 +17,7 @@ from .process_sets import check_process_set, global_process_set
 
 # ---------------------------------------------------------------------------- broadcasts
 
-def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int = 0,
+def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int,
                         process_set=global_process_set, inplace: bool = False):
     """Assigns rank `root_rank`'s value to each variable on every rank (eager: all in one round;
     in a graph: returns the op). `inplace` is accepted as in Horovod (every broadcast here

@@ -37,7 +37,7 @@ _trace_ids = itertools.count()
 
 # ---------------------------------------------------------------------------- errors
 
-class CollectiveFailedError(tf.errors.FailedPreconditionError, CollectiveError):
+class CollectiveFailedError(CollectiveError, tf.errors.FailedPreconditionError):
     """A collective on tf tensors failed across ranks (a mismatch, a timeout, a failed peer):
     a tf.errors.FailedPreconditionError, as Horovod raises, and an hvd_lite.CollectiveError."""
 
@@ -46,7 +46,7 @@ class CollectiveFailedError(tf.errors.FailedPreconditionError, CollectiveError):
         self.code = code
 
 
-class CollectiveArgumentError(tf.errors.InvalidArgumentError, InvalidArgumentError):
+class CollectiveArgumentError(InvalidArgumentError, tf.errors.InvalidArgumentError):
     """A collective's arguments were refused across ranks (alltoall splits that do not add up):
     a tf.errors.InvalidArgumentError, as Horovod raises, and an hvd_lite.InvalidArgumentError."""
 
@@ -353,7 +353,12 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
 
     def send(x, sp, label):
         def run(a, b):
-            recv, rsplits = collectives.alltoall(_np(a), [int(v) for v in b], label)
+            try:
+                recv, rsplits = collectives.alltoall(_np(a), [int(v) for v in b], label)
+            except CollectiveError as exc:  # bad splits (on any rank): Horovod's argument error
+                if "alltoall splits" in str(exc):
+                    raise InvalidArgumentError(exc.code, str(exc)) from None
+                raise
             return [recv, np.asarray(rsplits, np.int64)]
         out, rsplits = _run(run, [x, sp], [x.dtype, tf.int64], "alltoall")
         return _rows(out), tf.ensure_shape(rsplits, [n])

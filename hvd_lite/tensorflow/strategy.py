@@ -70,7 +70,7 @@ def _check_communication_options(options) -> None:
     """TypeError or ValueError unless hvd_lite can honour every field of `options`."""
     if options is None:
         return
-    if not isinstance(options, tf.distribute.experimental.CommunicationOptions):
+    if not isinstance(options, type(tf.distribute.experimental.CommunicationOptions())):
         raise TypeError("communication_options must be a "
                         "tf.distribute.experimental.CommunicationOptions, got "
                         f"{type(options).__name__}")
