@@ -31,8 +31,8 @@ class _DistributedOptimizer:
         self._hvd_reduction.register_local(var)
 
     def _hvd_reduce(self, grads, variables, scale=1.0):
-        if basics.size() == 1 and not self._hvd_reduction.local:
-            return list(grads)
+        if basics.size() == 1 and not self._hvd_reduction.local:  # nothing to reduce
+            return [g * scale if g is not None and scale != 1.0 else g for g in grads]
         return self._hvd_reduction(grads, variables, scale)
 
     def apply(self, grads, trainable_variables=None):
