@@ -5,12 +5,19 @@ Keras 3's TensorFlow trainer has no multi-worker path that works (keras-team/ker
 strategy, when created, installs these hooks (once, for the process); each one acts only on a
 model whose `distribute_strategy` is an hvd_lite strategy, and leaves every other model alone:
 
-| Keras call | hook |
-|---|---|
-| `Trainer.get_metrics_result` (the logs of every step, of `fit`'s epochs and of `evaluate`) | the metric states (Keras metric variables, aggregation "sum" or "mean") are reduced across ranks in one call, the results computed from the global states, and the local states put back: every rank reports the metrics of the whole global batch or data set |
-| `reduce_per_replica(..., "concat")` (what `predict` does with each step's outputs) | one allgather per step: each rank predicts its share of the batch, every rank gets the whole batch in input order |
-| `Model.save`, `Model.save_weights` on a rank other than 0 | written to a temporary directory, removed at once (TF's `write_filepath` rule: only the chief's file is kept, and a save that fails fails on every rank) |
-| `ModelCheckpoint` and `BackupAndRestore` writes, `BackupAndRestore`'s final deletion of its backup | rank 0 only (Keras 3 would have every rank write and delete the same files at once) |
+- `Trainer.get_metrics_result` (the logs of every step, of fit's epochs and of evaluate): the
+  metric states (Keras metric variables with aggregation "sum" or "mean") are reduced across
+  ranks in one call (one per op: Sum, and Average for "mean" states), the results computed from the global states, and the local states put
+  back: every rank reports the metrics of the whole global batch or data set;
+- `reduce_per_replica(..., "concat")` (what predict does with each step's outputs): one allgather
+  per step: each rank predicts its share of the batch, every rank gets the whole batch in input
+  order;
+- `Model.save`, `Model.save_weights` on a rank other than 0: written to a temporary directory,
+  removed at once (TF's write_filepath rule: only the chief's file is kept, and a save that
+  fails fails on every rank);
+- the writes of `ModelCheckpoint` and `BackupAndRestore`, and BackupAndRestore's final deletion
+  of its backup: rank 0 only (Keras 3 would have every rank write and delete the same files at
+  once).
 """
 import functools
 import os
