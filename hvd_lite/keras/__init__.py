@@ -27,17 +27,91 @@ def _check_backend() -> None:
 _check_backend()
 
 from ..basics import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,  # noqa: E402
-                      rank, shutdown, size)
+                      mpi_threads_supported, rank, shutdown, size)
 from ..state import allgather_object, broadcast_object  # noqa: E402
-from ..tensorflow import (Average, Compression, Max, Min, Product, Sum, allgather, allreduce,  # noqa: E402
-                          broadcast, broadcast_variables)
-from .callbacks import (BroadcastGlobalVariablesCallback, LearningRateWarmupCallback,  # noqa: E402
-                        MetricAverageCallback)
-from .optimizer import DistributedOptimizer  # noqa: E402
+from ..tensorflow import mpi_ops as _ops  # noqa: E402
+from ..tensorflow.basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: E402
+                                 mpi_built, mpi_enabled, nccl_built, rocm_built, start_timeline,
+                                 stop_timeline)
+from ..tensorflow.compression import Compression  # noqa: E402
+from ..tensorflow.functions import broadcast_variables  # noqa: E402
+from ..tensorflow.mpi_ops import Adasum, Average, Max, Min, Product, Sum  # noqa: E402
+from ..tensorflow.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: E402
+                                       remove_process_set)
+from . import callbacks  # noqa: E402
+from .callbacks import (BroadcastGlobalVariablesCallback, LearningRateScheduleCallback,  # noqa: E402
+                        LearningRateWarmupCallback, MetricAverageCallback)
+from .optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: E402
 
-__all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-           "cross_rank", "cross_size", "allreduce", "allgather", "broadcast", "broadcast_variables",
-           "allgather_object", "broadcast_object",
-           "Average", "Sum", "Min", "Max", "Product", "Compression", "DistributedOptimizer",
+
+def broadcast_global_variables(root_rank):
+    """Horovod's TF1 call: refused under eager TensorFlow 2, as Horovod refuses it."""
+    from ..tensorflow.functions import broadcast_global_variables as refuse
+
+    return refuse(root_rank)
+
+
+def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0, op=None,
+              compression=Compression.none):
+    """`value` (anything tf.constant takes) reduced across ranks, Average by default."""
+    import tensorflow as tf
+
+    return _ops.allreduce(tf.constant(value, name=name), average=average,
+                          prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                          op=op, compression=compression)
+
+
+def allgather(value, name=None):
+    """Every rank's `value` concatenated along dim 0."""
+    import tensorflow as tf
+
+    return _ops.allgather(tf.constant(value, name=name))
+
+
+def broadcast(value, root_rank, name=None):
+    """Rank `root_rank`'s `value` on every rank."""
+    import tensorflow as tf
+
+    return _ops.broadcast(tf.constant(value, name=name), root_rank)
+
+
+def reducescatter(value, name=None, op=Average):
+    """`value` reduced across ranks; rank r keeps its block of dim 0."""
+    import tensorflow as tf
+
+    return _ops.reducescatter(tf.constant(value, name=name), op=op)
+
+
+def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none,
+               legacy_opts=False):
+    """keras.models.load_model, with the saved optimizer wrapped in DistributedOptimizer."""
+    if legacy_opts:
+        raise ValueError("legacy_opts=True loads tf.keras.optimizers.legacy optimizers, which Keras "
+                         "3 does not have")
+    model = _keras.models.load_model(filepath, custom_objects=custom_objects)
+    opt = getattr(model, "optimizer", None)
+    if custom_optimizers is not None and opt is not None and not any(
+            isinstance(opt, c) for c in custom_optimizers):
+        raise ValueError(f"the saved optimizer is a {type(opt).__name__}, not one of "
+                         f"custom_optimizers {[c.__name__ for c in custom_optimizers]}")
+    if opt is not None and not hasattr(opt, "_hvd_reduction"):
+        dist = DistributedOptimizer(opt, compression=compression)
+        if opt.built:
+            dist.build(model.trainable_variables)
+            for mine, saved in zip(dist.variables, opt.variables):
+                mine.assign(saved)
+        model.optimizer = dist
+    return model
+
+
+__all__ = ["init", "shutdown", "is_initialized", "start_timeline", "stop_timeline", "rank", "size",
+           "local_rank", "local_size", "cross_rank", "cross_size", "mpi_threads_supported",
+           "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built", "nccl_built", "ddl_built",
+           "ccl_built", "cuda_built", "rocm_built", "ProcessSet", "global_process_set",
+           "add_process_set", "remove_process_set", "allreduce", "allgather", "broadcast",
+           "reducescatter", "broadcast_variables", "broadcast_global_variables",
+           "allgather_object", "broadcast_object", "load_model", "callbacks",
+           "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression",
+           "DistributedOptimizer", "PartialDistributedOptimizer",
            "BroadcastGlobalVariablesCallback", "MetricAverageCallback",
-           "LearningRateWarmupCallback", "HvdLiteError"]
+           "LearningRateScheduleCallback", "LearningRateWarmupCallback", "HvdLiteError"]

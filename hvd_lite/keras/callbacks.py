@@ -1,19 +1,37 @@
-"""Horovod's Keras callbacks: broadcast the initial state, average the epoch's metrics, warm up
-the learning rate."""
+"""Horovod's Keras callbacks: broadcast the initial state, average the epoch's metrics, schedule
+and warm up the learning rate."""
 import keras
 import numpy as np
+import tensorflow as tf
 
 from .. import basics, ops
 from ..tensorflow.functions import broadcast_variables
+from ..tensorflow.mpi_ops import check_device
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
-    """At the start of training, every rank takes rank `root_rank`'s model and optimizer state."""
+    """At the start of training, every rank takes rank `root_rank`'s model and optimizer state
+    (except `local_variables`)."""
 
-    def __init__(self, root_rank: int = 0):
+    def __init__(self, root_rank: int, device: str = '', local_variables=None):
         super().__init__()
+        check_device("BroadcastGlobalVariablesCallback", "device", device)
         self.root_rank = root_rank
+        self.device = device
         self.broadcast_done = False
+        self._local_vars = set()
+        if local_variables is None:
+            local_variables = []
+        elif isinstance(local_variables, (tf.Variable, keras.Variable)):
+            local_variables = [local_variables]
+        elif not all(isinstance(v, (tf.Variable, keras.Variable)) for v in local_variables):
+            raise ValueError("All local variables must be of tf.Variable type.")
+        for v in local_variables:
+            self.register_local_var(v)
+
+    def register_local_var(self, var) -> None:
+        """This variable is not broadcast."""
+        self._local_vars.add(id(var))
 
     def on_train_begin(self, logs=None):
         if self.broadcast_done:
@@ -23,19 +41,25 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         if opt is not None and not opt.built:
             opt.build(model.trainable_variables)
         variables = list(model.variables) + (list(opt.variables) if opt is not None else [])
-        broadcast_variables(variables, self.root_rank)
+        broadcast_variables([v for v in variables if id(v) not in self._local_vars],
+                            self.root_rank)
         self.broadcast_done = True
 
 
 class MetricAverageCallback(keras.callbacks.Callback):
     """At the end of each epoch, replaces every numeric log by its average over the ranks (same
-    keys on every rank, in sorted order)."""
+    keys on every rank, in sorted order; one reduction)."""
+
+    def __init__(self, device: str = ''):
+        super().__init__()
+        check_device("MetricAverageCallback", "device", device)
+        self.device = device
 
     def _average(self, logs):
         if logs is None or basics.size() == 1:
             return
         keys = sorted(k for k, v in logs.items() if np.ndim(v) == 0 and
-                      isinstance(float(np.asarray(v)), float))
+                      np.issubdtype(np.asarray(v).dtype, np.number))
         if not keys:
             return
         values = np.array([float(np.asarray(logs[k])) for k in keys], np.float64)
@@ -47,36 +71,107 @@ class MetricAverageCallback(keras.callbacks.Callback):
         self._average(logs)
 
 
-class LearningRateWarmupCallback(keras.callbacks.Callback):
-    """Ramps the learning rate from initial_lr / size to initial_lr over `warmup_epochs` epochs,
-    batch by batch (Goyal et al.); `initial_lr` is the already scaled rate (e.g. 0.001 * size)."""
+def _momentum_refused(optimizer) -> bool:
+    return bool(getattr(optimizer, "momentum", 0))
 
-    def __init__(self, initial_lr: float, warmup_epochs: int = 5, momentum_correction: bool = True,
-                 steps_per_epoch=None, verbose: int = 0):
+
+class LearningRateScheduleCallback(keras.callbacks.Callback):
+    """Sets the learning rate to `initial_lr * multiplier(epoch)` from `start_epoch` up to
+    `end_epoch` (exclusive): at each epoch's start with `staircase`, else at every batch with a
+    fractional epoch. `multiplier` is a function of the epoch or a constant (then
+    multiplier ** (epoch - start_epoch))."""
+
+    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                 momentum_correction=True, steps_per_epoch=None):
         super().__init__()
+        if initial_lr is None:
+            raise ValueError("Parameter `initial_lr` is required")
         self.initial_lr = float(initial_lr)
-        self.warmup_epochs = warmup_epochs
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
+        self.staircase = staircase
+        self.momentum_correction = momentum_correction
         self.steps_per_epoch = steps_per_epoch
-        self.verbose = verbose
-        self.current_epoch = 0
+        self.current_epoch = None
+        self.multiplier = (multiplier if callable(multiplier) else
+                           (lambda epoch: multiplier ** (epoch - start_epoch)))
 
-    def lr_at(self, epoch_float: float) -> float:
-        """The rate at a (fractional) epoch."""
-        n = basics.size()
-        if epoch_float >= self.warmup_epochs:
-            return self.initial_lr
-        return self.initial_lr / n * (epoch_float * (n - 1) / self.warmup_epochs + 1)
+    def _lr_variable(self):
+        lr = self.model.optimizer.learning_rate
+        if not hasattr(lr, "assign"):
+            raise ValueError(f"{type(self).__name__} sets the optimizer's learning rate, but it is a "
+                             f"{type(lr).__name__} (a schedule); pass a float learning rate")
+        return lr
+
+    def on_train_begin(self, logs=None):
+        self._lr_variable()
+        if self.momentum_correction and _momentum_refused(self.model.optimizer):
+            # Keras 3 optimizers keep momentum as a Python float, read when the step is traced:
+            # changing it during fit would do nothing.
+            raise ValueError(f"{type(self).__name__}: momentum_correction=True cannot be applied to "
+                             f"{type(self.model.optimizer).__name__} (Keras 3 fixes the momentum "
+                             "when the training step is compiled); pass momentum_correction=False")
+        if not self.staircase and not self.steps_per_epoch:
+            self.steps_per_epoch = (self.params or {}).get("steps")
+            if not self.steps_per_epoch:
+                raise ValueError("Could not autodetect the number of steps per epoch. Please "
+                                 f"specify the steps_per_epoch parameter to the "
+                                 f"{type(self).__name__}()")
+
+    def _adjust(self, epoch: float) -> None:
+        self._lr_variable().assign(self.initial_lr * self.multiplier(epoch))
 
     def on_epoch_begin(self, epoch, logs=None):
         self.current_epoch = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self.current_epoch > self.warmup_epochs:
+        if self.current_epoch < self.start_epoch or (self.end_epoch is not None and
+                                                     self.current_epoch >= self.end_epoch):
             return
-        steps = self.steps_per_epoch or (self.params or {}).get("steps") or 1
-        self.model.optimizer.learning_rate.assign(
-            self.lr_at(self.current_epoch + batch / steps))
+        if self.staircase and batch == 0:
+            self._adjust(self.current_epoch)
+        elif not self.staircase:
+            self._adjust(self.current_epoch + float(batch) / self.steps_per_epoch)
 
     def on_epoch_end(self, epoch, logs=None):
-        if epoch == self.warmup_epochs - 1 and self.verbose and basics.rank() == 0:
-            print(f"\nEpoch {epoch + 1}: finished the learning rate warmup to {self.initial_lr:g}.")
+        if logs is not None:
+            logs["lr"] = float(np.asarray(self._lr_variable().numpy()))
+
+
+class LearningRateWarmupCallback(LearningRateScheduleCallback):
+    """Ramps the learning rate from initial_lr / size to initial_lr over `warmup_epochs` epochs,
+    batch by batch (Goyal et al.); `initial_lr` is the already scaled rate (e.g. 0.001 * size)."""
+
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None,
+                 verbose=0):
+        def multiplier(epoch):
+            # shifted by one batch, so that each epoch ends on a round value (as Horovod does)
+            epoch += 1.0 / self.steps_per_epoch
+            n = basics.size()
+            return 1.0 / n * (epoch * (n - 1) / warmup_epochs + 1)
+
+        super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
+                         staircase=False, momentum_correction=momentum_correction,
+                         steps_per_epoch=steps_per_epoch)
+        self.warmup_epochs = warmup_epochs
+        self.verbose = verbose
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if epoch == self.end_epoch - 1 and self.verbose > 0 and basics.rank() == 0:
+            print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
+                  f"{float(self._lr_variable().numpy()):g}.")
+
+
+class BestModelCheckpoint:
+    """Horovod's ModelCheckpoint without a path (for its Spark estimators): not implemented."""
+
+    def __init__(self, monitor='val_loss', verbose=0, save_weights_only=False, mode='auto',
+                 save_freq='epoch'):
+        raise NotImplementedError("BestModelCheckpoint needs Horovod's Spark estimator to set its "
+                                  "path; use keras.callbacks.ModelCheckpoint(filepath, "
+                                  "save_best_only=True)")
+
+
+__all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
+           "LearningRateScheduleCallback", "LearningRateWarmupCallback", "BestModelCheckpoint"]

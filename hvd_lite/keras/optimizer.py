@@ -1,49 +1,117 @@
-"""DistributedOptimizer for Keras 3: all-reduces the gradient list in one fused call, then applies it.
+"""DistributedOptimizer for Keras 3: reduces the gradients across ranks, then applies them.
 
-The wrapped optimizer's class gets a subclass whose `apply()` (which `apply_gradients()` and
-`model.fit` call) reduces the gradients first. With `backward_passes_per_step=n` the optimizer
-accumulates n steps of reduced gradients before it updates (Keras's gradient_accumulation_steps);
-the reduction still runs every step, so this saves no communication, only changes the update.
+The wrapped optimizer's class gets a subclass (same name and module, so a saved model loads
+without hvd_lite) whose `apply()` (which `apply_gradients()` and `model.fit` call) reduces the
+gradient list first, in one fused call.
+
+With `backward_passes_per_step=n > 1` the gradients are accumulated locally and reduced once per
+n passes, as Horovod does: the accumulation is Keras's own (`gradient_accumulation_steps=n`,
+which updates the weights on every n-th pass with the mean of the n passes' gradients), and the
+reduction runs in that update, from `_clip_gradients`, the first thing Keras does with the
+accumulated gradients. Horovod's default sums the n passes (average_aggregated_gradients=False):
+the mean is then scaled back by n, as a prescale factor of the same reduction.
 """
 import keras
 
 from .. import basics
 from ..tensorflow.compression import Compression
-from ..tensorflow.mpi_ops import Average, grouped_allreduce
+from ..tensorflow.functions import GradientReduction
+from ..tensorflow.mpi_ops import Adasum, Average, Sum
+from ..tensorflow.process_sets import global_process_set
 
 
 class _DistributedOptimizer:
     """Mixed in front of the wrapped optimizer's class."""
 
+    _hvd_reduction: GradientReduction
+    _hvd_average_aggregated: bool
+
+    def register_local_var(self, var) -> None:
+        """This variable's gradient stays local (not reduced)."""
+        self._hvd_reduction.register_local(var)
+
+    def _hvd_reduce(self, grads, variables, scale=1.0):
+        if basics.size() == 1 and not self._hvd_reduction.local:  # nothing to reduce
+            return [g * scale if g is not None and scale != 1.0 else g for g in grads]
+        return self._hvd_reduction(grads, variables, scale)
+
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
-        if basics.size() > 1:
-            idx = [i for i, g in enumerate(grads) if g is not None]
-            reduced = grouped_allreduce([grads[i] for i in idx], self._hvd_op, name=None,
-                                        compression=self._hvd_compression)
-            for i, r in zip(idx, reduced):
-                grads[i] = r
+        if not self.gradient_accumulation_steps:
+            variables = (list(trainable_variables) if trainable_variables is not None
+                         else self._trainable_variables if self.built else None)
+            grads = self._hvd_reduce(grads, variables)
         return super().apply(grads, trainable_variables)
 
+    def _clip_gradients(self, grads):
+        if self.gradient_accumulation_steps:  # the n-th pass: the mean of n local passes
+            n = self.gradient_accumulation_steps
+            grads = self._hvd_reduce(grads, self._hvd_update_variables(grads),
+                                     1.0 if self._hvd_average_aggregated else float(n))
+        return super()._clip_gradients(grads)
 
-def DistributedOptimizer(optimizer: keras.optimizers.Optimizer, op=Average,
-                         backward_passes_per_step: int = 1, compression=Compression.none,
-                         name=None) -> keras.optimizers.Optimizer:
-    """A copy of `optimizer` (same class and config) whose updates use gradients reduced by `op`
-    across ranks."""
+    def _hvd_update_variables(self, grads):
+        # Keras filtered out None gradients; match by position only when nothing was filtered
+        variables = list(self._trainable_variables)
+        return variables if len(variables) == len(grads) else None
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',
+                         compression=Compression.none, sparse_as_dense=False,
+                         gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1,
+                         average_aggregated_gradients=False, num_groups=0, groups=None,
+                         process_set=global_process_set,
+                         scale_local_gradients=True) -> keras.optimizers.Optimizer:
+    """A copy of `optimizer` (same class name and config) whose updates use gradients reduced by
+    `op` across ranks; with backward_passes_per_step=n, reduced once per n passes."""
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(f"DistributedOptimizer wraps a keras.optimizers.Optimizer, got "
                         f"{type(optimizer).__name__}")
-    if backward_passes_per_step < 1:
-        raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
+    if op == Adasum:
+        raise NotImplementedError("op=Adasum is not implemented in hvd_lite")
+    if op not in (Average, Sum):
+        raise ValueError("op currently only supports Average and Sum")
+    if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
+            or backward_passes_per_step < 1:
+        raise ValueError(f"backward_passes_per_step must be an int >= 1, got "
+                         f"{backward_passes_per_step!r}")
     config = optimizer.get_config()
+    if config.get("gradient_accumulation_steps") and backward_passes_per_step > 1:
+        raise ValueError("the optimizer already accumulates gradients (gradient_accumulation_steps="
+                         f"{config['gradient_accumulation_steps']}); pass backward_passes_per_step "
+                         "or gradient_accumulation_steps, not both")
+    reduction = GradientReduction("DistributedOptimizer", device_dense, device_sparse,
+                                  compression, sparse_as_dense, op, gradient_predivide_factor,
+                                  num_groups, groups, process_set, scale_local_gradients)
     if backward_passes_per_step > 1:
         config["gradient_accumulation_steps"] = backward_passes_per_step
     if name is not None:
         config["name"] = name
-    cls = type(f"Distributed{type(optimizer).__name__}", (_DistributedOptimizer, type(optimizer)),
-               {})
+    base = type(optimizer)
+    cls = type(base.__name__, (_DistributedOptimizer, base), {"__module__": base.__module__})
     dist = cls.from_config(config)
-    dist._hvd_op = op
-    dist._hvd_compression = compression
+    dist._hvd_reduction = reduction
+    dist._hvd_average_aggregated = bool(average_aggregated_gradients)
     return dist
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',
+                                compression=Compression.none, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=Average, groups=None,
+                                process_set=global_process_set, local_layers=None,
+                                scale_local_gradients=True) -> keras.optimizers.Optimizer:
+    """DistributedOptimizer whose `local_layers`' gradients stay local."""
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of keras.layers.Layer type.")
+    opt = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression,
+                               sparse_as_dense, gradient_predivide_factor, op, groups=groups,
+                               process_set=process_set,
+                               scale_local_gradients=scale_local_gradients)
+    for layer in local_layers:
+        for v in layer.trainable_weights:
+            opt.register_local_var(v)
+    return opt

@@ -1,6 +1,6 @@
 """`hvd_lite.run --check-build`: how hvd_lite was built, and what it can use on this machine."""
 import ctypes
-import importlib
+import importlib.metadata
 import importlib.util
 import re
 import sys
@@ -50,13 +50,17 @@ def _cupy() -> str:
 
 
 def _framework(module: str) -> Optional[str]:
+    """The installed version of the package that provides `module`, read from its metadata: the
+    framework is not imported (TensorFlow would print its start-up log on stderr)."""
     if importlib.util.find_spec(module) is None:
         return None
-    try:
-        mod = importlib.import_module(module)
-        return getattr(mod, "__version__", "?")
-    except Exception as exc:  # noqa: BLE001
-        return f"installed, import fails: {type(exc).__name__}"
+    dists = importlib.metadata.packages_distributions().get(module, [])
+    for dist in dists:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "installed (version unknown: no package metadata)"
 
 
 def _thread_support(mpirun: Optional[str]) -> str:

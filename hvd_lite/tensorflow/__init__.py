@@ -8,6 +8,7 @@
     hvd.broadcast_variables(model.variables, root_rank=0)   # after the first step
 
 or, for Keras `model.fit`: `strategy = hvd.MultiWorkerMirroredStrategy()` (see docs/tensorflow.md).
+Horovod 0.28.1's names and arguments are the spec; docs/tensorflow.md lists each name's status.
 """
 try:
     import tensorflow as _tf  # noqa: F401
@@ -18,11 +19,66 @@ except ImportError as exc:
 from ..basics import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
                       mpi_threads_supported, rank, shutdown, size)
 from ..exceptions import HvdLiteError
-from ..state import allgather_object, broadcast_object
+from .basics import (ccl_built, check_num_rank_power_of_2, cuda_built, ddl_built, gloo_built,
+                     gloo_enabled, handle_average_backwards_compatibility, is_homogeneous,
+                     mpi_built, mpi_enabled, nccl_built, rocm_built, start_timeline,
+                     stop_timeline)
 from .compression import Compression
-from .functions import DistributedGradientTape, broadcast_variables
-from .mpi_ops import (Average, Max, Min, Product, ReduceOp, Sum, allgather, allreduce, alltoall,
-                      barrier, broadcast, grouped_allreduce, reducescatter)
+from .functions import (DistributedGradientTape, PartialDistributedGradientTape,
+                        allgather_object, broadcast_global_variables, broadcast_object,
+                        broadcast_object_fn, broadcast_variables)
+from .mpi_ops import (Adasum, Average, CollectiveArgumentError, CollectiveFailedError, Max, Min,
+                      Product, ReduceOp, Sum, allgather, allreduce, alltoall, barrier, broadcast,
+                      broadcast_, grouped_allgather, grouped_allreduce, grouped_reducescatter,
+                      join, local_rank_op, local_size_op, process_set_included_op, rank_op,
+                      reducescatter, size_op)
+from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+
+
+def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='',
+                         device_sparse='', compression=Compression.none, sparse_as_dense=False,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         average_aggregated_gradients=False, num_groups=0, groups=None,
+                         process_set=global_process_set, scale_local_gradients=True):
+    """A Keras optimizer whose updates use gradients reduced across ranks
+    (hvd_lite.keras.DistributedOptimizer); TF1 optimizers are not supported."""
+    import keras
+
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise NotImplementedError(
+            f"hvd_lite.tensorflow.DistributedOptimizer wraps a keras.optimizers.Optimizer; "
+            f"{type(optimizer).__name__} is not one (TF1 tf.compat.v1.train optimizers are not "
+            "supported: use a Keras optimizer, or DistributedGradientTape)")
+    if use_locking:
+        raise ValueError("use_locking=True applies to TF1 optimizers only; Keras optimizers do not "
+                         "lock")
+    if op == Adasum:
+        raise ValueError("op == Adasum is not supported yet with Keras")
+    from ..keras import DistributedOptimizer as keras_distributed
+
+    return keras_distributed(optimizer, name=name, device_dense=device_dense,
+                             device_sparse=device_sparse, compression=compression,
+                             sparse_as_dense=sparse_as_dense,
+                             gradient_predivide_factor=gradient_predivide_factor, op=op,
+                             backward_passes_per_step=backward_passes_per_step,
+                             average_aggregated_gradients=average_aggregated_gradients,
+                             num_groups=num_groups, groups=groups, process_set=process_set,
+                             scale_local_gradients=scale_local_gradients)
+
+
+class BroadcastGlobalVariablesHook:
+    """Horovod's TF1 SessionRunHook: not implemented (TensorFlow 2 has no sessions)."""
+
+    def __init__(self, root_rank, device=''):
+        raise NotImplementedError("BroadcastGlobalVariablesHook is a TF1 SessionRunHook; under "
+                                  "TensorFlow 2 call hvd.broadcast_variables(variables, root_rank)")
+
+
+class SyncBatchNormalization:
+    """Horovod's synchronous batch normalization: not implemented."""
+
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError("SyncBatchNormalization is not implemented in hvd_lite")
 
 
 def __getattr__(name):
@@ -35,10 +91,18 @@ def __getattr__(name):
 
 
 __all__ = [
-    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "cross_rank", "cross_size", "mpi_threads_supported",
-    "allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall", "reducescatter",
-    "barrier", "ReduceOp", "Sum", "Average", "Min", "Max", "Product", "Compression",
-    "DistributedGradientTape", "broadcast_variables", "broadcast_object", "allgather_object",
-    "MultiWorkerMirroredStrategy", "HvdLiteError",
+    "init", "shutdown", "is_initialized", "start_timeline", "stop_timeline", "size", "local_size",
+    "cross_size", "rank", "local_rank", "cross_rank", "is_homogeneous", "rank_op",
+    "local_rank_op", "size_op", "local_size_op", "process_set_included_op",
+    "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
+    "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "ProcessSet",
+    "global_process_set", "add_process_set", "remove_process_set", "Average", "Sum", "Adasum",
+    "Min", "Max", "Product", "ReduceOp", "handle_average_backwards_compatibility",
+    "check_num_rank_power_of_2", "join", "barrier", "SyncBatchNormalization", "allreduce",
+    "grouped_allreduce", "reducescatter", "grouped_reducescatter", "allgather",
+    "grouped_allgather", "broadcast", "broadcast_", "alltoall", "broadcast_global_variables",
+    "BroadcastGlobalVariablesHook", "DistributedOptimizer", "DistributedGradientTape",
+    "PartialDistributedGradientTape", "Compression", "allgather_object", "broadcast_object",
+    "broadcast_object_fn", "broadcast_variables", "MultiWorkerMirroredStrategy", "HvdLiteError",
+    "CollectiveFailedError", "CollectiveArgumentError",
 ]

@@ -1,21 +1,33 @@
-"""DistributedGradientTape and broadcast_variables."""
+"""Gradient reduction (DistributedGradientTape, and the Keras DistributedOptimizer's), variable
+and object broadcasts, with horovod.tensorflow's signatures."""
+import warnings
 from typing import Iterable
 
 import numpy as np
 import tensorflow as tf
 
-from .. import ops
+from .. import basics, ops, state
 from .._submit import group_names
 from ..collectives import broadcast_group_
 from .compression import Compression
-from .mpi_ops import Average, broadcast, grouped_allreduce
+from .mpi_ops import (Average, _grouped_allreduce, _reduce_slices, broadcast, check_device,
+                      check_dtype, reduce_op)
+from .process_sets import check_process_set, global_process_set
 
 
-def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int = 0) -> None:
-    """Assigns rank `root_rank`'s value to each variable on every rank (eager or in a graph)."""
+# ---------------------------------------------------------------------------- broadcasts
+
+def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int,
+                        process_set=global_process_set, inplace: bool = False):
+    """Assigns rank `root_rank`'s value to each variable on every rank (eager: all in one round;
+    in a graph: returns the op). `inplace` is accepted as in Horovod (every broadcast here
+    assigns the variables)."""
+    check_process_set("broadcast_variables", process_set)
     variables = list(variables)
     if tf.executing_eagerly():
         fn = "broadcast_variables"
+        for v in variables:
+            check_dtype(fn, v.dtype)  # every dtype checked before anything is sent
         arrays = [np.array(v.numpy(), order="C", copy=True) for v in variables]  # writable copies
         names = group_names(fn, fn, arrays, None, "variables")
         # every variable checked before any is submitted, then all in one round
@@ -26,34 +38,183 @@ def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int = 0) ->
     return tf.group([v.assign(broadcast(v, root_rank)) for v in variables])
 
 
-class DistributedGradientTape:
-    """Wraps a tf.GradientTape: gradient() all-reduces the gradients in one fused call."""
+def broadcast_global_variables(root_rank):
+    """Horovod's TF1 call: refused under eager TensorFlow 2, as Horovod refuses it."""
+    raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution (TF2 "
+                       "has no global variable collection); use hvd.broadcast_variables(<model/"
+                       "optimizer variables>, root_rank) instead")
 
-    def __init__(self, tape: tf.GradientTape, op=Average, compression=Compression.none,
-                 sparse_as_dense: bool = True, prescale_factor: float = 1.0,
-                 postscale_factor: float = 1.0):
-        self._tape = tape
-        self._op = op
-        self._compression = compression
-        self._pre, self._post = prescale_factor, postscale_factor
 
-    def __getattr__(self, item):
-        return getattr(self._tape, item)
+def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
+    """Rank `root_rank`'s picklable `obj` on every rank."""
+    _no_session("broadcast_object", session)
+    check_process_set("broadcast_object", process_set)
+    return state.broadcast_object(obj, root_rank, name)
 
-    def __enter__(self):
-        self._tape.__enter__()
-        return self
 
-    def __exit__(self, *exc):
-        return self._tape.__exit__(*exc)
+def allgather_object(obj, session=None, name=None, process_set=global_process_set):
+    """Every rank's picklable `obj`, as a list in rank order."""
+    _no_session("allgather_object", session)
+    check_process_set("allgather_object", process_set)
+    return state.allgather_object(obj, name)
+
+
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
+    """Horovod's TF1 graph-mode helper (placeholders and a session): not implemented."""
+    raise NotImplementedError("broadcast_object_fn builds a TF1 graph with placeholders; under "
+                              "TensorFlow 2 use hvd.broadcast_object(obj, root_rank)")
+
+
+def _no_session(fn: str, session) -> None:
+    if session is not None:
+        raise ValueError(f"{fn}: session= is a TF1 argument; TensorFlow 2 runs eagerly, pass no "
+                         "session")
+
+
+# ---------------------------------------------------------------------------- gradients
+
+def _key(v):
+    return v.ref() if hasattr(v, "ref") else id(v)
+
+
+class GradientReduction:
+    """How a list of gradients is reduced across ranks (Horovod's arguments of
+    DistributedGradientTape and DistributedOptimizer); calling it reduces one list."""
+
+    def __init__(self, fn: str, device_dense='', device_sparse='', compression=Compression.none,
+                 sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                 groups=None, process_set=global_process_set, scale_local_gradients=True):
+        op = reduce_op(fn, op)
+        check_device(fn, "device_dense", device_dense)
+        check_device(fn, "device_sparse", device_sparse)
+        check_process_set(fn, process_set)
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("gradient_predivide_factor not supported with op != Average")
+        if num_groups != 0:
+            warnings.warn("num_groups is deprecated (as in Horovod); use groups", DeprecationWarning,
+                          stacklevel=3)
+            groups = num_groups if groups is None else groups
+        if groups is not None and not (isinstance(groups, list) or
+                                       (isinstance(groups, int) and groups > 0)):
+            raise ValueError("groups should be a non-negative integer or a list of list of "
+                             "tf.Variable")
+        self.op, self.compression, self.sparse_as_dense = op, compression, sparse_as_dense
+        self.groups = groups
+        self.scale_local_gradients = scale_local_gradients
+        self.local = set()
+        # Average's 1/size is applied by the core: predividing splits it around the sum
+        self.pre = 1.0 / gradient_predivide_factor
+        self.post = gradient_predivide_factor
+
+    def register_local(self, variable) -> None:
+        self.local.add(_key(variable))
+
+    def _partition(self, idx, variables):
+        """Lists of positions in `idx`, one per fused call."""
+        if self.groups is None:
+            return [idx]
+        if isinstance(self.groups, int):
+            k = min(self.groups, len(idx)) or 1
+            return [chunk.tolist() for chunk in np.array_split(np.array(idx, int), k) if len(chunk)]
+        where = {_key(variables[i]): i for i in idx}
+        parts = []
+        for group in self.groups:
+            part = [where.pop(_key(v)) for v in group if _key(v) in where]
+            if part:
+                parts.append(part)
+        return parts + [[i] for i in idx if _key(variables[i]) in where]
+
+    def __call__(self, grads, variables=None, scale: float = 1.0):
+        """`grads` reduced across ranks (None stays None; a registered local variable's gradient
+        is not reduced, and divided by size with scale_local_gradients); `scale` multiplies
+        what is sent."""
+        grads = list(grads)
+        variables = list(variables) if variables is not None else [None] * len(grads)
+        out = list(grads)
+        n = basics.size()
+        dense, sparse = [], []
+        for i, (g, v) in enumerate(zip(grads, variables)):
+            if g is None:
+                continue
+            if v is not None and _key(v) in self.local:
+                if self.scale_local_gradients and n > 1:
+                    out[i] = (tf.IndexedSlices(g.values / n, g.indices, g.dense_shape)
+                              if isinstance(g, tf.IndexedSlices) else g / n)
+                continue
+            if isinstance(g, tf.IndexedSlices) and self.sparse_as_dense:
+                g = out[i] = tf.convert_to_tensor(g)
+            (sparse if isinstance(g, tf.IndexedSlices) else dense).append(i)
+        for i in sparse:
+            out[i] = _reduce_slices("gradient reduction", out[i], self.op, self.pre * scale,
+                                    self.post)
+        for part in self._partition(dense, variables):
+            reduced = _grouped_allreduce([out[i] for i in part], self.op, self.pre * scale,
+                                         self.post, None, self.compression)
+            for i, r in zip(part, reduced):
+                out[i] = r
+        return out
+
+
+class _DistributedGradientTape(tf.GradientTape):
+    """A tf.GradientTape whose gradient() returns gradients reduced across ranks."""
+
+    def __init__(self, tape: tf.GradientTape, reduction: GradientReduction):
+        super().__init__(tape._persistent, tape._watch_accessed_variables)
+        self._tape = tape._tape  # take over the recording of the tape given
+        self._hvd_reduction = reduction
+
+    def register_local_source(self, source) -> None:
+        """This source's gradient stays local (not reduced)."""
+        self._hvd_reduction.register_local(source)
 
     def gradient(self, target, sources, output_gradients=None, **kwargs):
-        """The tape's gradients, averaged (or reduced by `op`) across ranks; None stays None."""
-        grads = self._tape.gradient(target, sources, output_gradients, **kwargs)
-        flat = tf.nest.flatten(grads)
-        idx = [i for i, g in enumerate(flat) if g is not None]
-        reduced = grouped_allreduce([flat[i] for i in idx], self._op, self._pre, self._post,
-                                    None, self._compression)
-        for i, r in zip(idx, reduced):
-            flat[i] = r
-        return tf.nest.pack_sequence_as(grads, flat)
+        """The tape's gradients, reduced by `op` across ranks; None stays None."""
+        grads = super().gradient(target, sources, output_gradients, **kwargs)
+        flat_s, flat_g = tf.nest.flatten(sources), tf.nest.flatten(grads)
+        return tf.nest.pack_sequence_as(grads, self._hvd_reduction(flat_g, flat_s))
+
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None):
+        """(local (source, grad) pairs, global (source, grad) pairs), as Horovod returns."""
+        grads = self.gradient(target, sources, output_gradients)
+        local, glob = [], []
+        for s, g in zip(sources, grads):
+            (local if _key(s) in self._hvd_reduction.local else glob).append((s, g))
+        return local, glob
+
+
+def DistributedGradientTape(gradtape, device_dense='', device_sparse='',
+                            compression=Compression.none, sparse_as_dense=False, op=Average,
+                            gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                            process_set=global_process_set, scale_local_gradients=True):
+    """Wraps a tf.GradientTape: gradient() reduces the gradients across ranks (one fused call, or
+    one per group)."""
+    if not isinstance(gradtape, tf.GradientTape):
+        raise TypeError(f"DistributedGradientTape wraps a tf.GradientTape, got "
+                        f"{type(gradtape).__name__}")
+    reduction = GradientReduction("DistributedGradientTape", device_dense, device_sparse,
+                                  compression, sparse_as_dense, op, gradient_predivide_factor,
+                                  num_groups, groups, process_set, scale_local_gradients)
+    return _DistributedGradientTape(gradtape, reduction)
+
+
+def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='',
+                                   compression=Compression.none, sparse_as_dense=False,
+                                   op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, process_set=global_process_set, local_layers=None,
+                                   scale_local_gradients=True):
+    """DistributedGradientTape whose `local_layers`' gradients stay local."""
+    import keras
+
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor, num_groups,
+                                   groups, process_set, scale_local_gradients)
+    for layer in local_layers:
+        for v in layer.trainable_weights:
+            tape.register_local_source(v)
+    return tape

@@ -1,4 +1,5 @@
-"""hvd_lite's collectives on tf tensors, eager and inside tf.function.
+"""hvd_lite's collectives on tf tensors, eager and inside tf.function, with horovod.tensorflow's
+signatures.
 
 Eagerly, a call converts its tensors to numpy, runs the numpy collective and converts back.
 Inside a graph it becomes one stateful `tf.numpy_function` op that does the same when the graph
@@ -6,20 +7,106 @@ runs. tf.function's automatic control dependencies keep stateful ops in program 
 rank issues its collectives in the order the function was written; a name given at trace time
 (`tf.<kind>.<n>`) makes a mismatch stall with a name instead of mixing two tensors up.
 A grouped call (`grouped_allreduce`) is one op for a whole list: one fused step per call.
+
+Errors: arguments are checked when the call is made (traced), before anything is sent
+(ValueError, TypeError, NotImplementedError as Horovod raises them). A collective that fails
+across ranks raises, eagerly, `CollectiveFailedError` (both `tf.errors.FailedPreconditionError`,
+Horovod's type, and `hvd_lite.CollectiveError`); inside a graph TF turns it into
+`tf.errors.UnknownError` carrying the same message.
 """
 import itertools
 import time
+import warnings
 from typing import List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from .. import basics, collectives, ops
-from .._submit import check_name, wait_for
-from ..exceptions import CollectiveError
+from .._submit import HVDL_DTYPES, check_name, wait_for
+from ..exceptions import CollectiveError, InvalidArgumentError
 from ..ops import Average, Max, Min, Product, ReduceOp, Sum
+from .compression import Compression
+from .process_sets import check_process_set, global_process_set
+
+# Horovod's Adasum op (its number): refused with NotImplementedError wherever an op is taken.
+Adasum = 2
 
 _trace_ids = itertools.count()
+
+
+# ---------------------------------------------------------------------------- errors
+
+class CollectiveFailedError(CollectiveError, tf.errors.FailedPreconditionError):
+    """A collective on tf tensors failed across ranks (a mismatch, a timeout, a failed peer):
+    a tf.errors.FailedPreconditionError, as Horovod raises, and an hvd_lite.CollectiveError."""
+
+    def __init__(self, code: int, message: str):
+        tf.errors.FailedPreconditionError.__init__(self, None, None, message)
+        self.code = code
+
+
+class CollectiveArgumentError(InvalidArgumentError, tf.errors.InvalidArgumentError):
+    """A collective's arguments were refused across ranks (alltoall splits that do not add up):
+    a tf.errors.InvalidArgumentError, as Horovod raises, and an hvd_lite.InvalidArgumentError."""
+
+    def __init__(self, code: int, message: str):
+        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+        self.code = code
+
+
+def _as_tf_error(exc: CollectiveError) -> Exception:
+    cls = CollectiveArgumentError if isinstance(exc, InvalidArgumentError) else CollectiveFailedError
+    return cls(exc.code, str(exc))
+
+
+# ---------------------------------------------------------------------------- argument checks
+
+def supported_dtypes() -> List[tf.DType]:
+    """The tf dtypes the collectives take: those whose numpy dtype the core has."""
+    return [tf.as_dtype(d) for d in HVDL_DTYPES]
+
+
+def check_dtype(fn: str, dtype: tf.DType) -> None:
+    """TypeError unless the core takes `dtype` (the table is the core's: hvd_lite._submit)."""
+    dtype = tf.as_dtype(dtype)
+    try:
+        ok = np.dtype(dtype.as_numpy_dtype) in HVDL_DTYPES
+    except TypeError:  # tf.string, tf.variant, ...: no numpy dtype
+        ok = False
+    if not ok:
+        names = ", ".join(d.name for d in supported_dtypes())
+        raise TypeError(f"{fn}: unsupported dtype {dtype.name} (supported: {names})")
+
+
+def reduce_op(fn: str, op, average=None) -> ReduceOp:
+    """The ReduceOp for Horovod's (op, average) pair: op=None means Average; `average` is
+    Horovod's deprecated spelling; Adasum raises NotImplementedError."""
+    if op is not None and average is not None:
+        raise ValueError(f"{fn}: the op parameter supersedes average; pass only one of them")
+    if average is not None:
+        warnings.warn("average is deprecated (as in Horovod); use op=Average or op=Sum",
+                      DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    if op is None:
+        return Average
+    if isinstance(op, int) and not isinstance(op, ReduceOp) and op == Adasum:
+        raise NotImplementedError(f"{fn}: op=Adasum is not implemented in hvd_lite; use Average or "
+                                  "Sum")
+    if op not in tuple(ReduceOp):
+        raise ValueError(f"{fn}: op {op!r} is not one of Sum, Average, Min, Max, Product")
+    return ReduceOp(op)
+
+
+def check_device(fn: str, label: str, device) -> None:
+    """hvd_lite's collectives run on the host: '' or a CPU device is accepted, anything else
+    raises (never ignored)."""
+    if device in ("", None):
+        return
+    spec = tf.DeviceSpec.from_string(device) if isinstance(device, str) else None
+    if spec is None or (spec.device_type or "CPU").upper() != "CPU":
+        raise ValueError(f"{fn}: {label}={device!r}: hvd_lite's collectives run on the CPU; pass '' "
+                         "or a CPU device")
 
 
 def _graph_name(kind: str, name: Optional[str]) -> Optional[str]:
@@ -30,6 +117,8 @@ def _graph_name(kind: str, name: Optional[str]) -> Optional[str]:
         return name
     return f"tf.{kind}.{next(_trace_ids)}"
 
+
+# ---------------------------------------------------------------------------- running
 
 def wait(handles, timeout: Optional[float] = None, what: str = "collective"):
     """Waits for hvd_lite handles; with `timeout` (seconds) raises CollectiveError past it. A
@@ -54,7 +143,10 @@ def _np(x) -> np.ndarray:
 def _run(fn, tensors: Sequence[tf.Tensor], tout: List[tf.DType], kind: str):
     """Runs `fn(*numpy arrays) -> list of arrays` now (eager) or as one graph op."""
     if tf.executing_eagerly():
-        outs = fn(*[t.numpy() for t in tensors])
+        try:
+            outs = fn(*[t.numpy() for t in tensors])
+        except CollectiveError as exc:
+            raise _as_tf_error(exc) from None
         return [tf.convert_to_tensor(o, dtype=d) for o, d in zip(outs, tout)]
     outs = tf.numpy_function(lambda *a: [np.asarray(o, d.as_numpy_dtype) for o, d in
                                          zip(fn(*a), tout)],
@@ -62,25 +154,32 @@ def _run(fn, tensors: Sequence[tf.Tensor], tout: List[tf.DType], kind: str):
     return list(outs) if isinstance(outs, (list, tuple)) else [outs]
 
 
-def _tensor(x) -> tf.Tensor:
-    if isinstance(x, tf.IndexedSlices):
-        x = tf.convert_to_tensor(x)
-    return tf.convert_to_tensor(x)
+def _tensor(fn: str, x) -> tf.Tensor:
+    t = tf.convert_to_tensor(x)
+    check_dtype(fn, t.dtype)
+    return t
 
 
-def grouped_allreduce(tensors: Sequence[tf.Tensor], op: ReduceOp = Average,
-                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                      name: Optional[str] = None, compression=None,
-                      timeout: Optional[float] = None) -> List[tf.Tensor]:
-    """Reduces a list of tensors across ranks in one fused call; each keeps its dtype and shape."""
-    from .compression import Compression
+def _rows(t: tf.Tensor) -> tf.Tensor:
+    """`t` with its shape known except for dim 0 (what a gather or scatter changes)."""
+    return tf.ensure_shape(t, [None] + t.shape.as_list()[1:]) if t.shape.rank else t
 
-    compression = compression or Compression.none
-    tensors = [_tensor(t) for t in tensors]
+
+# ---------------------------------------------------------------------------- allreduce
+
+def _grouped_allreduce(tensors: Sequence[tf.Tensor], op: ReduceOp = Average,
+                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       name: Optional[str] = None, compression=Compression.none,
+                       timeout: Optional[float] = None) -> List[tf.Tensor]:
+    """Reduces dense tensors across ranks in one op (one fused call); each keeps its dtype and
+    shape. The internal form the tape, the optimizers and the strategy call."""
+    tensors = [_tensor("grouped_allreduce", t) for t in tensors]
     if not tensors:
         return []
     packed = [compression.compress(t) for t in tensors]
     sent = [p[0] for p in packed]
+    for s in sent:
+        check_dtype("grouped_allreduce", s.dtype)
     name = _graph_name("grouped_allreduce", name)
 
     def fn(*arrays):
@@ -96,79 +195,274 @@ def grouped_allreduce(tensors: Sequence[tf.Tensor], op: ReduceOp = Average,
     return result
 
 
-def allreduce(tensor, op: ReduceOp = Average, prescale_factor: float = 1.0,
-              postscale_factor: float = 1.0, name: Optional[str] = None, compression=None,
-              average=None) -> tf.Tensor:
-    """Reduces `tensor` across ranks (Average by default); differentiable (the gradient is the
-    same reduction of the incoming gradient)."""
-    if average is not None:
-        op = Average if average else Sum
+def _reduce_slices(fn: str, t: tf.IndexedSlices, op: ReduceOp, pre, post) -> tf.IndexedSlices:
+    """Horovod's reduction of tf.IndexedSlices: allgathers of the values and the indices."""
+    if op not in (Sum, Average):
+        raise NotImplementedError(f"{fn}: only Sum and Average are supported with tf.IndexedSlices")
+    if pre != 1.0 or post != 1.0:
+        raise NotImplementedError(f"{fn}: prescale_factor and postscale_factor are not supported "
+                                  "with tf.IndexedSlices")
+    values = allgather(t.values)
+    indices = allgather(t.indices)
+    if op == Average:
+        values = values / tf.cast(basics.size(), values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=t.dense_shape)
+
+
+def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
+                      compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set,
+                      ignore_name_scope=False, name=None):
+    """Reduces a list of tensors (or tf.IndexedSlices) across ranks, the dense ones in one fused
+    call; differentiable."""
+    fn = "grouped_allreduce"
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{fn} expects a list of tensors, got {type(tensors).__name__}")
+    if not tensors:
+        return tensors
+    op = reduce_op(fn, op, average)
+    check_device(fn, "device_dense", device_dense)
+    check_device(fn, "device_sparse", device_sparse)
+    check_process_set(fn, process_set)
+    out = list(tensors)
+    dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    for i, t in enumerate(tensors):
+        if isinstance(t, tf.IndexedSlices):
+            out[i] = _reduce_slices(fn, t, op, prescale_factor, postscale_factor)
+    if dense:
+        @tf.custom_gradient
+        def _reduce(*xs):
+            ys = _grouped_allreduce(xs, op, prescale_factor, postscale_factor, name, compression)
+
+            def grad(*dys):
+                return _grouped_allreduce(dys, op, prescale_factor, postscale_factor, None,
+                                          compression)
+            return ys, grad
+
+        for i, r in zip(dense, _reduce(*[_tensor(fn, tensors[i]) for i in dense])):
+            out[i] = r
+    return out
+
+
+def allreduce(tensor, average=None, device_dense='', device_sparse='', compression=Compression.none,
+              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
+              process_set=global_process_set, ignore_name_scope=False):
+    """Reduces `tensor` (or a tf.IndexedSlices) across ranks, Average by default; differentiable
+    (the gradient is the same reduction of the incoming gradient)."""
+    return grouped_allreduce([tensor], average, device_dense, device_sparse, compression, op,
+                             prescale_factor, postscale_factor, process_set, ignore_name_scope,
+                             name)[0]
+
+
+# ---------------------------------------------------------------------------- the others
+
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Concatenates every rank's `tensor` along dim 0 (dim 0 may differ between ranks);
+    differentiable (each rank's gradient is its block of the averaged incoming gradient)."""
+    return grouped_allgather([tensor], name, ignore_name_scope, process_set)[0]
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """allgather of each tensor, in one op; differentiable."""
+    fn = "grouped_allgather"
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{fn} expects a list of tensors, got {type(tensors).__name__}")
+    check_process_set(fn, process_set)
+    ts = [_tensor(fn, t) for t in tensors]
+    if not ts:
+        return []
+    if any(t.shape.rank == 0 for t in ts):
+        raise ValueError(f"{fn}: a scalar cannot be gathered along dim 0; reshape it to [1]")
+    gname = _graph_name("allgather", name)
 
     @tf.custom_gradient
-    def _reduce(x):
-        y = grouped_allreduce([x], op, prescale_factor, postscale_factor, name, compression)[0]
+    def _gather(*xs):
+        outs = _run(lambda *a: collectives.grouped_allgather([_np(x) for x in a], gname), xs,
+                    [x.dtype for x in xs], "allgather")
+
+        def grad(*dys):
+            reduced = _grouped_allreduce(dys, Average)
+            counts = _run(lambda *a: [collectives.allgather(np.array([len(x) for x in a],
+                                                                     np.int64))], xs,
+                          [tf.int64], "allgather")[0]
+            counts = tf.reshape(counts, [basics.size(), len(xs)])
+            r = basics.rank()
+            return [tf.split(g, counts[:, i], num=basics.size(), axis=0)[r]
+                    for i, g in enumerate(reduced)]
+        return [_rows(o) for o in outs], grad
+
+    return list(_gather(*ts))
+
+
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
+              process_set=global_process_set):
+    """Rank `root_rank`'s `tensor` on every rank; differentiable (the averaged gradient on the
+    root, zero elsewhere)."""
+    fn = "broadcast"
+    check_process_set(fn, process_set)
+    t = _tensor(fn, tensor)
+    root = collectives._check_root(fn, root_rank)
+    gname = _graph_name(fn, name)
+
+    @tf.custom_gradient
+    def _bcast(x):
+        out = _run(lambda a: [collectives.broadcast(_np(a), root, gname).reshape(a.shape)], [x],
+                   [x.dtype], "broadcast")[0]
 
         def grad(dy):
-            return grouped_allreduce([dy], op, prescale_factor, postscale_factor, None,
-                                     compression)[0]
-        return y, grad
+            g = _grouped_allreduce([dy], Average)[0]
+            return g if basics.rank() == root else g * 0
+        return tf.ensure_shape(out, x.shape), grad
 
-    return _reduce(_tensor(tensor))
-
-
-def allgather(tensor, name: Optional[str] = None) -> tf.Tensor:
-    """Concatenates every rank's `tensor` along dim 0 (dim 0 may differ between ranks)."""
-    t = _tensor(tensor)
-    name = _graph_name("allgather", name)
-    out = _run(lambda a: [collectives.allgather(_np(a), name)], [t], [t.dtype], "allgather")[0]
-    return tf.ensure_shape(out, [None] + t.shape.as_list()[1:]) if t.shape.rank else out
+    return _bcast(t)
 
 
-def broadcast(tensor, root_rank: int, name: Optional[str] = None) -> tf.Tensor:
-    """Rank `root_rank`'s `tensor` on every rank."""
-    t = _tensor(tensor)
-    name = _graph_name("broadcast", name)
-    out = _run(lambda a: [collectives.broadcast(_np(a), root_rank, name).reshape(a.shape)], [t],
-               [t.dtype],
-               "broadcast")[0]
-    return tf.ensure_shape(out, t.shape)
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Assigns rank `root_rank`'s values to `variables` on every rank (in place); returns their
+    new values."""
+    from .functions import broadcast_variables
+
+    check_process_set("broadcast_", process_set)
+    variables = list(variables)
+    op = broadcast_variables(variables, root_rank, process_set, inplace=True)
+    if tf.executing_eagerly():
+        return [v.read_value() if hasattr(v, "read_value") else tf.convert_to_tensor(v)
+                for v in variables]
+    with tf.control_dependencies([op]):
+        return [tf.identity(v) for v in variables]
 
 
-def alltoall(tensor, splits=None, name: Optional[str] = None):
-    """Rows splits[i] of `tensor` go to rank i; returns the rows received in rank order, and with
-    `splits` given also the number of rows received from each rank."""
-    t = _tensor(tensor)
-    name = _graph_name("alltoall", name)
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
+             process_set=global_process_set):
+    """Rows splits[i] of `tensor` go to rank i (as evenly as possible without splits, the first
+    ranks taking the extra rows); returns the rows received in rank order and, with `splits`
+    given, the number of rows received from each rank (as Horovod does); differentiable in
+    `tensor` (the gradient goes back the way the rows came)."""
+    fn = "alltoall"
+    check_process_set(fn, process_set)
+    t = _tensor(fn, tensor)
+    if t.shape.rank == 0:
+        raise ValueError(f"{fn}: a scalar cannot be split along dim 0; reshape it to [1]")
+    gname = _graph_name(fn, name)
+    n = basics.size()
     if splits is None:
-        out = _run(lambda a: [collectives.alltoall(_np(a), None, name)], [t], [t.dtype],
-                   "alltoall")[0]
-        return tf.ensure_shape(out, [None] + t.shape.as_list()[1:]) if t.shape.rank else out
-    s = tf.cast(_tensor(splits), tf.int64)
+        rows = tf.shape(t, out_type=tf.int64)[0]
+        s = rows // n + tf.cast(tf.range(n, dtype=tf.int64) < rows % n, tf.int64)
+    else:
+        s = tf.cast(tf.convert_to_tensor(splits), tf.int64)
 
-    def fn(a, sp):
-        recv, rsplits = collectives.alltoall(_np(a), [int(v) for v in sp], name)
-        return [recv, np.asarray(rsplits, np.int64)]
+    def send(x, sp, label):
+        def run(a, b):
+            try:
+                recv, rsplits = collectives.alltoall(_np(a), [int(v) for v in b], label)
+            except CollectiveError as exc:  # bad splits (on any rank): Horovod's argument error
+                if "alltoall splits" in str(exc):
+                    raise InvalidArgumentError(exc.code, str(exc)) from None
+                raise
+            return [recv, np.asarray(rsplits, np.int64)]
+        out, rsplits = _run(run, [x, sp], [x.dtype, tf.int64], "alltoall")
+        return _rows(out), tf.ensure_shape(rsplits, [n])
 
-    out, rsplits = _run(fn, [t, s], [t.dtype, tf.int64], "alltoall")
-    return out, tf.ensure_shape(rsplits, [basics.size()])
+    @tf.custom_gradient
+    def _a2a(x):
+        out, rsplits = send(x, s, gname)
+
+        def grad(dy, _):
+            return send(dy, rsplits, _graph_name(fn, None))[0]
+        return (out, rsplits), grad
+
+    out, rsplits = _a2a(t)
+    return (out, tf.stop_gradient(rsplits)) if splits is not None else out
 
 
-def reducescatter(tensor, op: ReduceOp = Average, name: Optional[str] = None,
-                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> tf.Tensor:
-    """Reduces `tensor` across ranks; rank r keeps its block of dim 0."""
-    t = _tensor(tensor)
-    name = _graph_name("reducescatter", name)
-    out = _run(lambda a: [collectives.reducescatter(_np(a), op, name, prescale_factor,
-                                                    postscale_factor)], [t], [t.dtype],
-               "reducescatter")[0]
-    return tf.ensure_shape(out, [None] + t.shape.as_list()[1:]) if t.shape.rank else out
+def _scatter(fn, tensors, op, pre, post, name):
+    ts = [_tensor(fn, t) for t in tensors]
+    if any(t.shape.rank == 0 for t in ts):
+        raise ValueError(f"{fn}: a scalar cannot be scattered along dim 0; reshape it to [1]")
+    gname = _graph_name("reducescatter", name)
+
+    @tf.custom_gradient
+    def _rs(*xs):
+        outs = _run(lambda *a: collectives.grouped_reducescatter([_np(x) for x in a], op, gname,
+                                                                 pre, post),
+                    xs, [x.dtype for x in xs], "reducescatter")
+
+        def grad(*dys):
+            scale = (basics.size() if op == Sum else 1.0) * pre * post
+            return [allgather(dy * scale if scale != 1.0 else dy) for dy in dys]
+        return [_rows(o) for o in outs], grad
+
+    return list(_rs(*ts))
 
 
-def barrier() -> None:
-    """Returns once every rank has called barrier() (eager only)."""
+def reducescatter(tensor, device_dense='', compression=Compression.none, op=Average, name=None,
+                  process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """Reduces `tensor` across ranks; rank r keeps its block of dim 0; differentiable."""
+    return grouped_reducescatter([tensor], device_dense, compression, op, process_set,
+                                 prescale_factor, postscale_factor, _name=name)[0]
+
+
+def grouped_reducescatter(tensors, device_dense='', compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0, _name=None):
+    """reducescatter of each tensor, in one op; differentiable."""
+    fn = "grouped_reducescatter"
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{fn} expects a list of tensors, got {type(tensors).__name__}")
+    if not tensors:
+        return tensors
+    op = reduce_op(fn, op)
+    check_device(fn, "device_dense", device_dense)
+    check_process_set(fn, process_set)
+    packed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
+    outs = _scatter(fn, [p[0] for p in packed], op, prescale_factor, postscale_factor, _name)
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, packed)]
+
+
+def join():
+    """This rank has no more data (eager): it takes part in the others' allreduces with zeros
+    until every rank has joined; returns the last rank to join, as a tensor."""
+    return tf.constant(collectives.join(), tf.int32)
+
+
+def barrier(process_set=global_process_set) -> None:
+    """Returns once every rank has called barrier() (eager; hvd_lite's, not in Horovod's TF API)."""
+    check_process_set("barrier", process_set)
     collectives.barrier()
 
 
-__all__ = ["allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall",
-           "reducescatter", "barrier", "wait", "Average", "Sum", "Min", "Max", "Product",
-           "ReduceOp"]
+# ---------------------------------------------------------------------------- values as ops
+
+def size_op(process_set_id=0, name=None) -> tf.Tensor:
+    """The number of ranks, as an int32 tensor."""
+    check_process_set("size_op", None if process_set_id == 0 else process_set_id)
+    return tf.constant(basics.size(), tf.int32, name=name)
+
+
+def local_size_op(name=None) -> tf.Tensor:
+    """The number of ranks on this host, as an int32 tensor."""
+    return tf.constant(basics.local_size(), tf.int32, name=name)
+
+
+def rank_op(name=None) -> tf.Tensor:
+    """This rank, as an int32 tensor."""
+    return tf.constant(basics.rank(), tf.int32, name=name)
+
+
+def local_rank_op(name=None) -> tf.Tensor:
+    """This rank on its host, as an int32 tensor."""
+    return tf.constant(basics.local_rank(), tf.int32, name=name)
+
+
+def process_set_included_op(process_set_id=0, name=None) -> tf.Tensor:
+    """1 if this rank is in the process set (the global one: always), as an int32 tensor."""
+    check_process_set("process_set_included_op", None if process_set_id == 0 else process_set_id)
+    return tf.constant(1, tf.int32, name=name)
+
+
+__all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
+           "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "join", "barrier",
+           "size_op", "local_size_op", "rank_op", "local_rank_op", "process_set_included_op",
+           "wait", "supported_dtypes", "check_dtype", "Average", "Sum", "Min", "Max", "Product",
+           "Adasum", "ReduceOp", "CollectiveFailedError", "CollectiveArgumentError"]

@@ -28,7 +28,7 @@ from tensorflow.python.distribute import one_device_strategy
 from .. import basics, collectives, ops
 from ..exceptions import HvdLiteError
 from ..state import allgather_object
-from .mpi_ops import allgather, grouped_allreduce
+from .mpi_ops import _grouped_allreduce, allgather
 
 _var_ids = itertools.count()
 
@@ -64,6 +64,24 @@ def _check_tf_config(rank: int, size: int, workers) -> None:
         raise HvdLiteError("TF_CONFIG does not agree with the MPI world: " + "; ".join(problems) +
                            ". Unset TF_CONFIG (hvd_lite takes the cluster from mpirun) or make "
                            "it list one worker per rank, in rank order")
+
+
+def _check_communication_options(options) -> None:
+    """TypeError or ValueError unless hvd_lite can honour every field of `options`."""
+    if options is None:
+        return
+    if not isinstance(options, type(tf.distribute.experimental.CommunicationOptions())):
+        raise TypeError("communication_options must be a "
+                        "tf.distribute.experimental.CommunicationOptions, got "
+                        f"{type(options).__name__}")
+    if options.bytes_per_pack:
+        raise ValueError(f"CommunicationOptions(bytes_per_pack={options.bytes_per_pack}) is not "
+                         "supported: hvd_lite fuses each batch of reductions into one call (tune "
+                         "fusion with HVD_LITE_FUSION_THRESHOLD); leave bytes_per_pack at 0")
+    impl = options.implementation
+    if impl != tf.distribute.experimental.CommunicationImplementation.AUTO:
+        raise ValueError(f"CommunicationOptions(implementation={impl}) is not supported: hvd_lite "
+                         "picks its own algorithm over MPI; leave implementation at AUTO")
 
 
 class _HvdExtended(one_device_strategy.OneDeviceExtended):
@@ -111,10 +129,11 @@ class _HvdExtended(one_device_strategy.OneDeviceExtended):
     def _batch_reduce_to(self, reduce_op, value_destination_pairs, options):
         values = [v for v, _ in value_destination_pairs]
         timeout = self._timeout(options)
-        return grouped_allreduce(values, _hvd_op(reduce_op), timeout=timeout)
+        return _grouped_allreduce(values, _hvd_op(reduce_op), timeout=timeout)
 
     def _replica_ctx_all_reduce(self, reduce_op, value, options=None):
-        return grouped_allreduce(list(value), _hvd_op(reduce_op), timeout=self._timeout(options))
+        return _grouped_allreduce(list(value), _hvd_op(reduce_op),
+                                  timeout=self._timeout(options))
 
     def _timeout(self, options):
         t = getattr(options, "timeout_seconds", None) if options is not None else None
@@ -161,11 +180,7 @@ class MultiWorkerMirroredStrategy(tf.distribute.OneDeviceStrategy):
         if cluster_resolver is not None:
             raise HvdLiteError("hvd_lite's MultiWorkerMirroredStrategy takes its cluster from mpirun; "
                                "pass no cluster_resolver")
-        if communication_options is not None and not hasattr(communication_options,
-                                                             "timeout_seconds"):
-            raise TypeError("communication_options must be a "
-                            "tf.distribute.experimental.CommunicationOptions, got "
-                            f"{type(communication_options).__name__}")
+        _check_communication_options(communication_options)
         rank, size = basics.rank(), basics.size()
         hosts = allgather_object(socket.gethostname())
         workers = [f"{h}:{r}" for r, h in enumerate(hosts)]  # host:rank, not a TF server address
@@ -178,6 +193,9 @@ class MultiWorkerMirroredStrategy(tf.distribute.OneDeviceStrategy):
         self._cluster_resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
             tf.train.ClusterSpec({"worker": workers}), task_type="worker", task_id=rank,
             num_accelerators={}, rpc_layer="mpi")
+        from . import keras_fit
+
+        keras_fit.install()  # predict, evaluate, metrics and checkpoints as under tf.distribute
 
     @property
     def cluster_resolver(self):

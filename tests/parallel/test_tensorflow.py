@@ -96,7 +96,7 @@ def test_allreduce_keeps_dtype_and_scalar_shape_and_is_differentiable():
 
 
 def test_fp16_compression_returns_the_original_dtype():
-    out = hvd.grouped_allreduce([tf.constant([0.5, 1.5], tf.float32)], hvd.Average,
+    out = hvd.grouped_allreduce([tf.constant([0.5, 1.5], tf.float32)], op=hvd.Average,
                                 compression=hvd.Compression.fp16)[0]
     agree(out.dtype == tf.float32 and np.allclose(out.numpy(), [0.5, 1.5]), str(out))
 
@@ -133,20 +133,21 @@ def test_a_reduction_with_a_timeout_raises_collective_error_when_a_rank_never_su
     in flight completes when rank 0 submits it at last."""
     import time
     from hvd_lite.exceptions import CollectiveError
+    from hvd_lite.tensorflow.mpi_ops import _grouped_allreduce
 
     x = tf.fill([4], float(hvd.rank() + 1))
     err, took = None, 0.0
     if hvd.rank() != 0:
         t0 = time.monotonic()
         try:
-            hvd.grouped_allreduce([x], hvd.Sum, name="tf.timeout", timeout=1.0)
+            _grouped_allreduce([x], hvd.Sum, name="tf.timeout", timeout=1.0)
         except CollectiveError as exc:
             err = exc
         took = time.monotonic() - t0
     world().barrier()
     if hvd.rank() == 0:
-        hvd.grouped_allreduce([x], hvd.Sum, name="tf.timeout")  # completes the others' too
-    out = hvd.allreduce(x, hvd.Sum, name="tf.after.timeout")
+        hvd.grouped_allreduce([x], op=hvd.Sum, name="tf.timeout")  # completes the others' too
+    out = hvd.allreduce(x, op=hvd.Sum, name="tf.after.timeout")
     n = hvd.size()
     ok = np.allclose(out.numpy(), n * (n + 1) / 2)
     if hvd.rank() != 0:
@@ -201,11 +202,66 @@ def test_keras_distributed_optimizer_and_callbacks_match_one_process_fit():
     agree(ok and all(np.allclose(l, losses[0]) for l in losses), f"{detail}; losses {losses}")
 
 
-def test_learning_rate_warmup_ramps_from_lr_over_size_to_lr():
-    n = hvd.size()
-    cb = hvdk.LearningRateWarmupCallback(initial_lr=0.4, warmup_epochs=2)
-    agree(np.isclose(cb.lr_at(0), 0.4 / n) and np.isclose(cb.lr_at(2), 0.4) and
-          np.isclose(cb.lr_at(1), 0.4 / n * (1 + (n - 1) / 2)), "")
+def test_learning_rate_warmup_ramps_from_lr_over_size_to_lr_batch_by_batch():
+    """Horovod's schedule: lr(e) = lr / n * ((e + 1 / steps) * (n - 1) / warmup + 1) at each batch
+    of the warmup epochs, then lr; the epoch's logs carry it."""
+    n, steps = hvd.size(), 3
+    x, y = data(rows=steps * G)
+    model = mlp()
+    model.compile(optimizer=keras.optimizers.SGD(0.4), loss="mse")
+    seen = []
+    record = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: seen.append(
+        float(model.optimizer.learning_rate.numpy())))
+    warm = hvdk.LearningRateWarmupCallback(initial_lr=0.4, warmup_epochs=2)
+    hist = model.fit(x, y, batch_size=G, epochs=3, verbose=0, callbacks=[warm, record])
+    want = [0.4 / n * ((e + b / steps + 1 / steps) * (n - 1) / 2 + 1)
+            for e in range(2) for b in range(steps)] + [0.4] * steps  # epoch 3: left at 0.4
+    agree(np.allclose(seen, want) and np.allclose(hist.history["lr"], [want[2], 0.4, 0.4]),
+          f"{seen} vs {want}; logged {hist.history['lr']}")
+
+
+def test_a_momentum_correction_keras_cannot_apply_is_refused_and_a_schedule_needs_a_float_rate():
+    model = mlp()
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse")
+    x, y = data(rows=G)
+    raises_on_every_rank(ValueError, "momentum_correction=True cannot be applied", lambda: model.fit(
+        x, y, verbose=0, callbacks=[hvdk.LearningRateWarmupCallback(0.1, warmup_epochs=1)]))
+    model.compile(optimizer=keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(
+        0.1, 10, 0.5)), loss="mse")
+    raises_on_every_rank(ValueError, "a schedule", lambda: model.fit(
+        x, y, verbose=0, callbacks=[hvdk.LearningRateScheduleCallback(0.1, 0.5)]))
+
+
+@pytest.mark.parametrize("average", [False, True])
+def test_backward_passes_per_step_accumulates_locally_and_reduces_once_per_n_passes(average):
+    """4 passes with n=2: 2 reductions (counted at the engine); the update is Horovod's: the sum of
+    the 2 passes' gradients (or their mean), averaged over ranks: one process applying the summed
+    (or averaged) global-batch gradients of each pair of batches matches it."""
+    from conftest import engine_calls
+
+    x, y = data(rows=4 * G)
+    model, ref = mlp(), mlp()
+    opt = hvdk.DistributedOptimizer(keras.optimizers.SGD(0.05), backward_passes_per_step=2,
+                                    average_aggregated_gradients=average)
+    model.compile(optimizer=opt, loss="mse")
+    with engine_calls() as calls:
+        model.fit(shard(x), shard(y), batch_size=G // hvd.size(), epochs=1, shuffle=False,
+                  verbose=0)
+    # a reduction submits one entry per gradient (under a trace-time name, the same each step)
+    entries = sum(1 for kind, _ in calls if kind == "submit")
+    reductions = entries / len(model.trainable_variables)
+    ref_opt = keras.optimizers.SGD(0.05)
+    for i in range(0, 4 * G, 2 * G):  # one process: the 2 global batches' gradients, summed
+        grads = []
+        for j in (i, i + G):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((ref(x[j:j + G]) - y[j:j + G]) ** 2)
+            grads.append(tape.gradient(loss, ref.trainable_variables))
+        total = [(a + b) / (2 if average else 1) for a, b in zip(*grads)]
+        ref_opt.apply_gradients(zip(total, ref.trainable_variables))
+    ok, detail = close(weights(model), weights(ref))
+    want = 2 if hvd.size() > 1 else 0
+    agree(ok and reductions == want, f"{detail}; {reductions} reductions")
 
 
 def test_keras_refuses_a_backend_other_than_tensorflow(monkeypatch):

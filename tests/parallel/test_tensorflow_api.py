@@ -1,0 +1,360 @@
+"""hvd_lite.tensorflow and hvd_lite.keras against Horovod 0.28.1's API, at 1-4 ranks: every public
+name, each signature (parameter names, order and defaults, written down below from Horovod's
+source), the dtypes Horovod takes, and the exception types Horovod raises. What hvd_lite does not
+support raises a clear error; nothing is accepted and ignored."""
+import inspect
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
+                                              "(pip install -e '.[tensorflow]')")
+keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip install -e '.[tensorflow]')")
+
+import hvd_lite  # noqa: E402
+import hvd_lite.keras as hvdk  # noqa: E402
+import hvd_lite.tensorflow as hvd  # noqa: E402
+from conftest import agree, everywhere, raises_before_submitting, raises_on_every_rank  # noqa: E402
+
+pytestmark = pytest.mark.mpi
+
+NONE, GLOBAL, AVG = "Compression.none", "global_process_set", "Average"
+
+# name -> [(parameter, default or REQUIRED)], from horovod/tensorflow/{__init__,mpi_ops,functions}.py
+REQUIRED = object()
+TF_SIGNATURES = {
+    "allreduce": [("tensor", REQUIRED), ("average", None), ("device_dense", ""),
+                  ("device_sparse", ""), ("compression", NONE), ("op", None),
+                  ("prescale_factor", 1.0), ("postscale_factor", 1.0), ("name", None),
+                  ("process_set", GLOBAL), ("ignore_name_scope", False)],
+    "grouped_allreduce": [("tensors", REQUIRED), ("average", None), ("device_dense", ""),
+                          ("device_sparse", ""), ("compression", NONE), ("op", None),
+                          ("prescale_factor", 1.0), ("postscale_factor", 1.0),
+                          ("process_set", GLOBAL), ("ignore_name_scope", False), ("name", None)],
+    "reducescatter": [("tensor", REQUIRED), ("device_dense", ""), ("compression", NONE),
+                      ("op", AVG), ("name", None), ("process_set", GLOBAL),
+                      ("ignore_name_scope", False), ("prescale_factor", 1.0),
+                      ("postscale_factor", 1.0)],
+    "grouped_reducescatter": [("tensors", REQUIRED), ("device_dense", ""), ("compression", NONE),
+                              ("op", AVG), ("process_set", GLOBAL), ("prescale_factor", 1.0),
+                              ("postscale_factor", 1.0)],
+    "allgather": [("tensor", REQUIRED), ("name", None), ("ignore_name_scope", False),
+                  ("process_set", GLOBAL)],
+    "grouped_allgather": [("tensors", REQUIRED), ("name", None), ("ignore_name_scope", False),
+                          ("process_set", GLOBAL)],
+    "broadcast": [("tensor", REQUIRED), ("root_rank", REQUIRED), ("name", None),
+                  ("ignore_name_scope", False), ("process_set", GLOBAL)],
+    "broadcast_": [("variables", REQUIRED), ("root_rank", REQUIRED), ("name", None),
+                   ("process_set", GLOBAL)],
+    "alltoall": [("tensor", REQUIRED), ("splits", None), ("name", None),
+                 ("ignore_name_scope", False), ("process_set", GLOBAL)],
+    "join": [],
+    "size_op": [("process_set_id", 0), ("name", None)],
+    "process_set_included_op": [("process_set_id", 0), ("name", None)],
+    "local_size_op": [("name", None)], "rank_op": [("name", None)],
+    "local_rank_op": [("name", None)],
+    "broadcast_variables": [("variables", REQUIRED), ("root_rank", REQUIRED),
+                            ("process_set", GLOBAL), ("inplace", False)],
+    "broadcast_object": [("obj", REQUIRED), ("root_rank", 0), ("session", None), ("name", None),
+                         ("process_set", GLOBAL)],
+    "allgather_object": [("obj", REQUIRED), ("session", None), ("name", None),
+                         ("process_set", GLOBAL)],
+    "broadcast_object_fn": [("root_rank", 0), ("session", None), ("name", None),
+                            ("process_set", GLOBAL)],
+    "broadcast_global_variables": [("root_rank", REQUIRED)],
+    "DistributedOptimizer": [("optimizer", REQUIRED), ("name", None), ("use_locking", False),
+                             ("device_dense", ""), ("device_sparse", ""), ("compression", NONE),
+                             ("sparse_as_dense", False), ("backward_passes_per_step", 1),
+                             ("op", AVG), ("gradient_predivide_factor", 1.0),
+                             ("average_aggregated_gradients", False), ("num_groups", 0),
+                             ("groups", None), ("process_set", GLOBAL),
+                             ("scale_local_gradients", True)],
+    "DistributedGradientTape": [("gradtape", REQUIRED), ("device_dense", ""), ("device_sparse", ""),
+                                ("compression", NONE), ("sparse_as_dense", False), ("op", AVG),
+                                ("gradient_predivide_factor", 1.0), ("num_groups", 0),
+                                ("groups", None), ("process_set", GLOBAL),
+                                ("scale_local_gradients", True)],
+    "PartialDistributedGradientTape": [("gradtape", REQUIRED), ("device_dense", ""),
+                                       ("device_sparse", ""), ("compression", NONE),
+                                       ("sparse_as_dense", False), ("op", AVG),
+                                       ("gradient_predivide_factor", 1.0), ("num_groups", 0),
+                                       ("groups", None), ("process_set", GLOBAL),
+                                       ("local_layers", None), ("scale_local_gradients", True)],
+    "BroadcastGlobalVariablesHook": [("root_rank", REQUIRED), ("device", "")],
+}
+# the basics: no arguments (init takes hvd_lite's optional communicator)
+TF_NAMES = set(TF_SIGNATURES) | {
+    "init", "shutdown", "is_initialized", "start_timeline", "stop_timeline", "size", "local_size",
+    "cross_size", "rank", "local_rank", "cross_rank", "is_homogeneous", "mpi_threads_supported",
+    "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built", "nccl_built", "ddl_built",
+    "ccl_built", "cuda_built", "rocm_built", "ProcessSet", "global_process_set",
+    "add_process_set", "remove_process_set", "Average", "Sum", "Adasum", "Min", "Max", "Product",
+    "handle_average_backwards_compatibility", "check_num_rank_power_of_2",
+    "SyncBatchNormalization", "Compression"}
+
+# from horovod/tensorflow/keras/{__init__,callbacks}.py (and horovod/keras for Partial...)
+KERAS_SIGNATURES = {
+    "DistributedOptimizer": [("optimizer", REQUIRED), ("name", None), ("device_dense", ""),
+                             ("device_sparse", ""), ("compression", NONE),
+                             ("sparse_as_dense", False), ("gradient_predivide_factor", 1.0),
+                             ("op", AVG), ("backward_passes_per_step", 1),
+                             ("average_aggregated_gradients", False), ("num_groups", 0),
+                             ("groups", None), ("process_set", GLOBAL),
+                             ("scale_local_gradients", True)],
+    "PartialDistributedOptimizer": [("optimizer", REQUIRED), ("name", None), ("device_dense", ""),
+                                    ("device_sparse", ""), ("compression", NONE),
+                                    ("sparse_as_dense", False),
+                                    ("gradient_predivide_factor", 1.0), ("op", AVG),
+                                    ("groups", None), ("process_set", GLOBAL),
+                                    ("local_layers", None), ("scale_local_gradients", True)],
+    "broadcast_global_variables": [("root_rank", REQUIRED)],
+    "allreduce": [("value", REQUIRED), ("name", None), ("average", None),
+                  ("prescale_factor", 1.0), ("postscale_factor", 1.0), ("op", None),
+                  ("compression", NONE)],
+    "allgather": [("value", REQUIRED), ("name", None)],
+    "broadcast": [("value", REQUIRED), ("root_rank", REQUIRED), ("name", None)],
+    "reducescatter": [("value", REQUIRED), ("name", None), ("op", AVG)],
+    "load_model": [("filepath", REQUIRED), ("custom_optimizers", None), ("custom_objects", None),
+                   ("compression", NONE), ("legacy_opts", False)],
+    "BroadcastGlobalVariablesCallback": [("root_rank", REQUIRED), ("device", ""),
+                                         ("local_variables", None)],
+    "MetricAverageCallback": [("device", "")],
+    "LearningRateScheduleCallback": [("initial_lr", REQUIRED), ("multiplier", REQUIRED),
+                                     ("start_epoch", 0), ("end_epoch", None), ("staircase", True),
+                                     ("momentum_correction", True), ("steps_per_epoch", None)],
+    "LearningRateWarmupCallback": [("initial_lr", REQUIRED), ("warmup_epochs", 5),
+                                   ("momentum_correction", True), ("steps_per_epoch", None),
+                                   ("verbose", 0)],
+}
+KERAS_NAMES = set(KERAS_SIGNATURES) - {"BroadcastGlobalVariablesCallback", "MetricAverageCallback",
+                                       "LearningRateScheduleCallback",
+                                       "LearningRateWarmupCallback"} | {
+    "init", "shutdown", "is_initialized", "start_timeline", "stop_timeline", "size", "local_size",
+    "cross_size", "rank", "local_rank", "cross_rank", "mpi_threads_supported", "mpi_enabled",
+    "mpi_built", "gloo_enabled", "gloo_built", "ProcessSet", "global_process_set",
+    "add_process_set", "remove_process_set", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
+    "rocm_built", "Average", "Sum", "Adasum", "Compression", "callbacks"}
+
+# the dtypes Horovod's TF ops take (horovod/tensorflow/mpi_ops.cc)
+HOROVOD_DTYPES = [tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
+                  tf.bfloat16, tf.float32, tf.float64, tf.bool]
+
+
+def _resolve(module, default):
+    if isinstance(default, str) and default in (NONE, GLOBAL, AVG):
+        return {NONE: module.Compression.none, GLOBAL: module.global_process_set,
+                AVG: module.Average}[default]
+    return default
+
+
+def _mismatches(module, table):
+    bad = []
+    for name, want in table.items():
+        obj = getattr(module, name)
+        params = [p for p in inspect.signature(obj).parameters.values() if p.name != "self"]
+        got = [(p.name, REQUIRED if p.default is p.empty else p.default) for p in params]
+        want = [(n, _resolve(module, d)) for n, d in want]
+        # Horovod's parameters come first, in order, with the same defaults; hvd_lite may add
+        # keyword parameters after them
+        if [n for n, _ in got[:len(want)]] != [n for n, _ in want] or any(
+                g is not w and g != w for (_, g), (_, w) in zip(got, want)):
+            bad.append(f"{name}{[n for n, _ in got]} != {[n for n, _ in want]}")
+    return bad
+
+
+def test_every_horovod_tensorflow_and_keras_name_is_there_with_horovods_signature():
+    missing = sorted(n for n in TF_NAMES if not hasattr(hvd, n)) + \
+        sorted(f"keras.{n}" for n in KERAS_NAMES if not hasattr(hvdk, n))
+    import hvd_lite.tensorflow.keras as tfk
+
+    bad = _mismatches(hvd, TF_SIGNATURES) + _mismatches(hvdk, KERAS_SIGNATURES)
+    agree(not missing and not bad and tfk.DistributedOptimizer is hvdk.DistributedOptimizer,
+          f"missing {missing}; signatures {bad}")
+
+
+def test_names_hvd_lite_does_not_implement_raise_not_implemented_error():
+    calls = {
+        "start_timeline": lambda: hvd.start_timeline("/tmp/t.json"),
+        "stop_timeline": hvd.stop_timeline, "is_homogeneous": hvd.is_homogeneous,
+        "ProcessSet": lambda: hvd.ProcessSet([0]), "add_process_set": lambda: hvd.add_process_set([0]),
+        "remove_process_set": lambda: hvd.remove_process_set(None),
+        "BroadcastGlobalVariablesHook": lambda: hvd.BroadcastGlobalVariablesHook(0),
+        "SyncBatchNormalization": hvd.SyncBatchNormalization,
+        "broadcast_object_fn": hvd.broadcast_object_fn,
+        "BestModelCheckpoint": hvdk.callbacks.BestModelCheckpoint,
+        "Adasum": lambda: hvd.allreduce(tf.ones([2]), op=hvd.Adasum),
+        "TF1 optimizer": lambda: hvd.DistributedOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.1)),
+    }
+    wrong = {}
+    for what, call in calls.items():
+        try:
+            call()
+            wrong[what] = "returned"
+        except NotImplementedError as exc:
+            if len(str(exc)) < 20:
+                wrong[what] = f"unclear message {exc!r}"
+        except Exception as exc:  # noqa: BLE001
+            wrong[what] = repr(exc)
+    agree(not wrong, str(wrong))
+
+
+def test_the_build_queries_answer_for_an_mpi_cpu_build():
+    n = hvd.size()
+    agree(hvd.mpi_built() and hvd.mpi_enabled() and not hvd.gloo_built() and not hvd.gloo_enabled()
+          and not hvd.nccl_built() and not hvd.cuda_built() and not hvd.rocm_built() and
+          not hvd.ddl_built() and not hvd.ccl_built() and int(hvd.size_op()) == n and
+          int(hvd.rank_op()) == hvd.rank() and int(hvd.local_size_op()) == hvd.local_size() and
+          int(hvd.local_rank_op()) == hvd.local_rank() and
+          int(hvd.process_set_included_op()) == 1 and hvd.check_num_rank_power_of_2(4) and
+          not hvd.check_num_rank_power_of_2(6) and hvd.global_process_set.size() == n, "")
+
+
+def test_every_dtype_the_core_has_is_reduced_gathered_and_broadcast_and_the_others_refused():
+    """Horovod's dtypes: those hvd_lite's core has work; the rest raise TypeError naming the dtype
+    and send nothing (the table is the core's: adding a dtype there adds it here)."""
+    r, n = hvd.rank(), hvd.size()
+    from hvd_lite.tensorflow.mpi_ops import supported_dtypes
+
+    supported = set(supported_dtypes())
+    wrong = []
+    for dt in HOROVOD_DTYPES + [tf.complex64, tf.string]:
+        x = tf.cast(tf.fill([2], 1), dt) if dt != tf.string else tf.constant(["a", "b"])
+        if dt in supported:
+            checks = [(hvd.allgather(x), np.ones(2 * n)), (hvd.broadcast(x, 0), np.ones(2))]
+            if dt != tf.bool:
+                checks.append((hvd.allreduce(x, op=hvd.Sum), np.full(2, n)))
+            for got, want in checks:
+                if got.dtype != dt or not np.array_equal(np.asarray(got.numpy(), float), want):
+                    wrong.append(f"{dt.name}: {got} != {want}")
+        else:
+            for call in (lambda: hvd.allreduce(x), lambda: hvd.allgather(x),
+                         lambda: hvd.broadcast(x, 0)):
+                try:
+                    call()
+                    wrong.append(f"{dt.name} accepted")
+                except TypeError as exc:
+                    if f"unsupported dtype {dt.name}" not in str(exc):
+                        wrong.append(repr(exc))
+    base = {tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
+            tf.float64}
+    agree(not wrong and base <= supported, f"{wrong}; supported {sorted(d.name for d in supported)}")
+    raises_before_submitting(TypeError, "unsupported dtype complex64",
+                             lambda: hvd.grouped_allreduce([tf.ones([2]), tf.ones([2], tf.complex64)]))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_collectives_that_disagree_across_ranks_raise_horovods_error_types():
+    """Eagerly: a mismatch is tf.errors.FailedPreconditionError (and hvd_lite.CollectiveError), as
+    in Horovod; alltoall splits that do not add up are tf.errors.InvalidArgumentError."""
+    r = hvd.rank()
+    raises_on_every_rank(tf.errors.FailedPreconditionError, "shape",
+                         lambda: hvd.allreduce(tf.ones([2 + r]), name="api.shape"))
+    raises_on_every_rank(hvd_lite.CollectiveError, "dtype",
+                         lambda: hvd.allreduce(tf.ones([2], tf.float32 if r else tf.float64),
+                                               name="api.dtype"))
+    raises_on_every_rank(tf.errors.FailedPreconditionError, "root",
+                         lambda: hvd.broadcast(tf.ones([2]), root_rank=r, name="api.root"))
+    raises_on_every_rank(tf.errors.InvalidArgumentError, "splits",
+                         lambda: hvd.alltoall(tf.ones([3]), splits=[3] + [1] * (hvd.size() - 1),
+                                              name="api.splits"))
+    out = hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="api.after")  # the engine carries on
+    agree(np.allclose(out.numpy(), hvd.size()), str(out))
+
+
+def test_arguments_hvd_lite_cannot_honour_raise_before_anything_is_sent():
+    x = tf.ones([2])
+    sl = tf.IndexedSlices(tf.ones([1, 2]), tf.constant([0]), tf.constant([3, 2]))
+    for exc, match, call in [
+        (ValueError, "process_set", lambda: hvd.allreduce(x, process_set=object())),
+        (ValueError, "process_set", lambda: hvd.allgather(x, process_set="other")),
+        (ValueError, "process_set", lambda: hvd.DistributedGradientTape(tf.GradientTape(),
+                                                                        process_set=object())),
+        (ValueError, "device_dense", lambda: hvd.allreduce(x, device_dense="/gpu:0")),
+        (ValueError, "supersedes average", lambda: hvd.allreduce(x, average=True, op=hvd.Sum)),
+        (NotImplementedError, "Sum and Average", lambda: hvd.allreduce(sl, op=hvd.Max)),
+        (NotImplementedError, "prescale", lambda: hvd.allreduce(sl, prescale_factor=2.0)),
+        (ValueError, "gradient_predivide_factor", lambda: hvd.DistributedGradientTape(
+            tf.GradientTape(), op=hvd.Sum, gradient_predivide_factor=2.0)),
+        (ValueError, "groups", lambda: hvd.DistributedGradientTape(tf.GradientTape(), groups=-1)),
+        (ValueError, "op currently only supports",
+         lambda: hvdk.DistributedOptimizer(keras.optimizers.SGD(), op=hvd.Max)),
+        (ValueError, "backward_passes_per_step",
+         lambda: hvdk.DistributedOptimizer(keras.optimizers.SGD(), backward_passes_per_step=0)),
+        (ValueError, "use_locking", lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(),
+                                                                     use_locking=True)),
+        (ValueError, "session", lambda: hvd.broadcast_object(1, session=object())),
+        (ValueError, "legacy_opts", lambda: hvdk.load_model("x.keras", legacy_opts=True)),
+        (RuntimeError, "broadcast_variables", lambda: hvd.broadcast_global_variables(0)),
+        (ValueError, "local layers", lambda: hvd.PartialDistributedGradientTape(
+            tf.GradientTape(), local_layers=[object()])),
+        (ValueError, "bytes_per_pack", lambda: hvd.MultiWorkerMirroredStrategy(
+            tf.distribute.experimental.CommunicationOptions(bytes_per_pack=1024))),
+        (ValueError, "implementation", lambda: hvd.MultiWorkerMirroredStrategy(
+            tf.distribute.experimental.CommunicationOptions(
+                implementation=tf.distribute.experimental.CommunicationImplementation.NCCL))),
+    ]:
+        raises_before_submitting(exc, match, call)
+
+
+def test_indexed_slices_are_gathered_and_dense_gradients_grouped_as_asked():
+    """A tf.IndexedSlices is reduced as Horovod does (values and indices allgathered);
+    DistributedGradientTape(groups=2) makes two fused calls; sparse_as_dense densifies."""
+    from conftest import engine_calls
+
+    r, n = hvd.rank(), hvd.size()
+    sl = tf.IndexedSlices(tf.fill([1, 2], float(r + 1)), tf.constant([r % 3]), tf.constant([3, 2]))
+    out = hvd.allreduce(sl, op=hvd.Sum)
+    dense = tf.convert_to_tensor(out).numpy()
+    want = np.zeros((3, 2))
+    for q in range(n):
+        want[q % 3] += q + 1
+    emb = tf.Variable(tf.ones([3, 2]))
+    ws = [tf.Variable(tf.ones([2])) for _ in range(3)]
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.gather(emb, [r % 3])) + sum(tf.reduce_sum(w * (r + 1)) for w in ws)
+    tape = hvd.DistributedGradientTape(tape, groups=2, sparse_as_dense=True)
+    with engine_calls() as calls:
+        grads = tape.gradient(loss, [emb] + ws)
+    submits = sum(1 for kind, _ in calls if kind == "submit")
+    agree(isinstance(out, tf.IndexedSlices) and np.allclose(dense, want) and
+          not isinstance(grads[0], tf.IndexedSlices) and
+          np.allclose(grads[1].numpy(), (n + 1) / 2) and (submits == 4 if n > 1 else True),
+          f"{dense} vs {want}; {submits} submissions")
+
+
+def test_allgather_broadcast_reducescatter_and_alltoall_are_differentiable_as_in_horovod():
+    r, n = hvd.rank(), hvd.size()
+    x = tf.Variable(tf.fill([r + 1, 2], 1.0))
+    y = tf.Variable(tf.fill([2 * n, 2], float(r + 1)))
+    with tf.GradientTape(persistent=True) as tape:
+        g = tf.reduce_sum(hvd.allgather(x) * 2.0)
+        b = tf.reduce_sum(hvd.broadcast(y, 0) * 3.0)
+        s = tf.reduce_sum(hvd.reducescatter(y, op=hvd.Sum))
+        a = tf.reduce_sum(hvd.alltoall(y) * float(r + 1))
+    dg, db, ds, da = (tape.gradient(v, w) for v, w in ((g, x), (b, y), (s, y), (a, y)))
+    want_a = np.repeat(np.arange(1, n + 1, dtype=float), 2)[:, None] * np.ones((1, 2))
+    agree(np.allclose(dg, 2.0) and np.allclose(db, 3.0 if r == 0 else 0.0) and
+          np.allclose(ds, n) and np.allclose(da, want_a),
+          f"{dg.numpy()} {db.numpy()} {ds.numpy()} {da.numpy()}")
+
+
+def test_keras_names_reduce_python_values_and_a_saved_model_loads_with_its_optimizer_wrapped(
+        tmp_path):
+    n = hvd.size()
+    total = hvdk.allreduce([1.0, 2.0], op=hvdk.Sum)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=hvdk.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
+    model.fit(np.ones((4, 2)), np.ones((4, 1)), verbose=0)
+    path = str(tmp_path / f"m{hvd.rank()}.keras")
+    model.save(path)
+    plain = keras.models.load_model(path)  # loads without hvd_lite: the class is Adam's
+    loaded = hvdk.load_model(path)
+    with everywhere("load_model"):
+        assert np.allclose(total.numpy(), [n, 2 * n])
+        assert type(plain.optimizer).__name__ == "Adam"
+        assert hasattr(loaded.optimizer, "_hvd_reduction")
+        assert int(loaded.optimizer.iterations.numpy()) == int(model.optimizer.iterations.numpy())

@@ -1,0 +1,58 @@
+"""Whole Keras jobs under hvd_lite's MultiWorkerMirroredStrategy at two ranks: a job killed
+mid-epoch resumes from tf.keras.callbacks.BackupAndRestore's backup, and a peer that never arrives
+makes fit raise on every rank within CommunicationOptions' timeout."""
+import os
+import re
+import sys
+
+import pytest
+
+from mpi_cmd import job_env, mpirun_cmd, run_job
+
+pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[tensorflow]')")
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_job_worker.py")
+
+
+def job(*args, timeout=240):
+    return run_job(mpirun_cmd(2) + [sys.executable, WORKER, *map(str, args)], timeout=timeout,
+                   env=job_env())
+
+
+def final_weights(res):
+    lines = [l for l in res.stdout.splitlines() if l.startswith("rank ")]
+    assert len(lines) == 2, res.stdout + res.stderr
+    return {int(l.split()[1]): (int(l.split()[3]), [float(v) for v in l.split()[5:]])
+            for l in lines}
+
+
+def test_a_job_killed_mid_epoch_resumes_from_backup_and_restore_and_ends_like_an_unbroken_one(
+        tmp_path):
+    backup = tmp_path / "backup"
+    killed = job("backup", backup, 2)  # killed in epoch 2 (0-based): epochs 0 and 1 backed up
+    assert killed.returncode != 0, killed.stdout + killed.stderr
+    assert "epochs" not in killed.stdout
+    assert sorted(os.listdir(backup)) == ["latest.weights.h5", "training_metadata.json"]
+    resumed = final_weights(job("backup", backup, -1))
+    assert not backup.exists()  # deleted at the end (by rank 0 only)
+    unbroken = final_weights(job("backup", tmp_path / "other", -1))
+    # the relaunch ran the 2 remaining epochs, identical on both ranks, and ended where an
+    # unbroken 4-epoch job ends
+    assert [resumed[r][0] for r in (0, 1)] == [2, 2] and unbroken[0][0] == 4
+    assert resumed[0][1] == resumed[1][1]
+    assert resumed[0][1] == pytest.approx(unbroken[0][1], abs=1e-5)
+
+
+def test_fit_raises_on_every_rank_within_the_communication_timeout_when_a_peer_never_arrives():
+    t = 2.0
+    res = job("timeout", t)
+    lines = sorted(l for l in res.stdout.splitlines() if l.startswith("rank "))
+    assert len(lines) == 2, res.stdout + res.stderr
+    waiting, stalled = lines  # rank 0 waits for rank 1, which stalls for 3t
+    m = re.match(r"rank 0 raised (\w+) after ([\d.]+) s: .*CollectiveError: allreduce: \d+ "
+                 r"collective\(s\) not done after 2.0 s", waiting)
+    assert m, waiting
+    assert t <= float(m.group(2)) < t + 3.0, waiting
+    # the stalled rank raises as soon as it submits: its peer has given up and left
+    assert re.match(r"rank 1 raised \w+ after [\d.]+ s: .*CollectiveError: hvd_lite has been shut "
+                    r"down on rank 0", stalled), stalled
