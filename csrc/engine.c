@@ -27,6 +27,7 @@
 #include "executor.h"
 #include "negotiate.h"
 #include "timeline.h"
+#include "turn.h"
 
 static const char SHUT_DOWN[] = "hvd_lite has been shut down on this rank";
 
@@ -65,78 +66,6 @@ static double idle_tick(const struct hvdl_engine *e) {
   if (e->cfg.stall_shutdown_s > 0 && e->cfg.stall_shutdown_s / 4 < tick)
     tick = e->cfg.stall_shutdown_s / 4;
   return tick < 0.01 ? 0.01 : tick;
-}
-
-/* Under mu: the requests in flight become this turn's pending list, each held for
- * the turn; -1 when out of memory. */
-static int take_pending_locked(struct hvdl_engine *e) {
-  int n = 0;
-  for (struct hvdl_request *r = e->requests.head; r; r = r->next) n++;
-  if (n > e->pending_cap) {
-    struct hvdl_request **p = realloc(e->pending, sizeof *p * (size_t)n * 2);
-    if (!p) return -1;
-    e->pending = p;
-    e->pending_cap = n * 2;
-  }
-  n = 0;
-  for (struct hvdl_request *r = e->requests.head; r; r = r->next) {
-    atomic_fetch_add(&r->refs, 1);
-    e->pending[n++] = r;
-  }
-  e->npending = n;
-  e->had_new = e->nnew;
-  e->nnew = 0;
-  e->at_once = 0;
-  e->caller_expected = 0;
-  return 0;
-}
-
-static hvdlResult_t finish_round(struct hvdl_engine *e, hvdlResult_t res, int *finished) {
-  *finished = 0;
-  e->nready = 0;
-  if (res == hvdlSuccess)
-    res = hvdl_round_finish(e->negotiator, e->pending, e->npending, e->leaving, &e->ready,
-                            &e->ready_cap, &e->nready, finished);
-  if (res == hvdlSuccess) /* rank 0's autotune word of the round, applied before the ready list runs */
-    res = hvdl_autotune_round(&e->tuner, e->negotiator->tune_in, e->negotiator->round_no, e->ready,
-                              e->nready, &e->negotiator->tune_out);
-  hvdl_executor_unpin(e->executor, res != hvdlSuccess);
-  return res;
-}
-
-static hvdlResult_t execute_ready(struct hvdl_engine *e) {
-  if (e->nready == 0) return hvdlSuccess;
-  e->in_data = 1;
-  hvdlResult_t res = hvdl_execute(e->executor, e->ready, e->nready);
-  e->in_data = 0;
-  return res;
-}
-
-/* The end of a turn: the pending list let go (its waiters are woken once the turn is
- * given back, so that one that submits again finds the turn free). A failure stops the
- * engine here, and the other ranks learn why from its engine alarm, unless it stops
- * because another engine stopped. Nonzero when the loop must end. */
-static int end_turn(struct hvdl_engine *e, hvdlResult_t res, int finished) {
-  for (int i = 0; i < e->npending; i++) hvdl_request_release(e->pending[i]);
-  e->npending = 0;
-  if (res == hvdlSuccess) return finished;
-  char msg[HVDL_ERRMSG_LEN];
-  if (e->alarm.engine_down) {
-    snprintf(msg, sizeof msg, "%s", e->alarm.engine.msg);
-  } else {
-    snprintf(msg, sizeof msg, "hvd_lite engine failed on rank %d: %s", e->rank,
-             hvdlGetLastError(e->data));
-    hvdl_alarm_raise_engine(&e->alarm, res, msg);
-  }
-  hvdl_requests_fail_all(&e->requests, res, msg);
-  return 1;
-}
-
-/* Under mu: gives the turn back; a caller may leave work for the engine thread. */
-static void end_turn_locked(struct hvdl_engine *e, int handed, int over) {
-  e->turn = HVDL_TURN_FREE;
-  e->handed = handed;
-  if (over) e->over = 1;
 }
 
 static void *engine_main(void *arg) {
@@ -201,8 +130,8 @@ static void *engine_main(void *arg) {
         hvdl_requests_fail_all(&e->requests, hvdlInvalidUsage, SHUT_DOWN);
         pthread_mutex_lock(&e->requests.mu);
       }
-      if (take_pending_locked(e) != 0) {
-        end_turn_locked(e, HVDL_HANDED_NONE, 1);
+      if (hvdl_turn_take_locked(e) != 0) {
+        hvdl_turn_give_back_locked(e, HVDL_HANDED_NONE, 1);
         pthread_mutex_unlock(&e->requests.mu);
         hvdl_requests_fail_all(&e->requests, hvdlSystemError, "hvd_lite engine: out of memory");
         break;
@@ -217,12 +146,12 @@ static void *engine_main(void *arg) {
       e->last_round = hvdl_now();
       res = hvdl_round_post(e->negotiator, e->pending, e->npending, e->leaving);
     }
-    if (stage != HVDL_HANDED_READY) res = finish_round(e, res, &finished);
-    if (res == hvdlSuccess) res = execute_ready(e);
+    if (stage != HVDL_HANDED_READY) res = hvdl_turn_finish_round(e, res, &finished);
+    if (res == hvdlSuccess) res = hvdl_turn_execute(e);
     const int progress = e->nready > 0 || e->had_new;
-    const int over = end_turn(e, res, finished);
+    const int over = hvdl_turn_end(e, res, finished);
     pthread_mutex_lock(&e->requests.mu);
-    end_turn_locked(e, HVDL_HANDED_NONE, over);
+    hvdl_turn_give_back_locked(e, HVDL_HANDED_NONE, over);
     pthread_mutex_unlock(&e->requests.mu);
     hvdl_requests_notify(&e->requests, 1);
     if (over) break;
@@ -240,63 +169,9 @@ static void *engine_main(void *arg) {
   return NULL;
 }
 
-/* How long a caller running a round spins for its peers before it hands the round to
- * the engine thread; and how long the engine thread leaves a synchronous submission
- * to its caller. */
-#define FAST_SPIN 100e-6
+/* The engine thread leaves a synchronous submission to its caller (turn.c's fast
+ * path) for this long before it runs the round itself. */
 #define CALLER_GRACE 2e-3
-
-static size_t ready_bytes(const struct hvdl_engine *e) {
-  size_t b = 0;
-  for (int i = 0; i < e->nready; i++) b += e->ready[i]->nbytes;
-  return b;
-}
-
-int hvdl_engine_run_for(struct hvdl_engine *e, struct hvdl_request *r) {
-  if (hvdl_request_poll(r)) return 1;
-  const size_t limit = e->cfg.fast_path_bytes;
-  pthread_mutex_lock(&e->requests.mu);
-  const int free_turn = e->thread_started && e->turn == HVDL_TURN_FREE && !e->handed && !e->over &&
-                        !e->hold && !e->stop_requested && !e->requests.dead;
-  if (!free_turn || limit == 0 || r->nbytes > limit || e->cfg.cycle_time_ms > 0 ||
-      take_pending_locked(e) != 0) {
-    e->caller_expected = 0; /* the engine thread runs the round, now */
-    pthread_cond_signal(&e->work_cv);
-    pthread_mutex_unlock(&e->requests.mu);
-    return hvdl_request_poll(r);
-  }
-  e->turn = HVDL_TURN_CALLER;
-  e->leaving = 0;
-  pthread_mutex_unlock(&e->requests.mu);
-
-  int handed = HVDL_HANDED_NONE, finished = 0, arrived = 0, over = 0;
-  e->last_round = hvdl_now();
-  hvdlResult_t res = hvdl_round_post(e->negotiator, e->pending, e->npending, 0);
-  const double start = hvdl_now();
-  while (res == hvdlSuccess && !arrived) {
-    res = hvdl_round_arrived(e->negotiator, &arrived);
-    if (!arrived && hvdl_now() - start > FAST_SPIN) handed = HVDL_HANDED_ROUND;
-    if (handed) break;
-    sched_yield();
-  }
-  if (!handed) {
-    res = finish_round(e, res, &finished);
-    if (res == hvdlSuccess && !finished && ready_bytes(e) > limit) handed = HVDL_HANDED_READY;
-  }
-  if (!handed) {
-    if (res == hvdlSuccess) res = execute_ready(e);
-    over = end_turn(e, res, finished);
-  }
-  pthread_mutex_lock(&e->requests.mu);
-  end_turn_locked(e, handed, over);
-  if (handed || over || e->requests.head || e->stop_requested) pthread_cond_signal(&e->work_cv);
-  pthread_mutex_unlock(&e->requests.mu);
-  if (!handed) {
-    hvdl_requests_notify(&e->requests, 1);
-    atomic_fetch_add_explicit(&e->caller_turns, 1, memory_order_relaxed);
-  }
-  return hvdl_request_poll(r);
-}
 
 hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
                                const struct hvdl_engine_config *cfg) {
@@ -398,7 +273,7 @@ hvdlResult_t hvdl_engine_submit_group(struct hvdl_engine *e, struct hvdl_request
     e->nnew += n;
     e->at_once |= at_once;
     if (at_once && e->cfg.fast_path_bytes > 0 && e->cfg.cycle_time_ms <= 0 && e->turn == HVDL_TURN_FREE) {
-      /* its caller will run the round (hvdl_engine_run_for): no hand-off */
+      /* its caller will run the round (hvdl_turn_run_for): no hand-off */
       e->caller_expected = 1;
       e->caller_deadline = now + CALLER_GRACE;
     } else if (!e->batching || at_once) {

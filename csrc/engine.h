@@ -51,7 +51,7 @@ struct hvdl_engine {
   struct hvdl_autotune tuner;    /* HVD_LITE_AUTOTUNE; applies rank 0's choice after every round */
 
   /* Whose turn it is to run the loop's work, the engine thread's or a waiting caller's
-   * (hvdl_engine_run_for), and what a caller handed back; under requests.mu. */
+   * (turn.c: hvdl_turn_run_for), and what a caller handed back; under requests.mu. */
   int turn;                      /* enum hvdl_turn */
   int handed;                    /* enum hvdl_handed */
   int caller_expected;           /* a synchronous submission's caller is coming to run the round */
@@ -81,13 +81,6 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
 /* `at_once`: the caller waits on r at once (a synchronous call), so the engine
  * negotiates it without letting more submissions gather first. */
 hvdlResult_t hvdl_engine_submit(struct hvdl_engine *e, struct hvdl_request *r, int at_once);
-/* The fast path of a synchronous call, from the thread that waits for r: when the
- * engine thread is idle, this thread runs the next round itself and, if the ready
- * list is small (HVD_LITE_FAST_PATH_BYTES), executes it, sparing the two thread
- * hand-offs of the engine thread's path. A round whose peers have not all arrived
- * within a short spin, or a larger ready list, goes to the engine thread, posted
- * as it is. At most one round; nonzero when r has completed. */
-int hvdl_engine_run_for(struct hvdl_engine *e, struct hvdl_request *r);
 /* Submits n requests as one group: all of them, in order and in the same round, or none
  * (the engine refuses one: it is shutting down or dead, or a name is in flight or repeated). */
 hvdlResult_t hvdl_engine_submit_group(struct hvdl_engine *e, struct hvdl_request **rs, int n,

@@ -18,7 +18,7 @@
 
 #include <stdlib.h>
 
-#include "engine.h"
+#include "turn.h"
 #include "internal.h"
 #include "request.h"
 
@@ -83,7 +83,7 @@ static int wait_in_slices(hvdl_py_handle *self, double seconds) {
     /* the fast path: this thread may run the round itself (bounded: one round) */
     struct hvdl_engine *engine = self->owner->engine;
     int done;
-    Py_BEGIN_ALLOW_THREADS done = hvdl_engine_run_for(engine, r);
+    Py_BEGIN_ALLOW_THREADS done = hvdl_turn_run_for(engine, r);
     Py_END_ALLOW_THREADS
     if (done) return 1;
   }
