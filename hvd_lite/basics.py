@@ -301,10 +301,10 @@ def remove_set(process_set) -> bool:
     return True
 
 
-def set_for(fn: str, process_set) -> _Set:
+def set_for(fn: str, process_set, member: bool = True) -> _Set:
     """The set a collective on `process_set` runs in (None: the global set); TypeError or
-    ValueError, before anything is sent, for a set that is not registered or that this rank is
-    not a member of."""
+    ValueError, before anything is sent, for a set that is not registered or (with `member`)
+    that this rank is not a member of."""
     if process_set is None:
         _engine()
         return _state.sets[0]
@@ -320,7 +320,7 @@ def set_for(fn: str, process_set) -> _Set:
     if s is None or process_set not in s.owners:
         raise ValueError(f"{fn}: {process_set} is not registered (or was removed); pass it to "
                          "hvd_lite.init(process_sets=[...]) or hvd_lite.add_process_set() first")
-    if s.engine is None:
+    if member and s.engine is None:
         raise ValueError(f"{fn}: rank {rank()} is not a member of the provided process set "
                          f"(ranks {s.ranks})")
     return s

@@ -36,8 +36,8 @@ from ..tensorflow.basics import (ccl_built, cuda_built, ddl_built, gloo_built, g
 from ..tensorflow.compression import Compression  # noqa: E402
 from ..tensorflow.functions import broadcast_variables  # noqa: E402
 from ..tensorflow.mpi_ops import Adasum, Average, Max, Min, Product, Sum  # noqa: E402
-from ..tensorflow.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: E402
-                                       remove_process_set)
+from ..process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: E402
+                            remove_process_set)
 from . import callbacks  # noqa: E402
 from .callbacks import (BroadcastGlobalVariablesCallback, LearningRateScheduleCallback,  # noqa: E402
                         LearningRateWarmupCallback, MetricAverageCallback)

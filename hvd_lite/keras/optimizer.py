@@ -13,11 +13,10 @@ the mean is then scaled back by n, as a prescale factor of the same reduction.
 """
 import keras
 
-from .. import basics
 from ..tensorflow.compression import Compression
 from ..tensorflow.functions import GradientReduction
 from ..tensorflow.mpi_ops import Adasum, Average, Sum
-from ..tensorflow.process_sets import global_process_set
+from ..process_sets import global_process_set
 
 
 class _DistributedOptimizer:
@@ -31,8 +30,6 @@ class _DistributedOptimizer:
         self._hvd_reduction.register_local(var)
 
     def _hvd_reduce(self, grads, variables, scale=1.0):
-        if basics.size() == 1 and not self._hvd_reduction.local:  # nothing to reduce
-            return [g * scale if g is not None and scale != 1.0 else g for g in grads]
         return self._hvd_reduction(grads, variables, scale)
 
     def apply(self, grads, trainable_variables=None):

@@ -12,30 +12,32 @@ from ..collectives import broadcast_group_
 from .compression import Compression
 from .mpi_ops import (Average, _grouped_allreduce, _reduce_slices, broadcast, check_device,
                       check_dtype, reduce_op)
-from .process_sets import check_process_set, global_process_set
+from .process_sets import global_process_set, member_set, registered_set
 
 
 # ---------------------------------------------------------------------------- broadcasts
 
 def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int,
                         process_set=global_process_set, inplace: bool = False):
-    """Assigns rank `root_rank`'s value to each variable on every rank (eager: all in one round;
-    in a graph: returns the op). `inplace` is accepted as in Horovod (every broadcast here
-    assigns the variables)."""
-    check_process_set("broadcast_variables", process_set)
+    """Assigns rank `root_rank`'s value to each variable on every rank of `process_set` (eager:
+    all in one round; in a graph: returns the op). `inplace` is accepted as in Horovod (every
+    broadcast here assigns the variables)."""
+    fn = "broadcast_variables"
+    where = member_set(fn, process_set)
     variables = list(variables)
     if tf.executing_eagerly():
-        fn = "broadcast_variables"
         for v in variables:
             check_dtype(fn, v.dtype)  # every dtype checked before anything is sent
         arrays = [np.array(v.numpy(), order="C", copy=True) for v in variables]  # writable copies
-        names = group_names(fn, fn, arrays, None, "variables")
+        names = group_names(fn, fn, arrays, None, "variables", where)
         # every variable checked before any is submitted, then all in one round
-        for v, a, h in zip(variables, arrays, broadcast_group_(fn, arrays, names, root_rank)):
+        for v, a, h in zip(variables, arrays, broadcast_group_(fn, arrays, names, root_rank,
+                                                               process_set)):
             ops.synchronize(h)
             v.assign(a)
         return None
-    return tf.group([v.assign(broadcast(v, root_rank)) for v in variables])
+    return tf.group([v.assign(broadcast(v, root_rank, process_set=process_set))
+                     for v in variables])
 
 
 def broadcast_global_variables(root_rank):
@@ -46,17 +48,15 @@ def broadcast_global_variables(root_rank):
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
-    """Rank `root_rank`'s picklable `obj` on every rank."""
+    """Rank `root_rank`'s picklable `obj` on every rank (of the set)."""
     _no_session("broadcast_object", session)
-    check_process_set("broadcast_object", process_set)
-    return state.broadcast_object(obj, root_rank, name)
+    return state.broadcast_object(obj, root_rank, name, process_set)
 
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
-    """Every rank's picklable `obj`, as a list in rank order."""
+    """Every rank's (of the set) picklable `obj`, as a list in rank order."""
     _no_session("allgather_object", session)
-    check_process_set("allgather_object", process_set)
-    return state.allgather_object(obj, name)
+    return state.allgather_object(obj, name, process_set)
 
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
@@ -78,8 +78,9 @@ def _key(v):
 
 
 class GradientReduction:
-    """How a list of gradients is reduced across ranks (Horovod's arguments of
-    DistributedGradientTape and DistributedOptimizer); calling it reduces one list."""
+    """How a list of gradients is reduced across the ranks of `process_set` (Horovod's arguments
+    of DistributedGradientTape and DistributedOptimizer); calling it reduces one list. As in
+    Horovod, a rank outside the set, or a set of one rank, leaves the gradients as they are."""
 
     def __init__(self, fn: str, device_dense='', device_sparse='', compression=Compression.none,
                  sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
@@ -87,7 +88,7 @@ class GradientReduction:
         op = reduce_op(fn, op)
         check_device(fn, "device_dense", device_dense)
         check_device(fn, "device_sparse", device_sparse)
-        check_process_set(fn, process_set)
+        registered_set(fn, process_set)  # a non-member may build one: it reduces nothing
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
         if num_groups != 0:
@@ -98,6 +99,7 @@ class GradientReduction:
                                        (isinstance(groups, int) and groups > 0)):
             raise ValueError("groups should be a non-negative integer or a list of list of "
                              "tf.Variable")
+        self.fn, self.process_set = fn, process_set
         self.op, self.compression, self.sparse_as_dense = op, compression, sparse_as_dense
         self.groups = groups
         self.scale_local_gradients = scale_local_gradients
@@ -125,13 +127,16 @@ class GradientReduction:
         return parts + [[i] for i in idx if _key(variables[i]) in where]
 
     def __call__(self, grads, variables=None, scale: float = 1.0):
-        """`grads` reduced across ranks (None stays None; a registered local variable's gradient
-        is not reduced, and divided by size with scale_local_gradients); `scale` multiplies
-        what is sent."""
+        """`grads` reduced across the set's ranks (None stays None; a registered local variable's
+        gradient is not reduced, and divided by the set's size with scale_local_gradients);
+        `scale` multiplies every gradient but the local ones (on a rank that reduces nothing,
+        too)."""
         grads = list(grads)
         variables = list(variables) if variables is not None else [None] * len(grads)
         out = list(grads)
-        n = basics.size()
+        where = registered_set(self.fn, self.process_set)
+        n = where.size
+        reduces = n > 1 and basics.rank() in where.ranks
         dense, sparse = [], []
         for i, (g, v) in enumerate(zip(grads, variables)):
             if g is None:
@@ -144,12 +149,20 @@ class GradientReduction:
             if isinstance(g, tf.IndexedSlices) and self.sparse_as_dense:
                 g = out[i] = tf.convert_to_tensor(g)
             (sparse if isinstance(g, tf.IndexedSlices) else dense).append(i)
+        if not reduces:
+            if scale != 1.0:
+                for i in sparse + dense:
+                    g = out[i]
+                    out[i] = (tf.IndexedSlices(g.values * scale, g.indices, g.dense_shape)
+                              if isinstance(g, tf.IndexedSlices) else g * scale)
+            return out
         for i in sparse:
             out[i] = _reduce_slices("gradient reduction", out[i], self.op, self.pre * scale,
-                                    self.post)
+                                    self.post, self.process_set)
         for part in self._partition(dense, variables):
             reduced = _grouped_allreduce([out[i] for i in part], self.op, self.pre * scale,
-                                         self.post, None, self.compression)
+                                         self.post, None, self.compression,
+                                         process_set=self.process_set)
             for i, r in zip(part, reduced):
                 out[i] = r
         return out

@@ -5,16 +5,20 @@ Eagerly, a call converts its tensors to numpy, runs the numpy collective and con
 Inside a graph it becomes one stateful `tf.numpy_function` op that does the same when the graph
 runs. tf.function's automatic control dependencies keep stateful ops in program order, so every
 rank issues its collectives in the order the function was written; a name given at trace time
-(`tf.<kind>.<n>`) makes a mismatch stall with a name instead of mixing two tensors up.
+(`tf.<kind>.noname.<n>`, counted per process set as the core counts its automatic names) makes a
+mismatch stall with a name instead of mixing two tensors up.
 A grouped call (`grouped_allreduce`) is one op for a whole list: one fused step per call.
 
+Every call takes Horovod's `process_set=` (the core's ProcessSet; default: every rank) and runs in
+that set's engine; its gradient runs in the same set, with the set's size and ranks.
+
 Errors: arguments are checked when the call is made (traced), before anything is sent
-(ValueError, TypeError, NotImplementedError as Horovod raises them). A collective that fails
+(ValueError, TypeError, NotImplementedError as Horovod raises them; a rank outside the process set
+gets the core's ValueError). A collective that fails
 across ranks raises, eagerly, `CollectiveFailedError` (both `tf.errors.FailedPreconditionError`,
 Horovod's type, and `hvd_lite.CollectiveError`); inside a graph TF turns it into
 `tf.errors.UnknownError` carrying the same message.
 """
-import itertools
 import time
 import warnings
 from typing import List, Optional, Sequence
@@ -27,12 +31,10 @@ from .._submit import HVDL_DTYPES, check_name, wait_for
 from ..exceptions import CollectiveError, InvalidArgumentError
 from ..ops import Average, Max, Min, Product, ReduceOp, Sum
 from .compression import Compression
-from .process_sets import check_process_set, global_process_set
+from .process_sets import global_process_set, member_set, set_by_id
 
 # Horovod's Adasum op (its number): refused with NotImplementedError wherever an op is taken.
 Adasum = 2
-
-_trace_ids = itertools.count()
 
 
 # ---------------------------------------------------------------------------- errors
@@ -109,13 +111,14 @@ def check_device(fn: str, label: str, device) -> None:
                          "or a CPU device")
 
 
-def _graph_name(kind: str, name: Optional[str]) -> Optional[str]:
-    """`name` checked now (not when a graph runs), or a trace-time name inside a graph."""
+def _graph_name(kind: str, name: Optional[str], process_set) -> Optional[str]:
+    """`name` checked now (not when a graph runs), or inside a graph a trace-time name, the next
+    of this kind in `process_set` (the ranks of a set trace its collectives in the same order)."""
     if name is not None:
         return check_name(kind, name)
     if tf.executing_eagerly():
         return name
-    return f"tf.{kind}.{next(_trace_ids)}"
+    return basics.auto_name(f"tf.{kind}", member_set(kind, process_set))
 
 
 # ---------------------------------------------------------------------------- running
@@ -170,9 +173,11 @@ def _rows(t: tf.Tensor) -> tf.Tensor:
 def _grouped_allreduce(tensors: Sequence[tf.Tensor], op: ReduceOp = Average,
                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                        name: Optional[str] = None, compression=Compression.none,
-                       timeout: Optional[float] = None) -> List[tf.Tensor]:
-    """Reduces dense tensors across ranks in one op (one fused call); each keeps its dtype and
-    shape. The internal form the tape, the optimizers and the strategy call."""
+                       timeout: Optional[float] = None,
+                       process_set=None) -> List[tf.Tensor]:
+    """Reduces dense tensors across the ranks of `process_set` (None: every rank) in one op (one
+    fused call); each keeps its dtype and shape. The internal form the tape, the optimizers and
+    the strategy call."""
     tensors = [_tensor("grouped_allreduce", t) for t in tensors]
     if not tensors:
         return []
@@ -180,11 +185,12 @@ def _grouped_allreduce(tensors: Sequence[tf.Tensor], op: ReduceOp = Average,
     sent = [p[0] for p in packed]
     for s in sent:
         check_dtype("grouped_allreduce", s.dtype)
-    name = _graph_name("grouped_allreduce", name)
+    name = _graph_name("grouped_allreduce", name, process_set)
 
     def fn(*arrays):
         hs = ops.at_once(ops.grouped_allreduce_async, [_np(a) for a in arrays], op,
-                         prescale_factor, postscale_factor, name)  # waited on at once
+                         prescale_factor, postscale_factor, name,
+                         process_set)  # waited on at once
         return [np.reshape(o, a.shape) for o, a in zip(wait(hs, timeout, "allreduce"), arrays)]
 
     outs = _run(fn, sent, [s.dtype for s in sent], "allreduce")
@@ -195,17 +201,19 @@ def _grouped_allreduce(tensors: Sequence[tf.Tensor], op: ReduceOp = Average,
     return result
 
 
-def _reduce_slices(fn: str, t: tf.IndexedSlices, op: ReduceOp, pre, post) -> tf.IndexedSlices:
-    """Horovod's reduction of tf.IndexedSlices: allgathers of the values and the indices."""
+def _reduce_slices(fn: str, t: tf.IndexedSlices, op: ReduceOp, pre, post,
+                   process_set=None) -> tf.IndexedSlices:
+    """Horovod's reduction of tf.IndexedSlices: allgathers of the values and the indices (in
+    `process_set`; None: every rank)."""
     if op not in (Sum, Average):
         raise NotImplementedError(f"{fn}: only Sum and Average are supported with tf.IndexedSlices")
     if pre != 1.0 or post != 1.0:
         raise NotImplementedError(f"{fn}: prescale_factor and postscale_factor are not supported "
                                   "with tf.IndexedSlices")
-    values = allgather(t.values)
-    indices = allgather(t.indices)
+    values = allgather(t.values, process_set=process_set)
+    indices = allgather(t.indices, process_set=process_set)
     if op == Average:
-        values = values / tf.cast(basics.size(), values.dtype)
+        values = values / tf.cast(member_set(fn, process_set).size, values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=t.dense_shape)
 
 
@@ -223,20 +231,21 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
     op = reduce_op(fn, op, average)
     check_device(fn, "device_dense", device_dense)
     check_device(fn, "device_sparse", device_sparse)
-    check_process_set(fn, process_set)
+    member_set(fn, process_set)
     out = list(tensors)
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     for i, t in enumerate(tensors):
         if isinstance(t, tf.IndexedSlices):
-            out[i] = _reduce_slices(fn, t, op, prescale_factor, postscale_factor)
+            out[i] = _reduce_slices(fn, t, op, prescale_factor, postscale_factor, process_set)
     if dense:
         @tf.custom_gradient
         def _reduce(*xs):
-            ys = _grouped_allreduce(xs, op, prescale_factor, postscale_factor, name, compression)
+            ys = _grouped_allreduce(xs, op, prescale_factor, postscale_factor, name, compression,
+                                    process_set=process_set)
 
             def grad(*dys):
                 return _grouped_allreduce(dys, op, prescale_factor, postscale_factor, None,
-                                          compression)
+                                          compression, process_set=process_set)
             return ys, grad
 
         for i, r in zip(dense, _reduce(*[_tensor(fn, tensors[i]) for i in dense])):
@@ -267,28 +276,29 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
     fn = "grouped_allgather"
     if not isinstance(tensors, (list, tuple)):
         raise TypeError(f"{fn} expects a list of tensors, got {type(tensors).__name__}")
-    check_process_set(fn, process_set)
+    where = member_set(fn, process_set)
     ts = [_tensor(fn, t) for t in tensors]
     if not ts:
         return []
     if any(t.shape.rank == 0 for t in ts):
         raise ValueError(f"{fn}: a scalar cannot be gathered along dim 0; reshape it to [1]")
-    gname = _graph_name("allgather", name)
+    gname = _graph_name("allgather", name, process_set)
 
     @tf.custom_gradient
     def _gather(*xs):
-        outs = _run(lambda *a: collectives.grouped_allgather([_np(x) for x in a], gname), xs,
+        outs = _run(lambda *a: collectives.grouped_allgather([_np(x) for x in a], gname,
+                                                             process_set), xs,
                     [x.dtype for x in xs], "allgather")
 
         def grad(*dys):
-            reduced = _grouped_allreduce(dys, Average)
+            reduced = _grouped_allreduce(dys, Average, process_set=process_set)
             counts = _run(lambda *a: [collectives.allgather(np.array([len(x) for x in a],
-                                                                     np.int64))], xs,
+                                                                     np.int64),
+                                                            process_set=process_set)], xs,
                           [tf.int64], "allgather")[0]
-            counts = tf.reshape(counts, [basics.size(), len(xs)])
-            r = basics.rank()
-            return [tf.split(g, counts[:, i], num=basics.size(), axis=0)[r]
-                    for i, g in enumerate(reduced)]
+            n, r = where.size, where.rank  # this rank's block: its place in the set
+            counts = tf.reshape(counts, [n, len(xs)])
+            return [tf.split(g, counts[:, i], num=n, axis=0)[r] for i, g in enumerate(reduced)]
         return [_rows(o) for o in outs], grad
 
     return list(_gather(*ts))
@@ -296,21 +306,23 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=global_process_set):
-    """Rank `root_rank`'s `tensor` on every rank; differentiable (the averaged gradient on the
-    root, zero elsewhere)."""
+    """Rank `root_rank`'s `tensor` on every rank (of the set; `root_rank` is a global rank, a
+    member's); differentiable (the averaged gradient on the root, zero elsewhere)."""
     fn = "broadcast"
-    check_process_set(fn, process_set)
+    where = member_set(fn, process_set)
     t = _tensor(fn, tensor)
     root = collectives._check_root(fn, root_rank)
-    gname = _graph_name(fn, name)
+    where.set_rank(fn, root)  # a root outside the set: ValueError now
+    gname = _graph_name(fn, name, process_set)
 
     @tf.custom_gradient
     def _bcast(x):
-        out = _run(lambda a: [collectives.broadcast(_np(a), root, gname).reshape(a.shape)], [x],
+        out = _run(lambda a: [collectives.broadcast(_np(a), root, gname,
+                                                    process_set).reshape(a.shape)], [x],
                    [x.dtype], "broadcast")[0]
 
         def grad(dy):
-            g = _grouped_allreduce([dy], Average)[0]
+            g = _grouped_allreduce([dy], Average, process_set=process_set)[0]
             return g if basics.rank() == root else g * 0
         return tf.ensure_shape(out, x.shape), grad
 
@@ -322,7 +334,6 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     new values."""
     from .functions import broadcast_variables
 
-    check_process_set("broadcast_", process_set)
     variables = list(variables)
     op = broadcast_variables(variables, root_rank, process_set, inplace=True)
     if tf.executing_eagerly():
@@ -339,12 +350,12 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     given, the number of rows received from each rank (as Horovod does); differentiable in
     `tensor` (the gradient goes back the way the rows came)."""
     fn = "alltoall"
-    check_process_set(fn, process_set)
+    where = member_set(fn, process_set)
     t = _tensor(fn, tensor)
     if t.shape.rank == 0:
         raise ValueError(f"{fn}: a scalar cannot be split along dim 0; reshape it to [1]")
-    gname = _graph_name(fn, name)
-    n = basics.size()
+    gname = _graph_name(fn, name, process_set)
+    n = where.size
     if splits is None:
         rows = tf.shape(t, out_type=tf.int64)[0]
         s = rows // n + tf.cast(tf.range(n, dtype=tf.int64) < rows % n, tf.int64)
@@ -354,7 +365,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     def send(x, sp, label):
         def run(a, b):
             try:
-                recv, rsplits = collectives.alltoall(_np(a), [int(v) for v in b], label)
+                recv, rsplits = collectives.alltoall(_np(a), [int(v) for v in b], label,
+                                                     process_set)
             except CollectiveError as exc:  # bad splits (on any rank): Horovod's argument error
                 if "alltoall splits" in str(exc):
                     raise InvalidArgumentError(exc.code, str(exc)) from None
@@ -368,28 +380,30 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         out, rsplits = send(x, s, gname)
 
         def grad(dy, _):
-            return send(dy, rsplits, _graph_name(fn, None))[0]
+            return send(dy, rsplits, _graph_name(fn, None, process_set))[0]
         return (out, rsplits), grad
 
     out, rsplits = _a2a(t)
     return (out, tf.stop_gradient(rsplits)) if splits is not None else out
 
 
-def _scatter(fn, tensors, op, pre, post, name):
+def _scatter(fn, tensors, op, pre, post, name, process_set):
+    where = member_set(fn, process_set)
     ts = [_tensor(fn, t) for t in tensors]
     if any(t.shape.rank == 0 for t in ts):
         raise ValueError(f"{fn}: a scalar cannot be scattered along dim 0; reshape it to [1]")
-    gname = _graph_name("reducescatter", name)
+    gname = _graph_name("reducescatter", name, process_set)
 
     @tf.custom_gradient
     def _rs(*xs):
         outs = _run(lambda *a: collectives.grouped_reducescatter([_np(x) for x in a], op, gname,
-                                                                 pre, post),
+                                                                 pre, post, process_set),
                     xs, [x.dtype for x in xs], "reducescatter")
 
         def grad(*dys):
-            scale = (basics.size() if op == Sum else 1.0) * pre * post
-            return [allgather(dy * scale if scale != 1.0 else dy) for dy in dys]
+            scale = (where.size if op == Sum else 1.0) * pre * post
+            return [allgather(dy * scale if scale != 1.0 else dy, process_set=process_set)
+                    for dy in dys]
         return [_rows(o) for o in outs], grad
 
     return list(_rs(*ts))
@@ -414,9 +428,10 @@ def grouped_reducescatter(tensors, device_dense='', compression=Compression.none
         return tensors
     op = reduce_op(fn, op)
     check_device(fn, "device_dense", device_dense)
-    check_process_set(fn, process_set)
+    member_set(fn, process_set)
     packed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
-    outs = _scatter(fn, [p[0] for p in packed], op, prescale_factor, postscale_factor, _name)
+    outs = _scatter(fn, [p[0] for p in packed], op, prescale_factor, postscale_factor, _name,
+                    process_set)
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, packed)]
 
 
@@ -427,17 +442,28 @@ def join():
 
 
 def barrier(process_set=global_process_set) -> None:
-    """Returns once every rank has called barrier() (eager; hvd_lite's, not in Horovod's TF API)."""
-    check_process_set("barrier", process_set)
-    collectives.barrier()
+    """Returns once every rank (of the set) has called barrier() (eager; hvd_lite's, not in
+    Horovod's TF API)."""
+    collectives.barrier(process_set)
 
 
 # ---------------------------------------------------------------------------- values as ops
 
+def _set_value(fn: str, process_set_id, value, name) -> tf.Tensor:
+    """value(the set with this id) as an int32 tensor, worked out when a graph runs, as Horovod's
+    ops are (a set may be removed and its id reused in between); an unknown id raises ValueError
+    now (and when the graph runs), where Horovod returns a negative error code."""
+    set_by_id(fn, process_set_id)
+    if tf.executing_eagerly():
+        return tf.constant(value(set_by_id(fn, process_set_id)), tf.int32, name=name)
+    out = tf.numpy_function(lambda: np.int32(value(set_by_id(fn, process_set_id))), [],
+                            tf.int32, stateful=True, name=name or fn)
+    return tf.ensure_shape(out, [])
+
+
 def size_op(process_set_id=0, name=None) -> tf.Tensor:
-    """The number of ranks, as an int32 tensor."""
-    check_process_set("size_op", None if process_set_id == 0 else process_set_id)
-    return tf.constant(basics.size(), tf.int32, name=name)
+    """The number of ranks (in the process set with this id), as an int32 tensor."""
+    return _set_value("size_op", process_set_id, lambda s: s.size, name)
 
 
 def local_size_op(name=None) -> tf.Tensor:
@@ -456,9 +482,10 @@ def local_rank_op(name=None) -> tf.Tensor:
 
 
 def process_set_included_op(process_set_id=0, name=None) -> tf.Tensor:
-    """1 if this rank is in the process set (the global one: always), as an int32 tensor."""
-    check_process_set("process_set_included_op", None if process_set_id == 0 else process_set_id)
-    return tf.constant(1, tf.int32, name=name)
+    """1 if this rank is in the process set with this id (the global one, 0: always), else 0, as
+    an int32 tensor."""
+    return _set_value("process_set_included_op", process_set_id,
+                      lambda s: int(basics.rank() in s.ranks), name)
 
 
 __all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",

@@ -1,63 +1,38 @@
-"""process_set= in hvd_lite.tensorflow and hvd_lite.keras: every call that takes one checks it
-here. Until process sets reach hvd_lite's core, the global set (or None) is the only one
-accepted; any other raises ValueError, so that no call silently runs on the wrong ranks."""
+"""Process sets in hvd_lite.tensorflow and hvd_lite.keras: the core's objects
+(hvd_lite.process_sets), and how the adapter looks a set up.
+
+A collective on tf tensors runs in its set's engine through the numpy layer, which checks the set
+again when a graph runs (a set removed since the trace raises there). At call (trace) time:
+`member_set` for a collective (TypeError for a non-set, ValueError for a set that is not
+registered or that this rank is not in, as the core raises), `registered_set` where a non-member
+is allowed (the gradient reductions, which leave a non-member's gradients as they are)."""
 from .. import basics
+from ..process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 
 
-class _GlobalProcessSet:
-    """Every rank: Horovod's `global_process_set` (process_set_id 0)."""
-
-    process_set_id = 0
-
-    @property
-    def ranks(self):
-        return list(range(basics.size()))
-
-    def size(self) -> int:
-        return basics.size()
-
-    def rank(self) -> int:
-        return basics.rank()
-
-    def included(self) -> bool:
-        return True
-
-    def __repr__(self) -> str:
-        return "ProcessSet(process_set_id=0, global)"
+def member_set(fn: str, process_set):
+    """The registered set a collective on `process_set` (None: the global set) runs in; TypeError
+    or ValueError, before anything is sent, unless this rank is a member of a registered set."""
+    return basics.set_for(fn, process_set)
 
 
-global_process_set = _GlobalProcessSet()
+def registered_set(fn: str, process_set):
+    """The registered set `process_set` (None: the global set) names, this rank a member or not;
+    TypeError for a non-set, ValueError for a set that is not registered."""
+    return basics.set_for(fn, process_set, member=False)
 
 
-def check_process_set(fn: str, process_set) -> None:
-    """Returns if `process_set` is None or the global set; ValueError for anything else."""
-    if process_set is None or process_set is global_process_set:
-        return
-    raise ValueError(f"{fn}: process_set={process_set!r}: hvd_lite runs collectives on the global "
-                     "process set only (process sets are not in its core yet); pass "
-                     "process_set=None or hvd.global_process_set")
+def set_by_id(fn: str, process_set_id):
+    """The registered set with this id (Horovod's process_set_id); TypeError for a non-int,
+    ValueError for an id no set has."""
+    if isinstance(process_set_id, bool) or not isinstance(process_set_id, int):
+        raise TypeError(f"{fn}: process_set_id must be an int (a ProcessSet's process_set_id), "
+                        f"got {type(process_set_id).__name__}")
+    try:
+        return basics.registered(process_set_id)
+    except ValueError as exc:
+        raise ValueError(f"{fn}: {exc}") from None
 
 
-_NOT_YET = ("process sets are not implemented in hvd_lite yet: every collective runs on "
-            "hvd.global_process_set")
-
-
-class ProcessSet:
-    """Not implemented: hvd_lite has the global process set only (constructing one raises)."""
-
-    def __init__(self, ranks_or_comm=None):
-        raise NotImplementedError(_NOT_YET)
-
-
-def add_process_set(process_set):
-    """Not implemented: raises NotImplementedError."""
-    raise NotImplementedError(_NOT_YET)
-
-
-def remove_process_set(process_set):
-    """Not implemented: raises NotImplementedError."""
-    raise NotImplementedError(_NOT_YET)
-
-
-__all__ = ["global_process_set", "check_process_set", "ProcessSet", "add_process_set",
-           "remove_process_set"]
+__all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
+           "member_set", "registered_set", "set_by_id"]
