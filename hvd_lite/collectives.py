@@ -98,8 +98,11 @@ def _split_error(splits, rows: int, n: int) -> str:
     return ""
 
 
-def alltoall_async(array: np.ndarray, splits=None, name: Optional[str] = None) -> Handle:
-    """Starts sending rows splits[i] of `array` to rank i (evenly without splits)."""
+def alltoall_async(array: np.ndarray, splits=None, name: Optional[str] = None, *,
+                   even: bool = False) -> Handle:
+    """Starts sending rows splits[i] of `array` to rank i (without splits as evenly as possible;
+    with `even`, splits must be None or equal and dim 0 must divide by size(), else it fails on
+    every rank, as Horovod's alltoall without splits)."""
     code = check_array("alltoall", array, False)
     name = name_of("alltoall", "alltoall", name)
     n = basics.size()
@@ -114,6 +117,9 @@ def alltoall_async(array: np.ndarray, splits=None, name: Optional[str] = None) -
         error = error or _split_error(split_list, rows, n)
     else:
         split_list = [rows // n + (1 if i < rows % n else 0) for i in range(n)]
+    if even and not error and (rows % n or any(s != rows // n for s in split_list)):
+        error = (f"alltoall without splits needs dim 0 ({rows}) divisible by the number of ranks "
+                 f"({n}); pass splits for an uneven split")
     if error:
         split_list = [0] * n
     shape = array.shape if array.ndim else (1,)
