@@ -134,11 +134,12 @@ static hvdlResult_t apply_response(struct hvdl_negotiator *g, const char *p, siz
           HVDL_CHECK(push_stand_in(g, rl, &e.desc));
         break;
       }
-      case HVDL_RESP_ERROR: {
+      case HVDL_RESP_ERROR: { /* the ranks' arguments disagree, or one rank's were bad: nothing
+                                  was sent, so every rank fails it as an invalid argument */
         struct hvdl_request *r = find_announced(pending, np, e.name);
         if (r) {
           r->phase = HVDL_PHASE_FINISHED;
-          hvdl_request_complete(r, hvdlInvalidUsage, e.msg);
+          hvdl_request_complete(r, hvdlInvalidArgument, e.msg);
         }
         break;
       }

@@ -7,7 +7,7 @@
  *                                        (Fortran handle) or the subset of it that
  *                                        `ranks` lists (topology.c makes it); set_id > 0:
  *                                        a process set's engine (see set_config)
- *     .rank .size .local_rank .local_size .cross_rank .cross_size   (hvdl_topology)
+ *     .rank .size .local_rank .local_size .cross_rank .cross_size .homogeneous (hvdl_topology)
  *     .submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits,
  *             error, at_once=False) -> Handle   (at_once: waited on at once, no batching)
  *     .submit_group([(coll, send, ..., error), ...], at_once=False) -> [Handle]
@@ -401,6 +401,7 @@ ENGINE_INT_GETTER(local_rank)
 ENGINE_INT_GETTER(local_size)
 ENGINE_INT_GETTER(cross_rank)
 ENGINE_INT_GETTER(cross_size)
+ENGINE_INT_GETTER(homogeneous)
 
 static PyGetSetDef Engine_getset[] = {
     {"rank", (getter)Engine_get_rank, NULL, "rank in this communicator", NULL},
@@ -409,6 +410,7 @@ static PyGetSetDef Engine_getset[] = {
     {"local_size", (getter)Engine_get_local_size, NULL, "ranks on this host", NULL},
     {"cross_rank", (getter)Engine_get_cross_rank, NULL, "index of this host", NULL},
     {"cross_size", (getter)Engine_get_cross_size, NULL, "hosts with this local rank", NULL},
+    {"homogeneous", (getter)Engine_get_homogeneous, NULL, "1 if every host has as many ranks", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

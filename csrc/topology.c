@@ -50,6 +50,10 @@ hvdlResult_t hvdl_topology(MPI_Comm comm, struct hvdl_topology *out) {
   MPI_Comm_size(cross, &out->cross_size);
   MPI_Comm_free(&local);
   MPI_Comm_free(&cross);
+  int sizes[2] = {out->local_size, -out->local_size}; /* the largest and the smallest host */
+  err = MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, comm);
+  if (err != MPI_SUCCESS) return hvdl_fail_mpi(NULL, err, "MPI_Allreduce of the hosts' sizes");
+  out->homogeneous = sizes[0] == -sizes[1];
   return hvdlSuccess;
 }
 

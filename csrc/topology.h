@@ -14,6 +14,7 @@ struct hvdl_topology {
   int rank, size;
   int local_rank, local_size;
   int cross_rank, cross_size;
+  int homogeneous; /* 1 when every host has the same number of ranks */
 };
 
 /* Fills *out for the calling rank (collective over comm: every rank calls it).

@@ -21,17 +21,18 @@ _core = basics._core
 
 
 class ReduceOp(enum.IntEnum):
-    """Reduction ops, with Horovod's numbers."""
+    """Reduction ops, with Horovod's numbers (Adasum is named, and refused: not implemented)."""
 
     Average = 0
     Sum = 1
+    Adasum = 2
     Min = 3
     Max = 4
     Product = 5
 
 
-Average, Sum, Min, Max, Product = (ReduceOp.Average, ReduceOp.Sum, ReduceOp.Min, ReduceOp.Max,
-                                   ReduceOp.Product)
+Average, Sum, Adasum, Min, Max, Product = (ReduceOp.Average, ReduceOp.Sum, ReduceOp.Adasum,
+                                           ReduceOp.Min, ReduceOp.Max, ReduceOp.Product)
 
 HVDL_OPS = {
     ReduceOp.Average: _core.hvdlAvg,
@@ -107,7 +108,10 @@ def check_reducible(fn: str, array: np.ndarray) -> None:
 
 
 def check_op(fn: str, op) -> int:
-    """The hvdl op code of a ReduceOp; ValueError for anything else."""
+    """The hvdl op code of a ReduceOp; NotImplementedError for Adasum, ValueError for anything
+    else."""
+    if isinstance(op, int) and op == Adasum:
+        raise NotImplementedError(f"{fn}: Adasum is not implemented in hvd_lite; use Average or Sum")
     code = HVDL_OPS.get(op) if isinstance(op, int) else None
     if code is None:
         raise ValueError(f"{fn}: op {op!r} is not one of Sum, Average, Min, Max, Product")

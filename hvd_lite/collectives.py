@@ -111,8 +111,10 @@ def _split_error(splits, rows: int, n: int) -> str:
 
 
 def alltoall_async(array: np.ndarray, splits=None, name: Optional[str] = None,
-                   process_set: ProcessSet = global_process_set) -> Handle:
-    """Starts sending rows splits[i] of `array` to the set's rank i (evenly without splits)."""
+                   process_set: ProcessSet = global_process_set, *, even: bool = False) -> Handle:
+    """Starts sending rows splits[i] of `array` to the set's rank i (without splits as evenly as
+    possible; with `even`, splits must be None or equal and dim 0 must divide by the set's size,
+    else it fails on every rank, as Horovod's alltoall without splits)."""
     where = basics.set_for("alltoall", process_set)
     code = check_array("alltoall", array, False)
     name = name_of("alltoall", "alltoall", name, where)
@@ -128,6 +130,9 @@ def alltoall_async(array: np.ndarray, splits=None, name: Optional[str] = None,
         error = error or _split_error(split_list, rows, n)
     else:
         split_list = [rows // n + (1 if i < rows % n else 0) for i in range(n)]
+    if even and not error and (rows % n or any(s != rows // n for s in split_list)):
+        error = (f"alltoall without splits needs dim 0 ({rows}) divisible by the number of ranks "
+                 f"({n}); pass splits for an uneven split")
     if error:
         split_list = [0] * n
     shape = array.shape if array.ndim else (1,)

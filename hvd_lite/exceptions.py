@@ -37,7 +37,9 @@ class CollectiveError(HvdLiteError):
 
 
 class InvalidArgumentError(CollectiveError, ValueError):
-    """The C core rejected an argument (hvdlInvalidArgument); nothing was sent."""
+    """An argument was refused (hvdlInvalidArgument), by this rank or, for a collective, by the
+    negotiation on every rank (the ranks' arguments disagree, or one rank's were bad); nothing
+    was sent. A ValueError, as Horovod users catch it, and a RuntimeError."""
 
 
 # Result codes (NCCL's numbers) as read from the C header by the extension.

@@ -32,14 +32,41 @@ def _describe(value: Any):
     return ("value", value)
 
 
+def _zero_missing_grads(optimizer: torch.optim.Optimizer, model) -> None:
+    """Horovod's preparation of an optimizer without state: a zero gradient for each parameter
+    that requires one and has none (sparse for SparseAdam and for a model's sparse Embedding)."""
+    sparse = set()
+    if model is not None:
+        sparse = {id(p) for m in model.modules()
+                  if isinstance(m, torch.nn.Embedding) and m.sparse for p in m.parameters()}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
+                if isinstance(optimizer, torch.optim.SparseAdam) or id(p) in sparse:
+                    p.grad = p.grad.to_sparse()
+
+
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int = 0,
+                              model: Optional[torch.nn.Module] = None,
                               process_set=global_process_set) -> None:
     """Makes every rank's optimizer state and hyper-parameters (lr, betas, ...) root_rank's.
 
-    A rank whose state is empty (no step taken yet) gets it created; no parameter changes."""
+    A rank whose state is empty (no step taken yet) gets root_rank's state created, and, as in
+    Horovod, a zero gradient for each parameter that requires one and has none (sparse for the
+    sparse Embeddings of `model`, and for SparseAdam); no step is taken, so no parameter changes."""
     if isinstance(optimizer, torch.optim.LBFGS):
-        raise TypeError("broadcast_optimizer_state does not support LBFGS (its state is not per "
-                        "parameter)")
+        raise ValueError("broadcast_optimizer_state does not support LBFGS (its state is not per "
+                         "parameter), as Horovod's")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"broadcast_optimizer_state expects a torch.optim.Optimizer, got "
+                        f"{type(optimizer).__name__}")
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise TypeError(f"broadcast_optimizer_state: model must be a torch.nn.Module or None, got "
+                        f"{type(model).__name__}")
+    basics.set_for("broadcast_optimizer_state", process_set)  # a bad set: before any change
+    if not optimizer.state_dict()["state"]:
+        _zero_missing_grads(optimizer, model)
     is_root = basics.rank() == root_rank
     sd = optimizer.state_dict() if is_root else None
     layout = None

@@ -4,6 +4,7 @@ CPU tensors reach the engine without a copy, as numpy views of their memory (bfl
 int16 view). Out-of-place calls copy a non-contiguous input once; in-place calls refuse it. A tensor
 on another device goes through a CPU copy and its result comes back to that device.
 """
+import warnings
 from typing import Callable, List, Optional, Sequence
 
 import ml_dtypes
@@ -11,8 +12,9 @@ import numpy as np
 import torch
 
 from .. import basics, collectives, ops
+from .._submit import (Adasum, Average, Max, Min, Product, ReduceOp, Sum, at_once, check_name,
+                       group_names, submit_group)
 from ..process_sets import global_process_set
-from .._submit import Average, Max, Min, Product, ReduceOp, Sum, at_once, group_names
 from ..exceptions import CollectiveError
 from .compression import Compression
 
@@ -77,18 +79,21 @@ def cpu_inplace(fn: str, tensor: torch.Tensor) -> torch.Tensor:
 
 
 class Handle:
-    """A collective on tensors in flight: pass it to poll() or synchronize()."""
+    """A collective on tensors in flight (or a group of them, submitted together): pass it to
+    poll() or synchronize()."""
 
-    __slots__ = ("_h", "_finish", "_done", "_result")
+    __slots__ = ("_hs", "_finish", "_group", "_done", "_result")
 
-    def __init__(self, handle: ops.Handle, finish: Callable):
-        self._h = handle
-        self._finish = finish  # numpy output -> torch result
+    def __init__(self, handles, finish: Callable, group: bool = False):
+        self._hs = handles if group else [handles]
+        self._finish = finish  # numpy output (a list of them for a group) -> torch result
+        self._group = group
         self._done = False
         self._result = None
 
     def __repr__(self) -> str:
-        return f"<hvd_lite.torch.Handle {self._h.name!r} {'done' if poll(self) else 'pending'}>"
+        names = ", ".join(repr(h.name) for h in self._hs)
+        return f"<hvd_lite.torch.Handle {names} {'done' if poll(self) else 'pending'}>"
 
 
 def _to_device(result: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -107,23 +112,40 @@ def _in_place(original: torch.Tensor, cpu: torch.Tensor) -> Callable:
     return finish
 
 
+def _group_handle(handles, finishes) -> Handle:
+    """One Handle for a group: synchronize() gives the list of its outputs, as horovod.torch's."""
+    return Handle(list(handles), lambda outs: [f(o) for f, o in zip(finishes, outs)], group=True)
+
+
 def poll(handle: Handle) -> bool:
-    """True once the collective behind `handle` has completed."""
-    return handle._done or ops.poll(handle._h)
+    """True once the collective (every one of a group) behind `handle` has completed."""
+    _check_handle("poll", handle)
+    return handle._done or all(ops.poll(h) for h in handle._hs)
 
 
 def synchronize(handle: Handle):
-    """Waits for `handle` and returns its output tensor, or raises its error."""
+    """Waits for `handle` and returns its output tensor (a list of them for a grouped call), or
+    raises its error."""
+    _check_handle("synchronize", handle)
     if not handle._done:
-        out = ops.synchronize(handle._h)
-        handle._result, handle._finish, handle._done = handle._finish(out), None, True
+        outs = [ops.synchronize(h) for h in handle._hs]
+        result = handle._finish(outs if handle._group else outs[0])
+        handle._result, handle._finish, handle._done = result, None, True
     return handle._result
+
+
+def _check_handle(fn: str, handle) -> None:
+    if not isinstance(handle, Handle):
+        raise TypeError(f"{fn} expects a handle from one of hvd_lite.torch's *_async calls, got "
+                        f"{type(handle).__name__}")
 
 
 def _op(op, average, fn: str) -> ReduceOp:
     if average is not None:
         if op is not None:
-            raise ValueError(f"{fn}: give op or the deprecated average, not both")
+            raise ValueError(f"{fn}: the op parameter supersedes average; give only one of them")
+        warnings.warn(f"{fn}: the average argument is deprecated (as in Horovod); use op=Average or "
+                      "op=Sum", DeprecationWarning, stacklevel=3)
         return Average if average else Sum
     return Average if op is None else op
 
@@ -190,7 +212,7 @@ def allreduce_group(fn: str, tensors: Sequence[torch.Tensor], names: Sequence[st
                     postscale_factor: float, process_set=global_process_set) -> List[Handle]:
     """Allreduces of `tensors` under `names`, in place or into new tensors: every one checked
     before any is submitted (a bad one raises and sends nothing), then all submitted in one
-    engine round, so they can be fused."""
+    engine round, so they can be fused. One handle each."""
     cpus = [cpu_inplace(fn, t) if inplace else cpu_input(fn, t) for t in tensors]
     handles = ops.allreduce_group(fn, [numpy_view(c) for c in cpus], names, inplace, op,
                                   prescale_factor, postscale_factor, process_set)
@@ -198,56 +220,66 @@ def allreduce_group(fn: str, tensors: Sequence[torch.Tensor], names: Sequence[st
             for h, t, c in zip(handles, tensors, cpus)]
 
 
-def _grouped(fn, tensors, inplace, average, name, op, prescale_factor,
-             postscale_factor, process_set) -> List[Handle]:
+def _grouped(fn, tensors, inplace, average, name, op, prescale_factor, postscale_factor,
+             process_set) -> Handle:
     op = _op(op, average, fn)
     names = group_names(fn, "grouped_allreduce", tensors, name, "tensors",
                         basics.set_for(fn, process_set))
-    return allreduce_group(fn, tensors, names, inplace, op, prescale_factor, postscale_factor,
-                           process_set)
+    handles = allreduce_group(fn, tensors, names, inplace, op, prescale_factor, postscale_factor,
+                              process_set)
+    return _group_handle([h._hs[0] for h in handles], [h._finish for h in handles])
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average=None,
                             name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
-                            postscale_factor: float = 1.0, process_set=global_process_set) -> List[Handle]:
-    """Starts reducing a list of tensors, submitted together; one handle each."""
+                            postscale_factor: float = 1.0,
+                            process_set=global_process_set) -> Handle:
+    """Starts reducing a list of tensors, submitted together; synchronize() gives the list."""
     return _grouped("grouped_allreduce_async", tensors, False, average, name, op, prescale_factor,
                     postscale_factor, process_set)
 
 
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average=None,
                              name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
-                             postscale_factor: float = 1.0, process_set=global_process_set) -> List[Handle]:
+                             postscale_factor: float = 1.0,
+                             process_set=global_process_set) -> Handle:
     """In-place grouped_allreduce_async."""
     return _grouped("grouped_allreduce_async_", tensors, True, average, name, op, prescale_factor,
                     postscale_factor, process_set)
 
 
 class _GroupedAllreduce(torch.autograd.Function):
+    """grouped_allreduce; each gradient is the allreduce of its output's gradient."""
+
     @staticmethod
     def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
         ctx.args = (op, prescale_factor, postscale_factor, process_set)
-        handles = at_once(grouped_allreduce_async, list(tensors), None, name, op,
-                          prescale_factor, postscale_factor, process_set)
-        return tuple(synchronize(h) for h in handles)
+        return tuple(synchronize(at_once(grouped_allreduce_async, list(tensors), None, name, op,
+                                         prescale_factor, postscale_factor, process_set)))
 
     @staticmethod
     def backward(ctx, *grads):
         op, pre, post, process_set = ctx.args
-        handles = at_once(grouped_allreduce_async, list(grads), None, None, op, pre, post,
-                          process_set)
-        return (None, None, None, None, None) + tuple(synchronize(h) for h in handles)
+        outs = synchronize(at_once(grouped_allreduce_async, list(grads), None, None, op, pre, post,
+                                   process_set))
+        return (None, None, None, None, None) + tuple(outs)
+
+
+def _check_list(fn: str, tensors) -> None:
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{fn} expects a list of tensors, got {type(tensors).__name__}")
+    for t in tensors:  # before compressing them
+        _check_tensor(fn, t)
 
 
 def grouped_allreduce(tensors: Sequence[torch.Tensor], average=None, name: Optional[str] = None,
                       compression=Compression.none, op=None, prescale_factor: float = 1.0,
-                      postscale_factor: float = 1.0, process_set=global_process_set) -> List[torch.Tensor]:
-    """Reduces a list of tensors into new tensors (submitted together, so they can be fused)."""
+                      postscale_factor: float = 1.0,
+                      process_set=global_process_set) -> List[torch.Tensor]:
+    """Reduces a list of tensors into new tensors (submitted together, so they can be fused);
+    differentiable."""
     op = _op(op, average, "grouped_allreduce")
-    if not isinstance(tensors, (list, tuple)):
-        raise TypeError(f"grouped_allreduce expects a list of tensors, got {type(tensors).__name__}")
-    for t in tensors:  # before compressing them
-        _check_tensor("grouped_allreduce", t)
+    _check_list("grouped_allreduce", tensors)
     packed = [compression.compress(t) for t in tensors]
     outs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
                                    *[c for c, _ in packed])
@@ -258,9 +290,34 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average=None, name: Opti
                        op=None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                        process_set=global_process_set) -> List[torch.Tensor]:
     """Reduces a list of tensors in place and returns them."""
-    handles = at_once(grouped_allreduce_async_, tensors, average, name, op, prescale_factor,
-                      postscale_factor, process_set)
-    return [synchronize(h) for h in handles]
+    return synchronize(at_once(grouped_allreduce_async_, tensors, average, name, op,
+                               prescale_factor, postscale_factor, process_set))
+
+
+def sparse_allreduce_async(tensor: torch.Tensor, name: str, op=Average,
+                           process_set=global_process_set):
+    """Starts reducing a torch.sparse tensor by allgathering its indices and values in the set
+    (Horovod's sparse_allreduce_async); returns a function that waits and gives the reduced
+    sparse tensor (uncoalesced: entries from every rank of the set, summed, divided by the set's
+    size for Average)."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        raise TypeError("sparse_allreduce_async expects a torch.sparse (COO) tensor, got "
+                        f"{type(tensor).__name__ if not isinstance(tensor, torch.Tensor) else tensor.layout}")
+    if op not in (Average, Sum):
+        raise ValueError(f"sparse_allreduce_async: op must be Average or Sum, got {op!r}")
+    check_name("sparse_allreduce_async", name)
+    n = basics.set_for("sparse_allreduce_async", process_set).size
+    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    indices = allgather_async(t._indices().t().contiguous(), f"{name}.indices", process_set)
+    values = allgather_async(t._values().contiguous(), f"{name}.values", process_set)
+
+    def wait() -> torch.Tensor:
+        vals = synchronize(values)
+        idx = synchronize(indices)
+        if op == Average:
+            vals = vals / n
+        return torch.sparse_coo_tensor(idx.t(), vals, t.size())
+    return wait
 
 
 # ---------------------------------------------------------------------------- allgather
@@ -273,8 +330,18 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
     return Handle(h, _out_of_place(tensor))
 
 
+def _rows_before_me(rows: Sequence[int], process_set) -> List[int]:
+    """For each of this rank's tensors with these dim-0 sizes: the rows the set's lower ranks
+    put before its own in the gathered tensor."""
+    every = collectives.allgather(np.array([list(rows)], np.int64),
+                                  process_set=process_set)  # set size x len(rows)
+    me = basics.set_for("allgather", process_set).rank
+    return [int(x) for x in every[:me].sum(axis=0)] if len(rows) else []
+
+
 class _Allgather(torch.autograd.Function):
-    """allgather; the gradient is this rank's rows of the sum of every rank's gradient."""
+    """allgather; the gradient is this rank's rows of the average of every rank's gradient
+    (Horovod's definition)."""
 
     @staticmethod
     def forward(ctx, tensor, name, process_set):
@@ -285,10 +352,8 @@ class _Allgather(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         ps = ctx.process_set
-        summed = synchronize(at_once(allreduce_async, grad, None, None, Sum, 1.0, 1.0, ps))
-        rows = collectives.allgather(np.array([ctx.rows], np.int64), process_set=ps)
-        start = int(rows[:basics.set_for("allgather", ps).rank].sum())
-        return summed.narrow(0, start, ctx.rows), None, None
+        averaged = synchronize(at_once(allreduce_async, grad, None, None, Average, 1.0, 1.0, ps))
+        return averaged.narrow(0, _rows_before_me([ctx.rows], ps)[0], ctx.rows), None, None
 
 
 def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set=global_process_set) -> torch.Tensor:
@@ -297,20 +362,41 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set=glob
 
 
 def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
-                            process_set=global_process_set) -> List[Handle]:
-    """allgather_async of each tensor, submitted together: every one checked before any is
-    submitted."""
+                            process_set=global_process_set) -> Handle:
+    """allgather_async of each tensor, submitted together (every one checked before any is
+    submitted); synchronize() gives the list."""
     fn = "grouped_allgather"
     names = group_names(fn, fn, tensors, name, "tensors", basics.set_for(fn, process_set))
     srcs = [cpu_input(fn, t) for t in tensors]
     handles = collectives.allgather_group(fn, [numpy_view(s) for s in srcs], names, process_set)
-    return [Handle(h, _out_of_place(t)) for h, t in zip(handles, tensors)]
+    return _group_handle(handles, [_out_of_place(t) for t in tensors])
+
+
+class _GroupedAllgather(torch.autograd.Function):
+    """grouped_allgather; each gradient as allgather's."""
+
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.rows = [t.shape[0] if t.dim() else 1 for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(at_once(grouped_allgather_async, list(tensors), name,
+                                         process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ps = ctx.process_set
+        averaged = synchronize(at_once(grouped_allreduce_async, list(grads), None, None, Average,
+                                       1.0, 1.0, ps))
+        starts = _rows_before_me(ctx.rows, ps)
+        return (None, None) + tuple(g.narrow(0, s, r)
+                                    for g, s, r in zip(averaged, starts, ctx.rows))
 
 
 def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
                       process_set=global_process_set) -> List[torch.Tensor]:
-    """allgather of each tensor."""
-    return [synchronize(h) for h in at_once(grouped_allgather_async, tensors, name, process_set)]
+    """allgather of each tensor, submitted together; differentiable."""
+    _check_list("grouped_allgather", tensors)
+    return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
 # ---------------------------------------------------------------------------- broadcast
@@ -332,7 +418,8 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] =
 
 
 class _Broadcast(torch.autograd.Function):
-    """broadcast; the root's gradient is the sum of every rank's, the others' zero."""
+    """broadcast; the root's gradient is the average of every rank's, the others' zero
+    (Horovod's definition)."""
 
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
@@ -341,11 +428,11 @@ class _Broadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        summed = synchronize(at_once(allreduce_async, grad, None, None, Sum, 1.0, 1.0,
-                                     ctx.process_set))
+        averaged = synchronize(at_once(allreduce_async, grad, None, None, Average, 1.0, 1.0,
+                                       ctx.process_set))
         if basics.rank() != ctx.root_rank:
-            summed.zero_()
-        return summed, None, None, None
+            averaged.zero_()
+        return averaged, None, None, None
 
 
 def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -360,28 +447,82 @@ def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
     return synchronize(at_once(broadcast_async_, tensor, root_rank, name, process_set))
 
 
-# ---------------------------------------------------------------------------- alltoall, reducescatter
+# ---------------------------------------------------------------------------- alltoall
 
-def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
-                   process_set=global_process_set) -> Handle:
-    """Starts sending rows splits[i] of `tensor` to rank i (evenly without splits)."""
-    src = cpu_input("alltoall_async", tensor)
+def _split_list(splits) -> Optional[List[int]]:
+    """`splits` as a list of ints; ValueError unless it holds integers (as Horovod's int32)."""
+    if splits is None:
+        return None
     if isinstance(splits, torch.Tensor):
-        splits = splits.tolist()
-    h = collectives.alltoall_async(numpy_view(src), splits, name, process_set)
+        if splits.dtype.is_floating_point or splits.dtype.is_complex or splits.dtype == torch.bool:
+            raise ValueError(f"alltoall: splits must hold integers (torch.int32 as in Horovod), "
+                             f"got a {splits.dtype} tensor")
+        return [int(s) for s in splits.reshape(-1).tolist()]
+    items = list(splits) if isinstance(splits, (list, tuple, np.ndarray)) else None
+    if items is None or any(isinstance(s, bool) or not isinstance(s, (int, np.integer))
+                            for s in items):
+        raise ValueError(f"alltoall: splits must be a sequence of ints or an integer tensor, got "
+                         f"{splits!r}")
+    return [int(s) for s in items]
+
+
+def _alltoall(tensor: torch.Tensor, splits, name, process_set) -> Handle:
+    """The alltoall behind alltoall_async: its handle always gives (output, received splits)."""
+    src = cpu_input("alltoall_async", tensor)
+    split_list = _split_list(splits)
+    n, rows = basics.set_for("alltoall", process_set).size, (tensor.shape[0] if tensor.dim() else 0)
+    even = split_list is None
+    if even and rows % n == 0:  # Horovod's default: dim 0 split evenly over the set's ranks
+        split_list = [rows // n] * n
+    # dim 0 not divisible without splits: the engine fails the alltoall on every rank
+    h = collectives.alltoall_async(numpy_view(src), split_list, name, process_set, even=even)
 
     def finish(out):
         if isinstance(out, tuple):
             return _to_device(_tensor(out[0]), tensor), torch.from_numpy(out[1]).to(torch.int32)
-        return _to_device(_tensor(out), tensor)
+        return _to_device(_tensor(out), tensor), None
     return Handle(h, finish)
 
 
-def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None, process_set=global_process_set):
-    """Rows splits[i] go to rank i; returns the rows received in rank order, and with `splits`
+def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
+                   process_set=global_process_set) -> Handle:
+    """Starts sending rows splits[i] of `tensor` to the set's rank i (without splits dim 0 must
+    divide evenly by the set's size); synchronize() gives the rows received, and with `splits`
     given also the rows received from each rank."""
-    return synchronize(at_once(alltoall_async, tensor, splits, name, process_set))
+    h = _alltoall(tensor, splits, name, process_set)
+    given, finish = splits is not None, h._finish
+    h._finish = lambda out: finish(out) if given else finish(out)[0]
+    return h
 
+
+class _Alltoall(torch.autograd.Function):
+    """alltoall; the gradient goes back where its rows came from (an alltoall with the received
+    splits)."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        out, received = synchronize(at_once(_alltoall, tensor, splits, name, process_set))
+        ctx.received, ctx.process_set = received, process_set
+        if splits is None:
+            return out
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        back, _ = synchronize(at_once(_alltoall, grad, ctx.received, None, ctx.process_set))
+        return back, None, None, None
+
+
+def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
+             process_set=global_process_set):
+    """Rows splits[i] go to the set's rank i (without splits dim 0 must divide evenly by the
+    set's size); returns the rows received in rank order, and with `splits` given also the rows
+    received from each rank; differentiable."""
+    return _Alltoall.apply(tensor, splits, name, process_set)
+
+
+# ---------------------------------------------------------------------------- reducescatter
 
 def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op=Average,
                         process_set=global_process_set, prescale_factor: float = 1.0,
@@ -393,15 +534,92 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op=Ave
     return Handle(h, _out_of_place(tensor))
 
 
+def _reducescatter_grad(grad: torch.Tensor, op, pre: float, post: float,
+                        process_set) -> torch.Tensor:
+    """Horovod's scaling of a reducescatter's output gradient before it is allgathered: the
+    set's size for Sum, and the scale factors."""
+    if op == Sum:
+        grad = grad * basics.set_for("reducescatter", process_set).size
+    if pre != 1.0:
+        grad = grad * pre
+    if post != 1.0:
+        grad = grad * post
+    return grad
+
+
+class _Reducescatter(torch.autograd.Function):
+    """reducescatter; the gradient is the allgather of the output gradients, scaled as
+    Horovod's (by the set's size for Sum, by the scale factors), in the same set."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return synchronize(at_once(reducescatter_async, tensor, name, op, process_set,
+                                   prescale_factor, postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = _reducescatter_grad(grad, *ctx.args)
+        out = synchronize(at_once(allgather_async, g, None, ctx.args[3]))
+        return out, None, None, None, None, None
+
+
 def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
                   compression=Compression.none, op=Average, process_set=global_process_set,
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
-    """Reduces `tensor` across ranks; rank r gets its block of dim 0."""
+    """Reduces `tensor` across ranks; rank r gets its block of dim 0; differentiable."""
     compressed, ctx = compression.compress(tensor)
-    out = synchronize(at_once(reducescatter_async, compressed, name, op, process_set,
-                              prescale_factor, postscale_factor))
+    out = _Reducescatter.apply(compressed, name, op, prescale_factor, postscale_factor,
+                               process_set)
     return compression.decompress(out, ctx)
 
+
+def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                                op=Average, process_set=global_process_set,
+                                prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> Handle:
+    """reducescatter_async of each tensor, submitted together (every one checked before any is
+    submitted); synchronize() gives the list."""
+    fn = "grouped_reducescatter"
+    names = group_names(fn, fn, tensors, name, "tensors", basics.set_for(fn, process_set))
+    srcs = [cpu_input(fn, t) for t in tensors]
+    handles = submit_group([collectives.reducescatter_request(fn, numpy_view(s), op, n,
+                                                              prescale_factor, postscale_factor,
+                                                              process_set)
+                            for s, n in zip(srcs, names)])
+    return _group_handle(handles, [_out_of_place(t) for t in tensors])
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    """grouped_reducescatter; each gradient as reducescatter's."""
+
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(at_once(grouped_reducescatter_async, list(tensors), name, op,
+                                         process_set, prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, pre, post, ps = ctx.args
+        gs = [_reducescatter_grad(g, op, pre, post, ps) for g in grads]
+        return (None, None, None, None, None) + tuple(
+            synchronize(at_once(grouped_allgather_async, gs, None, ps)))
+
+
+def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                          compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> List[torch.Tensor]:
+    """reducescatter of each tensor, submitted together; differentiable."""
+    _check_list("grouped_reducescatter", tensors)
+    packed = [compression.compress(t) for t in tensors]
+    outs = _GroupedReducescatter.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                       *[c for c, _ in packed])
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, packed)]
+
+
+# ---------------------------------------------------------------------------- barrier, join
 
 def barrier(process_set=global_process_set) -> None:
     """Returns once every rank of the set has called barrier()."""
@@ -410,15 +628,19 @@ def barrier(process_set=global_process_set) -> None:
 
 def join(device: int = -1) -> int:
     """This rank has no more data (it joins the others' allreduces with zeros until every rank
-    has joined); returns the last rank to join."""
+    has joined); returns the last rank to join. `device` is where Horovod puts the zeros; here
+    they are always in host memory, so any device gives the same result."""
+    if isinstance(device, bool) or not isinstance(device, int) or device < -1:
+        raise ValueError(f"join: device must be -1 (CPU) or a device index, got {device!r}")
     return collectives.join()
 
 
 __all__ = [
     "HorovodInternalError", "Handle", "poll", "synchronize", "allreduce", "allreduce_",
     "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
-    "grouped_allreduce_async", "grouped_allreduce_async_", "allgather", "allgather_async",
-    "grouped_allgather", "grouped_allgather_async", "broadcast", "broadcast_", "broadcast_async",
-    "broadcast_async_", "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
-    "barrier", "join", "Sum", "Average", "Min", "Max", "Product", "ReduceOp",
+    "grouped_allreduce_async", "grouped_allreduce_async_", "sparse_allreduce_async", "allgather",
+    "allgather_async", "grouped_allgather", "grouped_allgather_async", "broadcast", "broadcast_",
+    "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
+    "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async", "barrier",
+    "join", "Sum", "Average", "Adasum", "Min", "Max", "Product", "ReduceOp",
 ]

@@ -4,9 +4,15 @@ Each parameter gets a post-accumulate-grad hook. When backward has accumulated a
 gradient `backward_passes_per_step` times, the hook submits its allreduce (in place on `p.grad`,
 named after the parameter) to the engine and returns, so communication overlaps the rest of
 backward; with `groups`, a group's allreduces are submitted together once all of its gradients
-are ready. `step()` calls `synchronize()`, which submits what no hook did (a parameter without a
-gradient on this rank sends zeros, so every rank submits every name), waits for all of them and
-writes the results into `p.grad`; then the wrapped optimizer's own `step()` runs.
+are ready. A torch.sparse gradient is reduced by allgathering its indices and values (Horovod's
+sparse_allreduce_async), or densely with sparse_as_dense=True. `step()` calls `synchronize()`,
+which submits what no hook did (a parameter without a gradient on this rank sends zeros, so every
+rank submits every name), waits for all of them and writes the results into `p.grad`; then the
+wrapped optimizer's own `step()` runs.
+
+The attributes Horovod's users read keep Horovod's names: `_parameter_names` ({parameter: name},
+'allreduce.noname.<group>.<index>' without named_parameters), `backward_passes_per_step` (change
+it with `set_backward_passes_per_step`), `op`, `gradient_predivide_factor`, `sparse_as_dense`, `process_set`.
 """
 import contextlib
 import warnings
@@ -14,11 +20,10 @@ from typing import Dict
 
 import torch
 
-from .. import basics
-from .._submit import check_name
+from .._submit import check_name, check_op
 from ..process_sets import ProcessSet, global_process_set
 from .compression import Compression
-from .mpi_ops import Average, Sum, allreduce_group, synchronize
+from .mpi_ops import Adasum, Average, Sum, allreduce_group, sparse_allreduce_async, synchronize
 
 
 class _DistributedOptimizer:
@@ -27,6 +32,10 @@ class _DistributedOptimizer:
     def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op,
                    gradient_predivide_factor, groups, sparse_as_dense, process_set):
         params = [p for g in self.param_groups for p in g["params"]]
+        if op == Adasum:
+            raise NotImplementedError("DistributedOptimizer: op=Adasum (Horovod's delta optimizer) "
+                                      "is not implemented in hvd_lite; use Average or Sum")
+        check_op("DistributedOptimizer", op)
         if named_parameters is not None:
             named = list(named_parameters)
             if any(not (isinstance(x, tuple) and len(x) == 2) for x in named):
@@ -42,10 +51,13 @@ class _DistributedOptimizer:
                 raise ValueError(f"named_parameters does not name {len(missing)} of the optimizer's "
                                  f"parameters (indices {missing[:10]} in param_groups order); pass "
                                  "the named_parameters() of the model the optimizer was built on")
-        else:
-            by_param = {id(p): f"param.{i}" for i, p in enumerate(params)}
-        if backward_passes_per_step < 1:
-            raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
+        else:  # Horovod's automatic names
+            by_param = {id(p): f"allreduce.noname.{i}.{j}"
+                        for i, g in enumerate(self.param_groups) for j, p in enumerate(g["params"])}
+        if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
+                or backward_passes_per_step < 1:
+            raise ValueError(f"backward_passes_per_step must be an int > 0, got "
+                             f"{backward_passes_per_step!r}")
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor applies to op=Average only, got "
                              f"op={op!r}")
@@ -57,20 +69,24 @@ class _DistributedOptimizer:
             raise ValueError(f"DistributedOptimizer: {process_set} is not registered; pass it to "
                              "hvd_lite.init(process_sets=[...]) or add_process_set() first")
         # a rank outside the set steps on its own gradients, as in Horovod
-        self._hvd_process_set = process_set
+        self.process_set = process_set
         self._hvd_reduces = bool(process_set.included()) and process_set.size() > 1
+        self._parameter_names = {p: by_param[id(p)] for p in params}
+        # the engine's names: prefixed, so that they never meet a name of the user's own calls
         self._hvd_names = {p: check_name("DistributedOptimizer",
                                          f"DistributedOptimizer.allreduce.{by_param[id(p)]}")
                            for p in params}
-        self._hvd_compression = compression
-        self._hvd_passes = backward_passes_per_step
-        self._hvd_op = op
-        self._hvd_predivide = gradient_predivide_factor
-        self._hvd_sparse_as_dense = sparse_as_dense
+        self._compression = compression
+        self.backward_passes_per_step = backward_passes_per_step
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = bool(sparse_as_dense)
         self._hvd_requires_update = [p for p in params if p.requires_grad]
         self._hvd_delay: Dict[torch.Tensor, int] = {p: backward_passes_per_step
                                                     for p in self._hvd_requires_update}
-        self._hvd_handles: Dict[torch.Tensor, tuple] = {}  # p -> (handle, compression ctx, sent)
+        # p -> (handle, compression ctx, sent, sent densely for a sparse gradient); for a sparse
+        # gradient reduced sparsely, (function that waits, None, None, False)
+        self._hvd_handles: Dict[torch.Tensor, tuple] = {}
         self._hvd_group_of, self._hvd_groups, self._hvd_ready = self._hvd_make_groups(groups)
         self._hvd_should_sync = True
         self._hvd_synchronized = False
@@ -83,11 +99,16 @@ class _DistributedOptimizer:
         ps = self._hvd_requires_update
         if groups is None:
             return {}, [], {}
-        if isinstance(groups, int):
+        if isinstance(groups, int) and not isinstance(groups, bool):
             if groups < 1:
                 raise ValueError(f"groups must be a positive int or a list of lists, got {groups}")
             lists = [ps[i::groups] for i in range(groups)]
         else:
+            if not isinstance(groups, list) or any(
+                    not isinstance(g, (list, tuple)) or any(not isinstance(p, torch.Tensor) for p in g)
+                    for g in groups):
+                raise ValueError("groups must be a positive int or a list of lists of "
+                                 f"torch.Tensor, got {groups!r}")
             lists = [list(g) for g in groups]
             seen = [id(p) for g in lists for p in g]
             if len(seen) != len(set(seen)):
@@ -106,7 +127,7 @@ class _DistributedOptimizer:
         if p in self._hvd_handles:
             raise AssertionError(
                 "Gradients were computed more than backward_passes_per_step "
-                f"({self._hvd_passes}) times before step(); increase backward_passes_per_step to "
+                f"({self.backward_passes_per_step}) times before step(); increase backward_passes_per_step to "
                 "accumulate gradients locally, or call step() (or synchronize()) after each backward")
         self._hvd_delay[p] -= 1
         if self._hvd_delay[p] > 0:
@@ -123,30 +144,34 @@ class _DistributedOptimizer:
 
     def _hvd_submit(self, params) -> None:
         """Submits the allreduces of these parameters' gradients as one group: every gradient
-        checked before any is submitted, then all in one engine round, so they can be fused."""
-        sent, ctxs = [], []
+        checked before any is submitted, then all in one engine round, so they can be fused. A
+        sparse gradient (without sparse_as_dense) is reduced on its own, by allgathers."""
+        dense, sent, ctxs, was_sparse = [], [], [], []
         for p in params:
             grad = p.grad
             if grad is None:  # not used on this rank: send zeros so that every rank sends every name
                 grad = p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
             elif grad.is_sparse:
-                if not self._hvd_sparse_as_dense:
-                    raise ValueError(f"parameter {self._hvd_names[p]!r} has a sparse gradient; pass "
-                                     "sparse_as_dense=True to DistributedOptimizer to reduce it dense")
-                grad = p.grad = grad.to_dense()
+                if not self.sparse_as_dense:
+                    self._hvd_handles[p] = (sparse_allreduce_async(
+                        grad, self._hvd_names[p], self.op, self.process_set), None, None, False)
+                    continue
+                grad = grad.to_dense()  # reduced densely, made sparse again by synchronize()
             elif not grad.is_contiguous():
                 grad = p.grad = grad.contiguous()
-            s, ctx = self._hvd_compression.compress(grad)
+            s, ctx = self._compression.compress(grad)
+            dense.append(p)
             sent.append(s)
             ctxs.append(ctx)
-        op, pre, post = self._hvd_op, 1.0, 1.0
-        if self._hvd_predivide != 1.0:
-            op, pre, post = Sum, 1.0 / self._hvd_predivide, (self._hvd_predivide /
-                                                             self._hvd_process_set.size())
-        handles = allreduce_group("allreduce_async_", sent, [self._hvd_names[p] for p in params],
-                                  True, op, pre, post, self._hvd_process_set)
-        for p, handle, ctx, s in zip(params, handles, ctxs, sent):
-            self._hvd_handles[p] = (handle, ctx, s)
+            was_sparse.append(p.grad.is_sparse)
+        op, pre, post = self.op, 1.0, 1.0
+        if self.gradient_predivide_factor != 1.0:
+            f = self.gradient_predivide_factor
+            op, pre, post = Sum, 1.0 / f, f / self.process_set.size()
+        handles = allreduce_group("allreduce_async_", sent, [self._hvd_names[p] for p in dense],
+                                  True, op, pre, post, self.process_set)
+        for p, handle, ctx, s, sp in zip(dense, handles, ctxs, sent, was_sparse):
+            self._hvd_handles[p] = (handle, ctx, s, sp)
 
     # -- the optimizer's interface ------------------------------------------------------------
 
@@ -162,15 +187,44 @@ class _DistributedOptimizer:
         for ready in self._hvd_ready.values():
             ready.clear()
         try:
-            for p, (handle, ctx, sent) in self._hvd_handles.items():
+            for p, (handle, ctx, sent, sparse) in self._hvd_handles.items():
+                if callable(handle):  # a sparse gradient, reduced by allgathers
+                    p.grad = handle()
+                    continue
                 synchronize(handle)
-                if sent is not p.grad:
-                    p.grad.copy_(self._hvd_compression.decompress(sent, ctx))
+                if sparse:
+                    p.grad = self._compression.decompress(sent, ctx).to_sparse()
+                elif sent is not p.grad:
+                    p.grad.copy_(self._compression.decompress(sent, ctx))
         finally:
-            self._hvd_handles.clear()
-            for p in self._hvd_requires_update:
-                self._hvd_delay[p] = self._hvd_passes
+            self._hvd_reset()
         self._hvd_synchronized = True
+
+    def _hvd_reset(self) -> None:
+        self._hvd_handles.clear()
+        for ready in self._hvd_ready.values():
+            ready.clear()
+        for p in self._hvd_requires_update:
+            self._hvd_delay[p] = self.backward_passes_per_step
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        """Changes backward_passes_per_step (and restarts the count of backward passes)."""
+        if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
+            raise ValueError(f"backward_passes_per_step must be an int > 0, got {passes!r}")
+        self.backward_passes_per_step = passes
+        for p in self._hvd_requires_update:
+            self._hvd_delay[p] = passes
+
+    def load_state_dict(self, state_dict) -> None:
+        """The wrapped optimizer's load_state_dict; forgets gradients not yet synchronized
+        (their allreduces must not be in flight)."""
+        if self._hvd_handles:
+            raise AssertionError("optimizer.load_state_dict() was called while gradient "
+                                 "allreduces are in flight; call optimizer.synchronize() first")
+        self._hvd_reset()
+        self._hvd_synchronized = False
+        self._hvd_should_sync = True
+        return super().load_state_dict(state_dict)
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -185,9 +239,11 @@ class _DistributedOptimizer:
         """Waits for the gradients' allreduces (unless in skip_synchronize()) and applies them."""
         if self._hvd_should_sync:
             if self._hvd_synchronized and not self._hvd_handles:
-                warnings.warn("optimizer.step() was called after optimizer.synchronize() outside "
-                              "`with optimizer.skip_synchronize():`; the gradients are not reduced "
-                              "again. Use the context manager to say so.", stacklevel=2)
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(). The gradients are not "
+                              "reduced again (as Horovod would); use `with "
+                              "optimizer.skip_synchronize():` around step() to say so.",
+                              stacklevel=2)
             else:
                 self.synchronize()
         self._hvd_synchronized = False
@@ -207,8 +263,8 @@ class _DistributedOptimizer:
 
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None,
                          compression=Compression.none, backward_passes_per_step: int = 1,
-                         op=Average, gradient_predivide_factor: float = 1.0, groups=None,
-                         sparse_as_dense: bool = False,
+                         op=Average, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                         groups=None, sparse_as_dense: bool = False,
                          process_set=global_process_set) -> torch.optim.Optimizer:
     """Wraps `optimizer` so that step() applies gradients averaged across ranks.
 
@@ -222,6 +278,11 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
                         f"{type(optimizer).__name__}")
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("the optimizer is already a DistributedOptimizer")
+    if num_groups != 0:
+        warnings.warn("DistributedOptimizer: num_groups is deprecated (as in Horovod); use groups",
+                      DeprecationWarning, stacklevel=2)
+        if groups is None:
+            groups = num_groups
     base = type(optimizer)
     cls = type(base.__name__, (_DistributedOptimizer, base),
                {"__module__": base.__module__, "__qualname__": base.__qualname__})

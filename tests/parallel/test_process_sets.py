@@ -453,7 +453,8 @@ def test_torch_collectives_and_gradients_in_a_set():
             g = ht.allgather(u, process_set=ps)
             (g * torch.arange(g.numel())).sum().backward()
             start = sum(q + 1 for q in R[:i])
-            want_grad = torch.arange(start, start + r + 1, dtype=torch.float32) * m
+            # Horovod's allgather gradient: this rank's rows of the set's average (m equal ones)
+            want_grad = torch.arange(start, start + r + 1, dtype=torch.float32)
             if g.numel() != sum(q + 1 for q in R) or not torch.equal(u.grad, want_grad):
                 bad.append(f"{R} allgather {g} grad {u.grad}")
             b = ht.broadcast(torch.tensor([r]), R[-1], process_set=ps)
@@ -480,6 +481,106 @@ def test_torch_collectives_and_gradients_in_a_set():
         agree(not bad, "; ".join(bad))
 
 
+def test_horovods_newer_torch_calls_and_their_gradients_stay_in_the_set():
+    torch = torch_or_skip()
+    import hvd_lite.torch as ht
+    n, r = hvd.size(), hvd.rank()
+    sets = layouts(n).get("overlapping") or layouts(n).get("disjoint") or []
+    with added(*sets) as added_sets:
+        bad = []
+        for ps in [ht.global_process_set] + list(added_sets):
+            if not ps.included():
+                continue
+            R, m, i = ps.ranks, ps.size(), ps.rank()
+            x = torch.ones(m, 2, requires_grad=True)
+            y = ht.reducescatter(x, op=ht.Sum, process_set=ps)
+            y.sum().backward()  # Horovod: the allgather of the output gradients times the size
+            if not (torch.equal(y, torch.full((1, 2), float(m)))
+                    and torch.equal(x.grad, torch.full((m, 2), float(m)))):
+                bad.append(f"{R} reducescatter {y} grad {x.grad}")
+            xs = [torch.ones(m, 2, requires_grad=True), torch.ones(2 * m, requires_grad=True)]
+            ys = ht.grouped_reducescatter(xs, op=ht.Sum, process_set=ps)
+            (ys[0].sum() + ys[1].sum()).backward()
+            if not (torch.equal(ys[0], torch.full((1, 2), float(m)))
+                    and torch.equal(ys[1], torch.full((2,), float(m)))
+                    and all(torch.equal(t.grad, torch.full_like(t, float(m))) for t in xs)):
+                bad.append(f"{R} grouped_reducescatter {ys} grads {[t.grad for t in xs]}")
+            got = ht.synchronize(ht.grouped_reducescatter_async([torch.full((m,), float(r))],
+                                                                op=ht.Sum, process_set=ps))
+            if not (isinstance(got, list) and torch.equal(got[0], torch.tensor([float(sum(R))]))):
+                bad.append(f"{R} grouped_reducescatter_async {got}")
+            got = ht.synchronize(ht.grouped_allreduce_async([torch.tensor([float(r)])], op=ht.Sum,
+                                                            process_set=ps))
+            if not (isinstance(got, list) and torch.equal(got[0], torch.tensor([float(sum(R))]))):
+                bad.append(f"{R} grouped_allreduce_async {got}")
+            t = (torch.arange(m) + 10.0 * r).requires_grad_()
+            out = ht.alltoall(t, process_set=ps)  # no splits: one row to each of the set's ranks
+            (out * (torch.arange(m) + 1.0)).sum().backward()  # row i of each went to place i
+            if out.tolist() != [10.0 * q + i for q in R] or t.grad.tolist() != [i + 1.0] * m:
+                bad.append(f"{R} alltoall {out} grad {t.grad}")
+            if m > 1:
+                err = raised(lambda: ht.alltoall(torch.arange(m + 1.0), process_set=ps))
+                if not (isinstance(err, hvd.InvalidArgumentError) and "divisible" in str(err)):
+                    bad.append(f"{R} alltoall of {m + 1} rows without splits: {err!r}")
+            u = torch.ones(r + 1, requires_grad=True)
+            g = ht.grouped_allgather([u], process_set=ps)[0]
+            (g * torch.arange(g.numel())).sum().backward()
+            start = sum(q + 1 for q in R[:i])
+            if not torch.equal(u.grad, torch.arange(start, start + r + 1, dtype=torch.float32)):
+                bad.append(f"{R} grouped_allgather grad {u.grad}")
+            b_in = torch.full((2,), float(r), requires_grad=True)
+            b = ht.broadcast(b_in, R[-1], process_set=ps)
+            (b * (r + 1.0)).sum().backward()  # the root gets the set's average of r + 1
+            want = sum(q + 1.0 for q in R) / m if r == R[-1] else 0.0
+            if not (torch.equal(b, torch.full((2,), float(R[-1])))
+                    and torch.allclose(b_in.grad, torch.full((2,), want))):
+                bad.append(f"{R} broadcast {b} grad {b_in.grad}")
+            sparse = torch.sparse_coo_tensor([[r]], [1.0], (n,))
+            wait = ht.sparse_allreduce_async(sparse, f"sparse.{ps.process_set_id}", ht.Average, ps)
+            dense = wait().to_dense()
+            want_dense = torch.zeros(n)
+            want_dense[R] = 1.0 / m
+            if not torch.allclose(dense, want_dense):
+                bad.append(f"{R} sparse_allreduce_async {dense}")
+        agree(not bad, "; ".join(bad))
+
+
+def test_torch_state_helpers_and_a_sparse_distributed_optimizer_in_a_set():
+    torch = torch_or_skip()
+    import hvd_lite.torch as ht
+    n, r = hvd.size(), hvd.rank()
+    sets = layouts(n).get("overlapping") or layouts(n).get("disjoint") or []
+    with added(*sets) as added_sets:
+        bad = []
+        for ps in [ht.global_process_set] + list(added_sets):
+            if not ps.included():
+                continue
+            R, m = ps.ranks, ps.size()
+            model = torch.nn.Linear(2, 1, bias=False)
+            opt = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.9)
+            if r == R[-1]:  # only the root has state and its own lr
+                model.weight.grad = torch.full((1, 2), float(r))
+                opt.step()
+                opt.param_groups[0]["lr"] = 0.5
+            ht.broadcast_optimizer_state(opt, R[-1], model=model, process_set=ps)
+            buf = opt.state_dict()["state"].get(0, {}).get("momentum_buffer")
+            if not (buf is not None and torch.equal(buf, torch.full((1, 2), float(R[-1])))
+                    and opt.param_groups[0]["lr"] == 0.5):
+                bad.append(f"{R} broadcast_optimizer_state {buf} lr {opt.param_groups[0]['lr']}")
+            emb = torch.nn.Embedding(n, 2, sparse=True)  # (torch 2.13's SGD skips a width-1 one)
+            with torch.no_grad():
+                emb.weight.zero_()
+            dopt = ht.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=1.0),
+                                           named_parameters=emb.named_parameters(), process_set=ps)
+            emb(torch.tensor([r])).sum().backward()  # a sparse gradient: 1 at row r
+            dopt.step()
+            want = torch.zeros(n, 2)
+            want[R] = -1.0 / m  # the set's average; a one-rank set: its own gradient
+            if not torch.allclose(emb.weight.detach(), want):
+                bad.append(f"{R} sparse DistributedOptimizer {emb.weight.detach().flatten()}")
+        agree(not bad, "; ".join(bad))
+
+
 def test_every_torch_call_by_a_non_member_is_a_value_error_before_anything_is_sent():
     torch = torch_or_skip()
     import hvd_lite.torch as ht
@@ -503,6 +604,10 @@ def test_every_torch_call_by_a_non_member_is_a_value_error_before_anything_is_se
             lambda: ht.broadcast_async_(t.clone(), root, process_set=ps),
             lambda: ht.alltoall(t, process_set=ps), lambda: ht.alltoall_async(t, process_set=ps),
             lambda: ht.reducescatter(t, process_set=ps), lambda: ht.reducescatter_async(t, process_set=ps),
+            lambda: ht.grouped_reducescatter([t], process_set=ps),
+            lambda: ht.grouped_reducescatter_async([t], process_set=ps),
+            lambda: ht.alltoall(t, splits=[4], process_set=ps),
+            lambda: ht.sparse_allreduce_async(t.to_sparse(), "sparse", process_set=ps),
             lambda: ht.barrier(process_set=ps),
             lambda: ht.broadcast_object(1, root, process_set=ps), lambda: ht.allgather_object(1, process_set=ps),
             lambda: ht.broadcast_parameters({"t": t}, root, process_set=ps),

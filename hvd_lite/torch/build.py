@@ -1,0 +1,65 @@
+"""horovod.torch's queries about the build (which backends it has) and its timeline calls, as
+they are for hvd_lite: MPI only, host memory only, the timeline set by HVD_LITE_TIMELINE."""
+from .. import basics
+
+
+def mpi_built() -> bool:
+    """True: hvd_lite always runs over MPI."""
+    return True
+
+
+def mpi_enabled() -> bool:
+    """True: collectives run over MPI."""
+    return True
+
+
+def gloo_built() -> bool:
+    """False: hvd_lite has no Gloo controller."""
+    return False
+
+
+def gloo_enabled() -> bool:
+    """False: hvd_lite has no Gloo controller."""
+    return False
+
+
+def nccl_built() -> int:
+    """0: no NCCL (Horovod returns NCCL's version code when it has it)."""
+    return 0
+
+
+def ddl_built() -> bool:
+    """False: no IBM DDL."""
+    return False
+
+
+def ccl_built() -> bool:
+    """False: no oneCCL."""
+    return False
+
+
+def cuda_built() -> bool:
+    """False: collectives run on host memory (tensors on a GPU go through a CPU copy)."""
+    return False
+
+
+def rocm_built() -> bool:
+    """False: no ROCm."""
+    return False
+
+
+def is_homogeneous() -> bool:
+    """True if every host runs the same number of ranks."""
+    return bool(basics._engine().homogeneous)
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Not supported: hvd_lite's timeline is set before init() by HVD_LITE_TIMELINE=<file>."""
+    raise NotImplementedError("hvd_lite does not start a timeline at run time; set "
+                              "HVD_LITE_TIMELINE=<file> before init() (README, knobs)")
+
+
+def stop_timeline() -> None:
+    """Not supported: hvd_lite's timeline runs from init() to shutdown() (HVD_LITE_TIMELINE)."""
+    raise NotImplementedError("hvd_lite does not stop a timeline at run time; its timeline "
+                              "(HVD_LITE_TIMELINE) runs from init() to shutdown()")
