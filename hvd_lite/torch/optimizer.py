@@ -12,7 +12,8 @@ wrapped optimizer's own `step()` runs.
 
 The attributes Horovod's users read keep Horovod's names: `_parameter_names` ({parameter: name},
 'allreduce.noname.<group>.<index>' without named_parameters), `backward_passes_per_step` (change
-it with `set_backward_passes_per_step`), `op`, `gradient_predivide_factor`, `sparse_as_dense`, `process_set`.
+it with `set_backward_passes_per_step`), `op`, `gradient_predivide_factor`, `sparse_as_dense`,
+`process_set`.
 """
 import contextlib
 import warnings
