@@ -27,7 +27,8 @@ from .compression import Compression
 from .functions import (DistributedGradientTape, PartialDistributedGradientTape,
                         allgather_object, broadcast_global_variables, broadcast_object,
                         broadcast_object_fn, broadcast_variables)
-from .mpi_ops import (Adasum, Average, CollectiveArgumentError, CollectiveFailedError, Max, Min,
+from .mpi_ops import (Adasum, Average, CollectiveArgumentError, CollectiveFailedError,
+                      CollectiveMismatchError, Max, Min,
                       Product, ReduceOp, Sum, allgather, allreduce, alltoall, barrier, broadcast,
                       broadcast_, grouped_allgather, grouped_allreduce, grouped_reducescatter,
                       join, local_rank_op, local_size_op, process_set_included_op, rank_op,
@@ -104,5 +105,5 @@ __all__ = [
     "BroadcastGlobalVariablesHook", "DistributedOptimizer", "DistributedGradientTape",
     "PartialDistributedGradientTape", "Compression", "allgather_object", "broadcast_object",
     "broadcast_object_fn", "broadcast_variables", "MultiWorkerMirroredStrategy", "HvdLiteError",
-    "CollectiveFailedError", "CollectiveArgumentError",
+    "CollectiveFailedError", "CollectiveArgumentError", "CollectiveMismatchError",
 ]

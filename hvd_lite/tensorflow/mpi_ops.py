@@ -57,8 +57,24 @@ class CollectiveArgumentError(InvalidArgumentError, tf.errors.InvalidArgumentErr
         self.code = code
 
 
+class CollectiveMismatchError(InvalidArgumentError, tf.errors.FailedPreconditionError):
+    """The ranks disagreed about a collective (shape, dtype, root, op): a
+    tf.errors.FailedPreconditionError, as Horovod raises, and an hvd_lite.InvalidArgumentError
+    (a ValueError and a CollectiveError)."""
+
+    def __init__(self, code: int, message: str):
+        tf.errors.FailedPreconditionError.__init__(self, None, None, message)
+        self.code = code
+
+
 def _as_tf_error(exc: CollectiveError) -> Exception:
-    cls = CollectiveArgumentError if isinstance(exc, InvalidArgumentError) else CollectiveFailedError
+    """Horovod's types: an argument refused across ranks is InvalidArgumentError when it is an
+    alltoall's splits (Horovod checks them in the op), FailedPreconditionError otherwise (Horovod's
+    coordinator finds the mismatch); any other failure is FailedPreconditionError."""
+    if isinstance(exc, InvalidArgumentError):
+        cls = CollectiveArgumentError if "splits" in str(exc) else CollectiveMismatchError
+    else:
+        cls = CollectiveFailedError
     return cls(exc.code, str(exc))
 
 
@@ -492,4 +508,5 @@ __all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "
            "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "join", "barrier",
            "size_op", "local_size_op", "rank_op", "local_rank_op", "process_set_included_op",
            "wait", "supported_dtypes", "check_dtype", "Average", "Sum", "Min", "Max", "Product",
-           "Adasum", "ReduceOp", "CollectiveFailedError", "CollectiveArgumentError"]
+           "Adasum", "ReduceOp", "CollectiveFailedError", "CollectiveArgumentError",
+           "CollectiveMismatchError"]
