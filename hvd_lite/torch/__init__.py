@@ -18,7 +18,7 @@ from ..basics import (cross_rank, cross_size, init, is_initialized, local_rank, 
 from ..exceptions import HvdLiteError
 from ..process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from . import elastic
-from .build import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, is_homogeneous,
+from .._build import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, is_homogeneous,
                     mpi_built, mpi_enabled, nccl_built, rocm_built, start_timeline, stop_timeline)
 from .compression import Compression
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,

@@ -1,6 +1,7 @@
-"""horovod.torch's queries about the build (which backends it has) and its timeline calls, as
-they are for hvd_lite: MPI only, host memory only, the timeline set by HVD_LITE_TIMELINE."""
-from .. import basics
+"""Horovod's queries about the build (which backends it has) and its timeline calls, as they are
+for hvd_lite: MPI only, host memory only, the timeline set by HVD_LITE_TIMELINE. One module for
+hvd_lite.torch, hvd_lite.tensorflow and hvd_lite.keras."""
+from . import basics
 
 
 def mpi_built() -> bool:
