@@ -146,7 +146,8 @@ hvdlResult_t hvdl_config_ranks_per_host(int *k);
 /* wait.c: how a waiter polls MPI requests. It spins for `spin` seconds (with
  * sched_yield between polls if `yield`), then sleeps between polls, from
  * `first_sleep` doubling up to `max_sleep`, or up to `long_sleep` once it has
- * waited `long_after` (0: never). A `bounded` wait fails when nothing completes
+ * waited `long_after` (0: never), and past that up to 2 % of the time waited
+ * (at most 50 ms); `waited_before` counts as time waited already (no spin then). A `bounded` wait fails when nothing completes
  * for comm->data_timeout (the data phases: every rank is inside the collective). */
 struct hvdl_wait_limits {
   double spin;
@@ -154,6 +155,7 @@ struct hvdl_wait_limits {
   double first_sleep, max_sleep;
   double long_after, long_sleep;
   int bounded;
+  double waited_before; /* a wait that goes on with an earlier one: counted as waited already */
 };
 /* A condition to wait for. test sets *done (an error it returns ends the wait);
  * progress is a count that grows whenever the wait moves on (requests completed, a

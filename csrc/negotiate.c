@@ -50,8 +50,15 @@ static int desc_equal(const struct hvdl_desc *a, const struct hvdl_desc *b) {
 static const struct hvdl_wait_limits round_wait = {
     .spin = 20e-6, .first_sleep = 1e-6, .max_sleep = 100e-6, .long_after = 50e-3, .long_sleep = 10e-3};
 
+/* A round that follows rounds which readied nothing of this rank's pending work
+ * goes on with their wait: it starts where they left off (no new spin, sleeps as
+ * long as the time already waited allows), so a rank blocked on a late peer does
+ * not restart the short sleeps at every idle round of the others (once a second:
+ * 500 wake-ups of 100 us each time, most of a blocked rank's CPU). */
 static hvdlResult_t wait_round(struct hvdl_negotiator *g, MPI_Request *req) {
-  return hvdl_wait_requests(g->data, 1, req, &round_wait);
+  struct hvdl_wait_limits w = round_wait;
+  if (g->quiet_since > 0) w.waited_before = hvdl_now() - g->quiet_since;
+  return hvdl_wait_requests(g->data, 1, req, &w);
 }
 
 /* ---- the ready list ---------------------------------------------------------- */
@@ -321,6 +328,7 @@ hvdlResult_t hvdl_round_post(struct hvdl_negotiator *g, struct hvdl_request **pe
   HVDL_MPI(g->data, MPI_Iallgather(mine, words, MPI_UINT64_T, all, words, MPI_UINT64_T, g->ctrl,
                                     &g->posted.req));
   g->posted.words = words;
+  g->posted.at = hvdl_now();
   g->posted.cache_n = cache_n;
   return hvdlSuccess;
 }
@@ -330,9 +338,9 @@ hvdlResult_t hvdl_round_arrived(struct hvdl_negotiator *g, int *arrived) {
   return hvdlSuccess;
 }
 
-hvdlResult_t hvdl_round_finish(struct hvdl_negotiator *g, struct hvdl_request **pending, int np,
-                               int leaving, struct hvdl_request ***ready, int *ready_cap, int *nready,
-                               int *finished) {
+static hvdlResult_t finish_round(struct hvdl_negotiator *g, struct hvdl_request **pending, int np,
+                                 int leaving, struct hvdl_request ***ready, int *ready_cap, int *nready,
+                                 int *finished) {
   const int n = g->size, me = g->rank;
   const int words = g->posted.words, cache_n = g->posted.cache_n;
   uint64_t *all = (uint64_t *)(void *)g->vectors;
@@ -434,6 +442,18 @@ hvdlResult_t hvdl_round_finish(struct hvdl_negotiator *g, struct hvdl_request **
   }
   *nready = rl.n;
   return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_round_finish(struct hvdl_negotiator *g, struct hvdl_request **pending, int np,
+                               int leaving, struct hvdl_request ***ready, int *ready_cap, int *nready,
+                               int *finished) {
+  const double posted_at = g->posted.at;
+  hvdlResult_t res = finish_round(g, pending, np, leaving, ready, ready_cap, nready, finished);
+  if (res != hvdlSuccess || *nready > 0 || np == 0)
+    g->quiet_since = 0;
+  else if (g->quiet_since == 0)
+    g->quiet_since = posted_at;
+  return res;
 }
 
 hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending, int np, int leaving,

@@ -45,7 +45,10 @@ struct hvdl_negotiator {
   struct {                       /* the round posted by hvdl_round_post, until hvdl_round_finish */
     MPI_Request req;
     int words, cache_n;
+    double at;                   /* when it was posted */
   } posted;
+  double quiet_since;            /* when the first of the last rounds that readied none of this
+                                    rank's pending work was posted; 0 after one that readied some */
 };
 
 hvdlResult_t hvdl_negotiator_init(struct hvdl_negotiator *g, hvdlComm_t data, MPI_Comm ctrl,
