@@ -13,7 +13,8 @@ from .collectives import (allgather, allgather_async, alltoall, alltoall_async, 
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .state import allgather_object, broadcast_object, broadcast_parameters
 from .exceptions import (CollectiveError, HvdLiteError, InvalidArgumentError, LauncherError,
-                         MPIMismatchError, NotInitializedError, RemoteRankError)
+                         MPIMismatchError, NotInitializedError, RemoteRankError,
+                         UnsupportedDtypeError)
 from .ops import (Average, Handle, Max, Min, Product, ReduceOp, Sum, allreduce, allreduce_,
                   allreduce_async, allreduce_async_, grouped_allreduce, grouped_allreduce_,
                   grouped_allreduce_async, grouped_allreduce_async_, poll, synchronize)
@@ -32,5 +33,6 @@ __all__ = [
     "broadcast_parameters", "ProcessSet", "global_process_set", "add_process_set",
     "remove_process_set", "Sum", "Average", "Min", "Max", "Product",
     "HvdLiteError", "NotInitializedError", "MPIMismatchError", "CollectiveError",
-    "InvalidArgumentError", "LauncherError", "RemoteRankError", "__version__",
+    "InvalidArgumentError", "LauncherError", "RemoteRankError", "UnsupportedDtypeError",
+    "__version__",
 ]

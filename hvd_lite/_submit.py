@@ -16,6 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from . import basics
+from .exceptions import UnsupportedDtypeError
 
 _core = basics._core
 
@@ -68,12 +69,12 @@ MAX_DIMS = 16
 # ---------------------------------------------------------------------------- argument checks
 
 def hvdl_dtype(dtype) -> int:
-    """The hvdlDataType_t of a numpy dtype; TypeError if it has none."""
+    """The hvdlDataType_t of a numpy dtype; UnsupportedDtypeError (a TypeError) if it has none."""
     dt = np.dtype(dtype)
     code = HVDL_DTYPES.get(dt)
     if code is None:
         names = ", ".join(str(d) for d in HVDL_DTYPES)
-        raise TypeError(f"unsupported dtype {dt} (supported: {names})")
+        raise UnsupportedDtypeError(f"unsupported dtype {dt} (supported: {names})")
     return code
 
 

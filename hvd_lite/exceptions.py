@@ -42,6 +42,11 @@ class InvalidArgumentError(CollectiveError, ValueError):
     was sent. A ValueError, as Horovod users catch it, and a RuntimeError."""
 
 
+class UnsupportedDtypeError(HvdLiteError, TypeError, ValueError):
+    """A tensor's element type is not one hvd_lite moves: a TypeError, and a ValueError as Horovod
+    raises for it, so either `except` clause catches it. Raised before anything is sent."""
+
+
 # Result codes (NCCL's numbers) as read from the C header by the extension.
 INVALID_ARGUMENT = 4
 

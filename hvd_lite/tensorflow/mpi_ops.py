@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from .. import basics, collectives, ops
 from .._submit import HVDL_DTYPES, check_name, wait_for
-from ..exceptions import CollectiveError, InvalidArgumentError
+from ..exceptions import CollectiveError, InvalidArgumentError, UnsupportedDtypeError
 from ..ops import Average, Max, Min, Product, ReduceOp, Sum
 from .compression import Compression
 from .process_sets import global_process_set, member_set, set_by_id
@@ -94,7 +94,7 @@ def check_dtype(fn: str, dtype: tf.DType) -> None:
         ok = False
     if not ok:
         names = ", ".join(d.name for d in supported_dtypes())
-        raise TypeError(f"{fn}: unsupported dtype {dtype.name} (supported: {names})")
+        raise UnsupportedDtypeError(f"{fn}: unsupported dtype {dtype.name} (supported: {names})")
 
 
 def reduce_op(fn: str, op, average=None) -> ReduceOp:

@@ -15,7 +15,7 @@ from .. import basics, collectives, ops
 from .._submit import (Adasum, Average, Max, Min, Product, ReduceOp, Sum, at_once, check_name,
                        group_names, submit_group)
 from ..process_sets import global_process_set
-from ..exceptions import CollectiveError
+from ..exceptions import CollectiveError, UnsupportedDtypeError
 from .compression import Compression
 
 # horovod.torch's name for a failed collective.
@@ -37,7 +37,7 @@ def _check_tensor(fn: str, tensor) -> None:
         raise TypeError(f"{fn} expects a torch.Tensor, got {type(tensor).__name__}")
     if tensor.dtype not in _NUMPY_DTYPES and tensor.dtype != torch.bfloat16:
         names = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
-        raise TypeError(f"{fn}: unsupported dtype {tensor.dtype} (supported: {names})")
+        raise UnsupportedDtypeError(f"{fn}: unsupported dtype {tensor.dtype} (supported: {names})")
     if tensor.is_sparse or tensor.layout != torch.strided:
         raise TypeError(f"{fn}: {tensor.layout} tensors are not supported; pass a dense tensor "
                         "(tensor.to_dense())")

@@ -72,9 +72,10 @@ def test_in_place_on_a_non_contiguous_tensor_is_refused_and_out_of_place_copies(
     agree(torch.equal(out, view * n) and out.is_contiguous(), str(out))
 
 
-def test_unsupported_dtype_is_a_type_error():
-    raises_on_every_rank(TypeError, "unsupported dtype torch.complex64",
-                         lambda: hvd.allreduce(torch.zeros(3, dtype=torch.complex64)))
+def test_unsupported_dtype_is_a_type_error_and_a_value_error_as_horovods():
+    for cls in (TypeError, ValueError):
+        raises_on_every_rank(cls, "unsupported dtype torch.complex64",
+                             lambda: hvd.allreduce(torch.zeros(3, dtype=torch.complex64)))
     raises_on_every_rank(TypeError, "torch.Tensor", lambda: hvd.allreduce(np.zeros(3, np.float32)))
 
 

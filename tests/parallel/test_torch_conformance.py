@@ -309,6 +309,8 @@ def test_sync_batch_norm_matches_batch_norm_over_the_global_batch():
 
 def test_a_duplicate_name_in_flight_is_a_value_error():
     r, n = rank_size()
+    if n == 1:  # nobody holds the first submission back: it may complete before the second
+        pytest.skip("needs 2 ranks (as Horovod's test)")
     x = torch.ones(3)
     errs = []
     for q in range(n):  # rank q submits first (the others wait in the barrier), then again
