@@ -37,19 +37,25 @@
 
 #include "internal.h"
 
-#define PIPE_WINDOW 4
+/* Receives posted ahead by a receiving step (into scratch segments when it reduces). */
+#define PIPE_RECV_WINDOW 4
+/* Sends in flight: a pipe posts at most this many; the rest of what its steps send
+ * wait in its queue, in order, and are posted as earlier ones complete.
+ * EXPERIMENT: runtime override HVDL_X_SWIN (0 = unbounded) up to the array size. */
+#define PIPE_SEND_WINDOW 16
+#define PIPE_XMAX 256
 /* The segment policy, one for every collective: segments of config.segmentBytes
  * (HVD_LITE_SEGMENT_BYTES), and larger ones for a piece that would need more than
- * PIPE_MAX_SEGMENTS of them. The cap bounds the messages in flight, since a send
- * step posts all of its piece's segments at once. Open MPI's ob1 orders messages
- * with a 16-bit sequence number, and ~65,536 unmatched messages between two ranks
- * scramble their order (seen with 64-byte segments of a 4 MiB buffer); and a ring
- * all-reduce step of exactly 128 segments in flight ran at half speed (64 MiB at 2
- * ranks with 256 KiB segments: 20 ms, against 11.5 ms with at most 64;
- * docs/benchmarks-history.md). */
+ * PIPE_MAX_SEGMENTS of them. */
 #define PIPE_MAX_SEGMENTS 64
 /* The largest message a pipe sends (its byte count must fit an int). */
 #define PIPE_MAX_MESSAGE_BYTES ((size_t)1 << 30)
+
+/* A segment waiting in a pipe's send queue. */
+struct hvdl_pipe_send {
+  const char *buf;
+  size_t elems;
+};
 
 struct hvdl_pipe {
   hvdlComm_t comm;
@@ -58,9 +64,20 @@ struct hvdl_pipe {
   hvdlDataType_t dt;
   hvdlRedOp_t op;
   unsigned step;            /* steps taken; the generation is step & 1 */
-  char *tmp;                /* PIPE_WINDOW receive segments for the reducing verbs */
-  MPI_Request *sreq[2];     /* sends of the two most recent steps */
-  int nsreq[2];
+  char *tmp;                /* PIPE_RECV_WINDOW receive segments for the reducing verbs */
+  int rwin, swin;           /* EXPERIMENT */
+  /* req: the receive slots (rwin), then the send slots (swin); a free or completed
+   * slot is MPI_REQUEST_NULL. sseq: the queue number of the send in each send slot. */
+  MPI_Request req[2 * PIPE_XMAX];
+  uint64_t sseq[PIPE_XMAX];
+  int nsend;                /* sends in flight */
+  /* The send queue: segments numbered in the order they go; queue[n % qcap] holds
+   * segment n for qpost <= n < qtail (not posted yet). */
+  struct hvdl_pipe_send *queue;
+  size_t qcap;
+  uint64_t qpost, qtail;
+  uint64_t step_end[2];     /* qtail at the end of the latest step of each generation */
+  uint64_t completed;       /* requests seen completing (the waits' progress) */
 };
 
 /* Sets up a pipe on comm's ring for pieces of at most max_piece elements,
