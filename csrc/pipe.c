@@ -18,20 +18,13 @@
  * the pipe posts the next ones as earlier ones complete. A send step therefore
  * returns at once, and its segments go while the following receiving steps wait.
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "pipe.h"
 #include "reduce.h"
 
 enum { PIPE_REDUCE = 1, PIPE_FORWARD = 2, PIPE_DIVIDE = 4 };
-
-static int x_env(const char *name, int dflt) { /* EXPERIMENT */
-  const char *s = getenv(name);
-  int v = s ? atoi(s) : dflt;
-  if (v <= 0 || v > PIPE_XMAX) v = PIPE_XMAX;
-  return v;
-}
+enum { PIPE_SLOTS = PIPE_RECV_WINDOW + PIPE_SEND_WINDOW };
 
 /* Common setup: segments of seg_bytes (more if a piece would need more than
  * PIPE_MAX_SEGMENTS); receive scratch only for a pipe that reduces. */
@@ -45,18 +38,16 @@ static hvdlResult_t pipe_setup(struct hvdl_pipe *p, hvdlComm_t comm, int tag, si
   p->esize = hvdl_type_size(dt);
   p->dt = dt;
   p->op = op;
-  p->rwin = x_env("HVDL_X_RWIN", PIPE_RECV_WINDOW);
-  p->swin = x_env("HVDL_X_SWIN", PIPE_SEND_WINDOW);
-  const size_t maxseg = (size_t)x_env("HVDL_X_MAXSEG", PIPE_MAX_SEGMENTS);
   p->seg = seg_bytes / p->esize;
   if (p->seg == 0) p->seg = 1;
-  if (max_piece / p->seg >= maxseg) p->seg = (max_piece + maxseg - 1) / maxseg;
+  if (max_piece / p->seg >= PIPE_MAX_SEGMENTS)
+    p->seg = (max_piece + PIPE_MAX_SEGMENTS - 1) / PIPE_MAX_SEGMENTS;
   const size_t max_seg = (max_piece + p->seg - 1) / p->seg + 1;
-  for (int i = 0; i < 2 * PIPE_XMAX; i++) p->req[i] = MPI_REQUEST_NULL;
+  for (int i = 0; i < PIPE_SLOTS; i++) p->req[i] = MPI_REQUEST_NULL;
 
   struct hvdl_scratch *s = &comm->scratch;
   if (reduces) {
-    HVDL_CHECK(hvdl_reserve(comm, &s->tmp, &s->tmp_bytes, (size_t)p->rwin * p->seg * p->esize));
+    HVDL_CHECK(hvdl_reserve(comm, &s->tmp, &s->tmp_bytes, PIPE_RECV_WINDOW * p->seg * p->esize));
     p->tmp = s->tmp;
   }
   /* Queued are at most the sends of the two most recent steps. */
@@ -89,15 +80,15 @@ static size_t seg_elems(const struct hvdl_pipe *p, size_t count, size_t j) {
   return count - first < p->seg ? count - first : p->seg;
 }
 
-static MPI_Request *send_slots(struct hvdl_pipe *p) { return p->req + p->rwin; }
+static MPI_Request *send_slots(struct hvdl_pipe *p) { return p->req + PIPE_RECV_WINDOW; }
 
 /* A failed step abandons everything the pipe has posted (wait.c), so that no
  * message of it can land in a buffer after the failure is reported; queued
  * sends were never posted and are dropped. */
 static hvdlResult_t abandon(struct hvdl_pipe *p, hvdlResult_t res) {
   const double until = hvdl_now() + HVDL_ABANDON_GRACE;
-  hvdl_abandon(p->comm, p->rwin, p->req, 1, until);
-  hvdl_abandon(p->comm, p->swin, send_slots(p), 0, until);
+  hvdl_abandon(p->comm, PIPE_RECV_WINDOW, p->req, 1, until);
+  hvdl_abandon(p->comm, PIPE_SEND_WINDOW, send_slots(p), 0, until);
   p->nsend = 0;
   p->qpost = p->qtail;
   return res;
@@ -118,7 +109,8 @@ static hvdlResult_t fault(struct hvdl_pipe *p, enum hvdl_fault_point at) {
 /* Posts queued sends while the window has room. */
 static hvdlResult_t post_sends(struct hvdl_pipe *p) {
   MPI_Request *slots = send_slots(p);
-  for (int i = 0; i < p->swin && p->nsend < p->swin && p->qpost < p->qtail; i++) {
+  for (int i = 0; i < PIPE_SEND_WINDOW && p->nsend < PIPE_SEND_WINDOW && p->qpost < p->qtail;
+       i++) {
     if (slots[i] != MPI_REQUEST_NULL) continue;
     if (p->comm->faults) HVDL_CHECK(fault(p, HVDL_FAULT_SEND));
     const struct hvdl_pipe_send *s = &p->queue[p->qpost % p->qcap];
@@ -140,11 +132,11 @@ static hvdlResult_t send_segment(struct hvdl_pipe *p, const char *buf, size_t el
 /* One poll: completes what has completed (a completed slot reads MPI_REQUEST_NULL),
  * then refills the send window. */
 static hvdlResult_t pump(struct hvdl_pipe *p) {
-  int n = 0, idx[2 * PIPE_XMAX];
-  HVDL_MPI(p->comm, MPI_Testsome(p->rwin + p->swin, p->req, &n, idx, MPI_STATUSES_IGNORE));
+  int n = 0, idx[PIPE_SLOTS];
+  HVDL_MPI(p->comm, MPI_Testsome(PIPE_SLOTS, p->req, &n, idx, MPI_STATUSES_IGNORE));
   if (n == MPI_UNDEFINED) n = 0;
   for (int i = 0; i < n; i++)
-    if (idx[i] >= p->rwin) p->nsend--;
+    if (idx[i] >= PIPE_RECV_WINDOW) p->nsend--;
   p->completed += (uint64_t)n;
   return post_sends(p);
 }
@@ -161,8 +153,8 @@ static int goal_met(const struct pipe_goal *g) {
   const struct hvdl_pipe *p = g->p;
   if (g->slot >= 0) return p->req[g->slot] == MPI_REQUEST_NULL;
   if (p->qpost < g->upto) return 0;
-  for (int i = 0; i < p->swin; i++)
-    if (p->req[p->rwin + i] != MPI_REQUEST_NULL && p->sseq[i] < g->upto) return 0;
+  for (int i = 0; i < PIPE_SEND_WINDOW; i++)
+    if (p->req[PIPE_RECV_WINDOW + i] != MPI_REQUEST_NULL && p->sseq[i] < g->upto) return 0;
   return 1;
 }
 
@@ -218,7 +210,7 @@ static hvdlResult_t recv_step(struct hvdl_pipe *p, unsigned what, const char *sr
                      "pipe (tag %d): a reducing verb on a pipe set up by hvdl_pipe_init_copy",
                      p->tag);
   HVDL_CHECK(begin_step(p, &gen));
-  const size_t nseg = (count + p->seg - 1) / p->seg, win = (size_t)p->rwin;
+  const size_t nseg = (count + p->seg - 1) / p->seg, win = PIPE_RECV_WINDOW;
   hvdlResult_t res = hvdlSuccess;
   for (size_t j = 0; j < nseg && j < win && res == hvdlSuccess; j++)
     res = post_recv(p, what, dst, count, j, (int)j);

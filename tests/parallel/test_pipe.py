@@ -21,7 +21,7 @@ pytestmark = pytest.mark.mpi
 
 SUM, AVG, MAX = 0, 4, 2
 # csrc/pipe.h: PIPE_SEND_WINDOW, PIPE_MAX_SEGMENTS.
-SEND_WINDOW = 16
+SEND_WINDOW = 32
 MAX_SEGMENTS = 64
 
 
