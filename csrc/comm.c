@@ -20,6 +20,7 @@ static void free_comm(hvdlComm_t comm) {
   free(comm->scratch.stage);
   free(comm->scratch.block);
   free(comm->scratch.counts);
+  free(comm->scratch.work);
   free(comm);
 }
 
@@ -56,8 +57,14 @@ hvdlResult_t hvdlCommInitMpi(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
   MPI_Comm_set_errhandler(comm->mpi, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm->mpi, &comm->rank);
   MPI_Comm_size(comm->mpi, &comm->size);
+  hvdlResult_t res = hvdl_select_init(comm);
+  if (res != hvdlSuccess) {
+    MPI_Comm_free(&comm->mpi);
+    free_comm(comm);
+    return res;
+  }
   if (comm->config.smallAllReduceBytes == HVDL_SMALL_BYTES_AUTO)
-    comm->config.smallAllReduceBytes = hvdl_small_bytes_default(comm->size);
+    comm->config.smallAllReduceBytes = hvdl_small_bytes_default(comm->size, comm->hosts);
   *out = comm;
   return hvdlSuccess;
 }
@@ -187,6 +194,18 @@ static hvdlResult_t check_buffers(hvdlComm_t comm, const char *fn, const void *s
   return hvdlSuccess;
 }
 
+/* A forced latency path (HVD_LITE_ALLREDUCE_ALGO=small) holds n times the buffer:
+ * refused above HVDL_SMALL_BYTES_MAX per rank. */
+static hvdlResult_t check_latency_bytes(hvdlComm_t comm, const char *fn, hvdlAlgorithm_t algo,
+                                        size_t bytes) {
+  if (algo == hvdlAlgoLatency && bytes > HVDL_SMALL_BYTES_MAX)
+    return hvdl_fail(comm, hvdlInvalidArgument,
+                     "%s: %zu bytes per rank is over the latency path's %zu "
+                     "(HVD_LITE_ALLREDUCE_ALGO=small); use another algorithm",
+                     fn, bytes, HVDL_SMALL_BYTES_MAX);
+  return hvdlSuccess;
+}
+
 hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                            hvdlStream_t stream) {
@@ -202,9 +221,9 @@ hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
     if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
     return hvdlSuccess;
   }
-  if (bytes <= comm->config.smallAllReduceBytes)
-    return hvdl_allreduce_small(comm, sendbuff, recvbuff, count, datatype, op);
-  return hvdl_allreduce_ring(comm, sendbuff, recvbuff, count, datatype, op);
+  const hvdlAlgorithm_t algo = hvdl_select_allreduce(comm, bytes);
+  HVDL_CHECK(check_latency_bytes(comm, fn, algo, bytes));
+  return hvdl_allreduce_run(comm, algo, sendbuff, recvbuff, count, datatype, op);
 }
 
 hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
@@ -245,7 +264,20 @@ hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
     if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
     return hvdlSuccess;
   }
-  return hvdl_reduce_root(comm, sendbuff, recvbuff, count, datatype, op, root);
+  const hvdlAlgorithm_t algo = hvdl_select_allreduce(comm, bytes);
+  HVDL_CHECK(check_latency_bytes(comm, fn, algo, bytes));
+  if (algo == hvdlAlgoLatency || algo == hvdlAlgoRing)
+    return hvdl_reduce_root(comm, sendbuff, recvbuff, count, datatype, op, root,
+                            algo == hvdlAlgoLatency);
+  /* Any other algorithm: run that all-reduce (a rank other than the root into
+   * scratch), so that the root gets hvdlAllReduce's bits. */
+  void *into = recvbuff;
+  if (comm->rank != root) {
+    struct hvdl_scratch *s = &comm->scratch;
+    HVDL_CHECK(hvdl_reserve(comm, &s->block, &s->block_bytes, bytes));
+    into = s->block;
+  }
+  return hvdl_allreduce_run(comm, algo, sendbuff, into, count, datatype, op);
 }
 
 hvdlResult_t hvdlAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,

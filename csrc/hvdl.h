@@ -102,10 +102,25 @@ typedef struct {
   size_t segmentBytes;        /* ring pipeline segment size (HVD_LITE_SEGMENT_BYTES) */
   size_t smallAllReduceBytes; /* at or below this many bytes per rank, AllReduce takes the
                                  latency path (HVD_LITE_SMALL_ALLREDUCE_BYTES);
-                                 HVDL_SMALL_BYTES_AUTO: chosen by the number of ranks */
+                                 HVDL_SMALL_BYTES_AUTO: chosen by the number of ranks
+                                 and hosts */
+  int allReduceAlgorithm;     /* an hvdlAlgorithm_t (HVD_LITE_ALLREDUCE_ALGO); hvdlAlgoAuto:
+                                 the latency path up to smallAllReduceBytes, then the
+                                 cost model's choice */
 } hvdlConfig_t;
 
 #define HVDL_SMALL_BYTES_AUTO ((size_t)-1)
+
+/* All-reduce algorithms (docs/algorithms.md). A forced one runs at every size. */
+typedef enum {
+  hvdlAlgoAuto = 0,
+  hvdlAlgoRing = 1,                /* "ring": pipelined ring, reduce-scatter + all-gather */
+  hvdlAlgoRecursiveDoubling = 2,   /* "rd": log2(n) whole-buffer exchanges */
+  hvdlAlgoRabenseifner = 3,        /* "rab": recursive halving + recursive doubling */
+  hvdlAlgoHierarchical = 4,        /* "hier": within hosts, across hosts, within hosts */
+  hvdlAlgoLatency = 5,             /* "small": the latency path, all-gather + ordered reduce */
+  hvdlNumAlgos = 6
+} hvdlAlgorithm_t;
 
 /* Library version as HVDL_VERSION_CODE. */
 hvdlResult_t hvdlGetVersion(int *version);

@@ -1,0 +1,164 @@
+/*
+ * select.c -- the one all-reduce selector: which algorithm runs for a call of
+ * B bytes per rank on n ranks over H hosts (at most L ranks on one).
+ *
+ *   1. HVD_LITE_ALLREDUCE_ALGO forced (config.allReduceAlgorithm): that one, at
+ *      every size.
+ *   2. B <= config.smallAllReduceBytes: the latency path (allreduce_small.c).
+ *      Its default is the crossover measured on one host (128 KiB at 2 ranks,
+ *      2 KiB beyond) and 0 across hosts (config.c).
+ *   3. Otherwise the cheapest by the alpha-beta-gamma model below among ring,
+ *      rd, rab and, with more than one host and more than one rank on a host,
+ *      hier; a tie goes to the earlier of ring, rab, rd, hier.
+ *
+ * The model. A message of s bytes over a link of class c costs alpha[c] +
+ * s * beta[c]; reducing s bytes costs s * gamma. Ranks are assumed placed by
+ * host (L consecutive ranks share one), so a pairwise step with mask m < L
+ * stays within a host; a step across hosts has all L ranks of a host sending
+ * through its one NIC at once, so it pays L * s * beta. With B bytes per rank,
+ * p the largest power of two <= n:
+ *
+ *   ring  2(n-1) alpha + (n-1)/n * B * (beta + max(beta, gamma)), the link the
+ *         slowest on the ring (across hosts when H > 1); its reduce-scatter
+ *         overlaps reducing with receiving, segment by segment
+ *   rd    sum over m = 1 .. p/2 of  alpha + B * beta * contention + B * gamma
+ *   rab   sum over m of  2 alpha + 2 * B/2m * beta * contention + B/2m * gamma
+ *   (rd, rab: n > p adds 2 (alpha + B beta) + B gamma, within a host)
+ *   hier  ring reduce-scatter within a host, L all-reduces of B/L across hosts
+ *         at once (ring: each NIC carries L of them), all-gather within a host
+ *
+ * The terms come from config.c (defaults, or HVD_LITE_COST_MODEL_FILE). Every
+ * rank must choose the same algorithm, so at init rank 0's terms and the layout
+ * are agreed by all (one broadcast, two small all-reduces).
+ */
+#include "internal.h"
+
+/* The hierarchical all-reduce (csrc/hier.c, issue 15 point 2): NULL until it
+ * is linked in; then the model considers it and HVD_LITE_ALLREDUCE_ALGO=hier
+ * runs it. */
+typedef hvdlResult_t (*allreduce_fn)(hvdlComm_t, const void *, void *, size_t, hvdlDataType_t,
+                                     hvdlRedOp_t);
+static const allreduce_fn hier_allreduce = NULL;
+
+static allreduce_fn algorithm(hvdlAlgorithm_t a) {
+  switch (a) {
+    case hvdlAlgoRing: return hvdl_allreduce_ring;
+    case hvdlAlgoRecursiveDoubling: return hvdl_allreduce_rd;
+    case hvdlAlgoRabenseifner: return hvdl_allreduce_rab;
+    case hvdlAlgoHierarchical: return hier_allreduce;
+    case hvdlAlgoLatency: return hvdl_allreduce_small;
+    default: return NULL;
+  }
+}
+
+hvdlResult_t hvdl_select_init(hvdlComm_t comm) {
+  struct hvdl_cost_model m;
+  HVDL_CHECK(hvdl_config_cost_model(&m));
+  const int forced = comm->config.allReduceAlgorithm;
+  if (forced != hvdlAlgoAuto && !algorithm((hvdlAlgorithm_t)forced))
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "HVD_LITE_ALLREDUCE_ALGO=%s: this build has no such all-reduce (choose auto, "
+                     "ring, rd, rab or small)",
+                     hvdl_algo_name(forced));
+  /* The host layout: how many hosts, and the most ranks on one. */
+  MPI_Comm local;
+  int local_size = 1;
+  HVDL_MPI(NULL, MPI_Comm_split_type(comm->mpi, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL,
+                                     &local));
+  int local_rank = 0;
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_free(&local);
+  int leaders = local_rank == 0, most = local_size;
+  HVDL_MPI(NULL, MPI_Allreduce(MPI_IN_PLACE, &leaders, 1, MPI_INT, MPI_SUM, comm->mpi));
+  HVDL_MPI(NULL, MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, comm->mpi));
+  comm->hosts = leaders;
+  comm->local_size = most;
+  /* Rank 0's model is everyone's, so that every rank makes the same choice. */
+  double terms[5] = {m.alpha[0], m.alpha[1], m.beta[0], m.beta[1], m.gamma};
+  HVDL_MPI(NULL, MPI_Bcast(terms, 5, MPI_DOUBLE, 0, comm->mpi));
+  comm->model = (struct hvdl_cost_model){
+      .alpha = {terms[0], terms[1]}, .beta = {terms[2], terms[3]}, .gamma = terms[4]};
+  return hvdlSuccess;
+}
+
+/* A pairwise step with mask m, s bytes each way: within a host while m < L,
+ * else across, with L ranks of a host sharing its NIC. */
+static double pair_step(const hvdlComm_t comm, int m, double s) {
+  const struct hvdl_cost_model *c = &comm->model;
+  if (comm->hosts <= 1 || m < comm->local_size)
+    return c->alpha[HVDL_LINK_INTRA] + s * c->beta[HVDL_LINK_INTRA];
+  return c->alpha[HVDL_LINK_INTER] + s * c->beta[HVDL_LINK_INTER] * comm->local_size;
+}
+
+static double fold_cost(const hvdlComm_t comm, int p, double b) {
+  const struct hvdl_cost_model *c = &comm->model;
+  if (p == comm->size) return 0;
+  return 2 * (c->alpha[HVDL_LINK_INTRA] + b * c->beta[HVDL_LINK_INTRA]) + b * c->gamma;
+}
+
+static double ring_cost(int n, double alpha, double beta, double gamma, double b) {
+  const double moved = (double)(n - 1) / n * b;
+  return 2.0 * (n - 1) * alpha + moved * (beta + (gamma > beta ? gamma : beta));
+}
+
+double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) {
+  const struct hvdl_cost_model *c = &comm->model;
+  const int n = comm->size, L = comm->local_size, H = comm->hosts;
+  const double b = (double)bytes;
+  const int link = H > 1 ? HVDL_LINK_INTER : HVDL_LINK_INTRA;
+  int p = 1;
+  while (p <= n / 2) p *= 2;
+  double t = 0;
+  switch (algo) {
+    case hvdlAlgoRing:
+      return ring_cost(n, c->alpha[link], c->beta[link], c->gamma, b);
+    case hvdlAlgoRecursiveDoubling:
+      for (int m = 1; m < p; m *= 2) t += pair_step(comm, m, b) + b * c->gamma;
+      return t + fold_cost(comm, p, b);
+    case hvdlAlgoRabenseifner:
+      for (int m = 1; m < p; m *= 2) t += 2 * pair_step(comm, m, b / (2.0 * m)) + b / (2.0 * m) * c->gamma;
+      return t + fold_cost(comm, p, b);
+    case hvdlAlgoHierarchical:
+      if (!hier_allreduce || H <= 1 || L <= 1) return -1;
+      /* within: a ring reduce-scatter and all-gather; across: L rings of B/L at once */
+      return ring_cost(L, c->alpha[HVDL_LINK_INTRA], c->beta[HVDL_LINK_INTRA], c->gamma, b) +
+             ring_cost(H, c->alpha[HVDL_LINK_INTER], c->beta[HVDL_LINK_INTER] * L, c->gamma,
+                       b / L);
+    case hvdlAlgoLatency: {
+      /* MPI's all-gather: about log2(n) rounds, (n-1) * B received; then (n-1) * B reduced */
+      int rounds = 0;
+      for (int m = 1; m < n; m *= 2) rounds++;
+      return rounds * c->alpha[link] + (n - 1) * b * (c->beta[link] + c->gamma);
+    }
+    default:
+      return -1;
+  }
+}
+
+hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes) {
+  if (comm->config.allReduceAlgorithm != hvdlAlgoAuto)
+    return (hvdlAlgorithm_t)comm->config.allReduceAlgorithm;
+  if (bytes <= comm->config.smallAllReduceBytes) return hvdlAlgoLatency;
+  static const hvdlAlgorithm_t order[] = {hvdlAlgoRing, hvdlAlgoRabenseifner,
+                                          hvdlAlgoRecursiveDoubling, hvdlAlgoHierarchical};
+  hvdlAlgorithm_t best = hvdlAlgoRing;
+  double best_t = -1;
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    const double t = hvdl_select_predict(comm, order[i], bytes);
+    if (t >= 0 && (best_t < 0 || t < best_t)) {
+      best = order[i];
+      best_t = t;
+    }
+  }
+  return best;
+}
+
+hvdlResult_t hvdl_allreduce_run(hvdlComm_t comm, hvdlAlgorithm_t algo, const void *sendbuff,
+                                void *recvbuff, size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
+  const allreduce_fn fn = algorithm(algo);
+  if (!fn)
+    return hvdl_fail(comm, hvdlInternalError, "all-reduce algorithm %d (%s) is not available",
+                     (int)algo, hvdl_algo_name(algo));
+  return fn(comm, sendbuff, recvbuff, count, dt, op);
+}
