@@ -1,0 +1,198 @@
+"""Every all-reduce algorithm forced through HVD_LITE_ALLREDUCE_ALGO (the C API's bare `_core.Comm`)
+under mpirun at 1-4 ranks: exact results for every dtype and op, in place and out of place, counts
+around the block boundaries; bitwise identity across ranks and reruns on order-dependent floats; the
+fixed reduction trees (recursive doubling and Rabenseifner: the balanced tree over the ranks, the
+same bits; the latency path: rank order); hvdlReduce's root gets the all-reduce's bits; the
+selector's choices and the cost model file."""
+import contextlib
+import os
+
+import numpy as np
+import pytest
+
+import hvd_lite as hvd
+from conftest import agree, raises_on_every_rank, world
+from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
+from hvd_lite import _core
+
+pytestmark = pytest.mark.mpi
+
+ALGOS = ["ring", "rd", "rab", "small"]
+OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+F32 = 7
+
+
+def code(dtype) -> int:
+    return [np.dtype(d) for d in ALL_DTYPES].index(np.dtype(dtype))
+
+
+@contextlib.contextmanager
+def make_comm(**env):
+    """A bare communicator created with HVD_LITE_* variables set (collective)."""
+    env.setdefault("HVD_LITE_COST_MODEL_FILE", "")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update({k: str(v) for k, v in env.items()})
+    try:
+        comm = _core.Comm()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    try:
+        yield comm
+    finally:
+        comm.destroy()
+
+
+def counts(n: int):
+    """0, every count up to 2n+1 (empty and uneven blocks of the p-block split), and larger odd ones."""
+    return sorted(set(range(0, 2 * n + 2)) | {4 * n - 1, 4 * n + 1, 1009, 4099})
+
+
+def order_dependent(count: int, seed: int) -> np.ndarray:
+    """float32 values over 12 decades: their sum's bits depend on the order of the additions."""
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(count) * 10.0 ** rng.integers(-6, 6, count)).astype(np.float32)
+
+
+def balanced_tree_sum(values):
+    """pair.h's tree: fold ranks 2i, 2i+1 (i < n - p) first, then join aligned groups of 1, 2, 4 ...
+    virtual ranks, lower group on the left."""
+    n = len(values)
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    rem = n - p
+    level = [values[2 * v] + values[2 * v + 1] if v < rem else values[v + rem] for v in range(p)]
+    while len(level) > 1:
+        level = [level[i] + level[i + 1] for i in range(0, len(level), 2)]
+    return level[0]
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_every_algorithm_gives_exact_results_for_every_dtype_and_op(algo):
+    n, r = hvd.size(), hvd.rank()
+    with make_comm(HVD_LITE_ALLREDUCE_ALGO=algo) as c:
+        for dtype in ALL_DTYPES:
+            for op in OPS:
+                for count in counts(n):
+                    seed = count + 31 * OPS[op]
+                    x = exact_inputs(dtype, count, r, seed)
+                    want = fold([exact_inputs(dtype, count, q, seed) for q in range(n)], op, dtype)
+                    out = np.zeros(count, np.dtype(dtype))
+                    c.allreduce(x, out, code(dtype), OPS[op])
+                    inplace = x.copy()
+                    c.allreduce(inplace, inplace, code(dtype), OPS[op])
+                    agree(same_bits(out, want) and same_bits(inplace, want)
+                          and same_bits(x, exact_inputs(dtype, count, r, seed)),
+                          f"{algo} {np.dtype(dtype).name} {op} count={count}: out {out[:5]}, "
+                          f"in place {inplace[:5]}, want {want[:5]}")
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_every_algorithm_is_bitwise_identical_across_ranks_in_place_and_on_rerun(algo):
+    r = hvd.rank()
+    with make_comm(HVD_LITE_ALLREDUCE_ALGO=algo) as c:
+        for count in (3, 1000, 33_333):
+            x = order_dependent(count, 100 + r)
+            out, again = np.empty_like(x), np.empty_like(x)
+            c.allreduce(x, out, F32, OPS["sum"])
+            inplace = x.copy()
+            c.allreduce(inplace, inplace, F32, OPS["sum"])
+            c.allreduce(x, again, F32, OPS["sum"])
+            everyone = world().allgather(out.tobytes())
+            agree(all(b == everyone[0] for b in everyone), f"{algo} count {count}: ranks differ")
+            agree(same_bits(out, inplace) and same_bits(out, again),
+                  f"{algo} count {count}: in place or a rerun differs")
+
+
+def test_recursive_doubling_and_rabenseifner_reduce_in_the_balanced_tree_order():
+    n, r = hvd.size(), hvd.rank()
+    for count in (1, n + 1, 1000, 4099):
+        inputs = [order_dependent(count, 7 * count + q) for q in range(n)]
+        want = balanced_tree_sum(inputs)
+        for algo in ("rd", "rab"):
+            with make_comm(HVD_LITE_ALLREDUCE_ALGO=algo) as c:
+                out = np.empty(count, np.float32)
+                c.allreduce(inputs[r], out, F32, OPS["sum"])
+            agree(same_bits(out, want), f"{algo} count {count}: got {out[:3]}, want {want[:3]}")
+
+
+def test_the_latency_path_reduces_in_rank_order():
+    n, r = hvd.size(), hvd.rank()
+    inputs = [order_dependent(999, 50 + q) for q in range(n)]
+    want = inputs[0].copy()
+    for v in inputs[1:]:
+        want = want + v
+    with make_comm(HVD_LITE_ALLREDUCE_ALGO="small") as c:
+        out = np.empty(999, np.float32)
+        c.allreduce(inputs[r], out, F32, OPS["sum"])
+    agree(same_bits(out, want), f"got {out[:3]}, want {want[:3]}")
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_reduce_gives_the_root_the_bits_of_the_allreduce(algo):
+    n, r = hvd.size(), hvd.rank()
+    with make_comm(HVD_LITE_ALLREDUCE_ALGO=algo) as c:
+        for count in (5, 4099):
+            x = order_dependent(count, 900 + r)
+            full = np.empty_like(x)
+            c.allreduce(x, full, F32, OPS["avg"])
+            for root in range(n):
+                out = np.full_like(x, np.nan)
+                c.reduce(x, out if r == root else None, F32, OPS["avg"], root)
+                agree(r != root or same_bits(out, full),
+                      f"{algo} count {count} root {root}: {out[:3]} against {full[:3]}")
+
+
+def test_the_selector_keeps_the_measured_crossover_on_one_host():
+    n = hvd.size()
+    with make_comm() as c:
+        small = 128 * 1024 if n == 2 else 2048
+        below, above = c.allreduce_plan(small), c.allreduce_plan(small + 4)
+        agree(below["hosts"] == 1 and below["local_size"] == n, f"layout {below}")
+        if n > 1:
+            agree(below["algorithm"] == "small", f"{small} B: {below}")
+            agree(above["algorithm"] != "small", f"{small + 4} B: {above}")
+        if n == 2:  # today's choice at 2 ranks: the ring above the crossover, at every size
+            for nbytes in (small + 4, 1 << 20, 1 << 26):
+                agree(c.allreduce_plan(nbytes)["algorithm"] == "ring", f"{nbytes} B")
+
+
+def test_a_forced_algorithm_is_chosen_at_every_size():
+    with make_comm(HVD_LITE_ALLREDUCE_ALGO="rab") as c:
+        agree(all(c.allreduce_plan(b)["algorithm"] == "rab" for b in (4, 1 << 20)), "rab not kept")
+
+
+def test_an_unknown_algorithm_is_refused_when_the_communicator_is_made():
+    raises_on_every_rank(hvd.InvalidArgumentError, "HVD_LITE_ALLREDUCE_ALGO=tri is not valid",
+                         lambda: make_comm(HVD_LITE_ALLREDUCE_ALGO="tri").__enter__())
+
+
+def test_the_forced_latency_path_refuses_more_than_64_mib_before_sending():
+    with make_comm(HVD_LITE_ALLREDUCE_ALGO="small") as c:
+        if hvd.size() > 1:  # one rank only copies: no algorithm runs
+            x = np.empty((1 << 24) + 1, np.float32)  # 64 MiB + 4 B, never touched
+            raises_on_every_rank(hvd.InvalidArgumentError, "over the latency path",
+                                 lambda: c.allreduce(x, x, F32, OPS["sum"]))
+        y = np.ones(3, np.float32)
+        c.allreduce(y, y, F32, OPS["sum"])
+        agree(np.array_equal(y, np.full(3, float(hvd.size()))), f"after the refusal: {y}")
+
+
+def test_the_cost_model_file_sets_the_terms_and_a_bad_line_is_refused(tmp_path_factory):
+    r = hvd.rank()
+    path = os.path.join(str(tmp_path_factory.mktemp(f"model{r}")), "model.conf")
+    with open(path, "w") as f:
+        f.write("# a model\nintra_alpha 1e-3   # slow messages\nintra_beta 0\ngamma 0\n")
+    with make_comm(HVD_LITE_COST_MODEL_FILE=path) as c:
+        plan = c.allreduce_plan(1 << 20)
+    n = hvd.size()
+    # ring: 2(n-1) messages of 1 ms, nothing else costs; rd on a power of two: log2(n) of them
+    agree(n == 1 or abs(plan["predicted"]["ring"] - 2e-3 * (n - 1)) < 1e-9, f"{plan}")
+    with open(path, "w") as f:
+        f.write("intra_alpha 1e-6\nintra_bandwidth 10\n")
+    raises_on_every_rank(hvd.InvalidArgumentError, r"line 2: expected `key value`",
+                         lambda: make_comm(HVD_LITE_COST_MODEL_FILE=path).__enter__())
