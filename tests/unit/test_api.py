@@ -121,7 +121,7 @@ def test_init_rejects_bad_comm_arguments():
     ("HVD_LITE_CYCLE_TIME", "fast"), ("HVD_LITE_STALL_CHECK_TIME_SECONDS", "-5"),
     ("HVD_LITE_BATCH_TIME", "-1"), ("HVD_LITE_NOTIFY_TIME", "1e9"),
     ("HVD_LITE_SEGMENT_BYTES", "0"), ("HVD_LITE_LOG_LEVEL", "loud"),
-    ("HVD_LITE_SMALL_ALLREDUCE_BYTES", str(1 << 40)),
+    ("HVD_LITE_SMALL_ALLREDUCE_BYTES", str(1 << 40)), ("HVD_LITE_ALLREDUCE_ALGO", "tree"),
 ])
 def test_bad_knob_values_are_named_at_init(monkeypatch, var, value):
     monkeypatch.setenv(var, value)
