@@ -53,8 +53,8 @@ def cases(n, every_victim):
     return out
 
 
-def run_cases(n, case_list):
-    env = job_env({"HVD_LITE_DATA_TIMEOUT_SECONDS": str(DATA_TIMEOUT)})
+def run_cases(n, case_list, extra_env=None):
+    env = job_env({"HVD_LITE_DATA_TIMEOUT_SECONDS": str(DATA_TIMEOUT), **(extra_env or {})})
     t0 = time.monotonic()
     res = run_job(mpirun_cmd(n) + [sys.executable, os.path.join(HERE, "fault_worker.py")] + case_list,
                   timeout=120 + 15 * len(case_list), env=env)
@@ -113,6 +113,16 @@ def test_a_fault_on_one_rank_fails_the_collective_on_every_rank_and_the_next_one
     print(f"\nfaults injected: {len(case_list)} at {n} ranks; hangs 0; wrong results 0; "
           f"ranks that finished their part first: {finished}; longest time to an error "
           f"{longest:.3f} s ({longest_other:.3f} s but for stalls); job {took:.1f} s")
+
+
+@pytest.mark.parametrize("algo", ["rd", "rab"])
+def test_a_fault_in_a_pairwise_allreduce_fails_it_on_every_rank_and_the_next_one_works(algo):
+    # 3 ranks: ranks 0 and 1 fold first (0 sends, then waits for the result), 1 and 2 pair.
+    n = 3
+    case_list = ["allreduce_ring:send:0", "allreduce_ring:recv:1", "allreduce_ring:send:2",
+                 "allreduce_ring:stall:1"]
+    rows, _ = run_cases(n, case_list, {"HVD_LITE_ALLREDUCE_ALGO": algo})
+    check(rows, n, case_list)
 
 
 def job(n, script, env):
