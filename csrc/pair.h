@@ -48,8 +48,8 @@ void hvdl_pair_combine(void *out, const void *mine, const void *theirs, int mine
 
 /* Sends sendbytes from send to peer and receives recvbytes from peer into recv
  * (either may be 0: nothing is posted for it), on comm's communicator with tag,
- * in messages of at most 1 GiB, and waits for both (wait.c's data-phase limits:
- * the watch hook and the data timeout apply). On failure everything posted is
+ * in messages of at most 1 GiB, and waits for both (wait.c, with the data phases'
+ * limits but shorter sleeps; the watch hook and the data timeout apply). On failure everything posted is
  * abandoned (hvdl_abandon) before the result is returned. Fault injection
  * points: send, recv, stall (HVD_LITE_FAULT). */
 hvdlResult_t hvdl_pair_exchange(hvdlComm_t comm, int peer, int tag, const void *send,
