@@ -28,9 +28,13 @@
  *         at once (ring: each NIC carries L of them), all-gather within a host
  *
  * The terms come from config.c (defaults, or HVD_LITE_COST_MODEL_FILE). Every
- * rank must choose the same algorithm, so at init rank 0's terms and the layout
- * are agreed by all (one broadcast, two small all-reduces).
+ * rank must choose the same algorithm, so at init rank 0's terms, forced
+ * algorithm and crossover, and the layout, are agreed by all (one broadcast,
+ * two small all-reduces).
  */
+#include <stdio.h>
+#include <string.h>
+
 #include "internal.h"
 
 /* The hierarchical all-reduce (csrc/hier.c, issue 15 point 2): NULL until it
@@ -51,21 +55,46 @@ static allreduce_fn algorithm(hvdlAlgorithm_t a) {
   }
 }
 
+/* What rank 0 tells every rank at init, so that all choose alike. */
+struct agreed {
+  double terms[5];              /* the cost model: alpha intra, inter; beta intra, inter; gamma */
+  unsigned long long small;     /* config.smallAllReduceBytes */
+  int algo;                     /* config.allReduceAlgorithm */
+  int res;                      /* rank 0's result reading the model */
+  char msg[HVDL_ERRMSG_LEN];    /* and its message */
+};
+
 hvdlResult_t hvdl_select_init(hvdlComm_t comm) {
-  struct hvdl_cost_model m;
-  HVDL_CHECK(hvdl_config_cost_model(&m));
-  const int forced = comm->config.allReduceAlgorithm;
-  if (forced != hvdlAlgoAuto && !algorithm((hvdlAlgorithm_t)forced))
+  struct agreed a;
+  memset(&a, 0, sizeof a);
+  if (comm->rank == 0) {
+    struct hvdl_cost_model m;
+    a.res = hvdl_config_cost_model(&m);
+    if (a.res != hvdlSuccess) snprintf(a.msg, sizeof a.msg, "%s", hvdlGetLastError(NULL));
+    const double terms[5] = {m.alpha[0], m.alpha[1], m.beta[0], m.beta[1], m.gamma};
+    memcpy(a.terms, terms, sizeof terms);
+    a.small = comm->config.smallAllReduceBytes;
+    a.algo = comm->config.allReduceAlgorithm;
+  }
+  /* Rank 0's model file, algorithm and crossover are everyone's: a choice made differently on
+   * two ranks would pair them in different algorithms. */
+  HVDL_MPI(NULL, MPI_Bcast(&a, (int)sizeof a, MPI_BYTE, 0, comm->mpi));
+  if (a.res != hvdlSuccess)
+    return hvdl_fail(NULL, (hvdlResult_t)a.res, "%s%s", comm->rank == 0 ? "" : "on rank 0: ", a.msg);
+  comm->config.smallAllReduceBytes = (size_t)a.small;
+  comm->config.allReduceAlgorithm = a.algo;
+  comm->model = (struct hvdl_cost_model){.alpha = {a.terms[0], a.terms[1]},
+                                         .beta = {a.terms[2], a.terms[3]}, .gamma = a.terms[4]};
+  if (a.algo != hvdlAlgoAuto && !algorithm((hvdlAlgorithm_t)a.algo))
     return hvdl_fail(NULL, hvdlInvalidArgument,
                      "HVD_LITE_ALLREDUCE_ALGO=%s: this build has no such all-reduce (choose auto, "
                      "ring, rd, rab or small)",
-                     hvdl_algo_name(forced));
+                     hvdl_algo_name(a.algo));
   /* The host layout: how many hosts, and the most ranks on one. */
   MPI_Comm local;
-  int local_size = 1;
+  int local_rank = 0, local_size = 1;
   HVDL_MPI(NULL, MPI_Comm_split_type(comm->mpi, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL,
                                      &local));
-  int local_rank = 0;
   MPI_Comm_rank(local, &local_rank);
   MPI_Comm_size(local, &local_size);
   MPI_Comm_free(&local);
@@ -74,11 +103,6 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm) {
   HVDL_MPI(NULL, MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, comm->mpi));
   comm->hosts = leaders;
   comm->local_size = most;
-  /* Rank 0's model is everyone's, so that every rank makes the same choice. */
-  double terms[5] = {m.alpha[0], m.alpha[1], m.beta[0], m.beta[1], m.gamma};
-  HVDL_MPI(NULL, MPI_Bcast(terms, 5, MPI_DOUBLE, 0, comm->mpi));
-  comm->model = (struct hvdl_cost_model){
-      .alpha = {terms[0], terms[1]}, .beta = {terms[2], terms[3]}, .gamma = terms[4]};
   return hvdlSuccess;
 }
 

@@ -196,3 +196,23 @@ def test_the_cost_model_file_sets_the_terms_and_a_bad_line_is_refused(tmp_path_f
         f.write("intra_alpha 1e-6\nintra_bandwidth 10\n")
     raises_on_every_rank(hvd.InvalidArgumentError, r"line 2: expected `key value`",
                          lambda: make_comm(HVD_LITE_COST_MODEL_FILE=path).__enter__())
+
+
+def test_rank_0s_algorithm_crossover_and_model_file_are_every_ranks(tmp_path_factory):
+    n, r = hvd.size(), hvd.rank()
+    path = os.path.join(str(tmp_path_factory.mktemp(f"own{r}")), "model.conf")
+    if r == 0:
+        with open(path, "w") as f:
+            f.write("intra_alpha 1e-3\n")
+    # the other ranks name a file that does not exist, another algorithm and crossover
+    env = ({"HVD_LITE_ALLREDUCE_ALGO": "rab", "HVD_LITE_SMALL_ALLREDUCE_BYTES": 64}
+           if r == 0 else {"HVD_LITE_ALLREDUCE_ALGO": "ring", "HVD_LITE_SMALL_ALLREDUCE_BYTES": 0})
+    with make_comm(HVD_LITE_COST_MODEL_FILE=path, **env) as c:
+        plan = c.allreduce_plan(1 << 20)
+        x = exact_inputs(np.float32, 1001, r)
+        out = np.empty_like(x)
+        c.allreduce(x, out, F32, OPS["sum"])
+    want = fold([exact_inputs(np.float32, 1001, q) for q in range(n)], "sum", np.float32)
+    agree(plan["algorithm"] == "rab" and same_bits(out, want), f"{plan['algorithm']}: {out[:3]}")
+    # rank 0's file: 2(n-1) messages of 1 ms each (the default is 1.5 us)
+    agree(plan["predicted"]["ring"] >= 2e-3 * (n - 1), f"{plan['predicted']}")
