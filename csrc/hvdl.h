@@ -154,7 +154,9 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config);
 /* Makes a communicator over the ranks of mpiComm (collective over mpiComm).
  * MPI must be initialised. The MPI communicator is duplicated. config may be NULL.
  * Ranks that share a host also map a shared-memory segment (4 x shmBytes each),
- * unless config->disableShm. */
+ * unless config->disableShm. A forced allReduceAlgorithm that this layout cannot
+ * run (shm across hosts or without a segment, hier on one host) is
+ * hvdlInvalidArgument on every rank, with the reason. */
 hvdlResult_t hvdlCommInitMpi(hvdlComm_t *comm, MPI_Comm mpiComm, const hvdlConfig_t *config);
 
 /* Frees a communicator (collective: every rank must call it). */
