@@ -14,8 +14,9 @@
  *                         computed once, in local-rank order (Avg as Sum); local
  *                         rank j keeps lane j of it in recvbuff
  *   2. across hosts       local rank j all-reduces lane j in place with its peers
- *                         on comm->cross: the ring, or the latency path at or below
- *                         that communicator's crossover; the m lanes in parallel.
+ *                         on comm->cross, by the algorithm the selector picks for
+ *                         that communicator (select.c: one rank per host, so ring,
+ *                         rd, rab or the latency path); the m lanes in parallel.
  *                         Avg divides by the number of ranks here. Its waits beat
  *                         the host's heartbeat (shm.h): the host's other ranks,
  *                         waiting for this one in phase 3, see it busy, not silent
@@ -23,16 +24,17 @@
  *
  * Bitwise identity. Every element's host partials are each computed once by one
  * rank in a fixed order (phase 1); the cross-host all-reduce of its lane gives
- * every host's lane carrier the same bytes (the ring's and the latency path's own
- * guarantee, ring.c and allreduce_small.c), divided alike; phase 3 only copies.
+ * every host's lane carrier the same bytes (the chosen algorithm's own guarantee:
+ * ring.c, allreduce_rd.c, allreduce_rab.c, allreduce_small.c), divided alike;
+ * phase 3 only copies.
  * So every rank of every host ends with the same bytes, in place or not and on
  * every rerun. The order differs from the one-host paths' (hosts are summed after
  * each host's ranks), so a float sum may differ from theirs in its last bits.
  *
  * Cost per rank, B bytes: phases 1 and 3 move B through shared memory (shm.c);
- * phase 2 moves lane j (B / m bytes) over the network with the ring among H
- * ranks: 2(H-1) steps, 2(H-1)/H * B/m bytes sent per lane carrier, and all m
- * carriers of a host at once (docs/algorithms.md).
+ * phase 2 all-reduces lane j (B / m bytes) over the network among H ranks, all m
+ * carriers of a host at once; with the ring, 2(H-1) steps and 2(H-1)/H * B/m
+ * bytes sent per lane carrier (docs/algorithms.md).
  */
 #include "reduce.h"
 #include "shm.h"
@@ -75,9 +77,8 @@ hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *re
     x->faults = comm->faults;
     char *lane = (char *)recvbuff + lo * esize;
     const size_t n = hi - lo;
-    hvdlResult_t res = n * esize <= x->config.smallAllReduceBytes
-                           ? hvdl_allreduce_small(x, lane, lane, n, dt, across)
-                           : hvdl_allreduce_ring(x, lane, lane, n, dt, across);
+    hvdlResult_t res = hvdl_allreduce_run(x, hvdl_select_allreduce(x, n * esize), lane, lane, n,
+                                          dt, across);
     x->watch = NULL;
     if (res != hvdlSuccess) {
       if (w.failed) { /* the caller's hook said why, on comm */

@@ -29,6 +29,7 @@ static void free_comm(hvdlComm_t comm, int collective) {
   free(comm->scratch.stage);
   free(comm->scratch.block);
   free(comm->scratch.counts);
+  free(comm->scratch.work);
   free(comm);
 }
 
@@ -49,7 +50,9 @@ static hvdlResult_t name_ranks(hvdlComm_t comm, hvdlComm_t sub) {
   return hvdlSuccess;
 }
 
-static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfig_t *cfg) {
+/* one_per_host: mpi_comm has one rank on each host (a lane across hosts). */
+static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfig_t *cfg,
+                             int one_per_host) {
   hvdlComm_t comm = calloc(1, sizeof *comm);
   if (!comm) return hvdl_fail(NULL, hvdlSystemError, "hvdlCommInitMpi: out of memory");
   comm->config = *cfg;
@@ -62,16 +65,20 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
   MPI_Comm_set_errhandler(comm->mpi, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm->mpi, &comm->rank);
   MPI_Comm_size(comm->mpi, &comm->size);
-  if (comm->config.smallAllReduceBytes == HVDL_SMALL_BYTES_AUTO)
-    comm->config.smallAllReduceBytes = hvdl_small_bytes_default(comm->size);
   hvdlResult_t res = hvdl_shm_init(comm);
+  /* The selector sees what the shared-memory unit made possible. */
+  if (res == hvdlSuccess) res = hvdl_select_init(comm, one_per_host);
+  if (res == hvdlSuccess && comm->config.smallAllReduceBytes == HVDL_SMALL_BYTES_AUTO)
+    comm->config.smallAllReduceBytes = hvdl_small_bytes_default(comm->size, comm->hosts);
   if (res == hvdlSuccess && comm->shm && comm->shm->hosts > 1) {
     MPI_Comm lane = MPI_COMM_NULL;
     hvdlConfig_t across = *cfg;
     across.disableShm = 1; /* one rank per host: nothing to share */
+    if (across.allReduceAlgorithm == hvdlAlgoHierarchical) /* the lanes: the selector's choice */
+      across.allReduceAlgorithm = hvdlAlgoAuto;
     res = split_lanes(comm, comm->mpi, &lane);
     if (res == hvdlSuccess && lane != MPI_COMM_NULL) {
-      res = new_comm(&comm->cross, lane, &across);
+      res = new_comm(&comm->cross, lane, &across, 1);
       MPI_Comm_free(&lane);
       if (res == hvdlSuccess) res = name_ranks(comm, comm->cross);
     }
@@ -105,7 +112,7 @@ hvdlResult_t hvdlCommInitMpi(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
     HVDL_CHECK(hvdlConfigDefault(&cfg));
   }
   HVDL_CHECK(hvdl_config_check(&cfg));
-  return new_comm(out, mpi_comm, &cfg);
+  return new_comm(out, mpi_comm, &cfg, 0);
 }
 
 hvdlResult_t hvdl_comm_renew(hvdlComm_t comm, MPI_Comm from) {
@@ -249,6 +256,28 @@ static hvdlResult_t check_buffers(hvdlComm_t comm, const char *fn, const void *s
   return hvdlSuccess;
 }
 
+/* A forced latency path (HVD_LITE_ALLREDUCE_ALGO=small) holds n times the buffer:
+ * refused above HVDL_SMALL_BYTES_MAX per rank. */
+static hvdlResult_t check_latency_bytes(hvdlComm_t comm, const char *fn, hvdlAlgorithm_t algo,
+                                        size_t bytes) {
+  if (algo == hvdlAlgoLatency && bytes > HVDL_SMALL_BYTES_MAX)
+    return hvdl_fail(comm, hvdlInvalidArgument,
+                     "%s: %zu bytes per rank is over the latency path's %zu "
+                     "(HVD_LITE_ALLREDUCE_ALGO=small); use another algorithm",
+                     fn, bytes, HVDL_SMALL_BYTES_MAX);
+  return hvdlSuccess;
+}
+
+/* Runs the selector's choice: the paths through the shared segment here, the
+ * message-passing ones through select.c. */
+static hvdlResult_t run_allreduce(hvdlComm_t comm, hvdlAlgorithm_t algo, const void *sendbuff,
+                                  void *recvbuff, size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
+  if (algo == hvdlAlgoShm) return hvdl_allreduce_shm(comm, sendbuff, recvbuff, count, dt, op);
+  if (algo == hvdlAlgoHierarchical)
+    return hvdl_allreduce_hier(comm, sendbuff, recvbuff, count, dt, op);
+  return hvdl_allreduce_run(comm, algo, sendbuff, recvbuff, count, dt, op);
+}
+
 hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                            hvdlStream_t stream) {
@@ -264,13 +293,9 @@ hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
     if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
     return hvdlSuccess;
   }
-  /* Candidates 'shm' (one host) and 'hier' (several), wherever ranks share a host. */
-  if (comm->shm)
-    return comm->shm->hosts == 1 ? hvdl_allreduce_shm(comm, sendbuff, recvbuff, count, datatype, op)
-                                 : hvdl_allreduce_hier(comm, sendbuff, recvbuff, count, datatype, op);
-  if (bytes <= comm->config.smallAllReduceBytes)
-    return hvdl_allreduce_small(comm, sendbuff, recvbuff, count, datatype, op);
-  return hvdl_allreduce_ring(comm, sendbuff, recvbuff, count, datatype, op);
+  const hvdlAlgorithm_t algo = hvdl_select_allreduce(comm, bytes);
+  HVDL_CHECK(check_latency_bytes(comm, fn, algo, bytes));
+  return run_allreduce(comm, algo, sendbuff, recvbuff, count, datatype, op);
 }
 
 hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
@@ -311,7 +336,23 @@ hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
     if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
     return hvdlSuccess;
   }
-  return hvdl_reduce_root(comm, sendbuff, recvbuff, count, datatype, op, root);
+  const hvdlAlgorithm_t algo = hvdl_select_allreduce(comm, bytes);
+  HVDL_CHECK(check_latency_bytes(comm, fn, algo, bytes));
+  /* The shared-memory path reduces in the latency path's order up to the crossover and
+   * in the ring's above (shm.c): reduce_root.c's two paths give the same bits. */
+  if (algo == hvdlAlgoLatency || algo == hvdlAlgoRing || algo == hvdlAlgoShm)
+    return hvdl_reduce_root(comm, sendbuff, recvbuff, count, datatype, op, root,
+                            algo == hvdlAlgoShm ? bytes <= comm->config.smallAllReduceBytes
+                                                : algo == hvdlAlgoLatency);
+  /* Any other algorithm: run that all-reduce (a rank other than the root into
+   * scratch), so that the root gets hvdlAllReduce's bits. */
+  void *into = recvbuff;
+  if (comm->rank != root) {
+    struct hvdl_scratch *s = &comm->scratch;
+    HVDL_CHECK(hvdl_reserve(comm, &s->block, &s->block_bytes, bytes));
+    into = s->block;
+  }
+  return run_allreduce(comm, algo, sendbuff, into, count, datatype, op);
 }
 
 hvdlResult_t hvdlAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,

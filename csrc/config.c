@@ -40,7 +40,7 @@
 #define MAX_SHM_BYTES ((size_t)1 << 30)
 /* Limits keep every MPI message count within an int. */
 #define MAX_SEGMENT_BYTES ((size_t)1 << 30)
-#define MAX_SMALL_BYTES ((size_t)1 << 26)
+#define MAX_SMALL_BYTES HVDL_SMALL_BYTES_MAX
 #define MAX_FUSION_BYTES ((size_t)1 << 30)
 
 static hvdlResult_t env_size(const char *name, size_t dflt, size_t min, size_t max, size_t *out) {
@@ -105,16 +105,41 @@ static hvdlResult_t env_switch(const char *name, int *out) {
 
 size_t hvdl_shm_bytes_default(void) { return DEFAULT_SHM_BYTES; }
 
-size_t hvdl_small_bytes_default(int nranks) {
-  return nranks <= 2 ? DEFAULT_SMALL_BYTES_2_RANKS : DEFAULT_SMALL_BYTES_MORE_RANKS;
-}
-
 hvdlResult_t hvdl_config_ranks_per_host(int *k) {
   size_t v = 0;
   HVDL_CHECK(env_size("HVD_LITE_RANKS_PER_HOST", 0, 0, 1 << 24, &v));
   *k = (int)v;
   return hvdlSuccess;
 }
+
+/* On one host the measured crossovers; across hosts none: the cost model's
+ * algorithms take every size (the latency path receives (n-1) * bytes per rank). */
+size_t hvdl_small_bytes_default(int nranks, int hosts) {
+  if (hosts > 1) return 0;
+  return nranks <= 2 ? DEFAULT_SMALL_BYTES_2_RANKS : DEFAULT_SMALL_BYTES_MORE_RANKS;
+}
+
+/* HVD_LITE_ALLREDUCE_ALGO's names, indexed by hvdlAlgorithm_t. */
+static const char *const algo_names[hvdlNumAlgos] = {"auto", "ring", "rd", "rab", "hier", "small",
+                                                     "shm"};
+
+const char *hvdl_algo_name(int algo) {
+  return algo >= 0 && algo < hvdlNumAlgos ? algo_names[algo] : "?";
+}
+
+int hvdl_algo_parse(const char *name) {
+  for (int i = 0; i < hvdlNumAlgos; i++)
+    if (strcasecmp(name, algo_names[i]) == 0) return i;
+  return -1;
+}
+
+/* The cost model's defaults. Within a host, this machine (2 cores, Open MPI over
+ * shared memory; docs/benchmarks.md): about 1.5 us per message (MPI_Allreduce of 4 B
+ * takes 1.3 us at 2 ranks), 9.5 GB/s per copy (the 1 MiB ring), 10 GB/s reduced.
+ * Across hosts, the simulated platform of sim/ (100 Gb/s NICs, 2 us host to host);
+ * HVD_LITE_COST_MODEL_FILE replaces any of them (docs/scale.md). */
+static const struct hvdl_cost_model default_model = {
+    .alpha = {1.5e-6, 2e-6}, .beta = {1.05e-10, 8e-11}, .gamma = 1e-10};
 
 hvdlResult_t hvdl_config_check(const hvdlConfig_t *c) {
   if ((c->shmBytes && (c->shmBytes < MIN_SHM_BYTES || c->shmBytes > MAX_SHM_BYTES)) ||
@@ -123,6 +148,10 @@ hvdlResult_t hvdl_config_check(const hvdlConfig_t *c) {
                      "hvdlConfig_t out of range: shmBytes %zu (%zu .. %zu, or 0 for the default), "
                      "disableShm %d (0 or 1)",
                      c->shmBytes, MIN_SHM_BYTES, MAX_SHM_BYTES, c->disableShm);
+  if (c->allReduceAlgorithm < 0 || c->allReduceAlgorithm >= hvdlNumAlgos)
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "hvdlConfig_t out of range: allReduceAlgorithm %d (valid: 0..%d)",
+                     c->allReduceAlgorithm, hvdlNumAlgos - 1);
   if (c->segmentBytes > MAX_SEGMENT_BYTES ||
       (c->smallAllReduceBytes > MAX_SMALL_BYTES && c->smallAllReduceBytes != HVDL_SMALL_BYTES_AUTO))
     return hvdl_fail(NULL, hvdlInvalidArgument,
@@ -143,6 +172,16 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
   config->disableShm = !shm;
   HVDL_CHECK(env_size("HVD_LITE_SHM_BYTES", DEFAULT_SHM_BYTES, MIN_SHM_BYTES, MAX_SHM_BYTES,
                       &config->shmBytes));
+  const char *algo = getenv("HVD_LITE_ALLREDUCE_ALGO");
+  config->allReduceAlgorithm = hvdlAlgoAuto;
+  if (algo && *algo) {
+    const int a = hvdl_algo_parse(algo);
+    if (a < 0)
+      return hvdl_fail(NULL, hvdlInvalidArgument,
+                       "HVD_LITE_ALLREDUCE_ALGO=%s is not valid: expected auto, ring, rd, rab, hier, "
+                       "shm or small", algo);
+    config->allReduceAlgorithm = a;
+  }
   int k;
   HVDL_CHECK(hvdl_config_ranks_per_host(&k)); /* read by topology.c: refused here, before any traffic */
   return hvdlSuccess;
@@ -174,6 +213,46 @@ static hvdlResult_t config_autotune(struct hvdl_engine_config *c) {
     strcpy(c->autotune_log, log);
   }
   return hvdlSuccess;
+}
+
+/* HVD_LITE_COST_MODEL_FILE: lines `key value` (seconds, seconds per byte), '#'
+ * comments; keys intra_alpha, intra_beta, inter_alpha, inter_beta, gamma. */
+hvdlResult_t hvdl_config_cost_model(struct hvdl_cost_model *m) {
+  static const char *const keys[] = {"intra_alpha", "inter_alpha", "intra_beta", "inter_beta",
+                                     "gamma"};
+  *m = default_model;
+  double *slot[] = {&m->alpha[0], &m->alpha[1], &m->beta[0], &m->beta[1], &m->gamma};
+  const char *path = getenv("HVD_LITE_COST_MODEL_FILE");
+  if (!path || !*path) return hvdlSuccess;
+  FILE *fp = fopen(path, "r");
+  if (!fp)
+    return hvdl_fail(NULL, hvdlInvalidArgument, "HVD_LITE_COST_MODEL_FILE=%s cannot be read: %s",
+                     path, strerror(errno));
+  char line[256];
+  int lineno = 0;
+  hvdlResult_t res = hvdlSuccess;
+  while (res == hvdlSuccess && fgets(line, sizeof line, fp)) {
+    lineno++;
+    char key[64], extra[2];
+    double v;
+    char *hash = strchr(line, '#');
+    if (hash) *hash = '\0';
+    int got = sscanf(line, "%63s %lf %1s", key, &v, extra);
+    if (got <= 0) continue; /* blank or comment */
+    int k = -1;
+    for (int i = 0; i < (int)(sizeof keys / sizeof keys[0]); i++)
+      if (strcmp(key, keys[i]) == 0) k = i;
+    if (got != 2 || k < 0 || !(v >= 0) || v > 1.0)
+      res = hvdl_fail(NULL, hvdlInvalidArgument,
+                      "HVD_LITE_COST_MODEL_FILE=%s, line %d: expected `key value` with key one of "
+                      "intra_alpha, intra_beta, inter_alpha, inter_beta, gamma and a value in "
+                      "[0, 1] (seconds, seconds per byte)",
+                      path, lineno);
+    else
+      *slot[k] = v;
+  }
+  fclose(fp);
+  return res;
 }
 
 hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c) {

@@ -117,16 +117,33 @@ typedef void *hvdlStream_t;
  * "the default". */
 typedef struct {
   size_t segmentBytes;        /* ring pipeline segment size (HVD_LITE_SEGMENT_BYTES) */
-  size_t smallAllReduceBytes; /* at or below this many bytes per rank, AllReduce takes the
-                                 latency path (HVD_LITE_SMALL_ALLREDUCE_BYTES);
-                                 HVDL_SMALL_BYTES_AUTO: chosen by the number of ranks */
+  size_t smallAllReduceBytes; /* the latency path's crossover (HVD_LITE_SMALL_ALLREDUCE_BYTES):
+                                 without a shared-memory path, AllReduce takes the latency
+                                 path at or below this many bytes per rank; the shared-memory
+                                 path reduces in the latency path's order at or below it and
+                                 in the ring's above. HVDL_SMALL_BYTES_AUTO: chosen by the
+                                 number of ranks and hosts */
   int disableShm;             /* 1: no shared-memory path between the ranks of a host
                                  (HVD_LITE_SHM=0) */
   size_t shmBytes;            /* the shared-memory path's chunk: bytes of each of the four
                                  areas a rank has in its host's segment (HVD_LITE_SHM_BYTES) */
+  int allReduceAlgorithm;     /* an hvdlAlgorithm_t (HVD_LITE_ALLREDUCE_ALGO); hvdlAlgoAuto:
+                                 the selector's choice (csrc/select.c) */
 } hvdlConfig_t;
 
 #define HVDL_SMALL_BYTES_AUTO ((size_t)-1)
+
+/* All-reduce algorithms (docs/algorithms.md). A forced one runs at every size. */
+typedef enum {
+  hvdlAlgoAuto = 0,
+  hvdlAlgoRing = 1,                /* "ring": pipelined ring, reduce-scatter + all-gather */
+  hvdlAlgoRecursiveDoubling = 2,   /* "rd": log2(n) whole-buffer exchanges */
+  hvdlAlgoRabenseifner = 3,        /* "rab": recursive halving + recursive doubling */
+  hvdlAlgoHierarchical = 4,        /* "hier": within hosts, across hosts, within hosts */
+  hvdlAlgoLatency = 5,             /* "small": the latency path, all-gather + ordered reduce */
+  hvdlAlgoShm = 6,                 /* "shm": through shared memory, ranks on one host */
+  hvdlNumAlgos = 7
+} hvdlAlgorithm_t;
 
 /* Library version as HVDL_VERSION_CODE. */
 hvdlResult_t hvdlGetVersion(int *version);
@@ -137,7 +154,9 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config);
 /* Makes a communicator over the ranks of mpiComm (collective over mpiComm).
  * MPI must be initialised. The MPI communicator is duplicated. config may be NULL.
  * Ranks that share a host also map a shared-memory segment (4 x shmBytes each),
- * unless config->disableShm. */
+ * unless config->disableShm. A forced allReduceAlgorithm that this layout cannot
+ * run (shm across hosts or without a segment, hier on one host) is
+ * hvdlInvalidArgument on every rank, with the reason. */
 hvdlResult_t hvdlCommInitMpi(hvdlComm_t *comm, MPI_Comm mpiComm, const hvdlConfig_t *config);
 
 /* Frees a communicator (collective: every rank must call it). */

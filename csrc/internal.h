@@ -29,6 +29,16 @@ struct hvdl_scratch {
   size_t block_bytes;
   char *counts;         /* reduce: size_t[n], the blocks of its reduce-scatter */
   size_t counts_bytes;
+  char *work;           /* pairwise all-reduces (allreduce_rd.c, allreduce_rab.c): the partner's data */
+  size_t work_bytes;
+};
+
+/* The all-reduce cost model (select.c): per link class, a message's latency
+ * alpha (s) and the time per byte beta (s/B); gamma, the time per byte reduced.
+ * Filled by config.c (defaults, HVD_LITE_COST_MODEL_FILE); rank 0's is everyone's. */
+enum hvdl_link { HVDL_LINK_INTRA = 0, HVDL_LINK_INTER = 1 };
+struct hvdl_cost_model {
+  double alpha[2], beta[2], gamma;
 };
 
 /* Fault injection, a testing aid (docs/design.md, "Failures"): where a rank can be
@@ -64,6 +74,9 @@ struct hvdlComm {
   hvdlComm_t cross;      /* allreduce_hier.c: this local rank's peers on the other hosts (a
                           * lane); NULL on one host and on local ranks that carry no lane */
   int pipe_peak_sends;   /* pipe.c: the most sends a pipe has had in flight at once (for tests) */
+  struct hvdl_cost_model model; /* select.c: agreed by every rank at init */
+  int hosts, local_size;  /* select.c: hosts, and the most ranks on one of them (the host
+                          * layout of topology.c, emulated hosts included) */
   MPI_Request *parked;   /* sends of failed collectives, released when the communicator is renewed */
   int nparked, parked_cap;
   char last_error[HVDL_ERRMSG_LEN];
@@ -136,13 +149,21 @@ hvdlResult_t hvdl_config_faults(struct hvdl_engine_config *c, const char *spec);
  * requests behind on the old one. */
 hvdlResult_t hvdl_comm_renew(hvdlComm_t comm, MPI_Comm from);
 hvdlResult_t hvdl_config_check(const hvdlConfig_t *c);
-/* The measured latency-path crossover for this many ranks. */
-size_t hvdl_small_bytes_default(int nranks);
 /* The shared-memory path's chunk when hvdlConfig_t.shmBytes is 0. */
 size_t hvdl_shm_bytes_default(void);
 /* HVD_LITE_RANKS_PER_HOST (a testing aid): k > 0 splits each host's ranks into
  * hosts of k consecutive ranks (topology.c); 0 when unset. */
 hvdlResult_t hvdl_config_ranks_per_host(int *k);
+/* The most bytes per rank the latency path takes (HVD_LITE_SMALL_ALLREDUCE_BYTES's
+ * maximum; its all-gather holds n times as much). */
+#define HVDL_SMALL_BYTES_MAX ((size_t)1 << 26)
+/* The latency-path crossover for this many ranks on this many hosts. */
+size_t hvdl_small_bytes_default(int nranks, int hosts);
+/* The cost model: the defaults, then HVD_LITE_COST_MODEL_FILE's values over them. */
+hvdlResult_t hvdl_config_cost_model(struct hvdl_cost_model *m);
+/* HVD_LITE_ALLREDUCE_ALGO's spelling of an algorithm, and back (-1 if none). */
+const char *hvdl_algo_name(int algo);
+int hvdl_algo_parse(const char *name);
 
 /* wait.c: how a waiter polls MPI requests. It spins for `spin` seconds (with
  * sched_yield between polls if `yield`), then sleeps between polls, from
@@ -240,6 +261,26 @@ hvdlResult_t hvdl_allreduce_shm(hvdlComm_t comm, const void *sendbuff, void *rec
                                 size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                  size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_rd(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                               size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+
+/* select.c: the one all-reduce selector. hvdl_select_init (collective, at
+ * communicator creation, after the shared-memory unit's) learns the host layout
+ * (one_per_host: every rank is on its own host, as on a lane across hosts),
+ * agrees on rank 0's cost model, crossover and forced algorithm, and refuses a
+ * forced one this layout cannot run; hvdl_select_allreduce picks the algorithm
+ * for bytes per rank (the same on every rank). hvdl_allreduce_run runs one of
+ * the message-passing algorithms (ring, rd, rab, small); comm.c runs shm and
+ * hier itself. */
+hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host);
+hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes);
+hvdlResult_t hvdl_allreduce_run(hvdlComm_t comm, hvdlAlgorithm_t algo, const void *sendbuff,
+                                void *recvbuff, size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+/* The model's time for algo at bytes per rank on comm (seconds), or a negative
+ * value when algo is not a candidate there or not modelled (shm). */
+double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
 
 /* Variable-size ring collectives (allgather.c, reducescatter.c). Rank k's block
  * has counts[k] elements (any may be 0) and starts at element counts[0] + ... +
@@ -257,11 +298,14 @@ hvdlResult_t hvdl_reducescatterv(hvdlComm_t comm, const void *sendbuff, void *re
                                  const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op);
 
 /* Algorithms behind hvdlBroadcast and hvdlReduce; arguments already validated,
- * count > 0, more than one rank. recvbuff of hvdl_reduce_root is used on root only. */
+ * count > 0, more than one rank. recvbuff of hvdl_reduce_root is used on root only;
+ * `latency` picks the latency path's gather (as the all-reduce's latency path
+ * would reduce), else the ring's reduce-scatter + gather (as the ring would). */
 hvdlResult_t hvdl_broadcast_chain(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                   size_t count, hvdlDataType_t dt, int root);
 hvdlResult_t hvdl_reduce_root(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                              size_t count, hvdlDataType_t dt, hvdlRedOp_t op, int root);
+                              size_t count, hvdlDataType_t dt, hvdlRedOp_t op, int root,
+                              int latency);
 
 /* All-to-all with byte counts and displacements per rank (alltoall.c); the
  * buffers must not overlap. */

@@ -8,6 +8,7 @@
  *   Comm.shm_layout() -> None or (hosts, lanes, local_rank, local_size)
  *                                        its shared-memory path (shm.h)
  *   Comm.pipe_peak_sends() -> int        the most sends its pipes had in flight (pipe.h)
+ *   Comm.allreduce_plan(nbytes)          the all-reduce selector's choice and model (select.c)
  *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor),
  *   scale_local(dst, src, dtype, factor)
  *                                        the reduction kernels (reduce.c) on local buffers
@@ -254,7 +255,32 @@ static PyObject *Comm_pipe_peak_sends(CommObject *self, PyObject *unused) {
   return PyLong_FromLong(self->comm->pipe_peak_sends);
 }
 
+/* The all-reduce selector's view of a call of nbytes per rank (select.c). */
+static PyObject *Comm_allreduce_plan(CommObject *self, PyObject *args) {
+  unsigned long long nbytes;
+  if (!PyArg_ParseTuple(args, "K", &nbytes)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  PyObject *pred = PyDict_New();
+  if (!pred) return NULL;
+  for (int a = hvdlAlgoRing; a < hvdlNumAlgos; a++) {
+    const double t = hvdl_select_predict(self->comm, (hvdlAlgorithm_t)a, (size_t)nbytes);
+    PyObject *v = t >= 0 ? PyFloat_FromDouble(t) : (Py_INCREF(Py_None), Py_None);
+    if (!v || PyDict_SetItemString(pred, hvdl_algo_name(a), v) < 0) {
+      Py_XDECREF(v);
+      Py_DECREF(pred);
+      return NULL;
+    }
+    Py_DECREF(v);
+  }
+  const char *chosen = hvdl_algo_name(hvdl_select_allreduce(self->comm, (size_t)nbytes));
+  return Py_BuildValue("{s:s,s:N,s:i,s:i}", "algorithm", chosen, "predicted", pred, "hosts",
+                       self->comm->hosts, "local_size", self->comm->local_size);
+}
+
 static PyMethodDef Comm_methods[] = {
+    {"allreduce_plan", (PyCFunction)Comm_allreduce_plan, METH_VARARGS,
+     "allreduce_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds or None}, 'hosts', "
+     "'local_size'}: the selector's choice and the cost model's times"},
     {"allreduce", (PyCFunction)Comm_allreduce, METH_VARARGS,
      "allreduce(sendbuf, recvbuf, dtype, op): hvdlAllReduce on byte buffers (GIL released)"},
     {"broadcast", (PyCFunction)Comm_broadcast, METH_VARARGS,

@@ -2,11 +2,13 @@
  * reduce_root.c -- reduce to one rank: the all-reduce's reduction, delivered
  * to the root only.
  *
- * hvdlReduce takes the same two paths as hvdlAllReduce, on the same side of
- * the same crossover (config.smallAllReduceBytes), and reduces in the same
- * order, so the root ends with exactly the bits hvdlAllReduce would give:
+ * hvdlReduce runs one of two paths, the one matching the algorithm the
+ * all-reduce selector (select.c) picks for the same call -- the latency path or
+ * the ring; for any other, comm.c runs that all-reduce instead -- and reduces
+ * in the same order, so the root ends with exactly the bits hvdlAllReduce
+ * would give:
  *
- * Latency path (at most smallAllReduceBytes per rank): one MPI_Igather of
+ * Latency path: one MPI_Igather of
  * every rank's input to the root, which reduces them in rank order,
  *
  *   recvbuff = ((x0 op x1) op x2) ... op x(n-1)      [Avg: then / n]
@@ -79,9 +81,10 @@ static hvdlResult_t post_block(hvdlComm_t comm, int is_send, char *buf, size_t b
 }
 
 hvdlResult_t hvdl_reduce_root(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                              size_t count, hvdlDataType_t dt, hvdlRedOp_t op, int root) {
+                              size_t count, hvdlDataType_t dt, hvdlRedOp_t op, int root,
+                              int latency) {
   const size_t esize = hvdl_type_size(dt);
-  if (count * esize <= comm->config.smallAllReduceBytes)
+  if (latency)
     return reduce_small(comm, sendbuff, recvbuff, count, dt, op, root);
 
   const int n = comm->size, r = comm->rank;

@@ -41,9 +41,10 @@
  * one of them (struct hvdl_shm_fold): at local rank 0 (x0 op x1 op ... : the
  * latency path's order), or in the ring's order, x(c+1) op x(c+2) op ... op
  * x(c) for the elements of ring.c's chunk c. On one host the all-reduce takes
- * the order of the path the crossover would have chosen (config.smallAllReduceBytes),
- * so turning the shared-memory path on or off changes no bit of any result,
- * and hvdlReduce still gives exactly hvdlAllReduce's bits (reduce_root.c).
+ * the latency path's order at or below config.smallAllReduceBytes and the
+ * ring's above, so its results have the bits those paths give, and hvdlReduce,
+ * which runs those paths' reductions to the root (reduce_root.c), still gives
+ * exactly hvdlAllReduce's bits.
  *
  * Bitwise identity. Every element of the result is either computed once, by the
  * owner of its slice, and then copied verbatim by every rank, or (small

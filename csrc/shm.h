@@ -31,7 +31,8 @@ struct hvdl_shm {
 /* Sets up comm->shm, collectively over comm->mpi: NULL when the path is off
  * (config.disableShm), comm has one rank, or no host has two of its ranks.
  * A segment that cannot be made on some host (a full /dev/shm) is no error: every rank then
- * leaves comm->shm NULL (the agreement is collective) and the ring is used. */
+ * leaves comm->shm NULL (the agreement is collective) and the selector (select.c)
+ * picks a message-passing algorithm. */
 hvdlResult_t hvdl_shm_init(hvdlComm_t comm);
 
 /* Releases comm->shm: unmaps the segment; `collective` also frees the host's

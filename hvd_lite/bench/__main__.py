@@ -3,7 +3,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from . import allreduce, collectives, fusion, kernels, latency, replot
+from . import allreduce, collectives, fusion, kernels, latency, model, replot
 
 # name -> module with add_arguments(parser) and main(args) -> exit status.
 COMMANDS = {
@@ -15,6 +15,7 @@ COMMANDS = {
     "alltoall": collectives.Command("alltoall"),
     "kernels": kernels,
     "latency": latency,
+    "model": model,
     "plot": replot,
 }
 

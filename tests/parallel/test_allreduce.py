@@ -44,10 +44,15 @@ def test_exact_results_every_dtype_and_op(dtype, op):
         check_exact(dtype, op, count)
 
 
-@pytest.mark.parametrize("path", ["ring", "small"])
+# The ring or the latency path forced, or the selector's choice (test_allreduce_algorithms.py forces
+# the others, test_shm.py the shared-memory paths).
+PATHS = {"ring": {"HVD_LITE_ALLREDUCE_ALGO": "ring"},
+         "latency-path": {"HVD_LITE_ALLREDUCE_ALGO": "small"}, "default": {}}
+
+
+@pytest.mark.parametrize("path", ["ring", "latency-path"])
 def test_tiny_segments_cross_every_boundary(path):
-    small = 0 if path == "ring" else 1 << 26
-    with reinit(HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SMALL_ALLREDUCE_BYTES=small, HVD_LITE_SHM=0):
+    with reinit(HVD_LITE_SEGMENT_BYTES=16, **PATHS[path]):
         for dtype in (np.float32, np.int8, np.float64, ml_dtypes.bfloat16):
             seg_elems = max(16 // np.dtype(dtype).itemsize, 1)
             for count in counts_for(hvd.size(), seg_elems):
@@ -55,10 +60,9 @@ def test_tiny_segments_cross_every_boundary(path):
                 check_exact(dtype, "avg", count, seed=count, inplace=True)
 
 
-@pytest.mark.parametrize("small", [0, 1 << 26, None], ids=["ring", "latency-path", "default"])
-def test_every_rank_gets_bitwise_identical_results(small):
-    env = {} if small is None else {"HVD_LITE_SMALL_ALLREDUCE_BYTES": small, "HVD_LITE_SHM": 0}
-    with reinit(HVD_LITE_SEGMENT_BYTES=4096, **env):
+@pytest.mark.parametrize("path", list(PATHS))
+def test_every_rank_gets_bitwise_identical_results(path):
+    with reinit(HVD_LITE_SEGMENT_BYTES=4096, **PATHS[path]):
         rng = np.random.default_rng(100 + hvd.rank())
         for count in (3, 1000, 33_333, 1 << 20):
             # order-dependent float sums: identity must not depend on luck
@@ -75,8 +79,8 @@ def test_every_rank_gets_bitwise_identical_results(small):
 
 def test_ring_and_latency_path_agree_on_exact_inputs():
     results = []
-    for small in (0, 1 << 26):
-        with reinit(HVD_LITE_SMALL_ALLREDUCE_BYTES=small, HVD_LITE_SEGMENT_BYTES=64, HVD_LITE_SHM=0):
+    for path in ("ring", "latency-path"):
+        with reinit(HVD_LITE_SEGMENT_BYTES=64, **PATHS[path]):
             x = exact_inputs(np.float32, 4097, hvd.rank())
             results.append(hvd.allreduce(x, op=hvd.Sum))
     agree(same_bits(results[0], results[1]), "ring and latency path differ")

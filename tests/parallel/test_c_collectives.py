@@ -165,10 +165,15 @@ def test_every_op(comm, dtype, op):
         check_reducescatter(comm, dtype, op, count, seed=count)
 
 
-@pytest.mark.parametrize("small", [0, 1 << 26], ids=["ring", "latency-path"])
-def test_tiny_segments_cross_every_boundary(small):
+# The all-reduce's (and reduce's) two message-passing paths, forced: the ring, or the latency path.
+PATHS = {"ring": {"HVD_LITE_ALLREDUCE_ALGO": "ring"},
+         "latency-path": {"HVD_LITE_ALLREDUCE_ALGO": "small"}}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_tiny_segments_cross_every_boundary(path):
     n = hvd.size()
-    with make_comm(HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SMALL_ALLREDUCE_BYTES=small) as c:
+    with make_comm(HVD_LITE_SEGMENT_BYTES=16, **PATHS[path]) as c:
         for i, dtype in enumerate((np.float32, np.int8, np.float64)):
             seg = max(16 // np.dtype(dtype).itemsize, 1)
             for count in counts_for(n, seg, per_rank=True):
@@ -185,7 +190,7 @@ def test_tiny_segments_cross_every_boundary(small):
 def test_pieces_too_long_for_the_segment_limit_use_larger_segments():
     # 16-byte segments would need ~6,000 per chunk; the pipe caps them at 64 (PIPE_MAX_SEGMENTS).
     n = hvd.size()
-    with make_comm(HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SMALL_ALLREDUCE_BYTES=0) as c:
+    with make_comm(HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_ALLREDUCE_ALGO="ring") as c:
         check_allgather(c, np.float32, 25_013)
         check_reducescatter(c, np.float32, "sum", 25_013)
         check_broadcast(c, np.float32, 25_013 * n, root=n // 2)
@@ -211,10 +216,10 @@ def random_floats(count, seed):
     return (rng.standard_normal(count) * 10.0 ** rng.integers(-6, 6, count)).astype(np.float32)
 
 
-@pytest.mark.parametrize("small", [0, 1 << 26], ids=["ring", "latency-path"])
-def test_reduce_gives_the_bits_of_allreduce_and_reruns_agree(small):
+@pytest.mark.parametrize("path", list(PATHS))
+def test_reduce_gives_the_bits_of_allreduce_and_reruns_agree(path):
     n, r = hvd.size(), hvd.rank()
-    with make_comm(HVD_LITE_SEGMENT_BYTES=4096, HVD_LITE_SMALL_ALLREDUCE_BYTES=small) as c:
+    with make_comm(HVD_LITE_SEGMENT_BYTES=4096, **PATHS[path]) as c:
         for count in (3, 1000, 33_333):
             x = random_floats(count, 100 + r)
             every = np.empty_like(x)
@@ -231,7 +236,7 @@ def test_reducescatter_is_deterministic_and_matches_the_ring_allreduce():
     # With n * count elements the ring all-reduce cuts chunks of `count`, the reduce-scatter's
     # blocks: both combine block k in the order k+1, k+2, ..., k.
     n, r = hvd.size(), hvd.rank()
-    with make_comm(HVD_LITE_SEGMENT_BYTES=4096, HVD_LITE_SMALL_ALLREDUCE_BYTES=0) as c:
+    with make_comm(HVD_LITE_SEGMENT_BYTES=4096, HVD_LITE_ALLREDUCE_ALGO="ring") as c:
         for count in (1, 777, 20_000):
             x = random_floats(n * count, 200 + r)
             every = np.empty_like(x)

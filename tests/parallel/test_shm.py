@@ -52,6 +52,12 @@ def emulated(n: int, per_host: int):
     return len(sizes), min(sizes)
 
 
+def hier(**env):
+    """env with the hierarchical all-reduce forced where emulated hosts of 2 make several hosts (more
+    than 2 ranks): the cost model may prefer another there. On one host it cannot run."""
+    return {**env, "HVD_LITE_ALLREDUCE_ALGO": "hier"} if hvd.size() > 2 else env
+
+
 def random_floats(count, seed):
     """Order-dependent float32 sums: identity must not depend on luck."""
     rng = np.random.default_rng(seed)
@@ -128,12 +134,17 @@ def test_exact_results_with_the_default_chunk_in_and_out_of_place(op):
 
 @pytest.mark.parametrize("area", [64, 4096, None], ids=["64B", "4KiB", "default"])
 def test_results_have_the_bits_of_the_message_passing_paths_on_every_rank(area):
-    # On one host the shared-memory path reduces in the order the ring or the latency path
-    # would have: turning it off changes no bit, at any size, on either side of the crossover.
+    # On one host the shared-memory path reduces in the order of the latency path up to the
+    # crossover and of the ring above it: the same bits as those two, at any size.
     r = hvd.rank()
-    env = {} if area is None else {"HVD_LITE_SHM_BYTES": area}
-    with make_comm(**env) as on, make_comm(HVD_LITE_SHM=0) as off:
-        for count in (1, 3, 100, 1000, 4096, 33_333, 300_001):
+    small = 4096  # bytes: the crossover, on both sides of which the counts below fall
+    env = {"HVD_LITE_SMALL_ALLREDUCE_BYTES": small}
+    if area is not None:
+        env["HVD_LITE_SHM_BYTES"] = area
+    with make_comm(**env) as on, make_comm(HVD_LITE_SHM=0, HVD_LITE_ALLREDUCE_ALGO="small") as latency, \
+            make_comm(HVD_LITE_SHM=0, HVD_LITE_ALLREDUCE_ALGO="ring") as ring:
+        for count in (1, 3, 100, 1000, 1024, 1025, 4096, 33_333, 300_001):
+            off = latency if count * 4 <= small else ring
             x = random_floats(count, 100 + r)
             for op in ("sum", "avg", "max"):
                 a, b = np.empty_like(x), np.empty_like(x)
@@ -145,7 +156,7 @@ def test_results_have_the_bits_of_the_message_passing_paths_on_every_rank(area):
                 on.allreduce(x, again, F32, OPS[op])
                 everyone = world().allgather(a.tobytes())
                 agree(all(e == everyone[0] for e in everyone), f"count {count} {op}: ranks differ")
-                agree(same_bits(a, b), f"count {count} {op}: differs from HVD_LITE_SHM=0")
+                agree(same_bits(a, b), f"count {count} {op}: differs from the message-passing path")
                 agree(same_bits(a, inplace) and same_bits(a, again),
                       f"count {count} {op}: in-place or rerun differs")
 
@@ -185,18 +196,19 @@ def test_hierarchical_exact_results_every_dtype_and_op(dtype):
     # 4 ranks: 2 hosts x 2 (two lanes); 3 ranks: 2 + 1 (one lane); fewer: one host.
     n = hvd.size()
     chunk = 64 // np.dtype(dtype).itemsize
-    with make_comm(HVD_LITE_RANKS_PER_HOST=2, HVD_LITE_SHM_BYTES=64,
-                   HVD_LITE_SEGMENT_BYTES=16) as c:
+    with make_comm(**hier(HVD_LITE_RANKS_PER_HOST=2, HVD_LITE_SHM_BYTES=64,
+                          HVD_LITE_SEGMENT_BYTES=16)) as c:
         for op in OPS:
             for i, count in enumerate(counts_for(n, chunk) + [2 * n * chunk + 3]):
                 check_exact(c, dtype, op, count, inplace=(i + len(op)) % 2 == 1, seed=count)
 
 
-@pytest.mark.parametrize("small", [0, 1 << 26], ids=["ring-across", "latency-path-across"])
+# Across hosts, the lanes' own selector: no latency path (the model's choice), or the latency path.
+@pytest.mark.parametrize("small", [0, 1 << 26], ids=["model-across", "latency-path-across"])
 def test_hierarchical_results_are_bitwise_identical_on_every_rank(small):
     r = hvd.rank()
-    with make_comm(HVD_LITE_RANKS_PER_HOST=2, HVD_LITE_SHM_BYTES=4096,
-                   HVD_LITE_SMALL_ALLREDUCE_BYTES=small) as c:
+    with make_comm(**hier(HVD_LITE_RANKS_PER_HOST=2, HVD_LITE_SHM_BYTES=4096,
+                          HVD_LITE_SMALL_ALLREDUCE_BYTES=small)) as c:
         for count in (1, 3, 1000, 33_333, 300_001):
             x = random_floats(count, 300 + r)
             for op in ("sum", "avg"):
@@ -214,7 +226,7 @@ def test_hierarchical_results_are_bitwise_identical_on_every_rank(small):
 
 def test_the_engine_uses_emulated_hosts_with_exact_results():
     n, r = hvd.size(), hvd.rank()
-    with reinit(HVD_LITE_RANKS_PER_HOST=2, HVD_LITE_SHM_BYTES=64):
+    with reinit(**hier(HVD_LITE_RANKS_PER_HOST=2, HVD_LITE_SHM_BYTES=64)):
         for dtype in (np.float32, np.int32, np.float16):
             for count in (1, 7, 1000, 100_003):
                 x = exact_inputs(dtype, count, r, count)
@@ -240,8 +252,9 @@ def test_a_rank_that_stops_taking_part_fails_the_allreduce_on_every_rank_and_the
         pytest.skip("needs 2 ranks")
     victim = 1 if point == "stall" else n // 2  # a rank that shares its host (with 2 + 1 hosts,
     # rank 2 is alone: its stall would come in the latency path across hosts, which has none)
-    with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_RANKS_PER_HOST=per_host,
-                HVD_LITE_SHM_BYTES=4096):
+    env = dict(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_RANKS_PER_HOST=per_host,
+               HVD_LITE_SHM_BYTES=4096)
+    with reinit(**(hier(**env) if per_host else env)):
         for count in (8, 100_000):  # one step; many chunks
             if r == victim:
                 hvd.basics.inject_fault(point)

@@ -138,7 +138,7 @@ def test_timeline_is_valid_json_with_the_phases(tmp_path):
             for h in hs:
                 hvd.synchronize(h)
     """, env={"HVD_LITE_TIMELINE": str(path), "HVD_LITE_FUSION_THRESHOLD": str(1 << 20),
-              "HVD_LITE_SHM": "0"})  # the ring's phases (through shared memory: one ALLREDUCE)
+              "HVD_LITE_ALLREDUCE_ALGO": "ring"})  # the ring's phases (shared memory: one ALLREDUCE)
     assert res.returncode == 0, res.stderr
     events = json.loads(path.read_text())
     rows = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}

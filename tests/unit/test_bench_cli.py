@@ -31,6 +31,7 @@ def test_every_registered_command_parses_its_defaults():
     assert parser.parse_args(["kernels"]).repeats >= 1
     for name in ("allgather", "reducescatter", "broadcast"):
         assert parser.parse_args([name, "-e", "1M"]).maxbytes == 1 << 20
+    assert parser.parse_args(["model", "--algo", "rd", "--algo", "rab"]).algo == ["rd", "rab"]
 
 
 @pytest.mark.parametrize("name,op,n", list(itertools.product(

@@ -1,0 +1,58 @@
+/*
+ * pair.h -- what the pairwise all-reduces share (allreduce_rd.c,
+ * allreduce_rab.c): the fold of n ranks onto a power of two, the order in
+ * which two partial results are combined, and one exchange with a partner.
+ *
+ * The fold (MPICH's). p is the largest power of two <= n and rem = n - p.
+ * Ranks 0 .. 2rem-1 are paired, (0,1), (2,3), ...: the even rank of a pair
+ * sends its input to the odd one, which combines the two (even on the left),
+ * and sits out until the odd rank sends it the final result. The p ranks left
+ * are numbered 0 .. p-1 in rank order ("virtual ranks"): v = r/2 for an odd
+ * r < 2rem, v = r - rem above. Virtual order is rank order, so a lower virtual
+ * rank always holds lower ranks' contributions.
+ *
+ * The combining rule. At the step with mask m (a power of two) virtual rank v
+ * works with v ^ m; the partner with bit m clear holds the contributions of the
+ * lower ranks, and every combination is lower op higher:
+ *
+ *   (v & m) == 0:  mine op theirs        otherwise:  theirs op mine
+ *
+ * So both partners of a step compute the same operation on the same bytes in
+ * the same order, whichever of them does it.
+ */
+#ifndef HVDL_PAIR_H_
+#define HVDL_PAIR_H_
+
+#include <stddef.h>
+
+#include "internal.h"
+
+/* The most steps a power-of-two schedule can take (masks 1 .. 2^62). */
+#define PAIR_MAX_STEPS 63
+
+struct hvdl_fold {
+  int p, rem;  /* the power of two, and n - p */
+  int vrank;   /* this rank's virtual rank, or -1 for an even rank < 2rem (it sits out) */
+};
+
+/* The fold of n >= 2 ranks, seen from rank r. */
+void hvdl_fold_plan(int n, int r, struct hvdl_fold *f);
+
+/* The rank of virtual rank v. */
+int hvdl_fold_rank(const struct hvdl_fold *f, int v);
+
+/* out = a op b with a the lower ranks' partial when `mine_is_lower`, else
+ * out = b op a (mine = a); out may alias either operand. */
+void hvdl_pair_combine(void *out, const void *mine, const void *theirs, int mine_is_lower,
+                       size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+
+/* Sends sendbytes from send to peer and receives recvbytes from peer into recv
+ * (either may be 0: nothing is posted for it), on comm's communicator with tag,
+ * in messages of at most 1 GiB, and waits for both (wait.c, with the data phases'
+ * limits but shorter sleeps; the watch hook and the data timeout apply). On failure everything posted is
+ * abandoned (hvdl_abandon) before the result is returned. Fault injection
+ * points: send, recv, stall (HVD_LITE_FAULT). */
+hvdlResult_t hvdl_pair_exchange(hvdlComm_t comm, int peer, int tag, const void *send,
+                                size_t sendbytes, void *recv, size_t recvbytes);
+
+#endif /* HVDL_PAIR_H_ */

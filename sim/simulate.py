@@ -1,0 +1,218 @@
+"""hvd_lite's all-reduce against SMPI's MPI_Allreduce algorithms on a simulated cluster (SimGrid SMPI).
+
+Builds the C core and sim/driver.c with smpicc into sim/build/, runs the driver with smpirun on one of
+sim/platforms/*.xml (8 ranks a host), once for hvd_lite (HVD_LITE_ALLREDUCE_ALGO=auto unless told) and
+once per SMPI algorithm (--cfg=smpi/allreduce:<name>), and prints an nccl-tests-style table: the
+simulated time of each, the best SMPI algorithm, and hvd_lite / best (docs/scale.md).
+
+    python sim/simulate.py --platform 8x8                      # 64 ranks, 4 KiB .. 64 MiB
+    python sim/simulate.py --platform 32x8 --sizes 4K,256K     # 256 ranks
+    python sim/simulate.py --platform 8x8 --hvdl auto,ring,rd,rab --mpi ompi,mpich
+    python sim/simulate.py --check --platform 8x8 --ranks 60   # the CI correctness run (exit 1 on a wrong bit)
+
+Needs Debian's libsimgrid-dev (smpicc, smpirun). The simulation settings, and why (docs/scale.md):
+MPI_Test and MPI_Iprobe cost 0.1 us of simulated time, without SMPI's growth of that cost over failed
+tests (hvd_lite polls); computation is not simulated, because SMPI runs MPI_Allreduce's reductions inside
+the simulator for free, so hvd_lite's are not charged either (--charge-compute charges them, at the speed
+of the machine running the simulation). Runs whose buffers would take more than --memory-gib are made with
+SMPI's shared buffers, and their results are not checked (wrong = -1).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BUILD = os.path.join(HERE, "build")
+RANKS_PER_HOST = 8
+# The platforms of sim/platforms: name -> hosts (RANKS_PER_HOST ranks each).
+PLATFORMS = {"host1x8": 1, "8x8": 8, "32x8": 32, "128x8": 128, "512x8": 512}
+# SMPI's all-reduce algorithms worth racing (its list: smpirun --cfg=smpi/allreduce:help).
+MPI_ALGOS = ["ompi", "mpich", "mvapich2", "impi", "rab_rdb", "rdb", "lr", "ompi_ring_segmented",
+             "rab1", "rab2", "redbcast", "smp_rsag", "smp_rsag_rab", "smp_rdb", "smp_binomial"]
+HVDL_ALGOS = ["auto", "ring", "rd", "rab", "small"]
+SIM_CFG = ["--cfg=smpi/host-speed:100Gf", "--cfg=smpi/test:1e-7", "--cfg=smpi/iprobe:1e-7",
+           "--cfg=smpi/grow-injected-times:no", "--log=root.thres:critical"]
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"(\d+)([KMG]?)(i?B)?", text.strip(), re.IGNORECASE)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4096, 4K, 64M)")
+    return int(m.group(1)) * UNITS[m.group(2).upper()]
+
+
+def human(nbytes: int) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= div and nbytes % div == 0:
+            return f"{nbytes // div} {unit}"
+    return f"{nbytes} B"
+
+
+def fmt_time(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"
+
+
+def build(verbose: bool = False) -> str:
+    """Builds sim/build/driver with smpicc (every csrc/*.c but the Python binding's py_*.c)."""
+    if not shutil.which("smpicc"):
+        sys.exit("smpicc not found: install SimGrid (Debian/Ubuntu: apt-get install libsimgrid-dev)")
+    os.makedirs(BUILD, exist_ok=True)
+    csrc = os.path.join(ROOT, "csrc")
+    sources = sorted(os.path.join(csrc, f) for f in os.listdir(csrc)
+                     if f.endswith(".c") and not f.startswith("py_"))
+    out = os.path.join(BUILD, "driver")
+    cmd = ["smpicc", "-O2", "-std=gnu11", "-I" + csrc, "-include", os.path.join(HERE, "sim_shim.h"),
+           os.path.join(HERE, "driver.c"), *sources, "-o", out, "-lpthread"]
+    if verbose:
+        print(" ".join(cmd), file=sys.stderr)
+    subprocess.run(cmd, check=True, cwd=BUILD)
+    return out
+
+
+def hostfile(hosts: int) -> str:
+    path = os.path.join(BUILD, f"hosts_{hosts}x{RANKS_PER_HOST}")
+    with open(path, "w") as f:
+        f.writelines(f"node-{i}:{RANKS_PER_HOST}\n" for i in range(hosts))
+    return path
+
+
+def run_driver(driver: str, platform: str, side: str, algo: str, sizes, args, check=False):
+    """One smpirun: {bytes: parsed output line} for the sizes, run in one or two groups (buffers
+    that fit --memory-gib are checked; larger ones share memory and are not)."""
+    hosts = PLATFORMS[platform]
+    ranks = args.ranks or hosts * RANKS_PER_HOST
+    budget = args.memory_gib * (1 << 30)
+    fits = [s for s in sizes if 3 * s * ranks <= budget]
+    big = [s for s in sizes if s not in fits]
+    results = {}
+    for group, shared in ((fits, False), (big, True)):
+        if not group:
+            continue
+        env = dict(os.environ)
+        cfg = list(SIM_CFG)
+        if not args.charge_compute:
+            cfg.append("--cfg=smpi/simulate-computation:no")
+        if side == "mpi":
+            cfg.append(f"--cfg=smpi/allreduce:{algo}")
+        else:
+            env["HVD_LITE_ALLREDUCE_ALGO"] = algo
+        if args.model_file:
+            env["HVD_LITE_COST_MODEL_FILE"] = os.path.abspath(args.model_file)
+        if shared:
+            env["SIM_NO_CHECK"] = "1"
+            cfg.append(f"--cfg=smpi/auto-shared-malloc-thresh:{min(group) // 2}")
+        cmd = ["smpirun", "-np", str(ranks), "-platform",
+               os.path.join(HERE, "platforms", platform + ".xml"), "-hostfile", hostfile(hosts),
+               *cfg, driver, side, "--reps", str(args.reps)]
+        if check:
+            cmd.append("--check")
+        cmd += [str(s) for s in group]
+        with tempfile.TemporaryDirectory() as tmp:  # smpirun writes its temporary files in cwd
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp,
+                                  timeout=args.timeout)
+        for line in proc.stdout.splitlines():
+            f = line.split()
+            if len(f) >= 12 and f[0] == "bytes":
+                results[int(f[1])] = {"time_s": float(f[3]), "wrong": int(f[5]),
+                                      "identical": f[7] == "1", "algo": f[9],
+                                      "model_s": float(f[11]), "failed": "FAILED" in f}
+        if proc.returncode != 0 or any(s not in results for s in group):
+            tail = (proc.stdout + proc.stderr)[-2000:]
+            raise RuntimeError(f"{side}:{algo} on {platform} failed (exit {proc.returncode}):\n{tail}")
+    return results
+
+
+def table(platform, ranks, sizes, hvdl, mpi, out=sys.stdout):
+    """The nccl-tests-style table: hvd_lite's contenders, the best SMPI algorithm, the ratio."""
+    print(f"\n{ranks} ranks ({platform}: {PLATFORMS[platform]} host(s) of {RANKS_PER_HOST}), "
+          f"simulated time of one all-reduce (float32 sum), slowest rank's best", file=out)
+    cols = [f"hvd_lite {a}" for a in hvdl]
+    print("| bytes per rank | " + " | ".join(cols) + " | model (auto's pick) | best MPI algorithm | "
+          "ratio |", file=out)
+    print("|---" * (len(cols) + 4) + "|", file=out)
+    for s in sizes:
+        best = min(mpi, key=lambda a: mpi[a][s]["time_s"])
+        first = hvdl[next(iter(hvdl))][s]
+        cells = []
+        for a in hvdl:
+            r = hvdl[a][s]
+            cells.append(fmt_time(r["time_s"]) + (f" ({r['algo']})" if a == "auto" else ""))
+        ratio = first["time_s"] / mpi[best][s]["time_s"]
+        print(f"| {human(s)} | " + " | ".join(cells) + f" | {fmt_time(first['model_s'])} | "
+              f"{fmt_time(mpi[best][s]['time_s'])} ({best}) | {ratio:.2f}x |", file=out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--platform", choices=list(PLATFORMS), default="8x8")
+    p.add_argument("--ranks", type=int,
+                   help="use only the first RANKS ranks of the platform (default: all, 8 a host)")
+    p.add_argument("--sizes", default="4K,256K,4M,64M",
+                   help="bytes per rank, comma-separated (default 4K,256K,4M,64M)")
+    p.add_argument("--hvdl", default="auto",
+                   help=f"HVD_LITE_ALLREDUCE_ALGO values to run, comma-separated ({','.join(HVDL_ALGOS)}); "
+                        "the first is the one compared")
+    p.add_argument("--mpi", default=",".join(MPI_ALGOS),
+                   help="SMPI all-reduce algorithms, comma-separated ('' for none)")
+    p.add_argument("--reps", type=int, default=3, help="calls timed per size (the best counts)")
+    p.add_argument("--check", action="store_true",
+                   help="correctness run: every hvd_lite algorithm, in place too, random floats' bytes "
+                        "identical on every rank; exit 1 on any wrong element")
+    p.add_argument("--charge-compute", action="store_true",
+                   help="simulate hvd_lite's computation (the reductions) at the host's real speed")
+    p.add_argument("--model-file", help="HVD_LITE_COST_MODEL_FILE for hvd_lite (default sim/model.conf)",
+                   default=os.path.join(HERE, "model.conf"))
+    p.add_argument("--memory-gib", type=float, default=4.0,
+                   help="buffers larger than this in all (3 x bytes x ranks) are shared and unchecked")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds per smpirun")
+    p.add_argument("--json", help="write every result to this file")
+    args = p.parse_args(argv)
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s]
+    hvdl_algos = [a for a in args.hvdl.split(",") if a]
+    mpi_algos = [a for a in args.mpi.split(",") if a]
+    ranks = args.ranks or PLATFORMS[args.platform] * RANKS_PER_HOST
+    if not 1 <= ranks <= PLATFORMS[args.platform] * RANKS_PER_HOST:
+        p.error(f"--ranks {ranks}: the platform {args.platform} has "
+                f"{PLATFORMS[args.platform] * RANKS_PER_HOST} slots")
+    driver = build()
+
+    if args.check:
+        bad = 0
+        for a in HVDL_ALGOS:
+            res = run_driver(driver, args.platform, "hvdl", a, sizes, args, check=True)
+            for s, r in sorted(res.items()):
+                ok = r["wrong"] == 0 and r["identical"] and not r["failed"]
+                bad += not ok
+                print(f"{args.platform} hvdl {a:5s} {human(s):>8s}: {r['algo']:5s} "
+                      f"{fmt_time(r['time_s']):>10s} wrong {r['wrong']} identical {int(r['identical'])}"
+                      f"{'' if ok else '  <-- FAILED'}")
+        return 1 if bad else 0
+
+    hvdl = {a: run_driver(driver, args.platform, "hvdl", a, sizes, args) for a in hvdl_algos}
+    mpi = {}
+    for a in mpi_algos:
+        try:
+            mpi[a] = run_driver(driver, args.platform, "mpi", a, sizes, args)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:  # an SMPI algorithm that fails here
+            print(f"skipped mpi:{a}: {str(exc).splitlines()[0]}", file=sys.stderr)
+    wrong = [(a, s) for side in (hvdl, mpi) for a in side for s, r in side[a].items() if r["wrong"] > 0]
+    if mpi:
+        table(args.platform, ranks, sizes, hvdl, mpi)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"platform": args.platform, "ranks": ranks,
+                       "charge_compute": args.charge_compute, "hvdl": hvdl, "mpi": mpi}, f, indent=1)
+    if wrong:
+        print(f"wrong results: {wrong}", file=sys.stderr)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
