@@ -28,8 +28,7 @@ MAX_SEGMENTS = 64
 @contextlib.contextmanager
 def tiny_segment_comm(seg_bytes=16):
     """A bare communicator on the ring (no shared-memory or latency path) with tiny segments."""
-    env = {"HVD_LITE_SEGMENT_BYTES": str(seg_bytes), "HVD_LITE_SMALL_ALLREDUCE_BYTES": "0",
-           "HVD_LITE_SHM": "0"}
+    env = {"HVD_LITE_SEGMENT_BYTES": str(seg_bytes), "HVD_LITE_ALLREDUCE_ALGO": "ring"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
