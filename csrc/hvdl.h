@@ -107,6 +107,8 @@ typedef struct {
   int allReduceAlgorithm;     /* an hvdlAlgorithm_t (HVD_LITE_ALLREDUCE_ALGO); hvdlAlgoAuto:
                                  the latency path up to smallAllReduceBytes, then the
                                  cost model's choice */
+  int broadcastAlgorithm;     /* an hvdlBroadcastAlgorithm_t (HVD_LITE_BROADCAST_ALGO);
+                                 hvdlBcastAuto: the cost model's choice */
 } hvdlConfig_t;
 
 #define HVDL_SMALL_BYTES_AUTO ((size_t)-1)
@@ -121,6 +123,15 @@ typedef enum {
   hvdlAlgoLatency = 5,             /* "small": the latency path, all-gather + ordered reduce */
   hvdlNumAlgos = 6
 } hvdlAlgorithm_t;
+
+/* Broadcast algorithms (docs/algorithms.md). A forced one runs at every size. */
+typedef enum {
+  hvdlBcastAuto = 0,
+  hvdlBcastChain = 1,    /* "chain": pipelined chain from the root */
+  hvdlBcastTree = 2,     /* "tree": binomial tree, the whole buffer per edge */
+  hvdlBcastScatter = 3,  /* "scatter": binomial scatter of n blocks + ring all-gather */
+  hvdlNumBcastAlgos = 4
+} hvdlBroadcastAlgorithm_t;
 
 /* Library version as HVDL_VERSION_CODE. */
 hvdlResult_t hvdlGetVersion(int *version);
