@@ -199,16 +199,14 @@ hvdlResult_t hvdl_allreduce_run(hvdlComm_t comm, hvdlAlgorithm_t algo, const voi
  * class (a step with mask m crosses hosts when m >= L; only one rank of a host
  * sends across at a time, so no contention):
  *
- *   chain    S segments of s = B/S (one on 2 ranks): every hop's latency and
- *            one segment each, then S-1 more segments at the slowest hop's rate
- *            (the pipe keeps several in flight, so their latency overlaps):
- *            (n-H) a_intra(s) + (H-1) a_inter(s) + (S-1) s beta_slowest
+ *   chain    S segments of s = B/S (one on 2 ranks): S + n - 2 stages
+ *            (broadcast.c), each the slowest hop's a(s)
  *   tree     the root's sends one after another: sum over m = M .. 1 of a_m(B)
  *   scatter  the root's sends of the scatter, sum over m of a_m(m/n B), then
  *            the ring all-gather's n-1 steps of B/n on the slowest link
  *
  * A tie goes to the earlier of chain, tree, scatter. */
-static double link(const hvdlComm_t comm, int inter, double s) {
+static double hop(const hvdlComm_t comm, int inter, double s) {
   const struct hvdl_cost_model *c = &comm->model;
   const int k = inter && comm->hosts > 1 ? HVDL_LINK_INTER : HVDL_LINK_INTRA;
   return c->alpha[k] + s * c->beta[k];
@@ -228,16 +226,14 @@ double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t a
       size_t S = n <= 2 ? 1 : (bytes + seg - 1) / seg;
       if (S > PIPE_MAX_SEGMENTS) S = PIPE_MAX_SEGMENTS;
       if (S < 1) S = 1;
-      const double s = b / (double)S;
-      const double slow = comm->model.beta[inter ? HVDL_LINK_INTER : HVDL_LINK_INTRA];
-      return (n - H) * link(comm, 0, s) + (H - 1) * link(comm, 1, s) + (double)(S - 1) * s * slow;
+      return (double)(S + (size_t)n - 2) * hop(comm, inter, b / (double)S);
     }
     case hvdlBcastTree:
-      for (int m = M; m >= 1; m /= 2) t += link(comm, m >= L, b);
+      for (int m = M; m >= 1; m /= 2) t += hop(comm, m >= L, b);
       return t;
     case hvdlBcastScatter:
-      for (int m = M; m >= 1; m /= 2) t += link(comm, m >= L, b * m / n);
-      return t + (n - 1) * link(comm, inter, b / n);
+      for (int m = M; m >= 1; m /= 2) t += hop(comm, m >= L, b * m / n);
+      return t + (n - 1) * hop(comm, inter, b / n);
     default:
       return -1;
   }
