@@ -315,7 +315,8 @@ hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
     if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
     return hvdlSuccess;
   }
-  return hvdl_broadcast_chain(comm, sendbuff, recvbuff, count, datatype, root);
+  return hvdl_broadcast_run(comm, hvdl_select_broadcast(comm, bytes), sendbuff, recvbuff, count,
+                            datatype, root);
 }
 
 hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,

@@ -129,6 +129,8 @@ typedef struct {
                                  areas a rank has in its host's segment (HVD_LITE_SHM_BYTES) */
   int allReduceAlgorithm;     /* an hvdlAlgorithm_t (HVD_LITE_ALLREDUCE_ALGO); hvdlAlgoAuto:
                                  the selector's choice (csrc/select.c) */
+  int broadcastAlgorithm;     /* an hvdlBroadcastAlgorithm_t (HVD_LITE_BROADCAST_ALGO);
+                                 hvdlBcastAuto: the cost model's choice */
 } hvdlConfig_t;
 
 #define HVDL_SMALL_BYTES_AUTO ((size_t)-1)
@@ -144,6 +146,15 @@ typedef enum {
   hvdlAlgoShm = 6,                 /* "shm": through shared memory, ranks on one host */
   hvdlNumAlgos = 7
 } hvdlAlgorithm_t;
+
+/* Broadcast algorithms (docs/algorithms.md). A forced one runs at every size. */
+typedef enum {
+  hvdlBcastAuto = 0,
+  hvdlBcastChain = 1,    /* "chain": pipelined chain from the root */
+  hvdlBcastTree = 2,     /* "tree": binomial tree, the whole buffer per edge */
+  hvdlBcastScatter = 3,  /* "scatter": binomial scatter of n blocks + ring all-gather */
+  hvdlNumBcastAlgos = 4
+} hvdlBroadcastAlgorithm_t;
 
 /* Library version as HVDL_VERSION_CODE. */
 hvdlResult_t hvdlGetVersion(int *version);

@@ -27,7 +27,7 @@ struct hvdl_scratch {
   size_t stage_bytes;
   char *block;          /* reduce: a non-root rank's reduced block */
   size_t block_bytes;
-  char *counts;         /* reduce: size_t[n], the blocks of its reduce-scatter */
+  char *counts;         /* reduce, scatter broadcast: size_t[n], the blocks */
   size_t counts_bytes;
   char *work;           /* pairwise all-reduces (allreduce_rd.c, allreduce_rab.c): the partner's data */
   size_t work_bytes;
@@ -164,6 +164,8 @@ hvdlResult_t hvdl_config_cost_model(struct hvdl_cost_model *m);
 /* HVD_LITE_ALLREDUCE_ALGO's spelling of an algorithm, and back (-1 if none). */
 const char *hvdl_algo_name(int algo);
 int hvdl_algo_parse(const char *name);
+/* The same for HVD_LITE_BROADCAST_ALGO's (an hvdlBroadcastAlgorithm_t). */
+const char *hvdl_bcast_algo_name(int algo);
 
 /* wait.c: how a waiter polls MPI requests. It spins for `spin` seconds (with
  * sched_yield between polls if `yield`), then sleeps between polls, from
@@ -303,6 +305,17 @@ hvdlResult_t hvdl_reducescatterv(hvdlComm_t comm, const void *sendbuff, void *re
  * would reduce), else the ring's reduce-scatter + gather (as the ring would). */
 hvdlResult_t hvdl_broadcast_chain(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                   size_t count, hvdlDataType_t dt, int root);
+hvdlResult_t hvdl_broadcast_tree(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 size_t count, hvdlDataType_t dt, int root);
+hvdlResult_t hvdl_broadcast_scatter(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                    size_t count, hvdlDataType_t dt, int root);
+/* select.c: the broadcast's choice for bytes (the same on every rank), the
+ * model's time for one (negative if not a candidate), and the run. */
+hvdlBroadcastAlgorithm_t hvdl_select_broadcast(hvdlComm_t comm, size_t bytes);
+double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo, size_t bytes);
+hvdlResult_t hvdl_broadcast_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo,
+                                const void *sendbuff, void *recvbuff, size_t count,
+                                hvdlDataType_t dt, int root);
 hvdlResult_t hvdl_reduce_root(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                               size_t count, hvdlDataType_t dt, hvdlRedOp_t op, int root,
                               int latency);

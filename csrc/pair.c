@@ -66,7 +66,7 @@ static hvdlResult_t exchange_once(hvdlComm_t comm, int peer, int tag, const char
       err = MPI_Isend(send, (int)sendbytes, MPI_BYTE, peer, tag, comm->mpi, &req[1]);
   }
   if (res == hvdlSuccess && err != MPI_SUCCESS)
-    res = hvdl_fail_mpi(comm, err, "MPI_Irecv/MPI_Isend in a pairwise all-reduce");
+    res = hvdl_fail_mpi(comm, err, "MPI_Irecv/MPI_Isend in a pairwise exchange");
   if (res == hvdlSuccess) {
     comm->wait_peer = peer;
     res = hvdl_wait_requests(comm, 2, req, &pair_wait);

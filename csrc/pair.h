@@ -1,7 +1,8 @@
 /*
  * pair.h -- what the pairwise all-reduces share (allreduce_rd.c,
  * allreduce_rab.c): the fold of n ranks onto a power of two, the order in
- * which two partial results are combined, and one exchange with a partner.
+ * which two partial results are combined, and one exchange with a partner
+ * (the tree broadcasts of broadcast_tree.c use that too).
  *
  * The fold (MPICH's). p is the largest power of two <= n and rem = n - p.
  * Ranks 0 .. 2rem-1 are paired, (0,1), (2,3), ...: the even rank of a pair
