@@ -21,6 +21,7 @@ static void free_comm(hvdlComm_t comm) {
   free(comm->scratch.block);
   free(comm->scratch.counts);
   free(comm->scratch.work);
+  free(comm->hier);
   free(comm);
 }
 

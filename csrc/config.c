@@ -90,6 +90,13 @@ int hvdl_algo_parse(const char *name) {
 static const struct hvdl_cost_model default_model = {
     .alpha = {1.5e-6, 2e-6}, .beta = {1.05e-10, 8e-11}, .gamma = 1e-10};
 
+hvdlResult_t hvdl_config_ranks_per_host(int *k) {
+  size_t v = 0;
+  HVDL_CHECK(env_size("HVD_LITE_RANKS_PER_HOST", 0, 0, 1 << 24, &v));
+  *k = (int)v;
+  return hvdlSuccess;
+}
+
 hvdlResult_t hvdl_config_check(const hvdlConfig_t *c) {
   if (c->allReduceAlgorithm < 0 || c->allReduceAlgorithm >= hvdlNumAlgos)
     return hvdl_fail(NULL, hvdlInvalidArgument,
@@ -120,6 +127,8 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
                        "or small", algo);
     config->allReduceAlgorithm = a;
   }
+  int k;
+  HVDL_CHECK(hvdl_config_ranks_per_host(&k)); /* read by topology.c: refused here, before any traffic */
   return hvdlSuccess;
 }
 

@@ -69,6 +69,8 @@ struct hvdlComm {
   struct hvdl_faults *faults; /* NULL unless faults are injected */
   struct hvdl_cost_model model; /* select.c: agreed by every rank at init */
   int hosts, local_size;  /* select.c: hosts, and the most ranks on one of them */
+  int lanes, hier_usable; /* select.c: hier's lanes per host, and whether it can run */
+  struct hvdl_hier *hier; /* allreduce_hier_p2p.c: the host layout's groups */
   MPI_Request *parked;   /* sends of failed collectives, released when the communicator is renewed */
   int nparked, parked_cap;
   char last_error[HVDL_ERRMSG_LEN];
@@ -132,6 +134,9 @@ hvdlResult_t hvdl_config_check(const hvdlConfig_t *c);
 #define HVDL_SMALL_BYTES_MAX ((size_t)1 << 26)
 /* The latency-path crossover for this many ranks on this many hosts. */
 size_t hvdl_small_bytes_default(int nranks, int hosts);
+/* HVD_LITE_RANKS_PER_HOST (a testing aid): hosts of k consecutive ranks within
+ * each real one (topology.c); 0 when unset. */
+hvdlResult_t hvdl_config_ranks_per_host(int *k);
 /* The cost model: the defaults, then HVD_LITE_COST_MODEL_FILE's values over them. */
 hvdlResult_t hvdl_config_cost_model(struct hvdl_cost_model *m);
 /* HVD_LITE_ALLREDUCE_ALGO's spelling of an algorithm, and back (-1 if none). */
@@ -198,6 +203,20 @@ hvdlResult_t hvdl_allreduce_rd(hvdlComm_t comm, const void *sendbuff, void *recv
                                size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                 size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+
+/* allreduce_hier_p2p.c: the hierarchical all-reduce over point-to-point
+ * messages. hvdl_hier_init (collective, at communicator creation) learns the
+ * host layout (topology.c's hvdl_local_comm) into *out (freed with free());
+ * hvdl_hier_layout reads it: hosts, the most ranks on one, the lanes carried
+ * across hosts per host, and why the algorithm cannot run there (NULL: it can).
+ * The algorithm all-reduces each lane across hosts with `across` (rd or rab). */
+struct hvdl_hier;
+hvdlResult_t hvdl_hier_init(hvdlComm_t comm, struct hvdl_hier **out);
+void hvdl_hier_layout(const struct hvdl_hier *h, int *hosts, int *local_size, int *lanes,
+                      const char **why);
+hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, hvdlAlgorithm_t across,
+                                     const void *sendbuff, void *recvbuff, size_t count,
+                                     hvdlDataType_t dt, hvdlRedOp_t op);
 
 /* select.c: the one all-reduce selector. hvdl_select_init (collective, at
  * communicator creation) learns the host layout and agrees on rank 0's cost

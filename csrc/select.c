@@ -8,8 +8,9 @@
  *      Its default is the crossover measured on one host (128 KiB at 2 ranks,
  *      2 KiB beyond) and 0 across hosts (config.c).
  *   3. Otherwise the cheapest by the alpha-beta-gamma model below among ring,
- *      rd, rab and, with more than one host and more than one rank on a host,
- *      hier; a tie goes to the earlier of ring, rab, rd, hier.
+ *      rd, rab and, with more than one host, more than one rank on a host and
+ *      the same number on each, hier; a tie goes to the earlier of ring, rab,
+ *      rd, hier.
  *
  * The model. A message of s bytes over a link of class c costs alpha[c] +
  * s * beta[c]; reducing s bytes costs s * gamma. Ranks are assumed placed by
@@ -24,8 +25,11 @@
  *   rd    sum over m = 1 .. p/2 of  alpha + B * beta * contention + B * gamma
  *   rab   sum over m of  2 alpha + 2 * B/2m * beta * contention + B/2m * gamma
  *   (rd, rab: n > p adds 2 (alpha + B beta) + B gamma, within a host)
- *   hier  ring reduce-scatter within a host, L all-reduces of B/L across hosts
- *         at once (ring: each NIC carries L of them), all-gather within a host
+ *   hier  rab's reduce-scatter within a host (its steps and fold within), the
+ *         cheaper of rd and rab across the H hosts on B/P bytes with P ranks
+ *         of a host sending at once (P = largest power of two <= L; every
+ *         step across, the fold's too), rab's all-gather within a host. The
+ *         cheaper one is also what hier runs across hosts
  *
  * The terms come from config.c (defaults, or HVD_LITE_COST_MODEL_FILE). Every
  * rank must choose the same algorithm, so at init rank 0's terms, forced
@@ -37,12 +41,10 @@
 
 #include "internal.h"
 
-/* The hierarchical all-reduce (csrc/hier.c, issue 15 point 2): NULL until it
- * is linked in; then the model considers it and HVD_LITE_ALLREDUCE_ALGO=hier
- * runs it. */
 typedef hvdlResult_t (*allreduce_fn)(hvdlComm_t, const void *, void *, size_t, hvdlDataType_t,
                                      hvdlRedOp_t);
-static const allreduce_fn hier_allreduce = NULL;
+static hvdlResult_t hier_allreduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                   size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 
 static allreduce_fn algorithm(hvdlAlgorithm_t a) {
   switch (a) {
@@ -88,37 +90,68 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm) {
   if (a.algo != hvdlAlgoAuto && !algorithm((hvdlAlgorithm_t)a.algo))
     return hvdl_fail(NULL, hvdlInvalidArgument,
                      "HVD_LITE_ALLREDUCE_ALGO=%s: this build has no such all-reduce (choose auto, "
-                     "ring, rd, rab or small)",
+                     "ring, rd, rab, hier or small)",
                      hvdl_algo_name(a.algo));
-  /* The host layout: how many hosts, and the most ranks on one. */
-  MPI_Comm local;
-  int local_rank = 0, local_size = 1;
-  HVDL_MPI(NULL, MPI_Comm_split_type(comm->mpi, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL,
-                                     &local));
-  MPI_Comm_rank(local, &local_rank);
-  MPI_Comm_size(local, &local_size);
-  MPI_Comm_free(&local);
-  int leaders = local_rank == 0, most = local_size;
-  HVDL_MPI(NULL, MPI_Allreduce(MPI_IN_PLACE, &leaders, 1, MPI_INT, MPI_SUM, comm->mpi));
-  HVDL_MPI(NULL, MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, comm->mpi));
-  comm->hosts = leaders;
-  comm->local_size = most;
+  /* The host layout: how many hosts, the most ranks on one, and whether hier can run. */
+  HVDL_CHECK(hvdl_hier_init(comm, &comm->hier));
+  const char *why;
+  hvdl_hier_layout(comm->hier, &comm->hosts, &comm->local_size, &comm->lanes, &why);
+  comm->hier_usable = why == NULL;
+  if (a.algo == hvdlAlgoHierarchical && why)
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "HVD_LITE_ALLREDUCE_ALGO=hier cannot run here: %s (hosts from "
+                     "MPI_COMM_TYPE_SHARED, or HVD_LITE_RANKS_PER_HOST); choose another algorithm",
+                     why);
   return hvdlSuccess;
 }
 
-/* A pairwise step with mask m, s bytes each way: within a host while m < L,
- * else across, with L ranks of a host sharing its NIC. */
-static double pair_step(const hvdlComm_t comm, int m, double s) {
-  const struct hvdl_cost_model *c = &comm->model;
-  if (comm->hosts <= 1 || m < comm->local_size)
-    return c->alpha[HVDL_LINK_INTRA] + s * c->beta[HVDL_LINK_INTRA];
-  return c->alpha[HVDL_LINK_INTER] + s * c->beta[HVDL_LINK_INTER] * comm->local_size;
+/* A pairwise step of s bytes each way: within a host, or across, with `share`
+ * ranks of a host sending through its NIC at once. */
+static double step(const struct hvdl_cost_model *c, int across, int share, double s) {
+  if (!across) return c->alpha[HVDL_LINK_INTRA] + s * c->beta[HVDL_LINK_INTRA];
+  return c->alpha[HVDL_LINK_INTER] + s * c->beta[HVDL_LINK_INTER] * share;
 }
 
-static double fold_cost(const hvdlComm_t comm, int p, double b) {
-  const struct hvdl_cost_model *c = &comm->model;
-  if (p == comm->size) return 0;
-  return 2 * (c->alpha[HVDL_LINK_INTRA] + b * c->beta[HVDL_LINK_INTRA]) + b * c->gamma;
+/* rd or rab among n ranks, B bytes each; a step with mask m < within stays in a
+ * host (the fold's pairs too when within > 1), the others cross hosts with
+ * `share` ranks of a host at once. rab_half: one half of rab (reduce-scatter
+ * with gamma, or all-gather without), else rd or whole rab. */
+enum pairwise { PW_RD, PW_RAB, PW_RAB_RS, PW_RAB_AG };
+static double pairwise_cost(const struct hvdl_cost_model *c, enum pairwise kind, int n, int within,
+                            int share, double b) {
+  int p = 1;
+  while (p <= n / 2) p *= 2;
+  double t = 0;
+  for (int m = 1; m < p; m *= 2) {
+    const int across = m >= within;
+    if (kind == PW_RD) {
+      t += step(c, across, share, b) + b * c->gamma;
+    } else {
+      const double piece = b / (2.0 * m);
+      if (kind != PW_RAB_AG) t += step(c, across, share, piece) + piece * c->gamma;
+      if (kind != PW_RAB_RS) t += step(c, across, share, piece);
+    }
+  }
+  if (p == n) return t;
+  const int fold_across = within <= 1;
+  if (kind != PW_RAB_AG) t += step(c, fold_across, share, b) + b * c->gamma;
+  if (kind != PW_RAB_RS) t += step(c, fold_across, share, b);
+  return t;
+}
+
+/* The cheaper of rd and rab across the hosts for hier's lanes of B/P bytes. */
+static hvdlAlgorithm_t hier_across(const hvdlComm_t comm, double b, double *cost) {
+  const double lane = b / comm->lanes;
+  const double rd = pairwise_cost(&comm->model, PW_RD, comm->hosts, 1, comm->lanes, lane);
+  const double rab = pairwise_cost(&comm->model, PW_RAB, comm->hosts, 1, comm->lanes, lane);
+  if (cost) *cost = rab < rd ? rab : rd;
+  return rab < rd ? hvdlAlgoRabenseifner : hvdlAlgoRecursiveDoubling;
+}
+
+static hvdlResult_t hier_allreduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                   size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
+  const hvdlAlgorithm_t across = hier_across(comm, (double)count * hvdl_type_size(dt), NULL);
+  return hvdl_allreduce_hier_p2p(comm, across, sendbuff, recvbuff, count, dt, op);
 }
 
 static double ring_cost(int n, double alpha, double beta, double gamma, double b) {
@@ -131,24 +164,20 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) 
   const int n = comm->size, L = comm->local_size, H = comm->hosts;
   const double b = (double)bytes;
   const int link = H > 1 ? HVDL_LINK_INTER : HVDL_LINK_INTRA;
-  int p = 1;
-  while (p <= n / 2) p *= 2;
-  double t = 0;
   switch (algo) {
     case hvdlAlgoRing:
       return ring_cost(n, c->alpha[link], c->beta[link], c->gamma, b);
     case hvdlAlgoRecursiveDoubling:
-      for (int m = 1; m < p; m *= 2) t += pair_step(comm, m, b) + b * c->gamma;
-      return t + fold_cost(comm, p, b);
     case hvdlAlgoRabenseifner:
-      for (int m = 1; m < p; m *= 2) t += 2 * pair_step(comm, m, b / (2.0 * m)) + b / (2.0 * m) * c->gamma;
-      return t + fold_cost(comm, p, b);
-    case hvdlAlgoHierarchical:
-      if (!hier_allreduce || H <= 1 || L <= 1) return -1;
-      /* within: a ring reduce-scatter and all-gather; across: L rings of B/L at once */
-      return ring_cost(L, c->alpha[HVDL_LINK_INTRA], c->beta[HVDL_LINK_INTRA], c->gamma, b) +
-             ring_cost(H, c->alpha[HVDL_LINK_INTER], c->beta[HVDL_LINK_INTER] * L, c->gamma,
-                       b / L);
+      /* ranks placed by host: steps with mask < L stay within one */
+      return pairwise_cost(c, algo == hvdlAlgoRabenseifner ? PW_RAB : PW_RD, n, H > 1 ? L : n, L, b);
+    case hvdlAlgoHierarchical: {
+      if (!comm->hier_usable || L <= 1) return -1;
+      double across;
+      hier_across(comm, b, &across);
+      return pairwise_cost(c, PW_RAB_RS, L, L, 1, b) + across +
+             pairwise_cost(c, PW_RAB_AG, L, L, 1, b);
+    }
     case hvdlAlgoLatency: {
       /* MPI's all-gather: about log2(n) rounds, (n-1) * B received; then (n-1) * B reduced */
       int rounds = 0;

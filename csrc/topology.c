@@ -2,7 +2,8 @@
  * topology.c -- a rank's host layout, and sub-communicators of listed ranks.
  *
  * Local ranks are the ranks that share memory with this one
- * (MPI_COMM_TYPE_SHARED, ordered by rank); cross ranks are the ranks with the
+ * (MPI_COMM_TYPE_SHARED, ordered by rank; HVD_LITE_RANKS_PER_HOST=k cuts them into
+ * emulated hosts of k consecutive ranks, for tests); cross ranks are the ranks with the
  * same local rank, one per host, ordered by rank. Both communicators are made,
  * read and freed here: the engine keeps none of them.
  */
@@ -14,13 +15,30 @@
 /* MPI_Comm_create_group's tag for the subset communicator ("HV"). */
 #define SUBSET_TAG 0x4856
 
+hvdlResult_t hvdl_local_comm(MPI_Comm comm, MPI_Comm *local) {
+  int rank, k, err;
+  HVDL_CHECK(hvdl_config_ranks_per_host(&k));
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm shared;
+  err = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared);
+  if (err != MPI_SUCCESS) return hvdl_fail_mpi(NULL, err, "MPI_Comm_split_type");
+  if (k == 0) {
+    *local = shared;
+    return hvdlSuccess;
+  }
+  /* Emulated hosts of k ranks, inside the real ones: memory is still shared. */
+  err = MPI_Comm_split(shared, rank / k, rank, local);
+  MPI_Comm_free(&shared);
+  if (err != MPI_SUCCESS) return hvdl_fail_mpi(NULL, err, "MPI_Comm_split (HVD_LITE_RANKS_PER_HOST)");
+  return hvdlSuccess;
+}
+
 hvdlResult_t hvdl_topology(MPI_Comm comm, struct hvdl_topology *out) {
   MPI_Comm local = MPI_COMM_NULL, cross = MPI_COMM_NULL;
   int err;
   MPI_Comm_rank(comm, &out->rank);
   MPI_Comm_size(comm, &out->size);
-  err = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, out->rank, MPI_INFO_NULL, &local);
-  if (err != MPI_SUCCESS) return hvdl_fail_mpi(NULL, err, "MPI_Comm_split_type");
+  HVDL_CHECK(hvdl_local_comm(comm, &local));
   MPI_Comm_rank(local, &out->local_rank);
   MPI_Comm_size(local, &out->local_size);
   err = MPI_Comm_split(comm, out->local_rank, out->rank, &cross);

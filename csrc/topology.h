@@ -16,6 +16,11 @@ struct hvdl_topology {
   int cross_rank, cross_size;
 };
 
+/* Makes *local, the ranks of comm on this rank's host, in rank order (collective
+ * over comm): MPI_COMM_TYPE_SHARED, cut into hosts of k consecutive ranks when
+ * HVD_LITE_RANKS_PER_HOST=k (a testing aid). The caller frees *local. */
+hvdlResult_t hvdl_local_comm(MPI_Comm comm, MPI_Comm *local);
+
 /* Fills *out for the calling rank (collective over comm: every rank calls it).
  * hvdlSystemError with MPI's text if MPI fails. */
 hvdlResult_t hvdl_topology(MPI_Comm comm, struct hvdl_topology *out);

@@ -1,0 +1,168 @@
+/*
+ * allreduce_hier_p2p.c -- the hierarchical all-reduce over point-to-point
+ * messages, for ranks on several hosts: within each host, across hosts, within
+ * each host again.
+ *
+ * The layout (hvdl_hier_init, at communicator creation). H hosts of L ranks
+ * each (hvdl_local_comm: MPI_COMM_TYPE_SHARED, or hosts of k consecutive ranks
+ * with HVD_LITE_RANKS_PER_HOST=k). The local group is this rank's host, in rank
+ * order; the cross group is the ranks with this rank's local rank, one per
+ * host, in rank order. Hosts of different sizes are refused (the algorithm is
+ * then no candidate, and forcing it fails at init): a host's blocks below
+ * depend on its L, and the ranks that carry block b across hosts must hold the
+ * same range on every host.
+ *
+ * The schedule at local rank j, B bytes, P = the largest power of two <= L,
+ * the buffer cut into P blocks (allreduce_rab.c's cut):
+ *
+ *   1. within the host    Rabenseifner's reduce-scatter over the local group
+ *                         (hvdl_rab_reduce_scatter; recursive halving, with
+ *                         pair.h's fold when L is not a power of two): local
+ *                         virtual rank v ends holding the host's partial of its
+ *                         block range (one block), each element reduced once in
+ *                         the fold's fixed order; a folded-out rank only hands
+ *                         its input to its partner
+ *   2. across hosts       the ranks that hold the same block range -- the same
+ *                         local rank on every host, since every host has the
+ *                         same L -- all-reduce it in place over the cross
+ *                         group, with recursive doubling or Rabenseifner (the
+ *                         one the cost model picks for H ranks and B/P bytes,
+ *                         select.c); the P ranges in parallel. Avg divides by
+ *                         the number of ranks here, once
+ *   3. within the host    Rabenseifner's all-gather over the local group
+ *                         (hvdl_rab_all_gather; recursive doubling), and the
+ *                         fold's result back to the folded-out ranks
+ *
+ * Bitwise identity. Each element's host partial is computed once, by the
+ * holder of its block, in the local group's fixed order (pair.h's combining
+ * rule); the cross all-reduce of a block gives its holders on all hosts the
+ * same bytes (rd's and rab's own guarantee, allreduce_rd.c, allreduce_rab.c),
+ * divided alike; phase 3 only copies them. So every rank ends with the same
+ * bytes, in place or not and on every rerun. The order (each host's ranks
+ * first, then the hosts) differs from the flat algorithms', so a float sum may
+ * differ from theirs in its last bits.
+ *
+ * Waits, errors and faults are pair.c's (hvdl_pair_exchange on the
+ * communicator's own MPI communicator): the watch hook, the data timeout, the
+ * injected faults and the abandoning of requests after a failure hold in every
+ * phase. The local and cross peers are distinct ranks, and every exchange ends
+ * before the next starts, so the phases' messages cannot be confused.
+ *
+ * Cost per rank (B bytes, L and H powers of two): log2(L) steps within the
+ * host each way, (L-1)/L * B sent and received in each; across hosts
+ * log2(H) steps of B/L (rd) or 2 log2(H) steps carrying 2(H-1)/H * B/L (rab),
+ * with the host's L ranks sending through its NIC at once: each NIC carries one
+ * copy's worth, (H-1)/H * B each way per half, instead of L times that for the
+ * flat algorithms' steps across hosts. A folded L adds two steps of B within
+ * the host; a folded H two steps of B/P across.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "pair.h"
+#include "topology.h"
+
+struct hvdl_hier {
+  int usable;             /* more than one host, all of the same size */
+  int hosts, local_size;  /* H, and the most ranks on one host */
+  int lanes;              /* P, the largest power of two <= L */
+  char why[160];          /* why not usable */
+  struct hvdl_group local, cross;
+  int ranks[];            /* the local group's ranks, then the cross group's */
+};
+
+/* Each rank's group in comm's numbering: member i of sub is ranks[i] of comm. */
+static hvdlResult_t translate(MPI_Comm sub, MPI_Comm comm, int n, int *ranks) {
+  MPI_Group gs, gc;
+  int err = MPI_Comm_group(sub, &gs);
+  if (err == MPI_SUCCESS) err = MPI_Comm_group(comm, &gc);
+  if (err != MPI_SUCCESS) return hvdl_fail_mpi(NULL, err, "MPI_Comm_group in hvdl_hier_init");
+  int *in = malloc(sizeof(int) * (size_t)n);
+  if (!in) err = MPI_ERR_NO_MEM;
+  for (int i = 0; in && i < n; i++) in[i] = i;
+  if (in) err = MPI_Group_translate_ranks(gs, n, in, gc, ranks);
+  free(in);
+  MPI_Group_free(&gs);
+  MPI_Group_free(&gc);
+  if (err != MPI_SUCCESS) return hvdl_fail_mpi(NULL, err, "MPI_Group_translate_ranks in hvdl_hier_init");
+  return hvdlSuccess;
+}
+
+static hvdlResult_t build(hvdlComm_t comm, MPI_Comm local, MPI_Comm cross, struct hvdl_hier **out) {
+  int lr, ls, cr, cs;
+  MPI_Comm_rank(local, &lr);
+  MPI_Comm_size(local, &ls);
+  MPI_Comm_rank(cross, &cr);
+  MPI_Comm_size(cross, &cs);
+  /* hosts (one leader each), the largest and the smallest host */
+  int v[3] = {lr == 0, ls, -ls};
+  HVDL_MPI(NULL, MPI_Allreduce(MPI_IN_PLACE, &v[0], 1, MPI_INT, MPI_SUM, comm->mpi));
+  HVDL_MPI(NULL, MPI_Allreduce(MPI_IN_PLACE, &v[1], 2, MPI_INT, MPI_MAX, comm->mpi));
+  struct hvdl_hier *h = calloc(1, sizeof *h + sizeof(int) * (size_t)(ls + cs));
+  if (!h) return hvdl_fail(NULL, hvdlSystemError, "hvdl_hier_init: out of memory");
+  h->hosts = v[0];
+  h->local_size = v[1];
+  h->lanes = 1;
+  while (h->lanes <= ls / 2) h->lanes *= 2;
+  if (h->hosts <= 1)
+    snprintf(h->why, sizeof h->why, "all %d ranks are on one host", comm->size);
+  else if (v[1] != -v[2])
+    snprintf(h->why, sizeof h->why,
+             "the %d hosts have different numbers of ranks (%d to %d); it needs the same on each",
+             h->hosts, -v[2], v[1]);
+  h->usable = h->why[0] == '\0';
+  hvdlResult_t res = translate(local, comm->mpi, ls, h->ranks);
+  if (res == hvdlSuccess) res = translate(cross, comm->mpi, cs, h->ranks + ls);
+  if (res != hvdlSuccess) {
+    free(h);
+    return res;
+  }
+  h->local = (struct hvdl_group){.size = ls, .rank = lr, .ranks = h->ranks, .divisor = (uint64_t)ls};
+  h->cross = (struct hvdl_group){.size = cs, .rank = cr, .ranks = h->ranks + ls,
+                                 .divisor = (uint64_t)comm->size};
+  *out = h;
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_hier_init(hvdlComm_t comm, struct hvdl_hier **out) {
+  MPI_Comm local = MPI_COMM_NULL, cross = MPI_COMM_NULL;
+  *out = NULL;
+  HVDL_CHECK(hvdl_local_comm(comm->mpi, &local));
+  int lr;
+  MPI_Comm_rank(local, &lr);
+  const int err = MPI_Comm_split(comm->mpi, lr, comm->rank, &cross);
+  hvdlResult_t res = err == MPI_SUCCESS ? build(comm, local, cross, out)
+                                        : hvdl_fail_mpi(NULL, err, "MPI_Comm_split in hvdl_hier_init");
+  MPI_Comm_free(&local);
+  if (cross != MPI_COMM_NULL) MPI_Comm_free(&cross);
+  return res;
+}
+
+void hvdl_hier_layout(const struct hvdl_hier *h, int *hosts, int *local_size, int *lanes,
+                      const char **why) {
+  *hosts = h->hosts;
+  *local_size = h->local_size;
+  *lanes = h->lanes;
+  *why = h->usable ? NULL : h->why;
+}
+
+hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, hvdlAlgorithm_t across,
+                                     const void *sendbuff, void *recvbuff, size_t count,
+                                     hvdlDataType_t dt, hvdlRedOp_t op) {
+  const struct hvdl_hier *h = comm->hier;
+  if (!h || !h->usable)
+    return hvdl_fail(comm, hvdlInternalError, "hierarchical all-reduce on an unusable layout: %s",
+                     h ? h->why : "none");
+  struct hvdl_halving half;
+  HVDL_CHECK(hvdl_rab_reduce_scatter(comm, &h->local, sendbuff, recvbuff, count, dt, op, &half));
+  if (half.f.vrank >= 0) {
+    const size_t b0 = hvdl_rab_block(count, half.f.p, half.lo[half.steps]);
+    const size_t b1 = hvdl_rab_block(count, half.f.p, half.hi[half.steps]);
+    char *lane = (char *)recvbuff + b0 * hvdl_type_size(dt);
+    if (b1 > b0)
+      HVDL_CHECK(across == hvdlAlgoRabenseifner
+                     ? hvdl_allreduce_rab_group(comm, &h->cross, lane, lane, b1 - b0, dt, op)
+                     : hvdl_allreduce_rd_group(comm, &h->cross, lane, lane, b1 - b0, dt, op));
+  }
+  return hvdl_rab_all_gather(comm, &h->local, recvbuff, count, dt, &half);
+}
