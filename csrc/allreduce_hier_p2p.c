@@ -146,18 +146,18 @@ void hvdl_hier_layout(const struct hvdl_hier *h, int *hosts, int *local_size, in
   *why = h->usable ? NULL : h->why;
 }
 
-hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, hvdlAlgorithm_t across,
+hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t across,
                                      const void *sendbuff, void *recvbuff, size_t count,
                                      hvdlDataType_t dt, hvdlRedOp_t op) {
   const struct hvdl_hier *h = comm->hier;
   if (!h || !h->usable)
     return hvdl_fail(comm, hvdlInternalError, "hierarchical all-reduce on an unusable layout: %s",
                      h ? h->why : "none");
-  struct hvdl_halving half;
+  struct hvdl_halving half = {.blocks = lanes};
   HVDL_CHECK(hvdl_rab_reduce_scatter(comm, &h->local, sendbuff, recvbuff, count, dt, op, &half));
-  if (half.f.vrank >= 0) {
-    const size_t b0 = hvdl_rab_block(count, half.f.p, half.lo[half.steps]);
-    const size_t b1 = hvdl_rab_block(count, half.f.p, half.hi[half.steps]);
+  if (half.holds) {
+    const size_t b0 = hvdl_rab_block(count, half.blocks, half.lo[half.steps]);
+    const size_t b1 = hvdl_rab_block(count, half.blocks, half.hi[half.steps]);
     char *lane = (char *)recvbuff + b0 * hvdl_type_size(dt);
     if (b1 > b0)
       HVDL_CHECK(across == hvdlAlgoRabenseifner

@@ -63,9 +63,12 @@ hvdlResult_t hvdl_rab_reduce_scatter(hvdlComm_t comm, const struct hvdl_group *g
   struct hvdl_scratch *s = &comm->scratch;
   struct hvdl_fold *f = &h->f;
   hvdl_fold_plan(g->size, r, f);
+  if (h->blocks <= 0 || h->blocks > f->p) h->blocks = f->p;
+  const int whole = f->p / h->blocks; /* the steps with mask m < whole move whole buffers */
   h->steps = 0;
+  h->holds = f->vrank >= 0;
   h->lo[0] = 0;
-  h->hi[0] = f->p;
+  h->hi[0] = h->blocks;
   char *out = recvbuff;
   const char *cur = sendbuff; /* what this rank holds: its input until the first combine */
 
@@ -81,11 +84,27 @@ hvdlResult_t hvdl_rab_reduce_scatter(hvdlComm_t comm, const struct hvdl_group *g
   int *lo = h->lo, *hi = h->hi, steps = 0;
   for (int m = 1; m < f->p; m *= 2, steps++) {
     const int peer = hvdl_group_peer(g, hvdl_fold_rank(f, f->vrank ^ m)), lower = (f->vrank & m) == 0;
+    lo[steps + 1] = lo[steps];
+    hi[steps + 1] = hi[steps];
+    if (m < whole && !lower) { /* hand the whole partial to the lower partner, and stop */
+      HVDL_CHECK(hvdl_pair_exchange(comm, peer, RAB_TAG, cur, bytes, NULL, 0));
+      h->holds = 0;
+      h->steps = steps + 1;
+      return hvdlSuccess;
+    }
+    if (m < whole) {
+      HVDL_CHECK(hvdl_pair_exchange(comm, peer, RAB_TAG, NULL, 0, s->work, bytes));
+      hvdl_pair_combine(out, cur, s->work, 1, count, dt, op);
+      cur = out;
+      continue;
+    }
     const int mid = (lo[steps] + hi[steps]) / 2;
     const int keep_lo = lower ? lo[steps] : mid, keep_hi = lower ? mid : hi[steps];
     const int send_lo = lower ? mid : lo[steps], send_hi = lower ? hi[steps] : mid;
-    const size_t k0 = hvdl_rab_block(count, f->p, keep_lo), k1 = hvdl_rab_block(count, f->p, keep_hi);
-    const size_t s0 = hvdl_rab_block(count, f->p, send_lo), s1 = hvdl_rab_block(count, f->p, send_hi);
+    const size_t k0 = hvdl_rab_block(count, h->blocks, keep_lo);
+    const size_t k1 = hvdl_rab_block(count, h->blocks, keep_hi);
+    const size_t s0 = hvdl_rab_block(count, h->blocks, send_lo);
+    const size_t s1 = hvdl_rab_block(count, h->blocks, send_hi);
     HVDL_CHECK(hvdl_pair_exchange(comm, peer, RAB_TAG, cur + s0 * esize, (s1 - s0) * esize,
                                   s->work, (k1 - k0) * esize));
     hvdl_pair_combine(out + k0 * esize, cur + k0 * esize, s->work, lower, k1 - k0, dt, op);
@@ -103,18 +122,27 @@ hvdlResult_t hvdl_rab_all_gather(hvdlComm_t comm, const struct hvdl_group *g, vo
   const int r = g->rank;
   const size_t esize = hvdl_type_size(dt), bytes = count * esize;
   const struct hvdl_fold *f = &h->f;
-  const int *lo = h->lo, *hi = h->hi;
+  const int *lo = h->lo, *hi = h->hi, whole = f->p / h->blocks;
   char *out = recvbuff;
   if (f->vrank < 0) /* an even rank of a pair: take back the result */
     return hvdl_pair_exchange(comm, hvdl_group_peer(g, r + 1), RAB_TAG, NULL, 0, recvbuff, bytes);
-  /* Undo the halving, the last step first. */
-  for (int j = h->steps - 1, m = f->p / 2; j >= 0; j--, m /= 2) {
+  /* Undo the steps, the last one first. */
+  for (int j = h->steps - 1; j >= 0; j--) {
+    const int m = 1 << j;
     const int peer = hvdl_group_peer(g, hvdl_fold_rank(f, f->vrank ^ m));
-    const size_t h0 = hvdl_rab_block(count, f->p, lo[j + 1]), h1 = hvdl_rab_block(count, f->p, hi[j + 1]);
+    if (m < whole) { /* whole buffers: the rank that handed its partial over gets the result */
+      const int gets = j == h->steps - 1 && !h->holds;
+      HVDL_CHECK(hvdl_pair_exchange(comm, peer, RAB_TAG, gets ? NULL : out, gets ? 0 : bytes,
+                                    gets ? out : NULL, gets ? bytes : 0));
+      continue;
+    }
+    const size_t h0 = hvdl_rab_block(count, h->blocks, lo[j + 1]);
+    const size_t h1 = hvdl_rab_block(count, h->blocks, hi[j + 1]);
     /* The partner holds the half of [lo[j], hi[j]) that this rank gave away. */
     const int other_lo = lo[j + 1] == lo[j] ? hi[j + 1] : lo[j];
     const int other_hi = lo[j + 1] == lo[j] ? hi[j] : lo[j + 1];
-    const size_t o0 = hvdl_rab_block(count, f->p, other_lo), o1 = hvdl_rab_block(count, f->p, other_hi);
+    const size_t o0 = hvdl_rab_block(count, h->blocks, other_lo);
+    const size_t o1 = hvdl_rab_block(count, h->blocks, other_hi);
     HVDL_CHECK(hvdl_pair_exchange(comm, peer, RAB_TAG, out + h0 * esize, (h1 - h0) * esize,
                                   out + o0 * esize, (o1 - o0) * esize));
   }
@@ -126,11 +154,11 @@ hvdlResult_t hvdl_rab_all_gather(hvdlComm_t comm, const struct hvdl_group *g, vo
 hvdlResult_t hvdl_allreduce_rab_group(hvdlComm_t comm, const struct hvdl_group *g,
                                       const void *sendbuff, void *recvbuff, size_t count,
                                       hvdlDataType_t dt, hvdlRedOp_t op) {
-  struct hvdl_halving h;
+  struct hvdl_halving h = {.blocks = 0}; /* p blocks: every step halves */
   HVDL_CHECK(hvdl_rab_reduce_scatter(comm, g, sendbuff, recvbuff, count, dt, op, &h));
-  if (op == hvdlAvg && h.f.vrank >= 0) { /* the one block left is final: divide it */
-    const size_t b0 = hvdl_rab_block(count, h.f.p, h.lo[h.steps]);
-    const size_t b1 = hvdl_rab_block(count, h.f.p, h.hi[h.steps]);
+  if (op == hvdlAvg && h.holds) { /* the one block left is final: divide it */
+    const size_t b0 = hvdl_rab_block(count, h.blocks, h.lo[h.steps]);
+    const size_t b1 = hvdl_rab_block(count, h.blocks, h.hi[h.steps]);
     hvdl_divide((char *)recvbuff + b0 * hvdl_type_size(dt), b1 - b0, dt, g->divisor);
   }
   return hvdl_rab_all_gather(comm, g, recvbuff, count, dt, &h);

@@ -209,12 +209,14 @@ hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *rec
  * host layout (topology.c's hvdl_local_comm) into *out (freed with free());
  * hvdl_hier_layout reads it: hosts, the most ranks on one, the lanes carried
  * across hosts per host, and why the algorithm cannot run there (NULL: it can).
- * The algorithm all-reduces each lane across hosts with `across` (rd or rab). */
+ * The algorithm cuts the buffer into `lanes` lanes (a power of two, at most the
+ * largest <= the ranks on a host) and all-reduces each across hosts with
+ * `across` (rd or rab). */
 struct hvdl_hier;
 hvdlResult_t hvdl_hier_init(hvdlComm_t comm, struct hvdl_hier **out);
 void hvdl_hier_layout(const struct hvdl_hier *h, int *hosts, int *local_size, int *lanes,
                       const char **why);
-hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, hvdlAlgorithm_t across,
+hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t across,
                                      const void *sendbuff, void *recvbuff, size_t count,
                                      hvdlDataType_t dt, hvdlRedOp_t op);
 

@@ -65,15 +65,21 @@ static inline int hvdl_group_peer(const struct hvdl_group *g, int i) {
 }
 
 /* Recursive halving and doubling (allreduce_rab.c) in two halves, for the
- * hierarchical all-reduce. count is cut into f.p blocks (ring.c's cut);
- * hvdl_rab_reduce_scatter leaves this rank's range of them, [lo[steps],
- * hi[steps]), reduced over the group (Avg not divided) in recvbuff, or, for a
- * rank folded out (f.vrank < 0), only hands its input over; hvdl_rab_all_gather
- * (the same plan) brings every block to every member. Between the two a caller
- * may change the held range's bytes (all members of the group alike). */
+ * hierarchical all-reduce. count is cut into `blocks` blocks (ring.c's cut; a
+ * power of two <= f.p, set by the caller; 0 or more than f.p: f.p). The steps
+ * with mask m < f.p / blocks move whole buffers, a binomial reduce: the rank
+ * with bit m set hands its partial to its partner and stops (holds = 0); the
+ * others halve as rab does. hvdl_rab_reduce_scatter leaves a holding rank's
+ * range of blocks, [lo[steps], hi[steps]), reduced over the group (Avg not
+ * divided) in recvbuff; a rank folded out (f.vrank < 0) only hands its input
+ * over. hvdl_rab_all_gather (the same plan) undoes every step, bringing every
+ * block to every member. Between the two a caller may change the held range's
+ * bytes (all holders of it alike). Every block's reduction is the same
+ * balanced tree whatever `blocks` is. */
 struct hvdl_halving {
+  int blocks;  /* in: how many blocks, out: as used */
   struct hvdl_fold f;
-  int steps;
+  int steps, holds;
   int lo[PAIR_MAX_STEPS + 1], hi[PAIR_MAX_STEPS + 1];
 };
 hvdlResult_t hvdl_rab_reduce_scatter(hvdlComm_t comm, const struct hvdl_group *g,

@@ -24,12 +24,16 @@
  *         overlaps reducing with receiving, segment by segment
  *   rd    sum over m = 1 .. p/2 of  alpha + B * beta * contention + B * gamma
  *   rab   sum over m of  2 alpha + 2 * B/2m * beta * contention + B/2m * gamma
- *   (rd, rab: n > p adds 2 (alpha + B beta) + B gamma, within a host)
- *   hier  rab's reduce-scatter within a host (its steps and fold within), the
- *         cheaper of rd and rab across the H hosts on B/P bytes with P ranks
- *         of a host sending at once (P = largest power of two <= L; every
- *         step across, the fold's too), rab's all-gather within a host. The
- *         cheaper one is also what hier runs across hosts
+ *   (rd, rab: n > p adds 2 (alpha + B beta) + B gamma, within a host; across
+ *   when L = 1)
+ *   hier  with `lanes` lanes (hier_lanes: P = the largest power of two <= L,
+ *         fewer for small B): within a host, log2(P/lanes) steps of B (a
+ *         binomial reduce) then halving steps of B/2, B/4 ... and the fold's
+ *         step of B; across the H hosts, rd or rab (below) on
+ *         B/lanes bytes with `lanes` ranks of a host sending at once (every
+ *         step across, the fold's too); within a host again, the same steps
+ *         without gamma. Across: rd for lanes up to 8 KiB, rab above (a
+ *         crossover measured in the simulation: hier_across)
  *
  * The terms come from config.c (defaults, or HVD_LITE_COST_MODEL_FILE). Every
  * rank must choose the same algorithm, so at init rank 0's terms, forced
@@ -114,9 +118,8 @@ static double step(const struct hvdl_cost_model *c, int across, int share, doubl
 
 /* rd or rab among n ranks, B bytes each; a step with mask m < within stays in a
  * host (the fold's pairs too when within > 1), the others cross hosts with
- * `share` ranks of a host at once. rab_half: one half of rab (reduce-scatter
- * with gamma, or all-gather without), else rd or whole rab. */
-enum pairwise { PW_RD, PW_RAB, PW_RAB_RS, PW_RAB_AG };
+ * `share` ranks of a host at once. */
+enum pairwise { PW_RD, PW_RAB };
 static double pairwise_cost(const struct hvdl_cost_model *c, enum pairwise kind, int n, int within,
                             int share, double b) {
   int p = 1;
@@ -124,34 +127,67 @@ static double pairwise_cost(const struct hvdl_cost_model *c, enum pairwise kind,
   double t = 0;
   for (int m = 1; m < p; m *= 2) {
     const int across = m >= within;
-    if (kind == PW_RD) {
-      t += step(c, across, share, b) + b * c->gamma;
-    } else {
-      const double piece = b / (2.0 * m);
-      if (kind != PW_RAB_AG) t += step(c, across, share, piece) + piece * c->gamma;
-      if (kind != PW_RAB_RS) t += step(c, across, share, piece);
-    }
+    const double piece = kind == PW_RD ? b : b / (2.0 * m);
+    t += step(c, across, share, piece) + piece * c->gamma;
+    if (kind == PW_RAB) t += step(c, across, share, piece);
   }
   if (p == n) return t;
   const int fold_across = within <= 1;
-  if (kind != PW_RAB_AG) t += step(c, fold_across, share, b) + b * c->gamma;
-  if (kind != PW_RAB_RS) t += step(c, fold_across, share, b);
-  return t;
+  return t + 2 * step(c, fold_across, share, b) + b * c->gamma;
 }
 
-/* The cheaper of rd and rab across the hosts for hier's lanes of B/P bytes. */
-static hvdlAlgorithm_t hier_across(const hvdlComm_t comm, double b, double *cost) {
-  const double lane = b / comm->lanes;
-  const double rd = pairwise_cost(&comm->model, PW_RD, comm->hosts, 1, comm->lanes, lane);
-  const double rab = pairwise_cost(&comm->model, PW_RAB, comm->hosts, 1, comm->lanes, lane);
-  if (cost) *cost = rab < rd ? rab : rd;
-  return rab < rd ? hvdlAlgoRabenseifner : hvdlAlgoRecursiveDoubling;
+/* hier's lanes for B bytes: P (the largest power of two <= L), halved while a
+ * lane would carry less than HIER_LANE_BYTES. A message across hosts costs about
+ * the same from 256 B to 4 KiB in the simulation (4.0-4.7 us an exchange, SMPI's
+ * size-dependent factors; docs/scale.md), so lanes smaller than that buy nothing
+ * across hosts, and each halving of the lanes saves a step within the host: at 64
+ * simulated ranks, 4 KiB took 25.6 us on 8 lanes, 24.4 on 4, 21.1 on 2, 22.6 on 1. */
+#define HIER_LANE_BYTES 2048.0
+static int hier_lanes(const hvdlComm_t comm, double b) {
+  int lanes = comm->lanes;
+  while (lanes > 1 && b / lanes < HIER_LANE_BYTES) lanes /= 2;
+  return lanes;
+}
+
+/* What hier runs across the hosts on lanes of B/lanes bytes, and the model's
+ * time for it: recursive doubling up to HIER_RD_LANE_BYTES a lane, Rabenseifner
+ * above. The model's one latency across hosts (10 us in sim/model.conf, between
+ * SMPI's 4 us for small messages and 23 us for large ones) put the crossover at
+ * 35 KiB lanes; the simulation at 64 ranks has it between 8 and 16 KiB (rd
+ * against rab across: 16 KiB per rank 27.6 against 42.0 us, 64 KiB 45.2 against
+ * 54.9, 128 KiB 97.5 against 73.8, 256 KiB 157.6 against 121.1; docs/scale.md). */
+#define HIER_RD_LANE_BYTES 8192.0
+static hvdlAlgorithm_t hier_across(const hvdlComm_t comm, int lanes, double b, double *cost) {
+  const double lane = b / lanes;
+  const hvdlAlgorithm_t a = lane <= HIER_RD_LANE_BYTES ? hvdlAlgoRecursiveDoubling
+                                                       : hvdlAlgoRabenseifner;
+  if (cost)
+    *cost = pairwise_cost(&comm->model, a == hvdlAlgoRabenseifner ? PW_RAB : PW_RD, comm->hosts, 1,
+                          lanes, lane);
+  return a;
+}
+
+/* hier within a host, one way (reduce-scatter with gamma, all-gather without):
+ * the whole-buffer steps while m < P/lanes, then halving steps, and the fold. */
+static double hier_within(const struct hvdl_cost_model *c, int L, int lanes, double b, int reduce) {
+  int p = 1;
+  while (p <= L / 2) p *= 2;
+  const int whole = p / lanes;
+  double t = 0;
+  for (int m = 1; m < p; m *= 2) {
+    const double piece = m < whole ? b : b * whole / (2.0 * m);
+    t += step(c, 0, 1, piece) + (reduce ? piece * c->gamma : 0);
+  }
+  if (p < L) t += step(c, 0, 1, b) + (reduce ? b * c->gamma : 0);
+  return t;
 }
 
 static hvdlResult_t hier_allreduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                    size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
-  const hvdlAlgorithm_t across = hier_across(comm, (double)count * hvdl_type_size(dt), NULL);
-  return hvdl_allreduce_hier_p2p(comm, across, sendbuff, recvbuff, count, dt, op);
+  const double b = (double)count * hvdl_type_size(dt);
+  const int lanes = hier_lanes(comm, b);
+  const hvdlAlgorithm_t across = hier_across(comm, lanes, b, NULL);
+  return hvdl_allreduce_hier_p2p(comm, lanes, across, sendbuff, recvbuff, count, dt, op);
 }
 
 static double ring_cost(int n, double alpha, double beta, double gamma, double b) {
@@ -173,10 +209,10 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) 
       return pairwise_cost(c, algo == hvdlAlgoRabenseifner ? PW_RAB : PW_RD, n, H > 1 ? L : n, L, b);
     case hvdlAlgoHierarchical: {
       if (!comm->hier_usable || L <= 1) return -1;
+      const int lanes = hier_lanes(comm, b);
       double across;
-      hier_across(comm, b, &across);
-      return pairwise_cost(c, PW_RAB_RS, L, L, 1, b) + across +
-             pairwise_cost(c, PW_RAB_AG, L, L, 1, b);
+      hier_across(comm, lanes, b, &across);
+      return hier_within(c, L, lanes, b, 1) + across + hier_within(c, L, lanes, b, 0);
     }
     case hvdlAlgoLatency: {
       /* MPI's all-gather: about log2(n) rounds, (n-1) * B received; then (n-1) * B reduced */
