@@ -13,31 +13,32 @@
  * same range on every host.
  *
  * The schedule at local rank j, B bytes, P = the largest power of two <= L,
- * the buffer cut into P blocks (allreduce_rab.c's cut):
+ * the buffer cut into `lanes` blocks (allreduce_rab.c's cut; lanes a power of
+ * two <= P, chosen by select.c: P, or fewer when a lane would be small):
  *
  *   1. within the host    Rabenseifner's reduce-scatter over the local group
- *                         (hvdl_rab_reduce_scatter; recursive halving, with
- *                         pair.h's fold when L is not a power of two): local
- *                         virtual rank v ends holding the host's partial of its
- *                         block range (one block), each element reduced once in
- *                         the fold's fixed order; a folded-out rank only hands
- *                         its input to its partner
- *   2. across hosts       the ranks that hold the same block range -- the same
- *                         local rank on every host, since every host has the
- *                         same L -- all-reduce it in place over the cross
- *                         group, with recursive doubling or Rabenseifner (the
- *                         one the cost model picks for H ranks and B/P bytes,
- *                         select.c); the P ranges in parallel. Avg divides by
- *                         the number of ranks here, once
- *   3. within the host    Rabenseifner's all-gather over the local group
- *                         (hvdl_rab_all_gather; recursive doubling), and the
- *                         fold's result back to the folded-out ranks
+ *                         (hvdl_rab_reduce_scatter, with pair.h's fold when L
+ *                         is not a power of two): log2(P/lanes) steps that
+ *                         hand the whole partial to the partner with bit m
+ *                         clear (a binomial reduce), then recursive halving
+ *                         among the ranks left; each of these ends holding the
+ *                         host's partial of one lane, each element reduced
+ *                         once in the fixed order; the others hold nothing
+ *   2. across hosts       the ranks that hold the same lane -- the same local
+ *                         rank on every host, since every host has the same L
+ *                         -- all-reduce it in place over the cross group, with
+ *                         recursive doubling or Rabenseifner (select.c's
+ *                         choice for H ranks and B/lanes bytes); the lanes in
+ *                         parallel. Avg divides by the number of ranks here, once
+ *   3. within the host    phase 1 undone (hvdl_rab_all_gather): recursive
+ *                         doubling of the lanes, then the whole result back to
+ *                         the ranks that handed theirs over, and the fold's
  *
  * Bitwise identity. Each element's host partial is computed once, by the
- * holder of its block, in the local group's fixed order (pair.h's combining
- * rule); the cross all-reduce of a block gives its holders on all hosts the
- * same bytes (rd's and rab's own guarantee, allreduce_rd.c, allreduce_rab.c),
- * divided alike; phase 3 only copies them. So every rank ends with the same
+ * holder of its lane, in the local group's balanced tree (pair.h's combining
+ * rule; the same tree for any number of lanes); the cross all-reduce of a lane
+ * gives its holders on all hosts the same bytes (rd's and rab's own guarantee,
+ * allreduce_rd.c, allreduce_rab.c), divided alike; phase 3 only copies them. So every rank ends with the same
  * bytes, in place or not and on every rerun. The order (each host's ranks
  * first, then the hosts) differs from the flat algorithms', so a float sum may
  * differ from theirs in its last bits.
@@ -48,13 +49,15 @@
  * phase. The local and cross peers are distinct ranks, and every exchange ends
  * before the next starts, so the phases' messages cannot be confused.
  *
- * Cost per rank (B bytes, L and H powers of two): log2(L) steps within the
- * host each way, (L-1)/L * B sent and received in each; across hosts
- * log2(H) steps of B/L (rd) or 2 log2(H) steps carrying 2(H-1)/H * B/L (rab),
- * with the host's L ranks sending through its NIC at once: each NIC carries one
- * copy's worth, (H-1)/H * B each way per half, instead of L times that for the
- * flat algorithms' steps across hosts. A folded L adds two steps of B within
- * the host; a folded H two steps of B/P across.
+ * Cost per rank (B bytes, L and H powers of two, lanes = L): log2(L) steps
+ * within the host each way, (L-1)/L * B sent and received in each; across
+ * hosts log2(H) steps of B/L (rd) or 2 log2(H) steps carrying 2(H-1)/H * B/L
+ * (rab), with the host's L ranks sending through its NIC at once. With rab
+ * across, these are exactly flat Rabenseifner's messages, ordered host-first;
+ * rd across takes log2(H) steps instead of 2 log2(H) and sends log2(H) * B
+ * per NIC. Fewer lanes turn the first halving steps within the host into
+ * steps of B. A folded L adds two steps of B within the host; a folded H two
+ * steps of B/lanes across.
  */
 #include <stdio.h>
 #include <stdlib.h>
