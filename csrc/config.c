@@ -121,7 +121,7 @@ size_t hvdl_small_bytes_default(int nranks, int hosts) {
 
 /* HVD_LITE_ALLREDUCE_ALGO's names, indexed by hvdlAlgorithm_t. */
 static const char *const algo_names[hvdlNumAlgos] = {"auto", "ring", "rd", "rab", "hier", "small",
-                                                     "shm"};
+                                                     "shm", "hier_p2p"};
 
 const char *hvdl_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumAlgos ? algo_names[algo] : "?";
@@ -190,7 +190,7 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
     if (a < 0)
       return hvdl_fail(NULL, hvdlInvalidArgument,
                        "HVD_LITE_ALLREDUCE_ALGO=%s is not valid: expected auto, ring, rd, rab, hier, "
-                       "shm or small", algo);
+                       "hier_p2p, shm or small", algo);
     config->allReduceAlgorithm = a;
   }
   const char *bcast = getenv("HVD_LITE_BROADCAST_ALGO");

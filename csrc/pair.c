@@ -23,6 +23,11 @@ int hvdl_fold_rank(const struct hvdl_fold *f, int v) {
   return v < f->rem ? 2 * v + 1 : v + f->rem;
 }
 
+struct hvdl_group hvdl_group_all(hvdlComm_t comm) {
+  return (struct hvdl_group){.size = comm->size, .rank = comm->rank, .ranks = NULL,
+                             .divisor = (uint64_t)comm->size};
+}
+
 void hvdl_pair_combine(void *out, const void *mine, const void *theirs, int mine_is_lower,
                        size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
   if (mine_is_lower)

@@ -11,6 +11,7 @@ time of each, the best SMPI algorithm, and hvd_lite / best (docs/scale.md).
     python sim/simulate.py --platform 8x8 --hvdl auto,ring,rd,rab --mpi ompi,mpich
     python sim/simulate.py --coll broadcast --platform 8x8 --sizes 4K,256K,4M --hvdl auto,chain,tree,scatter
     python sim/simulate.py --check --platform 8x8 --ranks 60   # the CI correctness run (exit 1 on a wrong bit)
+                                                               # (hier_p2p: on hosts of 4, and 8 hosts of 6)
 
 Needs Debian's libsimgrid-dev (smpicc, smpirun). The simulation settings, and why (docs/scale.md):
 MPI_Test and MPI_Iprobe cost 0.1 us of simulated time, without SMPI's growth of that cost over failed
@@ -37,7 +38,8 @@ PLATFORMS = {"host1x8": 1, "8x8": 8, "32x8": 32, "128x8": 128, "512x8": 512}
 # SMPI's all-reduce algorithms worth racing (its list: smpirun --cfg=smpi/allreduce:help).
 MPI_ALGOS = ["ompi", "mpich", "mvapich2", "impi", "rab_rdb", "rdb", "lr", "ompi_ring_segmented",
              "rab1", "rab2", "redbcast", "smp_rsag", "smp_rsag_rab", "smp_rdb", "smp_binomial"]
-HVDL_ALGOS = ["auto", "ring", "rd", "rab", "small"]
+# hier (shared memory within hosts) is not here: the driver runs without the shared-memory path.
+HVDL_ALGOS = ["auto", "ring", "rd", "rab", "hier_p2p", "small"]
 # Per collective: SMPI's --cfg name, hvd_lite's knob and algorithms, the SMPI algorithms raced by
 # default (SMPI's lists: smpirun ... --cfg=smpi/bcast:help names them in its error).
 COLLS = {
@@ -94,18 +96,21 @@ def build(verbose: bool = False) -> str:
     return out
 
 
-def hostfile(hosts: int) -> str:
-    path = os.path.join(BUILD, f"hosts_{hosts}x{RANKS_PER_HOST}")
+def hostfile(hosts: int, per_host: int = RANKS_PER_HOST) -> str:
+    path = os.path.join(BUILD, f"hosts_{hosts}x{per_host}")
     with open(path, "w") as f:
-        f.writelines(f"node-{i}:{RANKS_PER_HOST}\n" for i in range(hosts))
+        f.writelines(f"node-{i}:{per_host}\n" for i in range(hosts))
     return path
 
 
-def run_driver(driver: str, platform: str, side: str, algo: str, sizes, args, check=False):
+def run_driver(driver: str, platform: str, side: str, algo: str, sizes, args, check=False,
+               per_host=RANKS_PER_HOST, ranks=None, env_extra=None):
     """One smpirun: {bytes: parsed output line} for the sizes, run in one or two groups (buffers
-    that fit --memory-gib are checked; larger ones share memory and are not)."""
+    that fit --memory-gib are checked; larger ones share memory and are not). per_host ranks are
+    placed on a host (ranks: how many in all, default --ranks or every slot); env_extra: more
+    HVD_LITE_* variables."""
     hosts = PLATFORMS[platform]
-    ranks = args.ranks or hosts * RANKS_PER_HOST
+    ranks = ranks or args.ranks or hosts * per_host
     budget = args.memory_gib * (1 << 30)
     fits = [s for s in sizes if 3 * s * ranks <= budget]
     big = [s for s in sizes if s not in fits]
@@ -113,7 +118,7 @@ def run_driver(driver: str, platform: str, side: str, algo: str, sizes, args, ch
     for group, shared in ((fits, False), (big, True)):
         if not group:
             continue
-        env = dict(os.environ)
+        env = dict(os.environ, **(env_extra or {}))
         cfg = list(SIM_CFG)
         if not args.charge_compute:
             cfg.append("--cfg=smpi/simulate-computation:no")
@@ -128,7 +133,7 @@ def run_driver(driver: str, platform: str, side: str, algo: str, sizes, args, ch
             env["SIM_NO_CHECK"] = "1"
             cfg.append(f"--cfg=smpi/auto-shared-malloc-thresh:{min(group) // 2}")
         cmd = ["smpirun", "-np", str(ranks), "-platform",
-               os.path.join(HERE, "platforms", platform + ".xml"), "-hostfile", hostfile(hosts),
+               os.path.join(HERE, "platforms", platform + ".xml"), "-hostfile", hostfile(hosts, per_host),
                *cfg, driver, side, "--coll", args.coll, "--reps", str(args.reps)]
         if check:
             cmd.append("--check")
@@ -214,14 +219,21 @@ def main(argv=None) -> int:
 
     if args.check:  # every all-reduce and broadcast algorithm
         bad = 0
-        for coll, a in [("allreduce", a) for a in HVDL_ALGOS] + \
-                [("broadcast", a) for a in COLLS["broadcast"][2]]:
+        hosts = PLATFORMS[args.platform]
+        runs = [("allreduce", a, a, {}) for a in HVDL_ALGOS if a != "hier_p2p"]
+        if hosts > 1:  # hier_p2p needs hosts of one size: emulated hosts of 4, and 6 ranks a host
+            runs += [("allreduce", "hier_p2p", "hier_p2p/4",
+                      {"env_extra": {"HVD_LITE_RANKS_PER_HOST": "4"}}),
+                     ("allreduce", "hier_p2p", "hier_p2p/6",
+                      {"per_host": 6, "ranks": 6 * min(hosts, ranks // 6)})]
+        runs += [("broadcast", a, a, {}) for a in COLLS["broadcast"][2]]
+        for coll, a, label, how in runs:
             args.coll = coll
-            res = run_driver(driver, args.platform, "hvdl", a, sizes, args, check=True)
+            res = run_driver(driver, args.platform, "hvdl", a, sizes, args, check=True, **how)
             for s, r in sorted(res.items()):
                 ok = r["wrong"] == 0 and r["identical"] and not r["failed"]
                 bad += not ok
-                print(f"{args.platform} {coll} hvdl {a:7s} {human(s):>8s}: {r['algo']:7s} "
+                print(f"{args.platform} {coll} hvdl {label:10s} {human(s):>8s}: {r['algo']:8s} "
                       f"{fmt_time(r['time_s']):>10s} wrong {r['wrong']} identical {int(r['identical'])}"
                       f"{'' if ok else '  <-- FAILED'}")
         return 1 if bad else 0
