@@ -324,7 +324,7 @@ hvdlResult_t hvdl_broadcast_tree(hvdlComm_t comm, const void *sendbuff, void *re
                                  size_t count, hvdlDataType_t dt, int root);
 hvdlResult_t hvdl_broadcast_scatter(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                     size_t count, hvdlDataType_t dt, int root);
-/* select.c: the broadcast's choice for bytes (the same on every rank), the
+/* select_bcast.c: the broadcast's choice for bytes (the same on every rank), the
  * model's time for one (negative if not a candidate), and the run. */
 hvdlBroadcastAlgorithm_t hvdl_select_broadcast(hvdlComm_t comm, size_t bytes);
 double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo, size_t bytes);

@@ -9,7 +9,7 @@
  *                                        its shared-memory path (shm.h)
  *   Comm.pipe_peak_sends() -> int        the most sends its pipes had in flight (pipe.h)
  *   Comm.allreduce_plan(nbytes)          the all-reduce selector's choice and model (select.c)
- *   Comm.broadcast_plan(nbytes)          the broadcast selector's choice and model (select.c)
+ *   Comm.broadcast_plan(nbytes)          the broadcast selector's choice and model (select_bcast.c)
  *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor),
  *   scale_local(dst, src, dtype, factor)
  *                                        the reduction kernels (reduce.c) on local buffers
@@ -278,7 +278,7 @@ static PyObject *Comm_allreduce_plan(CommObject *self, PyObject *args) {
                        self->comm->hosts, "local_size", self->comm->local_size);
 }
 
-/* The broadcast selector's view of a call of nbytes (select.c). */
+/* The broadcast selector's view of a call of nbytes (select_bcast.c). */
 static PyObject *Comm_broadcast_plan(CommObject *self, PyObject *args) {
   unsigned long long nbytes;
   if (!PyArg_ParseTuple(args, "K", &nbytes)) return NULL;

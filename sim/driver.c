@@ -38,7 +38,7 @@
 
 #include "hvdl.h"
 
-/* The selector's view (csrc/select.c, internal.h): the simulation reports which
+/* The selectors' view (csrc/select.c, select_bcast.c, internal.h): the simulation reports which
  * algorithm ran and the cost model's time for it next to the simulated one. */
 hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes);
 double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
