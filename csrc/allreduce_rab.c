@@ -39,50 +39,72 @@
  * the most data (B/2, B/4, ...) and pair neighbours, which share a host when
  * ranks are placed by host; the steps across hosts carry B/2m. rem > 0 adds
  * two steps of B for the paired ranks.
+ *
+ * The two halves are also run on their own, over a host's ranks, by the
+ * hierarchical all-reduce (allreduce_hier_p2p.c; pair.h's groups).
  */
+#include <string.h>
+
 #include "pair.h"
 #include "reduce.h"
 
 #define RAB_TAG 0x4842 /* "HB" */
 
-/* Element offset of block k of p blocks of count. */
-static size_t block_at(size_t count, int p, int k) {
+size_t hvdl_rab_block(size_t count, int p, int k) {
   const size_t base = count / (size_t)p, rem = count % (size_t)p, uk = (size_t)k;
   return uk * base + (uk < rem ? uk : rem);
 }
 
-hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                                size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
-  const int r = comm->rank;
+hvdlResult_t hvdl_rab_reduce_scatter(hvdlComm_t comm, const struct hvdl_group *g,
+                                     const void *sendbuff, void *recvbuff, size_t count,
+                                     hvdlDataType_t dt, hvdlRedOp_t op, struct hvdl_halving *h) {
+  const int r = g->rank;
   const size_t esize = hvdl_type_size(dt), bytes = count * esize;
   struct hvdl_scratch *s = &comm->scratch;
-  struct hvdl_fold f;
-  hvdl_fold_plan(comm->size, r, &f);
+  struct hvdl_fold *f = &h->f;
+  hvdl_fold_plan(g->size, r, f);
+  if (h->blocks <= 0 || h->blocks > f->p) h->blocks = f->p;
+  const int whole = f->p / h->blocks; /* the steps with mask m < whole move whole buffers */
+  h->steps = 0;
+  h->holds = f->vrank >= 0;
+  h->lo[0] = 0;
+  h->hi[0] = h->blocks;
   char *out = recvbuff;
   const char *cur = sendbuff; /* what this rank holds: its input until the first combine */
 
-  if (f.vrank < 0) { /* an even rank of a pair: hand over the input, take back the result */
-    HVDL_CHECK(hvdl_pair_exchange(comm, r + 1, RAB_TAG, sendbuff, bytes, NULL, 0));
-    return hvdl_pair_exchange(comm, r + 1, RAB_TAG, NULL, 0, recvbuff, bytes);
-  }
+  if (f->vrank < 0) /* an even rank of a pair: hand over the input */
+    return hvdl_pair_exchange(comm, hvdl_group_peer(g, r + 1), RAB_TAG, sendbuff, bytes, NULL, 0);
   HVDL_CHECK(hvdl_reserve(comm, &s->work, &s->work_bytes, bytes));
-  if (r < 2 * f.rem) {
-    HVDL_CHECK(hvdl_pair_exchange(comm, r - 1, RAB_TAG, NULL, 0, s->work, bytes));
+  if (r < 2 * f->rem) {
+    HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), RAB_TAG, NULL, 0, s->work, bytes));
     hvdl_pair_combine(out, cur, s->work, 0, count, dt, op);
     cur = out;
   }
-
-  /* Reduce-scatter: lo[j], hi[j] is the block range held before step j. */
-  int lo[PAIR_MAX_STEPS + 1], hi[PAIR_MAX_STEPS + 1], steps = 0;
-  lo[0] = 0;
-  hi[0] = f.p;
-  for (int m = 1; m < f.p; m *= 2, steps++) {
-    const int peer = hvdl_fold_rank(&f, f.vrank ^ m), lower = (f.vrank & m) == 0;
+  /* lo[j], hi[j] is the block range held before step j. */
+  int *lo = h->lo, *hi = h->hi, steps = 0;
+  for (int m = 1; m < f->p; m *= 2, steps++) {
+    const int peer = hvdl_group_peer(g, hvdl_fold_rank(f, f->vrank ^ m)), lower = (f->vrank & m) == 0;
+    lo[steps + 1] = lo[steps];
+    hi[steps + 1] = hi[steps];
+    if (m < whole && !lower) { /* hand the whole partial to the lower partner, and stop */
+      HVDL_CHECK(hvdl_pair_exchange(comm, peer, RAB_TAG, cur, bytes, NULL, 0));
+      h->holds = 0;
+      h->steps = steps + 1;
+      return hvdlSuccess;
+    }
+    if (m < whole) {
+      HVDL_CHECK(hvdl_pair_exchange(comm, peer, RAB_TAG, NULL, 0, s->work, bytes));
+      hvdl_pair_combine(out, cur, s->work, 1, count, dt, op);
+      cur = out;
+      continue;
+    }
     const int mid = (lo[steps] + hi[steps]) / 2;
     const int keep_lo = lower ? lo[steps] : mid, keep_hi = lower ? mid : hi[steps];
     const int send_lo = lower ? mid : lo[steps], send_hi = lower ? hi[steps] : mid;
-    const size_t k0 = block_at(count, f.p, keep_lo), k1 = block_at(count, f.p, keep_hi);
-    const size_t s0 = block_at(count, f.p, send_lo), s1 = block_at(count, f.p, send_hi);
+    const size_t k0 = hvdl_rab_block(count, h->blocks, keep_lo);
+    const size_t k1 = hvdl_rab_block(count, h->blocks, keep_hi);
+    const size_t s0 = hvdl_rab_block(count, h->blocks, send_lo);
+    const size_t s1 = hvdl_rab_block(count, h->blocks, send_hi);
     HVDL_CHECK(hvdl_pair_exchange(comm, peer, RAB_TAG, cur + s0 * esize, (s1 - s0) * esize,
                                   s->work, (k1 - k0) * esize));
     hvdl_pair_combine(out + k0 * esize, cur + k0 * esize, s->work, lower, k1 - k0, dt, op);
@@ -90,22 +112,60 @@ hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *rec
     lo[steps + 1] = keep_lo;
     hi[steps + 1] = keep_hi;
   }
-  if (op == hvdlAvg) {
-    const size_t b0 = block_at(count, f.p, lo[steps]), b1 = block_at(count, f.p, hi[steps]);
-    hvdl_divide(out + b0 * esize, b1 - b0, dt, (uint64_t)comm->size);
-  }
+  h->steps = steps;
+  if (cur != out) memcpy(out, cur, bytes); /* a group of one */
+  return hvdlSuccess;
+}
 
-  /* All-gather: undo the halving, the last step first. */
-  for (int j = steps - 1, m = f.p / 2; j >= 0; j--, m /= 2) {
-    const int peer = hvdl_fold_rank(&f, f.vrank ^ m);
-    const size_t h0 = block_at(count, f.p, lo[j + 1]), h1 = block_at(count, f.p, hi[j + 1]);
+hvdlResult_t hvdl_rab_all_gather(hvdlComm_t comm, const struct hvdl_group *g, void *recvbuff,
+                                 size_t count, hvdlDataType_t dt, const struct hvdl_halving *h) {
+  const int r = g->rank;
+  const size_t esize = hvdl_type_size(dt), bytes = count * esize;
+  const struct hvdl_fold *f = &h->f;
+  const int *lo = h->lo, *hi = h->hi, whole = f->p / h->blocks;
+  char *out = recvbuff;
+  if (f->vrank < 0) /* an even rank of a pair: take back the result */
+    return hvdl_pair_exchange(comm, hvdl_group_peer(g, r + 1), RAB_TAG, NULL, 0, recvbuff, bytes);
+  /* Undo the steps, the last one first. */
+  for (int j = h->steps - 1; j >= 0; j--) {
+    const int m = 1 << j;
+    const int peer = hvdl_group_peer(g, hvdl_fold_rank(f, f->vrank ^ m));
+    if (m < whole) { /* whole buffers: the rank that handed its partial over gets the result */
+      const int gets = j == h->steps - 1 && !h->holds;
+      HVDL_CHECK(hvdl_pair_exchange(comm, peer, RAB_TAG, gets ? NULL : out, gets ? 0 : bytes,
+                                    gets ? out : NULL, gets ? bytes : 0));
+      continue;
+    }
+    const size_t h0 = hvdl_rab_block(count, h->blocks, lo[j + 1]);
+    const size_t h1 = hvdl_rab_block(count, h->blocks, hi[j + 1]);
     /* The partner holds the half of [lo[j], hi[j]) that this rank gave away. */
     const int other_lo = lo[j + 1] == lo[j] ? hi[j + 1] : lo[j];
     const int other_hi = lo[j + 1] == lo[j] ? hi[j] : lo[j + 1];
-    const size_t o0 = block_at(count, f.p, other_lo), o1 = block_at(count, f.p, other_hi);
+    const size_t o0 = hvdl_rab_block(count, h->blocks, other_lo);
+    const size_t o1 = hvdl_rab_block(count, h->blocks, other_hi);
     HVDL_CHECK(hvdl_pair_exchange(comm, peer, RAB_TAG, out + h0 * esize, (h1 - h0) * esize,
                                   out + o0 * esize, (o1 - o0) * esize));
   }
-  if (r < 2 * f.rem) HVDL_CHECK(hvdl_pair_exchange(comm, r - 1, RAB_TAG, out, bytes, NULL, 0));
+  if (r < 2 * f->rem)
+    HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), RAB_TAG, out, bytes, NULL, 0));
   return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_allreduce_rab_group(hvdlComm_t comm, const struct hvdl_group *g,
+                                      const void *sendbuff, void *recvbuff, size_t count,
+                                      hvdlDataType_t dt, hvdlRedOp_t op) {
+  struct hvdl_halving h = {.blocks = 0}; /* p blocks: every step halves */
+  HVDL_CHECK(hvdl_rab_reduce_scatter(comm, g, sendbuff, recvbuff, count, dt, op, &h));
+  if (op == hvdlAvg && h.holds) { /* the one block left is final: divide it */
+    const size_t b0 = hvdl_rab_block(count, h.blocks, h.lo[h.steps]);
+    const size_t b1 = hvdl_rab_block(count, h.blocks, h.hi[h.steps]);
+    hvdl_divide((char *)recvbuff + b0 * hvdl_type_size(dt), b1 - b0, dt, g->divisor);
+  }
+  return hvdl_rab_all_gather(comm, g, recvbuff, count, dt, &h);
+}
+
+hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
+  const struct hvdl_group all = hvdl_group_all(comm);
+  return hvdl_allreduce_rab_group(comm, &all, sendbuff, recvbuff, count, dt, op);
 }

@@ -34,37 +34,49 @@
  * ranks. Its first steps (small m) pair neighbours, which share a host when
  * ranks are placed by host, so the steps that cross hosts come last.
  */
+#include <string.h>
+
 #include "pair.h"
 #include "reduce.h"
 
 #define RD_TAG 0x4844 /* "HD" */
 
-hvdlResult_t hvdl_allreduce_rd(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                               size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
-  const int r = comm->rank;
+hvdlResult_t hvdl_allreduce_rd_group(hvdlComm_t comm, const struct hvdl_group *g,
+                                     const void *sendbuff, void *recvbuff, size_t count,
+                                     hvdlDataType_t dt, hvdlRedOp_t op) {
+  const int r = g->rank;
   const size_t bytes = count * hvdl_type_size(dt);
   struct hvdl_scratch *s = &comm->scratch;
   struct hvdl_fold f;
-  hvdl_fold_plan(comm->size, r, &f);
+  hvdl_fold_plan(g->size, r, &f);
   HVDL_CHECK(hvdl_reserve(comm, &s->work, &s->work_bytes, bytes));
   const void *cur = sendbuff; /* what this rank holds: its input until the first combine */
 
   if (f.vrank < 0) { /* an even rank of a pair: hand over the input, take back the result */
-    HVDL_CHECK(hvdl_pair_exchange(comm, r + 1, RD_TAG, sendbuff, bytes, NULL, 0));
-    return hvdl_pair_exchange(comm, r + 1, RD_TAG, NULL, 0, recvbuff, bytes);
+    const int odd = hvdl_group_peer(g, r + 1);
+    HVDL_CHECK(hvdl_pair_exchange(comm, odd, RD_TAG, sendbuff, bytes, NULL, 0));
+    return hvdl_pair_exchange(comm, odd, RD_TAG, NULL, 0, recvbuff, bytes);
   }
   if (r < 2 * f.rem) {
-    HVDL_CHECK(hvdl_pair_exchange(comm, r - 1, RD_TAG, NULL, 0, s->work, bytes));
+    HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), RD_TAG, NULL, 0, s->work, bytes));
     hvdl_pair_combine(recvbuff, cur, s->work, 0, count, dt, op);
     cur = recvbuff;
   }
   for (int m = 1; m < f.p; m *= 2) {
-    const int peer = hvdl_fold_rank(&f, f.vrank ^ m);
+    const int peer = hvdl_group_peer(g, hvdl_fold_rank(&f, f.vrank ^ m));
     HVDL_CHECK(hvdl_pair_exchange(comm, peer, RD_TAG, cur, bytes, s->work, bytes));
     hvdl_pair_combine(recvbuff, cur, s->work, (f.vrank & m) == 0, count, dt, op);
     cur = recvbuff;
   }
-  if (op == hvdlAvg) hvdl_divide(recvbuff, count, dt, (uint64_t)comm->size);
-  if (r < 2 * f.rem) HVDL_CHECK(hvdl_pair_exchange(comm, r - 1, RD_TAG, recvbuff, bytes, NULL, 0));
+  if (cur != recvbuff) memcpy(recvbuff, cur, bytes); /* a group of one */
+  if (op == hvdlAvg) hvdl_divide(recvbuff, count, dt, g->divisor);
+  if (r < 2 * f.rem)
+    HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), RD_TAG, recvbuff, bytes, NULL, 0));
   return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_allreduce_rd(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                               size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
+  const struct hvdl_group all = hvdl_group_all(comm);
+  return hvdl_allreduce_rd_group(comm, &all, sendbuff, recvbuff, count, dt, op);
 }

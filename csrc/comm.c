@@ -30,6 +30,7 @@ static void free_comm(hvdlComm_t comm, int collective) {
   free(comm->scratch.block);
   free(comm->scratch.counts);
   free(comm->scratch.work);
+  free(comm->hier_p2p);
   free(comm);
 }
 
@@ -74,7 +75,8 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
     MPI_Comm lane = MPI_COMM_NULL;
     hvdlConfig_t across = *cfg;
     across.disableShm = 1; /* one rank per host: nothing to share */
-    if (across.allReduceAlgorithm == hvdlAlgoHierarchical) /* the lanes: the selector's choice */
+    if (across.allReduceAlgorithm == hvdlAlgoHierarchical ||
+        across.allReduceAlgorithm == hvdlAlgoHierP2p) /* the lanes: the selector's choice */
       across.allReduceAlgorithm = hvdlAlgoAuto;
     res = split_lanes(comm, comm->mpi, &lane);
     if (res == hvdlSuccess && lane != MPI_COMM_NULL) {
@@ -315,7 +317,8 @@ hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
     if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
     return hvdlSuccess;
   }
-  return hvdl_broadcast_chain(comm, sendbuff, recvbuff, count, datatype, root);
+  return hvdl_broadcast_run(comm, hvdl_select_broadcast(comm, bytes), sendbuff, recvbuff, count,
+                            datatype, root);
 }
 
 hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,

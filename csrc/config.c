@@ -121,7 +121,7 @@ size_t hvdl_small_bytes_default(int nranks, int hosts) {
 
 /* HVD_LITE_ALLREDUCE_ALGO's names, indexed by hvdlAlgorithm_t. */
 static const char *const algo_names[hvdlNumAlgos] = {"auto", "ring", "rd", "rab", "hier", "small",
-                                                     "shm"};
+                                                     "shm", "hier_p2p"};
 
 const char *hvdl_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumAlgos ? algo_names[algo] : "?";
@@ -131,6 +131,13 @@ int hvdl_algo_parse(const char *name) {
   for (int i = 0; i < hvdlNumAlgos; i++)
     if (strcasecmp(name, algo_names[i]) == 0) return i;
   return -1;
+}
+
+/* HVD_LITE_BROADCAST_ALGO's names, indexed by hvdlBroadcastAlgorithm_t. */
+static const char *const bcast_names[hvdlNumBcastAlgos] = {"auto", "chain", "tree", "scatter"};
+
+const char *hvdl_bcast_algo_name(int algo) {
+  return algo >= 0 && algo < hvdlNumBcastAlgos ? bcast_names[algo] : "?";
 }
 
 /* The cost model's defaults. Within a host, this machine (2 cores, Open MPI over
@@ -152,6 +159,10 @@ hvdlResult_t hvdl_config_check(const hvdlConfig_t *c) {
     return hvdl_fail(NULL, hvdlInvalidArgument,
                      "hvdlConfig_t out of range: allReduceAlgorithm %d (valid: 0..%d)",
                      c->allReduceAlgorithm, hvdlNumAlgos - 1);
+  if (c->broadcastAlgorithm < 0 || c->broadcastAlgorithm >= hvdlNumBcastAlgos)
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "hvdlConfig_t out of range: broadcastAlgorithm %d (valid: 0..%d)",
+                     c->broadcastAlgorithm, hvdlNumBcastAlgos - 1);
   if (c->segmentBytes > MAX_SEGMENT_BYTES ||
       (c->smallAllReduceBytes > MAX_SMALL_BYTES && c->smallAllReduceBytes != HVDL_SMALL_BYTES_AUTO))
     return hvdl_fail(NULL, hvdlInvalidArgument,
@@ -179,8 +190,20 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
     if (a < 0)
       return hvdl_fail(NULL, hvdlInvalidArgument,
                        "HVD_LITE_ALLREDUCE_ALGO=%s is not valid: expected auto, ring, rd, rab, hier, "
-                       "shm or small", algo);
+                       "hier_p2p, shm or small", algo);
     config->allReduceAlgorithm = a;
+  }
+  const char *bcast = getenv("HVD_LITE_BROADCAST_ALGO");
+  config->broadcastAlgorithm = hvdlBcastAuto;
+  if (bcast && *bcast) {
+    int b = -1;
+    for (int i = 0; i < hvdlNumBcastAlgos; i++)
+      if (strcasecmp(bcast, bcast_names[i]) == 0) b = i;
+    if (b < 0)
+      return hvdl_fail(NULL, hvdlInvalidArgument,
+                       "HVD_LITE_BROADCAST_ALGO=%s is not valid: expected auto, chain, tree or "
+                       "scatter", bcast);
+    config->broadcastAlgorithm = b;
   }
   int k;
   HVDL_CHECK(hvdl_config_ranks_per_host(&k)); /* read by topology.c: refused here, before any traffic */

@@ -129,6 +129,8 @@ typedef struct {
                                  areas a rank has in its host's segment (HVD_LITE_SHM_BYTES) */
   int allReduceAlgorithm;     /* an hvdlAlgorithm_t (HVD_LITE_ALLREDUCE_ALGO); hvdlAlgoAuto:
                                  the selector's choice (csrc/select.c) */
+  int broadcastAlgorithm;     /* an hvdlBroadcastAlgorithm_t (HVD_LITE_BROADCAST_ALGO);
+                                 hvdlBcastAuto: the cost model's choice */
 } hvdlConfig_t;
 
 #define HVDL_SMALL_BYTES_AUTO ((size_t)-1)
@@ -139,11 +141,23 @@ typedef enum {
   hvdlAlgoRing = 1,                /* "ring": pipelined ring, reduce-scatter + all-gather */
   hvdlAlgoRecursiveDoubling = 2,   /* "rd": log2(n) whole-buffer exchanges */
   hvdlAlgoRabenseifner = 3,        /* "rab": recursive halving + recursive doubling */
-  hvdlAlgoHierarchical = 4,        /* "hier": within hosts, across hosts, within hosts */
+  hvdlAlgoHierarchical = 4,        /* "hier": within hosts through shared memory, across
+                                      hosts, within hosts */
   hvdlAlgoLatency = 5,             /* "small": the latency path, all-gather + ordered reduce */
   hvdlAlgoShm = 6,                 /* "shm": through shared memory, ranks on one host */
-  hvdlNumAlgos = 7
+  hvdlAlgoHierP2p = 7,             /* "hier_p2p": within hosts, across hosts, within hosts,
+                                      over point-to-point messages */
+  hvdlNumAlgos = 8
 } hvdlAlgorithm_t;
+
+/* Broadcast algorithms (docs/algorithms.md). A forced one runs at every size. */
+typedef enum {
+  hvdlBcastAuto = 0,
+  hvdlBcastChain = 1,    /* "chain": pipelined chain from the root */
+  hvdlBcastTree = 2,     /* "tree": binomial tree, the whole buffer per edge */
+  hvdlBcastScatter = 3,  /* "scatter": binomial scatter of n blocks + ring all-gather */
+  hvdlNumBcastAlgos = 4
+} hvdlBroadcastAlgorithm_t;
 
 /* Library version as HVDL_VERSION_CODE. */
 hvdlResult_t hvdlGetVersion(int *version);
@@ -155,8 +169,9 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config);
  * MPI must be initialised. The MPI communicator is duplicated. config may be NULL.
  * Ranks that share a host also map a shared-memory segment (4 x shmBytes each),
  * unless config->disableShm. A forced allReduceAlgorithm that this layout cannot
- * run (shm across hosts or without a segment, hier on one host) is
- * hvdlInvalidArgument on every rank, with the reason. */
+ * run (shm across hosts or without a segment, hier on one host, hier_p2p on one
+ * host or on hosts of different sizes) is hvdlInvalidArgument on every rank,
+ * with the reason. */
 hvdlResult_t hvdlCommInitMpi(hvdlComm_t *comm, MPI_Comm mpiComm, const hvdlConfig_t *config);
 
 /* Frees a communicator (collective: every rank must call it). */

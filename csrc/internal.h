@@ -27,7 +27,7 @@ struct hvdl_scratch {
   size_t stage_bytes;
   char *block;          /* reduce: a non-root rank's reduced block */
   size_t block_bytes;
-  char *counts;         /* reduce: size_t[n], the blocks of its reduce-scatter */
+  char *counts;         /* reduce, scatter broadcast: size_t[n], the blocks */
   size_t counts_bytes;
   char *work;           /* pairwise all-reduces (allreduce_rd.c, allreduce_rab.c): the partner's data */
   size_t work_bytes;
@@ -77,6 +77,8 @@ struct hvdlComm {
   struct hvdl_cost_model model; /* select.c: agreed by every rank at init */
   int hosts, local_size;  /* select.c: hosts, and the most ranks on one of them (the host
                           * layout of topology.c, emulated hosts included) */
+  struct hvdl_hier_p2p *hier_p2p; /* allreduce_hier_p2p.c: this rank's groups within and across
+                          * hosts; NULL unless several hosts have the same number of ranks */
   MPI_Request *parked;   /* sends of failed collectives, released when the communicator is renewed */
   int nparked, parked_cap;
   char last_error[HVDL_ERRMSG_LEN];
@@ -164,6 +166,8 @@ hvdlResult_t hvdl_config_cost_model(struct hvdl_cost_model *m);
 /* HVD_LITE_ALLREDUCE_ALGO's spelling of an algorithm, and back (-1 if none). */
 const char *hvdl_algo_name(int algo);
 int hvdl_algo_parse(const char *name);
+/* The same for HVD_LITE_BROADCAST_ALGO's (an hvdlBroadcastAlgorithm_t). */
+const char *hvdl_bcast_algo_name(int algo);
 
 /* wait.c: how a waiter polls MPI requests. It spins for `spin` seconds (with
  * sched_yield between polls if `yield`), then sleeps between polls, from
@@ -266,14 +270,27 @@ hvdlResult_t hvdl_allreduce_rd(hvdlComm_t comm, const void *sendbuff, void *recv
 hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                 size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 
+/* allreduce_hier_p2p.c: the hierarchical all-reduce over point-to-point
+ * messages (HVD_LITE_ALLREDUCE_ALGO=hier_p2p). hvdl_hier_p2p_init (collective
+ * over comm, at communicator creation, called by select.c where every host has
+ * the same number of ranks) makes *out, this rank's groups, from `local` (this
+ * rank's host, topology.c's hvdl_local_comm); freed with free(). The algorithm
+ * cuts the buffer into `lanes` lanes (a power of two, at most the largest <= the
+ * ranks on a host) and all-reduces each across hosts with `across` (rd or rab). */
+struct hvdl_hier_p2p;
+hvdlResult_t hvdl_hier_p2p_init(hvdlComm_t comm, MPI_Comm local, struct hvdl_hier_p2p **out);
+hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t across,
+                                     const void *sendbuff, void *recvbuff, size_t count,
+                                     hvdlDataType_t dt, hvdlRedOp_t op);
+
 /* select.c: the one all-reduce selector. hvdl_select_init (collective, at
  * communicator creation, after the shared-memory unit's) learns the host layout
  * (one_per_host: every rank is on its own host, as on a lane across hosts),
  * agrees on rank 0's cost model, crossover and forced algorithm, and refuses a
  * forced one this layout cannot run; hvdl_select_allreduce picks the algorithm
  * for bytes per rank (the same on every rank). hvdl_allreduce_run runs one of
- * the message-passing algorithms (ring, rd, rab, small); comm.c runs shm and
- * hier itself. */
+ * the message-passing algorithms (ring, rd, rab, small, hier_p2p); comm.c runs
+ * shm and hier itself. */
 hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host);
 hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes);
 hvdlResult_t hvdl_allreduce_run(hvdlComm_t comm, hvdlAlgorithm_t algo, const void *sendbuff,
@@ -303,6 +320,17 @@ hvdlResult_t hvdl_reducescatterv(hvdlComm_t comm, const void *sendbuff, void *re
  * would reduce), else the ring's reduce-scatter + gather (as the ring would). */
 hvdlResult_t hvdl_broadcast_chain(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                   size_t count, hvdlDataType_t dt, int root);
+hvdlResult_t hvdl_broadcast_tree(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 size_t count, hvdlDataType_t dt, int root);
+hvdlResult_t hvdl_broadcast_scatter(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                    size_t count, hvdlDataType_t dt, int root);
+/* select_bcast.c: the broadcast's choice for bytes (the same on every rank), the
+ * model's time for one (negative if not a candidate), and the run. */
+hvdlBroadcastAlgorithm_t hvdl_select_broadcast(hvdlComm_t comm, size_t bytes);
+double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo, size_t bytes);
+hvdlResult_t hvdl_broadcast_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo,
+                                const void *sendbuff, void *recvbuff, size_t count,
+                                hvdlDataType_t dt, int root);
 hvdlResult_t hvdl_reduce_root(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                               size_t count, hvdlDataType_t dt, hvdlRedOp_t op, int root,
                               int latency);

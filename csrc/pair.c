@@ -23,6 +23,11 @@ int hvdl_fold_rank(const struct hvdl_fold *f, int v) {
   return v < f->rem ? 2 * v + 1 : v + f->rem;
 }
 
+struct hvdl_group hvdl_group_all(hvdlComm_t comm) {
+  return (struct hvdl_group){.size = comm->size, .rank = comm->rank, .ranks = NULL,
+                             .divisor = (uint64_t)comm->size};
+}
+
 void hvdl_pair_combine(void *out, const void *mine, const void *theirs, int mine_is_lower,
                        size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
   if (mine_is_lower)
@@ -66,7 +71,7 @@ static hvdlResult_t exchange_once(hvdlComm_t comm, int peer, int tag, const char
       err = MPI_Isend(send, (int)sendbytes, MPI_BYTE, peer, tag, comm->mpi, &req[1]);
   }
   if (res == hvdlSuccess && err != MPI_SUCCESS)
-    res = hvdl_fail_mpi(comm, err, "MPI_Irecv/MPI_Isend in a pairwise all-reduce");
+    res = hvdl_fail_mpi(comm, err, "MPI_Irecv/MPI_Isend in a pairwise exchange");
   if (res == hvdlSuccess) {
     comm->wait_peer = peer;
     res = hvdl_wait_requests(comm, 2, req, &pair_wait);

@@ -1,7 +1,8 @@
 /*
  * pair.h -- what the pairwise all-reduces share (allreduce_rd.c,
  * allreduce_rab.c): the fold of n ranks onto a power of two, the order in
- * which two partial results are combined, and one exchange with a partner.
+ * which two partial results are combined, and one exchange with a partner
+ * (the tree broadcasts of broadcast_tree.c use that too).
  *
  * The fold (MPICH's). p is the largest power of two <= n and rem = n - p.
  * Ranks 0 .. 2rem-1 are paired, (0,1), (2,3), ...: the even rank of a pair
@@ -19,11 +20,17 @@
  *
  * So both partners of a step compute the same operation on the same bytes in
  * the same order, whichever of them does it.
+ *
+ * Groups. The schedules run over a group of the communicator's ranks (all of
+ * them for rd and rab; a host's ranks, or one rank per host, for the
+ * hierarchical all-reduce, allreduce_hier_p2p.c): n, r, v above are numbers
+ * within the group, and member i is rank ranks[i] of comm->mpi.
  */
 #ifndef HVDL_PAIR_H_
 #define HVDL_PAIR_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "internal.h"
 
@@ -38,8 +45,59 @@ struct hvdl_fold {
 /* The fold of n >= 2 ranks, seen from rank r. */
 void hvdl_fold_plan(int n, int r, struct hvdl_fold *f);
 
-/* The rank of virtual rank v. */
+/* The group member of virtual rank v. */
 int hvdl_fold_rank(const struct hvdl_fold *f, int v);
+
+/* A group of the communicator's ranks: `size` members, this rank is member
+ * `rank`, member i is rank ranks[i] of comm->mpi (ranks NULL: rank i). Avg
+ * divides by `divisor`. */
+struct hvdl_group {
+  int size, rank;
+  const int *ranks;
+  uint64_t divisor;
+};
+
+/* The whole communicator as a group. */
+struct hvdl_group hvdl_group_all(hvdlComm_t comm);
+
+/* The communicator rank of member i. */
+static inline int hvdl_group_peer(const struct hvdl_group *g, int i) {
+  return g->ranks ? g->ranks[i] : i;
+}
+
+/* Recursive halving and doubling (allreduce_rab.c) in two halves, for the
+ * hierarchical all-reduce. count is cut into `blocks` blocks (ring.c's cut; a
+ * power of two <= f.p, set by the caller; 0 or more than f.p: f.p). The steps
+ * with mask m < f.p / blocks move whole buffers, a binomial reduce: the rank
+ * with bit m set hands its partial to its partner and stops (holds = 0); the
+ * others halve as rab does. hvdl_rab_reduce_scatter leaves a holding rank's
+ * range of blocks, [lo[steps], hi[steps]), reduced over the group (Avg not
+ * divided) in recvbuff; a rank folded out (f.vrank < 0) only hands its input
+ * over. hvdl_rab_all_gather (the same plan) undoes every step, bringing every
+ * block to every member. Between the two a caller may change the held range's
+ * bytes (all holders of it alike). Every block's reduction is the same
+ * balanced tree whatever `blocks` is. */
+struct hvdl_halving {
+  int blocks;  /* in: how many blocks, out: as used */
+  struct hvdl_fold f;
+  int steps, holds;
+  int lo[PAIR_MAX_STEPS + 1], hi[PAIR_MAX_STEPS + 1];
+};
+hvdlResult_t hvdl_rab_reduce_scatter(hvdlComm_t comm, const struct hvdl_group *g,
+                                     const void *sendbuff, void *recvbuff, size_t count,
+                                     hvdlDataType_t dt, hvdlRedOp_t op, struct hvdl_halving *h);
+hvdlResult_t hvdl_rab_all_gather(hvdlComm_t comm, const struct hvdl_group *g, void *recvbuff,
+                                 size_t count, hvdlDataType_t dt, const struct hvdl_halving *h);
+/* Element offset of block k of p blocks of count. */
+size_t hvdl_rab_block(size_t count, int p, int k);
+
+/* rd and rab over a group (Avg divides by g->divisor). */
+hvdlResult_t hvdl_allreduce_rd_group(hvdlComm_t comm, const struct hvdl_group *g,
+                                     const void *sendbuff, void *recvbuff, size_t count,
+                                     hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_rab_group(hvdlComm_t comm, const struct hvdl_group *g,
+                                      const void *sendbuff, void *recvbuff, size_t count,
+                                      hvdlDataType_t dt, hvdlRedOp_t op);
 
 /* out = a op b with a the lower ranks' partial when `mine_is_lower`, else
  * out = b op a (mine = a); out may alias either operand. */

@@ -9,6 +9,7 @@
  *                                        its shared-memory path (shm.h)
  *   Comm.pipe_peak_sends() -> int        the most sends its pipes had in flight (pipe.h)
  *   Comm.allreduce_plan(nbytes)          the all-reduce selector's choice and model (select.c)
+ *   Comm.broadcast_plan(nbytes)          the broadcast selector's choice and model (select_bcast.c)
  *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor),
  *   scale_local(dst, src, dtype, factor)
  *                                        the reduction kernels (reduce.c) on local buffers
@@ -277,7 +278,31 @@ static PyObject *Comm_allreduce_plan(CommObject *self, PyObject *args) {
                        self->comm->hosts, "local_size", self->comm->local_size);
 }
 
+/* The broadcast selector's view of a call of nbytes (select_bcast.c). */
+static PyObject *Comm_broadcast_plan(CommObject *self, PyObject *args) {
+  unsigned long long nbytes;
+  if (!PyArg_ParseTuple(args, "K", &nbytes)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  PyObject *pred = PyDict_New();
+  if (!pred) return NULL;
+  for (int a = hvdlBcastChain; a < hvdlNumBcastAlgos; a++) {
+    PyObject *v = PyFloat_FromDouble(
+        hvdl_select_predict_broadcast(self->comm, (hvdlBroadcastAlgorithm_t)a, (size_t)nbytes));
+    if (!v || PyDict_SetItemString(pred, hvdl_bcast_algo_name(a), v) < 0) {
+      Py_XDECREF(v);
+      Py_DECREF(pred);
+      return NULL;
+    }
+    Py_DECREF(v);
+  }
+  const char *chosen = hvdl_bcast_algo_name(hvdl_select_broadcast(self->comm, (size_t)nbytes));
+  return Py_BuildValue("{s:s,s:N}", "algorithm", chosen, "predicted", pred);
+}
+
 static PyMethodDef Comm_methods[] = {
+    {"broadcast_plan", (PyCFunction)Comm_broadcast_plan, METH_VARARGS,
+     "broadcast_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds}}: the selector's "
+     "choice and the cost model's times"},
     {"allreduce_plan", (PyCFunction)Comm_allreduce_plan, METH_VARARGS,
      "allreduce_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds or None}, 'hosts', "
      "'local_size'}: the selector's choice and the cost model's times"},

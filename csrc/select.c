@@ -3,8 +3,10 @@
  * B bytes per rank on n ranks over H hosts (at most L ranks on one).
  *
  *   1. HVD_LITE_ALLREDUCE_ALGO forced (config.allReduceAlgorithm): that one, at
- *      every size. One the layout cannot run (shm without one shared segment on
- *      one host, hier without one across several) is refused at init.
+ *      every size. One the layout cannot run is refused at init, saying why
+ *      (cannot_run: shm without one shared segment on one host, hier without
+ *      one on each of several hosts, hier_p2p without several hosts of one
+ *      size).
  *   2. One host whose ranks share a segment (comm->shm, shm.c): the shared-memory
  *      path, at every size. The model has no shared-memory term: this is the
  *      shared-memory unit's choice, kept until a measurement says otherwise.
@@ -12,9 +14,14 @@
  *      Its default is the crossover measured on one host (128 KiB at 2 ranks,
  *      2 KiB beyond) and 0 across hosts (config.c).
  *   4. Otherwise the cheapest by the alpha-beta-gamma model below among ring,
- *      rd, rab and, where ranks of several hosts share a segment on each
- *      (comm->shm with more than one host), hier; a tie goes to the earlier of
- *      ring, rab, rd, hier.
+ *      rd, rab and the two hierarchical all-reduces where they can run: hier
+ *      (shared memory within each host, allreduce_hier.c) where ranks of
+ *      several hosts share a segment on each (comm->shm with more than one
+ *      host), hier_p2p (messages within each host, allreduce_hier_p2p.c) on
+ *      more than one host of the same size with more than one rank each
+ *      (comm->hier_p2p). Both may be candidates; without the shared-memory
+ *      path (HVD_LITE_SHM=0, or the simulation) only hier_p2p is. A tie goes
+ *      to the earlier of ring, rab, rd, hier, hier_p2p.
  *
  * The model. A message of s bytes over a link of class c costs alpha[c] +
  * s * beta[c]; reducing s bytes costs s * gamma. Ranks are assumed placed by
@@ -28,18 +35,31 @@
  *         overlaps reducing with receiving, segment by segment
  *   rd    sum over m = 1 .. p/2 of  alpha + B * beta * contention + B * gamma
  *   rab   sum over m of  2 alpha + 2 * B/2m * beta * contention + B/2m * gamma
- *   (rd, rab: n > p adds 2 (alpha + B beta) + B gamma, within a host)
+ *   (rd, rab: n > p adds 2 (alpha + B beta) + B gamma, within a host; across
+ *   when L = 1)
  *   hier  within a host, priced as a ring reduce-scatter and all-gather there;
  *         L all-reduces of B/L across hosts at once (ring: each NIC carries L
  *         of them)
+ *   hier_p2p  with `lanes` lanes (hier_lanes: P = the largest power of two
+ *         <= L, fewer for small B): within a host, log2(P/lanes) steps of B (a
+ *         binomial reduce) then halving steps of B/2, B/4 ... and the fold's
+ *         step of B; across the H hosts, rd or rab (below) on B/lanes bytes
+ *         with `lanes` ranks of a host sending at once (every step across, the
+ *         fold's too); within a host again, the same steps without gamma.
+ *         Across: rd for lanes up to 8 KiB, rab above (a crossover measured in
+ *         the simulation: hier_across)
+ *
+ * The broadcast's selector (select_bcast.c) uses the same terms and layout.
  *
  * The terms come from config.c (defaults, or HVD_LITE_COST_MODEL_FILE). Every
  * rank must choose the same algorithm, so at init rank 0's terms, forced
- * algorithm and crossover are agreed by all (one broadcast), and so is the
- * layout: the hosts of topology.c (emulated ones included) by two small
- * all-reduces, and whether a shared segment exists by shm.c's own agreement.
- * A lane of the hierarchical path (comm->cross) has one rank per host and
- * chooses its own algorithm here, like any communicator.
+ * algorithms (all-reduce and broadcast) and crossover are agreed by all (one
+ * broadcast), and so is the layout: the hosts of topology.c (emulated ones
+ * included) by small all-reduces, and whether a shared segment exists by
+ * shm.c's own agreement. The one host split made here also gives hier_p2p its
+ * groups (hvdl_hier_p2p_init). A lane of the shared-memory hierarchical path
+ * (comm->cross) has one rank per host and chooses its own algorithm here, like
+ * any communicator.
  */
 #include <stdio.h>
 #include <string.h>
@@ -50,6 +70,8 @@
 
 typedef hvdlResult_t (*allreduce_fn)(hvdlComm_t, const void *, void *, size_t, hvdlDataType_t,
                                      hvdlRedOp_t);
+static hvdlResult_t hier_p2p_allreduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                       size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 
 /* The message-passing algorithms; comm.c runs shm and hier itself. */
 static allreduce_fn algorithm(hvdlAlgorithm_t a) {
@@ -58,25 +80,40 @@ static allreduce_fn algorithm(hvdlAlgorithm_t a) {
     case hvdlAlgoRecursiveDoubling: return hvdl_allreduce_rd;
     case hvdlAlgoRabenseifner: return hvdl_allreduce_rab;
     case hvdlAlgoLatency: return hvdl_allreduce_small;
+    case hvdlAlgoHierP2p: return hier_p2p_allreduce;
     default: return NULL;
   }
 }
 
-/* Why the forced algorithm cannot run on comm's layout, or NULL when it can. */
-static const char *cannot_run(const hvdlComm_t comm, int algo) {
+/* Why the forced algorithm cannot run on comm's layout, or NULL when it can;
+ * fewest: the fewest ranks on one host. why_buf holds a composed reason. */
+static const char *cannot_run(const hvdlComm_t comm, int algo, int fewest, char *why_buf,
+                              size_t why_len) {
   const struct hvdl_shm *s = comm->shm;
   if (comm->size == 1) return NULL; /* nothing runs: the call is a copy */
   if (algo == hvdlAlgoShm && !s)
     return comm->config.disableShm ? "the shared-memory path is off (HVD_LITE_SHM=0)"
                                    : "no two ranks share a host's segment";
   if (algo == hvdlAlgoShm && s->hosts > 1)
-    return "the ranks are on more than one host (use hier)";
+    return "the ranks are on more than one host (use hier or hier_p2p)";
   if (algo == hvdlAlgoHierarchical && !s)
     return comm->config.disableShm ? "it works through the shared-memory path, which is off "
-                                     "(HVD_LITE_SHM=0)"
-                                   : "no two ranks share a host's segment";
+                                     "(HVD_LITE_SHM=0; hier_p2p needs none)"
+                                   : "no two ranks share a host's segment (hier_p2p needs none)";
   if (algo == hvdlAlgoHierarchical && s->hosts == 1)
     return "every rank is on one host (use shm)";
+  if (algo == hvdlAlgoHierP2p && comm->hosts <= 1) {
+    snprintf(why_buf, why_len, "all %d ranks are on one host (hosts from MPI_COMM_TYPE_SHARED, "
+             "or HVD_LITE_RANKS_PER_HOST)", comm->size);
+    return why_buf;
+  }
+  if (algo == hvdlAlgoHierP2p && fewest != comm->local_size) {
+    snprintf(why_buf, why_len, "the %d hosts have different numbers of ranks (%d to %d); it "
+             "needs the same on each", comm->hosts, fewest, comm->local_size);
+    return why_buf;
+  }
+  if (algo == hvdlAlgoHierP2p && !comm->hier_p2p)
+    return "this is a lane of the shared-memory hierarchical path";
   return NULL;
 }
 
@@ -85,6 +122,7 @@ struct agreed {
   double terms[5];              /* the cost model: alpha intra, inter; beta intra, inter; gamma */
   unsigned long long small;     /* config.smallAllReduceBytes */
   int algo;                     /* config.allReduceAlgorithm */
+  int bcast;                    /* config.broadcastAlgorithm */
   int res;                      /* rank 0's result reading the model */
   char msg[HVDL_ERRMSG_LEN];    /* and its message */
 };
@@ -100,6 +138,7 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
     memcpy(a.terms, terms, sizeof terms);
     a.small = comm->config.smallAllReduceBytes;
     a.algo = comm->config.allReduceAlgorithm;
+    a.bcast = comm->config.broadcastAlgorithm;
   }
   /* Rank 0's model file, algorithm and crossover are everyone's: a choice made differently on
    * two ranks would pair them in different algorithms. */
@@ -108,44 +147,124 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
     return hvdl_fail(comm, (hvdlResult_t)a.res, "%s%s", comm->rank == 0 ? "" : "on rank 0: ", a.msg);
   comm->config.smallAllReduceBytes = (size_t)a.small;
   comm->config.allReduceAlgorithm = a.algo;
+  comm->config.broadcastAlgorithm = a.bcast;
   comm->model = (struct hvdl_cost_model){.alpha = {a.terms[0], a.terms[1]},
                                          .beta = {a.terms[2], a.terms[3]}, .gamma = a.terms[4]};
-  /* Every rank sees the same comm->shm (shm.c agrees on it), so every rank refuses alike. */
-  const char *why = a.algo == hvdlAlgoAuto ? NULL : cannot_run(comm, a.algo);
+  /* The host layout: how many hosts, the most and the fewest ranks on one; with
+   * several hosts of one size, hier_p2p's groups from the same host split. */
+  MPI_Comm local = MPI_COMM_NULL;
+  int local_rank = 0, local_size = 1;
+  if (!one_per_host) {
+    const hvdlResult_t r = hvdl_local_comm(comm->mpi, &local);
+    if (r != hvdlSuccess) return hvdl_fail(comm, r, "%s", hvdlGetLastError(NULL));
+    MPI_Comm_rank(local, &local_rank);
+    MPI_Comm_size(local, &local_size);
+  }
+  int leaders = local_rank == 0, sizes[2] = {local_size, -local_size};
+  hvdlResult_t res = hvdlSuccess;
+  int err = MPI_Allreduce(MPI_IN_PLACE, &leaders, 1, MPI_INT, MPI_SUM, comm->mpi);
+  if (err == MPI_SUCCESS) err = MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, comm->mpi);
+  if (err != MPI_SUCCESS) res = hvdl_fail_mpi(comm, err, "MPI_Allreduce of the host layout");
+  comm->hosts = leaders;
+  comm->local_size = sizes[0];
+  const int fewest = -sizes[1];
+  if (res == hvdlSuccess && local != MPI_COMM_NULL && leaders > 1 && fewest == sizes[0])
+    res = hvdl_hier_p2p_init(comm, local, &comm->hier_p2p);
+  if (local != MPI_COMM_NULL) MPI_Comm_free(&local);
+  HVDL_CHECK(res);
+  /* Every rank sees the same layout and comm->shm (shm.c agrees on it), so every rank
+   * refuses alike. */
+  char buf[160];
+  const char *why = a.algo == hvdlAlgoAuto ? NULL : cannot_run(comm, a.algo, fewest, buf, sizeof buf);
   if (why)
     return hvdl_fail(comm, hvdlInvalidArgument,
                      "HVD_LITE_ALLREDUCE_ALGO=%s cannot run on this communicator of %d ranks: %s",
                      hvdl_algo_name(a.algo), comm->size, why);
-  /* The host layout: how many hosts, and the most ranks on one. */
-  int local_rank = 0, local_size = 1;
-  if (!one_per_host) {
-    MPI_Comm local;
-    HVDL_CHECK(hvdl_local_comm(comm->mpi, &local));
-    MPI_Comm_rank(local, &local_rank);
-    MPI_Comm_size(local, &local_size);
-    MPI_Comm_free(&local);
-  }
-  int leaders = local_rank == 0, most = local_size;
-  HVDL_MPI(comm, MPI_Allreduce(MPI_IN_PLACE, &leaders, 1, MPI_INT, MPI_SUM, comm->mpi));
-  HVDL_MPI(comm, MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, comm->mpi));
-  comm->hosts = leaders;
-  comm->local_size = most;
   return hvdlSuccess;
 }
 
-/* A pairwise step with mask m, s bytes each way: within a host while m < L,
- * else across, with L ranks of a host sharing its NIC. */
-static double pair_step(const hvdlComm_t comm, int m, double s) {
-  const struct hvdl_cost_model *c = &comm->model;
-  if (comm->hosts <= 1 || m < comm->local_size)
-    return c->alpha[HVDL_LINK_INTRA] + s * c->beta[HVDL_LINK_INTRA];
-  return c->alpha[HVDL_LINK_INTER] + s * c->beta[HVDL_LINK_INTER] * comm->local_size;
+/* A pairwise step of s bytes each way: within a host, or across, with `share`
+ * ranks of a host sending through its NIC at once. */
+static double step(const struct hvdl_cost_model *c, int across, int share, double s) {
+  if (!across) return c->alpha[HVDL_LINK_INTRA] + s * c->beta[HVDL_LINK_INTRA];
+  return c->alpha[HVDL_LINK_INTER] + s * c->beta[HVDL_LINK_INTER] * share;
 }
 
-static double fold_cost(const hvdlComm_t comm, int p, double b) {
-  const struct hvdl_cost_model *c = &comm->model;
-  if (p == comm->size) return 0;
-  return 2 * (c->alpha[HVDL_LINK_INTRA] + b * c->beta[HVDL_LINK_INTRA]) + b * c->gamma;
+/* rd or rab among n ranks, B bytes each; a step with mask m < within stays in a
+ * host (the fold's pairs too when within > 1), the others cross hosts with
+ * `share` ranks of a host at once. */
+enum pairwise { PW_RD, PW_RAB };
+static double pairwise_cost(const struct hvdl_cost_model *c, enum pairwise kind, int n, int within,
+                            int share, double b) {
+  int p = 1;
+  while (p <= n / 2) p *= 2;
+  double t = 0;
+  for (int m = 1; m < p; m *= 2) {
+    const int across = m >= within;
+    const double piece = kind == PW_RD ? b : b / (2.0 * m);
+    t += step(c, across, share, piece) + piece * c->gamma;
+    if (kind == PW_RAB) t += step(c, across, share, piece);
+  }
+  if (p == n) return t;
+  const int fold_across = within <= 1;
+  return t + 2 * step(c, fold_across, share, b) + b * c->gamma;
+}
+
+/* hier_p2p's lanes for B bytes: P (the largest power of two <= L), halved while
+ * a lane would carry less than HIER_LANE_BYTES. A message across hosts costs
+ * about the same from 256 B to 4 KiB in the simulation (4.0-4.7 us an exchange,
+ * SMPI's size-dependent factors; docs/scale.md), so lanes smaller than that buy
+ * nothing across hosts, and each halving of the lanes saves a step within the
+ * host: at 64 simulated ranks, 4 KiB took 25.6 us on 8 lanes, 24.4 on 4, 21.1 on
+ * 2, 22.6 on 1. */
+#define HIER_LANE_BYTES 2048.0
+static int hier_lanes(const hvdlComm_t comm, double b) {
+  int lanes = 1;
+  while (lanes <= comm->local_size / 2) lanes *= 2;
+  while (lanes > 1 && b / lanes < HIER_LANE_BYTES) lanes /= 2;
+  return lanes;
+}
+
+/* What hier_p2p runs across the hosts on lanes of B/lanes bytes, and the model's
+ * time for it: recursive doubling up to HIER_RD_LANE_BYTES a lane, Rabenseifner
+ * above. The model's one latency across hosts (10 us in sim/model.conf, between
+ * SMPI's 4 us for small messages and 23 us for large ones) put the crossover at
+ * 35 KiB lanes; the simulation at 64 ranks has it between 8 and 16 KiB (rd
+ * against rab across: 16 KiB per rank 27.6 against 42.0 us, 64 KiB 45.2 against
+ * 54.9, 128 KiB 97.5 against 73.8, 256 KiB 157.6 against 121.1; docs/scale.md). */
+#define HIER_RD_LANE_BYTES 8192.0
+static hvdlAlgorithm_t hier_across(const hvdlComm_t comm, int lanes, double b, double *cost) {
+  const double lane = b / lanes;
+  const hvdlAlgorithm_t a = lane <= HIER_RD_LANE_BYTES ? hvdlAlgoRecursiveDoubling
+                                                       : hvdlAlgoRabenseifner;
+  if (cost)
+    *cost = pairwise_cost(&comm->model, a == hvdlAlgoRabenseifner ? PW_RAB : PW_RD, comm->hosts, 1,
+                          lanes, lane);
+  return a;
+}
+
+/* hier_p2p within a host, one way (reduce-scatter with gamma, all-gather
+ * without): the whole-buffer steps while m < P/lanes, then halving steps, and
+ * the fold. */
+static double hier_within(const struct hvdl_cost_model *c, int L, int lanes, double b, int reduce) {
+  int p = 1;
+  while (p <= L / 2) p *= 2;
+  const int whole = p / lanes;
+  double t = 0;
+  for (int m = 1; m < p; m *= 2) {
+    const double piece = m < whole ? b : b * whole / (2.0 * m);
+    t += step(c, 0, 1, piece) + (reduce ? piece * c->gamma : 0);
+  }
+  if (p < L) t += step(c, 0, 1, b) + (reduce ? b * c->gamma : 0);
+  return t;
+}
+
+static hvdlResult_t hier_p2p_allreduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                       size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
+  const double b = (double)count * hvdl_type_size(dt);
+  const int lanes = hier_lanes(comm, b);
+  const hvdlAlgorithm_t across = hier_across(comm, lanes, b, NULL);
+  return hvdl_allreduce_hier_p2p(comm, lanes, across, sendbuff, recvbuff, count, dt, op);
 }
 
 static double ring_cost(int n, double alpha, double beta, double gamma, double b) {
@@ -158,24 +277,26 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) 
   const int n = comm->size, L = comm->local_size, H = comm->hosts;
   const double b = (double)bytes;
   const int link = H > 1 ? HVDL_LINK_INTER : HVDL_LINK_INTRA;
-  int p = 1;
-  while (p <= n / 2) p *= 2;
-  double t = 0;
   switch (algo) {
     case hvdlAlgoRing:
       return ring_cost(n, c->alpha[link], c->beta[link], c->gamma, b);
     case hvdlAlgoRecursiveDoubling:
-      for (int m = 1; m < p; m *= 2) t += pair_step(comm, m, b) + b * c->gamma;
-      return t + fold_cost(comm, p, b);
     case hvdlAlgoRabenseifner:
-      for (int m = 1; m < p; m *= 2) t += 2 * pair_step(comm, m, b / (2.0 * m)) + b / (2.0 * m) * c->gamma;
-      return t + fold_cost(comm, p, b);
+      /* ranks placed by host: steps with mask < L stay within one */
+      return pairwise_cost(c, algo == hvdlAlgoRabenseifner ? PW_RAB : PW_RD, n, H > 1 ? L : n, L, b);
     case hvdlAlgoHierarchical:
       if (!comm->shm || comm->shm->hosts <= 1) return -1;
       /* within: a ring reduce-scatter and all-gather; across: L rings of B/L at once */
       return ring_cost(L, c->alpha[HVDL_LINK_INTRA], c->beta[HVDL_LINK_INTRA], c->gamma, b) +
              ring_cost(H, c->alpha[HVDL_LINK_INTER], c->beta[HVDL_LINK_INTER] * L, c->gamma,
                        b / L);
+    case hvdlAlgoHierP2p: {
+      if (!comm->hier_p2p || L <= 1) return -1;
+      const int lanes = hier_lanes(comm, b);
+      double across;
+      hier_across(comm, lanes, b, &across);
+      return hier_within(c, L, lanes, b, 1) + across + hier_within(c, L, lanes, b, 0);
+    }
     case hvdlAlgoLatency: {
       /* MPI's all-gather: about log2(n) rounds, (n-1) * B received; then (n-1) * B reduced */
       int rounds = 0;
@@ -193,7 +314,8 @@ hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes) {
   if (comm->shm && comm->shm->hosts == 1) return hvdlAlgoShm;
   if (bytes <= comm->config.smallAllReduceBytes) return hvdlAlgoLatency;
   static const hvdlAlgorithm_t order[] = {hvdlAlgoRing, hvdlAlgoRabenseifner,
-                                          hvdlAlgoRecursiveDoubling, hvdlAlgoHierarchical};
+                                          hvdlAlgoRecursiveDoubling, hvdlAlgoHierarchical,
+                                          hvdlAlgoHierP2p};
   hvdlAlgorithm_t best = hvdlAlgoRing;
   double best_t = -1;
   for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {

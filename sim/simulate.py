@@ -1,14 +1,17 @@
-"""hvd_lite's all-reduce against SMPI's MPI_Allreduce algorithms on a simulated cluster (SimGrid SMPI).
+"""hvd_lite's collectives against SMPI's MPI algorithms on a simulated cluster (SimGrid SMPI).
 
 Builds the C core and sim/driver.c with smpicc into sim/build/, runs the driver with smpirun on one of
-sim/platforms/*.xml (8 ranks a host), once for hvd_lite (HVD_LITE_ALLREDUCE_ALGO=auto unless told) and
-once per SMPI algorithm (--cfg=smpi/allreduce:<name>), and prints an nccl-tests-style table: the
-simulated time of each, the best SMPI algorithm, and hvd_lite / best (docs/scale.md).
+sim/platforms/*.xml (8 ranks a host), once for hvd_lite (HVD_LITE_ALLREDUCE_ALGO=auto unless told, or
+HVD_LITE_BROADCAST_ALGO for --coll broadcast) and once per SMPI algorithm (--cfg=smpi/allreduce:<name>,
+smpi/bcast, smpi/allgather, smpi/reduce_scatter), and prints an nccl-tests-style table: the simulated
+time of each, the best SMPI algorithm, and hvd_lite / best (docs/scale.md).
 
     python sim/simulate.py --platform 8x8                      # 64 ranks, 4 KiB .. 64 MiB
     python sim/simulate.py --platform 32x8 --sizes 4K,256K     # 256 ranks
     python sim/simulate.py --platform 8x8 --hvdl auto,ring,rd,rab --mpi ompi,mpich
+    python sim/simulate.py --coll broadcast --platform 8x8 --sizes 4K,256K,4M --hvdl auto,chain,tree,scatter
     python sim/simulate.py --check --platform 8x8 --ranks 60   # the CI correctness run (exit 1 on a wrong bit)
+                                                               # (hier_p2p: on hosts of 4, and 8 hosts of 6)
 
 Needs Debian's libsimgrid-dev (smpicc, smpirun). The simulation settings, and why (docs/scale.md):
 MPI_Test and MPI_Iprobe cost 0.1 us of simulated time, without SMPI's growth of that cost over failed
@@ -35,7 +38,24 @@ PLATFORMS = {"host1x8": 1, "8x8": 8, "32x8": 32, "128x8": 128, "512x8": 512}
 # SMPI's all-reduce algorithms worth racing (its list: smpirun --cfg=smpi/allreduce:help).
 MPI_ALGOS = ["ompi", "mpich", "mvapich2", "impi", "rab_rdb", "rdb", "lr", "ompi_ring_segmented",
              "rab1", "rab2", "redbcast", "smp_rsag", "smp_rsag_rab", "smp_rdb", "smp_binomial"]
-HVDL_ALGOS = ["auto", "ring", "rd", "rab", "small"]
+# hier (shared memory within hosts) is not here: the driver runs without the shared-memory path.
+HVDL_ALGOS = ["auto", "ring", "rd", "rab", "hier_p2p", "small"]
+# Per collective: SMPI's --cfg name, hvd_lite's knob and algorithms, the SMPI algorithms raced by
+# default (SMPI's lists: smpirun ... --cfg=smpi/bcast:help names them in its error).
+COLLS = {
+    "allreduce": ("allreduce", "HVD_LITE_ALLREDUCE_ALGO", HVDL_ALGOS, MPI_ALGOS),
+    "broadcast": ("bcast", "HVD_LITE_BROADCAST_ALGO", ["auto", "chain", "tree", "scatter"],
+                  ["ompi", "mpich", "mvapich2", "impi", "binomial_tree", "scatter_rdb_allgather",
+                   "scatter_LR_allgather", "ompi_pipeline", "ompi_split_bintree", "SMP_binomial",
+                   "SMP_binary", "SMP_linear", "NTSL", "NTSB", "arrival_scatter", "flattree_pipeline",
+                   "mvapich2_inter_node"]),
+    "allgather": ("allgather", None, ["auto"],
+                  ["ompi", "mpich", "mvapich2", "impi", "ring", "rdb", "bruck", "pair",
+                   "ompi_neighborexchange", "smp_simple", "SMP_NTS", "loosely_lr", "2dmesh"]),
+    "reducescatter": ("reduce_scatter", None, ["auto"],
+                      ["ompi", "mpich", "mvapich2", "impi", "ompi_basic_recursivehalving",
+                       "ompi_ring", "ompi_butterfly", "mpich_pair", "mpich_rdb", "mpich_noncomm"]),
+}
 SIM_CFG = ["--cfg=smpi/host-speed:100Gf", "--cfg=smpi/test:1e-7", "--cfg=smpi/iprobe:1e-7",
            "--cfg=smpi/grow-injected-times:no", "--log=root.thres:critical"]
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -76,18 +96,21 @@ def build(verbose: bool = False) -> str:
     return out
 
 
-def hostfile(hosts: int) -> str:
-    path = os.path.join(BUILD, f"hosts_{hosts}x{RANKS_PER_HOST}")
+def hostfile(hosts: int, per_host: int = RANKS_PER_HOST) -> str:
+    path = os.path.join(BUILD, f"hosts_{hosts}x{per_host}")
     with open(path, "w") as f:
-        f.writelines(f"node-{i}:{RANKS_PER_HOST}\n" for i in range(hosts))
+        f.writelines(f"node-{i}:{per_host}\n" for i in range(hosts))
     return path
 
 
-def run_driver(driver: str, platform: str, side: str, algo: str, sizes, args, check=False):
+def run_driver(driver: str, platform: str, side: str, algo: str, sizes, args, check=False,
+               per_host=RANKS_PER_HOST, ranks=None, env_extra=None):
     """One smpirun: {bytes: parsed output line} for the sizes, run in one or two groups (buffers
-    that fit --memory-gib are checked; larger ones share memory and are not)."""
+    that fit --memory-gib are checked; larger ones share memory and are not). per_host ranks are
+    placed on a host (ranks: how many in all, default --ranks or every slot); env_extra: more
+    HVD_LITE_* variables."""
     hosts = PLATFORMS[platform]
-    ranks = args.ranks or hosts * RANKS_PER_HOST
+    ranks = ranks or args.ranks or hosts * per_host
     budget = args.memory_gib * (1 << 30)
     fits = [s for s in sizes if 3 * s * ranks <= budget]
     big = [s for s in sizes if s not in fits]
@@ -95,22 +118,23 @@ def run_driver(driver: str, platform: str, side: str, algo: str, sizes, args, ch
     for group, shared in ((fits, False), (big, True)):
         if not group:
             continue
-        env = dict(os.environ)
+        env = dict(os.environ, **(env_extra or {}))
         cfg = list(SIM_CFG)
         if not args.charge_compute:
             cfg.append("--cfg=smpi/simulate-computation:no")
+        smpi_name, knob, _, _ = COLLS[args.coll]
         if side == "mpi":
-            cfg.append(f"--cfg=smpi/allreduce:{algo}")
-        else:
-            env["HVD_LITE_ALLREDUCE_ALGO"] = algo
+            cfg.append(f"--cfg=smpi/{smpi_name}:{algo}")
+        elif knob:
+            env[knob] = algo
         if args.model_file:
             env["HVD_LITE_COST_MODEL_FILE"] = os.path.abspath(args.model_file)
         if shared:
             env["SIM_NO_CHECK"] = "1"
             cfg.append(f"--cfg=smpi/auto-shared-malloc-thresh:{min(group) // 2}")
         cmd = ["smpirun", "-np", str(ranks), "-platform",
-               os.path.join(HERE, "platforms", platform + ".xml"), "-hostfile", hostfile(hosts),
-               *cfg, driver, side, "--reps", str(args.reps)]
+               os.path.join(HERE, "platforms", platform + ".xml"), "-hostfile", hostfile(hosts, per_host),
+               *cfg, driver, side, "--coll", args.coll, "--reps", str(args.reps)]
         if check:
             cmd.append("--check")
         cmd += [str(s) for s in group]
@@ -129,16 +153,17 @@ def run_driver(driver: str, platform: str, side: str, algo: str, sizes, args, ch
     return results
 
 
-def table(platform, ranks, sizes, hvdl, mpi, out=sys.stdout):
+def table(platform, ranks, sizes, hvdl, mpi, coll="allreduce", out=sys.stdout):
     """The nccl-tests-style table: hvd_lite's contenders, the best SMPI algorithm, the ratio."""
     print(f"\n{ranks} ranks ({platform}: {PLATFORMS[platform]} host(s) of {RANKS_PER_HOST}), "
-          f"simulated time of one all-reduce (float32 sum), slowest rank's best", file=out)
+          f"simulated time of one {coll} (float32), slowest rank's best", file=out)
     cols = [f"hvd_lite {a}" for a in hvdl]
     print("| bytes per rank | " + " | ".join(cols) + " | model (auto's pick) | best MPI algorithm | "
           "ratio |", file=out)
     print("|---" * (len(cols) + 4) + "|", file=out)
     for s in sizes:
-        best = min(mpi, key=lambda a: mpi[a][s]["time_s"])
+        right = [a for a in mpi if mpi[a][s]["wrong"] <= 0] or list(mpi)  # a wrong result never wins
+        best = min(right, key=lambda a: mpi[a][s]["time_s"])
         first = hvdl[next(iter(hvdl))][s]
         cells = []
         for a in hvdl:
@@ -154,13 +179,18 @@ def main(argv=None) -> int:
     p.add_argument("--platform", choices=list(PLATFORMS), default="8x8")
     p.add_argument("--ranks", type=int,
                    help="use only the first RANKS ranks of the platform (default: all, 8 a host)")
+    p.add_argument("--coll", choices=list(COLLS), default="allreduce",
+                   help="the collective (default allreduce; broadcast from rank 0, in place)")
     p.add_argument("--sizes", default="4K,256K,4M,64M",
-                   help="bytes per rank, comma-separated (default 4K,256K,4M,64M)")
+                   help="bytes per rank's buffer, comma-separated (default 4K,256K,4M,64M; the "
+                        "all-gather's result, the reduce-scatter's input)")
     p.add_argument("--hvdl", default="auto",
-                   help=f"HVD_LITE_ALLREDUCE_ALGO values to run, comma-separated ({','.join(HVDL_ALGOS)}); "
+                   help="hvd_lite's algorithms to run, comma-separated (all-reduce: "
+                        f"{','.join(HVDL_ALGOS)}; broadcast: {','.join(COLLS['broadcast'][2])}); "
                         "the first is the one compared")
-    p.add_argument("--mpi", default=",".join(MPI_ALGOS),
-                   help="SMPI all-reduce algorithms, comma-separated ('' for none)")
+    p.add_argument("--mpi", default=None,
+                   help="SMPI algorithms of the collective, comma-separated ('' for none; default: "
+                        "the list in COLLS)")
     p.add_argument("--reps", type=int, default=3, help="calls timed per size (the best counts)")
     p.add_argument("--check", action="store_true",
                    help="correctness run: every hvd_lite algorithm, in place too, random floats' bytes "
@@ -176,21 +206,34 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",") if s]
     hvdl_algos = [a for a in args.hvdl.split(",") if a]
+    if args.mpi is None:
+        args.mpi = ",".join(COLLS[args.coll][3])
     mpi_algos = [a for a in args.mpi.split(",") if a]
+    if args.coll not in ("allreduce", "broadcast") and hvdl_algos != ["auto"]:
+        p.error(f"--coll {args.coll}: hvd_lite has one algorithm (the ring): --hvdl auto")
     ranks = args.ranks or PLATFORMS[args.platform] * RANKS_PER_HOST
     if not 1 <= ranks <= PLATFORMS[args.platform] * RANKS_PER_HOST:
         p.error(f"--ranks {ranks}: the platform {args.platform} has "
                 f"{PLATFORMS[args.platform] * RANKS_PER_HOST} slots")
     driver = build()
 
-    if args.check:
+    if args.check:  # every all-reduce and broadcast algorithm
         bad = 0
-        for a in HVDL_ALGOS:
-            res = run_driver(driver, args.platform, "hvdl", a, sizes, args, check=True)
+        hosts = PLATFORMS[args.platform]
+        runs = [("allreduce", a, a, {}) for a in HVDL_ALGOS if a != "hier_p2p"]
+        if hosts > 1:  # hier_p2p needs hosts of one size: emulated hosts of 4, and 6 ranks a host
+            runs += [("allreduce", "hier_p2p", "hier_p2p/4",
+                      {"env_extra": {"HVD_LITE_RANKS_PER_HOST": "4"}}),
+                     ("allreduce", "hier_p2p", "hier_p2p/6",
+                      {"per_host": 6, "ranks": 6 * min(hosts, ranks // 6)})]
+        runs += [("broadcast", a, a, {}) for a in COLLS["broadcast"][2]]
+        for coll, a, label, how in runs:
+            args.coll = coll
+            res = run_driver(driver, args.platform, "hvdl", a, sizes, args, check=True, **how)
             for s, r in sorted(res.items()):
                 ok = r["wrong"] == 0 and r["identical"] and not r["failed"]
                 bad += not ok
-                print(f"{args.platform} hvdl {a:5s} {human(s):>8s}: {r['algo']:5s} "
+                print(f"{args.platform} {coll} hvdl {label:10s} {human(s):>8s}: {r['algo']:8s} "
                       f"{fmt_time(r['time_s']):>10s} wrong {r['wrong']} identical {int(r['identical'])}"
                       f"{'' if ok else '  <-- FAILED'}")
         return 1 if bad else 0
@@ -204,10 +247,10 @@ def main(argv=None) -> int:
             print(f"skipped mpi:{a}: {str(exc).splitlines()[0]}", file=sys.stderr)
     wrong = [(a, s) for side in (hvdl, mpi) for a in side for s, r in side[a].items() if r["wrong"] > 0]
     if mpi:
-        table(args.platform, ranks, sizes, hvdl, mpi)
+        table(args.platform, ranks, sizes, hvdl, mpi, args.coll)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"platform": args.platform, "ranks": ranks,
+            json.dump({"platform": args.platform, "ranks": ranks, "coll": args.coll,
                        "charge_compute": args.charge_compute, "hvdl": hvdl, "mpi": mpi}, f, indent=1)
     if wrong:
         print(f"wrong results: {wrong}", file=sys.stderr)

@@ -5,9 +5,9 @@ algorithm forced through HVD_LITE_ALLREDUCE_ALGO on its own bare communicator (_
 model's time (csrc/select.c, with HVD_LITE_COST_MODEL_FILE's terms if set) and the measured one (the
 median of --repeats batches of -n calls, each batch's time the slowest rank's), and which algorithm the
 selector picks (`auto`). `*` marks the fastest measured; a row where the pick is not the fastest is
-where the model and the machine disagree. The shared-memory path (shm) has no model term (`-`); it and
-hier are timed where the layout lets them run (hier: several hosts, or emulated ones with
-HVD_LITE_RANKS_PER_HOST).
+where the model and the machine disagree. The shared-memory path (shm) has no model term (`-`); it,
+hier and hier_p2p are timed where the layout lets them run (hier: several hosts, or emulated ones with
+HVD_LITE_RANKS_PER_HOST; hier_p2p: several hosts with the same number of ranks each).
 """
 import argparse
 import os
@@ -17,7 +17,7 @@ import numpy as np
 
 from . import common
 
-ALGOS = ("ring", "rd", "rab", "small", "shm", "hier")
+ALGOS = ("ring", "rd", "rab", "small", "shm", "hier", "hier_p2p")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -19,8 +19,9 @@ from hvd_lite._submit import HVDL_DTYPES
 pytestmark = pytest.mark.mpi
 
 ALGOS = ["ring", "rd", "rab", "small", "shm"]
-# With the hierarchical one: across emulated hosts of 2 ranks, so beyond 2 ranks only.
-WITH_HIER = ALGOS + ["hier"]
+# With the hierarchical ones: hier across emulated hosts of 2 ranks, so beyond 2 ranks only; hier_p2p
+# across emulated hosts of one size (2 ranks, or 1 where n is odd or 2).
+WITH_HIER = ALGOS + ["hier", "hier_p2p"]
 OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 F32 = 7
 
@@ -51,11 +52,17 @@ def make_comm(**env):
 
 
 def forced(algo: str) -> dict:
-    """The variables that force algo (hier: on emulated hosts of 2 ranks); skips where it cannot run."""
+    """The variables that force algo (hier, hier_p2p: on emulated hosts); skips where it cannot run."""
+    n = hvd.size()
     if algo == "hier":
-        if hvd.size() <= 2:
+        if n <= 2:
             pytest.skip("hier needs several hosts: more than 2 ranks in hosts of 2")
         return {"HVD_LITE_ALLREDUCE_ALGO": algo, "HVD_LITE_RANKS_PER_HOST": 2}
+    if algo == "hier_p2p":
+        if n == 1:
+            pytest.skip("hier_p2p needs several hosts")
+        return {"HVD_LITE_ALLREDUCE_ALGO": algo,
+                "HVD_LITE_RANKS_PER_HOST": 2 if n % 2 == 0 and n > 2 else 1}
     return {"HVD_LITE_ALLREDUCE_ALGO": algo}
 
 
@@ -167,7 +174,8 @@ def test_the_selector_takes_the_shared_memory_path_on_one_host_at_every_size():
             plan = c.allreduce_plan(nbytes)
             # (one rank runs no algorithm: the call is a copy)
             agree((n == 1 or plan["algorithm"] == "shm") and plan["predicted"]["shm"] is None
-                  and plan["predicted"]["hier"] is None, f"{nbytes} B: {plan}")
+                  and plan["predicted"]["hier"] is None and plan["predicted"]["hier_p2p"] is None,
+                  f"{nbytes} B: {plan}")
 
 
 def test_the_selector_keeps_the_measured_crossover_on_one_host_without_shared_memory():
@@ -189,24 +197,28 @@ def test_a_forced_algorithm_is_chosen_at_every_size():
         agree(all(c.allreduce_plan(b)["algorithm"] == "rab" for b in (4, 1 << 20)), "rab not kept")
 
 
-def test_the_model_weighs_the_hierarchical_path_across_emulated_hosts():
+def test_the_model_weighs_both_hierarchical_paths_across_emulated_hosts():
     n = hvd.size()
     with make_comm(HVD_LITE_RANKS_PER_HOST=2) as c:
         plans = [c.allreduce_plan(b) for b in (4, 1 << 20, 1 << 26)]
     for p in plans:
-        if n > 2:  # hosts of 2 (and 1): hier is a candidate, shm is not
+        if n > 2:  # hosts of 2 (and 1): hier is a candidate, shm is not; hier_p2p where hosts are equal
+            p2p = p["predicted"]["hier_p2p"]
             agree(p["hosts"] == (n + 1) // 2 and p["local_size"] == 2 and p["predicted"]["hier"] > 0
-                  and p["algorithm"] in ("ring", "rd", "rab", "hier"), f"{p}")
+                  and (p2p > 0 if n % 2 == 0 else p2p is None)
+                  and p["algorithm"] in ("ring", "rd", "rab", "hier", "hier_p2p"), f"{p}")
         else:  # one host (one rank runs no algorithm)
-            agree((n == 1 or p["algorithm"] == "shm") and p["predicted"]["hier"] is None, f"{p}")
+            agree((n == 1 or p["algorithm"] == "shm") and p["predicted"]["hier"] is None
+                  and p["predicted"]["hier_p2p"] is None, f"{p}")
 
 
 @pytest.mark.parametrize("algo,env,why", [
     ("shm", {"HVD_LITE_SHM": 0}, r"the shared-memory path is off \(HVD_LITE_SHM=0\)"),
     ("hier", {"HVD_LITE_SHM": 0}, r"it works through the shared-memory path, which is off"),
     ("hier", {}, r"every rank is on one host \(use shm\)"),
-    ("shm", {"HVD_LITE_RANKS_PER_HOST": 2}, r"the ranks are on more than one host \(use hier\)"),
-], ids=["shm-off", "hier-shm-off", "hier-one-host", "shm-several-hosts"])
+    ("shm", {"HVD_LITE_RANKS_PER_HOST": 2}, r"the ranks are on more than one host \(use hier or hier_p2p\)"),
+    ("hier_p2p", {}, r"all \d ranks are on one host"),
+], ids=["shm-off", "hier-shm-off", "hier-one-host", "shm-several-hosts", "hier_p2p-one-host"])
 def test_a_forced_algorithm_that_cannot_run_here_is_refused_at_init_with_why(algo, env, why):
     n = hvd.size()
     several = n > 2 and "HVD_LITE_RANKS_PER_HOST" in env

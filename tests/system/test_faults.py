@@ -140,6 +140,32 @@ def test_a_fault_in_a_pairwise_allreduce_fails_it_on_every_rank_and_the_next_one
     check(rows, n, case_list)
 
 
+# 3 ranks, root 0 (fault_worker's broadcast). The tree: 0 sends to 2, then to 1; 1 and 2 only receive.
+# Scatter: 0 sends block 2 to 2 and block 1 to 1, then every rank sends and receives in the ring.
+TREE_BROADCAST_CASES = {
+    "tree": ["broadcast:send:0", "broadcast:recv:2", "broadcast:stall:0"],
+    "scatter": ["broadcast:send:0", "broadcast:recv:1", "broadcast:send:2"],
+}
+
+
+@pytest.mark.parametrize("algo", list(TREE_BROADCAST_CASES))
+def test_a_fault_in_a_tree_broadcast_fails_it_on_every_rank_and_the_next_one_works(algo):
+    n = 3
+    case_list = TREE_BROADCAST_CASES[algo]
+    rows, _ = run_cases(n, case_list, {"HVD_LITE_BROADCAST_ALGO": algo})
+    check(rows, n, case_list)
+
+
+def test_a_fault_in_the_hier_p2p_allreduce_fails_it_on_every_rank_and_the_next_one_works():
+    # hier_p2p: 4 ranks as 2 hosts of 2 (ranks 0, 1 and 2, 3 within a host; 0-2 and 1-3 across)
+    n = 4
+    case_list = ["allreduce_ring:send:0", "allreduce_ring:recv:3", "allreduce_ring:send:2",
+                 "allreduce_ring:stall:1"]
+    env = {"HVD_LITE_ALLREDUCE_ALGO": "hier_p2p", "HVD_LITE_RANKS_PER_HOST": "2"}
+    rows, _ = run_cases(n, case_list, env)
+    check(rows, n, case_list)
+
+
 def job(n, script, env):
     t0 = time.monotonic()
     res = run_job(mpirun_cmd(n) + [sys.executable, "-c", textwrap.dedent(script)],

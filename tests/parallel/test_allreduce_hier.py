@@ -1,0 +1,131 @@
+"""The hierarchical all-reduce over point-to-point messages (csrc/allreduce_hier_p2p.c), forced by
+HVD_LITE_ALLREDUCE_ALGO=hier_p2p on hosts emulated with HVD_LITE_RANKS_PER_HOST under mpirun: exact
+results for every dtype and op, in place and out of place; bitwise identity across ranks on
+order-dependent floats, in the hosts-then-across order; the layouts it refuses at init."""
+import numpy as np
+import pytest
+
+import hvd_lite as hvd
+from conftest import agree, raises_on_every_rank, world
+from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
+from test_allreduce_algorithms import F32, OPS, code, make_comm, order_dependent
+
+pytestmark = pytest.mark.mpi
+
+COUNTS = (0, 1, 7, 1000, 100_003)
+
+
+def layouts(n: int):
+    """The emulated host sizes k that split n ranks into more than one host of k each."""
+    return [k for k in range(1, n) if n % k == 0]
+
+
+def pairwise_tree_sum(values):
+    """pair.h's tree over the given values in order (fold 2i, 2i+1 for i < n - p, then aligned
+    groups, lower on the left)."""
+    n = len(values)
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    rem = n - p
+    level = [values[2 * v] + values[2 * v + 1] if v < rem else values[v + rem] for v in range(p)]
+    while len(level) > 1:
+        level = [level[i] + level[i + 1] for i in range(0, len(level), 2)]
+    return level[0]
+
+
+def test_hier_p2p_gives_exact_results_for_every_dtype_op_and_layout():
+    n, r = hvd.size(), hvd.rank()
+    if n == 1:
+        pytest.skip("one rank is one host")
+    for k in layouts(n):
+        with make_comm(HVD_LITE_ALLREDUCE_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k) as c:
+            plan = c.allreduce_plan(4096)
+            agree(plan["algorithm"] == "hier_p2p" and plan["hosts"] == n // k
+                  and plan["local_size"] == k, f"hosts of {k}: {plan}")
+            for dtype in ALL_DTYPES:
+                for op in OPS:
+                    for count in COUNTS:
+                        seed = count + 31 * OPS[op]
+                        x = exact_inputs(dtype, count, r, seed)
+                        want = fold([exact_inputs(dtype, count, q, seed) for q in range(n)], op, dtype)
+                        out = np.zeros(count, np.dtype(dtype))
+                        c.allreduce(x, out, code(dtype), OPS[op])
+                        inplace = x.copy()
+                        c.allreduce(inplace, inplace, code(dtype), OPS[op])
+                        agree(same_bits(out, want) and same_bits(inplace, want)
+                              and same_bits(x, exact_inputs(dtype, count, r, seed)),
+                              f"hosts of {k}: {np.dtype(dtype).name} {op} count={count}: out "
+                              f"{out[:5]}, in place {inplace[:5]}, want {want[:5]}")
+
+
+def test_hier_p2p_is_bitwise_identical_across_ranks_in_place_and_on_rerun():
+    n, r = hvd.size(), hvd.rank()
+    if n == 1:
+        pytest.skip("one rank is one host")
+    for k in layouts(n):
+        with make_comm(HVD_LITE_ALLREDUCE_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k) as c:
+            for count in (1, 7, 1000, 100_003):
+                x = order_dependent(count, 300 + r)
+                out, again = np.empty_like(x), np.empty_like(x)
+                c.allreduce(x, out, F32, OPS["sum"])
+                inplace = x.copy()
+                c.allreduce(inplace, inplace, F32, OPS["sum"])
+                c.allreduce(x, again, F32, OPS["sum"])
+                everyone = world().allgather(out.tobytes())
+                agree(all(b == everyone[0] for b in everyone), f"hosts of {k}, count {count}: ranks differ")
+                agree(same_bits(out, inplace) and same_bits(out, again),
+                      f"hosts of {k}, count {count}: in place or a rerun differs")
+
+
+def test_hier_p2p_sums_each_host_first_then_the_hosts():
+    n, r = hvd.size(), hvd.rank()
+    if n == 1:
+        pytest.skip("one rank is one host")
+    count = 1001
+    inputs = [order_dependent(count, 40 + q) for q in range(n)]
+    for k in layouts(n):
+        hosts = [pairwise_tree_sum(inputs[h * k:(h + 1) * k]) for h in range(n // k)]
+        want = pairwise_tree_sum(hosts)
+        with make_comm(HVD_LITE_ALLREDUCE_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k) as c:
+            out = np.empty(count, np.float32)
+            c.allreduce(inputs[r], out, F32, OPS["sum"])
+        agree(same_bits(out, want), f"hosts of {k}: got {out[:3]}, want {want[:3]}")
+
+
+def test_forced_hier_p2p_is_refused_at_init_on_one_host():
+    n = hvd.size()
+    if n == 1:
+        pytest.skip("one rank runs no algorithm: the call is a copy")
+    raises_on_every_rank(hvd.InvalidArgumentError,
+                         f"HVD_LITE_ALLREDUCE_ALGO=hier_p2p cannot run on this communicator of {n} ranks: "
+                         f"all {n} ranks are on one host",
+                         lambda: make_comm(HVD_LITE_ALLREDUCE_ALGO="hier_p2p").__enter__())
+
+
+def test_forced_hier_p2p_is_refused_at_init_on_hosts_of_different_sizes():
+    n = hvd.size()
+    if n < 3 or n % 2 == 0:
+        pytest.skip("needs an odd number of ranks, at least 3, for hosts of 2 and 1")
+    raises_on_every_rank(hvd.InvalidArgumentError, "different numbers of ranks",
+                         lambda: make_comm(HVD_LITE_ALLREDUCE_ALGO="hier_p2p",
+                                           HVD_LITE_RANKS_PER_HOST=2).__enter__())
+
+
+def test_the_selector_considers_hier_p2p_only_where_it_can_run():
+    n = hvd.size()
+    with make_comm() as c:
+        agree(c.allreduce_plan(1 << 20)["predicted"]["hier_p2p"] is None, "one host: hier predicted")
+    if n >= 4 and n % 2 == 0:
+        with make_comm(HVD_LITE_RANKS_PER_HOST=2) as c:
+            plan = c.allreduce_plan(1 << 20)
+        agree(plan["hosts"] == n // 2 and plan["predicted"]["hier_p2p"] is not None, f"{plan}")
+    if n >= 3 and n % 2 == 1:
+        with make_comm(HVD_LITE_RANKS_PER_HOST=2) as c:
+            plan = c.allreduce_plan(1 << 20)
+        agree(plan["predicted"]["hier_p2p"] is None and plan["algorithm"] != "hier_p2p", f"{plan}")
+
+
+def test_a_bad_ranks_per_host_is_refused():
+    raises_on_every_rank(hvd.InvalidArgumentError, "HVD_LITE_RANKS_PER_HOST=two is not valid",
+                         lambda: make_comm(HVD_LITE_RANKS_PER_HOST="two").__enter__())

@@ -1,0 +1,130 @@
+"""Every broadcast algorithm forced through HVD_LITE_BROADCAST_ALGO (the C API's bare `_core.Comm`)
+under mpirun at 1-4 ranks: the root's bytes on every rank for every dtype and root, in place and out
+of place, counts around the scatter's block boundaries and 16-byte segments that cross every pipeline
+boundary, NaN payloads verbatim; the selector's choices, the forced choice, rank 0's choice agreed,
+and an unknown name refused."""
+import contextlib
+import os
+
+import numpy as np
+import pytest
+
+import hvd_lite as hvd
+from conftest import agree, raises_on_every_rank, world
+from helpers import MOVE_DTYPES, exact_inputs, same_bits
+from hvd_lite import _core
+from hvd_lite._submit import HVDL_DTYPES
+
+pytestmark = pytest.mark.mpi
+
+ALGOS = ["chain", "tree", "scatter"]
+
+
+def code(dtype) -> int:
+    """The hvdl datatype code."""
+    return HVDL_DTYPES[np.dtype(dtype)]
+
+
+@contextlib.contextmanager
+def make_comm(**env):
+    """A bare communicator created with HVD_LITE_* variables set (collective)."""
+    env.setdefault("HVD_LITE_COST_MODEL_FILE", "")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update({k: str(v) for k, v in env.items()})
+    try:
+        comm = _core.Comm()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    try:
+        yield comm
+    finally:
+        comm.destroy()
+
+
+def counts(n: int):
+    """0, every count up to 2n+1 (empty and uneven blocks of the scatter's n-block cut), larger odd
+    ones (many 16-byte segments)."""
+    return sorted(set(range(0, 2 * n + 2)) | {4 * n - 1, 4 * n + 1, 1009})
+
+
+def check(c, dtype, count, root, inplace, seed):
+    """One broadcast from root; True when every rank holds the root's bytes and the root's input is
+    untouched."""
+    r = hvd.rank()
+    x = exact_inputs(dtype, count, r, seed)
+    want = exact_inputs(dtype, count, root, seed)
+    if inplace:
+        out = x.copy()
+        c.broadcast(out, out, code(dtype), root)
+    else:
+        out = np.zeros(count, np.dtype(dtype))
+        c.broadcast(x if r == root else None, out, code(dtype), root)
+    return same_bits(out, want) and same_bits(x, exact_inputs(dtype, count, r, seed))
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_every_broadcast_algorithm_gives_every_rank_the_roots_bytes(algo):
+    n = hvd.size()
+    bad = []
+    with make_comm(HVD_LITE_BROADCAST_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16) as c:
+        for dtype in MOVE_DTYPES:
+            for count in counts(n):
+                for root in range(n):
+                    for inplace in (False, True):
+                        if not check(c, dtype, count, root, inplace, seed=count + 7 * root):
+                            bad.append((np.dtype(dtype).name, count, root, inplace))
+    agree(not bad, f"{algo}: wrong at (dtype, count, root, in place) {bad[:5]}")
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_every_broadcast_algorithm_moves_large_buffers_and_nan_payloads_verbatim(algo):
+    # 3 MiB + 2 B of random bytes seen as float16 (NaNs with payloads, signed zeros): 12 default
+    # segments and more, blocks of uneven length for the scatter.
+    n, r = hvd.size(), hvd.rank()
+    with make_comm(HVD_LITE_BROADCAST_ALGO=algo) as c:
+        for root in {0, n - 1, n // 2}:
+            rng = np.random.default_rng(500 + root)
+            x = rng.integers(0, 256, 3 * (1 << 20) + 2, dtype=np.uint8).view(np.float16)
+            out = np.empty_like(x)
+            c.broadcast(x if r == root else None, out, code(np.float16), root)
+            everyone = world().allgather(out.tobytes() == x.tobytes())
+            agree(all(everyone), f"{algo} root {root}: ranks with the root's bytes {everyone}")
+
+
+def test_the_selector_takes_the_tree_for_small_buffers_from_4_ranks_and_else_the_chain():
+    n = hvd.size()
+    with make_comm() as c:
+        small, large = c.broadcast_plan(4096), c.broadcast_plan(64 << 20)
+        agree(set(small["predicted"]) == set(ALGOS), f"{small}")
+        # 2 and 3 ranks: the tree's steps are the chain's hops (one message at 2), the tie goes to
+        # the chain; from 4, 4 KiB pays log2(n) latencies in the tree, n-1 in the chain; 64 MiB:
+        # the chain sends it once per rank, the tree up to log2(n) times
+        want_small = "tree" if n >= 4 else "chain"
+        agree(n == 1 or (small["algorithm"] == want_small and large["algorithm"] == "chain"),
+              f"{small} {large}")
+        best = min(small["predicted"], key=lambda a: small["predicted"][a])
+        agree(n == 1 or small["predicted"][best] == small["predicted"][small["algorithm"]],
+              f"{small}")
+
+
+def test_a_forced_broadcast_algorithm_is_chosen_at_every_size():
+    with make_comm(HVD_LITE_BROADCAST_ALGO="scatter") as c:
+        agree(all(c.broadcast_plan(b)["algorithm"] == "scatter" for b in (4, 1 << 20, 1 << 30)),
+              "scatter not kept")
+
+
+def test_an_unknown_broadcast_algorithm_is_refused_when_the_communicator_is_made():
+    raises_on_every_rank(hvd.InvalidArgumentError, "HVD_LITE_BROADCAST_ALGO=ring is not valid",
+                         lambda: make_comm(HVD_LITE_BROADCAST_ALGO="ring").__enter__())
+
+
+def test_rank_0s_broadcast_algorithm_is_every_ranks():
+    n, r = hvd.size(), hvd.rank()
+    with make_comm(HVD_LITE_BROADCAST_ALGO="tree" if r == 0 else "scatter") as c:
+        plan = c.broadcast_plan(1 << 20)
+        ok = all(check(c, np.float32, 1001, root, False, seed=root) for root in range(n))
+    agree(plan["algorithm"] == "tree" and ok, f"{plan['algorithm']}, right {ok}")
