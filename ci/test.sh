@@ -9,10 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-case $mode in all|--other-mpi) ;; *) echo "usage: $0 [--other-mpi]" >&2; exit 2;; esac
 PY=${PYTHON:-python}
 NP_LIST=${NP_LIST:-"1 2 3 4"}
 mode=${1:-all}
+case $mode in all|--other-mpi) ;; *) echo "usage: $0 [--other-mpi]" >&2; exit 2;; esac
 
 BIN=$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")
 MPIRUN=$BIN/mpirun
