@@ -29,14 +29,14 @@ def seconds_after(label: str, out: str) -> float:
 @pytest.mark.parametrize("call", ["hvd.barrier()", "hvd.join()",
                                   "hvd.allreduce(np.ones(3), name='never')"])
 def test_a_signal_interrupts_a_wait_for_a_rank_that_never_arrives(call):
-    """Rank 1 waits in `call`, which rank 0 never makes (it leaves after 8 s); SIGINT after 1 s
-    raises KeyboardInterrupt at once, and the process carries on at once: the dropped handle
-    does not wait for rank 0."""
+    """Rank 1 waits in `call`, which rank 0 never makes (it leaves after 4 s, twice the 2 s in
+    which rank 1 must have carried on); SIGINT after 1 s raises KeyboardInterrupt at once, and
+    the process carries on at once: the dropped handle does not wait for rank 0."""
     res, _ = job(2, f"""
         import os, signal, threading, time, numpy as np, hvd_lite as hvd
         hvd.init()
         if hvd.rank() == 0:
-            time.sleep(8)
+            time.sleep(4)
         else:
             threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
             t0 = time.monotonic()
@@ -60,10 +60,14 @@ def test_a_signal_interrupts_shutdown_and_a_second_shutdown_finishes_it():
         pids = hvd.allgather_object(os.getpid())
         hvd.barrier()
         if hvd.rank() == 0:
-            # in case rank 1 never continues this rank: a watchdog does after 30 s
-            subprocess.Popen(["sh", "-c", f"sleep 30; kill -CONT {os.getpid()}"],
-                             start_new_session=True)
+            # in case rank 1 never continues this rank: a watchdog does after 30 s (it holds no
+            # output pipe, which would keep the job open until it ends; it goes once not needed)
+            watchdog = subprocess.Popen(["sh", "-c", f"sleep 30; kill -CONT {os.getpid()}"],
+                                        start_new_session=True, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             os.kill(os.getpid(), signal.SIGSTOP)
+            os.killpg(watchdog.pid, signal.SIGKILL)  # its shell and its sleep
+            watchdog.wait()
         else:
             time.sleep(0.5)  # rank 0 has stopped
             threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
