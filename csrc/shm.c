@@ -339,7 +339,14 @@ static hvdlResult_t make_segment(hvdlComm_t comm, struct hvdl_shm *s) {
 
 hvdlResult_t hvdl_shm_init(hvdlComm_t comm) {
   comm->shm = NULL;
-  if (comm->config.disableShm || comm->size == 1) return hvdlSuccess;
+  if (comm->size == 1) return hvdlSuccess;
+  /* Rank 0's HVD_LITE_SHM and HVD_LITE_SHM_BYTES are every rank's: ranks that differed
+   * would run different collectives below, or lay out one segment differently. */
+  struct { int off; unsigned long long bytes; } a = {comm->config.disableShm, comm->config.shmBytes};
+  HVDL_MPI(comm, MPI_Bcast(&a, (int)sizeof a, MPI_BYTE, 0, comm->mpi));
+  comm->config.disableShm = a.off;
+  comm->config.shmBytes = (size_t)a.bytes;
+  if (comm->config.disableShm) return hvdlSuccess;
   MPI_Comm local;
   HVDL_CHECK(hvdl_local_comm(comm->mpi, &local));
   MPI_Comm_set_errhandler(local, MPI_ERRORS_RETURN);

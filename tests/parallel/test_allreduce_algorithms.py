@@ -245,6 +245,19 @@ def test_rank_0s_forced_shared_memory_path_is_every_ranks():
             agree(c.allreduce_plan(64)["algorithm"] == "hier", "hier not agreed")
 
 
+def test_rank_0s_shared_memory_settings_are_every_ranks():
+    r = hvd.rank()
+    with make_comm(HVD_LITE_SHM="1" if r == 0 else "0",
+                   HVD_LITE_SHM_BYTES="65536" if r == 0 else "1048576") as c:
+        layout = c.shm_layout()
+        y = np.arange(100003, dtype=np.float32)
+        c.allreduce(y, y, F32, OPS["sum"])
+        ok = np.array_equal(y, np.arange(100003, dtype=np.float32) * hvd.size())
+    agree(ok and (hvd.size() == 1 or layout is not None), f"layout {layout}, exact {ok}")
+    with make_comm(HVD_LITE_SHM="0" if r == 0 else "1") as c:
+        agree(c.shm_layout() is None, "rank 0 turned the shared-memory path off")
+
+
 def test_an_unknown_algorithm_is_refused_when_the_communicator_is_made():
     raises_on_every_rank(hvd.InvalidArgumentError, "HVD_LITE_ALLREDUCE_ALGO=tri is not valid",
                          lambda: make_comm(HVD_LITE_ALLREDUCE_ALGO="tri").__enter__())
