@@ -1,0 +1,80 @@
+"""Where a small synchronous all-reduce's microseconds go, at 2 ranks: its parts timed in one run,
+interleaved, each as the median round trip over every call on the slowest rank.
+
+    mpirun -np 2 python tools/latency_breakdown.py [--bytes 4] [--iters 2000] [--repeats 10]
+
+Contenders, each called back to back after a barrier:
+  mpi          MPI_Allreduce (mpi4py, in place): what the data costs MPI
+  core         hvdlAllReduce through the C binding, no engine: what the data costs hvd_lite
+  round        MPI_Allgather of one negotiation header (2 x uint64 per rank): the round's collective
+  alone        hvd.allreduce_ in a process set of this rank alone: the Python API, submission, the
+               engine's turn (round and execution on one rank) and completion, with nobody to wait for
+  engine       hvd.allreduce_ on both ranks: the whole call
+The rest, engine - alone - round - core, is what waiting for the peer costs beyond the two
+collectives themselves (both ranks reaching the round, wake-ups).
+"""
+import argparse
+import statistics
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import hvd_lite as hvd
+from hvd_lite import basics
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bytes", type=int, default=4)
+    p.add_argument("--iters", type=int, default=2000)
+    p.add_argument("--repeats", type=int, default=10)
+    args = p.parse_args()
+    world = MPI.COMM_WORLD
+    n, r = world.Get_size(), world.Get_rank()
+    own = [hvd.ProcessSet([k]) for k in range(n)]
+    hvd.init(process_sets=own)
+    mine = own[r]
+    count = max(1, args.bytes // 4)
+    x = np.ones(count, np.float32)
+    core = basics._core.Comm()
+    hdr, gathered = np.zeros(2, np.uint64), np.zeros(2 * n, np.uint64)
+
+    def core_call():
+        core.allreduce(x, x, 7, 0)  # float32 sum
+
+    contenders = {
+        "mpi": lambda: world.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM),
+        "core": core_call,
+        "round": lambda: world.Allgather(hdr, gathered),
+        "alone": lambda: hvd.allreduce_(x, op=hvd.Sum, name="lat.alone", process_set=mine),
+        "engine": lambda: hvd.allreduce_(x, op=hvd.Sum, name="lat.engine"),
+    }
+    times = {k: [] for k in contenders}
+    for rep in range(args.repeats):
+        order = list(contenders)
+        order = order[rep % len(order):] + order[:rep % len(order)]
+        for k in order:
+            fn = contenders[k]
+            for _ in range(50):
+                fn()
+            world.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(args.iters):
+                fn()
+            t = (time.perf_counter() - t0) / args.iters
+            times[k].append(world.allreduce(t, op=MPI.MAX))
+        x[:] = 1
+    if r == 0:
+        med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
+        print(f"# {n} ranks, {count * 4} B float32 sum, {args.iters} calls x {args.repeats} repeats; "
+              "median round trip (us), slowest rank")
+        for k, v in med.items():
+            print(f"{k:>8} {v:8.2f}   (range {min(times[k]) * 1e6:.2f}-{max(times[k]) * 1e6:.2f})")
+        rest = med["engine"] - med["alone"] - med["round"] - med["core"]
+        print(f"{'rest':>8} {rest:8.2f}   engine - alone - round - core: waiting for the peer")
+    core.destroy()
+
+
+if __name__ == "__main__":
+    main()
