@@ -8,8 +8,8 @@
  *      one on each of several hosts, hier_p2p without several hosts of one
  *      size).
  *   2. One host whose ranks share a segment (comm->shm, shm.c): the shared-memory
- *      path, at every size. The model has no shared-memory term: this is the
- *      shared-memory unit's choice, kept until a measurement says otherwise.
+ *      path up to SHM_ALLREDUCE_MAX bytes (a measured crossover: the model has no
+ *      shared-memory term); above it, 3 and 4 as without the segment.
  *   3. B <= config.smallAllReduceBytes: the latency path (allreduce_small.c).
  *      Its default is the crossover measured on one host (128 KiB at 2 ranks,
  *      2 KiB beyond) and 0 across hosts (config.c).
@@ -308,10 +308,16 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) 
   }
 }
 
+/* At 2 ranks, shm and the ring forced on two communicators and MPI_Allreduce timed
+ * interleaved in one run (float32 sum, in place), shm took 0.44-0.68x the ring's time
+ * from 64 KiB to 512 KiB, 0.89-0.92x at 1-2 MiB, 0.99x at 4 MiB and 1.59-1.60x at 16
+ * and 64 MiB (docs/benchmarks.md, "Shared memory against the ring"). */
+#define SHM_ALLREDUCE_MAX ((size_t)4 << 20)
+
 hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes) {
   if (comm->config.allReduceAlgorithm != hvdlAlgoAuto)
     return (hvdlAlgorithm_t)comm->config.allReduceAlgorithm;
-  if (comm->shm && comm->shm->hosts == 1) return hvdlAlgoShm;
+  if (comm->shm && comm->shm->hosts == 1 && bytes <= SHM_ALLREDUCE_MAX) return hvdlAlgoShm;
   if (bytes <= comm->config.smallAllReduceBytes) return hvdlAlgoLatency;
   static const hvdlAlgorithm_t order[] = {hvdlAlgoRing, hvdlAlgoRabenseifner,
                                           hvdlAlgoRecursiveDoubling, hvdlAlgoHierarchical,

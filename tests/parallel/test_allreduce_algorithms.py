@@ -167,13 +167,15 @@ def test_reduce_gives_the_root_the_bits_of_the_allreduce(algo):
                       f"{algo} count {count} root {root}: {out[:3]} against {full[:3]}")
 
 
-def test_the_selector_takes_the_shared_memory_path_on_one_host_at_every_size():
+def test_the_selector_takes_the_shared_memory_path_on_one_host_up_to_4_mib():
     n = hvd.size()
     with make_comm() as c:
-        for nbytes in (4, 4096, 1 << 16, 1 << 20, 1 << 26):
+        for nbytes in (4, 4096, 1 << 16, 1 << 20, 4 << 20, (4 << 20) + 4, 1 << 26):
             plan = c.allreduce_plan(nbytes)
-            # (one rank runs no algorithm: the call is a copy)
-            agree((n == 1 or plan["algorithm"] == "shm") and plan["predicted"]["shm"] is None
+            want = "shm" if nbytes <= 4 << 20 else ("ring" if n == 2 else None)
+            # (one rank runs no algorithm: the call is a copy); above 4 MiB the model's choice
+            agree((n == 1 or plan["algorithm"] == want or (want is None and plan["algorithm"] != "shm"))
+                  and plan["predicted"]["shm"] is None
                   and plan["predicted"]["hier"] is None and plan["predicted"]["hier_p2p"] is None,
                   f"{nbytes} B: {plan}")
 
@@ -207,8 +209,8 @@ def test_the_model_weighs_both_hierarchical_paths_across_emulated_hosts():
             agree(p["hosts"] == (n + 1) // 2 and p["local_size"] == 2 and p["predicted"]["hier"] > 0
                   and (p2p > 0 if n % 2 == 0 else p2p is None)
                   and p["algorithm"] in ("ring", "rd", "rab", "hier", "hier_p2p"), f"{p}")
-        else:  # one host (one rank runs no algorithm)
-            agree((n == 1 or p["algorithm"] == "shm") and p["predicted"]["hier"] is None
+        else:  # one host (one rank runs no algorithm; shm up to 4 MiB)
+            agree((n == 1 or p["algorithm"] in ("shm", "ring")) and p["predicted"]["hier"] is None
                   and p["predicted"]["hier_p2p"] is None, f"{p}")
 
 
