@@ -21,7 +21,7 @@
  *
  * Every block is stored verbatim from its owner's bytes. Each step writes a
  * block nothing else writes or sends from before, so only the number of sends
- * in flight needs bounding (the pipe's send window).
+ * in flight needs bounding (the pipe's two generations).
  *
  * Cost per rank: n-1 receiving steps; sends and receives the whole result
  * except one block ((n-1)/n of it for equal blocks); nothing is reduced.

@@ -10,11 +10,8 @@
  * if it would need more than PIPE_MAX_SEGMENTS of them; on 2 ranks, where no
  * rank forwards, as one message: hvdl_pipe_init_copy), all in one pipe step:
  *
- *   p = 0           send          every segment of sendbuff (the first
- *                                 PIPE_SEND_WINDOW at once, the rest in
- *                                 hvdl_pipe_finish as those complete); meanwhile
- *                                 the root copies sendbuff into recvbuff unless
- *                                 in-place
+ *   p = 0           send          every segment of sendbuff; meanwhile the root
+ *                                 copies sendbuff into recvbuff unless in-place
  *   p = 1 .. n-2    recvCopySend  segment j lands in recvbuff and goes right at
  *                                 once, while segment j+1 arrives
  *   p = n-1         recv          segment j lands in recvbuff

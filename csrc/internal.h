@@ -17,11 +17,11 @@
 
 /* Scratch that lives as long as the communicator, grown on demand and reused. */
 struct hvdl_scratch {
-  char *tmp;            /* pipe.c: PIPE_RECV_WINDOW receive segments of the reducing verbs */
+  char *tmp;            /* pipe.c: PIPE_WINDOW receive segments of the reducing verbs */
   size_t tmp_bytes;
   char *gather;         /* latency path: n * small_bytes */
   size_t gather_bytes;
-  char *sreq;           /* pipe.c: its send queue (the two most recent steps' segments) */
+  char *sreq;           /* pipe.c: MPI_Request[2][cap], sends of the two most recent steps */
   size_t sreq_bytes;
   char *stage;          /* reduce-scatter: the partials being forwarded, two blocks */
   size_t stage_bytes;
@@ -73,7 +73,6 @@ struct hvdlComm {
                           * none (HVD_LITE_SHM=0, or no host has two ranks) */
   hvdlComm_t cross;      /* allreduce_hier.c: this local rank's peers on the other hosts (a
                           * lane); NULL on one host and on local ranks that carry no lane */
-  int pipe_peak_sends;   /* pipe.c: the most sends a pipe has had in flight at once (for tests) */
   struct hvdl_cost_model model; /* select.c: agreed by every rank at init */
   int hosts, local_size;  /* select.c: hosts, and the most ranks on one of them (the host
                           * layout of topology.c, emulated hosts included) */
@@ -200,8 +199,6 @@ struct hvdl_poll {
 hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
                              const struct hvdl_wait_limits *limits);
 hvdlResult_t hvdl_wait_data(hvdlComm_t comm, const struct hvdl_poll *p);
-/* The same for a poll that waits on one peer (named if it stays silent; -1: none). */
-hvdlResult_t hvdl_wait_peer_poll(hvdlComm_t comm, int peer, const struct hvdl_poll *p);
 /* Polls until all n requests are done (comm->watch between polls); returns
  * hvdlSystemError on an MPI error, hvdlRemoteError when nothing completes for
  * comm->data_timeout, or what comm->watch returned. On failure the requests are

@@ -5,18 +5,16 @@
  * One receiving step at this rank, for a piece of nseg segments:
  *
  *   wait for the sends of the step before last (generation step & 1)
- *   post the receives of segments 0 .. PIPE_RECV_WINDOW-1
+ *   post the receives of segments 0 .. PIPE_WINDOW-1
  *   for j = 0 .. nseg-1:
- *     wait for segment j (posting queued sends as slots free up)
+ *     wait for segment j
  *     reduce it into dst (the reducing verbs; Avg divides in the last reduction:
- *     recvReduce, recvReduceCopySend)
- *     post the receive of segment j + PIPE_RECV_WINDOW into the slot just consumed
- *     forward dst's segment j to the right (the forwarding verbs): into the queue
+     recvReduce, recvReduceCopySend)
+ *     post the receive of segment j + PIPE_WINDOW into the slot just consumed
+ *     forward dst's segment j to the right (the forwarding verbs)
  *
- * Sends. Every segment a step sends joins the pipe's queue, in order; at most
- * PIPE_SEND_WINDOW of them are posted (MPI_Isend) at a time, and each wait of
- * the pipe posts the next ones as earlier ones complete. A send step therefore
- * returns at once, and its segments go while the following receiving steps wait.
+ * A send step posts all of the piece's segments at once; the receiver's window
+ * paces them.
  */
 #include <string.h>
 
@@ -24,7 +22,6 @@
 #include "reduce.h"
 
 enum { PIPE_REDUCE = 1, PIPE_FORWARD = 2, PIPE_DIVIDE = 4 };
-enum { PIPE_SLOTS = PIPE_RECV_WINDOW + PIPE_SEND_WINDOW };
 
 /* Common setup: segments of seg_bytes (more if a piece would need more than
  * PIPE_MAX_SEGMENTS); receive scratch only for a pipe that reduces. */
@@ -43,17 +40,15 @@ static hvdlResult_t pipe_setup(struct hvdl_pipe *p, hvdlComm_t comm, int tag, si
   if (max_piece / p->seg >= PIPE_MAX_SEGMENTS)
     p->seg = (max_piece + PIPE_MAX_SEGMENTS - 1) / PIPE_MAX_SEGMENTS;
   const size_t max_seg = (max_piece + p->seg - 1) / p->seg + 1;
-  for (int i = 0; i < PIPE_SLOTS; i++) p->req[i] = MPI_REQUEST_NULL;
 
   struct hvdl_scratch *s = &comm->scratch;
   if (reduces) {
-    HVDL_CHECK(hvdl_reserve(comm, &s->tmp, &s->tmp_bytes, PIPE_RECV_WINDOW * p->seg * p->esize));
+    HVDL_CHECK(hvdl_reserve(comm, &s->tmp, &s->tmp_bytes, PIPE_WINDOW * p->seg * p->esize));
     p->tmp = s->tmp;
   }
-  /* Queued are at most the sends of the two most recent steps. */
-  p->qcap = 2 * max_seg;
-  HVDL_CHECK(hvdl_reserve(comm, &s->sreq, &s->sreq_bytes, p->qcap * sizeof *p->queue));
-  p->queue = (struct hvdl_pipe_send *)(void *)s->sreq;
+  HVDL_CHECK(hvdl_reserve(comm, &s->sreq, &s->sreq_bytes, 2 * max_seg * sizeof(MPI_Request)));
+  p->sreq[0] = (MPI_Request *)(void *)s->sreq;
+  p->sreq[1] = p->sreq[0] + max_seg;
   return hvdlSuccess;
 }
 
@@ -80,18 +75,32 @@ static size_t seg_elems(const struct hvdl_pipe *p, size_t count, size_t j) {
   return count - first < p->seg ? count - first : p->seg;
 }
 
-static MPI_Request *send_slots(struct hvdl_pipe *p) { return p->req + PIPE_RECV_WINDOW; }
-
 /* A failed step abandons everything the pipe has posted (wait.c), so that no
- * message of it can land in a buffer after the failure is reported; queued
- * sends were never posted and are dropped. */
-static hvdlResult_t abandon(struct hvdl_pipe *p, hvdlResult_t res) {
+ * message of it can land in a buffer after the failure is reported. */
+static hvdlResult_t abandon(struct hvdl_pipe *p, MPI_Request *rreq, int nr, hvdlResult_t res) {
   const double until = hvdl_now() + HVDL_ABANDON_GRACE;
-  hvdl_abandon(p->comm, PIPE_RECV_WINDOW, p->req, 1, until);
-  hvdl_abandon(p->comm, PIPE_SEND_WINDOW, send_slots(p), 0, until);
-  p->nsend = 0;
-  p->qpost = p->qtail;
+  if (rreq) hvdl_abandon(p->comm, nr, rreq, 1, until);
+  for (int gen = 0; gen < 2; gen++) {
+    hvdl_abandon(p->comm, p->nsreq[gen], p->sreq[gen], 0, until);
+    p->nsreq[gen] = 0;
+  }
   return res;
+}
+
+static hvdlResult_t wait_sends(struct hvdl_pipe *p, int gen) {
+  if (p->nsreq[gen] > 0) {
+    hvdlResult_t res = hvdl_wait_peer(p->comm, p->right, p->nsreq[gen], p->sreq[gen]);
+    if (res != hvdlSuccess) return abandon(p, NULL, 0, res);
+  }
+  p->nsreq[gen] = 0;
+  return hvdlSuccess;
+}
+
+/* Starts a step: its sends join generation step & 1, once the sends of the
+ * step before last (the same generation) have completed. */
+static hvdlResult_t begin_step(struct hvdl_pipe *p, int *gen) {
+  *gen = (int)(p->step++ & 1u);
+  return wait_sends(p, *gen);
 }
 
 /* Injected faults (HVD_LITE_FAULT): a failing send or receive, or a rank that
@@ -106,98 +115,23 @@ static hvdlResult_t fault(struct hvdl_pipe *p, enum hvdl_fault_point at) {
   return hvdlSuccess;
 }
 
-/* Posts queued sends while the window has room. */
-static hvdlResult_t post_sends(struct hvdl_pipe *p) {
-  MPI_Request *slots = send_slots(p);
-  for (int i = 0; i < PIPE_SEND_WINDOW && p->nsend < PIPE_SEND_WINDOW && p->qpost < p->qtail;
-       i++) {
-    if (slots[i] != MPI_REQUEST_NULL) continue;
-    if (p->comm->faults) HVDL_CHECK(fault(p, HVDL_FAULT_SEND));
-    const struct hvdl_pipe_send *s = &p->queue[p->qpost % p->qcap];
-    HVDL_MPI(p->comm, MPI_Isend(s->buf, (int)(s->elems * p->esize), MPI_BYTE, p->right, p->tag,
-                                p->comm->mpi, &slots[i]));
-    p->sseq[i] = p->qpost++;
-    if (++p->nsend > p->comm->pipe_peak_sends) p->comm->pipe_peak_sends = p->nsend;
-  }
+/* send: one segment to the right. */
+static hvdlResult_t send_segment(struct hvdl_pipe *p, int gen, const char *buf, size_t elems) {
+  if (p->comm->faults) HVDL_CHECK(fault(p, HVDL_FAULT_SEND));
+  MPI_Request *req = &p->sreq[gen][p->nsreq[gen]];
+  HVDL_MPI(p->comm, MPI_Isend(buf, (int)(elems * p->esize), MPI_BYTE, p->right, p->tag,
+                              p->comm->mpi, req));
+  p->nsreq[gen]++;
   return hvdlSuccess;
 }
-
-/* Queues one segment for the right neighbour (posted at once if the window has room). */
-static hvdlResult_t send_segment(struct hvdl_pipe *p, const char *buf, size_t elems) {
-  p->queue[p->qtail % p->qcap] = (struct hvdl_pipe_send){buf, elems};
-  p->qtail++;
-  return post_sends(p);
-}
-
-/* One poll: completes what has completed (a completed slot reads MPI_REQUEST_NULL),
- * then refills the send window. */
-static hvdlResult_t pump(struct hvdl_pipe *p) {
-  int n = 0, idx[PIPE_SLOTS];
-  HVDL_MPI(p->comm, MPI_Testsome(PIPE_SLOTS, p->req, &n, idx, MPI_STATUSES_IGNORE));
-  if (n == MPI_UNDEFINED) n = 0;
-  for (int i = 0; i < n; i++)
-    if (idx[i] >= PIPE_RECV_WINDOW) p->nsend--;
-  p->completed += (uint64_t)n;
-  return post_sends(p);
-}
-
-/* What a wait waits for: receive slot `slot` (>= 0), or else every send queued
- * before number `upto`. */
-struct pipe_goal {
-  struct hvdl_pipe *p;
-  int slot;
-  uint64_t upto;
-};
-
-static int goal_met(const struct pipe_goal *g) {
-  const struct hvdl_pipe *p = g->p;
-  if (g->slot >= 0) return p->req[g->slot] == MPI_REQUEST_NULL;
-  if (p->qpost < g->upto) return 0;
-  for (int i = 0; i < PIPE_SEND_WINDOW; i++)
-    if (p->req[PIPE_RECV_WINDOW + i] != MPI_REQUEST_NULL && p->sseq[i] < g->upto) return 0;
-  return 1;
-}
-
-static hvdlResult_t goal_test(hvdlComm_t comm, void *arg, int *done) {
-  (void)comm;
-  struct pipe_goal *g = arg;
-  *done = goal_met(g);
-  if (*done) return hvdlSuccess;
-  HVDL_CHECK(pump(g->p));
-  *done = goal_met(g);
-  return hvdlSuccess;
-}
-
-static uint64_t goal_progress(hvdlComm_t comm, void *arg) {
-  (void)comm;
-  return ((struct pipe_goal *)arg)->p->completed;
-}
-
-/* Waits for g with the data phases' limits (bounded, interruptible: wait.c), naming
- * the peer it waits for; on failure abandons everything the pipe has posted. */
-static hvdlResult_t wait_goal(struct hvdl_pipe *p, int slot, uint64_t upto) {
-  struct pipe_goal g = {p, slot, upto};
-  const struct hvdl_poll poll = {goal_test, goal_progress, &g, p->completed};
-  hvdlResult_t res = hvdl_wait_peer_poll(p->comm, slot >= 0 ? p->left : p->right, &poll);
-  return res == hvdlSuccess ? res : abandon(p, res);
-}
-
-/* Starts a step: once the sends of the step before last (the same generation)
- * have completed, this step's sends take that generation. */
-static hvdlResult_t begin_step(struct hvdl_pipe *p, int *gen) {
-  *gen = (int)(p->step++ & 1u);
-  return wait_goal(p, -1, p->step_end[*gen]);
-}
-
-static void end_step(struct hvdl_pipe *p, int gen) { p->step_end[gen] = p->qtail; }
 
 static hvdlResult_t post_recv(struct hvdl_pipe *p, unsigned what, char *dst, size_t count,
-                              size_t j, int slot) {
+                              size_t j, MPI_Request *req) {
   if (p->comm->faults) HVDL_CHECK(fault(p, HVDL_FAULT_RECV));
-  char *into = (what & PIPE_REDUCE) ? p->tmp + (size_t)slot * p->seg * p->esize
+  char *into = (what & PIPE_REDUCE) ? p->tmp + (j % PIPE_WINDOW) * p->seg * p->esize
                                     : dst + j * p->seg * p->esize;
   HVDL_MPI(p->comm, MPI_Irecv(into, (int)(seg_elems(p, count, j) * p->esize), MPI_BYTE, p->left,
-                              p->tag, p->comm->mpi, &p->req[slot]));
+                              p->tag, p->comm->mpi, req));
   return hvdlSuccess;
 }
 
@@ -210,29 +144,29 @@ static hvdlResult_t recv_step(struct hvdl_pipe *p, unsigned what, const char *sr
                      "pipe (tag %d): a reducing verb on a pipe set up by hvdl_pipe_init_copy",
                      p->tag);
   HVDL_CHECK(begin_step(p, &gen));
-  const size_t nseg = (count + p->seg - 1) / p->seg, win = PIPE_RECV_WINDOW;
+  const size_t nseg = (count + p->seg - 1) / p->seg;
+  MPI_Request rreq[PIPE_WINDOW];
   hvdlResult_t res = hvdlSuccess;
-  for (size_t j = 0; j < nseg && j < win && res == hvdlSuccess; j++)
-    res = post_recv(p, what, dst, count, j, (int)j);
+  for (size_t j = 0; j < PIPE_WINDOW; j++) rreq[j] = MPI_REQUEST_NULL;
+  for (size_t j = 0; j < nseg && j < PIPE_WINDOW && res == hvdlSuccess; j++)
+    res = post_recv(p, what, dst, count, j, &rreq[j]);
 
   for (size_t j = 0; j < nseg && res == hvdlSuccess; j++) {
-    const int slot = (int)(j % win);
+    const size_t slot = j % PIPE_WINDOW;
     const size_t elems = seg_elems(p, count, j);
     const size_t at = j * p->seg * p->esize;
 
-    res = wait_goal(p, slot, 0);
-    if (res != hvdlSuccess) return res; /* abandoned */
+    res = hvdl_wait_peer(p->comm, p->left, 1, &rreq[slot]);
+    if (res != hvdlSuccess) break;
     if (what & PIPE_REDUCE) {
-      hvdl_reduce(dst + at, p->tmp + (size_t)slot * p->seg * p->esize, src + at, elems, p->dt,
-                  p->op);
+      hvdl_reduce(dst + at, p->tmp + slot * p->seg * p->esize, src + at, elems, p->dt, p->op);
       if ((what & PIPE_DIVIDE) && p->op == hvdlAvg)
         hvdl_divide(dst + at, elems, p->dt, (uint64_t)p->comm->size);
     }
-    if (j + win < nseg) res = post_recv(p, what, dst, count, j + win, slot);
-    if (res == hvdlSuccess && (what & PIPE_FORWARD)) res = send_segment(p, dst + at, elems);
+    if (j + PIPE_WINDOW < nseg) res = post_recv(p, what, dst, count, j + PIPE_WINDOW, &rreq[slot]);
+    if (res == hvdlSuccess && (what & PIPE_FORWARD)) res = send_segment(p, gen, dst + at, elems);
   }
-  end_step(p, gen);
-  return res == hvdlSuccess ? res : abandon(p, res);
+  return res == hvdlSuccess ? res : abandon(p, rreq, PIPE_WINDOW, res);
 }
 
 hvdlResult_t hvdl_pipe_send(struct hvdl_pipe *p, const void *src, size_t count) {
@@ -240,10 +174,9 @@ hvdlResult_t hvdl_pipe_send(struct hvdl_pipe *p, const void *src, size_t count) 
   HVDL_CHECK(begin_step(p, &gen));
   const char *from = src;
   for (size_t j = 0; j * p->seg < count; j++) {
-    hvdlResult_t res = send_segment(p, from + j * p->seg * p->esize, seg_elems(p, count, j));
-    if (res != hvdlSuccess) return abandon(p, res);
+    hvdlResult_t res = send_segment(p, gen, from + j * p->seg * p->esize, seg_elems(p, count, j));
+    if (res != hvdlSuccess) return abandon(p, NULL, 0, res);
   }
-  end_step(p, gen);
   return hvdlSuccess;
 }
 
@@ -269,4 +202,8 @@ hvdlResult_t hvdl_pipe_recv_reduce_copy_send(struct hvdl_pipe *p, const void *sr
   return recv_step(p, PIPE_REDUCE | PIPE_DIVIDE | PIPE_FORWARD, src, dst, count);
 }
 
-hvdlResult_t hvdl_pipe_finish(struct hvdl_pipe *p) { return wait_goal(p, -1, p->qtail); }
+hvdlResult_t hvdl_pipe_finish(struct hvdl_pipe *p) {
+  HVDL_CHECK(wait_sends(p, 0));
+  HVDL_CHECK(wait_sends(p, 1));
+  return hvdlSuccess;
+}

@@ -7,7 +7,6 @@
  *                                        the bare C API (hvdl.h)
  *   Comm.shm_layout() -> None or (hosts, lanes, local_rank, local_size)
  *                                        its shared-memory path (shm.h)
- *   Comm.pipe_peak_sends() -> int        the most sends its pipes had in flight (pipe.h)
  *   Comm.allreduce_plan(nbytes)          the all-reduce selector's choice and model (select.c)
  *   Comm.broadcast_plan(nbytes)          the broadcast selector's choice and model (select_bcast.c)
  *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor),
@@ -250,12 +249,6 @@ static PyObject *Comm_shm_layout(CommObject *self, PyObject *unused) {
   return Py_BuildValue("(iiii)", s->hosts, s->lanes, s->local_rank, s->local_size);
 }
 
-static PyObject *Comm_pipe_peak_sends(CommObject *self, PyObject *unused) {
-  (void)unused;
-  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
-  return PyLong_FromLong(self->comm->pipe_peak_sends);
-}
-
 /* The all-reduce selector's view of a call of nbytes per rank (select.c). */
 static PyObject *Comm_allreduce_plan(CommObject *self, PyObject *args) {
   unsigned long long nbytes;
@@ -319,8 +312,6 @@ static PyMethodDef Comm_methods[] = {
     {"alltoall", (PyCFunction)Comm_alltoall, METH_VARARGS,
      "alltoall(sendbuf, recvbuf, dtype): hvdlAllToAll, ranks x count elements each"},
     {"destroy", (PyCFunction)Comm_destroy, METH_NOARGS, "hvdlCommDestroy (collective)"},
-    {"pipe_peak_sends", (PyCFunction)Comm_pipe_peak_sends, METH_NOARGS,
-     "the most sends the pipes (pipe.h) had in flight at once"},
     {"shm_layout", (PyCFunction)Comm_shm_layout, METH_NOARGS,
      "None without a shared-memory path, else (hosts, lanes, local_rank, local_size)"},
     {NULL, NULL, 0, NULL},

@@ -28,10 +28,9 @@
  *
  * The pipeline. Each step is one verb of the segment pipeline (pipe.h), the
  * same one every ring and chain collective uses: the chunk travels as
- * segments, up to PIPE_RECV_WINDOW receives stay posted (into scratch segments
+ * segments, up to PIPE_WINDOW receives stay posted (into scratch segments
  * during the reduce-scatter, straight into recvbuff during the all-gather),
- * at most PIPE_SEND_WINDOW sends are in flight (the rest wait in the pipe's
- * queue), and each segment is forwarded the moment it is processed, so sending,
+ * and each segment is forwarded the moment it is processed, so sending,
  * receiving and reducing overlap and the pipeline runs on across steps without
  * draining. The segment size is the pipe's one policy (pipe.h).
  *

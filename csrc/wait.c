@@ -183,10 +183,6 @@ hvdlResult_t hvdl_wait_all(hvdlComm_t comm, int n, MPI_Request *reqs) {
 }
 
 hvdlResult_t hvdl_wait_data(hvdlComm_t comm, const struct hvdl_poll *p) {
-  return hvdl_wait_peer_poll(comm, -1, p);
-}
-
-hvdlResult_t hvdl_wait_peer_poll(hvdlComm_t comm, int peer, const struct hvdl_poll *p) {
-  comm->wait_peer = peer;
+  comm->wait_peer = -1;
   return hvdl_wait_until(comm, p, &in_collective);
 }

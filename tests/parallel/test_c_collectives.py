@@ -188,7 +188,7 @@ def test_tiny_segments_cross_every_boundary(path):
 
 
 def test_pieces_too_long_for_the_segment_limit_use_larger_segments():
-    # 16-byte segments would need ~6,000 per chunk; the pipe caps them at 64 (PIPE_MAX_SEGMENTS).
+    # 16-byte segments would need ~6,000 per chunk; the pipe caps them at 1024.
     n = hvd.size()
     with make_comm(HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_ALLREDUCE_ALGO="ring") as c:
         check_allgather(c, np.float32, 25_013)
