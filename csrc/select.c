@@ -8,7 +8,7 @@
  *      one on each of several hosts, hier_p2p without several hosts of one
  *      size).
  *   2. One host whose ranks share a segment (comm->shm, shm.c): the shared-memory
- *      path up to SHM_ALLREDUCE_MAX bytes (a measured crossover: the model has no
+ *      path up to SHM_ALLREDUCE_MAX bytes, 128 KiB (measured: the model has no
  *      shared-memory term); above it, 3 and 4 as without the segment.
  *   3. B <= config.smallAllReduceBytes: the latency path (allreduce_small.c).
  *      Its default is the crossover measured on one host (128 KiB at 2 ranks,
@@ -308,11 +308,13 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) 
   }
 }
 
-/* At 2 ranks, shm and the ring forced on two communicators and MPI_Allreduce timed
- * interleaved in one run (float32 sum, in place), shm took 0.44-0.68x the ring's time
- * from 64 KiB to 512 KiB, 0.89-0.92x at 1-2 MiB, 0.99x at 4 MiB and 1.59-1.60x at 16
- * and 64 MiB (docs/benchmarks.md, "Shared memory against the ring"). */
-#define SHM_ALLREDUCE_MAX ((size_t)4 << 20)
+/* Through the C API alone (tools/shm_vs_ring.py, 2 ranks) shm beat the ring up to
+ * 4 MiB and lost 1.6x at 16 and 64 MiB; but through the engine, ResNet-50's fused
+ * step (bench fusion, 2 ranks, rounds alternating with the build before the
+ * shared-memory path) was 1.24-1.35x MPI's time with shm up to 4 MiB, 0.96-1.04x with
+ * shm up to 128 KiB, and 0.90-1.04x before (docs/benchmarks.md, "Shared memory
+ * against the ring"): so shm up to 128 KiB, where it is 0.24-0.47x MPI's time. */
+#define SHM_ALLREDUCE_MAX ((size_t)128 << 10)
 
 hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes) {
   if (comm->config.allReduceAlgorithm != hvdlAlgoAuto)

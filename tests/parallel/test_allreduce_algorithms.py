@@ -167,12 +167,12 @@ def test_reduce_gives_the_root_the_bits_of_the_allreduce(algo):
                       f"{algo} count {count} root {root}: {out[:3]} against {full[:3]}")
 
 
-def test_the_selector_takes_the_shared_memory_path_on_one_host_up_to_4_mib():
+def test_the_selector_takes_the_shared_memory_path_on_one_host_up_to_128_kib():
     n = hvd.size()
     with make_comm() as c:
-        for nbytes in (4, 4096, 1 << 16, 1 << 20, 4 << 20, (4 << 20) + 4, 1 << 26):
+        for nbytes in (4, 4096, 1 << 16, 128 << 10, (128 << 10) + 4, 1 << 20, 1 << 26):
             plan = c.allreduce_plan(nbytes)
-            want = "shm" if nbytes <= 4 << 20 else ("ring" if n == 2 else None)
+            want = "shm" if nbytes <= 128 << 10 else ("ring" if n == 2 else None)
             # (one rank runs no algorithm: the call is a copy); above 4 MiB the model's choice
             agree((n == 1 or plan["algorithm"] == want or (want is None and plan["algorithm"] != "shm"))
                   and plan["predicted"]["shm"] is None
@@ -209,7 +209,7 @@ def test_the_model_weighs_both_hierarchical_paths_across_emulated_hosts():
             agree(p["hosts"] == (n + 1) // 2 and p["local_size"] == 2 and p["predicted"]["hier"] > 0
                   and (p2p > 0 if n % 2 == 0 else p2p is None)
                   and p["algorithm"] in ("ring", "rd", "rab", "hier", "hier_p2p"), f"{p}")
-        else:  # one host (one rank runs no algorithm; shm up to 4 MiB)
+        else:  # one host (one rank runs no algorithm; shm up to 128 KiB)
             agree((n == 1 or p["algorithm"] in ("shm", "ring")) and p["predicted"]["hier"] is None
                   and p["predicted"]["hier_p2p"] is None, f"{p}")
 

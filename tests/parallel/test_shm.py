@@ -54,8 +54,9 @@ def emulated(n: int, per_host: int):
 
 def hier(**env):
     """env with the hierarchical all-reduce forced where emulated hosts of 2 make several hosts (more
-    than 2 ranks): the cost model may prefer another there. On one host it cannot run."""
-    return {**env, "HVD_LITE_ALLREDUCE_ALGO": "hier"} if hvd.size() > 2 else env
+    than 2 ranks): the cost model may prefer another there. On one host it cannot run: the
+    shared-memory path is forced there (above 128 KiB the selector would take the ring)."""
+    return {**env, "HVD_LITE_ALLREDUCE_ALGO": "hier" if hvd.size() > 2 else "shm"}
 
 
 def random_floats(count, seed):
@@ -254,7 +255,8 @@ def test_a_rank_that_stops_taking_part_fails_the_allreduce_on_every_rank_and_the
     # rank 2 is alone: its stall would come in the latency path across hosts, which has none)
     env = dict(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_RANKS_PER_HOST=per_host,
                HVD_LITE_SHM_BYTES=4096)
-    with reinit(**(hier(**env) if per_host else env)):
+    # (one host: the shared-memory path forced, since 400 KB is above its crossover)
+    with reinit(**(hier(**env) if per_host else dict(env, HVD_LITE_ALLREDUCE_ALGO="shm"))):
         for count in (8, 100_000):  # one step; many chunks
             if r == victim:
                 hvd.basics.inject_fault(point)
