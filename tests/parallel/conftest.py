@@ -132,3 +132,26 @@ def reinit(**env):
             else:
                 os.environ[k] = v
         hvd.init()
+
+
+@contextlib.contextmanager
+def make_comm(**env):
+    """A bare communicator (the C API, hvd_lite._core.Comm) created with HVD_LITE_* variables set,
+    then restored (collective); no cost-model file unless one is given. Destroyed on exit."""
+    from hvd_lite import _core
+
+    env.setdefault("HVD_LITE_COST_MODEL_FILE", "")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update({k: str(v) for k, v in env.items()})
+    try:
+        comm = _core.Comm()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    try:
+        yield comm
+    finally:
+        comm.destroy()

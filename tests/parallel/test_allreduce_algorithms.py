@@ -4,14 +4,13 @@ around the block boundaries; bitwise identity across ranks and reruns on order-d
 fixed reduction trees (recursive doubling and Rabenseifner: the balanced tree over the ranks, the
 same bits; the latency path: rank order); hvdlReduce's root gets the all-reduce's bits; the
 selector's choices and the cost model file."""
-import contextlib
 import os
 
 import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import agree, raises_on_every_rank, world
+from conftest import agree, make_comm, raises_on_every_rank, world
 from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
@@ -29,26 +28,6 @@ F32 = 7
 def code(dtype) -> int:
     """The hvdl datatype code."""
     return HVDL_DTYPES[np.dtype(dtype)]
-
-
-@contextlib.contextmanager
-def make_comm(**env):
-    """A bare communicator created with HVD_LITE_* variables set (collective)."""
-    env.setdefault("HVD_LITE_COST_MODEL_FILE", "")
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update({k: str(v) for k, v in env.items()})
-    try:
-        comm = _core.Comm()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    try:
-        yield comm
-    finally:
-        comm.destroy()
 
 
 def forced(algo: str) -> dict:

@@ -3,14 +3,12 @@ under mpirun at 1-4 ranks: the root's bytes on every rank for every dtype and ro
 of place, counts around the scatter's block boundaries and 16-byte segments that cross every pipeline
 boundary, NaN payloads verbatim; the selector's choices, the forced choice, rank 0's choice agreed,
 and an unknown name refused."""
-import contextlib
-import os
 
 import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import agree, raises_on_every_rank, world
+from conftest import agree, make_comm, raises_on_every_rank, world
 from helpers import MOVE_DTYPES, exact_inputs, same_bits
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
@@ -23,26 +21,6 @@ ALGOS = ["chain", "tree", "scatter"]
 def code(dtype) -> int:
     """The hvdl datatype code."""
     return HVDL_DTYPES[np.dtype(dtype)]
-
-
-@contextlib.contextmanager
-def make_comm(**env):
-    """A bare communicator created with HVD_LITE_* variables set (collective)."""
-    env.setdefault("HVD_LITE_COST_MODEL_FILE", "")
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update({k: str(v) for k, v in env.items()})
-    try:
-        comm = _core.Comm()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    try:
-        yield comm
-    finally:
-        comm.destroy()
 
 
 def counts(n: int):

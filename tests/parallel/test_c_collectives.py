@@ -2,15 +2,13 @@
 mpirun at 1-4 ranks: exact values for every dtype and op, every root, in-place and out-of-place,
 misaligned buffers, tiny forced segments that cross every pipeline boundary, bitwise identity across
 ranks and reruns, and each InvalidArgument case with the communicator still usable afterwards."""
-import contextlib
-import os
 import re
 
 import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import agree, raises_on_every_rank, world
+from conftest import agree, make_comm, raises_on_every_rank, world
 from helpers import ALL_DTYPES, MOVE_DTYPES, exact_inputs, fold, same_bits
 from hvd_lite import _core
 from hvd_lite.ops import HVDL_DTYPES
@@ -23,25 +21,6 @@ OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 def code(dtype) -> int:
     """The hvdl datatype code."""
     return HVDL_DTYPES[np.dtype(dtype)]
-
-
-@contextlib.contextmanager
-def make_comm(**env):
-    """A bare communicator created with HVD_LITE_* variables set (collective)."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update({k: str(v) for k, v in env.items()})
-    try:
-        comm = _core.Comm()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    try:
-        yield comm
-    finally:
-        comm.destroy()
 
 
 @pytest.fixture(scope="module")

@@ -3,17 +3,14 @@ mpirun at 1-4 ranks: the layout each communicator sets up, exact values for ever
 and out of place with tiny chunks that cross every boundary, the bits of the message-passing paths,
 bitwise identity across ranks, emulated hosts (HVD_LITE_RANKS_PER_HOST), and a rank that stops
 taking part: an error on every rank within the data timeout, and the next all-reduce right."""
-import contextlib
-import os
 import time
 
 import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import agree, reinit, world
+from conftest import agree, make_comm, reinit, world
 from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
-from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
 
 pytestmark = pytest.mark.mpi
@@ -25,25 +22,6 @@ F32 = 7  # the hvdl code of float32
 def code(dtype) -> int:
     """The hvdl datatype code."""
     return HVDL_DTYPES[np.dtype(dtype)]
-
-
-@contextlib.contextmanager
-def make_comm(**env):
-    """A bare communicator (the C API) created with HVD_LITE_* variables set (collective)."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update({k: str(v) for k, v in env.items()})
-    try:
-        comm = _core.Comm()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    try:
-        yield comm
-    finally:
-        comm.destroy()
 
 
 def emulated(n: int, per_host: int):
