@@ -73,6 +73,7 @@ static void *engine_main(void *arg) {
 #ifdef __linux__
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* 1 us: short sleeps stay short */
 #endif
+  hvdl_wait_yield_in_spins(1);
   const double tick = idle_tick(e);
   double next_tick = hvdl_now() + tick;
   double backoff = 0.0;            /* after a round without progress */

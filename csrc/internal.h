@@ -169,7 +169,8 @@ int hvdl_algo_parse(const char *name);
 const char *hvdl_bcast_algo_name(int algo);
 
 /* wait.c: how a waiter polls MPI requests. It spins for `spin` seconds (with
- * sched_yield between polls if `yield`), then sleeps between polls, from
+ * sched_yield between polls if `yield` and the thread yields in spins: see
+ * hvdl_wait_yield_in_spins), then sleeps between polls, from
  * `first_sleep` doubling up to `max_sleep`, or up to `long_sleep` once it has
  * waited `long_after` (0: never), and past that up to 2 % of the time waited
  * (at most 50 ms); `waited_before` counts as time waited already (no spin then). A `bounded` wait fails when nothing completes
@@ -182,6 +183,12 @@ struct hvdl_wait_limits {
   int bounded;
   double waited_before; /* a wait that goes on with an earlier one: counted as waited already */
 };
+/* Whether the calling thread's spins yield the core (limits with `yield`): only the
+ * engine thread's do (engine.c), which shares a core with its process's training
+ * thread. A thread waiting in a synchronous call is that training thread; its yield
+ * would give the core to another process, and on a loaded machine sched_yield
+ * returns a time slice later (ms). Off by default. */
+void hvdl_wait_yield_in_spins(int on);
 /* A condition to wait for. test sets *done (an error it returns ends the wait);
  * progress is a count that grows whenever the wait moves on (requests completed, a
  * peer's step or heartbeat), start its value when the wait begins; progress may

@@ -316,7 +316,9 @@ static hvdl_py_handle *new_handle(hvdl_py_engine *self, PyObject *args, int *at_
   r->desc.postscale = post;
   memcpy(r->desc.name, name, (size_t)name_len);
   r->desc.name[name_len] = '\0';
-  snprintf(r->desc.error, sizeof r->desc.error, "%s", error);
+  const size_t elen = strnlen(error, sizeof r->desc.error - 1); /* usually empty */
+  memcpy(r->desc.error, error, elen);
+  r->desc.error[elen] = '\0';
   if ((coll == HVDL_COLL_ALLGATHER || coll == HVDL_COLL_ALLTOALL) && r->desc.ndim > 0) {
     r->dim0 = r->desc.dims[0];
     r->desc.dims[0] = -1; /* may differ per rank: exchanged when it runs */

@@ -8,7 +8,6 @@
  * negotiation, the executor, the request set and alarms; engine.c and the Python
  * binding call it.
  */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #ifdef __linux__
@@ -92,8 +91,9 @@ void hvdl_turn_give_back_locked(struct hvdl_engine *e, int handed, int over) {
 }
 
 /* A caller waits for its peers' part of the round as the engine thread would (a
- * spin of 100 us, then sleeps from 1 us doubling to 100 us, with the engine thread's
- * 1 us timer slack: a thread's default, 50 us, stretches every short sleep to that) for at most CALLER_HOLD, then hands
+ * spin of 100 us, without yields, then sleeps from 1 us doubling to 100 us, with the
+ * engine thread's 1 us timer slack, set before the first sleep: a thread's default,
+ * 50 us, stretches every short sleep to that) for at most CALLER_HOLD, then hands
  * the round to the engine thread: within a Python wait slice (100 ms), so a signal is
  * not delayed beyond what a wait slice allows. Handing over after a 100 us spin cost
  * a late peer's caller the spin, two wake-ups and the engine's own round wait. The
@@ -101,12 +101,25 @@ void hvdl_turn_give_back_locked(struct hvdl_engine *e, int handed, int over) {
  * (engine.c, CALLER_GRACE). */
 #define CALLER_HOLD 50e-3
 static const struct hvdl_wait_limits caller_round = {
-    .spin = 100e-6, .yield = 1, .first_sleep = 1e-6, .max_sleep = 100e-6};
+    .spin = 100e-6, .yield = 0, .first_sleep = 1e-6, .max_sleep = 100e-6};
 
 static size_t ready_bytes(const struct hvdl_engine *e) {
   size_t b = 0;
   for (int i = 0; i < e->nready; i++) b += e->ready[i]->nbytes;
   return b;
+}
+
+/* Sets the calling thread's timer slack to 1 us and returns what it was (0 where
+ * there is no such setting). Only a caller that sleeps pays for it: two system
+ * calls, which cost as much as the rest of a small call's turn. */
+static int short_sleeps(void) {
+#ifdef __linux__
+  const int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+  if (slack > 1000) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  return slack;
+#else
+  return 0;
+#endif
 }
 
 int hvdl_turn_run_for(struct hvdl_engine *e, struct hvdl_request *r) {
@@ -125,11 +138,7 @@ int hvdl_turn_run_for(struct hvdl_engine *e, struct hvdl_request *r) {
   e->turn = HVDL_TURN_CALLER;
   e->leaving = 0;
   pthread_mutex_unlock(&e->requests.mu);
-#ifdef __linux__
-  const int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-  if (slack > 1000) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-#endif
-
+  int slack = -1; /* the caller's timer slack, set to 1 us before its first sleep here */
   int handed = HVDL_HANDED_NONE, finished = 0, arrived = 0, over = 0;
   e->last_round = hvdl_now();
   hvdlResult_t res = hvdl_round_post(e->negotiator, e->pending, e->npending, 0);
@@ -143,10 +152,9 @@ int hvdl_turn_run_for(struct hvdl_engine *e, struct hvdl_request *r) {
       handed = HVDL_HANDED_ROUND;
       break;
     }
-    if (waited < caller_round.spin) {
-      sched_yield();
-    } else {
+    if (waited >= caller_round.spin) { /* a spin without yields: hvdl_wait_yield_in_spins */
       sleep = hvdl_wait_next_sleep(&caller_round, sleep, waited);
+      if (slack < 0) slack = short_sleeps();
       hvdl_sleep(sleep);
     }
   }
