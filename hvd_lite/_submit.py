@@ -103,7 +103,7 @@ def check_array(fn: str, array, inplace: bool) -> int:
 
 def check_reducible(fn: str, array: np.ndarray) -> None:
     """TypeError for an array no reduction op applies to (bool)."""
-    if array.dtype == np.bool_:
+    if array.dtype.kind == "b":
         raise TypeError(f"{fn}: bool arrays cannot be reduced (bool takes allgather, broadcast "
                         "and alltoall only, as in Horovod); cast to an integer type to reduce")
 
@@ -209,32 +209,33 @@ class Handle:
         return f"<hvd_lite.Handle {self.name!r} {state}>"
 
 
+def engine_args(coll: int, send, recv, dtype: int, name: str, shape, op: int = 0, pre: float = 1.0,
+                post: float = 1.0, root: int = 0, splits: Optional[list] = None,
+                error: str = "") -> tuple:
+    """What the engine's submit takes for one collective (csrc/py_engine.c, Engine.submit): send
+    the input buffer (None: no data), recv the output buffer (None: the engine allocates it),
+    error a problem this rank found, which fails the collective on every rank."""
+    return (coll, send, recv, dtype, op, pre, post, name, tuple(shape), root, splits, error)
+
+
 class Request(NamedTuple):
     """One collective, checked and named: what the engine is given, and what its Handle returns."""
 
-    coll: int
-    send: Any  # the input buffer (None: no data)
-    recv: Any  # the output buffer (None: the engine allocates it)
-    dtype: int
-    name: str
-    shape: tuple
-    op: int = 0
-    pre: float = 1.0
-    post: float = 1.0
-    root: int = 0
-    splits: Optional[list] = None
-    error: str = ""  # a problem this rank found, which fails the collective on every rank
+    args: tuple  # engine_args(...)
     output: Any = None  # the Handle's output until it is finished
     finish: Optional[Callable] = None  # C handle -> output, once done
     where: Any = None  # the process set it runs in (basics.set_for); None: the global set
 
+    @property
+    def name(self) -> str:
+        return self.args[7]
+
 
 def _engine_args(r: Request) -> tuple:
-    error = r.error
-    if basics._state.adapter_faults and not error:  # a testing aid (basics.inject_fault)
-        error = basics.adapter_fault()
-    return (r.coll, r.send, r.recv, r.dtype, r.op, r.pre, r.post, r.name, tuple(r.shape), r.root,
-            r.splits, error)
+    args = r.args
+    if basics._state.adapter_faults and not args[11]:  # a testing aid (basics.inject_fault)
+        args = args[:11] + (basics.adapter_fault(),)
+    return args
 
 
 def _engine_of(where):
@@ -254,6 +255,15 @@ def submit_group(requests: Sequence[Request]) -> List[Handle]:
     run in the first one's process set (the callers build them all for the same set)."""
     cs = _engine_of(requests[0].where if requests else None).submit_group([_engine_args(r) for r in requests], _this_thread.at_once)
     return [Handle(c, r.output, r.name, r.finish) for c, r in zip(cs, requests)]
+
+
+def run_now(request: Request):
+    """A synchronous call: `request` submitted as waited on at once (see at_once()), waited for
+    (GIL released), its output returned or its error raised. submit() + synchronize() without a
+    Handle in between: the Python part of a small call is most of its cost (docs/benchmarks.md)."""
+    c = _engine_of(request.where).submit(*_engine_args(request), True)
+    c.wait()
+    return request.output if request.finish is None else request.finish(c)
 
 
 def poll(handle: Handle) -> bool:

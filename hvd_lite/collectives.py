@@ -7,8 +7,8 @@ import numpy as np
 from . import basics
 from .process_sets import ProcessSet, global_process_set
 from ._submit import (Average, Handle, ReduceOp, Request, at_once, check_array, check_op,
-                      check_reducible, check_scale, group_names, name_of, submit, submit_group,
-                      synchronize)
+                      check_reducible, check_scale, engine_args, group_names, name_of, run_now,
+                      submit, submit_group, synchronize)
 
 _core = basics._core
 
@@ -30,7 +30,7 @@ def allgather_request(fn: str, array, name, process_set=None) -> Request:
     name = name_of(fn, "allgather", name, where)
     error = "" if array.ndim else "allgather needs an array with at least one dimension, got a 0-d array"
     shape = array.shape if array.ndim else (1,)
-    return Request(_core.COLL_ALLGATHER, array, None, code, name, shape, error=error,
+    return Request(engine_args(_core.COLL_ALLGATHER, array, None, code, name, shape, error=error),
                    finish=_gathered(array.dtype, tuple(shape[1:])), where=where)
 
 
@@ -43,7 +43,7 @@ def allgather_async(array: np.ndarray, name: Optional[str] = None,
 def allgather(array: np.ndarray, name: Optional[str] = None,
               process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Concatenates every rank's array along dim 0, in rank order."""
-    return synchronize(at_once(submit, allgather_request("allgather", array, name, process_set)))
+    return run_now(allgather_request("allgather", array, name, process_set))
 
 
 def _check_root(fn: str, root_rank) -> int:
@@ -61,7 +61,7 @@ def broadcast_request(fn: str, array, inplace: bool, root_rank, name,
     root = where.set_rank(fn, _check_root(fn, root_rank))
     name = name_of(fn, "broadcast", name, where)
     out = array if inplace else np.empty_like(array, order="C")
-    return Request(_core.COLL_BROADCAST, array, out, code, name, array.shape, root=root,
+    return Request(engine_args(_core.COLL_BROADCAST, array, out, code, name, array.shape, root=root),
                    output=out, where=where)
 
 
@@ -89,15 +89,13 @@ def broadcast_group_(fn: str, arrays: Sequence[np.ndarray], names: Sequence[str]
 def broadcast(array: np.ndarray, root_rank: int, name: Optional[str] = None,
               process_set: ProcessSet = global_process_set) -> np.ndarray:
     """root_rank's array, on every rank (a new array)."""
-    return synchronize(at_once(submit, broadcast_request("broadcast", array, False, root_rank,
-                                                         name, process_set)))
+    return run_now(broadcast_request("broadcast", array, False, root_rank, name, process_set))
 
 
 def broadcast_(array: np.ndarray, root_rank: int, name: Optional[str] = None,
                process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Overwrites `array` with root_rank's on every rank; returns it."""
-    return synchronize(at_once(submit, broadcast_request("broadcast_", array, True, root_rank,
-                                                         name, process_set)))
+    return run_now(broadcast_request("broadcast_", array, True, root_rank, name, process_set))
 
 
 def _split_error(splits, rows: int, n: int) -> str:
@@ -141,8 +139,8 @@ def alltoall_async(array: np.ndarray, splits=None, name: Optional[str] = None,
     def finish(handle_c):
         out = gathered(handle_c)
         return (out, np.array(handle_c.recv_splits(), dtype=np.int64)) if given else out
-    return submit(Request(_core.COLL_ALLTOALL, array, None, code, name, shape, splits=split_list,
-                          error=error, finish=finish, where=where))
+    return submit(Request(engine_args(_core.COLL_ALLTOALL, array, None, code, name, shape,
+                                      splits=split_list, error=error), finish=finish, where=where))
 
 
 def alltoall(array: np.ndarray, splits=None, name: Optional[str] = None,
@@ -169,8 +167,8 @@ def reducescatter_request(fn: str, array, op, name, prescale_factor, postscale_f
     rows = shape[0] // n + (1 if r < shape[0] % n else 0)
     out = np.empty((rows,) + tuple(shape[1:]), array.dtype)
     send = array if array.ndim else array.reshape(1)
-    return Request(_core.COLL_REDUCESCATTER, send, out, code, name, shape, op=hop, pre=pre,
-                   post=post, error=error, output=out, where=where)
+    return Request(engine_args(_core.COLL_REDUCESCATTER, send, out, code, name, shape, op=hop,
+                               pre=pre, post=post, error=error), output=out, where=where)
 
 
 def reducescatter_async(array: np.ndarray, op: ReduceOp = Average, name: Optional[str] = None,
@@ -236,14 +234,14 @@ def grouped_reducescatter(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
 def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Returns once every rank of the set has called barrier()."""
     where = basics.set_for("barrier", process_set)
-    request = Request(_core.COLL_BARRIER, None, None, _core.hvdlUint8,
-                      basics.auto_name("barrier", where), (), where=where)
-    synchronize(at_once(submit, request))
+    request = Request(engine_args(_core.COLL_BARRIER, None, None, _core.hvdlUint8,
+                                  basics.auto_name("barrier", where), ()), where=where)
+    run_now(request)
 
 
 def join() -> int:
     """This rank has no more data: until every rank has joined, it takes part in the others'
     allreduces with zeros (Average still divides by size()). Returns the last rank to join."""
-    request = Request(_core.COLL_JOIN, None, None, _core.hvdlUint8, "join", (),
+    request = Request(engine_args(_core.COLL_JOIN, None, None, _core.hvdlUint8, "join", ()),
                       finish=lambda c: c.value())
-    return synchronize(at_once(submit, request))
+    return run_now(request)

@@ -7,6 +7,7 @@ from . import basics
 from .process_sets import ProcessSet, global_process_set
 from ._submit import (HVDL_DTYPES, HVDL_OPS, Average, Handle, Max, Min, Product, ReduceOp, Request,
                       Sum, at_once, check_array, check_op, check_reducible, check_scale,
+                      engine_args, run_now,
                       group_names, held,
                       hvdl_dtype, name_of, poll, submit, submit_group, synchronize)
 
@@ -27,8 +28,8 @@ def allreduce_request(fn: str, array, inplace: bool, op, prescale_factor, postsc
     out = array if inplace else np.empty_like(array, order="C")
     # The C core takes the arrays' memory through the buffer protocol without a
     # format, which works for every dtype here, bfloat16 included.
-    return Request(_core.COLL_ALLREDUCE, array, out, code, name, array.shape, op=hop, pre=pre,
-                   post=post, output=out, where=where)
+    return Request(engine_args(_core.COLL_ALLREDUCE, array, out, code, name, array.shape, hop, pre,
+                               post), out, None, where)
 
 
 def allreduce_async(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
@@ -53,7 +54,7 @@ def allreduce(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float 
     """Reduces `array` across ranks into a new array (Average: sum, then / size)."""
     request = allreduce_request("allreduce", array, False, op, prescale_factor, postscale_factor,
                                 name, process_set)
-    return synchronize(at_once(submit, request))
+    return run_now(request)
 
 
 def allreduce_(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
@@ -62,7 +63,7 @@ def allreduce_(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float
     """Reduces `array` across ranks in place and returns it."""
     request = allreduce_request("allreduce_", array, True, op, prescale_factor, postscale_factor,
                                 name, process_set)
-    return synchronize(at_once(submit, request))
+    return run_now(request)
 
 
 def allreduce_group(fn: str, arrays: Sequence[np.ndarray], names: Sequence[str], inplace: bool,
