@@ -149,6 +149,13 @@ def name_of(fn: str, kind: str, name: Optional[str], where=None) -> str:
     return basics.auto_name(kind, where) if name is None else check_name(fn, name)
 
 
+def name_or_auto(fn: str, kind: str, name: Optional[str]) -> tuple:
+    """(name, auto) for a request: `name` once checked and None, or, when it is None, the kind
+    twice: the request is then named automatically when it is handed to the engine (submit:
+    the set's next counter name; run_now: its synchronous name)."""
+    return (kind, kind) if name is None else (check_name(fn, name), None)
+
+
 def group_names(fn: str, kind: str, items, name: Optional[str],
                 of: str = "numpy arrays", where=None) -> List[str]:
     """The names of a grouped call's entries: `<name>.<i>`, or an automatic base name of this
@@ -225,14 +232,18 @@ class Request(NamedTuple):
     output: Any = None  # the Handle's output until it is finished
     finish: Optional[Callable] = None  # C handle -> output, once done
     where: Any = None  # the process set it runs in (basics.set_for); None: the global set
+    auto: Optional[str] = None  # its kind if it is named automatically (name_or_auto); args has a stand-in
 
     @property
     def name(self) -> str:
         return self.args[7]
 
 
-def _engine_args(r: Request) -> tuple:
+def _engine_args(r: Request, name: Optional[str] = None) -> tuple:
+    """r's engine arguments, named: `name` or, for an automatic name, the set's next one."""
     args = r.args
+    if r.auto is not None:
+        args = args[:7] + (name or basics.auto_name(r.auto, r.where),) + args[8:]
     if basics._state.adapter_faults and not args[11]:  # a testing aid (basics.inject_fault)
         args = args[:11] + (basics.adapter_fault(),)
     return args
@@ -245,24 +256,35 @@ def _engine_of(where):
 
 def submit(request: Request) -> Handle:
     """Hands a checked request to its process set's engine."""
-    c = _engine_of(request.where).submit(*_engine_args(request), _this_thread.at_once)
-    return Handle(c, request.output, request.name, request.finish)
+    args = _engine_args(request)
+    c = _engine_of(request.where).submit(*args, _this_thread.at_once)
+    return Handle(c, request.output, args[7], request.finish)
 
 
 def submit_group(requests: Sequence[Request]) -> List[Handle]:
     """Hands checked requests to the engine together, in one round (so they can be fused): all
     of them, or none if the engine refuses one (a name in flight, the engine shut down). They
     run in the first one's process set (the callers build them all for the same set)."""
-    cs = _engine_of(requests[0].where if requests else None).submit_group([_engine_args(r) for r in requests], _this_thread.at_once)
-    return [Handle(c, r.output, r.name, r.finish) for c, r in zip(cs, requests)]
+    args = [_engine_args(r) for r in requests]
+    cs = _engine_of(requests[0].where if requests else None).submit_group(args, _this_thread.at_once)
+    return [Handle(c, r.output, a[7], r.finish) for c, r, a in zip(cs, requests, args)]
 
 
 def run_now(request: Request):
     """A synchronous call: `request` submitted as waited on at once (see at_once()), waited for
     (GIL released), its output returned or its error raised. submit() + synchronize() without a
-    Handle in between: the Python part of a small call is most of its cost (docs/benchmarks.md)."""
-    c = _engine_of(request.where).submit(*_engine_args(request), True)
-    c.wait()
+    Handle in between: the Python part of a small call is most of its cost (docs/benchmarks.md).
+    Named automatically, it runs under its set's synchronous name (basics._Set.sync_name), where
+    submit() takes the set's next counter name."""
+    kind = request.auto
+    name = request.where.sync_name(kind) if kind is not None else None
+    args = _engine_args(request, name)
+    try:
+        c = _engine_of(request.where).submit(*args, True)
+        c.wait()
+    finally:
+        if name is not None:
+            request.where.release_sync_name(kind)
     return request.output if request.finish is None else request.finish(c)
 
 

@@ -26,11 +26,30 @@ class _Set:
     ProcessSet objects registered under it, and on its members an engine over those ranks with
     its own automatic names (the global set's engine is _State.engine)."""
 
-    __slots__ = ("id", "ranks", "engine", "auto_names", "owners")
+    __slots__ = ("id", "ranks", "engine", "auto_names", "owners", "sync_names")
 
     def __init__(self, set_id: int, ranks: List[int], engine, auto_names: dict):
         self.id, self.ranks, self.engine, self.auto_names = set_id, ranks, engine, auto_names
         self.owners: list = []
+        self.sync_names: Dict[str, threading.Lock] = {}  # kind -> its synchronous name's lock
+
+    def sync_name(self, kind: str) -> str:
+        """The set's one automatic name for synchronous calls of this kind ("allreduce.sync"),
+        this thread's until release_sync_name: another thread's unnamed synchronous call of the
+        kind waits for it (interruptibly). A synchronous call has completed before its thread
+        makes the next one, so one name serves them all, and the engine's response cache every
+        call after the first; with a new name per call each was negotiated through the
+        coordinator and took a cache entry. The k-th such call on one rank meets the k-th on
+        the others, as automatic names assume (the same calls in the same order everywhere);
+        threads' calls are taken one at a time, in the order they get the name."""
+        lock = self.sync_names.get(kind)
+        if lock is None:
+            lock = self.sync_names.setdefault(kind, threading.Lock())
+        lock.acquire()
+        return f"{kind}.sync"
+
+    def release_sync_name(self, kind: str) -> None:
+        self.sync_names[kind].release()
 
     @property
     def size(self) -> int:

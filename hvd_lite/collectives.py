@@ -7,8 +7,8 @@ import numpy as np
 from . import basics
 from .process_sets import ProcessSet, global_process_set
 from ._submit import (Average, Handle, ReduceOp, Request, at_once, check_array, check_op,
-                      check_reducible, check_scale, engine_args, group_names, name_of, run_now,
-                      submit, submit_group, synchronize)
+                      check_reducible, check_scale, engine_args, group_names, name_of, name_or_auto,
+                      run_now, submit, submit_group, synchronize)
 
 _core = basics._core
 
@@ -27,11 +27,11 @@ def allgather_request(fn: str, array, name, process_set=None) -> Request:
     """An allgather of `array` in `process_set` (None: the global set), checked."""
     where = basics.set_for(fn, process_set)
     code = check_array(fn, array, False)
-    name = name_of(fn, "allgather", name, where)
+    name, auto = name_or_auto(fn, "allgather", name)
     error = "" if array.ndim else "allgather needs an array with at least one dimension, got a 0-d array"
     shape = array.shape if array.ndim else (1,)
     return Request(engine_args(_core.COLL_ALLGATHER, array, None, code, name, shape, error=error),
-                   finish=_gathered(array.dtype, tuple(shape[1:])), where=where)
+                   finish=_gathered(array.dtype, tuple(shape[1:])), where=where, auto=auto)
 
 
 def allgather_async(array: np.ndarray, name: Optional[str] = None,
@@ -59,10 +59,10 @@ def broadcast_request(fn: str, array, inplace: bool, root_rank, name,
     where = basics.set_for(fn, process_set)
     code = check_array(fn, array, inplace)
     root = where.set_rank(fn, _check_root(fn, root_rank))
-    name = name_of(fn, "broadcast", name, where)
+    name, auto = name_or_auto(fn, "broadcast", name)
     out = array if inplace else np.empty_like(array, order="C")
     return Request(engine_args(_core.COLL_BROADCAST, array, out, code, name, array.shape, root=root),
-                   output=out, where=where)
+                   output=out, where=where, auto=auto)
 
 
 def broadcast_async(array: np.ndarray, root_rank: int, name: Optional[str] = None,
@@ -160,7 +160,7 @@ def reducescatter_request(fn: str, array, op, name, prescale_factor, postscale_f
     hop = check_op(fn, op)
     pre = check_scale(fn, "prescale_factor", prescale_factor)
     post = check_scale(fn, "postscale_factor", postscale_factor)
-    name = name_of(fn, "reducescatter", name, where)
+    name, auto = name_or_auto(fn, "reducescatter", name)
     n, r = where.size, where.rank
     error = "" if array.ndim else "reducescatter needs an array with at least one dimension, got a 0-d array"
     shape = array.shape if array.ndim else (1,)
@@ -168,7 +168,8 @@ def reducescatter_request(fn: str, array, op, name, prescale_factor, postscale_f
     out = np.empty((rows,) + tuple(shape[1:]), array.dtype)
     send = array if array.ndim else array.reshape(1)
     return Request(engine_args(_core.COLL_REDUCESCATTER, send, out, code, name, shape, op=hop,
-                               pre=pre, post=post, error=error), output=out, where=where)
+                               pre=pre, post=post, error=error), output=out, where=where,
+                   auto=auto)
 
 
 def reducescatter_async(array: np.ndarray, op: ReduceOp = Average, name: Optional[str] = None,
@@ -184,8 +185,8 @@ def reducescatter(array: np.ndarray, op: ReduceOp = Average, name: Optional[str]
                   process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Reduces `array` across ranks; rank r gets its block of dim 0 (as even as possible, the
     first ranks taking the extra rows)."""
-    return synchronize(at_once(reducescatter_async, array, op, name, prescale_factor,
-                               postscale_factor, process_set))
+    return run_now(reducescatter_request("reducescatter", array, op, name, prescale_factor,
+                                         postscale_factor, process_set))
 
 
 def allgather_group(fn: str, arrays: Sequence[np.ndarray], names: Sequence[str],
@@ -235,7 +236,8 @@ def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Returns once every rank of the set has called barrier()."""
     where = basics.set_for("barrier", process_set)
     request = Request(engine_args(_core.COLL_BARRIER, None, None, _core.hvdlUint8,
-                                  basics.auto_name("barrier", where), ()), where=where)
+                                  "barrier", ()), where=where,
+                      auto="barrier")
     run_now(request)
 
 

@@ -7,9 +7,8 @@ from . import basics
 from .process_sets import ProcessSet, global_process_set
 from ._submit import (HVDL_DTYPES, HVDL_OPS, Average, Handle, Max, Min, Product, ReduceOp, Request,
                       Sum, at_once, check_array, check_op, check_reducible, check_scale,
-                      engine_args, run_now,
-                      group_names, held,
-                      hvdl_dtype, name_of, poll, submit, submit_group, synchronize)
+                      engine_args, group_names, held, hvdl_dtype, name_or_auto, poll, run_now,
+                      submit, submit_group, synchronize)
 
 _core = basics._core
 
@@ -24,12 +23,12 @@ def allreduce_request(fn: str, array, inplace: bool, op, prescale_factor, postsc
     hop = check_op(fn, op)
     pre = check_scale(fn, "prescale_factor", prescale_factor)
     post = check_scale(fn, "postscale_factor", postscale_factor)
-    name = name_of(fn, "allreduce", name, where)
+    name, auto = name_or_auto(fn, "allreduce", name)
     out = array if inplace else np.empty_like(array, order="C")
     # The C core takes the arrays' memory through the buffer protocol without a
     # format, which works for every dtype here, bfloat16 included.
     return Request(engine_args(_core.COLL_ALLREDUCE, array, out, code, name, array.shape, hop, pre,
-                               post), out, None, where)
+                               post), out, None, where, auto)
 
 
 def allreduce_async(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,

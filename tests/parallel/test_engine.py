@@ -230,6 +230,64 @@ def test_many_auto_named_calls_stay_consistent():
     agree(total == hvd.size() * sum(range(300)), f"total {total}")
 
 
+@pytest.mark.parametrize("call", ["allreduce", "allreduce_", "allgather", "broadcast",
+                                  "reducescatter", "barrier"])
+def test_unnamed_synchronous_calls_share_one_name_and_the_cache(call):
+    """An unnamed synchronous call runs under its set's one synchronous name, so after the first
+    call every one is ready from the response cache (no name announced); asynchronous unnamed
+    calls still take a new counter name each."""
+    engine = basics._engine()
+    x = exact_inputs(np.float32, 12, hvd.rank())
+    run = {"allreduce": lambda: hvd.allreduce(x, op=hvd.Sum),
+           "allreduce_": lambda: hvd.allreduce_(x.copy(), op=hvd.Sum),
+           "allgather": lambda: hvd.allgather(x),
+           "broadcast": lambda: hvd.broadcast(x, root_rank=0),
+           "reducescatter": lambda: hvd.reducescatter(np.ones((hvd.size(), 3), np.float32), op=hvd.Sum),
+           "barrier": lambda: hvd.barrier()}[call]
+    run()
+    before = engine.stats()
+    outs = [run() for _ in range(5)]
+    after = engine.stats()
+    announced = after["announced"] - before["announced"]
+    cached = after["cached_ready"] - before["cached_ready"]
+    same = all(o is None or same_bits(o, outs[0]) for o in outs)
+    agree((announced, cached, same) == (0, 5, True),
+          f"{call}: {announced} names announced, {cached} ready from the cache, the same results "
+          f"{same}; want 0, 5, True")
+    before = engine.stats()
+    hvd.synchronize(hvd.allreduce_async(x, op=hvd.Sum))
+    hvd.synchronize(hvd.allreduce_async(x, op=hvd.Sum))
+    announced = engine.stats()["announced"] - before["announced"]
+    agree(announced == 2, f"two unnamed async calls announced {announced} names, want 2")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_unnamed_synchronous_calls_from_two_threads_at_once_complete():
+    """The synchronous name is one thread's at a time: a second thread's unnamed call waits for
+    it, so the k-th call on one rank meets the k-th on the other and every call completes
+    (which thread's array meets which is up to the threads, as with Horovod's automatic names:
+    every result is a sum of 0s and 1s)."""
+    import threading
+    n = hvd.size()
+    results, errors = {0: [], 1: []}, []
+
+    def work(t):
+        try:
+            for i in range(50):
+                results[t].append(hvd.allreduce(np.full(4, float(t), np.float64), op=hvd.Sum)[0])
+        except Exception as e:  # reported below, on every rank
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    values = set(results[0] + results[1])
+    agree(not errors and len(results[0]) == len(results[1]) == 50 and values <= set(range(n + 1)),
+          f"errors {errors[:2]}, {len(results[0])} and {len(results[1])} results, values {values}")
+
+
 @pytest.mark.parametrize("capacity,names", [(0, 7), (3, 7), (40, 100)],
                          ids=["disabled", "small", "churn"])
 def test_a_small_or_disabled_cache_stays_consistent(capacity, names):
