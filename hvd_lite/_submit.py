@@ -279,12 +279,13 @@ def run_now(request: Request):
     kind = request.auto
     name = request.where.sync_name(kind) if kind is not None else None
     args = _engine_args(request, name)
+    c = None
     try:
         c = _engine_of(request.where).submit(*args, True)
         c.wait()
     finally:
         if name is not None:
-            request.where.release_sync_name(kind)
+            request.where.release_sync_name(kind, c if c is not None and not c.poll() else None)
     return request.output if request.finish is None else request.finish(c)
 
 

@@ -26,12 +26,13 @@ class _Set:
     ProcessSet objects registered under it, and on its members an engine over those ranks with
     its own automatic names (the global set's engine is _State.engine)."""
 
-    __slots__ = ("id", "ranks", "engine", "auto_names", "owners", "sync_names")
+    __slots__ = ("id", "ranks", "engine", "auto_names", "owners", "sync_names", "sync_left")
 
     def __init__(self, set_id: int, ranks: List[int], engine, auto_names: dict):
         self.id, self.ranks, self.engine, self.auto_names = set_id, ranks, engine, auto_names
         self.owners: list = []
         self.sync_names: Dict[str, threading.Lock] = {}  # kind -> its synchronous name's lock
+        self.sync_left: Dict[str, Any] = {}  # kind -> a call given up on under that name
 
     def sync_name(self, kind: str) -> str:
         """The set's one automatic name for synchronous calls of this kind ("allreduce.sync"),
@@ -46,9 +47,24 @@ class _Set:
         if lock is None:
             lock = self.sync_names.setdefault(kind, threading.Lock())
         lock.acquire()
+        left = self.sync_left.pop(kind, None)
+        if left is not None:  # a call given up on (a signal): the name is free once it completes
+            try:
+                left.wait()
+            except BaseException:
+                if not left.poll():  # interrupted again: still not free
+                    self.sync_left[kind] = left
+                    lock.release()
+                    raise
+                # it completed with an error: that call's, which its caller gave up on
         return f"{kind}.sync"
 
-    def release_sync_name(self, kind: str) -> None:
+    def release_sync_name(self, kind: str, left=None) -> None:
+        """Gives the name back; `left`: the C handle of a call its caller gave up on, still in
+        flight under it (the next sync_name waits for it, as the next counter name would have
+        met the peers' next call)."""
+        if left is not None:
+            self.sync_left[kind] = left
         self.sync_names[kind].release()
 
     @property

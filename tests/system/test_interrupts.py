@@ -115,3 +115,30 @@ def test_a_collective_given_up_on_still_completes_when_the_peer_comes():
     assert res.returncode == 0, res.stdout + res.stderr
     assert "rank 0 got 3.0 3.0" in res.stdout, res.stdout
     assert "rank 1 in place 3.0 3.0" in res.stdout, res.stdout
+
+
+def test_an_unnamed_call_given_up_on_is_met_by_the_peers_first_call_and_the_next_by_their_next():
+    """Unnamed synchronous calls share one name (allreduce.sync): rank 1 interrupts its first
+    one and makes a second at once; it waits for the first to complete (rank 0's first call,
+    2 s later), then meets rank 0's second."""
+    res, _ = job(2, """
+        import os, signal, threading, time, numpy as np, hvd_lite as hvd
+        hvd.init()
+        if hvd.rank() == 0:
+            time.sleep(2)
+            a = hvd.allreduce(np.full(10, 1.0), op=hvd.Sum)
+            b = hvd.allreduce(np.full(10, 10.0), op=hvd.Sum)
+            print("rank 0 got", a[0], b[0], flush=True)
+        else:
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+            try:
+                hvd.allreduce(np.full(10, 2.0), op=hvd.Sum)
+            except KeyboardInterrupt:
+                print("rank 1 interrupted", flush=True)
+            b = hvd.allreduce(np.full(10, 20.0), op=hvd.Sum)
+            print("rank 1 got", b[0], flush=True)
+    """)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "rank 1 interrupted" in res.stdout, res.stdout
+    assert "rank 0 got 3.0 30.0" in res.stdout, res.stdout
+    assert "rank 1 got 30.0" in res.stdout, res.stdout
