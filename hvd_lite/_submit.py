@@ -218,17 +218,17 @@ class Handle:
 
 def engine_args(coll: int, send, recv, dtype: int, name: str, shape, op: int = 0, pre: float = 1.0,
                 post: float = 1.0, root: int = 0, splits: Optional[list] = None,
-                error: str = "") -> tuple:
+                error: str = "") -> list:
     """What the engine's submit takes for one collective (csrc/py_engine.c, Engine.submit): send
     the input buffer (None: no data), recv the output buffer (None: the engine allocates it),
     error a problem this rank found, which fails the collective on every rank."""
-    return (coll, send, recv, dtype, op, pre, post, name, tuple(shape), root, splits, error)
+    return [coll, send, recv, dtype, op, pre, post, name, tuple(shape), root, splits, error]
 
 
 class Request(NamedTuple):
     """One collective, checked and named: what the engine is given, and what its Handle returns."""
 
-    args: tuple  # engine_args(...)
+    args: list  # engine_args(...)
     output: Any = None  # the Handle's output until it is finished
     finish: Optional[Callable] = None  # C handle -> output, once done
     where: Any = None  # the process set it runs in (basics.set_for); None: the global set
@@ -239,13 +239,14 @@ class Request(NamedTuple):
         return self.args[7]
 
 
-def _engine_args(r: Request, name: Optional[str] = None) -> tuple:
-    """r's engine arguments, named: `name` or, for an automatic name, the set's next one."""
+def _engine_args(r: Request, name: Optional[str] = None) -> list:
+    """r's engine arguments (a request is submitted once: they are completed in place), named:
+    `name` or, for an automatic name, the set's next one."""
     args = r.args
     if r.auto is not None:
-        args = args[:7] + (name or basics.auto_name(r.auto, r.where),) + args[8:]
+        args[7] = name or basics.auto_name(r.auto, r.where)
     if basics._state.adapter_faults and not args[11]:  # a testing aid (basics.inject_fault)
-        args = args[:11] + (basics.adapter_fault(),)
+        args[11] = basics.adapter_fault()
     return args
 
 
@@ -265,7 +266,7 @@ def submit_group(requests: Sequence[Request]) -> List[Handle]:
     """Hands checked requests to the engine together, in one round (so they can be fused): all
     of them, or none if the engine refuses one (a name in flight, the engine shut down). They
     run in the first one's process set (the callers build them all for the same set)."""
-    args = [_engine_args(r) for r in requests]
+    args = [tuple(_engine_args(r)) for r in requests]
     cs = _engine_of(requests[0].where if requests else None).submit_group(args, _this_thread.at_once)
     return [Handle(c, r.output, a[7], r.finish) for c, r, a in zip(cs, requests, args)]
 
@@ -279,13 +280,14 @@ def run_now(request: Request):
     kind = request.auto
     name = request.where.sync_name(kind) if kind is not None else None
     args = _engine_args(request, name)
-    c = None
+    c = done = None
     try:
         c = _engine_of(request.where).submit(*args, True)
         c.wait()
+        done = True
     finally:
-        if name is not None:
-            request.where.release_sync_name(kind, c if c is not None and not c.poll() else None)
+        if name is not None:  # given back, with the call if it was given up on in flight
+            request.where.release_sync_name(kind, None if done or c is None or c.poll() else c)
     return request.output if request.finish is None else request.finish(c)
 
 

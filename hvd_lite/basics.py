@@ -47,7 +47,7 @@ class _Set:
         if lock is None:
             lock = self.sync_names.setdefault(kind, threading.Lock())
         lock.acquire()
-        left = self.sync_left.pop(kind, None)
+        left = self.sync_left.pop(kind, None) if self.sync_left else None
         if left is not None:  # a call given up on (a signal): the name is free once it completes
             try:
                 left.wait()
@@ -57,7 +57,7 @@ class _Set:
                     lock.release()
                     raise
                 # it completed with an error: that call's, which its caller gave up on
-        return f"{kind}.sync"
+        return kind + ".sync"
 
     def release_sync_name(self, kind: str, left=None) -> None:
         """Gives the name back; `left`: the C handle of a call its caller gave up on, still in
