@@ -351,8 +351,12 @@ static hvdlResult_t finish_round(struct hvdl_negotiator *g, struct hvdl_request 
   int any_slow = 0, shutdown = 0, anyone_leaving = 0, njoined = 0, any_alarmed = 0;
   char leavers[256] = "";
   size_t nl = 0;
-  unsigned char *joined = calloc((size_t)n * 2, 1);
-  if (!joined) return hvdl_fail(g->data, hvdlSystemError, "negotiation: out of memory");
+  /* The round's scratch, kept between rounds: cached requests by id, then two flags a rank. */
+  const size_t by_id_bytes = sizeof(struct hvdl_request *) * ((size_t)cache_n + 1);
+  HVDL_CHECK(hvdl_reserve(g->data, &g->scratch, &g->scratch_bytes, by_id_bytes + (size_t)n * 2));
+  memset(g->scratch, 0, by_id_bytes + (size_t)n * 2);
+  struct hvdl_request **by_id = (struct hvdl_request **)(void *)g->scratch;
+  unsigned char *joined = (unsigned char *)g->scratch + by_id_bytes;
   unsigned char *alarmed = joined + n;
   g->round_no++;
   g->tune_in = all[HVDL_TUNE_WORD];
@@ -381,7 +385,6 @@ static hvdlResult_t finish_round(struct hvdl_negotiator *g, struct hvdl_request 
     res = slow_path(g, all, words, cache_n, anyone_leaving, joined, pending, np, &rl, &shutdown);
   }
   if (res != hvdlSuccess || shutdown) {
-    free(joined);
     *finished = shutdown;
     *nready = rl.n;
     return res; /* a shutdown is the same response on every rank: nobody executes anything */
@@ -391,8 +394,6 @@ static hvdlResult_t finish_round(struct hvdl_negotiator *g, struct hvdl_request 
    * rank. With joined ranks, an allreduce needs only the others' bits (the joined
    * ranks run a stand-in in its place); anything else needs every rank, so it goes
    * back to the coordinator, which reports it. */
-  struct hvdl_request **by_id = calloc((size_t)cache_n + 1, sizeof *by_id);
-  if (!by_id) res = hvdl_fail(g->data, hvdlSystemError, "negotiation: out of memory");
   for (int i = 0; i < np && res == hvdlSuccess; i++)
     if (pending[i]->phase == HVDL_PHASE_CACHED && pending[i]->cache_id < cache_n)
       by_id[pending[i]->cache_id] = pending[i];
@@ -419,8 +420,6 @@ static hvdlResult_t finish_round(struct hvdl_negotiator *g, struct hvdl_request 
         pending[i]->phase = HVDL_PHASE_NEW;
         pending[i]->cache_id = -1;
       }
-  free(by_id);
-  free(joined);
   if (res != hvdlSuccess) {
     *nready = rl.n;
     return res;
@@ -494,6 +493,7 @@ void hvdl_negotiator_free(struct hvdl_negotiator *g) {
   free(g->join.round);
   free(g->gathered);
   free(g->vectors);
+  free(g->scratch);
   g->join.round = NULL;
-  g->gathered = g->vectors = NULL;
+  g->gathered = g->vectors = g->scratch = NULL;
 }

@@ -39,6 +39,8 @@ struct hvdl_negotiator {
   size_t gathered_bytes;
   char *vectors;                 /* every rank's header and bit vector, then this rank's */
   size_t vectors_bytes;
+  char *scratch;                 /* finish_round's, kept between rounds */
+  size_t scratch_bytes;
   struct hvdl_negotiate_stats stats;
   uint64_t tune_out;             /* rank 0: the autotune word its next round sends (wire.h) */
   uint64_t tune_in;              /* rank 0's autotune word in the last round finished */

@@ -96,28 +96,30 @@ static hvdlResult_t no_progress(hvdlComm_t comm, double waited) {
 
 hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
                              const struct hvdl_wait_limits *w) {
+  int done = 0;
+  HVDL_CHECK(p->test(comm, p->arg, &done)); /* most waits end here, before reading the clock */
+  if (done) return hvdlSuccess;
   const double start = hvdl_now() - w->waited_before;
   const double timeout = w->bounded ? comm->data_timeout : 0;
   double sleep = 0, mark = start + w->waited_before + timeout;
   uint64_t seen = p->start;
   for (;;) {
-    int done = 0;
-    HVDL_CHECK(p->test(comm, p->arg, &done));
-    if (done) return hvdlSuccess;
     const double now = hvdl_now(), waited = now - start;
     if (comm->watch) HVDL_CHECK(comm->watch(comm->watch_arg, waited));
     if (waited < w->spin) {
       if (w->yield && spin_yields) sched_yield(); /* the engine lets its training thread run */
-      continue;
+    } else {
+      if (timeout > 0 && now >= mark) {
+        const uint64_t now_seen = p->progress(comm, p->arg);
+        if (now_seen == seen) return no_progress(comm, timeout);
+        seen = now_seen;
+        mark = now + timeout;
+      }
+      sleep = hvdl_wait_next_sleep(w, sleep, waited);
+      hvdl_sleep(sleep);
     }
-    if (timeout > 0 && now >= mark) {
-      const uint64_t now_seen = p->progress(comm, p->arg);
-      if (now_seen == seen) return no_progress(comm, timeout);
-      seen = now_seen;
-      mark = now + timeout;
-    }
-    sleep = hvdl_wait_next_sleep(w, sleep, waited);
-    hvdl_sleep(sleep);
+    HVDL_CHECK(p->test(comm, p->arg, &done));
+    if (done) return hvdlSuccess;
   }
 }
 
