@@ -30,7 +30,7 @@ static void free_comm(hvdlComm_t comm, int collective) {
   free(comm->scratch.block);
   free(comm->scratch.counts);
   free(comm->scratch.work);
-  free(comm->hier_p2p);
+  hvdl_hier_p2p_free(comm->hier_p2p);
   free(comm);
 }
 

@@ -278,11 +278,12 @@ hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *rec
  * messages (HVD_LITE_ALLREDUCE_ALGO=hier_p2p). hvdl_hier_p2p_init (collective
  * over comm, at communicator creation, called by select.c where every host has
  * the same number of ranks) makes *out, this rank's groups, from `local` (this
- * rank's host, topology.c's hvdl_local_comm); freed with free(). The algorithm
- * cuts the buffer into `lanes` lanes (a power of two, at most the largest <= the
- * ranks on a host) and all-reduces each across hosts with `across` (rd or rab). */
+ * rank's host, topology.c's hvdl_local_comm); freed with hvdl_hier_p2p_free. The
+ * algorithm cuts the buffer into `lanes` lanes (1 to the ranks on a host) and
+ * all-reduces each across hosts with `across` (rd or rab). */
 struct hvdl_hier_p2p;
 hvdlResult_t hvdl_hier_p2p_init(hvdlComm_t comm, MPI_Comm local, struct hvdl_hier_p2p **out);
+void hvdl_hier_p2p_free(struct hvdl_hier_p2p *h);
 hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t across,
                                      const void *sendbuff, void *recvbuff, size_t count,
                                      hvdlDataType_t dt, hvdlRedOp_t op);

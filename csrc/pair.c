@@ -101,3 +101,51 @@ hvdlResult_t hvdl_pair_exchange(hvdlComm_t comm, int peer, int tag, const void *
   }
   return hvdlSuccess;
 }
+
+/* One round of a set: each message's bytes [off, off + 1 GiB), the receives
+ * posted first; waited for together. */
+static hvdlResult_t set_round(hvdlComm_t comm, int tag, int n, const struct hvdl_msg *m,
+                              MPI_Request *reqs, size_t off) {
+  hvdlResult_t res = hvdlSuccess;
+  int err = MPI_SUCCESS, posted = 0, nrecv = 0;
+  for (int pass = 1; pass >= 0; pass--) { /* the receives, then the sends */
+    for (int i = 0; i < n && res == hvdlSuccess && err == MPI_SUCCESS; i++) {
+      if (m[i].recv != pass || m[i].bytes <= off) continue;
+      const size_t left = m[i].bytes - off;
+      const int len = (int)(left < PAIR_MAX_MESSAGE_BYTES ? left : PAIR_MAX_MESSAGE_BYTES);
+      MPI_Request *r = &reqs[posted++];
+      *r = MPI_REQUEST_NULL;
+      if (comm->faults) res = fault(comm, m[i].peer, pass ? HVDL_FAULT_RECV : HVDL_FAULT_SEND);
+      if (res == hvdlSuccess)
+        err = pass ? MPI_Irecv(m[i].buf + off, len, MPI_BYTE, m[i].peer, tag, comm->mpi, r)
+                   : MPI_Isend(m[i].buf + off, len, MPI_BYTE, m[i].peer, tag, comm->mpi, r);
+    }
+    if (pass) nrecv = posted;
+  }
+  if (res == hvdlSuccess && err != MPI_SUCCESS)
+    res = hvdl_fail_mpi(comm, err, "MPI_Irecv/MPI_Isend in an exchange with several peers");
+  if (res == hvdlSuccess) {
+    comm->wait_peer = -1;
+    res = hvdl_wait_requests(comm, posted, reqs, &pair_wait);
+  }
+  if (res != hvdlSuccess) {
+    /* Nothing posted may land in (or read) a buffer after the failure is reported. */
+    const double until = hvdl_now() + HVDL_ABANDON_GRACE;
+    const int nr = nrecv < posted ? nrecv : posted;
+    hvdl_abandon(comm, nr, reqs, 1, until);
+    hvdl_abandon(comm, posted - nr, reqs + nr, 0, until);
+  }
+  return res;
+}
+
+hvdlResult_t hvdl_pair_exchange_set(hvdlComm_t comm, int tag, int n, const struct hvdl_msg *m,
+                                    MPI_Request *reqs) {
+  size_t most = 0;
+  for (int i = 0; i < n; i++) most = m[i].bytes > most ? m[i].bytes : most;
+  size_t off = 0;
+  do {
+    HVDL_CHECK(set_round(comm, tag, n, m, reqs, off));
+    off += PAIR_MAX_MESSAGE_BYTES;
+  } while (off < most);
+  return hvdlSuccess;
+}

@@ -2,7 +2,8 @@
  * pair.h -- what the pairwise all-reduces share (allreduce_rd.c,
  * allreduce_rab.c): the fold of n ranks onto a power of two, the order in
  * which two partial results are combined, and one exchange with a partner
- * (the tree broadcasts of broadcast_tree.c use that too).
+ * (the tree broadcasts of broadcast_tree.c use that too), or with several
+ * peers at once (allreduce_hier_p2p.c).
  *
  * The fold (MPICH's). p is the largest power of two <= n and rem = n - p.
  * Ranks 0 .. 2rem-1 are paired, (0,1), (2,3), ...: the even rank of a pair
@@ -112,5 +113,21 @@ void hvdl_pair_combine(void *out, const void *mine, const void *theirs, int mine
  * points: send, recv, stall (HVD_LITE_FAULT). */
 hvdlResult_t hvdl_pair_exchange(hvdlComm_t comm, int peer, int tag, const void *send,
                                 size_t sendbytes, void *recv, size_t recvbytes);
+
+/* One message of a set (hvdl_pair_exchange_set): `bytes` from buf sent to
+ * rank `peer` of comm->mpi, or (recv) received from it into buf. */
+struct hvdl_msg {
+  int peer, recv;
+  char *buf;
+  size_t bytes;
+};
+
+/* Posts every message of m (n of them; the receives first, in order, then the
+ * sends; an empty one posts nothing) on comm's communicator with tag, in
+ * messages of at most 1 GiB, and waits for all of them as hvdl_pair_exchange
+ * does, with the same fault injection points and the same abandoning on
+ * failure. reqs has room for n requests. */
+hvdlResult_t hvdl_pair_exchange_set(hvdlComm_t comm, int tag, int n, const struct hvdl_msg *m,
+                                    MPI_Request *reqs);
 
 #endif /* HVDL_PAIR_H_ */

@@ -40,14 +40,15 @@
  *   hier  within a host, priced as a ring reduce-scatter and all-gather there;
  *         L all-reduces of B/L across hosts at once (ring: each NIC carries L
  *         of them)
- *   hier_p2p  with `lanes` lanes (hier_lanes: P = the largest power of two
- *         <= L, fewer for small B): within a host, log2(P/lanes) steps of B (a
- *         binomial reduce) then halving steps of B/2, B/4 ... and the fold's
- *         step of B; across the H hosts, rd or rab (below) on B/lanes bytes
- *         with `lanes` ranks of a host sending at once (every step across, the
- *         fold's too); within a host again, the same steps without gamma.
- *         Across: rd for lanes up to 8 KiB, rab above (a crossover measured in
- *         the simulation: hier_across)
+ *   hier_p2p  with `lanes` lanes (hier_lanes: L, fewer for small B): within a
+ *         host one step in which each lane's holder receives its lane, B/lanes,
+ *         from the other L-1 ranks at once and reduces them, priced as the
+ *         holder's receiving (alpha + (L-1) * B/lanes * beta, as if it took the
+ *         messages one after the other); across the H hosts, rd or rab (below)
+ *         on B/lanes bytes with `lanes` ranks of a host sending at once (every
+ *         step across, the fold's too); within a host again, the same step
+ *         without gamma. Across: rd for lanes up to 8 KiB, rab above (a
+ *         crossover measured in the simulation: hier_across)
  *
  * The broadcast's selector (select_bcast.c) uses the same terms and layout.
  *
@@ -210,19 +211,19 @@ static double pairwise_cost(const struct hvdl_cost_model *c, enum pairwise kind,
   return t + 2 * step(c, fold_across, share, b) + b * c->gamma;
 }
 
-/* hier_p2p's lanes for B bytes: P (the largest power of two <= L), halved while
- * a lane would carry less than HIER_LANE_BYTES. A message across hosts costs
- * about the same from 256 B to 4 KiB in the simulation (4.0-4.7 us an exchange,
- * SMPI's size-dependent factors; docs/scale.md), so lanes smaller than that buy
- * nothing across hosts, and each halving of the lanes saves a step within the
- * host: at 64 simulated ranks, 4 KiB took 25.6 us on 8 lanes, 24.4 on 4, 21.1 on
- * 2, 22.6 on 1. */
+/* hier_p2p's lanes for B bytes: L, or fewer (B / HIER_LANE_BYTES, at least 1)
+ * when a lane would carry less than HIER_LANE_BYTES. A message across hosts
+ * costs about the same from 256 B to 4 KiB in the simulation (4.0-4.7 us an
+ * exchange, SMPI's size-dependent factors; docs/scale.md), so lanes smaller than
+ * that buy nothing across hosts, and every lane adds a message within the host
+ * to each rank. At 64 simulated ranks (hosts of 8) on 1, 2, 4 and 8 lanes: 4 KiB
+ * took 19.4, 18.1, 22.1 and 23.4 us; 16 KiB 34.0, 24.4, 23.9 and 25.1; 64 KiB
+ * 70.0, 53.1, 43.3 and 36.6. */
 #define HIER_LANE_BYTES 2048.0
 static int hier_lanes(const hvdlComm_t comm, double b) {
-  int lanes = 1;
-  while (lanes <= comm->local_size / 2) lanes *= 2;
-  while (lanes > 1 && b / lanes < HIER_LANE_BYTES) lanes /= 2;
-  return lanes;
+  const double most = b / HIER_LANE_BYTES;
+  if (most >= comm->local_size) return comm->local_size;
+  return most >= 1 ? (int)most : 1;
 }
 
 /* What hier_p2p runs across the hosts on lanes of B/lanes bytes, and the model's
@@ -231,7 +232,8 @@ static int hier_lanes(const hvdlComm_t comm, double b) {
  * SMPI's 4 us for small messages and 23 us for large ones) put the crossover at
  * 35 KiB lanes; the simulation at 64 ranks has it between 8 and 16 KiB (rd
  * against rab across: 16 KiB per rank 27.6 against 42.0 us, 64 KiB 45.2 against
- * 54.9, 128 KiB 97.5 against 73.8, 256 KiB 157.6 against 121.1; docs/scale.md). */
+ * 54.9, 128 KiB 97.5 against 73.8, 256 KiB 157.6 against 121.1; docs/scale.md;
+ * with hier_p2p's earlier halving steps within the host, the same for both). */
 #define HIER_RD_LANE_BYTES 8192.0
 static hvdlAlgorithm_t hier_across(const hvdlComm_t comm, int lanes, double b, double *cost) {
   const double lane = b / lanes;
@@ -243,20 +245,11 @@ static hvdlAlgorithm_t hier_across(const hvdlComm_t comm, int lanes, double b, d
   return a;
 }
 
-/* hier_p2p within a host, one way (reduce-scatter with gamma, all-gather
- * without): the whole-buffer steps while m < P/lanes, then halving steps, and
- * the fold. */
+/* hier_p2p within a host, one way (phase 1 with gamma, phase 3 without): one
+ * step, a holder receiving or sending L-1 messages of B/lanes. */
 static double hier_within(const struct hvdl_cost_model *c, int L, int lanes, double b, int reduce) {
-  int p = 1;
-  while (p <= L / 2) p *= 2;
-  const int whole = p / lanes;
-  double t = 0;
-  for (int m = 1; m < p; m *= 2) {
-    const double piece = m < whole ? b : b * whole / (2.0 * m);
-    t += step(c, 0, 1, piece) + (reduce ? piece * c->gamma : 0);
-  }
-  if (p < L) t += step(c, 0, 1, b) + (reduce ? b * c->gamma : 0);
-  return t;
+  const double moved = (L - 1) * b / lanes;
+  return c->alpha[HVDL_LINK_INTRA] + moved * c->beta[HVDL_LINK_INTRA] + (reduce ? moved * c->gamma : 0);
 }
 
 static hvdlResult_t hier_p2p_allreduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,

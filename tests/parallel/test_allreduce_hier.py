@@ -1,7 +1,8 @@
 """The hierarchical all-reduce over point-to-point messages (csrc/allreduce_hier_p2p.c), forced by
 HVD_LITE_ALLREDUCE_ALGO=hier_p2p on hosts emulated with HVD_LITE_RANKS_PER_HOST under mpirun: exact
 results for every dtype and op, in place and out of place; bitwise identity across ranks on
-order-dependent floats, in the hosts-then-across order; the layouts it refuses at init."""
+order-dependent floats, and their order (each host's ranks in turn, then the hosts in pair.h's
+tree); the layouts it refuses at init."""
 import numpy as np
 import pytest
 
@@ -78,19 +79,27 @@ def test_hier_p2p_is_bitwise_identical_across_ranks_in_place_and_on_rerun():
                       f"hosts of {k}, count {count}: in place or a rerun differs")
 
 
-def test_hier_p2p_sums_each_host_first_then_the_hosts():
+def in_turn_sum(values):
+    """The values summed one after the other, in order: ((v0 + v1) + v2) + ..."""
+    total = values[0]
+    for v in values[1:]:
+        total = total + v
+    return total
+
+
+def test_hier_p2p_sums_each_hosts_ranks_in_turn_then_the_hosts_in_a_tree():
     n, r = hvd.size(), hvd.rank()
     if n == 1:
         pytest.skip("one rank is one host")
-    count = 1001
-    inputs = [order_dependent(count, 40 + q) for q in range(n)]
-    for k in layouts(n):
-        hosts = [pairwise_tree_sum(inputs[h * k:(h + 1) * k]) for h in range(n // k)]
-        want = pairwise_tree_sum(hosts)
-        with make_comm(HVD_LITE_ALLREDUCE_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k) as c:
-            out = np.empty(count, np.float32)
-            c.allreduce(inputs[r], out, F32, OPS["sum"])
-        agree(same_bits(out, want), f"hosts of {k}: got {out[:3]}, want {want[:3]}")
+    for count in (1001, 100_003):  # one lane, and a lane for every rank of a host
+        inputs = [order_dependent(count, 40 + q) for q in range(n)]
+        for k in layouts(n):
+            hosts = [in_turn_sum(inputs[h * k:(h + 1) * k]) for h in range(n // k)]
+            want = pairwise_tree_sum(hosts)
+            with make_comm(HVD_LITE_ALLREDUCE_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k) as c:
+                out = np.empty(count, np.float32)
+                c.allreduce(inputs[r], out, F32, OPS["sum"])
+            agree(same_bits(out, want), f"hosts of {k}, count {count}: got {out[:3]}, want {want[:3]}")
 
 
 def test_forced_hier_p2p_is_refused_at_init_on_one_host():
