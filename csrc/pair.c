@@ -101,3 +101,43 @@ hvdlResult_t hvdl_pair_exchange(hvdlComm_t comm, int peer, int tag, const void *
   }
   return hvdlSuccess;
 }
+
+hvdlResult_t hvdl_pair_exchange_many(hvdlComm_t comm, int tag, const struct hvdl_pair_msgs *m) {
+  for (size_t off = 0;; off += PAIR_MAX_MESSAGE_BYTES) { /* one round per GiB of the longest */
+    MPI_Request req[2 * PAIR_MAX_PEERS];
+    int posted = 0, nrecv = 0, err = MPI_SUCCESS;
+    hvdlResult_t res = hvdlSuccess;
+    for (int k = 0; k < m->nrecv && res == hvdlSuccess && err == MPI_SUCCESS; k++) {
+      if (m->recvbytes[k] <= off) continue;
+      const size_t len = m->recvbytes[k] - off;
+      if (comm->faults) res = fault(comm, m->from[k], HVDL_FAULT_RECV);
+      if (res == hvdlSuccess)
+        err = MPI_Irecv((char *)m->recv[k] + off,
+                        (int)(len < PAIR_MAX_MESSAGE_BYTES ? len : PAIR_MAX_MESSAGE_BYTES), MPI_BYTE,
+                        m->from[k], tag, comm->mpi, &req[posted++]);
+    }
+    nrecv = posted;
+    for (int k = 0; k < m->nsend && res == hvdlSuccess && err == MPI_SUCCESS; k++) {
+      if (m->sendbytes[k] <= off) continue;
+      const size_t len = m->sendbytes[k] - off;
+      if (comm->faults) res = fault(comm, m->to[k], HVDL_FAULT_SEND);
+      if (res == hvdlSuccess)
+        err = MPI_Isend((const char *)m->send[k] + off,
+                        (int)(len < PAIR_MAX_MESSAGE_BYTES ? len : PAIR_MAX_MESSAGE_BYTES), MPI_BYTE,
+                        m->to[k], tag, comm->mpi, &req[posted++]);
+    }
+    if (posted == 0 && res == hvdlSuccess && err == MPI_SUCCESS) return hvdlSuccess;
+    if (res == hvdlSuccess && err != MPI_SUCCESS)
+      res = hvdl_fail_mpi(comm, err, "MPI_Irecv/MPI_Isend in a pairwise exchange");
+    if (res == hvdlSuccess) {
+      comm->wait_peer = m->nrecv == 1 ? m->from[0] : -1;
+      res = hvdl_wait_requests(comm, posted, req, &pair_wait);
+    }
+    if (res != hvdlSuccess) {
+      const double until = hvdl_now() + HVDL_ABANDON_GRACE;
+      hvdl_abandon(comm, nrecv, req, 1, until);
+      hvdl_abandon(comm, posted - nrecv, req + nrecv, 0, until);
+      return res;
+    }
+  }
+}

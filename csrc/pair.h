@@ -122,4 +122,19 @@ void hvdl_pair_combine(void *out, const void *mine, const void *theirs, int mine
 hvdlResult_t hvdl_pair_exchange(hvdlComm_t comm, int peer, int tag, const void *send,
                                 size_t sendbytes, void *recv, size_t recvbytes);
 
+/* Several messages at once, to and from different peers (each list at most
+ * PAIR_MAX_PEERS long; an empty message posts nothing), waited for together as
+ * hvdl_pair_exchange waits, in rounds of at most 1 GiB per message. For the
+ * steps that hand blocks straight to their owners (allgather_rd.c,
+ * reducescatter_halving.c). */
+#define PAIR_MAX_PEERS 2
+struct hvdl_pair_msgs {
+  int nsend, nrecv;
+  int to[PAIR_MAX_PEERS], from[PAIR_MAX_PEERS];
+  const void *send[PAIR_MAX_PEERS];
+  void *recv[PAIR_MAX_PEERS];
+  size_t sendbytes[PAIR_MAX_PEERS], recvbytes[PAIR_MAX_PEERS];
+};
+hvdlResult_t hvdl_pair_exchange_many(hvdlComm_t comm, int tag, const struct hvdl_pair_msgs *m);
+
 #endif /* HVDL_PAIR_H_ */

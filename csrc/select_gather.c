@@ -20,10 +20,10 @@
  *             H > 1); the reduce-scatter's reduce B/n per step, overlapped with
  *             receiving: max(beta, gamma) instead of beta
  *   rd        steps m = 1, 2, ..., p/2 of a(m B/p)
- *   rd_far    the swap a(B/p) (across when p > L: rev(v) is on another host
- *             unless v's low bits are 0), then steps m = p/2, ..., 1 of
- *             a(B/2m)
- *   halving   steps m = 1, ..., p/2 of a(B/2m) + B/2m gamma, then the swap
+ *   rd_far    steps m = p/2, ..., 1 of a(B/2m), the first a(2B/p): two blocks
+ *             each way, to and from two ranks (one block on 2 ranks)
+ *   halving   steps m = 1, ..., p/2 of a(B/2m) + B/2m gamma, the last
+ *             a(2B/p) + B/p gamma, as rd_far's first
  *   (n > p adds the fold: a(B/n) and a(B) for the all-gathers, a(B) + B gamma
  *   and a(B/n) for the reduce-scatter; within a host, across when L = 1)
  */
@@ -31,6 +31,12 @@ static double step(const hvdlComm_t comm, int across, double s) {
   const struct hvdl_cost_model *c = &comm->model;
   if (!across) return c->alpha[HVDL_LINK_INTRA] + s * c->beta[HVDL_LINK_INTRA];
   return c->alpha[HVDL_LINK_INTER] + s * c->beta[HVDL_LINK_INTER] * comm->local_size;
+}
+
+/* rd_far's first step and halving's last: two blocks of B/p out and in (one on
+ * 2 ranks, where a rank holds its own). */
+static double first_or_last(int p, double b) {
+  return (p == 2 ? 1 : 2) * b / p;
 }
 
 static double ring(const hvdlComm_t comm, double b, int reduce) {
@@ -53,8 +59,8 @@ double hvdl_select_predict_allgather(hvdlComm_t comm, hvdlAllGatherAlgorithm_t a
       for (int m = 1; m < p; m *= 2) t += step(comm, multi && m >= L, m * b / p);
       break;
     case hvdlAllGatherRdFar:
-      t = p > 2 ? step(comm, multi && p > L, b / p) : 0; /* rev is the identity on 2 */
-      for (int m = p / 2; m >= 1; m /= 2) t += step(comm, multi && m >= L, b / (2.0 * m));
+      t = step(comm, multi && p / 2 >= L, first_or_last(p, b));
+      for (int m = p / 4; m >= 1; m /= 2) t += step(comm, multi && m >= L, b / (2.0 * m));
       break;
     default:
       return -1;
@@ -74,9 +80,9 @@ double hvdl_select_predict_reducescatter(hvdlComm_t comm, hvdlReduceScatterAlgor
     case hvdlReduceScatterRing:
       return ring(comm, b, 1);
     case hvdlReduceScatterHalving:
-      for (int m = 1; m < p; m *= 2)
+      for (int m = 1; m < p / 2; m *= 2)
         t += step(comm, multi && m >= L, b / (2.0 * m)) + b / (2.0 * m) * gamma;
-      t += p > 2 ? step(comm, multi && p > L, b / p) : 0;
+      t += step(comm, multi && p / 2 >= L, first_or_last(p, b)) + b / p * gamma;
       if (p < n)
         t += step(comm, multi && L <= 1, b) + b * gamma + step(comm, multi && L <= 1, b / n);
       return t;
