@@ -324,8 +324,9 @@ hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, 
                                          hvdlRedOp_t op);
 /* select_gather.c: the choice for a call of `bytes` in all (the all-gather's
  * result, the reduce-scatter's input; the same on every rank), the model's time
- * for one (negative if not modelled), and the run (any call of the two above
- * may go through these). */
+ * for one (negative if not modelled), and the run. hvdlAllGather,
+ * hvdlReduceScatter and the engine's calls go through these; the scatter
+ * broadcast and the ring reduce run the rings above directly. */
 hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes);
 double hvdl_select_predict_allgather(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo, size_t bytes);
 hvdlResult_t hvdl_allgather_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
