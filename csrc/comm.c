@@ -375,7 +375,8 @@ hvdlResult_t hvdlAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
   }
   size_t *counts = NULL;
   HVDL_CHECK(equal_counts(comm, sendcount, &counts));
-  return hvdl_allgatherv(comm, sendbuff, recvbuff, counts, datatype);
+  return hvdl_allgather_run(comm, hvdl_select_allgather(comm, recvbytes), sendbuff, recvbuff,
+                            counts, datatype);
 }
 
 hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
@@ -397,7 +398,8 @@ hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
   }
   size_t *counts = NULL;
   HVDL_CHECK(equal_counts(comm, recvcount, &counts));
-  return hvdl_reducescatterv(comm, sendbuff, recvbuff, counts, datatype, op);
+  return hvdl_reducescatter_run(comm, hvdl_select_reducescatter(comm, sendbytes), sendbuff,
+                                recvbuff, counts, datatype, op);
 }
 
 hvdlResult_t hvdlAllToAll(const void *sendbuff, void *recvbuff, size_t count,

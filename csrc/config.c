@@ -140,6 +140,33 @@ const char *hvdl_bcast_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumBcastAlgos ? bcast_names[algo] : "?";
 }
 
+/* HVD_LITE_ALLGATHER_ALGO's and HVD_LITE_REDUCESCATTER_ALGO's names, indexed by
+ * hvdlAllGatherAlgorithm_t and hvdlReduceScatterAlgorithm_t. */
+static const char *const allgather_names[hvdlNumAllGatherAlgos] = {"auto", "ring", "rd", "rd_far"};
+static const char *const reducescatter_names[hvdlNumReduceScatterAlgos] = {"auto", "ring",
+                                                                           "halving"};
+
+const char *hvdl_allgather_algo_name(int algo) {
+  return algo >= 0 && algo < hvdlNumAllGatherAlgos ? allgather_names[algo] : "?";
+}
+
+const char *hvdl_reducescatter_algo_name(int algo) {
+  return algo >= 0 && algo < hvdlNumReduceScatterAlgos ? reducescatter_names[algo] : "?";
+}
+
+/* *out = the index of variable's value in names (unset or empty: 0, auto); a
+ * value not there is refused, naming the valid ones (`expected`). */
+static hvdlResult_t env_choice(const char *variable, const char *const *names, int count,
+                               const char *expected, int *out) {
+  const char *v = getenv(variable);
+  *out = 0;
+  if (!v || !*v) return hvdlSuccess;
+  for (int i = 0; i < count; i++)
+    if (strcasecmp(v, names[i]) == 0) return (*out = i), hvdlSuccess;
+  return hvdl_fail(NULL, hvdlInvalidArgument, "%s=%s is not valid: expected %s", variable, v,
+                   expected);
+}
+
 /* The cost model's defaults. Within a host, this machine (2 cores, Open MPI over
  * shared memory; docs/benchmarks.md): about 1.5 us per message (MPI_Allreduce of 4 B
  * takes 1.3 us at 2 ranks), 9.5 GB/s per copy (the 1 MiB ring), 10 GB/s reduced.
@@ -163,6 +190,13 @@ hvdlResult_t hvdl_config_check(const hvdlConfig_t *c) {
     return hvdl_fail(NULL, hvdlInvalidArgument,
                      "hvdlConfig_t out of range: broadcastAlgorithm %d (valid: 0..%d)",
                      c->broadcastAlgorithm, hvdlNumBcastAlgos - 1);
+  if (c->allGatherAlgorithm < 0 || c->allGatherAlgorithm >= hvdlNumAllGatherAlgos ||
+      c->reduceScatterAlgorithm < 0 || c->reduceScatterAlgorithm >= hvdlNumReduceScatterAlgos)
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "hvdlConfig_t out of range: allGatherAlgorithm %d (valid: 0..%d), "
+                     "reduceScatterAlgorithm %d (valid: 0..%d)",
+                     c->allGatherAlgorithm, hvdlNumAllGatherAlgos - 1, c->reduceScatterAlgorithm,
+                     hvdlNumReduceScatterAlgos - 1);
   if (c->segmentBytes > MAX_SEGMENT_BYTES ||
       (c->smallAllReduceBytes > MAX_SMALL_BYTES && c->smallAllReduceBytes != HVDL_SMALL_BYTES_AUTO))
     return hvdl_fail(NULL, hvdlInvalidArgument,
@@ -205,6 +239,11 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
                        "scatter", bcast);
     config->broadcastAlgorithm = b;
   }
+  HVDL_CHECK(env_choice("HVD_LITE_ALLGATHER_ALGO", allgather_names, hvdlNumAllGatherAlgos,
+                        "auto, ring, rd or rd_far", &config->allGatherAlgorithm));
+  HVDL_CHECK(env_choice("HVD_LITE_REDUCESCATTER_ALGO", reducescatter_names,
+                        hvdlNumReduceScatterAlgos, "auto, ring or halving",
+                        &config->reduceScatterAlgorithm));
   int k;
   HVDL_CHECK(hvdl_config_ranks_per_host(&k)); /* read by topology.c: refused here, before any traffic */
   return hvdlSuccess;

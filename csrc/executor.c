@@ -182,7 +182,11 @@ static hvdlResult_t run_allgather(struct hvdl_executor *x, struct hvdl_request *
     total += rows[q];
   }
   if (res == hvdlSuccess) res = alloc_out(x, r, total);
-  if (res == hvdlSuccess) res = hvdl_allgatherv(x->data, r->send, r->out, counts, dt);
+  if (res == hvdlSuccess) {
+    const size_t bytes = (size_t)total * row_elems(&r->desc) * hvdl_type_size(dt);
+    res = hvdl_allgather_run(x->data, hvdl_select_allgather(x->data, bytes), r->send, r->out,
+                             counts, dt);
+  }
   free(rows);
   free(counts);
   return res;
@@ -244,7 +248,8 @@ static hvdlResult_t run_reducescatter(struct hvdl_executor *x, struct hvdl_reque
     src = scaled;
   }
   if (res == hvdlSuccess)
-    res = hvdl_reducescatterv(x->data, src, r->recv, counts, dt, op);
+    res = hvdl_reducescatter_run(x->data, hvdl_select_reducescatter(x->data, r->nbytes), src,
+                                 r->recv, counts, dt, op);
   if (res == hvdlSuccess && post != 1.0)
     hvdl_scale(r->recv, r->recv, counts[x->data->rank], dt, post);
   free(scaled);

@@ -131,6 +131,11 @@ typedef struct {
                                  the selector's choice (csrc/select.c) */
   int broadcastAlgorithm;     /* an hvdlBroadcastAlgorithm_t (HVD_LITE_BROADCAST_ALGO);
                                  hvdlBcastAuto: the cost model's choice */
+  int allGatherAlgorithm;     /* an hvdlAllGatherAlgorithm_t (HVD_LITE_ALLGATHER_ALGO);
+                                 hvdlAllGatherAuto: the cost model's choice */
+  int reduceScatterAlgorithm; /* an hvdlReduceScatterAlgorithm_t
+                                 (HVD_LITE_REDUCESCATTER_ALGO); hvdlReduceScatterAuto: the
+                                 cost model's choice */
 } hvdlConfig_t;
 
 #define HVDL_SMALL_BYTES_AUTO ((size_t)-1)
@@ -158,6 +163,23 @@ typedef enum {
   hvdlBcastScatter = 3,  /* "scatter": binomial scatter of n blocks + ring all-gather */
   hvdlNumBcastAlgos = 4
 } hvdlBroadcastAlgorithm_t;
+
+/* All-gather algorithms (docs/algorithms.md). A forced one runs at every size. */
+typedef enum {
+  hvdlAllGatherAuto = 0,
+  hvdlAllGatherRing = 1,   /* "ring": pipelined ring */
+  hvdlAllGatherRd = 2,     /* "rd": recursive doubling, nearest partner first */
+  hvdlAllGatherRdFar = 3,  /* "rd_far": recursive doubling, farthest partner first */
+  hvdlNumAllGatherAlgos = 4
+} hvdlAllGatherAlgorithm_t;
+
+/* Reduce-scatter algorithms (docs/algorithms.md). A forced one runs at every size. */
+typedef enum {
+  hvdlReduceScatterAuto = 0,
+  hvdlReduceScatterRing = 1,     /* "ring": pipelined ring */
+  hvdlReduceScatterHalving = 2,  /* "halving": recursive halving, neighbours first */
+  hvdlNumReduceScatterAlgos = 3
+} hvdlReduceScatterAlgorithm_t;
 
 /* Library version as HVDL_VERSION_CODE. */
 hvdlResult_t hvdlGetVersion(int *version);

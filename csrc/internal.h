@@ -23,13 +23,15 @@ struct hvdl_scratch {
   size_t gather_bytes;
   char *sreq;           /* pipe.c: MPI_Request[2][cap], sends of the two most recent steps */
   size_t sreq_bytes;
-  char *stage;          /* reduce-scatter: the partials being forwarded, two blocks */
+  char *stage;          /* reduce-scatter: the partials being forwarded, two blocks (the
+                         * ring), or the partial of the whole buffer (halving) */
   size_t stage_bytes;
   char *block;          /* reduce: a non-root rank's reduced block */
   size_t block_bytes;
   char *counts;         /* reduce, scatter broadcast: size_t[n], the blocks */
   size_t counts_bytes;
-  char *work;           /* pairwise all-reduces (allreduce_rd.c, allreduce_rab.c): the partner's data */
+  char *work;           /* pairwise all-reduces (allreduce_rd.c, allreduce_rab.c) and the
+                         * halving reduce-scatter: the partner's data */
   size_t work_bytes;
 };
 
@@ -167,6 +169,9 @@ const char *hvdl_algo_name(int algo);
 int hvdl_algo_parse(const char *name);
 /* The same for HVD_LITE_BROADCAST_ALGO's (an hvdlBroadcastAlgorithm_t). */
 const char *hvdl_bcast_algo_name(int algo);
+/* And HVD_LITE_ALLGATHER_ALGO's, HVD_LITE_REDUCESCATTER_ALGO's. */
+const char *hvdl_allgather_algo_name(int algo);
+const char *hvdl_reducescatter_algo_name(int algo);
 
 /* wait.c: how a waiter polls MPI requests. It spins for `spin` seconds (with
  * sched_yield between polls if `yield` and the thread yields in spins: see
@@ -318,6 +323,29 @@ hvdlResult_t hvdl_allgatherv(hvdlComm_t comm, const void *sendbuff, void *recvbu
                              const size_t *counts, hvdlDataType_t dt);
 hvdlResult_t hvdl_reducescatterv(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                  const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op);
+/* The same calls by recursive doubling (allgather_rd.c; far_first: rd_far) and
+ * recursive halving (reducescatter_halving.c). */
+hvdlResult_t hvdl_allgatherv_rd(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                const size_t *counts, hvdlDataType_t dt, int far_first);
+hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                         const size_t *counts, hvdlDataType_t dt,
+                                         hvdlRedOp_t op);
+/* select_gather.c: the choice for a call of `bytes` in all (the all-gather's
+ * result, the reduce-scatter's input; the same on every rank), the model's time
+ * for one (negative if not modelled), and the run. hvdlAllGather,
+ * hvdlReduceScatter and the engine's calls go through these; the scatter
+ * broadcast and the ring reduce run the rings above directly. */
+hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes);
+double hvdl_select_predict_allgather(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo, size_t bytes);
+hvdlResult_t hvdl_allgather_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
+                                const void *sendbuff, void *recvbuff, const size_t *counts,
+                                hvdlDataType_t dt);
+hvdlReduceScatterAlgorithm_t hvdl_select_reducescatter(hvdlComm_t comm, size_t bytes);
+double hvdl_select_predict_reducescatter(hvdlComm_t comm, hvdlReduceScatterAlgorithm_t algo,
+                                         size_t bytes);
+hvdlResult_t hvdl_reducescatter_run(hvdlComm_t comm, hvdlReduceScatterAlgorithm_t algo,
+                                    const void *sendbuff, void *recvbuff, const size_t *counts,
+                                    hvdlDataType_t dt, hvdlRedOp_t op);
 
 /* Algorithms behind hvdlBroadcast and hvdlReduce; arguments already validated,
  * count > 0, more than one rank. recvbuff of hvdl_reduce_root is used on root only;

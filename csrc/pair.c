@@ -125,7 +125,10 @@ static hvdlResult_t set_round(hvdlComm_t comm, int tag, int n, const struct hvdl
   if (res == hvdlSuccess && err != MPI_SUCCESS)
     res = hvdl_fail_mpi(comm, err, "MPI_Irecv/MPI_Isend in an exchange with several peers");
   if (res == hvdlSuccess) {
-    comm->wait_peer = -1;
+    int from = -1; /* a timeout names the peer if only one is sending */
+    for (int i = 0; i < n; i++)
+      if (m[i].recv && m[i].bytes > off) from = from == -1 ? m[i].peer : -2;
+    comm->wait_peer = from >= 0 ? from : -1;
     res = hvdl_wait_requests(comm, posted, reqs, &pair_wait);
   }
   if (res != hvdlSuccess) {

@@ -3,7 +3,8 @@
  * allreduce_rab.c): the fold of n ranks onto a power of two, the order in
  * which two partial results are combined, and one exchange with a partner
  * (the tree broadcasts of broadcast_tree.c use that too), or with several
- * peers at once (allreduce_hier_p2p.c).
+ * peers at once (allreduce_hier_p2p.c, the all-gather of allgather_rd.c and the
+ * reduce-scatter of reducescatter_halving.c).
  *
  * The fold (MPICH's). p is the largest power of two <= n and rem = n - p.
  * Ranks 0 .. 2rem-1 are paired, (0,1), (2,3), ...: the even rank of a pair
@@ -48,6 +49,14 @@ void hvdl_fold_plan(int n, int r, struct hvdl_fold *f);
 
 /* The group member of virtual rank v. */
 int hvdl_fold_rank(const struct hvdl_fold *f, int v);
+
+/* x with its log2(p) low bits reversed (p a power of two): the position rank x
+ * holds in allgather_rd.c's rd_far and ends with in reducescatter_halving.c. */
+static inline int hvdl_bit_reverse(int x, int p) {
+  int y = 0;
+  for (int m = 1; m < p; m *= 2) y = (y << 1) | ((x & m) != 0);
+  return y;
+}
 
 /* A group of the communicator's ranks: `size` members, this rank is member
  * `rank`, member i is rank ranks[i] of comm->mpi (ranks NULL: rank i). Avg

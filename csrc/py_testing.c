@@ -9,6 +9,7 @@
  *                                        its shared-memory path (shm.h)
  *   Comm.allreduce_plan(nbytes)          the all-reduce selector's choice and model (select.c)
  *   Comm.broadcast_plan(nbytes)          the broadcast selector's choice and model (select_bcast.c)
+ *   Comm.gather_plan(coll, nbytes)       the all-gather's or reduce-scatter's (select_gather.c)
  *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor),
  *   scale_local(dst, src, dtype, factor)
  *                                        the reduction kernels (reduce.c) on local buffers
@@ -292,7 +293,38 @@ static PyObject *Comm_broadcast_plan(CommObject *self, PyObject *args) {
   return Py_BuildValue("{s:s,s:N}", "algorithm", chosen, "predicted", pred);
 }
 
+/* The all-gather's (coll "allgather") or reduce-scatter's ("reducescatter") selector's
+ * view of a call of nbytes in all (select_gather.c). */
+static PyObject *Comm_gather_plan(CommObject *self, PyObject *args) {
+  const char *coll;
+  unsigned long long nbytes;
+  if (!PyArg_ParseTuple(args, "sK", &coll, &nbytes)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  const int gather = strcmp(coll, "allgather") == 0;
+  if (!gather && strcmp(coll, "reducescatter") != 0)
+    return PyErr_Format(PyExc_ValueError, "gather_plan: coll %s is not allgather or reducescatter",
+                        coll);
+  const hvdlComm_t c = self->comm;
+  const size_t b = (size_t)nbytes;
+  PyObject *pred = PyDict_New();
+  for (int a = 1; pred && a < (gather ? hvdlNumAllGatherAlgos : hvdlNumReduceScatterAlgos); a++) {
+    PyObject *v = PyFloat_FromDouble(
+        gather ? hvdl_select_predict_allgather(c, (hvdlAllGatherAlgorithm_t)a, b)
+               : hvdl_select_predict_reducescatter(c, (hvdlReduceScatterAlgorithm_t)a, b));
+    const char *name = gather ? hvdl_allgather_algo_name(a) : hvdl_reducescatter_algo_name(a);
+    if (!v || PyDict_SetItemString(pred, name, v) < 0) Py_CLEAR(pred);
+    Py_XDECREF(v);
+  }
+  if (!pred) return NULL;
+  const char *chosen = gather ? hvdl_allgather_algo_name(hvdl_select_allgather(c, b))
+                              : hvdl_reducescatter_algo_name(hvdl_select_reducescatter(c, b));
+  return Py_BuildValue("{s:s,s:N}", "algorithm", chosen, "predicted", pred);
+}
+
 static PyMethodDef Comm_methods[] = {
+    {"gather_plan", (PyCFunction)Comm_gather_plan, METH_VARARGS,
+     "gather_plan(coll, nbytes) -> {'algorithm', 'predicted': {name: seconds}}: the all-gather's "
+     "or reduce-scatter's selector's choice and the cost model's times"},
     {"broadcast_plan", (PyCFunction)Comm_broadcast_plan, METH_VARARGS,
      "broadcast_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds}}: the selector's "
      "choice and the cost model's times"},

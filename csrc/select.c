@@ -50,12 +50,13 @@
  *         without gamma. Across: rd for lanes up to 8 KiB, rab above (a
  *         crossover measured in the simulation: hier_across)
  *
- * The broadcast's selector (select_bcast.c) uses the same terms and layout.
+ * The broadcast's selector (select_bcast.c) and the all-gather's and
+ * reduce-scatter's (select_gather.c) use the same terms and layout.
  *
  * The terms come from config.c (defaults, or HVD_LITE_COST_MODEL_FILE). Every
  * rank must choose the same algorithm, so at init rank 0's terms, forced
- * algorithms (all-reduce and broadcast) and crossover are agreed by all (one
- * broadcast), and so is the layout: the hosts of topology.c (emulated ones
+ * algorithms (all-reduce, broadcast, all-gather, reduce-scatter) and crossover
+ * are agreed by all (one broadcast), and so is the layout: the hosts of topology.c (emulated ones
  * included) by small all-reduces, and whether a shared segment exists by
  * shm.c's own agreement. The one host split made here also gives hier_p2p its
  * groups (hvdl_hier_p2p_init). A lane of the shared-memory hierarchical path
@@ -124,6 +125,7 @@ struct agreed {
   unsigned long long small;     /* config.smallAllReduceBytes */
   int algo;                     /* config.allReduceAlgorithm */
   int bcast;                    /* config.broadcastAlgorithm */
+  int gather, scatter;          /* config.allGatherAlgorithm, reduceScatterAlgorithm */
   int res;                      /* rank 0's result reading the model */
   char msg[HVDL_ERRMSG_LEN];    /* and its message */
 };
@@ -140,6 +142,8 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
     a.small = comm->config.smallAllReduceBytes;
     a.algo = comm->config.allReduceAlgorithm;
     a.bcast = comm->config.broadcastAlgorithm;
+    a.gather = comm->config.allGatherAlgorithm;
+    a.scatter = comm->config.reduceScatterAlgorithm;
   }
   /* Rank 0's model file, algorithm and crossover are everyone's: a choice made differently on
    * two ranks would pair them in different algorithms. */
@@ -149,6 +153,8 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
   comm->config.smallAllReduceBytes = (size_t)a.small;
   comm->config.allReduceAlgorithm = a.algo;
   comm->config.broadcastAlgorithm = a.bcast;
+  comm->config.allGatherAlgorithm = a.gather;
+  comm->config.reduceScatterAlgorithm = a.scatter;
   comm->model = (struct hvdl_cost_model){.alpha = {a.terms[0], a.terms[1]},
                                          .beta = {a.terms[2], a.terms[3]}, .gamma = a.terms[4]};
   /* The host layout: how many hosts, the most and the fewest ranks on one; with

@@ -20,15 +20,16 @@
  * with its exact value (unless SIM_NO_CHECK is set: the buffers may then be
  * shared between ranks to save memory, see sim/simulate.py). With --check an
  * all-reduce also runs in place, and once on random floats (whose sum depends
- * on the order), whose result bytes must be the same on every rank.
+ * on the order), whose result bytes must be the same on every rank; an
+ * all-gather or reduce-scatter of hvd_lite also runs in place.
  *
  * Output, rank 0, one line per size:
  *   bytes <B> time_s <T> wrong <W> identical <0|1> algo <name> model_s <M>
  * (identical is 1 without --check; wrong is -1 when not checked; algo and model_s,
- * the cost model's time for it, are the selector's -- "ring" and 0 for the
- * all-gather and reduce-scatter, which have only the ring -- and "-" and 0 on
- * the MPI side). The hvdl side reads HVD_LITE_* as usual (HVD_LITE_ALLREDUCE_ALGO,
- * HVD_LITE_BROADCAST_ALGO), with the shared-memory path off (so no shm or hier);
+ * the cost model's time for it, are the selector's, and "-" and 0 on the MPI
+ * side). The hvdl side reads HVD_LITE_* as usual (HVD_LITE_ALLREDUCE_ALGO,
+ * HVD_LITE_BROADCAST_ALGO, HVD_LITE_ALLGATHER_ALGO, HVD_LITE_REDUCESCATTER_ALGO),
+ * with the shared-memory path off (so no shm or hier);
  * the MPI side is SMPI's --cfg=smpi/<collective>:<algo>.
  */
 #include <stdint.h>
@@ -38,7 +39,7 @@
 
 #include "hvdl.h"
 
-/* The selectors' view (csrc/select.c, select_bcast.c, internal.h): the simulation reports which
+/* The selectors' view (csrc/select.c, select_bcast.c, select_gather.c, internal.h): the simulation reports which
  * algorithm ran and the cost model's time for it next to the simulated one. */
 hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes);
 double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
@@ -46,6 +47,13 @@ const char *hvdl_algo_name(int algo);
 hvdlBroadcastAlgorithm_t hvdl_select_broadcast(hvdlComm_t comm, size_t bytes);
 double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo, size_t bytes);
 const char *hvdl_bcast_algo_name(int algo);
+hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes);
+double hvdl_select_predict_allgather(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo, size_t bytes);
+const char *hvdl_allgather_algo_name(int algo);
+hvdlReduceScatterAlgorithm_t hvdl_select_reducescatter(hvdlComm_t comm, size_t bytes);
+double hvdl_select_predict_reducescatter(hvdlComm_t comm, hvdlReduceScatterAlgorithm_t algo,
+                                         size_t bytes);
+const char *hvdl_reducescatter_algo_name(int algo);
 
 enum coll { ALLREDUCE, BROADCAST, ALLGATHER, REDUCESCATTER };
 static const char *const coll_names[] = {"allreduce", "broadcast", "allgather", "reducescatter"};
@@ -232,6 +240,21 @@ int main(int argc, char **argv) {
       MPI_Allreduce(MPI_IN_PLACE, h, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
       identical = h[0] == ~h[1];
     }
+    if (check && use_hvdl && (c == ALLGATHER || c == REDUCESCATTER) && !failed) { /* in place */
+      const size_t block = count / (size_t)n;
+      float *mine = recv + (size_t)rank * block;
+      if (c == ALLGATHER) {
+        memset(recv, 0, count * sizeof(float));
+        fill(mine, block, rank);
+        failed |= failed_call("hvdlAllGather", hvdlAllGather(mine, recv, block, hvdlFloat32, comm, NULL));
+        if (verify) wrong += wrong_result(c, recv, count, rank, n);
+      } else {
+        memcpy(recv, send, count * sizeof(float));
+        failed |= failed_call("hvdlReduceScatter", hvdlReduceScatter(recv, mine, block, hvdlFloat32,
+                                                                     hvdlSum, comm, NULL));
+        if (verify) wrong += wrong_sum_at(mine, (size_t)rank * block, block, n);
+      }
+    }
     MPI_Allreduce(MPI_IN_PLACE, &best, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -245,8 +268,14 @@ int main(int argc, char **argv) {
       const hvdlBroadcastAlgorithm_t a = hvdl_select_broadcast(comm, sizes[s]);
       algo = hvdl_bcast_algo_name(a);
       model = hvdl_select_predict_broadcast(comm, a, sizes[s]);
-    } else if (use_hvdl) {
-      algo = "ring";
+    } else if (use_hvdl && c == ALLGATHER) {
+      const hvdlAllGatherAlgorithm_t a = hvdl_select_allgather(comm, sizes[s]);
+      algo = hvdl_allgather_algo_name(a);
+      model = hvdl_select_predict_allgather(comm, a, sizes[s]);
+    } else if (use_hvdl && c == REDUCESCATTER) {
+      const hvdlReduceScatterAlgorithm_t a = hvdl_select_reducescatter(comm, sizes[s]);
+      algo = hvdl_reducescatter_algo_name(a);
+      model = hvdl_select_predict_reducescatter(comm, a, sizes[s]);
     }
     if (rank == 0)
       printf("bytes %zu time_s %.9g wrong %lld identical %d algo %s model_s %.9g%s\n", sizes[s],

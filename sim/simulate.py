@@ -2,7 +2,8 @@
 
 Builds the C core and sim/driver.c with smpicc into sim/build/, runs the driver with smpirun on one of
 sim/platforms/*.xml (8 ranks a host), once for hvd_lite (HVD_LITE_ALLREDUCE_ALGO=auto unless told, or
-HVD_LITE_BROADCAST_ALGO for --coll broadcast) and once per SMPI algorithm (--cfg=smpi/allreduce:<name>,
+HVD_LITE_BROADCAST_ALGO, HVD_LITE_ALLGATHER_ALGO, HVD_LITE_REDUCESCATTER_ALGO for the other collectives)
+and once per SMPI algorithm (--cfg=smpi/allreduce:<name>,
 smpi/bcast, smpi/allgather, smpi/reduce_scatter), and prints an nccl-tests-style table: the simulated
 time of each, the best SMPI algorithm, and hvd_lite / best (docs/scale.md).
 
@@ -10,6 +11,7 @@ time of each, the best SMPI algorithm, and hvd_lite / best (docs/scale.md).
     python sim/simulate.py --platform 32x8 --sizes 4K,256K     # 256 ranks
     python sim/simulate.py --platform 8x8 --hvdl auto,ring,rd,rab --mpi ompi,mpich
     python sim/simulate.py --coll broadcast --platform 8x8 --sizes 4K,256K,4M --hvdl auto,chain,tree,scatter
+    python sim/simulate.py --coll allgather --platform 8x8 --sizes 4K,256K,4M --hvdl auto,ring,rd,rd_far
     python sim/simulate.py --check --platform 8x8 --ranks 60   # the CI correctness run (exit 1 on a wrong bit)
                                                                # (hier_p2p: on hosts of 4, and 8 hosts of 6)
 
@@ -49,10 +51,10 @@ COLLS = {
                    "scatter_LR_allgather", "ompi_pipeline", "ompi_split_bintree", "SMP_binomial",
                    "SMP_binary", "SMP_linear", "NTSL", "NTSB", "arrival_scatter", "flattree_pipeline",
                    "mvapich2_inter_node"]),
-    "allgather": ("allgather", None, ["auto"],
+    "allgather": ("allgather", "HVD_LITE_ALLGATHER_ALGO", ["auto", "ring", "rd", "rd_far"],
                   ["ompi", "mpich", "mvapich2", "impi", "ring", "rdb", "bruck", "pair",
                    "ompi_neighborexchange", "smp_simple", "SMP_NTS", "loosely_lr", "2dmesh"]),
-    "reducescatter": ("reduce_scatter", None, ["auto"],
+    "reducescatter": ("reduce_scatter", "HVD_LITE_REDUCESCATTER_ALGO", ["auto", "ring", "halving"],
                       ["ompi", "mpich", "mvapich2", "impi", "ompi_basic_recursivehalving",
                        "ompi_ring", "ompi_butterfly", "mpich_pair", "mpich_rdb", "mpich_noncomm"]),
 }
@@ -125,7 +127,7 @@ def run_driver(driver: str, platform: str, side: str, algo: str, sizes, args, ch
         smpi_name, knob, _, _ = COLLS[args.coll]
         if side == "mpi":
             cfg.append(f"--cfg=smpi/{smpi_name}:{algo}")
-        elif knob:
+        else:
             env[knob] = algo
         if args.model_file:
             env["HVD_LITE_COST_MODEL_FILE"] = os.path.abspath(args.model_file)
@@ -185,9 +187,9 @@ def main(argv=None) -> int:
                    help="bytes per rank's buffer, comma-separated (default 4K,256K,4M,64M; the "
                         "all-gather's result, the reduce-scatter's input)")
     p.add_argument("--hvdl", default="auto",
-                   help="hvd_lite's algorithms to run, comma-separated (all-reduce: "
-                        f"{','.join(HVDL_ALGOS)}; broadcast: {','.join(COLLS['broadcast'][2])}); "
-                        "the first is the one compared")
+                   help="hvd_lite's algorithms to run, comma-separated ("
+                        + "; ".join(f"{c}: {','.join(v[2])}" for c, v in COLLS.items())
+                        + "); the first is the one compared")
     p.add_argument("--mpi", default=None,
                    help="SMPI algorithms of the collective, comma-separated ('' for none; default: "
                         "the list in COLLS)")
@@ -209,15 +211,17 @@ def main(argv=None) -> int:
     if args.mpi is None:
         args.mpi = ",".join(COLLS[args.coll][3])
     mpi_algos = [a for a in args.mpi.split(",") if a]
-    if args.coll not in ("allreduce", "broadcast") and hvdl_algos != ["auto"]:
-        p.error(f"--coll {args.coll}: hvd_lite has one algorithm (the ring): --hvdl auto")
+    unknown = [a for a in hvdl_algos if a not in COLLS[args.coll][2]]
+    if unknown:
+        p.error(f"--coll {args.coll}: hvd_lite has no algorithm {unknown[0]!r} "
+                f"(valid: {','.join(COLLS[args.coll][2])})")
     ranks = args.ranks or PLATFORMS[args.platform] * RANKS_PER_HOST
     if not 1 <= ranks <= PLATFORMS[args.platform] * RANKS_PER_HOST:
         p.error(f"--ranks {ranks}: the platform {args.platform} has "
                 f"{PLATFORMS[args.platform] * RANKS_PER_HOST} slots")
     driver = build()
 
-    if args.check:  # every all-reduce and broadcast algorithm
+    if args.check:  # every algorithm of every collective
         bad = 0
         hosts = PLATFORMS[args.platform]
         runs = [("allreduce", a, a, {}) for a in HVDL_ALGOS if a != "hier_p2p"]
@@ -227,9 +231,15 @@ def main(argv=None) -> int:
                      ("allreduce", "hier_p2p", "hier_p2p/6",
                       {"per_host": 6, "ranks": 6 * min(hosts, ranks // 6)})]
         runs += [("broadcast", a, a, {}) for a in COLLS["broadcast"][2]]
+        runs += [(c, a, a, {}) for c in ("allgather", "reducescatter") for a in COLLS[c][2]]
+        # The all-gather's and reduce-scatter's buffers are n equal float32 blocks: sizes rounded down
+        # to a multiple of 4n bytes.
+        blocks = sorted({max(s - s % (4 * ranks), 4 * ranks) for s in sizes})
         for coll, a, label, how in runs:
             args.coll = coll
-            res = run_driver(driver, args.platform, "hvdl", a, sizes, args, check=True, **how)
+            res = run_driver(driver, args.platform, "hvdl", a,
+                             blocks if coll in ("allgather", "reducescatter") else sizes, args,
+                             check=True, **how)
             for s, r in sorted(res.items()):
                 ok = r["wrong"] == 0 and r["identical"] and not r["failed"]
                 bad += not ok

@@ -144,8 +144,10 @@ def test_every_op(comm, dtype, op):
         check_reducescatter(comm, dtype, op, count, seed=count)
 
 
-# The all-reduce's (and reduce's) two message-passing paths, forced: the ring, or the latency path.
-PATHS = {"ring": {"HVD_LITE_ALLREDUCE_ALGO": "ring"},
+# The all-reduce's (and reduce's) two message-passing paths, forced: the ring (the all-gather's and
+# reduce-scatter's too), or the latency path.
+PATHS = {"ring": {"HVD_LITE_ALLREDUCE_ALGO": "ring", "HVD_LITE_ALLGATHER_ALGO": "ring",
+                  "HVD_LITE_REDUCESCATTER_ALGO": "ring"},
          "latency-path": {"HVD_LITE_ALLREDUCE_ALGO": "small"}}
 
 
@@ -169,7 +171,7 @@ def test_tiny_segments_cross_every_boundary(path):
 def test_pieces_too_long_for_the_segment_limit_use_larger_segments():
     # 16-byte segments would need ~6,000 per chunk; the pipe caps them at 1024.
     n = hvd.size()
-    with make_comm(HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_ALLREDUCE_ALGO="ring") as c:
+    with make_comm(HVD_LITE_SEGMENT_BYTES=16, **PATHS["ring"]) as c:
         check_allgather(c, np.float32, 25_013)
         check_reducescatter(c, np.float32, "sum", 25_013)
         check_broadcast(c, np.float32, 25_013 * n, root=n // 2)
@@ -215,7 +217,8 @@ def test_reducescatter_is_deterministic_and_matches_the_ring_allreduce():
     # With n * count elements the ring all-reduce cuts chunks of `count`, the reduce-scatter's
     # blocks: both combine block k in the order k+1, k+2, ..., k.
     n, r = hvd.size(), hvd.rank()
-    with make_comm(HVD_LITE_SEGMENT_BYTES=4096, HVD_LITE_ALLREDUCE_ALGO="ring") as c:
+    with make_comm(HVD_LITE_SEGMENT_BYTES=4096, HVD_LITE_ALLREDUCE_ALGO="ring",
+                   HVD_LITE_REDUCESCATTER_ALGO="ring") as c:
         for count in (1, 777, 20_000):
             x = random_floats(n * count, 200 + r)
             every = np.empty_like(x)

@@ -156,6 +156,17 @@ def test_a_fault_in_a_tree_broadcast_fails_it_on_every_rank_and_the_next_one_wor
     check(rows, n, case_list)
 
 
+@pytest.mark.parametrize("n", [3, 4])
+def test_a_fault_in_a_log_step_allgather_or_reducescatter_fails_it_on_every_rank_and_the_next_one_works(n):
+    # rd_far and halving: at 4 ranks rd_far's first step and halving's last send two messages each
+    # way (pair.c's hvdl_pair_exchange_many); at 3 ranks ranks 0 and 1 fold first.
+    case_list = ["allgather:send:0", f"allgather:recv:{n - 1}", "allgather:stall:1",
+                 f"reducescatter:send:{n - 1}", "reducescatter:recv:0", "reducescatter:stall:2"]
+    env = {"HVD_LITE_ALLGATHER_ALGO": "rd_far", "HVD_LITE_REDUCESCATTER_ALGO": "halving"}
+    rows, _ = run_cases(n, case_list, env)
+    check(rows, n, case_list)
+
+
 def test_a_fault_in_the_hier_p2p_allreduce_fails_it_on_every_rank_and_the_next_one_works():
     # hier_p2p: 4 ranks as 2 hosts of 2 (ranks 0, 1 and 2, 3 within a host; 0-2 and 1-3 across)
     n = 4
