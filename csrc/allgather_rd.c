@@ -53,24 +53,12 @@
 
 #define AG_RD_TAG 0x4841 /* "HA" */
 
-/* Elements before real block k. */
-static size_t before(const size_t *counts, int k) {
-  size_t off = 0;
-  for (int i = 0; i < k; i++) off += counts[i];
-  return off;
-}
-
-/* Elements before virtual block v (v = p: all of them). */
-static size_t vbefore(const struct hvdl_fold *f, const size_t *counts, int v) {
-  return before(counts, v < f->rem ? 2 * v : v + f->rem);
-}
-
 hvdlResult_t hvdl_allgatherv_rd(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                 const size_t *counts, hvdlDataType_t dt, int far_first) {
   const int n = comm->size, r = comm->rank;
-  const size_t esize = hvdl_type_size(dt), total = before(counts, n);
+  const size_t esize = hvdl_type_size(dt), total = hvdl_before(counts, n);
   char *recv = recvbuff;
-  char *own = recv + before(counts, r) * esize;
+  char *own = recv + hvdl_before(counts, r) * esize;
   if (total == 0) return hvdlSuccess;
   if (own != sendbuff && counts[r] > 0) memcpy(own, sendbuff, counts[r] * esize);
   if (n == 1) return hvdlSuccess;
@@ -83,7 +71,8 @@ hvdlResult_t hvdl_allgatherv_rd(hvdlComm_t comm, const void *sendbuff, void *rec
   }
   if (r < 2 * f.rem)
     HVDL_CHECK(hvdl_pair_exchange(comm, r - 1, AG_RD_TAG, NULL, 0,
-                                  recv + before(counts, r - 1) * esize, counts[r - 1] * esize));
+                                  recv + hvdl_before(counts, r - 1) * esize,
+                                  counts[r - 1] * esize));
   const int v = f.vrank, w = far_first ? hvdl_bit_reverse(v, f.p) : v; /* the position held */
   int bit = 1, j = 0;
   if (far_first) { /* the first step straight from the owners: blocks w, w ^ 1 in, v out */
@@ -93,12 +82,12 @@ hvdlResult_t hvdl_allgatherv_rd(hvdlComm_t comm, const void *sendbuff, void *rec
     for (int k = 0; k < 2; k++) {
       const int block = w ^ k, holder = w ^ (k ? f.p / 2 : 0); /* rev(v ^ k) */
       if (block != v) {
-        const size_t b0 = vbefore(&f, counts, block), b1 = vbefore(&f, counts, block + 1);
+        const size_t b0 = hvdl_vbefore(&f, counts, block), b1 = hvdl_vbefore(&f, counts, block + 1);
         msg[nm++] = (struct hvdl_msg){hvdl_fold_rank(&f, block), 1, recv + b0 * esize,
                                       (b1 - b0) * esize};
       }
       if (holder != v) {
-        const size_t m0 = vbefore(&f, counts, v), m1 = vbefore(&f, counts, v + 1);
+        const size_t m0 = hvdl_vbefore(&f, counts, v), m1 = hvdl_vbefore(&f, counts, v + 1);
         msg[nm++] = (struct hvdl_msg){hvdl_fold_rank(&f, holder), 0, recv + m0 * esize,
                                       (m1 - m0) * esize};
       }
@@ -110,8 +99,8 @@ hvdlResult_t hvdl_allgatherv_rd(hvdlComm_t comm, const void *sendbuff, void *rec
   for (; bit < f.p; bit *= 2, j++) {
     const int lo = w & ~(bit - 1), other = lo ^ bit;
     const int partner = far_first ? v ^ (f.p >> (j + 1)) : v ^ bit;
-    const size_t m0 = vbefore(&f, counts, lo), m1 = vbefore(&f, counts, lo + bit);
-    const size_t o0 = vbefore(&f, counts, other), o1 = vbefore(&f, counts, other + bit);
+    const size_t m0 = hvdl_vbefore(&f, counts, lo), m1 = hvdl_vbefore(&f, counts, lo + bit);
+    const size_t o0 = hvdl_vbefore(&f, counts, other), o1 = hvdl_vbefore(&f, counts, other + bit);
     HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_fold_rank(&f, partner), AG_RD_TAG, recv + m0 * esize,
                                   (m1 - m0) * esize, recv + o0 * esize, (o1 - o0) * esize));
   }

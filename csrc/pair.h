@@ -50,6 +50,17 @@ void hvdl_fold_plan(int n, int r, struct hvdl_fold *f);
 /* The group member of virtual rank v. */
 int hvdl_fold_rank(const struct hvdl_fold *f, int v);
 
+/* Elements before block k of per-rank counts, and before virtual block v of the
+ * fold (v = p: all of them): the v-form all-gather's and reduce-scatter's offsets. */
+static inline size_t hvdl_before(const size_t *counts, int k) {
+  size_t off = 0;
+  for (int i = 0; i < k; i++) off += counts[i];
+  return off;
+}
+static inline size_t hvdl_vbefore(const struct hvdl_fold *f, const size_t *counts, int v) {
+  return hvdl_before(counts, v < f->rem ? 2 * v : v + f->rem);
+}
+
 /* x with its log2(p) low bits reversed (p a power of two): the position rank x
  * holds in allgather_rd.c's rd_far and ends with in reducescatter_halving.c. */
 static inline int hvdl_bit_reverse(int x, int p) {

@@ -70,23 +70,11 @@
 
 #define RS_HALVING_TAG 0x4849 /* "HI" */
 
-/* Elements before real block k. */
-static size_t before(const size_t *counts, int k) {
-  size_t off = 0;
-  for (int i = 0; i < k; i++) off += counts[i];
-  return off;
-}
-
-/* Elements before virtual block v (v = p: all of them). */
-static size_t vbefore(const struct hvdl_fold *f, const size_t *counts, int v) {
-  return before(counts, v < f->rem ? 2 * v : v + f->rem);
-}
-
 hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                          const size_t *counts, hvdlDataType_t dt,
                                          hvdlRedOp_t op) {
   const int n = comm->size, r = comm->rank;
-  const size_t esize = hvdl_type_size(dt), total = before(counts, n), bytes = total * esize;
+  const size_t esize = hvdl_type_size(dt), total = hvdl_before(counts, n), bytes = total * esize;
   char *out = recvbuff;
   if (total == 0) return hvdlSuccess;
   if (n == 1) {
@@ -100,7 +88,7 @@ hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, 
     return hvdl_pair_exchange(comm, r + 1, RS_HALVING_TAG, NULL, 0, recvbuff, counts[r] * esize);
   }
   const int v = f.vrank, w = hvdl_bit_reverse(v, f.p), half = f.p / 2;
-  const size_t v0 = vbefore(&f, counts, v), vn = vbefore(&f, counts, v + 1) - v0;
+  const size_t v0 = hvdl_vbefore(&f, counts, v), vn = hvdl_vbefore(&f, counts, v + 1) - v0;
   struct hvdl_scratch *s = &comm->scratch;
   HVDL_CHECK(hvdl_reserve(comm, &s->stage, &s->stage_bytes, bytes));
   HVDL_CHECK(hvdl_reserve(comm, &s->work, &s->work_bytes,
@@ -117,8 +105,8 @@ hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, 
     const int mid = (lo + hi) / 2, lower = (v & m) == 0;
     const int keep_lo = w < mid ? lo : mid, keep_hi = w < mid ? mid : hi;
     const int give_lo = w < mid ? mid : lo, give_hi = w < mid ? hi : mid;
-    const size_t k0 = vbefore(&f, counts, keep_lo), k1 = vbefore(&f, counts, keep_hi);
-    const size_t g0 = vbefore(&f, counts, give_lo), g1 = vbefore(&f, counts, give_hi);
+    const size_t k0 = hvdl_vbefore(&f, counts, keep_lo), k1 = hvdl_vbefore(&f, counts, keep_hi);
+    const size_t g0 = hvdl_vbefore(&f, counts, give_lo), g1 = hvdl_vbefore(&f, counts, give_hi);
     HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_fold_rank(&f, v ^ m), RS_HALVING_TAG,
                                   cur + g0 * esize, (g1 - g0) * esize, s->work, (k1 - k0) * esize));
     hvdl_pair_combine(partial + k0 * esize, cur + k0 * esize, s->work, lower, k1 - k0, dt, op);
@@ -136,7 +124,7 @@ hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, 
   char *got = s->work;
   for (int k = 0; k < 2; k++) {
     const int block = w ^ k, holder = w ^ (k ? half : 0);
-    const size_t b0 = vbefore(&f, counts, block), b1 = vbefore(&f, counts, block + 1);
+    const size_t b0 = hvdl_vbefore(&f, counts, block), b1 = hvdl_vbefore(&f, counts, block + 1);
     if (block != v)
       msg[nm++] = (struct hvdl_msg){hvdl_fold_rank(&f, block), 0, (char *)cur + b0 * esize,
                                     (b1 - b0) * esize};

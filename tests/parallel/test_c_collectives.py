@@ -213,28 +213,6 @@ def test_reduce_gives_the_bits_of_allreduce_and_reruns_agree(path):
                       f"count {count} root {root}: reduce differs from allreduce or from its rerun")
 
 
-def test_reducescatter_is_deterministic_and_matches_the_ring_allreduce():
-    # With n * count elements the ring all-reduce cuts chunks of `count`, the reduce-scatter's
-    # blocks: both combine block k in the order k+1, k+2, ..., k.
-    n, r = hvd.size(), hvd.rank()
-    with make_comm(HVD_LITE_SEGMENT_BYTES=4096, HVD_LITE_ALLREDUCE_ALGO="ring",
-                   HVD_LITE_REDUCESCATTER_ALGO="ring") as c:
-        for count in (1, 777, 20_000):
-            x = random_floats(n * count, 200 + r)
-            every = np.empty_like(x)
-            c.allreduce(x, every, code(np.float32), OPS["sum"])
-            outs = [np.empty(count, np.float32) for _ in range(2)]
-            for out in outs:
-                c.reducescatter(x, out, code(np.float32), OPS["sum"])
-            inplace = x.copy()
-            c.reducescatter(inplace, inplace[r * count:(r + 1) * count], code(np.float32),
-                            OPS["sum"])
-            want = every[r * count:(r + 1) * count]
-            agree(same_bits(outs[0], want) and same_bits(outs[1], want)
-                  and same_bits(inplace[r * count:(r + 1) * count], want),
-                  f"count {count}: reduce-scatter differs from the ring all-reduce's block")
-
-
 def test_broadcast_and_allgather_move_bits_verbatim(comm):
     # Random bytes seen as float16 include NaNs with payloads and signed zeros.
     n, r = hvd.size(), hvd.rank()

@@ -137,11 +137,16 @@ def random_floats(count, seed):
     return (rng.standard_normal(count) * 10.0 ** rng.integers(-6, 6, count)).astype(np.float32)
 
 
-@pytest.mark.parametrize("allreduce", ["rd", "rab"])
-def test_the_halving_reducescatter_gives_the_allreduces_bits_reruns_and_in_place_alike(allreduce):
-    # Both build the balanced tree over the ranks in order, element by element.
+@pytest.mark.parametrize("reducescatter,allreduce", [("ring", "ring"), ("halving", "rd"),
+                                                     ("halving", "rab")])
+def test_the_reducescatter_gives_its_allreduces_bits_reruns_and_in_place_alike(reducescatter,
+                                                                                allreduce):
+    # The ring: with n * count elements the ring all-reduce cuts chunks of `count`, the
+    # reduce-scatter's blocks, and both combine block k in the order k+1, k+2, ..., k. Halving,
+    # rd and rab all build the balanced tree over the ranks in order, element by element.
     n, r = hvd.size(), hvd.rank()
-    with make_comm(HVD_LITE_REDUCESCATTER_ALGO="halving", HVD_LITE_ALLREDUCE_ALGO=allreduce) as c:
+    with make_comm(HVD_LITE_SEGMENT_BYTES=4096, HVD_LITE_REDUCESCATTER_ALGO=reducescatter,
+                   HVD_LITE_ALLREDUCE_ALGO=allreduce) as c:
         for count in (1, 777, 20_000):
             x = random_floats(n * count, 300 + r)
             every = np.empty_like(x)
@@ -155,7 +160,8 @@ def test_the_halving_reducescatter_gives_the_allreduces_bits_reruns_and_in_place
             want = every[r * count:(r + 1) * count]
             agree(same_bits(outs[0], want) and same_bits(outs[1], want)
                   and same_bits(inplace[r * count:(r + 1) * count], want),
-                  f"count {count}: reduce-scatter differs from the {allreduce} all-reduce's block")
+                  f"count {count}: the {reducescatter} reduce-scatter differs from the {allreduce} "
+                  "all-reduce's block")
 
 
 def test_the_halving_reducescatter_of_uneven_blocks_gives_the_rab_allreduces_bits():
