@@ -5,8 +5,9 @@ float32 sum, in place), contenders alternate batch by batch (order rotating):
 
   hvd named      hvd.allreduce_(x, op=hvd.Sum, name="latency.<size>"): the same
                  name every call, so negotiation takes the response cache's fast path
-  hvd auto       hvd.allreduce_(x, op=hvd.Sum): a new automatic name every call,
-                 so every call is negotiated by name through the coordinator
+  hvd auto       hvd.allreduce_(x, op=hvd.Sum): a synchronous call's automatic
+                 name, one for every such call (allreduce.sync), so it is cached
+                 from the second call on, as a named one
   core           the C binding without the engine (_core.Comm.allreduce), for reference
   MPI            mpi4py Comm.Allreduce(MPI.IN_PLACE, x)
 
