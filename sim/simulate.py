@@ -12,7 +12,8 @@ time of each, the best SMPI algorithm, and hvd_lite / best (docs/scale.md).
     python sim/simulate.py --platform 8x8 --hvdl auto,ring,rd,rab --mpi ompi,mpich
     python sim/simulate.py --coll broadcast --platform 8x8 --sizes 4K,256K,4M --hvdl auto,chain,tree,scatter
     python sim/simulate.py --coll allgather --platform 8x8 --sizes 4K,256K,4M --hvdl auto,ring,rd,rd_far
-    python sim/simulate.py --check --platform 8x8 --ranks 60   # the CI correctness run (exit 1 on a wrong bit)
+    python sim/simulate.py --check --platform 8x8 --ranks 60 --sizes 4,1028,65540,262148 --reps 1
+                                                               # the CI correctness run (exit 1 on a wrong bit)
                                                                # (hier_p2p: on hosts of 4, and 8 hosts of 6)
 
 Needs Debian's libsimgrid-dev (smpicc, smpirun). The simulation settings, and why (docs/scale.md):
@@ -219,6 +220,11 @@ def main(argv=None) -> int:
     if not 1 <= ranks <= PLATFORMS[args.platform] * RANKS_PER_HOST:
         p.error(f"--ranks {ranks}: the platform {args.platform} has "
                 f"{PLATFORMS[args.platform] * RANKS_PER_HOST} slots")
+    unchecked = [s for s in sizes if 3 * s * ranks > args.memory_gib * (1 << 30)]
+    if args.check and unchecked:
+        p.error(f"--check: {human(unchecked[0])} on {ranks} ranks needs more than --memory-gib "
+                f"{args.memory_gib:g} for its buffers, whose results could not be checked; pass "
+                "smaller --sizes (CI: 4,1028,65540,262148) or a larger --memory-gib")
     driver = build()
 
     if args.check:  # every algorithm of every collective
