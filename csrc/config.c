@@ -121,7 +121,7 @@ size_t hvdl_small_bytes_default(int nranks, int hosts) {
 
 /* HVD_LITE_ALLREDUCE_ALGO's names, indexed by hvdlAlgorithm_t. */
 static const char *const algo_names[hvdlNumAlgos] = {"auto", "ring", "rd", "rab", "hier", "small",
-                                                     "shm", "hier_p2p"};
+                                                     "shm", "hier_p2p", "tree"};
 
 const char *hvdl_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumAlgos ? algo_names[algo] : "?";

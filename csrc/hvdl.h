@@ -152,7 +152,9 @@ typedef enum {
   hvdlAlgoShm = 6,                 /* "shm": through shared memory, ranks on one host */
   hvdlAlgoHierP2p = 7,             /* "hier_p2p": within hosts, across hosts, within hosts,
                                       over point-to-point messages */
-  hvdlNumAlgos = 8
+  hvdlAlgoTree = 8,                /* "tree": a binomial-tree reduce to rank 0, then its
+                                      binomial broadcast */
+  hvdlNumAlgos = 9
 } hvdlAlgorithm_t;
 
 /* Broadcast algorithms (docs/algorithms.md). A forced one runs at every size. */

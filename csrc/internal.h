@@ -278,6 +278,8 @@ hvdlResult_t hvdl_allreduce_rd(hvdlComm_t comm, const void *sendbuff, void *recv
                                size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                 size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_tree(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 
 /* allreduce_hier_p2p.c: the hierarchical all-reduce over point-to-point
  * messages (HVD_LITE_ALLREDUCE_ALGO=hier_p2p). hvdl_hier_p2p_init (collective

@@ -81,6 +81,7 @@ static allreduce_fn algorithm(hvdlAlgorithm_t a) {
     case hvdlAlgoRing: return hvdl_allreduce_ring;
     case hvdlAlgoRecursiveDoubling: return hvdl_allreduce_rd;
     case hvdlAlgoRabenseifner: return hvdl_allreduce_rab;
+    case hvdlAlgoTree: return hvdl_allreduce_tree;
     case hvdlAlgoLatency: return hvdl_allreduce_small;
     case hvdlAlgoHierP2p: return hier_p2p_allreduce;
     default: return NULL;
@@ -296,6 +297,12 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) 
       hier_across(comm, lanes, b, &across);
       return hier_within(c, L, lanes, b, 1) + across + hier_within(c, L, lanes, b, 0);
     }
+    case hvdlAlgoTree: {
+      /* up and down the binomial tree: rank 0 receives, reduces and sends B per level */
+      int levels = 0;
+      for (int m = 1; m < n; m *= 2) levels++;
+      return levels * (2 * c->alpha[link] + b * (2 * c->beta[link] + c->gamma));
+    }
     case hvdlAlgoLatency: {
       /* MPI's all-gather: about log2(n) rounds, (n-1) * B received; then (n-1) * B reduced */
       int rounds = 0;
@@ -322,7 +329,7 @@ hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes) {
   if (bytes <= comm->config.smallAllReduceBytes) return hvdlAlgoLatency;
   static const hvdlAlgorithm_t order[] = {hvdlAlgoRing, hvdlAlgoRabenseifner,
                                           hvdlAlgoRecursiveDoubling, hvdlAlgoHierarchical,
-                                          hvdlAlgoHierP2p};
+                                          hvdlAlgoHierP2p, hvdlAlgoTree};
   hvdlAlgorithm_t best = hvdlAlgoRing;
   double best_t = -1;
   for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {

@@ -42,7 +42,7 @@ PLATFORMS = {"host1x8": 1, "8x8": 8, "32x8": 32, "128x8": 128, "512x8": 512}
 MPI_ALGOS = ["ompi", "mpich", "mvapich2", "impi", "rab_rdb", "rdb", "lr", "ompi_ring_segmented",
              "rab1", "rab2", "redbcast", "smp_rsag", "smp_rsag_rab", "smp_rdb", "smp_binomial"]
 # hier (shared memory within hosts) is not here: the driver runs without the shared-memory path.
-HVDL_ALGOS = ["auto", "ring", "rd", "rab", "hier_p2p", "small"]
+HVDL_ALGOS = ["auto", "ring", "rd", "rab", "tree", "hier_p2p", "small"]
 # Per collective: SMPI's --cfg name, hvd_lite's knob and algorithms, the SMPI algorithms raced by
 # default (SMPI's lists: smpirun ... --cfg=smpi/bcast:help names them in its error).
 COLLS = {

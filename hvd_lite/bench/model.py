@@ -17,7 +17,7 @@ import numpy as np
 
 from . import common
 
-ALGOS = ("ring", "rd", "rab", "small", "shm", "hier", "hier_p2p")
+ALGOS = ("ring", "rd", "rab", "tree", "small", "shm", "hier", "hier_p2p")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

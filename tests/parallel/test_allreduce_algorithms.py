@@ -17,7 +17,7 @@ from hvd_lite._submit import HVDL_DTYPES
 
 pytestmark = pytest.mark.mpi
 
-ALGOS = ["ring", "rd", "rab", "small", "shm"]
+ALGOS = ["ring", "rd", "rab", "tree", "small", "shm"]
 # With the hierarchical ones: hier across emulated hosts of 2 ranks, so beyond 2 ranks only; hier_p2p
 # across emulated hosts of one size (2 ranks, or 1 where n is odd or 2).
 WITH_HIER = ALGOS + ["hier", "hier_p2p"]
@@ -117,6 +117,29 @@ def test_recursive_doubling_and_rabenseifner_reduce_in_the_balanced_tree_order()
                 out = np.empty(count, np.float32)
                 c.allreduce(inputs[r], out, F32, OPS["sum"])
             agree(same_bits(out, want), f"{algo} count {count}: got {out[:3]}, want {want[:3]}")
+
+
+def binomial_tree_sum(values, r=0, width=None):
+    """allreduce_tree.c's order: rank r's subtree (ranks r .. r+width-1) is x(r), then each child
+    r+m's subtree (m = 1, 2, 4 ...) added on the right."""
+    n = len(values)
+    width = n if width is None else width
+    acc, m = values[r], 1
+    while m < width and r + m < n:
+        acc = acc + binomial_tree_sum(values, r + m, m)
+        m *= 2
+    return acc
+
+
+def test_the_tree_reduces_each_subtree_lower_ranks_first_and_broadcasts_rank_0s_bytes():
+    n, r = hvd.size(), hvd.rank()
+    for count in (1, n + 1, 1000, 4099):
+        inputs = [order_dependent(count, 11 * count + q) for q in range(n)]
+        want = binomial_tree_sum(inputs)
+        with make_comm(HVD_LITE_ALLREDUCE_ALGO="tree") as c:
+            out = np.empty(count, np.float32)
+            c.allreduce(inputs[r], out, F32, OPS["sum"])
+        agree(same_bits(out, want), f"tree count {count}: got {out[:3]}, want {want[:3]}")
 
 
 def test_the_latency_path_reduces_in_rank_order():

@@ -130,9 +130,10 @@ def test_a_fault_on_one_rank_fails_the_collective_on_every_rank_and_the_next_one
           f"{longest:.3f} s ({longest_other:.3f} s but for stalls); job {took:.1f} s")
 
 
-@pytest.mark.parametrize("algo", ["rd", "rab"])
+@pytest.mark.parametrize("algo", ["rd", "rab", "tree"])
 def test_a_fault_in_a_pairwise_allreduce_fails_it_on_every_rank_and_the_next_one_works(algo):
-    # 3 ranks: ranks 0 and 1 fold first (0 sends, then waits for the result), 1 and 2 pair.
+    # 3 ranks: rd and rab fold ranks 0 and 1 first (0 sends, then waits for the result), 1 and 2 pair;
+    # the tree: 1 and 2 send to 0, which sends the result to 2, then to 1.
     n = 3
     case_list = ["allreduce_ring:send:0", "allreduce_ring:recv:1", "allreduce_ring:send:2",
                  "allreduce_ring:stall:1"]

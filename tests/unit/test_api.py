@@ -125,7 +125,7 @@ def test_init_rejects_bad_comm_arguments():
     ("HVD_LITE_SMALL_ALLREDUCE_BYTES", str(1 << 40)), ("HVD_LITE_AUTOTUNE", "yes"),
     ("HVD_LITE_AUTOTUNE", "2"), ("HVD_LITE_AUTOTUNE_WARMUP_SAMPLES", "-1"),
     ("HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", "0"), ("HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", "10x"),
-    ("HVD_LITE_ALLREDUCE_ALGO", "tree"),
+    ("HVD_LITE_ALLREDUCE_ALGO", "binary_tree"), ("HVD_LITE_ALLGATHER_ALGO", "tree"),
 ])
 def test_bad_knob_values_are_named_at_init(monkeypatch, var, value):
     monkeypatch.setenv(var, value)
