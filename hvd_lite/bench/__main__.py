@@ -3,7 +3,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from . import allreduce, collectives, fusion, kernels, latency, model, replot
+from . import allreduce, collectives, fit, fusion, kernels, latency, model, replot
 
 # name -> module with add_arguments(parser) and main(args) -> exit status.
 COMMANDS = {
@@ -16,6 +16,7 @@ COMMANDS = {
     "kernels": kernels,
     "latency": latency,
     "model": model,
+    "fit": fit,
     "plot": replot,
 }
 

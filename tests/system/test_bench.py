@@ -142,3 +142,30 @@ def test_alltoall_bench_at_3_ranks_reports_no_wrong_elements(tmp_path, api):
             assert len(lib["times_s"]) == 2 and lib["median_s"] > 0
     assert set(record["loadavg"]) == {"start", "end"}
     assert f"api {api}" in stdout
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
+def test_fit_writes_a_cost_model_file_that_init_accepts_and_the_selector_uses(tmp_path):
+    conf = tmp_path / "cost_model.conf"
+    record, stdout = _mpirun(2, ["--out", str(conf), "--sizes", "8,64K,1M", "-n", "10",
+                                 "--repeats", "3", "--gamma-bytes", "1M", "--inter-alpha", "3e-6"],
+                             tmp_path, command="fit")
+    terms = dict(line.split() for line in conf.read_text().splitlines()
+                 if line and not line.startswith("#"))
+    assert set(terms) == {"intra_alpha", "intra_beta", "gamma", "inter_alpha"}, terms
+    assert float(terms["inter_alpha"]) == 3e-6
+    assert 0 < float(terms["intra_alpha"]) < 1e-2 and 0 < float(terms["intra_beta"]) < 1e-6
+    assert 0 < float(terms["gamma"]) < 1e-6, terms
+    assert record["terms"]["intra_beta"] == pytest.approx(float(terms["intra_beta"]), rel=1e-5)
+    # A 2-rank job reads it: the ring's predicted time is the file's terms in the model's formula.
+    env = {**_env(), "HVD_LITE_COST_MODEL_FILE": str(conf), "HVD_LITE_SHM": "0"}
+    code = ("import hvd_lite as hvd; hvd.init(); from hvd_lite import basics; "
+            "c = basics._core.Comm(); p = c.allreduce_plan(1 << 20); c.destroy(); "
+            "print('ring', repr(p['predicted']['ring']))")
+    res = run_job([MPIRUN, "-np", "2", sys.executable, "-c", code], timeout=TIMEOUT, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    a, b, g = (float(terms[k]) for k in ("intra_alpha", "intra_beta", "gamma"))
+    b_ = 1 << 20
+    want = 2 * a + 0.5 * b_ * (b + max(b, g))  # csrc/select.c's ring: 2(n-1) alpha + (n-1)/n B (...)
+    got = float(res.stdout.split("ring", 1)[1].split()[0])
+    assert got == pytest.approx(want, rel=1e-6), (got, want)

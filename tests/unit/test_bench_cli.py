@@ -65,3 +65,13 @@ def test_count_wrong_counts_flipped_elements_in_body_and_tail():
     buf[1] += 1
     buf[-1] += 1
     assert exact.count_wrong(buf, pattern) == 2
+
+
+def test_fit_line_goes_through_the_smallest_and_the_largest_size():
+    from hvd_lite.bench.fit import fit_line
+    sizes = [8, 1 << 10, 1 << 22]
+    times = [1e-6 + s * 1e-10 for s in sizes]
+    times[1] *= 3  # a noisy middle point does not move the line
+    alpha, beta = fit_line(sizes, times)
+    assert alpha == pytest.approx(1e-6) and beta == pytest.approx(1e-10)
+    assert fit_line([8, 16], [2e-6, 1e-6]) == (pytest.approx(2e-6), 0.0)  # a falling line: flat

@@ -1,0 +1,118 @@
+"""The cost model's terms within a host, measured on this machine and written as a cost-model file.
+
+Run under mpirun with at least 2 ranks on one host; rank 0 prints and writes --out. Ranks 0 and 1
+ping-pong messages of --sizes bytes (mpi4py Send/Recv on the world communicator, the MPI transport
+hvd_lite's messages take between ranks of a host); the one-way time, half the median round trip,
+is fitted as alpha + bytes * beta through the smallest and the largest size (the others are printed,
+to show how well a line fits). gamma is the C core's float32 sum kernel
+(dst = a op b) on --gamma-bytes per operand, seconds per operand byte, the median of --repeats. The
+terms across hosts are not measured here (one host): --inter-alpha and --inter-beta, if given, are
+written too; otherwise the file leaves them to the defaults (csrc/config.c).
+
+    mpirun -np 2 python -m hvd_lite.bench fit --out cost_model.conf
+    HVD_LITE_COST_MODEL_FILE=cost_model.conf mpirun -np 2 python train.py
+"""
+import argparse
+import os
+import socket
+import time
+from typing import List
+
+import numpy as np
+
+from . import common
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The fit options."""
+    p.add_argument("--out", metavar="FILE", required=True, help="the cost-model file to write")
+    p.add_argument("--sizes", default="8,1K,64K,1M,4M",
+                   help="ping-pong message sizes, comma-separated (default 8,1K,64K,1M,4M)")
+    p.add_argument("-n", "--iters", type=int, default=50, help="round trips per batch (default 50)")
+    p.add_argument("--repeats", type=int, default=7, help="batches per size; medians (default 7)")
+    p.add_argument("--gamma-bytes", type=common.parse_size, default=4 << 20,
+                   help="bytes per operand for the reduction kernel (default 4M)")
+    p.add_argument("--inter-alpha", type=float, help="seconds: written as inter_alpha if given")
+    p.add_argument("--inter-beta", type=float, help="seconds per byte: written as inter_beta")
+    p.add_argument("--json", metavar="FILE", help="write the measurements to FILE")
+
+
+def _pingpong(world, nbytes: int, iters: int) -> float:
+    """One batch: seconds per one-way trip between ranks 0 and 1 (the other ranks wait)."""
+    buf = np.zeros(max(nbytes, 1), np.uint8)[:nbytes]
+    rank = world.Get_rank()
+    world.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        if rank == 0:
+            world.Send(buf, dest=1, tag=7)
+            world.Recv(buf, source=1, tag=7)
+        elif rank == 1:
+            world.Recv(buf, source=0, tag=7)
+            world.Send(buf, dest=0, tag=7)
+    return (time.perf_counter() - t0) / (2 * iters)
+
+
+def fit_line(sizes: List[int], times: List[float]) -> tuple:
+    """(alpha, beta) of times = alpha + sizes * beta through the smallest and the largest size
+    (Hockney's two points: a least-squares line is ruled by the large messages' noise, which
+    can swamp a microsecond alpha); each clamped at 0."""
+    lo, hi = sizes.index(min(sizes)), sizes.index(max(sizes))
+    beta = max((times[hi] - times[lo]) / (sizes[hi] - sizes[lo]), 0.0)
+    return max(times[lo] - sizes[lo] * beta, 0.0), beta
+
+
+def main(args) -> int:
+    """Measures, prints the terms and (rank 0) writes --out."""
+    from mpi4py import MPI
+
+    from hvd_lite import basics
+    from hvd_lite.ops import HVDL_DTYPES, HVDL_OPS, Sum
+
+    world = MPI.COMM_WORLD
+    if world.Get_size() < 2:
+        raise SystemExit("bench fit: run it under mpirun with at least 2 ranks on one host")
+    hosts = world.allgather(socket.gethostname())
+    if hosts[0] != hosts[1]:
+        raise SystemExit(f"bench fit: ranks 0 and 1 are on different hosts ({hosts[0]}, {hosts[1]});"
+                         " it measures the terms within a host")
+    sizes = [common.parse_size(s) for s in args.sizes.split(",") if s]
+    if len(set(sizes)) < 2:
+        raise SystemExit(f"bench fit: --sizes needs at least two different sizes, got {args.sizes}")
+    one_way = []
+    for nbytes in sizes:
+        _pingpong(world, nbytes, 5)  # warm-up
+        one_way.append(common.median([_pingpong(world, nbytes, args.iters)
+                                      for _ in range(args.repeats)]))
+    alpha, beta = fit_line(sizes, one_way)
+    core = basics._core
+    code, op = HVDL_DTYPES[np.dtype(np.float32)], HVDL_OPS[Sum]
+    core.kernel_bench(code, op, args.gamma_bytes, 2)
+    kernel = common.median([core.kernel_bench(code, op, args.gamma_bytes, 5)[0]
+                            for _ in range(args.repeats)])
+    gamma = kernel / args.gamma_bytes
+    if world.Get_rank() != 0:
+        return 0
+    terms = {"intra_alpha": alpha, "intra_beta": beta, "gamma": gamma}
+    if args.inter_alpha is not None:
+        terms["inter_alpha"] = args.inter_alpha
+    if args.inter_beta is not None:
+        terms["inter_beta"] = args.inter_beta
+    for key, value in terms.items():
+        if not 0 <= value <= 1:
+            raise SystemExit(f"bench fit: {key} {value} is outside [0, 1] (seconds, seconds per byte)")
+    lines = [f"# hvd_lite cost model: the terms within a host measured by `python -m hvd_lite.bench "
+             f"fit` on {hosts[0]}, {time.strftime('%Y-%m-%d %H:%M')}; one-way times (s) "
+             + ", ".join(f"{common.format_size(s)}B {t:.3g}" for s, t in zip(sizes, one_way))]
+    lines += [f"{key} {value:.6g}" for key, value in terms.items()]
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, args.out)
+    print("\n".join(lines))
+    print(f"# written to {args.out}: use it with HVD_LITE_COST_MODEL_FILE={args.out}")
+    if args.json:
+        common.write_json(args.json, {"benchmark": "fit", "sizes": sizes, "one_way_s": one_way,
+                                      "kernel_s": kernel, "gamma_bytes": args.gamma_bytes,
+                                      "terms": terms})
+    return 0
