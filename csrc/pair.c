@@ -102,6 +102,42 @@ hvdlResult_t hvdl_pair_exchange(hvdlComm_t comm, int peer, int tag, const void *
   return hvdlSuccess;
 }
 
+/* A set's wait: every request posted (the receives first, in m's order). When
+ * nothing has moved for the data timeout it names the peer of the first receive
+ * still pending, as a single exchange names its partner: the silence comes
+ * from there. */
+struct set_wait {
+  int n, posted;
+  const struct hvdl_msg *m;
+  MPI_Request *reqs;
+  size_t off;
+};
+
+static hvdlResult_t set_test(hvdlComm_t comm, void *arg, int *done) {
+  struct set_wait *w = arg;
+  HVDL_MPI(comm, MPI_Testall(w->posted, w->reqs, done, MPI_STATUSES_IGNORE));
+  return hvdlSuccess;
+}
+
+static uint64_t set_progress(hvdlComm_t comm, void *arg) {
+  struct set_wait *w = arg;
+  uint64_t done = 0;
+  int k = 0;
+  comm->wait_peer = -1;
+  for (int pass = 1; pass >= 0; pass--) /* as posted: the receives, then the sends */
+    for (int i = 0; i < w->n; i++) {
+      if (w->m[i].recv != pass || w->m[i].bytes <= w->off) continue;
+      int flag = 1;
+      if (w->reqs[k] != MPI_REQUEST_NULL &&
+          MPI_Test(&w->reqs[k], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        flag = 0;
+      k++;
+      if (!flag && pass && comm->wait_peer < 0) comm->wait_peer = w->m[i].peer;
+      done += (uint64_t)flag;
+    }
+  return done;
+}
+
 /* One round of a set: each message's bytes [off, off + 1 GiB), the receives
  * posted first; waited for together. */
 static hvdlResult_t set_round(hvdlComm_t comm, int tag, int n, const struct hvdl_msg *m,
@@ -125,11 +161,10 @@ static hvdlResult_t set_round(hvdlComm_t comm, int tag, int n, const struct hvdl
   if (res == hvdlSuccess && err != MPI_SUCCESS)
     res = hvdl_fail_mpi(comm, err, "MPI_Irecv/MPI_Isend in an exchange with several peers");
   if (res == hvdlSuccess) {
-    int from = -1; /* a timeout names the peer if only one is sending */
-    for (int i = 0; i < n; i++)
-      if (m[i].recv && m[i].bytes > off) from = from == -1 ? m[i].peer : -2;
-    comm->wait_peer = from >= 0 ? from : -1;
-    res = hvdl_wait_requests(comm, posted, reqs, &pair_wait);
+    struct set_wait w = {n, posted, m, reqs, off};
+    const struct hvdl_poll p = {set_test, set_progress, &w, 0};
+    comm->wait_peer = -1;
+    res = hvdl_wait_until(comm, &p, &pair_wait);
   }
   if (res != hvdlSuccess) {
     /* Nothing posted may land in (or read) a buffer after the failure is reported. */
