@@ -104,8 +104,8 @@ hvdlResult_t hvdl_pair_exchange(hvdlComm_t comm, int peer, int tag, const void *
 
 /* A set's wait: every request posted (the receives first, in m's order). When
  * nothing has moved for the data timeout it names the peer of the first receive
- * still pending, as a single exchange names its partner: the silence comes
- * from there. */
+ * still pending, else of the first send (a rendezvous send waits for its
+ * receiver), as a single exchange names its partner. */
 struct set_wait {
   int n, posted;
   const struct hvdl_msg *m;
@@ -132,7 +132,7 @@ static uint64_t set_progress(hvdlComm_t comm, void *arg) {
           MPI_Test(&w->reqs[k], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
         flag = 0;
       k++;
-      if (!flag && pass && comm->wait_peer < 0) comm->wait_peer = w->m[i].peer;
+      if (!flag && comm->wait_peer < 0) comm->wait_peer = w->m[i].peer;
       done += (uint64_t)flag;
     }
   return done;
