@@ -148,6 +148,25 @@ class _HvdExtended(one_device_strategy.OneDeviceExtended):
         return tf.transpose(allgather(tf.transpose(value, perm)), inv)
 
     # --- input
+    # A replica on the host's CPU reads its batches through a plain tf.data iterator, not through
+    # TF's MultiDeviceIterator (what tf.distribute uses for PER_WORKER input): destroying one of
+    # those before its background thread has begun leaves that thread reading a freed iterator (a
+    # segfault; Keras drops an iterator at once after peeking one batch, and under load 1 Keras
+    # fit in 12 crashed that way at 3-4 ranks on 2 cores). With one replica per rank, PER_WORKER
+    # and PER_REPLICA input are the same batches; experimental_per_replica_buffer_size stays the
+    # prefetch depth. A replica on another device keeps TF's path (fetch to device).
+    def _input_options(self, options):
+        """(options to build the distributed dataset with, prefetch depth to add, or 0)."""
+        if self._device != self._input_device:
+            return options, 0
+        o = options or distribute_lib.InputOptions()
+        plain = distribute_lib.InputOptions(
+            experimental_fetch_to_device=False,
+            experimental_replication_mode=distribute_lib.InputReplicationMode.PER_REPLICA,
+            experimental_place_dataset_on_device=o.experimental_place_dataset_on_device,
+            experimental_per_replica_buffer_size=o.experimental_per_replica_buffer_size)
+        return plain, o.experimental_per_replica_buffer_size
+
     def _experimental_distribute_dataset(self, dataset, options):
         n, r = basics.size(), basics.rank()
         if n > 1:
@@ -157,6 +176,9 @@ class _HvdExtended(one_device_strategy.OneDeviceExtended):
             else:
                 dataset = dataset.rebatch(data_distribute.batch_sizes_for_worker(batch, n, 1, r))
             dataset = input_ops.auto_shard_dataset(dataset, n, r, n)
+        options, depth = self._input_options(options)
+        if depth:
+            dataset = dataset.prefetch(depth)
         return input_util.get_distributed_dataset(
             dataset, self._input_workers_with_options(options), self._container_strategy(),
             options=options)
@@ -165,8 +187,10 @@ class _HvdExtended(one_device_strategy.OneDeviceExtended):
         ctx = distribute_lib.InputContext(num_input_pipelines=basics.size(),
                                           input_pipeline_id=basics.rank(),
                                           num_replicas_in_sync=basics.size())
+        options, depth = self._input_options(options)
+        fn = (lambda c: dataset_fn(c).prefetch(depth)) if depth else dataset_fn
         return input_util.get_distributed_datasets_from_function(
-            dataset_fn, self._input_workers_with_options(options), [ctx],
+            fn, self._input_workers_with_options(options), [ctx],
             self._container_strategy(), options=options)
 
 

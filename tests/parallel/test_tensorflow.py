@@ -353,6 +353,30 @@ def test_reduce_mean_along_axis_0_with_an_uneven_last_batch(strategy):
     agree(np.allclose(got, want), f"{got} != {want}")
 
 
+def test_input_is_read_by_plain_iterators_with_the_same_batches_under_any_input_options(strategy):
+    """Not TF's MultiDeviceIterator: dropped before its thread begins, it segfaults (strategy.py);
+    every InputOptions a CPU replica accepts gives rank r the r-th part of each global batch."""
+    IO, mode = tf.distribute.InputOptions, tf.distribute.InputReplicationMode
+    r, n = hvd.rank(), hvd.size()
+    values = np.arange(2 * G + 2, dtype="float32")
+    ds = tf.data.Dataset.from_tensor_slices(values).batch(G)
+    want = [list(values[i:i + G][r * (G // n):(r + 1) * (G // n)]) for i in range(0, 2 * G, G)]
+    seen = []
+    for opts in [None, IO(experimental_per_replica_buffer_size=0),
+                 IO(experimental_per_replica_buffer_size=3), IO(experimental_fetch_to_device=False)]:
+        it = iter(strategy.experimental_distribute_dataset(ds, opts))
+        kinds = sorted({type(w._iterator).__name__ for w in it._iterators})
+        seen.append((kinds, [list(b.numpy()) for b in it][:2]))
+    per_replica = IO(experimental_replication_mode=mode.PER_REPLICA,
+                     experimental_fetch_to_device=False, experimental_place_dataset_on_device=True)
+    it = iter(strategy.distribute_datasets_from_function(
+        lambda ctx: tf.data.Dataset.range(8).shard(ctx.num_input_pipelines,
+                                                   ctx.input_pipeline_id).batch(2), per_replica))
+    first = list(next(it).numpy())
+    agree(all(s == (["OwnedIterator"], want) for s in seen) and first == [r, r + n][:len(first)]
+          and first[0] == r, f"{seen} (want {want}); from a function: {first}")
+
+
 def test_gather_concatenates_the_rank_blocks_in_rank_order(strategy):
     r, n = hvd.rank(), hvd.size()
     got = strategy.gather(tf.fill([1, 2], float(r)), axis=1).numpy()
