@@ -9,6 +9,8 @@ float32 sum, in place), contenders alternate batch by batch (order rotating):
                  name, one for every such call (allreduce.sync), so it is cached
                  from the second call on, as a named one
   core           the C binding without the engine (_core.Comm.allreduce), for reference
+  torch          hvd_lite.torch.allreduce_(t, op=Sum) on a CPU tensor sharing x's memory,
+                 unnamed (only with --only torch: needs PyTorch)
   MPI            mpi4py Comm.Allreduce(MPI.IN_PLACE, x)
 
 Each call is timed on its own (time.perf_counter_ns around the call) on every
@@ -36,13 +38,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="batches of each contender per size (default 10)")
     p.add_argument("-w", "--warmup", type=int, default=100,
                    help="untimed calls of each contender before each size (default 100)")
-    p.add_argument("--only", action="append", choices=("named", "auto", "core", "mpi"),
-                   help="time only these contenders (may be repeated; default all)")
+    p.add_argument("--only", action="append", choices=("named", "auto", "core", "mpi", "torch"),
+                   help="time only these contenders (may be repeated; default all but torch)")
     p.add_argument("--json", metavar="FILE", help="write every call's time to FILE")
 
 
 LABELS = {"named": "hvd named", "auto": "hvd auto", "core": "core (no engine)",
-          "mpi": "MPI_Allreduce"}
+          "mpi": "MPI_Allreduce", "torch": "hvd.torch auto"}
 
 
 def main(args) -> int:
@@ -64,6 +66,9 @@ def main(args) -> int:
     pattern = exact.rank_pattern(dtype, "sum", rank)
     comm = basics._core.Comm() if "core" in kinds else None
     fcode, scode = hops.HVDL_DTYPES[dtype], hops.HVDL_OPS[hvd.Sum]
+    if "torch" in kinds:
+        import torch
+        import hvd_lite.torch as htorch
 
     if root:
         print(f"# hvd_lite.bench latency: {n} ranks, float32 sum in place; {args.warmup} warm-up "
@@ -92,6 +97,9 @@ def main(args) -> int:
             "core": lambda: comm.allreduce(xb, xb, fcode, scode),
             "mpi": lambda: world.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM),
         }
+        if "torch" in kinds:
+            t = torch.from_numpy(x)
+            calls["torch"] = lambda: htorch.allreduce_(t, op=htorch.Sum)
         for kind in kinds:
             for _ in range(args.warmup):
                 np.copyto(x, pristine)

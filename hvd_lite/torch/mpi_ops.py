@@ -173,20 +173,26 @@ def allreduce_async_(tensor: torch.Tensor, average=None, name: Optional[str] = N
     return Handle(h, _in_place(tensor, cpu))
 
 
+def _allreduce_now(tensor: torch.Tensor, op, pre, post, name, process_set) -> torch.Tensor:
+    """A synchronous allreduce into a new tensor through the numpy API's synchronous call (no
+    handle; unnamed, it takes the set's one synchronous name instead of a new counter name that
+    rank 0's coordinator must match)."""
+    src = cpu_input("allreduce", tensor)
+    return _out_of_place(tensor)(ops.allreduce(numpy_view(src), op, pre, post, name, process_set))
+
+
 class _Allreduce(torch.autograd.Function):
     """allreduce; its gradient is the allreduce of the gradient with the same op and factors."""
 
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.args = (op, prescale_factor, postscale_factor, process_set)
-        return synchronize(at_once(allreduce_async, tensor, None, name, op,
-                                   prescale_factor, postscale_factor, process_set))
+        return _allreduce_now(tensor, op, prescale_factor, postscale_factor, name, process_set)
 
     @staticmethod
     def backward(ctx, grad):
         op, pre, post, process_set = ctx.args
-        out = synchronize(at_once(allreduce_async, grad, None, None, op, pre, post, process_set))
-        return out, None, None, None, None, None
+        return _allreduce_now(grad, op, pre, post, None, process_set), None, None, None, None, None
 
 
 def allreduce(tensor: torch.Tensor, average=None, name: Optional[str] = None,
@@ -203,8 +209,10 @@ def allreduce_(tensor: torch.Tensor, average=None, name: Optional[str] = None, o
                prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set=global_process_set) -> torch.Tensor:
     """Reduces `tensor` across ranks in place and returns it."""
-    return synchronize(at_once(allreduce_async_, tensor, average, name, op, prescale_factor,
-                               postscale_factor, process_set))
+    op = _op(op, average, "allreduce_")
+    cpu = cpu_inplace("allreduce_", tensor)
+    ops.allreduce_(numpy_view(cpu), op, prescale_factor, postscale_factor, name, process_set)
+    return _in_place(tensor, cpu)(None)
 
 
 def allreduce_group(fn: str, tensors: Sequence[torch.Tensor], names: Sequence[str],
@@ -352,7 +360,7 @@ class _Allgather(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         ps = ctx.process_set
-        averaged = synchronize(at_once(allreduce_async, grad, None, None, Average, 1.0, 1.0, ps))
+        averaged = _allreduce_now(grad, Average, 1.0, 1.0, None, ps)
         return averaged.narrow(0, _rows_before_me([ctx.rows], ps)[0], ctx.rows), None, None
 
 
@@ -424,12 +432,13 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank, ctx.process_set = root_rank, process_set
-        return synchronize(at_once(broadcast_async, tensor, root_rank, name, process_set))
+        src = cpu_input("broadcast", tensor)
+        return _out_of_place(tensor)(collectives.broadcast(numpy_view(src), root_rank, name,
+                                                           process_set))
 
     @staticmethod
     def backward(ctx, grad):
-        averaged = synchronize(at_once(allreduce_async, grad, None, None, Average, 1.0, 1.0,
-                                       ctx.process_set))
+        averaged = _allreduce_now(grad, Average, 1.0, 1.0, None, ctx.process_set)
         if basics.rank() != ctx.root_rank:
             averaged.zero_()
         return averaged, None, None, None
@@ -444,7 +453,9 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                process_set=global_process_set) -> torch.Tensor:
     """Overwrites `tensor` with root_rank's on every rank; returns it."""
-    return synchronize(at_once(broadcast_async_, tensor, root_rank, name, process_set))
+    cpu = cpu_inplace("broadcast_", tensor)
+    collectives.broadcast_(numpy_view(cpu), root_rank, name, process_set)
+    return _in_place(tensor, cpu)(None)
 
 
 # ---------------------------------------------------------------------------- alltoall

@@ -34,6 +34,43 @@ def every_rank(shape, dtype, seed=0):
 
 # ------------------------------------------------------------------ collectives on tensors
 
+@pytest.mark.parametrize("call", ["allreduce", "allreduce_", "broadcast", "broadcast_",
+                                  "allreduce_grad"])
+def test_unnamed_synchronous_calls_share_one_name_and_the_cache(call):
+    """As in the numpy API (test_engine.py): an unnamed synchronous call, and the allreduce in an
+    allreduce's or broadcast's backward, runs under its set's one synchronous name, so after the
+    first every call is ready from the response cache (none announces a name) with exact sums."""
+    from hvd_lite import basics
+    r, n = rank_size()
+    x = torch.arange(12, dtype=torch.float32) + r
+
+    def grad():
+        t = x.clone().requires_grad_()
+        hvd.allreduce(t, op=hvd.Sum).sum().backward()
+        return t.grad
+    run = {"allreduce": lambda: hvd.allreduce(x, op=hvd.Sum),
+           "allreduce_": lambda: hvd.allreduce_(x.clone(), op=hvd.Sum),
+           "broadcast": lambda: hvd.broadcast(x, root_rank=0),
+           "broadcast_": lambda: hvd.broadcast_(x.clone(), root_rank=0),
+           "allreduce_grad": grad}[call]
+    want = {"allreduce": torch.arange(12.0) * n + n * (n - 1) / 2,
+            "allreduce_": torch.arange(12.0) * n + n * (n - 1) / 2,
+            "broadcast": torch.arange(12.0), "broadcast_": torch.arange(12.0),
+            "allreduce_grad": torch.full((12,), float(n))}[call]
+    run()
+    engine = basics._engine()
+    before = engine.stats()
+    outs = [run() for _ in range(5)]
+    after = engine.stats()
+    announced = after["announced"] - before["announced"]
+    cached = after["cached_ready"] - before["cached_ready"]
+    exact = all(torch.equal(o, want) for o in outs)
+    calls = 10 if call == "allreduce_grad" else 5  # forward and backward
+    agree((announced, cached, exact) == (0, calls, True),
+          f"{call}: {announced} names announced, {cached} ready from the cache, exact {exact}; "
+          f"want 0, {calls}, True")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_allreduce_every_dtype_and_op_keeps_dtype(dtype):
     r, n = rank_size()

@@ -115,6 +115,16 @@ def test_latency_bench_at_2_ranks_reports_no_wrong_elements(tmp_path):
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
+def test_latency_bench_times_the_torch_call_when_asked(tmp_path):
+    pytest.importorskip("torch")
+    record, _ = _mpirun(2, ["-s", "4", "-n", "20", "--repeats", "2", "-w", "5", "--only", "torch",
+                            "--only", "mpi"], tmp_path, command="latency")
+    libs = record["results"][0]["libs"]
+    assert set(libs) == {"hvd.torch auto", "MPI_Allreduce"}
+    assert all(lib["wrong"] == 0 for lib in libs.values()), libs
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
 @pytest.mark.parametrize("command,factor", [("allgather", 2 / 3), ("reducescatter", 2 / 3),
                                             ("broadcast", 1.0)])
 def test_collective_benches_at_3_ranks_report_no_wrong_elements(tmp_path, command, factor):
