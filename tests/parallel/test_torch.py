@@ -361,6 +361,13 @@ def test_hooks_start_every_allreduce_during_backward():
           and "zero_grad" in str(err), f"{submitted} submitted during backward; zero_grad: {err!r}")
 
 
+# DDP's gloo process groups, freed at exit: freed in a test, when the test's frame drops the last
+# reference right after a gloo operation, ~ProcessGroupGloo (holding the GIL) waited for the mutex
+# of a worker thread that was still releasing its finished work and waited for the GIL: rank 1 of
+# a CI run hung there. At exit every worker is idle.
+_GLOO_KEPT = []
+
+
 def test_distributed_optimizer_matches_ddp():
     from mpi4py import MPI
     import torch.distributed as dist
@@ -374,8 +381,10 @@ def test_distributed_optimizer_matches_ddp():
     port = comm.bcast(port, root=0)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank,
                             world_size=comm.size)
+    _GLOO_KEPT.append(dist.group.WORLD)
     try:
         ddp = torch.nn.parallel.DistributedDataParallel(make_model())
+        _GLOO_KEPT.append(ddp)
         ddp_opt = sgd(ddp.parameters())
         model = make_model()
         opt = hvd.DistributedOptimizer(sgd(model.parameters()),
