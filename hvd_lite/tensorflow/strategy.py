@@ -157,9 +157,17 @@ class _HvdExtended(one_device_strategy.OneDeviceExtended):
     # prefetch depth. A replica on another device keeps TF's path (fetch to device).
     def _input_options(self, options):
         """(options to build the distributed dataset with, prefetch depth to add, or 0)."""
+        o = options or distribute_lib.InputOptions()
+        if o.experimental_place_dataset_on_device and (
+                o.experimental_replication_mode != distribute_lib.InputReplicationMode.PER_REPLICA
+                or o.experimental_fetch_to_device):
+            raise ValueError("InputOptions(experimental_place_dataset_on_device=True) needs "
+                             "experimental_replication_mode=PER_REPLICA and "
+                             "experimental_fetch_to_device=False (as in TensorFlow); got "
+                             f"{o.experimental_replication_mode} and experimental_fetch_to_device="
+                             f"{o.experimental_fetch_to_device}")
         if self._device != self._input_device:
             return options, 0
-        o = options or distribute_lib.InputOptions()
         plain = distribute_lib.InputOptions(
             experimental_fetch_to_device=False,
             experimental_replication_mode=distribute_lib.InputReplicationMode.PER_REPLICA,

@@ -375,6 +375,9 @@ def test_input_is_read_by_plain_iterators_with_the_same_batches_under_any_input_
     first = list(next(it).numpy())
     agree(all(s == (["OwnedIterator"], want) for s in seen) and first == [r, r + n][:len(first)]
           and first[0] == r, f"{seen} (want {want}); from a function: {first}")
+    raises_on_every_rank(ValueError, "place_dataset_on_device=True.*PER_REPLICA",
+                         lambda: strategy.experimental_distribute_dataset(
+                             ds, IO(experimental_place_dataset_on_device=True)))
 
 
 def test_gather_concatenates_the_rank_blocks_in_rank_order(strategy):
