@@ -38,16 +38,39 @@
 #include "internal.h"
 
 #define PIPE_WINDOW 4
+/* Sends in flight: a send step (which has a whole piece to post) posts at most
+ * PIPE_SEND_WINDOW of its segments at once and each further one when an earlier
+ * one has completed, while the steps after it receive. The cause, measured
+ * (docs/benchmarks.md, "The ring's 128-segment cliff"): every posted send puts a
+ * small header into Open MPI's shared-memory mailbox for its peer (the sm BTL's
+ * "fast box", 4 KiB per peer); posted all at once, 128 of them overflowed it and
+ * the step ran at half speed (64 MiB at 2 ranks in 256 KiB segments with the cap
+ * at 1024: 20-23 ms against 12-14 ms with this window, with a 64 KiB box, or with
+ * no box, `--mca btl_sm_fbox_max 0`). A window of 64 was not enough (the next
+ * step's forwarded segments share the box); 32 and 16 were. Forwarded segments
+ * need no window of their own: a receiving step posts one per segment received.
+ * A build may set it (-DPIPE_SEND_WINDOW=...) to measure. */
+#ifndef PIPE_SEND_WINDOW
+#define PIPE_SEND_WINDOW 32
+#endif
+/* Pieces alternate between two tags, tag and tag + PIPE_TAG_ODD, so that a send
+ * step's pending segments and the next piece's forwarded ones, in flight together,
+ * each match their own piece's receives (MPI keeps order only within a tag). The
+ * collectives' tags are below 0x4900, so the odd ones stay below MPI's guaranteed
+ * upper bound (32767) and apart from every even one. */
+#define PIPE_TAG_ODD 0x2000
 /* The segment policy, one for every collective: segments of config.segmentBytes
  * (HVD_LITE_SEGMENT_BYTES), and larger ones for a piece that would need more than
- * PIPE_MAX_SEGMENTS of them. The cap bounds the messages in flight, since a send
- * step posts all of its piece's segments at once. Open MPI's ob1 orders messages
- * with a 16-bit sequence number, and ~65,536 unmatched messages between two ranks
- * scramble their order (seen with 64-byte segments of a 4 MiB buffer); and a ring
- * all-reduce step of exactly 128 segments in flight ran at half speed (64 MiB at 2
- * ranks with 256 KiB segments: 20 ms, against 11.5 ms with at most 64;
- * docs/benchmarks-history.md). */
+ * PIPE_MAX_SEGMENTS of them. With the send window nothing breaks past the cap; it
+ * stays because each message has a fixed cost: at 2 ranks, 256 MiB in 256 KiB
+ * segments (512 a step) took 1.2x the time of 4 MiB ones (32 a step)
+ * (docs/benchmarks.md). It also keeps unmatched messages between two ranks far
+ * below what Open MPI's ob1 can order (a 16-bit sequence number: ~65,536 of them
+ * scrambled, seen with 64-byte segments of a 4 MiB buffer). A build may set it
+ * (-DPIPE_MAX_SEGMENTS=1024) to measure. */
+#ifndef PIPE_MAX_SEGMENTS
 #define PIPE_MAX_SEGMENTS 64
+#endif
 /* The largest message a pipe sends (its byte count must fit an int). */
 #define PIPE_MAX_MESSAGE_BYTES ((size_t)1 << 30)
 
@@ -58,9 +81,16 @@ struct hvdl_pipe {
   hvdlDataType_t dt;
   hvdlRedOp_t op;
   unsigned step;            /* steps taken; the generation is step & 1 */
+  unsigned sent, received;  /* pieces sent and received: their parity picks the tag */
   char *tmp;                /* PIPE_WINDOW receive segments for the reducing verbs */
   MPI_Request *sreq[2];     /* sends of the two most recent steps */
   int nsreq[2];
+  int sdone[2];             /* of those, the first sdone are known to have completed */
+  struct {                  /* a send step's segments not yet posted (the window) */
+    const char *src;
+    size_t count, next, nseg;
+    int gen, tag;
+  } pend;
 };
 
 /* Sets up a pipe on comm's ring for pieces of at most max_piece elements,

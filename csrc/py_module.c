@@ -23,6 +23,7 @@
 
 #include "engine.h"
 #include "internal.h"
+#include "pipe.h"
 
 #ifndef HVDL_BUILD_LIBMPI
 #define HVDL_BUILD_LIBMPI ""
@@ -201,5 +202,8 @@ PyMODINIT_FUNC PyInit__core(void) {
   for (size_t i = 0; i < sizeof enums / sizeof enums[0]; i++)
     PyModule_AddIntConstant(m, enums[i].name, enums[i].value);
   PyModule_AddIntConstant(m, "HVDL_VERSION_CODE", HVDL_VERSION_CODE);
+  /* the segment pipeline's limits (pipe.h), for tests that cross them */
+  PyModule_AddIntConstant(m, "PIPE_SEND_WINDOW", PIPE_SEND_WINDOW);
+  PyModule_AddIntConstant(m, "PIPE_MAX_SEGMENTS", PIPE_MAX_SEGMENTS);
   return m;
 }

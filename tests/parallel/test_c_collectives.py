@@ -178,6 +178,35 @@ def test_pieces_too_long_for_the_segment_limit_use_larger_segments():
         check_reduce(c, np.float32, "max", 25_013 * n, root=n // 2)
 
 
+def check_allreduce(c, dtype, op, count, seed=0):
+    n, r = hvd.size(), hvd.rank()
+    x = exact_inputs(dtype, count, r, seed)
+    want = fold([exact_inputs(dtype, count, q, seed) for q in range(n)], op, dtype)
+    out = np.empty_like(x)
+    c.allreduce(x, out, code(dtype), OPS[op])
+    agree(same_bits(out, want), f"allreduce {np.dtype(dtype).name} {op} count={count}: "
+                                f"got {out[:6]}, want {want[:6]}")
+
+
+def test_send_steps_longer_than_the_send_window():
+    # A send step posts PIPE_SEND_WINDOW segments and the rest while the next steps receive and
+    # forward (pipe.h): pieces of the window's length and just past it, twice it, and past the
+    # segment cap, through every collective with a send step (the ring all-reduce's first step,
+    # the ring all-gather and reduce-scatter, the chain broadcast's root; on 2 ranks the copying
+    # collectives send each piece as one message). The pending segments and the next piece's
+    # forwarded ones are in flight together: without a tag per piece they would be received
+    # into each other's places.
+    n, w, cap = hvd.size(), _core.PIPE_SEND_WINDOW, _core.PIPE_MAX_SEGMENTS
+    with make_comm(HVD_LITE_SEGMENT_BYTES=16, **PATHS["ring"]) as c:
+        for nseg in (w - 1, w, w + 1, 2 * w + 3, cap + 5):
+            per_rank = 4 * nseg - 1  # 16-byte segments of float32: the last one short
+            check_allreduce(c, np.float32, "sum", n * per_rank, seed=nseg)
+            check_allreduce(c, np.float32, "avg", n * per_rank + n - 1, seed=nseg)
+            check_allgather(c, np.float32, per_rank, seed=nseg)
+            check_reducescatter(c, np.float32, "sum", per_rank, seed=nseg)
+            check_broadcast(c, np.float32, n * per_rank, root=nseg % n, seed=nseg)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.float16], ids=lambda d: np.dtype(d).name)
 def test_in_place_and_misaligned_buffers(comm, dtype):
     n = hvd.size()
