@@ -124,7 +124,6 @@ static hvdlResult_t fault(struct hvdl_pipe *p, enum hvdl_fault_point at) {
   return hvdlSuccess;
 }
 
-/* send: one segment to the right. */
 /* The tag of the k-th piece a rank sends, which is the k-th piece its right
  * neighbour receives: a send step's pending segments go out while the next
  * step forwards, and the two pieces must not match each other's receives. */
@@ -132,6 +131,7 @@ static int piece_tag(const struct hvdl_pipe *p, unsigned k) {
   return (k & 1u) ? p->tag + PIPE_TAG_ODD : p->tag;
 }
 
+/* send: one segment to the right. */
 static hvdlResult_t send_segment(struct hvdl_pipe *p, int gen, int tag, const char *buf,
                                  size_t elems) {
   if (p->comm->faults) HVDL_CHECK(fault(p, HVDL_FAULT_SEND));
@@ -178,7 +178,8 @@ static hvdlResult_t drain(struct hvdl_pipe *p) {
 
 /* Waiting for one receive while a send step's segments are pending: each poll
  * also moves the window on, so that the neighbours never wait for each other's
- * pending sends. Progress: the receive, and the sends completed and posted. */
+ * pending sends. Progress (for the data timeout): the window's sends completed and
+ * posted; the receive ends the wait. */
 struct recv_wait {
   struct hvdl_pipe *p;
   MPI_Request *req;
