@@ -1,6 +1,7 @@
 """One job of the fault-injection suite (tests/system/test_faults.py): for each case
 `family:point:victim` given on the command line, rank `victim` arms `point`
-(hvd_lite.basics.inject_fault), every rank runs one collective of `family`, and then one
+(hvd_lite.basics.inject_fault; `point#k`: to fail the k-th time it is reached), every rank
+runs one collective of `family`, and then one
 all-reduce that must be right. Every rank prints one JSON line per case:
 {"case", "rank", "ok", "error", "seconds", "right", "next_right"}."""
 import json
@@ -50,9 +51,10 @@ def main():
     table = families(r, n)
     for case in sys.argv[1:]:
         family, point, victim = case.split(":")
+        point, _, nth = point.partition("#")
         run, right = table[family]
         if r == int(victim):
-            hvd.basics.inject_fault(point)
+            hvd.basics.inject_fault(point, int(nth or 1))
         t0 = time.monotonic()
         out, error = None, ""
         try:
