@@ -157,7 +157,9 @@ def test_signal_to_the_launcher_ends_every_rank(tmp_path, sig):
     code = f"""
 import os, time, hvd_lite as hvd
 hvd.init()
-open(os.path.join({str(tmp_path)!r}, str(hvd.rank())), "w").write(str(os.getpid()))
+path = os.path.join({str(tmp_path)!r}, str(hvd.rank()))
+open(path + ".part", "w").write(str(os.getpid()))
+os.replace(path + ".part", path)  # the test never reads a file that is not yet written
 time.sleep(120)
 """
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
@@ -166,9 +168,10 @@ time.sleep(120)
                                 text=True)
     try:
         deadline = time.monotonic() + 60
-        while len(os.listdir(tmp_path)) < 2 and time.monotonic() < deadline:
+        while not all((tmp_path / str(r)).exists() for r in range(2)) \
+                and time.monotonic() < deadline:
             time.sleep(0.1)
-        pids = [int((tmp_path / str(r)).read_text() or 0) for r in range(2)]
+        pids = [int((tmp_path / str(r)).read_text()) for r in range(2)]
         assert all(pid_alive(p) for p in pids)
         t0 = time.monotonic()
         launcher.send_signal(sig)
@@ -182,7 +185,12 @@ time.sleep(120)
     finally:
         if launcher.poll() is None:
             launcher.kill()
-            launcher.communicate()
+        for r in range(2):  # a failed check must not leave ranks sleeping with our pipes open
+            try:
+                os.kill(int((tmp_path / str(r)).read_text()), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+        launcher.communicate()
         remove_leaked_shm(shm_before)
 
 
