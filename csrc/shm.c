@@ -27,7 +27,8 @@
  * elements, chunk i cut into L near-equal slices (L local ranks; slice q is
  * local rank q's). P chunks take P+1 steps; at step t (rank r):
  *
- *   t < P   copy chunk t of sendbuff into in[k]
+ *   t < P   copy chunk t of sendbuff into in[k], but for slice r: only r
+ *           reads that, and it reads it from sendbuff
  *   t > 0   reduce slice r of chunk t-1 over the L inputs into out[k-1]
  *           [Avg: then / divisor]
  *   publish k, wait for every rank's k
@@ -52,7 +53,7 @@
  * the same order. Nothing depends on timing or on where a chunk boundary falls,
  * so ranks, in-place and out-of-place calls and reruns all agree.
  *
- * Cost per rank, for B bytes on L local ranks: B copied in, a slice of B / L
+ * Cost per rank, for B bytes on L local ranks: B (L-1) / L copied in, a slice of B / L
  * reduced over the L inputs (B read), B copied out; 1 + B / area steps (small
  * buffers: 1 step, and all of B reduced over the L inputs). Nothing goes
  * through MPI.
@@ -182,25 +183,28 @@ static int ring_chunk(size_t count, int n, size_t g, size_t *end) {
 /* dst = the step-k inputs' elements [g, g + n) of the whole count-element buffer,
  * reduced: in_f op in_(f+1) op ... op in_(f-1), left to right, f = 0 (local-rank
  * order) or, in ring order, f = c + 1 for the elements of ring chunk c. At byte
- * offset off of the areas. */
+ * offset off of the areas; this rank's own input read from `mine` (its elements
+ * [g, g + n)) where that is not NULL, instead of from its area. */
 static void fold(const struct hvdl_shm *s, uint64_t k, size_t off, void *dst, size_t g, size_t n,
-                 size_t count, const struct hvdl_shm_fold *f) {
-  const int L = s->local_size;
+                 size_t count, const struct hvdl_shm_fold *f, const char *mine) {
+  const int L = s->local_size, me = s->local_rank;
   const size_t esize = hvdl_type_size(f->dt);
   char *d = dst;
   while (n > 0) {
     size_t run = n, end;
     int first = 0;
+#define INPUT(q) ((q) == me && mine ? mine : in_area(s, (q), k) + off)
     if (f->ring_order) {
       first = (ring_chunk(count, L, g, &end) + 1) % L;
       run = end - g < n ? end - g : n;
     }
-    hvdl_reduce(d, in_area(s, first, k) + off, in_area(s, (first + 1) % L, k) + off, run, f->dt, f->op);
-    for (int i = 2; i < L; i++)
-      hvdl_reduce(d, d, in_area(s, (first + i) % L, k) + off, run, f->dt, f->op);
+    hvdl_reduce(d, INPUT(first), INPUT((first + 1) % L), run, f->dt, f->op);
+    for (int i = 2; i < L; i++) hvdl_reduce(d, d, INPUT((first + i) % L), run, f->dt, f->op);
+#undef INPUT
     if (f->divisor) hvdl_divide(d, run, f->dt, f->divisor);
     d += run * esize;
     off += run * esize;
+    if (mine) mine += run * esize;
     g += run;
     n -= run;
   }
@@ -221,9 +225,13 @@ hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbu
   const int L = s->local_size, me = s->local_rank;
   for (size_t t = 0; t <= nchunks; t++) {
     const uint64_t k = s->step + 1;
-    if (t < nchunks) {
+    if (t < nchunks) { /* all but this rank's own slice, which only it reads (from send) */
       const size_t len = count - t * chunk < chunk ? count - t * chunk : chunk;
-      memcpy(in_area(s, me, k), send + t * chunk * esize, len * esize);
+      const char *from = send + t * chunk * esize;
+      size_t a, b;
+      hvdl_shm_lane(len, L, me, &a, &b);
+      memcpy(in_area(s, me, k), from, a * esize);
+      memcpy(in_area(s, me, k) + b * esize, from + b * esize, (len - b) * esize);
     }
     size_t base = 0, len = 0;
     if (t > 0) {
@@ -231,7 +239,9 @@ hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbu
       len = count - base < chunk ? count - base : chunk;
       size_t a, b;
       hvdl_shm_lane(len, L, me, &a, &b);
-      if (b > a) fold(s, k - 1, a * esize, out_area(s, me, k - 1) + a * esize, base + a, b - a, count, f);
+      if (b > a)
+        fold(s, k - 1, a * esize, out_area(s, me, k - 1) + a * esize, base + a, b - a, count, f,
+             send + (base + a) * esize);
     }
     HVDL_CHECK(step(comm, s));
     if (t == 0) continue;
@@ -286,7 +296,7 @@ hvdlResult_t hvdl_allreduce_shm(hvdlComm_t comm, const void *sendbuff, void *rec
   const uint64_t k = s->step + 1;
   memcpy(in_area(s, s->local_rank, k), sendbuff, bytes);
   HVDL_CHECK(step(comm, s));
-  fold(s, k, 0, recvbuff, 0, count, count, &f);
+  fold(s, k, 0, recvbuff, 0, count, count, &f, NULL);
   return hvdlSuccess;
 }
 
