@@ -310,6 +310,18 @@ hvdlResult_t hvdl_allreduce_run(hvdlComm_t comm, hvdlAlgorithm_t algo, const voi
 /* The model's time for algo at bytes per rank on comm (seconds), or a negative
  * value when algo is not a candidate there or not modelled (shm). */
 double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
+/* The selector takes the shared-memory path on one host up to SHM_ALLREDUCE_MAX bytes per
+ * rank. Shared memory beats the ring on a buffer that is in the cache (tools/shm_vs_ring.py,
+ * 2 ranks: 0.68-0.81x its time from 64 KiB to 1 MiB) and loses from 2 MiB (1.04-1.64x); on
+ * a buffer that is not (ResNet-50's fused step, whose buffers come from memory) it saves
+ * less, as it copies more than the ring does through MPI's single copy. Measured through the
+ * engine (docs/benchmarks.md, "Shared memory against the ring"): with shm up to 512 KiB the
+ * numpy API's 256-512 KiB all-reduce went from 1.07-1.19x MPI's time to 0.89-0.97x and the
+ * fused step stayed within its noise (8 rounds alternating); up to 1 MiB the fused step was
+ * 1.06-1.13x against 1.02-1.09x. */
+#ifndef SHM_ALLREDUCE_MAX /* settable at build time (-DSHM_ALLREDUCE_MAX=...), to measure it again */
+#define SHM_ALLREDUCE_MAX ((size_t)512 << 10)
+#endif
 
 /* Variable-size ring collectives (allgather.c, reducescatter.c). Rank k's block
  * has counts[k] elements (any may be 0) and starts at element counts[0] + ... +

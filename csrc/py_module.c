@@ -205,5 +205,7 @@ PyMODINIT_FUNC PyInit__core(void) {
   /* the segment pipeline's limits (pipe.h), for tests that cross them */
   PyModule_AddIntConstant(m, "PIPE_SEND_WINDOW", PIPE_SEND_WINDOW);
   PyModule_AddIntConstant(m, "PIPE_MAX_SEGMENTS", PIPE_MAX_SEGMENTS);
+  /* the selector's shared-memory crossover (internal.h), for the test that checks it */
+  PyModule_AddIntConstant(m, "SHM_ALLREDUCE_MAX", (long)SHM_ALLREDUCE_MAX);
   return m;
 }

@@ -314,15 +314,6 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) 
   }
 }
 
-/* Through the C API alone (tools/shm_vs_ring.py, 2 ranks) shm beat the ring up to
- * 4 MiB and lost 1.6x at 16 and 64 MiB; but through the engine, ResNet-50's fused
- * step (bench fusion, 2 ranks, rounds alternating with the build before the
- * shared-memory path) was 1.24-1.35x MPI's time with shm up to 4 MiB, 0.96-1.04x with
- * shm up to 128 KiB, and 0.90-1.04x before (docs/benchmarks.md, "Shared memory
- * against the ring"): so shm up to 128 KiB, where it is 0.24-0.47x MPI's time. */
-#ifndef SHM_ALLREDUCE_MAX /* settable at build time (-DSHM_ALLREDUCE_MAX=...), to measure it again */
-#define SHM_ALLREDUCE_MAX ((size_t)128 << 10)
-#endif
 
 hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes) {
   if (comm->config.allReduceAlgorithm != hvdlAlgoAuto)

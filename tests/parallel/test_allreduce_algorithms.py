@@ -169,12 +169,12 @@ def test_reduce_gives_the_root_the_bits_of_the_allreduce(algo):
                       f"{algo} count {count} root {root}: {out[:3]} against {full[:3]}")
 
 
-def test_the_selector_takes_the_shared_memory_path_on_one_host_up_to_128_kib():
-    n = hvd.size()
+def test_the_selector_takes_the_shared_memory_path_on_one_host_up_to_its_crossover():
+    n, top = hvd.size(), _core.SHM_ALLREDUCE_MAX  # internal.h: 512 KiB, measured
     with make_comm() as c:
-        for nbytes in (4, 4096, 1 << 16, 128 << 10, (128 << 10) + 4, 1 << 20, 1 << 26):
+        for nbytes in (4, 4096, 1 << 16, top, top + 4, 4 << 20, 1 << 26):
             plan = c.allreduce_plan(nbytes)
-            want = "shm" if nbytes <= 128 << 10 else ("ring" if n == 2 else None)
+            want = "shm" if nbytes <= top else ("ring" if n == 2 else None)
             # (one rank runs no algorithm: the call is a copy); above 4 MiB the model's choice
             agree((n == 1 or plan["algorithm"] == want or (want is None and plan["algorithm"] != "shm"))
                   and plan["predicted"]["shm"] is None
