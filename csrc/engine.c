@@ -299,6 +299,7 @@ void hvdl_engine_get_stats(struct hvdl_engine *e, struct hvdl_engine_stats *out)
   const struct hvdl_negotiate_stats *st = &e->negotiator->stats;
   out->rounds = atomic_load_explicit(&st->rounds, memory_order_relaxed);
   out->slow_rounds = atomic_load_explicit(&st->slow_rounds, memory_order_relaxed);
+  out->shm_rounds = atomic_load_explicit(&st->shm_rounds, memory_order_relaxed);
   out->announced = atomic_load_explicit(&st->announced, memory_order_relaxed);
   out->cached_ready = atomic_load_explicit(&st->cached_ready, memory_order_relaxed);
   out->caller_turns = atomic_load_explicit(&e->caller_turns, memory_order_relaxed);

@@ -71,6 +71,7 @@ enum hvdl_handed { HVDL_HANDED_NONE = 0, HVDL_HANDED_ROUND, HVDL_HANDED_READY };
 struct hvdl_engine_stats {
   uint64_t rounds;               /* negotiation rounds run */
   uint64_t slow_rounds;          /* rounds that gathered descriptors at the coordinator */
+  uint64_t shm_rounds;           /* rounds whose all-gather went through the host's segment */
   uint64_t announced;            /* descriptors this rank announced (names not in the cache) */
   uint64_t cached_ready;         /* requests made ready by their cache bit alone, no name sent */
   uint64_t caller_turns;         /* rounds run by a waiting caller (the fast path) */

@@ -4,7 +4,8 @@
  *
  * A round is collective over the engine's control communicator:
  *
- *   1. MPI_Iallgather of each rank's contribution: two header words (flags:
+ *   1. An all-gather of each rank's contribution (through the host's shared
+ *      segment when every rank is on one host, shm.h; else MPI_Iallgather): two header words (flags:
  *      leaving, wants the slow path; the byte size of its uncached descriptors;
  *      rank 0's autotune word, which the engine applies after the round) and a
  *      bit vector with bit k set when a request matching cache entry k is
@@ -29,6 +30,7 @@
 #include <string.h>
 
 #include "negotiate.h"
+#include "shm.h"
 #include "alarm.h"
 
 static int desc_equal(const struct hvdl_desc *a, const struct hvdl_desc *b) {
@@ -58,6 +60,7 @@ static const struct hvdl_wait_limits round_wait = {
 static hvdlResult_t wait_round(struct hvdl_negotiator *g, MPI_Request *req) {
   struct hvdl_wait_limits w = round_wait;
   if (g->quiet_since > 0) w.waited_before = hvdl_now() - g->quiet_since;
+  if (!req) return hvdl_shm_round_wait(g->data, &w); /* the posted round, through the segment */
   return hvdl_wait_requests(g->data, 1, req, &w);
 }
 
@@ -83,31 +86,11 @@ static hvdlResult_t ready_push(struct hvdl_negotiator *g, struct ready_list *rl,
   return hvdlSuccess;
 }
 
-/* A joined rank's stand-in for an allreduce the others run: zeros in, scratch out. */
+/* A joined rank's stand-in for an allreduce the others run (request.c). */
 static hvdlResult_t push_stand_in(struct hvdl_negotiator *g, struct ready_list *rl,
                                   const struct hvdl_desc *d) {
-  struct hvdl_request *r = hvdl_request_new(); /* the engine's only reference */
-  size_t count = 1;
-  for (int i = 0; i < d->ndim; i++) count *= (size_t)d->dims[i];
-  const size_t bytes = count * hvdl_type_size((hvdlDataType_t)d->dtype);
-  if (r) {
-    r->zeros = calloc(bytes ? bytes : 1, 1);
-    r->out = malloc(bytes ? bytes : 1);
-  }
-  if (!r || !r->zeros || !r->out) {
-    if (r) {
-      free(r->zeros);
-      free(r->out);
-    }
-    free(r);
-    return hvdl_fail(g->data, hvdlSystemError, "join: out of memory for a stand-in");
-  }
-  r->desc = *d;
-  r->send = r->zeros;
-  r->recv = r->out;
-  r->count = count;
-  r->nbytes = bytes;
-  r->t_submit = hvdl_now();
+  struct hvdl_request *r = hvdl_request_stand_in(d); /* the engine's only reference */
+  if (!r) return hvdl_fail(g->data, hvdlSystemError, "join: out of memory for a stand-in");
   return ready_push(g, rl, r);
 }
 
@@ -325,8 +308,13 @@ hvdlResult_t hvdl_round_post(struct hvdl_negotiator *g, struct hvdl_request **pe
             (g->alarm->sent ? HVDL_FLAG_ALARMED : 0) | ((uint64_t)uncached << 32);
   if (me == 0) mine[HVDL_TUNE_WORD] = g->tune_out;
 
-  HVDL_MPI(g->data, MPI_Iallgather(mine, words, MPI_UINT64_T, all, words, MPI_UINT64_T, g->ctrl,
-                                    &g->posted.req));
+  /* Through the segment or MPI: alike on every rank (same words, same layout). */
+  g->posted.shm = hvdl_shm_round_fits(g->data->shm, n, words);
+  if (g->posted.shm)
+    hvdl_shm_round_post(g->data->shm, mine, words);
+  else
+    HVDL_MPI(g->data, MPI_Iallgather(mine, words, MPI_UINT64_T, all, words, MPI_UINT64_T, g->ctrl,
+                                      &g->posted.req));
   g->posted.words = words;
   g->posted.at = hvdl_now();
   g->posted.cache_n = cache_n;
@@ -334,7 +322,10 @@ hvdlResult_t hvdl_round_post(struct hvdl_negotiator *g, struct hvdl_request **pe
 }
 
 hvdlResult_t hvdl_round_arrived(struct hvdl_negotiator *g, int *arrived) {
-  HVDL_MPI(g->data, MPI_Test(&g->posted.req, arrived, MPI_STATUS_IGNORE));
+  if (g->posted.shm)
+    *arrived = hvdl_shm_round_arrived(g->data->shm);
+  else
+    HVDL_MPI(g->data, MPI_Test(&g->posted.req, arrived, MPI_STATUS_IGNORE));
   return hvdlSuccess;
 }
 
@@ -346,7 +337,11 @@ static hvdlResult_t finish_round(struct hvdl_negotiator *g, struct hvdl_request 
   uint64_t *all = (uint64_t *)(void *)g->vectors;
   *nready = 0;
   *finished = 0;
-  HVDL_CHECK(wait_round(g, &g->posted.req));
+  HVDL_CHECK(wait_round(g, g->posted.shm ? NULL : &g->posted.req));
+  if (g->posted.shm) {
+    hvdl_shm_round_read(g->data->shm, all, words);
+    atomic_fetch_add_explicit(&g->stats.shm_rounds, 1, memory_order_relaxed);
+  }
 
   int any_slow = 0, shutdown = 0, anyone_leaving = 0, njoined = 0, any_alarmed = 0;
   char leavers[256] = "";

@@ -21,6 +21,7 @@ struct hvdl_join {
 struct hvdl_negotiate_stats {
   _Atomic uint64_t rounds;       /* rounds run */
   _Atomic uint64_t slow_rounds;  /* rounds that gathered descriptors at the coordinator */
+  _Atomic uint64_t shm_rounds;   /* rounds whose all-gather went through the host's segment */
   _Atomic uint64_t announced;    /* descriptors this rank sent (names not in the cache) */
   _Atomic uint64_t cached_ready; /* requests made ready by their cache bit alone */
 };
@@ -45,7 +46,8 @@ struct hvdl_negotiator {
   uint64_t tune_out;             /* rank 0: the autotune word its next round sends (wire.h) */
   uint64_t tune_in;              /* rank 0's autotune word in the last round finished */
   struct {                       /* the round posted by hvdl_round_post, until hvdl_round_finish */
-    MPI_Request req;
+    MPI_Request req;             /* its MPI_Iallgather; none when it goes through shared memory */
+    int shm;                     /* it goes through the host's segment (shm.h, the round) */
     int words, cache_n;
     double at;                   /* when it was posted */
   } posted;

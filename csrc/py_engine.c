@@ -137,8 +137,9 @@ static PyObject *Engine_stats(hvdl_py_engine *self, PyObject *noargs) {
   if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
   struct hvdl_engine_stats st;
   hvdl_engine_get_stats(self->engine, &st);
-  return Py_BuildValue("{sKsKsKsKsK}", "rounds", (unsigned long long)st.rounds, "slow_rounds",
-                       (unsigned long long)st.slow_rounds, "announced",
+  return Py_BuildValue("{sKsKsKsKsKsK}", "rounds", (unsigned long long)st.rounds, "slow_rounds",
+                       (unsigned long long)st.slow_rounds, "shm_rounds",
+                       (unsigned long long)st.shm_rounds, "announced",
                        (unsigned long long)st.announced, "cached_ready",
                        (unsigned long long)st.cached_ready, "caller_turns",
                        (unsigned long long)st.caller_turns);
@@ -422,7 +423,8 @@ static PyMethodDef Engine_methods[] = {
     {"submit_group", (PyCFunction)Engine_submit_group, METH_VARARGS,
      "submit_group([(coll, send, ..., error), ...], at_once) -> [Handle]: all in one round, or none"},
     {"stats", (PyCFunction)Engine_stats, METH_NOARGS,
-     "stats() -> dict: rounds, slow_rounds (descriptors gathered at the coordinator), announced "
+     "stats() -> dict: rounds, slow_rounds (descriptors gathered at the coordinator), shm_rounds "
+     "(rounds through the host's shared segment), announced "
      "(names this rank sent), cached_ready (requests ready by their cache bit alone), "
      "caller_turns (rounds run by a waiting caller: the fast path)"},
     {"autotune", (PyCFunction)Engine_autotune, METH_NOARGS,

@@ -24,6 +24,7 @@
 #include "engine.h"
 #include "internal.h"
 #include "pipe.h"
+#include "shm.h"
 
 #ifndef HVDL_BUILD_LIBMPI
 #define HVDL_BUILD_LIBMPI ""
@@ -205,6 +206,8 @@ PyMODINIT_FUNC PyInit__core(void) {
   /* the segment pipeline's limits (pipe.h), for tests that cross them */
   PyModule_AddIntConstant(m, "PIPE_SEND_WINDOW", PIPE_SEND_WINDOW);
   PyModule_AddIntConstant(m, "PIPE_MAX_SEGMENTS", PIPE_MAX_SEGMENTS);
+  /* the most words a round sends through the host's segment (shm.h), for its test */
+  PyModule_AddIntConstant(m, "SHM_ROUND_WORDS", SHM_ROUND_WORDS);
   /* the selector's shared-memory crossover (internal.h), for the test that checks it */
   PyModule_AddIntConstant(m, "SHM_ALLREDUCE_MAX", (long)SHM_ALLREDUCE_MAX);
   return m;

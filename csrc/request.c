@@ -41,6 +41,27 @@ struct hvdl_request *hvdl_request_new(void) {
   return r;
 }
 
+struct hvdl_request *hvdl_request_stand_in(const struct hvdl_desc *d) {
+  struct hvdl_request *r = hvdl_request_new();
+  if (!r) return NULL;
+  size_t count = 1;
+  for (int i = 0; i < d->ndim; i++) count *= (size_t)d->dims[i];
+  const size_t bytes = count * hvdl_type_size((hvdlDataType_t)d->dtype);
+  r->zeros = calloc(bytes ? bytes : 1, 1);
+  r->out = malloc(bytes ? bytes : 1);
+  if (!r->zeros || !r->out) {
+    hvdl_request_release(r); /* frees both */
+    return NULL;
+  }
+  r->desc = *d;
+  r->send = r->zeros;
+  r->recv = r->out;
+  r->count = count;
+  r->nbytes = bytes;
+  r->t_submit = hvdl_now();
+  return r;
+}
+
 void hvdl_request_release(struct hvdl_request *r) {
   if (atomic_fetch_sub(&r->refs, 1) == 1) {
     free(r->splits);

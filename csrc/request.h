@@ -4,7 +4,7 @@
  * requests in flight with the lock and condition variable its waiters sleep on.
  *
  * A request is created (hvdl_request_new) by the binding, or by the negotiation
- * for a joined rank's stand-in, added to the in-flight set at submit, alone or
+ * for a joined rank's stand-in (hvdl_request_stand_in), added to the in-flight set at submit, alone or
  * with its group (hvdl_requests_add_locked, hvdl_requests_add_all_locked),
  * completed or failed by the engine's parts
  * (hvdl_request_complete, hvdl_requests_fail_all), waited on by its submitter
@@ -116,6 +116,9 @@ static inline uint64_t hvdl_name_hash(const char *s) {
 
 /* A new request, pending, with one reference (its creator's); NULL when out of memory. */
 struct hvdl_request *hvdl_request_new(void);
+/* A joined rank's stand-in for the collective d the others run (an allreduce): zeros
+ * in, scratch out, one reference; NULL when out of memory. */
+struct hvdl_request *hvdl_request_stand_in(const struct hvdl_desc *d);
 
 void hvdl_requests_init(struct hvdl_requests *q, double notify_s,
                         void (*on_first_waiter)(void *), void *hook_arg);

@@ -78,7 +78,13 @@
 #include "shm.h"
 #include "topology.h"
 
-#define LINE ((size_t)128) /* the step counter (bytes 0-7) and the heartbeat (64-71): a cache line each */
+/* A rank's head page: the step counter (bytes 0-7), the heartbeat (64-71) and the round
+ * counter (128-135), a cache line each, then its two round slots (SHM_ROUND_WORDS words
+ * each); its four areas follow, page aligned. */
+#define HEAD ((size_t)4096)
+#define ROUND_SLOTS ((size_t)256)
+#define ROUND_SLOT_BYTES (((size_t)SHM_ROUND_WORDS * 8 + 63) & ~(size_t)63)
+_Static_assert(ROUND_SLOTS + 2 * ROUND_SLOT_BYTES <= HEAD, "the round slots fit the head page");
 /* At most this many bytes use the one-step form (every rank reduces the whole buffer).
  * Not measured yet: one step saves a counter round trip (about a microsecond) and costs
  * (L-1) B / L more reduction per rank, which is about as long at some 10-20 KiB. */
@@ -98,11 +104,11 @@ void hvdl_shm_beat(const struct hvdl_shm *s) {
 }
 
 static char *in_area(const struct hvdl_shm *s, int q, uint64_t k) {
-  return s->seg[q] + LINE + (size_t)(k & 1u) * s->area;
+  return s->seg[q] + HEAD + (size_t)(k & 1u) * s->area;
 }
 
 static char *out_area(const struct hvdl_shm *s, int q, uint64_t k) {
-  return s->seg[q] + LINE + (size_t)(2u + (k & 1u)) * s->area;
+  return s->seg[q] + HEAD + (size_t)(2u + (k & 1u)) * s->area;
 }
 
 void hvdl_shm_lane(size_t count, int lanes, int j, size_t *lo, size_t *hi) {
@@ -167,6 +173,60 @@ static hvdlResult_t step(hvdlComm_t comm, struct hvdl_shm *s) {
   if (done) return hvdlSuccess;
   const struct hvdl_poll p = {all_arrived, progress, &a, progress(comm, &a)};
   return hvdl_wait_data(comm, &p);
+}
+
+/* ---- the negotiation's round ---------------------------------------------- */
+
+static _Atomic uint64_t *round_counter(const struct hvdl_shm *s, int q) {
+  return (_Atomic uint64_t *)(void *)(s->seg[q] + 128);
+}
+
+static uint64_t *round_slot(const struct hvdl_shm *s, int q, uint64_t k) {
+  return (uint64_t *)(void *)(s->seg[q] + ROUND_SLOTS + (size_t)(k & 1u) * ROUND_SLOT_BYTES);
+}
+
+int hvdl_shm_round_fits(const struct hvdl_shm *s, int size, int words) {
+  return s && s->hosts == 1 && s->local_size == size && size > 1 && words <= SHM_ROUND_WORDS;
+}
+
+void hvdl_shm_round_post(struct hvdl_shm *s, const uint64_t *mine, int words) {
+  const uint64_t k = ++s->round;
+  memcpy(round_slot(s, s->local_rank, k), mine, sizeof *mine * (size_t)words);
+  atomic_store_explicit(round_counter(s, s->local_rank), k, memory_order_release);
+}
+
+static hvdlResult_t round_arrived(hvdlComm_t comm, void *arg, int *done) {
+  (void)comm;
+  *done = hvdl_shm_round_arrived(arg);
+  return hvdlSuccess;
+}
+
+int hvdl_shm_round_arrived(const struct hvdl_shm *s) {
+  for (int q = 0; q < s->local_size; q++)
+    if (atomic_load_explicit(round_counter(s, q), memory_order_acquire) < s->round) return 0;
+  return 1;
+}
+
+/* Progress: the rounds the local ranks have posted, summed. */
+static uint64_t rounds_posted(hvdlComm_t comm, void *arg) {
+  (void)comm;
+  const struct hvdl_shm *s = arg;
+  uint64_t sum = 0;
+  for (int q = 0; q < s->local_size; q++)
+    sum += atomic_load_explicit(round_counter(s, q), memory_order_relaxed);
+  return sum;
+}
+
+hvdlResult_t hvdl_shm_round_wait(hvdlComm_t comm, const struct hvdl_wait_limits *limits) {
+  struct hvdl_shm *s = comm->shm;
+  const struct hvdl_poll p = {round_arrived, rounds_posted, s, rounds_posted(comm, s)};
+  return hvdl_wait_until(comm, &p, limits);
+}
+
+void hvdl_shm_round_read(const struct hvdl_shm *s, uint64_t *all, int words) {
+  for (int q = 0; q < s->local_size; q++)
+    memcpy(all + (size_t)s->ranks[q] * (size_t)words, round_slot(s, q, s->round),
+           sizeof *all * (size_t)words);
 }
 
 /* ---- the verbs ------------------------------------------------------------ */
@@ -309,7 +369,7 @@ hvdlResult_t hvdl_allreduce_shm(hvdlComm_t comm, const void *sendbuff, void *rec
  * the processes. A failure is recorded in the thread's slot, not on comm: it only
  * means no shared-memory path. */
 static hvdlResult_t make_segment(hvdlComm_t comm, struct hvdl_shm *s) {
-  const size_t part = (LINE + 4 * s->area + 4095) & ~(size_t)4095; /* whole pages: first touch */
+  const size_t part = (HEAD + 4 * s->area + 4095) & ~(size_t)4095; /* whole pages: first touch */
   const size_t bytes = part * (size_t)s->local_size;
   struct { char name[56]; int err; } made = {{0}, 0};
   int fd = -1;

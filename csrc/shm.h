@@ -26,6 +26,7 @@ struct hvdl_shm {
   size_t area;          /* bytes of each of a rank's four areas: the chunk */
   char **seg;           /* each local rank's segment: counter line, in[0], in[1], out[0], out[1] */
   uint64_t step;        /* steps this rank has published */
+  uint64_t round;       /* negotiation rounds this rank has posted through the segment */
 };
 
 /* Sets up comm->shm, collectively over comm->mpi: NULL when the path is off
@@ -68,6 +69,26 @@ hvdlResult_t hvdl_shm_share(hvdlComm_t comm, void *buf, size_t count, hvdlDataTy
 /* Tells the host's other ranks that this one is alive and busy elsewhere (waiting
  * for other hosts): their waits count it as progress. */
 void hvdl_shm_beat(const struct hvdl_shm *s);
+
+/* The negotiation's round (negotiate.c) through the segment, when every rank of the
+ * communicator is on this host: each rank writes its words into a slot of its own
+ * (of parity round & 1) and publishes the round's number; once every rank has, each
+ * reads every slot. A rank posts round k+2, into the slot of round k, only after
+ * every rank has posted k+1, which each does only after reading round k: two slots
+ * are enough. Several times faster than an MPI_Allgather of a few words (docs/
+ * benchmarks.md, "Latency"). Not for rounds of more than SHM_ROUND_WORDS words (a
+ * cache of more than 64 (SHM_ROUND_WORDS - 2) names: they go through MPI). A build may
+ * set SHM_ROUND_WORDS=0 to send every round through MPI. */
+#ifndef SHM_ROUND_WORDS
+#define SHM_ROUND_WORDS 130
+#endif
+int hvdl_shm_round_fits(const struct hvdl_shm *s, int size, int words);
+void hvdl_shm_round_post(struct hvdl_shm *s, const uint64_t *mine, int words);
+int hvdl_shm_round_arrived(const struct hvdl_shm *s);
+/* Waits for every local rank's round (comm->shm's), with these limits (wait.c). */
+hvdlResult_t hvdl_shm_round_wait(hvdlComm_t comm, const struct hvdl_wait_limits *limits);
+/* Every rank's words of the round just waited for, at all + its rank * words. */
+void hvdl_shm_round_read(const struct hvdl_shm *s, uint64_t *all, int words);
 
 /* Lane j's elements [*lo, *hi) of a count-element buffer cut into `lanes` near-equal
  * pieces (the first count % lanes one longer). */

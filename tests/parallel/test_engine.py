@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from hvd_lite import basics, ops
+from hvd_lite import _core, basics, ops
 from conftest import agree, raised, raises_on_every_rank, reinit, world
 from helpers import exact_inputs, fold, same_bits
 
@@ -429,3 +429,39 @@ def test_the_engine_itself_refuses_a_name_with_a_nul():
     group = raised(lambda: engine.submit_group([entry]))
     agree(all(isinstance(e, ValueError) and "contains a NUL character" in str(e)
               for e in (single, group)), f"{single!r} {group!r}")
+
+
+@pytest.mark.parametrize("shm", [None, 0], ids=["shm", "no-shm"])
+def test_rounds_on_one_host_go_through_shared_memory_until_the_cache_outgrows_a_slot(shm):
+    """With every rank on one host, a round's all-gather goes through the segment's round slots
+    (Engine.stats counts those rounds); with HVD_LITE_SHM=0 none does; and once the cache holds
+    more names than a slot has bits (64 per word after the 2 header words), rounds go through
+    MPI instead, on every rank alike, with the same results."""
+    n = hvd.size()
+    per_slot = 64 * (_core.SHM_ROUND_WORDS - 2)
+    env = {"HVD_LITE_CACHE_CAPACITY": per_slot + 200}
+    if shm is not None:
+        env["HVD_LITE_SHM"] = shm
+    with reinit(**env):
+        engine = basics._engine()
+        x = np.full(3, hvd.rank() + 1, np.int32)
+
+        def step():
+            before = engine.stats()
+            out = hvd.allreduce(x, op=hvd.Sum, name="shm.round")
+            after = engine.stats()
+            return (same_bits(out, np.full(3, n * (n + 1) // 2, np.int32)),
+                    after["rounds"] - before["rounds"], after["shm_rounds"] - before["shm_rounds"])
+
+        through_shm = n > 1 and shm is None
+        for _ in range(3):
+            ok, rounds, shm_rounds = step()
+            agree(ok and rounds >= 1 and shm_rounds == (rounds if through_shm else 0),
+                  f"small cache: ok={ok} rounds={rounds} shm_rounds={shm_rounds}")
+        xs = [np.full(1, hvd.rank() + 1, np.int32) for _ in range(per_slot + 100)]
+        outs = hvd.grouped_allreduce(xs, op=hvd.Sum, name="shm.many")  # the cache outgrows a slot
+        agree(all(int(o[0]) == n * (n + 1) // 2 for o in outs), "the grouped allreduce")
+        for _ in range(3):
+            ok, rounds, shm_rounds = step()
+            agree(ok and rounds >= 1 and shm_rounds == 0,
+                  f"big cache: ok={ok} rounds={rounds} shm_rounds={shm_rounds}")
