@@ -6,12 +6,15 @@ interleaved, each as the median round trip over every call on the slowest rank.
 Contenders, each called back to back after a barrier:
   mpi          MPI_Allreduce (mpi4py, in place): what the data costs MPI
   core         hvdlAllReduce through the C binding, no engine: what the data costs hvd_lite
-  round        MPI_Allgather of one negotiation header (2 x uint64 per rank): the round's collective
+  round        MPI_Allgather of one negotiation header (2 x uint64 per rank): what the round's
+               collective costs through MPI (across hosts, or with HVD_LITE_SHM=0; on one host the
+               engine's round goes through the shared segment instead, csrc/shm.c)
   alone        hvd.allreduce_ in a process set of this rank alone: the Python API, submission, the
                engine's turn (round and execution on one rank) and completion, with nobody to wait for
   engine       hvd.allreduce_ on both ranks: the whole call
 The rest, engine - alone - round - core, is what waiting for the peer costs beyond the two
-collectives themselves (both ranks reaching the round, wake-ups).
+collectives themselves (both ranks reaching the round, wake-ups); negative when the engine's
+round costs less than the MPI one.
 """
 import argparse
 import statistics
