@@ -117,12 +117,18 @@ static PyObject *py_build_info(PyObject *self, PyObject *noargs) {
 
 /* ---- module -------------------------------------------------------------- */
 
+static PyObject *py_oversubscribed(PyObject *self, PyObject *unused) {
+  return PyBool_FromLong(hvdl_oversubscribed());
+}
+
 static PyMethodDef module_methods[] = {
     {"mpi_init", py_mpi_init, METH_NOARGS, "initialise MPI with MPI_THREAD_MULTIPLE if needed"},
     {"mpi_finalize", py_mpi_finalize, METH_NOARGS, "finalize MPI if it is initialised"},
     {"mpi_world_size", py_mpi_world_size, METH_NOARGS, "size of MPI_COMM_WORLD"},
     {"mpi_library_version", py_mpi_library_version, METH_NOARGS, "MPI_Get_library_version"},
     {"build_info", py_build_info, METH_NOARGS, "the MPI this extension was compiled against"},
+    {"oversubscribed", py_oversubscribed, METH_NOARGS,
+     "whether this host runs more ranks than it has CPUs (then every wait's spins yield)"},
     {"error_string", hvdl_py_error_string, METH_O, "hvdlGetErrorString(code)"},
     {"set_error_factory", hvdl_py_set_error_factory, METH_O, "f(code, message) -> exception"},
     {"reduce_local", hvdl_py_reduce_local, METH_VARARGS, "dst = a op b with the C kernels"},

@@ -8,6 +8,7 @@
  * negotiation, the executor, the request set and alarms; engine.c and the Python
  * binding call it.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #ifdef __linux__
@@ -152,7 +153,9 @@ int hvdl_turn_run_for(struct hvdl_engine *e, struct hvdl_request *r) {
       handed = HVDL_HANDED_ROUND;
       break;
     }
-    if (waited >= caller_round.spin) { /* a spin without yields: hvdl_wait_yield_in_spins */
+    if (waited < caller_round.spin) { /* a spin without yields (hvdl_wait_yield_in_spins) */
+      if (hvdl_oversubscribed()) sched_yield();
+    } else {
       sleep = hvdl_wait_next_sleep(&caller_round, sleep, waited);
       if (slack < 0) slack = short_sleeps();
       hvdl_sleep(sleep);

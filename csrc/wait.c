@@ -29,8 +29,10 @@
  * arrive (negotiation rounds) spin briefly and sleep sooner.
  */
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -41,6 +43,27 @@ static const struct hvdl_wait_limits in_collective = {
 static _Thread_local int spin_yields;
 
 void hvdl_wait_yield_in_spins(int on) { spin_yields = on; }
+
+/* The launcher's count of ranks on this host (Open MPI, MPICH's Hydra), or 0. */
+static long local_ranks(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) return strtol(v, NULL, 10);
+  }
+  return 0;
+}
+
+int hvdl_oversubscribed(void) {
+  static _Atomic int known = -1; /* computed once; a race computes it twice, alike */
+  int v = atomic_load_explicit(&known, memory_order_relaxed);
+  if (v < 0) {
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    v = cpus > 0 && local_ranks() > cpus;
+    atomic_store_explicit(&known, v, memory_order_relaxed);
+  }
+  return v;
+}
 
 void hvdl_sleep(double seconds) {
   if (seconds <= 0) return;
@@ -107,7 +130,8 @@ hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
     const double now = hvdl_now(), waited = now - start;
     if (comm->watch) HVDL_CHECK(comm->watch(comm->watch_arg, waited));
     if (waited < w->spin) {
-      if (w->yield && spin_yields) sched_yield(); /* the engine lets its training thread run */
+      if ((w->yield && spin_yields) || hvdl_oversubscribed())
+        sched_yield(); /* the engine lets its training thread run; oversubscribed, every rank */
     } else {
       if (timeout > 0 && now >= mark) {
         const uint64_t now_seen = p->progress(comm, p->arg);

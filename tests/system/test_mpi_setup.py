@@ -77,3 +77,25 @@ def test_launcher_of_a_different_mpi_gives_a_clear_error():
     assert res.returncode != 0, res.stdout
     assert "the launcher belongs to a different MPI" in res.stderr
     assert "size" not in res.stdout
+
+
+def test_ranks_know_when_their_host_is_oversubscribed():
+    """More ranks on the host than it has CPUs: every wait's spins yield (csrc/wait.c), which
+    the launcher's local rank count tells; as many ranks as CPUs, or one rank alone: not."""
+    cpus = os.cpu_count()
+    if cpus > 8:
+        pytest.skip(f"{cpus + 1} ranks take too long to start for this check")
+    script = """
+        from hvd_lite import _core
+        import hvd_lite as hvd
+        hvd.init()
+        print(hvd.rank(), _core.oversubscribed())
+    """
+    over = run(mpirun_cmd(cpus + 1), script)
+    assert over.returncode == 0, over.stderr
+    assert sorted(over.stdout.split()[1::2]) == ["True"] * (cpus + 1), over.stdout
+    alone = run([], script)
+    assert alone.returncode == 0 and alone.stdout.split() == ["0", "False"], alone.stderr
+    fits = run(mpirun_cmd(cpus), script)
+    assert fits.returncode == 0, fits.stderr
+    assert sorted(fits.stdout.split()[1::2]) == ["False"] * cpus, fits.stdout
