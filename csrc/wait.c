@@ -27,6 +27,12 @@
  * training thread, and its yields stalled 1-13 % of small synchronous calls for 4-40
  * ms on a machine loaded by other processes). Waits for other ranks to
  * arrive (negotiation rounds) spin briefly and sleep sooner.
+ *
+ * An oversubscribed host (more ranks than CPUs, by the launcher's local rank count:
+ * hvdl_oversubscribed) is the exception: there the peer a rank waits for may be
+ * waiting for this rank's core, so every thread's spins yield, as MPI's own waits do
+ * then. Without it, 4 ranks on 2 cores took about 1 ms for a 4-byte all-reduce, the
+ * length of a scheduler tick (docs/benchmarks.md, "Small calls on an oversubscribed host").
  */
 #include <sched.h>
 #include <stdatomic.h>
