@@ -153,7 +153,7 @@ int hvdl_turn_run_for(struct hvdl_engine *e, struct hvdl_request *r) {
       handed = HVDL_HANDED_ROUND;
       break;
     }
-    if (waited < caller_round.spin) { /* a spin without yields (hvdl_wait_yield_in_spins) */
+    if (waited < caller_round.spin) { /* spins yield only on an oversubscribed host (wait.c) */
       if (hvdl_oversubscribed()) sched_yield();
     } else {
       sleep = hvdl_wait_next_sleep(&caller_round, sleep, waited);
