@@ -11,6 +11,7 @@
 
 #include "internal.h"
 #include "shm.h"
+#include "topology.h"
 
 
 /* Frees comm's memory; `collective` also frees what every rank frees together
@@ -66,7 +67,11 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
   MPI_Comm_set_errhandler(comm->mpi, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm->mpi, &comm->rank);
   MPI_Comm_size(comm->mpi, &comm->size);
-  hvdlResult_t res = hvdl_shm_init(comm);
+  int host_ranks = 1, host_cpus = 1; /* a lane across hosts has one rank on each */
+  hvdlResult_t res = one_per_host ? hvdlSuccess : hvdl_host_cpus(comm->mpi, &host_ranks, &host_cpus);
+  if (res != hvdlSuccess) hvdl_fail(comm, res, "%s", hvdlGetLastError(NULL));
+  hvdl_note_host_cpus(host_ranks, host_cpus);
+  if (res == hvdlSuccess) res = hvdl_shm_init(comm);
   /* The selector sees what the shared-memory unit made possible. */
   if (res == hvdlSuccess) res = hvdl_select_init(comm, one_per_host);
   if (res == hvdlSuccess && comm->config.smallAllReduceBytes == HVDL_SMALL_BYTES_AUTO)

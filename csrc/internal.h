@@ -194,9 +194,11 @@ struct hvdl_wait_limits {
  * would give the core to another process, and on a loaded machine sched_yield
  * returns a time slice later (ms). Off by default. */
 void hvdl_wait_yield_in_spins(int on);
-/* Whether this host runs more ranks than it has CPUs (the launcher's local rank count
- * against the online CPUs): then every waiting thread's spins yield, since the peer it
- * waits for may be waiting for its core (as MPI's own waits do then). */
+/* Whether this host runs more ranks than the CPUs they may run on: then every waiting
+ * thread's spins yield, since the peer it waits for may be waiting for its core (as MPI's
+ * own waits do then). Each communicator made tells it its host's ranks and CPUs
+ * (hvdl_host_cpus); once one had more ranks than CPUs it stays set for the process. */
+void hvdl_note_host_cpus(int ranks, int cpus);
 int hvdl_oversubscribed(void);
 /* A condition to wait for. test sets *done (an error it returns ends the wait);
  * progress is a count that grows whenever the wait moves on (requests completed, a

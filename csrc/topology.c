@@ -5,9 +5,15 @@
  * (MPI_COMM_TYPE_SHARED, ordered by rank; HVD_LITE_RANKS_PER_HOST=k cuts them into
  * emulated hosts of k consecutive ranks, for tests); cross ranks are the ranks with the
  * same local rank, one per host, ordered by rank. Both communicators are made,
- * read and freed here: the engine keeps none of them.
+ * read and freed here: the engine keeps none of them. Also how many CPUs the ranks of
+ * a real host may run on, together (hvdl_host_cpus), which tells wait.c whether the
+ * host is oversubscribed.
  */
+#include <sched.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "topology.h"
@@ -54,6 +60,46 @@ hvdlResult_t hvdl_topology(MPI_Comm comm, struct hvdl_topology *out) {
   err = MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, comm);
   if (err != MPI_SUCCESS) return hvdl_fail_mpi(NULL, err, "MPI_Allreduce of the hosts' sizes");
   out->homogeneous = sizes[0] == -sizes[1];
+  return hvdlSuccess;
+}
+
+/* CPUs as 64-bit words of a mask: 4096, more than any host we know of has. */
+#define CPU_WORDS 64
+
+/* The CPUs this process may run on (its affinity: taskset, a cpuset, a launcher's
+ * binding), as bits of mask; where that is unknown, the online CPUs. */
+static void my_cpus(uint64_t *mask) {
+  memset(mask, 0, sizeof(uint64_t) * CPU_WORDS);
+  int known = 0;
+#ifdef __linux__
+  cpu_set_t *set = CPU_ALLOC(64 * CPU_WORDS);
+  const size_t size = CPU_ALLOC_SIZE(64 * CPU_WORDS);
+  if (set && sched_getaffinity(0, size, set) == 0) {
+    for (int c = 0; c < 64 * CPU_WORDS; c++)
+      if (CPU_ISSET_S(c, size, set)) mask[c / 64] |= (uint64_t)1 << (c % 64);
+    known = 1;
+  }
+  if (set) CPU_FREE(set);
+#endif
+  if (known) return;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (online > 64 * CPU_WORDS) online = 64 * CPU_WORDS;
+  for (long c = 0; c < online; c++) mask[c / 64] |= (uint64_t)1 << (c % 64);
+}
+
+hvdlResult_t hvdl_host_cpus(MPI_Comm comm, int *ranks, int *cpus) {
+  MPI_Comm host;
+  int rank, err = MPI_Comm_rank(comm, &rank);
+  if (err == MPI_SUCCESS) err = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host);
+  if (err != MPI_SUCCESS) return hvdl_fail_mpi(NULL, err, "MPI_Comm_split_type (the host's CPUs)");
+  uint64_t mask[CPU_WORDS];
+  my_cpus(mask);
+  err = MPI_Allreduce(MPI_IN_PLACE, mask, CPU_WORDS, MPI_UINT64_T, MPI_BOR, host);
+  MPI_Comm_size(host, ranks);
+  MPI_Comm_free(&host);
+  if (err != MPI_SUCCESS) return hvdl_fail_mpi(NULL, err, "MPI_Allreduce of the host's CPUs");
+  *cpus = 0;
+  for (int w = 0; w < CPU_WORDS; w++) *cpus += __builtin_popcountll(mask[w]);
   return hvdlSuccess;
 }
 

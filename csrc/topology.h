@@ -25,6 +25,14 @@ hvdlResult_t hvdl_topology(MPI_Comm comm, struct hvdl_topology *out);
  * rank order (collective over comm; the caller frees it). */
 hvdlResult_t hvdl_local_comm(MPI_Comm comm, MPI_Comm *local);
 
+/* *ranks, the ranks of comm on this rank's host (the real one: HVD_LITE_RANKS_PER_HOST
+ * aside), and *cpus, how many CPUs they may run on between them: the union of their
+ * affinity masks (Linux; elsewhere the online CPUs). Collective over comm. More ranks
+ * than CPUs means an oversubscribed host (a launcher's --oversubscribe, taskset or a
+ * container's cpuset), where every wait's spins must yield (wait.c). hvdlSystemError
+ * with MPI's text if MPI fails. */
+hvdlResult_t hvdl_host_cpus(MPI_Comm comm, int *ranks, int *cpus);
+
 /* Makes *out, the communicator of ranks[0 .. n-1] of base, in that order. Only
  * the listed ranks call it (MPI_Comm_create_group). hvdlInvalidArgument, before
  * any MPI traffic, for a rank outside [0, size of base) or a caller that is not

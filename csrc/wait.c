@@ -28,11 +28,12 @@
  * ms on a machine loaded by other processes). Waits for other ranks to
  * arrive (negotiation rounds) spin briefly and sleep sooner.
  *
- * An oversubscribed host (more ranks than CPUs, by the launcher's local rank count:
- * hvdl_oversubscribed) is the exception: there the peer a rank waits for may be
- * waiting for this rank's core, so every thread's spins yield, as MPI's own waits do
- * then. Without it, 4 ranks on 2 cores took about 1 ms for a 4-byte all-reduce, the
- * length of a scheduler tick (docs/benchmarks.md, "Small calls on an oversubscribed host").
+ * An oversubscribed host (more ranks than the CPUs they may run on, found when a
+ * communicator is made: hvdl_note_host_cpus, from topology.c's hvdl_host_cpus) is the
+ * exception: there the peer a rank waits for may be waiting for this rank's core, so
+ * every thread's spins yield, as MPI's own waits do then. Without it, 4 ranks on 2
+ * cores took about 1 ms for a 4-byte all-reduce, the length of a scheduler tick
+ * (docs/benchmarks.md, "Small calls on an oversubscribed host").
  */
 #include <sched.h>
 #include <stdatomic.h>
@@ -50,26 +51,13 @@ static _Thread_local int spin_yields;
 
 void hvdl_wait_yield_in_spins(int on) { spin_yields = on; }
 
-/* The launcher's count of ranks on this host (Open MPI, MPICH's Hydra), or 0. */
-static long local_ranks(void) {
-  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && *v) return strtol(v, NULL, 10);
-  }
-  return 0;
+static _Atomic int oversubscribed;
+
+void hvdl_note_host_cpus(int ranks, int cpus) {
+  if (cpus > 0 && ranks > cpus) atomic_store_explicit(&oversubscribed, 1, memory_order_relaxed);
 }
 
-int hvdl_oversubscribed(void) {
-  static _Atomic int known = -1; /* computed once; a race computes it twice, alike */
-  int v = atomic_load_explicit(&known, memory_order_relaxed);
-  if (v < 0) {
-    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    v = cpus > 0 && local_ranks() > cpus;
-    atomic_store_explicit(&known, v, memory_order_relaxed);
-  }
-  return v;
-}
+int hvdl_oversubscribed(void) { return atomic_load_explicit(&oversubscribed, memory_order_relaxed); }
 
 void hvdl_sleep(double seconds) {
   if (seconds <= 0) return;

@@ -80,9 +80,11 @@ def test_launcher_of_a_different_mpi_gives_a_clear_error():
 
 
 def test_ranks_know_when_their_host_is_oversubscribed():
-    """More ranks on the host than it has CPUs: every wait's spins yield (csrc/wait.c), which
-    the launcher's local rank count tells; as many ranks as CPUs, or one rank alone: not."""
-    cpus = os.cpu_count()
+    """More ranks on the host than the CPUs they may run on: every wait's spins yield
+    (csrc/wait.c). The ranks count their host's CPUs together (the union of their affinity
+    masks, csrc/topology.c), so a launcher held to one CPU (taskset, a container's cpuset)
+    counts too; as many ranks as CPUs, or one rank alone: not."""
+    cpus = len(os.sched_getaffinity(0))
     if cpus > 8:
         pytest.skip(f"{cpus + 1} ranks take too long to start for this check")
     script = """
@@ -99,3 +101,9 @@ def test_ranks_know_when_their_host_is_oversubscribed():
     fits = run(mpirun_cmd(cpus), script)
     assert fits.returncode == 0, fits.stderr
     assert sorted(fits.stdout.split()[1::2]) == ["False"] * cpus, fits.stdout
+    # The launcher (and so every rank) held to one CPU: two ranks share it.
+    one_cpu = [sys.executable, "-c", "import os, sys; os.sched_setaffinity(0, {%d}); "
+               "os.execvp(sys.argv[1], sys.argv[1:])" % min(os.sched_getaffinity(0))]
+    held = run(one_cpu + mpirun_cmd(2), script)
+    assert held.returncode == 0, held.stderr
+    assert sorted(held.stdout.split()[1::2]) == ["True"] * 2, held.stdout
