@@ -391,7 +391,9 @@ hvdlResult_t hvdl_execute(struct hvdl_executor *x, struct hvdl_request **ready, 
       group[m++] = q;
       total += q->nbytes;
     }
+    const double t0 = hvdl_now();
     res = run_step(x, group, m, total);
+    atomic_fetch_add_explicit(&x->busy_ns, (uint64_t)((hvdl_now() - t0) * 1e9), memory_order_relaxed);
     if (res != hvdlSuccess) break; /* the engine stops: it fails what is left */
   }
   hvdl_timeline_flush(NULL);

@@ -7,6 +7,8 @@
 #ifndef HVDL_EXECUTOR_H_
 #define HVDL_EXECUTOR_H_
 
+#include <stdatomic.h>
+
 #include "request.h"
 
 struct hvdl_timeline;
@@ -25,6 +27,7 @@ struct hvdl_executor {
   struct hvdl_request **pinned;  /* requests of failed steps, pinned until the next settle */
   int npinned, pinned_cap;
   unsigned pinned_epoch;         /* the alarm epoch they failed in */
+  _Atomic uint64_t busy_ns;      /* time spent running steps, fusion copies included (statistics) */
 };
 
 /* Runs ready[0..n) in order and completes each request. A step that fails on this

@@ -137,12 +137,12 @@ static PyObject *Engine_stats(hvdl_py_engine *self, PyObject *noargs) {
   if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
   struct hvdl_engine_stats st;
   hvdl_engine_get_stats(self->engine, &st);
-  return Py_BuildValue("{sKsKsKsKsKsK}", "rounds", (unsigned long long)st.rounds, "slow_rounds",
+  return Py_BuildValue("{sKsKsKsKsKsKsd}", "rounds", (unsigned long long)st.rounds, "slow_rounds",
                        (unsigned long long)st.slow_rounds, "shm_rounds",
                        (unsigned long long)st.shm_rounds, "announced",
                        (unsigned long long)st.announced, "cached_ready",
                        (unsigned long long)st.cached_ready, "caller_turns",
-                       (unsigned long long)st.caller_turns);
+                       (unsigned long long)st.caller_turns, "step_seconds", st.step_seconds);
 }
 
 static PyObject *Engine_autotune(hvdl_py_engine *self, PyObject *noargs) {
@@ -426,7 +426,8 @@ static PyMethodDef Engine_methods[] = {
      "stats() -> dict: rounds, slow_rounds (descriptors gathered at the coordinator), shm_rounds "
      "(rounds through the host's shared segment), announced "
      "(names this rank sent), cached_ready (requests ready by their cache bit alone), "
-     "caller_turns (rounds run by a waiting caller: the fast path)"},
+     "caller_turns (rounds run by a waiting caller: the fast path), step_seconds (time spent "
+     "running collectives, fusion copies included)"},
     {"autotune", (PyCFunction)Engine_autotune, METH_NOARGS,
      "autotune() -> dict: the tunable parameters in effect (fusion_threshold, segment_bytes, "
      "batch_time_ms, cycle_time_ms), settled (the autotuner's final choice is in effect), samples "

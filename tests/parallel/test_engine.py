@@ -261,6 +261,23 @@ def test_unnamed_synchronous_calls_share_one_name_and_the_cache(call):
     agree(announced == 2, f"two unnamed async calls announced {announced} names, want 2")
 
 
+def test_stats_count_the_time_spent_running_collectives():
+    """Engine.stats()["step_seconds"] grows by the time the engine spent inside its collectives
+    (tools/latency_breakdown.py subtracts it from a call's time): some time for ten 1 MiB
+    all-reduces, and never more than the calls took."""
+    import time
+    engine = basics._engine()
+    x = np.ones(1 << 18, np.float32)
+    hvd.allreduce_(x, op=hvd.Sum, name="stats.step_seconds")
+    before = engine.stats()["step_seconds"]
+    t0 = time.perf_counter()
+    for _ in range(10):
+        hvd.allreduce_(x, op=hvd.Sum, name="stats.step_seconds")
+    wall = time.perf_counter() - t0
+    spent = engine.stats()["step_seconds"] - before
+    agree(0 < spent <= wall, f"step_seconds grew by {spent} s over calls that took {wall} s")
+
+
 @pytest.mark.mpi(min_size=2)
 def test_unnamed_synchronous_calls_from_two_threads_at_once_complete():
     """The synchronous name is one thread's at a time: a second thread's unnamed call waits for
