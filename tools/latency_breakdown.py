@@ -22,6 +22,9 @@ the time its executor spent running collectives, per call, the slowest rank's):
   around      engine - in step: everything else a call costs (Python, submission, the round,
               completion), with the caches as the collective left them (compare with alone,
               the same work on a warm cache)
+and one more contender:
+  alone after core   alone's call timed right after a core call (untimed) each time: the same
+              work as alone, on the caches a collective of this size leaves
 """
 import argparse
 import statistics
@@ -60,9 +63,18 @@ def main() -> None:
         "alone": lambda: hvd.allreduce_(x, op=hvd.Sum, name="lat.alone", process_set=mine),
         "engine": lambda: hvd.allreduce_(x, op=hvd.Sum, name="lat.engine"),
     }
+    def alone_after_core() -> float:
+        spent = 0.0
+        for _ in range(args.iters):
+            core_call()
+            t = time.perf_counter()
+            hvd.allreduce_(x, op=hvd.Sum, name="lat.alone", process_set=mine)
+            spent += time.perf_counter() - t
+        return spent / args.iters
+
     times = {k: [] for k in contenders}
     engine = basics._engine()
-    in_step = []
+    in_step, after = [], []
     for rep in range(args.repeats):
         order = list(contenders)
         order = order[rep % len(order):] + order[:rep % len(order)]
@@ -80,6 +92,8 @@ def main() -> None:
             if k == "engine":
                 busy = (engine.stats()["step_seconds"] - busy) / args.iters
                 in_step.append(world.allreduce(busy, op=MPI.MAX))
+        world.Barrier()
+        after.append(world.allreduce(alone_after_core(), op=MPI.MAX))
         x[:] = 1
     if r == 0:
         med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
@@ -93,6 +107,8 @@ def main() -> None:
         print(f"{'in step':>8} {step:8.2f}   (range {min(in_step) * 1e6:.2f}-{max(in_step) * 1e6:.2f}) "
               "the engine's collective, by its own clock")
         print(f"{'around':>8} {med['engine'] - step:8.2f}   engine - in step: the rest of the call")
+        cold = statistics.median(after) * 1e6
+        print(f"alone after core {cold:8.2f}   (range {min(after) * 1e6:.2f}-{max(after) * 1e6:.2f})")
     core.destroy()
 
 
