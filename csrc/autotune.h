@@ -37,6 +37,9 @@ struct hvdl_tune_targets {
 
 #define HVDL_TUNE_HISTORY 64
 
+/* Samples of each of the two contenders in the confirmation (autotune.c). */
+#define HVDL_TUNE_CONFIRM_PAIRS 3
+
 struct hvdl_autotune {
   struct hvdl_tune_targets at;
   hvdlComm_t comm;               /* where a malformed word is recorded */
@@ -51,9 +54,12 @@ struct hvdl_autotune {
   int warmups, warmup_left, steps_per_sample, planned;
   int order[HVDL_TUNE_PARAMS], nparams; /* the tuned parameters, in the order they are tuned */
   int param, scan_from, k;       /* the parameter being scanned, its value before, the one tried */
-  struct hvdl_tune_word proposed, best;
+  struct hvdl_tune_word proposed, best, start;
   double best_score;
   int best_sample;
+  /* the confirmation: the starting values and the pass's best, sampled in turn */
+  int confirm_done;              /* confirmation samples scored so far (-1: none planned) */
+  double confirm_score[2][HVDL_TUNE_CONFIRM_PAIRS]; /* [0] the starting values, [1] the best */
   /* the sample being measured: steps counted from t0, bytes executed since */
   int started, steps;
   double t0, bytes;

@@ -173,8 +173,8 @@ def test_autotune_keeps_the_knobs_the_user_set_and_says_what_it_tunes(capfd, mon
     finally:
         hvd.shutdown()
     # fusion (6 values) and cycle time (3) are set: 1 + (4 - 1) segment sizes + (5 - 1) batch times
-    assert ("autotune: tuning segment size, batch time in 8 samples of 10 steps, after 3 warm-up samples"
-            in capfd.readouterr().err)
+    assert ("autotune: tuning segment size, batch time in 8 samples of 10 steps (6 more to confirm a "
+            "change), after 3 warm-up samples" in capfd.readouterr().err)
     assert state["fusion_threshold"] == 12345 and state["cycle_time_ms"] == 0.0
     assert state["segment_bytes"] == 262144 and state["batch_time_ms"] == 1.0
     assert not state["settled"] and state["samples"] == 0
