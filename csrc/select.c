@@ -8,8 +8,8 @@
  *      one on each of several hosts, hier_p2p without several hosts of one
  *      size).
  *   2. One host whose ranks share a segment (comm->shm, shm.c): the shared-memory
- *      path up to SHM_ALLREDUCE_MAX bytes, 128 KiB (measured: the model has no
- *      shared-memory term); above it, 3 and 4 as without the segment.
+ *      path up to SHM_ALLREDUCE_MAX bytes, 512 KiB (measured, internal.h: the model
+ *      has no shared-memory term); above it, 3 and 4 as without the segment.
  *   3. B <= config.smallAllReduceBytes: the latency path (allreduce_small.c).
  *      Its default is the crossover measured on one host (128 KiB at 2 ranks,
  *      2 KiB beyond) and 0 across hosts (config.c).
