@@ -12,6 +12,8 @@ Contenders, each called back to back after a barrier:
   alone        hvd.allreduce_ in a process set of this rank alone: the Python API, submission, the
                engine's turn (round and execution on one rank) and completion, with nobody to wait for
   engine       hvd.allreduce_ on both ranks: the whole call
+  bare         the engine's own submit and wait (Engine.submit(...).wait()) with the arguments
+               built once: the call without the Python layer's checks, names and request
 The rest, engine - alone - round - core, is what waiting for the peer costs beyond the two
 collectives themselves (both ranks reaching the round, wake-ups); negative when the engine's
 round costs less than the MPI one.
@@ -56,12 +58,16 @@ def main() -> None:
     def core_call():
         core.allreduce(x, x, 7, 0)  # float32 sum
 
+    engine = basics._engine()
+    bare_args = [basics._core.COLL_ALLREDUCE, x, x, 7, 0, 1.0, 1.0, "lat.bare", tuple(x.shape), 0, None, ""]
+
     contenders = {
         "mpi": lambda: world.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM),
         "core": core_call,
         "round": lambda: world.Allgather(hdr, gathered),
         "alone": lambda: hvd.allreduce_(x, op=hvd.Sum, name="lat.alone", process_set=mine),
         "engine": lambda: hvd.allreduce_(x, op=hvd.Sum, name="lat.engine"),
+        "bare": lambda: engine.submit(*bare_args, True).wait(),
     }
     def alone_after_core() -> float:
         spent = 0.0
@@ -73,7 +79,6 @@ def main() -> None:
         return spent / args.iters
 
     times = {k: [] for k in contenders}
-    engine = basics._engine()
     in_step, after = [], []
     for rep in range(args.repeats):
         order = list(contenders)
