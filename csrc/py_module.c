@@ -128,7 +128,8 @@ static PyMethodDef module_methods[] = {
     {"mpi_library_version", py_mpi_library_version, METH_NOARGS, "MPI_Get_library_version"},
     {"build_info", py_build_info, METH_NOARGS, "the MPI this extension was compiled against"},
     {"oversubscribed", py_oversubscribed, METH_NOARGS,
-     "whether this host runs more ranks than it has CPUs (then every wait's spins yield)"},
+     "whether a communicator made so far found more ranks on its host than the CPUs they may run on "
+     "(the union of their affinity masks); then every wait's spins yield"},
     {"error_string", hvdl_py_error_string, METH_O, "hvdlGetErrorString(code)"},
     {"set_error_factory", hvdl_py_set_error_factory, METH_O, "f(code, message) -> exception"},
     {"reduce_local", hvdl_py_reduce_local, METH_VARARGS, "dst = a op b with the C kernels"},
