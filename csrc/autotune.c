@@ -174,6 +174,8 @@ static void log_row(struct hvdl_autotune *t, const char *kind, int no, long roun
  * beats the starting values' median by this much. */
 #define CONFIRM_MARGIN 0.02
 
+_Static_assert(HVDL_TUNE_CONFIRM_PAIRS % 2 == 1, "an odd count: the median is a sample");
+
 static double median(const double *v) {
   double s[HVDL_TUNE_CONFIRM_PAIRS];
   memcpy(s, v, sizeof s);
@@ -183,8 +185,7 @@ static double median(const double *v) {
       s[j] = s[j - 1];
       s[j - 1] = x;
     }
-  return HVDL_TUNE_CONFIRM_PAIRS % 2 ? s[HVDL_TUNE_CONFIRM_PAIRS / 2]
-                                     : 0.5 * (s[HVDL_TUNE_CONFIRM_PAIRS / 2 - 1] + s[HVDL_TUNE_CONFIRM_PAIRS / 2]);
+  return s[HVDL_TUNE_CONFIRM_PAIRS / 2];
 }
 
 /* The final choice: w, sent once more marked settled; the search is over. */

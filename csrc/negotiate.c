@@ -5,8 +5,9 @@
  * A round is collective over the engine's control communicator:
  *
  *   1. An all-gather of each rank's contribution (through the host's shared
- *      segment when every rank is on one host, shm.h; else MPI_Iallgather): two header words (flags:
- *      leaving, wants the slow path; the byte size of its uncached descriptors;
+ *      segment when every rank is on one host, shm.h; else MPI_Iallgather):
+ *      two header words (flags: leaving, wants the slow path; the byte size of
+ *      its uncached descriptors;
  *      rank 0's autotune word, which the engine applies after the round) and a
  *      bit vector with bit k set when a request matching cache entry k is
  *      pending here. Steady-state training takes only this step: no names.

@@ -4,8 +4,8 @@
  * requests in flight with the lock and condition variable its waiters sleep on.
  *
  * A request is created (hvdl_request_new) by the binding, or by the negotiation
- * for a joined rank's stand-in (hvdl_request_stand_in), added to the in-flight set at submit, alone or
- * with its group (hvdl_requests_add_locked, hvdl_requests_add_all_locked),
+ * for a joined rank's stand-in (hvdl_request_stand_in), added to the in-flight set
+ * at submit, alone or with its group (hvdl_requests_add_locked, hvdl_requests_add_all_locked),
  * completed or failed by the engine's parts
  * (hvdl_request_complete, hvdl_requests_fail_all), waited on by its submitter
  * (hvdl_request_poll, hvdl_request_wait, hvdl_request_wait_for) and freed when

@@ -76,9 +76,9 @@ void hvdl_shm_beat(const struct hvdl_shm *s);
  * reads every slot. A rank posts round k+2, into the slot of round k, only after
  * every rank has posted k+1, which each does only after reading round k: two slots
  * are enough. At 2 ranks a small call takes about 1 us less than with the round's
- * MPI_Iallgather (docs/benchmarks.md, "Latency"). Not for rounds of more than SHM_ROUND_WORDS words (a
- * cache of more than 64 (SHM_ROUND_WORDS - 2) names: they go through MPI). A build may
- * set SHM_ROUND_WORDS=0 to send every round through MPI. */
+ * MPI_Iallgather (docs/benchmarks.md, "Latency"). Not for rounds of more than
+ * SHM_ROUND_WORDS words (a cache of more than 64 (SHM_ROUND_WORDS - 2) names: they go
+ * through MPI). A build may set SHM_ROUND_WORDS=0 to send every round through MPI. */
 #ifndef SHM_ROUND_WORDS
 #define SHM_ROUND_WORDS 130
 #endif

@@ -39,7 +39,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "internal.h"
 
