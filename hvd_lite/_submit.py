@@ -239,13 +239,19 @@ class Request(NamedTuple):
         return self.args[7]
 
 
-def _engine_args(r: Request, name: Optional[str] = None) -> list:
+def _engine_args(r: Request) -> list:
     """r's engine arguments (a request is submitted once: they are completed in place), named:
-    `name` or, for an automatic name, the set's next one."""
+    for an automatic name, the set's next one."""
     args = r.args
     if r.auto is not None:
-        args[7] = name or basics.auto_name(r.auto, r.where)
-    if basics._state.adapter_faults and not args[11]:  # a testing aid (basics.inject_fault)
+        args[7] = basics.auto_name(r.auto, r.where)
+    return _armed(args)
+
+
+def _armed(args: list) -> list:
+    """args, with the error an armed adapter fault gives them (a testing aid:
+    basics.inject_fault)."""
+    if basics._state.adapter_faults and not args[11]:
         args[11] = basics.adapter_fault()
     return args
 
@@ -271,23 +277,31 @@ def submit_group(requests: Sequence[Request]) -> List[Handle]:
     return [Handle(c, r.output, a[7], r.finish) for c, r, a in zip(cs, requests, args)]
 
 
-def run_now(request: Request):
-    """A synchronous call: `request` submitted as waited on at once (see at_once()), waited for
-    (GIL released), its output returned or its error raised. submit() + synchronize() without a
-    Handle in between: the Python part of a small call is most of its cost (docs/benchmarks.md).
-    Named automatically, it runs under its set's synchronous name (basics._Set.sync_name), where
-    submit() takes the set's next counter name."""
-    kind = request.auto
-    name = request.where.sync_name(kind) if kind is not None else None
-    args = _engine_args(request, name)
+def run(where, kind: Optional[str], args: list):
+    """A synchronous call's engine part: `args` (engine_args, complete) submitted as waited on at
+    once (see at_once()) to the engine of `where` (basics.set_for's), waited for (GIL released);
+    its C handle returned, or its error raised. `kind` not None: the call is named automatically
+    and runs under the set's synchronous name for its kind (basics._Set.sync_name), put in args;
+    `where` (None: the global set) is then not None."""
+    if kind is not None:
+        args[7] = where.sync_name(kind)
     c = done = None
     try:
-        c = _engine_of(request.where).submit(*args, True)
+        c = _engine_of(where).submit(*args, True)
         c.wait()
         done = True
     finally:
-        if name is not None:  # given back, with the call if it was given up on in flight
-            request.where.release_sync_name(kind, None if done or c is None or c.poll() else c)
+        if kind is not None:  # given back, with the call if it was given up on in flight
+            where.release_sync_name(kind, None if done or c is None or c.poll() else c)
+    return c
+
+
+def run_now(request: Request):
+    """A synchronous call: run() of `request`, its output returned or its error raised.
+    submit() + synchronize() without a Handle in between: the Python part of a small call is most
+    of its cost (docs/benchmarks.md). Named automatically, it runs under its set's synchronous
+    name, where submit() takes the set's next counter name."""
+    c = run(request.where, request.auto, _armed(request.args))
     return request.output if request.finish is None else request.finish(c)
 
 

@@ -5,10 +5,10 @@ import numpy as np
 
 from . import basics
 from .process_sets import ProcessSet, global_process_set
-from ._submit import (HVDL_DTYPES, HVDL_OPS, Average, Handle, Max, Min, Product, ReduceOp, Request,
-                      Sum, at_once, check_array, check_op, check_reducible, check_scale,
-                      engine_args, group_names, held, hvdl_dtype, name_or_auto, poll, run_now,
-                      submit, submit_group, synchronize)
+from ._submit import (HVDL_DTYPES, HVDL_OPS, MAX_DIMS, MAX_NAME_BYTES, Average, Handle, Max, Min,
+                      Product, ReduceOp, Request, Sum, at_once, check_array, check_op,
+                      check_reducible, check_scale, engine_args, group_names, held, hvdl_dtype,
+                      name_or_auto, poll, run, run_now, submit, submit_group, synchronize)
 
 _core = basics._core
 
@@ -51,18 +51,55 @@ def allreduce(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float 
               postscale_factor: float = 1.0, name: Optional[str] = None,
               process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Reduces `array` across ranks into a new array (Average: sum, then / size)."""
-    request = allreduce_request("allreduce", array, False, op, prescale_factor, postscale_factor,
-                                name, process_set)
-    return run_now(request)
+    return _allreduce_now("allreduce", array, False, op, prescale_factor, postscale_factor, name,
+                          process_set)
 
 
 def allreduce_(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
                postscale_factor: float = 1.0, name: Optional[str] = None,
                process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Reduces `array` across ranks in place and returns it."""
-    request = allreduce_request("allreduce_", array, True, op, prescale_factor, postscale_factor,
-                                name, process_set)
-    return run_now(request)
+    return _allreduce_now("allreduce_", array, True, op, prescale_factor, postscale_factor, name,
+                          process_set)
+
+
+def _allreduce_now(fn: str, array, inplace: bool, op, pre, post, name, process_set):
+    """A synchronous allreduce: plain_args' common case straight to the engine (run), anything
+    else through allreduce_request's checks (run_now), which raise for what the engine cannot
+    take. The two give the engine the same arguments (tests/unit/test_plain_args.py)."""
+    where = basics.set_for(fn, process_set)  # not initialized, not a member: say so first
+    args = plain_args(array, inplace, op, pre, post, name)
+    if args is None:
+        return run_now(allreduce_request(fn, array, inplace, op, pre, post, name, process_set))
+    run(where, "allreduce" if name is None else None, args)
+    return args[2]
+
+
+# The dtypes a reduction takes: HVDL_DTYPES but bool (check_reducible).
+_REDUCIBLE = {dt: code for dt, code in HVDL_DTYPES.items() if dt.kind != "b"}
+# The longest name in characters that is surely at most MAX_NAME_BYTES in UTF-8.
+_PLAIN_NAME_CHARS = MAX_NAME_BYTES // 4
+
+
+def plain_args(array, inplace: bool, op, pre, post, name) -> Optional[list]:
+    """The engine arguments of an allreduce whose arguments pass allreduce_request's checks at a
+    glance, or None: a C-contiguous numpy.ndarray (writable in place) of a reducible dtype, a
+    ReduceOp but Adasum, float factors, no name or a short one, and no adapter fault armed.
+    Automatically named, the name is left for run() to set. Whatever this declines,
+    allreduce_request checks in full, so each error is written once; this is what a small call's
+    microseconds allow (docs/benchmarks.md, "Through the numpy API")."""
+    if (type(array) is not np.ndarray or type(op) is not ReduceOp or type(pre) is not float
+            or type(post) is not float or basics._state.adapter_faults):
+        return None
+    code, hop, flags = _REDUCIBLE.get(array.dtype), HVDL_OPS.get(op), array.flags
+    if (code is None or hop is None or array.ndim > MAX_DIMS or not flags.c_contiguous
+            or (inplace and not flags.writeable)):
+        return None
+    if name is not None and (type(name) is not str or len(name) > _PLAIN_NAME_CHARS
+                             or "\0" in name):
+        return None
+    out = array if inplace else np.empty_like(array, order="C")
+    return [_core.COLL_ALLREDUCE, array, out, code, hop, pre, post, name, array.shape, 0, None, ""]
 
 
 def allreduce_group(fn: str, arrays: Sequence[np.ndarray], names: Sequence[str], inplace: bool,

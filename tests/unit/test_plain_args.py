@@ -1,0 +1,113 @@
+"""The synchronous allreduce's quick route (ops.plain_args) against its full checks
+(ops.allreduce_request): it takes only arguments the checks accept, and gives the engine the same
+ones they would."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hvd_lite as hvd
+from hvd_lite import basics, ops
+
+
+@pytest.fixture
+def initialized():
+    hvd.init()
+    yield
+    hvd.shutdown()
+
+
+class _Other(np.ndarray):
+    pass
+
+
+def _arrays():
+    base = np.arange(12, dtype=np.float32).reshape(3, 4)
+    frozen = base.copy()
+    frozen.flags.writeable = False
+    return {
+        "float32": base, "float64": np.ones(5), "int8": np.ones(3, np.int8),
+        "bfloat16": np.ones(3, ml_dtypes.bfloat16), "0-d": np.array(2.0, np.float32),
+        "empty": np.ones(0, np.float16), "bool": np.ones(3, bool),
+        "complex": np.ones(3, np.complex64), "big-endian": np.ones(3, ">f4"),
+        "strided": base[:, 1], "transposed": base.T, "read-only": frozen,
+        "17 dims": np.ones((1,) * 17, np.float32), "list": [1.0, 2.0],
+        "subclass": np.ones(3, np.float32).view(_Other),
+    }
+
+
+_OPS = [hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product, ops.ReduceOp.Adasum, 1, 1.0, True,
+        "Sum", None]
+_FACTORS = [1.0, 0.5, 1, 2, True, np.float32(1.0), "1", float("nan")]
+_NAMES = [None, "loss", "é" * 127, "x" * 128, "é" * 300, "a\0b", 3, b"loss"]
+
+
+def _full(array, inplace, op, pre, post, name):
+    """allreduce_request's engine arguments, or the exception it raises."""
+    try:
+        return ops.allreduce_request("allreduce", array, inplace, op, pre, post, name).args
+    except Exception as exc:  # pylint: disable=broad-except
+        return exc
+
+
+def _same(quick, full, inplace):
+    """quick gives the engine what full does: the same arguments, the output array the same one
+    in place and a fresh one like the input out of place; the automatic name is run()'s to set."""
+    assert isinstance(full, list), f"the quick route took arguments the checks refuse: {full!r}"
+    if full[7] == "allreduce":  # name_or_auto's stand-in for an automatic name
+        assert quick[7] is None
+        quick, full = quick[:7] + quick[8:], full[:7] + full[8:]
+    assert quick[1] is full[1]
+    if inplace:
+        assert quick[2] is full[2] is quick[1]
+    else:
+        assert quick[2] is not quick[1]
+        assert (quick[2].shape, quick[2].dtype) == (full[2].shape, full[2].dtype)
+    rest = [a for i, a in enumerate(quick) if i not in (1, 2)]
+    full_rest = [a for i, a in enumerate(full) if i not in (1, 2)]
+    assert rest == full_rest and [type(a) for a in rest] == [type(a) for a in full_rest]
+
+
+def test_the_quick_route_takes_only_what_the_checks_accept_and_gives_the_same_args(initialized):
+    taken = set()
+    for label, array in _arrays().items():
+        for inplace in (True, False):
+            cases = [(op, 1.0, 1.0, None) for op in _OPS]
+            cases += [(hvd.Sum, f, 1.0, None) for f in _FACTORS]
+            cases += [(hvd.Sum, 1.0, f, None) for f in _FACTORS]
+            cases += [(hvd.Sum, 1.0, 1.0, n) for n in _NAMES]
+            for op, pre, post, name in cases:
+                quick = ops.plain_args(array, inplace, op, pre, post, name)
+                if quick is not None:
+                    _same(quick, _full(array, inplace, op, pre, post, name), inplace)
+                    taken.add((label, inplace, op, pre, post, name))
+    # The common calls do take it: without that this test would pass with a route never taken.
+    for label in ("float32", "float64", "int8", "bfloat16", "0-d", "empty"):
+        for inplace in (True, False):
+            for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product):
+                assert (label, inplace, op, 1.0, 1.0, None) in taken
+    assert ("float32", True, hvd.Sum, 1.0, 1.0, "loss") in taken
+    assert ("float32", True, hvd.Sum, 0.5, 1.0, None) in taken
+
+
+def test_the_quick_route_declines_while_an_adapter_fault_is_armed(initialized):
+    x = np.ones(3, np.float32)
+    assert ops.plain_args(x, True, hvd.Sum, 1.0, 1.0, None) is not None
+    basics.inject_fault("adapter")
+    assert ops.plain_args(x, True, hvd.Sum, 1.0, 1.0, None) is None
+    with pytest.raises(hvd.HvdLiteError, match="the adapter failed"):
+        hvd.allreduce_(x, op=hvd.Sum)
+
+
+def test_a_synchronous_allreduce_checks_its_process_set_first():
+    x = np.ones(3, np.float32)
+    with pytest.raises(hvd.NotInitializedError):
+        hvd.allreduce_(x, op=hvd.Sum)
+    hvd.init()
+    try:
+        with pytest.raises(ValueError, match="is not registered"):
+            hvd.allreduce_(x, op=hvd.Sum, process_set=hvd.ProcessSet([0]))
+        with pytest.raises(TypeError, match="process_set must be a hvd_lite.ProcessSet"):
+            hvd.allreduce(x, process_set="global")
+        assert hvd.allreduce_(x, op=hvd.Sum, process_set=None) is x
+    finally:
+        hvd.shutdown()
