@@ -11,6 +11,8 @@ float32 sum, in place), contenders alternate batch by batch (order rotating):
   core           the C binding without the engine (_core.Comm.allreduce), for reference
   torch          hvd_lite.torch.allreduce_(t, op=Sum) on a CPU tensor sharing x's memory,
                  unnamed (only with --only torch: needs PyTorch)
+  torch_new      t.copy_(hvd_lite.torch.allreduce(t, op=Sum)): the out-of-place call, its
+                 result copied back (only with --only torch_new)
   MPI            mpi4py Comm.Allreduce(MPI.IN_PLACE, x)
 
 Each call is timed on its own (time.perf_counter_ns around the call) on every
@@ -38,13 +40,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="batches of each contender per size (default 10)")
     p.add_argument("-w", "--warmup", type=int, default=100,
                    help="untimed calls of each contender before each size (default 100)")
-    p.add_argument("--only", action="append", choices=("named", "auto", "core", "mpi", "torch"),
-                   help="time only these contenders (may be repeated; default all but torch)")
+    p.add_argument("--only", action="append", choices=("named", "auto", "core", "mpi", "torch", "torch_new"),
+                   help="time only these contenders (may be repeated; default all but the torch "
+                        "ones)")
     p.add_argument("--json", metavar="FILE", help="write every call's time to FILE")
 
 
 LABELS = {"named": "hvd named", "auto": "hvd auto", "core": "core (no engine)",
-          "mpi": "MPI_Allreduce", "torch": "hvd.torch auto"}
+          "mpi": "MPI_Allreduce", "torch": "hvd.torch auto", "torch_new": "hvd.torch new"}
 
 
 def main(args) -> int:
@@ -66,7 +69,7 @@ def main(args) -> int:
     pattern = exact.rank_pattern(dtype, "sum", rank)
     comm = basics._core.Comm() if "core" in kinds else None
     fcode, scode = hops.HVDL_DTYPES[dtype], hops.HVDL_OPS[hvd.Sum]
-    if "torch" in kinds:
+    if "torch" in kinds or "torch_new" in kinds:
         import torch
         import hvd_lite.torch as htorch
 
@@ -97,9 +100,10 @@ def main(args) -> int:
             "core": lambda: comm.allreduce(xb, xb, fcode, scode),
             "mpi": lambda: world.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM),
         }
-        if "torch" in kinds:
+        if "torch" in kinds or "torch_new" in kinds:
             t = torch.from_numpy(x)
             calls["torch"] = lambda: htorch.allreduce_(t, op=htorch.Sum)
+            calls["torch_new"] = lambda: t.copy_(htorch.allreduce(t, op=htorch.Sum))
         for kind in kinds:
             for _ in range(args.warmup):
                 np.copyto(x, pristine)

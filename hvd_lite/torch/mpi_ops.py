@@ -45,7 +45,7 @@ def _check_tensor(fn: str, tensor) -> None:
 
 def numpy_view(tensor: torch.Tensor) -> np.ndarray:
     """A numpy view of a contiguous CPU tensor's memory (no copy)."""
-    t = tensor.detach()
+    t = tensor.detach() if tensor.requires_grad else tensor  # numpy() refuses a tensor with grad
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()
@@ -61,7 +61,7 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 def cpu_input(fn: str, tensor: torch.Tensor) -> torch.Tensor:
     """The tensor itself when it is a contiguous CPU tensor, else a contiguous CPU copy."""
     _check_tensor(fn, tensor)
-    if tensor.device.type != "cpu":
+    if not tensor.is_cpu:
         tensor = tensor.detach().to("cpu")
     return tensor if tensor.is_contiguous() else tensor.contiguous()
 
@@ -73,7 +73,7 @@ def cpu_inplace(fn: str, tensor: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"{fn}: the tensor is not contiguous (shape {list(tensor.shape)}, stride "
                          f"{list(tensor.stride())}) and cannot be reduced in place; use the "
                          "out-of-place call or tensor.contiguous()")
-    if tensor.device.type != "cpu":
+    if not tensor.is_cpu:
         return tensor.detach().to("cpu")
     return tensor
 
@@ -97,7 +97,7 @@ class Handle:
 
 
 def _to_device(result: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    return result if like.device.type == "cpu" else result.to(like.device)
+    return result if like.is_cpu else result.to(like.device)
 
 
 def _out_of_place(like: torch.Tensor) -> Callable:
@@ -150,6 +150,15 @@ def _op(op, average, fn: str) -> ReduceOp:
     return Average if op is None else op
 
 
+def _differentiable(function, tensors, *args):
+    """function.apply(*args) when autograd would record the call (grad mode on, one of `tensors`
+    requiring grad), else function.run(*args): the same collective without autograd's
+    bookkeeping, which costs more than a small collective (docs/benchmarks.md, "Latency")."""
+    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
+        return function.apply(*args)
+    return function.run(*args)
+
+
 # ---------------------------------------------------------------------------- allreduce
 
 def allreduce_async(tensor: torch.Tensor, average=None, name: Optional[str] = None, op=None,
@@ -185,9 +194,13 @@ class _Allreduce(torch.autograd.Function):
     """allreduce; its gradient is the allreduce of the gradient with the same op and factors."""
 
     @staticmethod
+    def run(tensor, name, op, prescale_factor, postscale_factor, process_set):
+        return _allreduce_now(tensor, op, prescale_factor, postscale_factor, name, process_set)
+
+    @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.args = (op, prescale_factor, postscale_factor, process_set)
-        return _allreduce_now(tensor, op, prescale_factor, postscale_factor, name, process_set)
+        return _Allreduce.run(tensor, name, op, prescale_factor, postscale_factor, process_set)
 
     @staticmethod
     def backward(ctx, grad):
@@ -201,7 +214,8 @@ def allreduce(tensor: torch.Tensor, average=None, name: Optional[str] = None,
     """Reduces `tensor` across ranks into a new tensor (Average by default); differentiable."""
     op = _op(op, average, "allreduce")
     compressed, ctx = compression.compress(tensor)
-    out = _Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
+    out = _differentiable(_Allreduce, (compressed,), compressed, name, op, prescale_factor,
+                          postscale_factor, process_set)
     return compression.decompress(out, ctx)
 
 
@@ -260,10 +274,15 @@ class _GroupedAllreduce(torch.autograd.Function):
     """grouped_allreduce; each gradient is the allreduce of its output's gradient."""
 
     @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
-        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+    def run(name, op, prescale_factor, postscale_factor, process_set, *tensors):
         return tuple(synchronize(at_once(grouped_allreduce_async, list(tensors), None, name, op,
                                          prescale_factor, postscale_factor, process_set)))
+
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return _GroupedAllreduce.run(name, op, prescale_factor, postscale_factor, process_set,
+                                     *tensors)
 
     @staticmethod
     def backward(ctx, *grads):
@@ -289,8 +308,9 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average=None, name: Optio
     op = _op(op, average, "grouped_allreduce")
     _check_list("grouped_allreduce", tensors)
     packed = [compression.compress(t) for t in tensors]
-    outs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
-                                   *[c for c, _ in packed])
+    compressed = [c for c, _ in packed]
+    outs = _differentiable(_GroupedAllreduce, compressed, name, op, prescale_factor,
+                           postscale_factor, process_set, *compressed)
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, packed)]
 
 
@@ -352,10 +372,14 @@ class _Allgather(torch.autograd.Function):
     (Horovod's definition)."""
 
     @staticmethod
+    def run(tensor, name, process_set):
+        return synchronize(at_once(allgather_async, tensor, name, process_set))
+
+    @staticmethod
     def forward(ctx, tensor, name, process_set):
         ctx.rows = tensor.shape[0] if tensor.dim() else 1
         ctx.process_set = process_set
-        return synchronize(at_once(allgather_async, tensor, name, process_set))
+        return _Allgather.run(tensor, name, process_set)
 
     @staticmethod
     def backward(ctx, grad):
@@ -366,7 +390,7 @@ class _Allgather(torch.autograd.Function):
 
 def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set=global_process_set) -> torch.Tensor:
     """Every rank's tensor concatenated along dim 0, in rank order; differentiable."""
-    return _Allgather.apply(tensor, name, process_set)
+    return _differentiable(_Allgather, (tensor,), tensor, name, process_set)
 
 
 def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
@@ -384,11 +408,15 @@ class _GroupedAllgather(torch.autograd.Function):
     """grouped_allgather; each gradient as allgather's."""
 
     @staticmethod
+    def run(name, process_set, *tensors):
+        return tuple(synchronize(at_once(grouped_allgather_async, list(tensors), name,
+                                         process_set)))
+
+    @staticmethod
     def forward(ctx, name, process_set, *tensors):
         ctx.rows = [t.shape[0] if t.dim() else 1 for t in tensors]
         ctx.process_set = process_set
-        return tuple(synchronize(at_once(grouped_allgather_async, list(tensors), name,
-                                         process_set)))
+        return _GroupedAllgather.run(name, process_set, *tensors)
 
     @staticmethod
     def backward(ctx, *grads):
@@ -404,7 +432,7 @@ def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = Non
                       process_set=global_process_set) -> List[torch.Tensor]:
     """allgather of each tensor, submitted together; differentiable."""
     _check_list("grouped_allgather", tensors)
-    return list(_GroupedAllgather.apply(name, process_set, *tensors))
+    return list(_differentiable(_GroupedAllgather, tensors, name, process_set, *tensors))
 
 
 # ---------------------------------------------------------------------------- broadcast
@@ -430,11 +458,15 @@ class _Broadcast(torch.autograd.Function):
     (Horovod's definition)."""
 
     @staticmethod
-    def forward(ctx, tensor, root_rank, name, process_set):
-        ctx.root_rank, ctx.process_set = root_rank, process_set
+    def run(tensor, root_rank, name, process_set):
         src = cpu_input("broadcast", tensor)
         return _out_of_place(tensor)(collectives.broadcast(numpy_view(src), root_rank, name,
                                                            process_set))
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank, ctx.process_set = root_rank, process_set
+        return _Broadcast.run(tensor, root_rank, name, process_set)
 
     @staticmethod
     def backward(ctx, grad):
@@ -447,7 +479,7 @@ class _Broadcast(torch.autograd.Function):
 def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
               process_set=global_process_set) -> torch.Tensor:
     """root_rank's tensor on every rank (a new tensor); differentiable."""
-    return _Broadcast.apply(tensor, root_rank, name, process_set)
+    return _differentiable(_Broadcast, (tensor,), tensor, root_rank, name, process_set)
 
 
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -511,6 +543,11 @@ class _Alltoall(torch.autograd.Function):
     splits)."""
 
     @staticmethod
+    def run(tensor, splits, name, process_set):
+        out, received = synchronize(at_once(_alltoall, tensor, splits, name, process_set))
+        return out if splits is None else (out, received)
+
+    @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
         out, received = synchronize(at_once(_alltoall, tensor, splits, name, process_set))
         ctx.received, ctx.process_set = received, process_set
@@ -530,7 +567,7 @@ def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
     """Rows splits[i] go to the set's rank i (without splits dim 0 must divide evenly by the
     set's size); returns the rows received in rank order, and with `splits` given also the rows
     received from each rank; differentiable."""
-    return _Alltoall.apply(tensor, splits, name, process_set)
+    return _differentiable(_Alltoall, (tensor,), tensor, splits, name, process_set)
 
 
 # ---------------------------------------------------------------------------- reducescatter
@@ -563,10 +600,15 @@ class _Reducescatter(torch.autograd.Function):
     Horovod's (by the set's size for Sum, by the scale factors), in the same set."""
 
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
-        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+    def run(tensor, name, op, prescale_factor, postscale_factor, process_set):
         return synchronize(at_once(reducescatter_async, tensor, name, op, process_set,
                                    prescale_factor, postscale_factor))
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return _Reducescatter.run(tensor, name, op, prescale_factor, postscale_factor,
+                                  process_set)
 
     @staticmethod
     def backward(ctx, grad):
@@ -580,8 +622,8 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduces `tensor` across ranks; rank r gets its block of dim 0; differentiable."""
     compressed, ctx = compression.compress(tensor)
-    out = _Reducescatter.apply(compressed, name, op, prescale_factor, postscale_factor,
-                               process_set)
+    out = _differentiable(_Reducescatter, (compressed,), compressed, name, op, prescale_factor,
+                          postscale_factor, process_set)
     return compression.decompress(out, ctx)
 
 
@@ -605,10 +647,15 @@ class _GroupedReducescatter(torch.autograd.Function):
     """grouped_reducescatter; each gradient as reducescatter's."""
 
     @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
-        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+    def run(name, op, prescale_factor, postscale_factor, process_set, *tensors):
         return tuple(synchronize(at_once(grouped_reducescatter_async, list(tensors), name, op,
                                          process_set, prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return _GroupedReducescatter.run(name, op, prescale_factor, postscale_factor,
+                                         process_set, *tensors)
 
     @staticmethod
     def backward(ctx, *grads):
@@ -625,8 +672,9 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] =
     """reducescatter of each tensor, submitted together; differentiable."""
     _check_list("grouped_reducescatter", tensors)
     packed = [compression.compress(t) for t in tensors]
-    outs = _GroupedReducescatter.apply(name, op, prescale_factor, postscale_factor, process_set,
-                                       *[c for c, _ in packed])
+    compressed = [c for c, _ in packed]
+    outs = _differentiable(_GroupedReducescatter, compressed, name, op, prescale_factor,
+                           postscale_factor, process_set, *compressed)
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, packed)]
 
 

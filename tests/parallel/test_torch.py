@@ -281,6 +281,37 @@ def test_broadcast_gradient_is_the_average_at_the_root_and_zero_elsewhere():
     agree(torch.allclose(x.grad, torch.full((4,), want)), str(x.grad))
 
 
+def test_differentiable_calls_record_a_graph_exactly_when_autograd_would():
+    """Every differentiable call gives the same values whether autograd records it or not, and
+    a graph (a grad_fn) only with grad mode on and an input that requires grad: without one it
+    skips its autograd Function (mpi_ops._differentiable)."""
+    r, n = rank_size()
+    calls = {
+        "allreduce": lambda t: hvd.allreduce(t, op=hvd.Sum),
+        "allgather": lambda t: hvd.allgather(t),
+        "broadcast": lambda t: hvd.broadcast(t, 0),
+        "alltoall": lambda t: hvd.alltoall(t),
+        "reducescatter": lambda t: hvd.reducescatter(t, op=hvd.Sum),
+        "grouped_allreduce": lambda t: hvd.grouped_allreduce([t, t * 2], op=hvd.Sum)[1],
+        "grouped_allgather": lambda t: hvd.grouped_allgather([t, t * 2])[1],
+        "grouped_reducescatter": lambda t: hvd.grouped_reducescatter([t, t * 2], op=hvd.Sum)[1],
+    }
+    problems = []
+    for label, call in calls.items():
+        x = torch.arange(4 * n, dtype=torch.float32).reshape(2 * n, 2) + r
+        want = call(x.clone())  # no grad: the direct route
+        for mode, requires, graph in (("grad", True, True), ("no_grad", True, False),
+                                      ("grad", False, False)):
+            t = x.clone().requires_grad_(requires)
+            with torch.set_grad_enabled(mode == "grad"):
+                out = call(t)
+            if (out.grad_fn is not None) != graph or out.requires_grad != graph:
+                problems.append(f"{label} {mode} requires_grad={requires}: grad_fn {out.grad_fn}")
+            if not torch.equal(out.detach(), want):
+                problems.append(f"{label} {mode} requires_grad={requires}: {out} vs {want}")
+    agree(not problems, "; ".join(problems))
+
+
 # ------------------------------------------------------------------ DistributedOptimizer
 
 GLOBAL_BATCH = 24  # divisible by 1, 2, 3 and 4
