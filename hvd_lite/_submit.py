@@ -279,10 +279,10 @@ def submit_group(requests: Sequence[Request]) -> List[Handle]:
 
 def run(where, kind: Optional[str], args: list):
     """A synchronous call's engine part: `args` (engine_args, complete) submitted as waited on at
-    once (see at_once()) to the engine of `where` (basics.set_for's), waited for (GIL released);
-    its C handle returned, or its error raised. `kind` not None: the call is named automatically
-    and runs under the set's synchronous name for its kind (basics._Set.sync_name), put in args;
-    `where` (None: the global set) is then not None."""
+    once (see at_once()) to the engine of `where` (basics.set_for's set; None: the global set),
+    waited for (GIL released); its C handle returned, or its error raised. `kind` not None (and
+    `where` then a set): the call is named automatically and runs under the set's synchronous
+    name for its kind (basics._Set.sync_name), put in args."""
     if kind is not None:
         args[7] = where.sync_name(kind)
     c = done = None
