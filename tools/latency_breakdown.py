@@ -14,6 +14,8 @@ Contenders, each called back to back after a barrier:
   engine       hvd.allreduce_ on both ranks: the whole call
   bare         the engine's own submit and wait (Engine.submit(...).wait()) with the arguments
                built once: the call without the Python layer's checks, names and request
+  plain        the quick route's parts alone (_submit.run of ops.plain_args' arguments): bare
+               with the arguments built and tested each call, without the public function
 The rest, engine - alone - round - core, is what waiting for the peer costs beyond the two
 collectives themselves (both ranks reaching the round, wake-ups); negative when the engine's
 round costs less than the MPI one.
@@ -36,7 +38,7 @@ import numpy as np
 from mpi4py import MPI
 
 import hvd_lite as hvd
-from hvd_lite import basics
+from hvd_lite import _submit, basics, ops
 
 
 def main() -> None:
@@ -68,6 +70,8 @@ def main() -> None:
         "alone": lambda: hvd.allreduce_(x, op=hvd.Sum, name="lat.alone", process_set=mine),
         "engine": lambda: hvd.allreduce_(x, op=hvd.Sum, name="lat.engine"),
         "bare": lambda: engine.submit(*bare_args, True).wait(),
+        "plain": lambda: _submit.run(basics._state.sets[0], None,
+                                     ops.plain_args(x, True, hvd.Sum, 1.0, 1.0, "lat.plain")),
     }
     def alone_after_core() -> float:
         spent = 0.0
