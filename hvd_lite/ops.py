@@ -11,6 +11,8 @@ from ._submit import (HVDL_DTYPES, HVDL_OPS, MAX_DIMS, MAX_NAME_BYTES, Average, 
                       name_or_auto, poll, run, run_now, submit, submit_group, synchronize)
 
 _core = basics._core
+# The kind of an allreduce's automatic names (both routes: a synchronous call's is "allreduce.sync").
+_KIND = "allreduce"
 
 
 def allreduce_request(fn: str, array, inplace: bool, op, prescale_factor, postscale_factor,
@@ -23,7 +25,7 @@ def allreduce_request(fn: str, array, inplace: bool, op, prescale_factor, postsc
     hop = check_op(fn, op)
     pre = check_scale(fn, "prescale_factor", prescale_factor)
     post = check_scale(fn, "postscale_factor", postscale_factor)
-    name, auto = name_or_auto(fn, "allreduce", name)
+    name, auto = name_or_auto(fn, _KIND, name)
     out = array if inplace else np.empty_like(array, order="C")
     # The C core takes the arrays' memory through the buffer protocol without a
     # format, which works for every dtype here, bfloat16 included.
@@ -71,7 +73,7 @@ def _allreduce_now(fn: str, array, inplace: bool, op, pre, post, name, process_s
     args = plain_args(array, inplace, op, pre, post, name)
     if args is None:
         return run_now(allreduce_request(fn, array, inplace, op, pre, post, name, process_set))
-    run(where, "allreduce" if name is None else None, args)
+    run(where, _KIND if name is None else None, args)
     return args[2]
 
 
@@ -99,6 +101,7 @@ def plain_args(array, inplace: bool, op, pre, post, name) -> Optional[list]:
                              or "\0" in name):
         return None
     out = array if inplace else np.empty_like(array, order="C")
+    # engine_args' layout, written out: a call saves the function's frame and tuple(shape)
     return [_core.COLL_ALLREDUCE, array, out, code, hop, pre, post, name, array.shape, 0, None, ""]
 
 

@@ -10,6 +10,7 @@ from typing import Callable, List, Optional, Sequence
 import ml_dtypes
 import numpy as np
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from .. import basics, collectives, ops
 from .._submit import (Adasum, Average, Max, Min, Product, ReduceOp, Sum, at_once, check_name,
@@ -151,10 +152,13 @@ def _op(op, average, fn: str) -> ReduceOp:
 
 
 def _differentiable(function, tensors, *args):
-    """function.apply(*args) when autograd would record the call (grad mode on, one of `tensors`
-    requiring grad), else function.run(*args): the same collective without autograd's
-    bookkeeping, which costs more than a small collective (docs/benchmarks.md, "Latency")."""
-    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors):
+    """function.apply(*args) when autograd would act on the call (grad mode on and one of
+    `tensors` requiring grad, or a forward-mode level open: the Functions define no jvp, so
+    apply refuses dual tensors), else function.run(*args): the same collective without
+    autograd's bookkeeping, which costs more than a small collective (docs/benchmarks.md,
+    "Latency")."""
+    if ((torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors))
+            or getattr(_forward_ad, "_current_level", -1) >= 0):
         return function.apply(*args)
     return function.run(*args)
 
@@ -543,13 +547,18 @@ class _Alltoall(torch.autograd.Function):
     splits)."""
 
     @staticmethod
+    def both(tensor, splits, name, process_set):
+        """The rows received and the received splits."""
+        return synchronize(at_once(_alltoall, tensor, splits, name, process_set))
+
+    @staticmethod
     def run(tensor, splits, name, process_set):
-        out, received = synchronize(at_once(_alltoall, tensor, splits, name, process_set))
+        out, received = _Alltoall.both(tensor, splits, name, process_set)
         return out if splits is None else (out, received)
 
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
-        out, received = synchronize(at_once(_alltoall, tensor, splits, name, process_set))
+        out, received = _Alltoall.both(tensor, splits, name, process_set)
         ctx.received, ctx.process_set = received, process_set
         if splits is None:
             return out

@@ -281,34 +281,61 @@ def test_broadcast_gradient_is_the_average_at_the_root_and_zero_elsewhere():
     agree(torch.allclose(x.grad, torch.full((4,), want)), str(x.grad))
 
 
-def test_differentiable_calls_record_a_graph_exactly_when_autograd_would():
-    """Every differentiable call gives the same values whether autograd records it or not, and
-    a graph (a grad_fn) only with grad mode on and an input that requires grad: without one it
-    skips its autograd Function (mpi_ops._differentiable)."""
+def test_differentiable_calls_record_a_graph_exactly_when_autograd_would(monkeypatch):
+    """Every differentiable call gives the same values whether autograd records it or not, goes
+    through its autograd Function (and has a grad_fn) exactly when autograd would act (grad mode
+    on and an input that requires grad), and otherwise skips it (mpi_ops._differentiable); under
+    forward-mode AD it still refuses, as the Function defines no jvp."""
+    from hvd_lite.torch import mpi_ops
     r, n = rank_size()
+    applied = []
+    for cls in (mpi_ops._Allreduce, mpi_ops._GroupedAllreduce, mpi_ops._Allgather,
+                mpi_ops._GroupedAllgather, mpi_ops._Broadcast, mpi_ops._Alltoall,
+                mpi_ops._Reducescatter, mpi_ops._GroupedReducescatter):
+        def counted(*args, _apply=cls.apply, _name=cls.__name__):
+            applied.append(_name)
+            return _apply(*args)
+        monkeypatch.setattr(cls, "apply", counted)
+    splits = [2] * n
     calls = {
         "allreduce": lambda t: hvd.allreduce(t, op=hvd.Sum),
         "allgather": lambda t: hvd.allgather(t),
         "broadcast": lambda t: hvd.broadcast(t, 0),
         "alltoall": lambda t: hvd.alltoall(t),
+        "alltoall splits": lambda t: hvd.alltoall(t, splits=splits)[0],
         "reducescatter": lambda t: hvd.reducescatter(t, op=hvd.Sum),
         "grouped_allreduce": lambda t: hvd.grouped_allreduce([t, t * 2], op=hvd.Sum)[1],
         "grouped_allgather": lambda t: hvd.grouped_allgather([t, t * 2])[1],
         "grouped_reducescatter": lambda t: hvd.grouped_reducescatter([t, t * 2], op=hvd.Sum)[1],
     }
+    modes = (("grad", True, True), ("no_grad", True, False), ("grad", False, False),
+             ("inference", True, False))
     problems = []
     for label, call in calls.items():
         x = torch.arange(4 * n, dtype=torch.float32).reshape(2 * n, 2) + r
         want = call(x.clone())  # no grad: the direct route
-        for mode, requires, graph in (("grad", True, True), ("no_grad", True, False),
-                                      ("grad", False, False)):
+        for mode, requires, graph in modes:
             t = x.clone().requires_grad_(requires)
-            with torch.set_grad_enabled(mode == "grad"):
-                out = call(t)
-            if (out.grad_fn is not None) != graph or out.requires_grad != graph:
-                problems.append(f"{label} {mode} requires_grad={requires}: grad_fn {out.grad_fn}")
+            del applied[:]
+            if mode == "inference":
+                with torch.inference_mode():
+                    out = call(t)
+            else:
+                with torch.set_grad_enabled(mode == "grad"):
+                    out = call(t)
+            if (out.grad_fn is not None) != graph or bool(applied) != graph:
+                problems.append(f"{label} {mode} requires_grad={requires}: grad_fn {out.grad_fn}, "
+                                f"Functions applied {applied}")
             if not torch.equal(out.detach(), want):
                 problems.append(f"{label} {mode} requires_grad={requires}: {out} vs {want}")
+    import torch.autograd.forward_ad as fwd
+    with fwd.dual_level():
+        dual = fwd.make_dual(torch.ones(3), torch.ones(3))
+        try:
+            hvd.allreduce(dual, op=hvd.Sum)
+            problems.append("forward-mode AD: allreduce of a dual tensor was accepted")
+        except NotImplementedError:
+            pass
     agree(not problems, "; ".join(problems))
 
 

@@ -42,19 +42,22 @@ _NAMES = [None, "loss", "é" * 127, "x" * 128, "é" * 300, "a\0b", 3, b"loss"]
 
 
 def _full(array, inplace, op, pre, post, name):
-    """allreduce_request's engine arguments, or the exception it raises."""
+    """allreduce_request's engine arguments and automatic kind, or the exception it raises."""
     try:
-        return ops.allreduce_request("allreduce", array, inplace, op, pre, post, name).args
+        request = ops.allreduce_request("allreduce", array, inplace, op, pre, post, name)
+        return request.args, request.auto
     except Exception as exc:  # pylint: disable=broad-except
         return exc
 
 
 def _same(quick, full, inplace):
     """quick gives the engine what full does: the same arguments, the output array the same one
-    in place and a fresh one like the input out of place; the automatic name is run()'s to set."""
-    assert isinstance(full, list), f"the quick route took arguments the checks refuse: {full!r}"
-    if full[7] == "allreduce":  # name_or_auto's stand-in for an automatic name
-        assert quick[7] is None
+    in place and a fresh one like the input out of place; the automatic name is run()'s to set,
+    from the same kind (a rank on one route meets a rank on the other under one name)."""
+    assert isinstance(full, tuple), f"the quick route took arguments the checks refuse: {full!r}"
+    full, auto = full
+    if auto is not None:
+        assert quick[7] is None and auto == ops._KIND
         quick, full = quick[:7] + quick[8:], full[:7] + full[8:]
     assert quick[1] is full[1]
     if inplace:
