@@ -40,7 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="batches of each contender per size (default 10)")
     p.add_argument("-w", "--warmup", type=int, default=100,
                    help="untimed calls of each contender before each size (default 100)")
-    p.add_argument("--only", action="append", choices=("named", "auto", "core", "mpi", "torch", "torch_new"),
+    p.add_argument("--only", action="append",
+                   choices=("named", "auto", "core", "mpi", "torch", "torch_new"),
                    help="time only these contenders (may be repeated; default all but the torch "
                         "ones)")
     p.add_argument("--json", metavar="FILE", help="write every call's time to FILE")
