@@ -75,41 +75,60 @@ void hvdl_request_release(struct hvdl_request *r) {
   }
 }
 
-/* The reason r may not join the set, or hvdlSuccess: the set is dead, or a request of its
- * name is in flight or among the n requests before it in the same group. */
-static hvdlResult_t refusal_locked(const struct hvdl_requests *q, const struct hvdl_request *r,
-                                   struct hvdl_request *const *before, int n) {
-  if (q->dead) return hvdl_fail(NULL, q->dead_result, "%s", q->dead_reason);
-  for (const struct hvdl_request *t = q->head; t; t = t->next)
-    if (t->name_hash == r->name_hash && strcmp(t->desc.name, r->desc.name) == 0)
-      return hvdl_fail(NULL, hvdlInvalidArgument,
-                       "a collective named '%s' is still in flight on this rank; wait for it "
-                       "(synchronize) before submitting the name again",
-                       r->desc.name);
-  for (int i = 0; i < n; i++)
-    if (before[i]->name_hash == r->name_hash && strcmp(before[i]->desc.name, r->desc.name) == 0)
-      return hvdl_fail(NULL, hvdlInvalidArgument,
-                       "the name '%s' appears twice in one group; every entry needs its own name",
-                       r->desc.name);
-  return hvdlSuccess;
+static struct hvdl_request **bucket_of(struct hvdl_requests *q, uint64_t name_hash) {
+  return &q->by_name[name_hash & (HVDL_NAME_BUCKETS - 1)];
+}
+
+/* The request named like r in r's bucket (in flight, or earlier in r's group), or NULL. */
+static const struct hvdl_request *named_like(struct hvdl_requests *q, const struct hvdl_request *r) {
+  for (const struct hvdl_request *t = *bucket_of(q, r->name_hash); t; t = t->same_bucket)
+    if (t->name_hash == r->name_hash && strcmp(t->desc.name, r->desc.name) == 0) return t;
+  return NULL;
+}
+
+static void unhash(struct hvdl_requests *q, struct hvdl_request *r) {
+  for (struct hvdl_request **p = bucket_of(q, r->name_hash); *p; p = &(*p)->same_bucket) {
+    if (*p == r) {
+      *p = r->same_bucket;
+      r->same_bucket = NULL;
+      return;
+    }
+  }
 }
 
 hvdlResult_t hvdl_requests_add_all_locked(struct hvdl_requests *q, struct hvdl_request **rs,
                                           int n) {
-  for (int i = 0; i < n; i++) {
-    hvdlResult_t res = refusal_locked(q, rs[i], rs, i);
-    if (res != hvdlSuccess) return res;
+  if (q->dead) return hvdl_fail(NULL, q->dead_result, "%s", q->dead_reason);
+  for (int i = 0; i < n; i++) { /* each name against those in flight and the group's before it */
+    const struct hvdl_request *same = named_like(q, rs[i]);
+    if (same) {
+      for (int j = 0; j < i; j++) unhash(q, rs[j]);
+      return same->set == q /* in flight; the group's own join the set below */
+                 ? hvdl_fail(NULL, hvdlInvalidArgument,
+                             "a collective named '%s' is still in flight on this rank; wait for "
+                             "it (synchronize) before submitting the name again",
+                             rs[i]->desc.name)
+                 : hvdl_fail(NULL, hvdlInvalidArgument,
+                             "the name '%s' appears twice in one group; every entry needs its "
+                             "own name",
+                             rs[i]->desc.name);
+    }
+    struct hvdl_request **b = bucket_of(q, rs[i]->name_hash);
+    rs[i]->same_bucket = *b;
+    *b = rs[i];
   }
-  struct hvdl_request **tail = &q->head;
-  while (*tail) tail = &(*tail)->next;
   for (int i = 0; i < n; i++) {
     struct hvdl_request *r = rs[i];
     atomic_store(&r->state, HVDL_REQ_PENDING);
     atomic_fetch_add(&r->refs, 1); /* the set's reference */
     r->set = q;
     r->next = NULL;
-    *tail = r;
-    tail = &r->next;
+    r->prev = q->tail;
+    if (q->tail)
+      q->tail->next = r;
+    else
+      q->head = r;
+    q->tail = r;
   }
   return hvdlSuccess;
 }
@@ -118,15 +137,20 @@ hvdlResult_t hvdl_requests_add_locked(struct hvdl_requests *q, struct hvdl_reque
   return hvdl_requests_add_all_locked(q, &r, 1);
 }
 
-/* Unlinks r from the in-flight list (under mu). */
+/* Unlinks r from the in-flight list and its name's bucket (under mu); nothing if it is
+ * not in them (hvdl_requests_fail_all took it out already). */
 static void unlink_locked(struct hvdl_requests *q, struct hvdl_request *r) {
-  for (struct hvdl_request **p = &q->head; *p; p = &(*p)->next) {
-    if (*p == r) {
-      *p = r->next;
-      r->next = NULL;
-      return;
-    }
-  }
+  if (!r->prev && q->head != r) return;
+  if (r->prev)
+    r->prev->next = r->next;
+  else
+    q->head = r->next;
+  if (r->next)
+    r->next->prev = r->prev;
+  else
+    q->tail = r->prev;
+  r->next = r->prev = NULL;
+  unhash(q, r);
 }
 
 void hvdl_request_complete(struct hvdl_request *r, hvdlResult_t res, const char *msg) {
@@ -181,8 +205,7 @@ void hvdl_requests_fail_all(struct hvdl_requests *q, hvdlResult_t res, const cha
   mark_dead_locked(q, res, reason);
   while (q->head) {
     struct hvdl_request *r = q->head;
-    q->head = r->next;
-    r->next = NULL;
+    unlink_locked(q, r);
     r->result = q->dead_result;
     snprintf(r->error, sizeof r->error, "%s", q->dead_reason);
     atomic_store(&r->state, HVDL_REQ_FAILED);

@@ -84,8 +84,15 @@ struct hvdl_request {
   int phase;
   int cache_id;
   double t_submit, t_ready;
-  struct hvdl_request *next;     /* in the in-flight list (under mu) */
+  struct hvdl_request *next, *prev; /* in the in-flight list (under mu) */
+  struct hvdl_request *same_bucket;  /* the next in-flight request whose name hashes to the
+                                     * same bucket (under mu) */
 };
+
+/* Buckets of the in-flight names: a submission checks its name against one bucket's
+ * few requests, not against everything in flight (which cost 10 us a submission with
+ * 1,000 in flight: docs/benchmarks.md, "Submitting"). */
+#define HVDL_NAME_BUCKETS 1024
 
 /* The requests in flight, in submission order, and their waiters. mu also guards
  * the engine's queue state (engine.c); wake_due and wake_due_since belong to the
@@ -93,7 +100,8 @@ struct hvdl_request {
 struct hvdl_requests {
   pthread_mutex_t mu;
   pthread_cond_t done_cv;        /* waiters sleep here */
-  struct hvdl_request *head;     /* under mu */
+  struct hvdl_request *head, *tail; /* under mu */
+  struct hvdl_request *by_name[HVDL_NAME_BUCKETS]; /* under mu: chains of same_bucket */
   int nwaiting;                  /* threads blocked in hvdl_request_wait_for (under mu) */
   double notify_s;               /* HVD_LITE_NOTIFY_TIME: how long a completion may go unannounced */
   int wake_due;                  /* completions whose waiters have not been woken yet */

@@ -387,6 +387,35 @@ def test_a_group_with_a_repeated_name_is_refused_whole():
           f"{err!r}, {out}")
 
 
+def test_in_flight_names_are_refused_and_freed_by_name_with_thousands_in_flight():
+    """The in-flight names are kept in buckets (csrc/request.h): with 3,000 in flight (several a
+    bucket) every one of a sample is refused again, a refused group leaves its earlier entries
+    free, and once all have completed every name can be submitted again."""
+    engine = basics._engine()
+    x = np.ones(1, np.float32)
+
+    def entry(name):
+        return (basics._core.COLL_ALLREDUCE, x, np.empty(1, np.float32), ops.hvdl_dtype(x.dtype),
+                ops.HVDL_OPS[hvd.Sum], 1.0, 1.0, name, (1,), 0, None, "")
+
+    names = [f"many.{i}" for i in range(3000)]
+    with ops.held(engine):
+        handles = engine.submit_group([entry(n) for n in names])
+        refused = [raised(lambda n=n: engine.submit(*entry(n), False)) for n in names[::97]]
+        group = raised(lambda: engine.submit_group([entry("free.0"), entry("free.1"),
+                                                    entry(names[1234])]))
+        free = engine.submit_group([entry("free.0"), entry("free.1")])
+    for h in handles + free:
+        h.wait()
+    again = engine.submit_group([entry(n) for n in names[::-1]])
+    for h in again:
+        h.wait()
+    ok = [isinstance(e, ValueError) and "still in flight" in str(e) for e in refused]
+    agree(all(ok) and len(ok) == 31 and isinstance(group, ValueError)
+          and f"'{names[1234]}' is still in flight" in str(group) and len(again) == 3000,
+          f"refused {sum(ok)} of {len(ok)}; group: {group!r}")
+
+
 @pytest.mark.mpi(min_size=2)
 def test_dropping_a_pending_handle_returns_at_once_and_the_collective_still_completes():
     """Rank 0 drops its handles while the others have not submitted yet: del returns at once, the
