@@ -263,9 +263,19 @@ def _engine_of(where):
 
 def submit(request: Request) -> Handle:
     """Hands a checked request to its process set's engine."""
-    args = _engine_args(request)
-    c = _engine_of(request.where).submit(*args, _this_thread.at_once)
-    return Handle(c, request.output, args[7], request.finish)
+    return start(request.where, request.auto, _armed(request.args), request.output,
+                 request.finish)
+
+
+def start(where, kind: Optional[str], args: list, output, finish=None) -> Handle:
+    """An asynchronous call's engine part: `args` (engine_args, complete, armed) submitted to the
+    engine of `where` (basics.set_for's set; None: the global set); its Handle returned, with
+    `output` and `finish` (see Request). `kind` not None: the call is named automatically, the
+    set's next counter name of that kind, put in args."""
+    if kind is not None:
+        args[7] = basics.auto_name(kind, where)
+    c = _engine_of(where).submit(*args, _this_thread.at_once)
+    return Handle(c, output, args[7], finish)
 
 
 def submit_group(requests: Sequence[Request]) -> List[Handle]:

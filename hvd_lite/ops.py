@@ -8,7 +8,7 @@ from .process_sets import ProcessSet, global_process_set
 from ._submit import (HVDL_DTYPES, HVDL_OPS, MAX_DIMS, MAX_NAME_BYTES, Average, Handle, Max, Min,
                       Product, ReduceOp, Request, Sum, at_once, check_array, check_op,
                       check_reducible, check_scale, engine_args, group_names, held, hvdl_dtype,
-                      name_or_auto, poll, run, run_now, submit, submit_group, synchronize)
+                      name_or_auto, poll, run, run_now, start, submit, submit_group, synchronize)
 
 _core = basics._core
 # The kind of an allreduce's automatic names (both routes: a synchronous call's is "allreduce.sync").
@@ -18,8 +18,19 @@ _KIND = "allreduce"
 def allreduce_request(fn: str, array, inplace: bool, op, prescale_factor, postscale_factor,
                       name, process_set=None) -> Request:
     """An allreduce of `array` (into itself when `inplace`, else into a new array) in
-    `process_set` (None: the global set), checked."""
+    `process_set` (None: the global set), checked: plain_args' common case at a glance, anything
+    else in full (checked_request), which raises for what the engine cannot take."""
     where = basics.set_for(fn, process_set)  # not initialized, not a member: say so first
+    args = plain_args(array, inplace, op, prescale_factor, postscale_factor, name)
+    if args is None:
+        return checked_request(fn, array, inplace, op, prescale_factor, postscale_factor, name,
+                               where)
+    return Request(args, args[2], None, where, _KIND if name is None else None)
+
+
+def checked_request(fn: str, array, inplace: bool, op, prescale_factor, postscale_factor, name,
+                    where) -> Request:
+    """allreduce_request's full checks, in the set `where` (basics.set_for's)."""
     code = check_array(fn, array, inplace)
     check_reducible(fn, array)
     hop = check_op(fn, op)
@@ -37,16 +48,16 @@ def allreduce_async(array: np.ndarray, op: ReduceOp = Average, prescale_factor: 
                     postscale_factor: float = 1.0, name: Optional[str] = None,
                     process_set: ProcessSet = global_process_set) -> Handle:
     """Starts reducing `array` across ranks into a new array; returns a handle."""
-    return submit(allreduce_request("allreduce_async", array, False, op, prescale_factor,
-                                    postscale_factor, name, process_set))
+    return _allreduce_start("allreduce_async", array, False, op, prescale_factor, postscale_factor,
+                            name, process_set)
 
 
 def allreduce_async_(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
                      postscale_factor: float = 1.0, name: Optional[str] = None,
                      process_set: ProcessSet = global_process_set) -> Handle:
     """Starts reducing `array` across ranks in place; returns a handle."""
-    return submit(allreduce_request("allreduce_async_", array, True, op, prescale_factor,
-                                    postscale_factor, name, process_set))
+    return _allreduce_start("allreduce_async_", array, True, op, prescale_factor, postscale_factor,
+                            name, process_set)
 
 
 def allreduce(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
@@ -65,14 +76,26 @@ def allreduce_(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float
                           process_set)
 
 
-def _allreduce_now(fn: str, array, inplace: bool, op, pre, post, name, process_set):
-    """A synchronous allreduce: plain_args' common case straight to the engine (run), anything
-    else through allreduce_request's checks (run_now), which raise for what the engine cannot
-    take. The two give the engine the same arguments (tests/unit/test_plain_args.py)."""
+def _allreduce_start(fn: str, array, inplace: bool, op, pre, post, name, process_set) -> Handle:
+    """An asynchronous allreduce: plain_args' common case straight to the engine (start), without
+    a Request, anything else through checked_request's checks (submit). Unnamed, both take the
+    set's next counter name (tests/unit/test_plain_args.py)."""
     where = basics.set_for(fn, process_set)  # not initialized, not a member: say so first
     args = plain_args(array, inplace, op, pre, post, name)
     if args is None:
-        return run_now(allreduce_request(fn, array, inplace, op, pre, post, name, process_set))
+        return submit(checked_request(fn, array, inplace, op, pre, post, name, where))
+    return start(where, _KIND if name is None else None, args, args[2])
+
+
+def _allreduce_now(fn: str, array, inplace: bool, op, pre, post, name, process_set):
+    """A synchronous allreduce: plain_args' common case straight to the engine (run), without
+    a Request, anything else through checked_request's checks (run_now), which raise for what the
+    engine cannot take. The two give the engine the same arguments
+    (tests/unit/test_plain_args.py)."""
+    where = basics.set_for(fn, process_set)  # not initialized, not a member: say so first
+    args = plain_args(array, inplace, op, pre, post, name)
+    if args is None:
+        return run_now(checked_request(fn, array, inplace, op, pre, post, name, where))
     run(where, _KIND if name is None else None, args)
     return args[2]
 
@@ -84,12 +107,12 @@ _PLAIN_NAME_CHARS = MAX_NAME_BYTES // 4
 
 
 def plain_args(array, inplace: bool, op, pre, post, name) -> Optional[list]:
-    """The engine arguments of an allreduce whose arguments pass allreduce_request's checks at a
+    """The engine arguments of an allreduce whose arguments pass checked_request's checks at a
     glance, or None: a C-contiguous numpy.ndarray (writable in place) of a reducible dtype, a
     ReduceOp but Adasum, float factors, no name or a short one, and no adapter fault armed.
-    Automatically named, the name is left for run() to set. Whatever this declines,
-    allreduce_request checks in full, so each error is written once; this is what a small call's
-    microseconds allow (docs/benchmarks.md, "Through the numpy API")."""
+    Automatically named, the name is left for run(), start() or submit() to set. Whatever this
+    declines, checked_request checks in full, so each error is written once; this is what a small
+    call's microseconds allow (docs/benchmarks.md, "Through the numpy API")."""
     if (type(array) is not np.ndarray or type(op) is not ReduceOp or type(pre) is not float
             or type(post) is not float or basics._state.adapter_faults):
         return None

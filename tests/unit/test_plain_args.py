@@ -1,6 +1,6 @@
-"""The synchronous allreduce's quick route (ops.plain_args) against its full checks
-(ops.allreduce_request): it takes only arguments the checks accept, and gives the engine the same
-ones they would."""
+"""The allreduce's quick route (ops.plain_args, taken by the synchronous calls and by every
+allreduce_request) against its full checks (ops.checked_request): it takes only arguments the
+checks accept, and gives the engine the same ones they would."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -42,9 +42,10 @@ _NAMES = [None, "loss", "é" * 127, "x" * 128, "é" * 300, "a\0b", 3, b"loss"]
 
 
 def _full(array, inplace, op, pre, post, name):
-    """allreduce_request's engine arguments and automatic kind, or the exception it raises."""
+    """checked_request's engine arguments and automatic kind, or the exception it raises."""
     try:
-        request = ops.allreduce_request("allreduce", array, inplace, op, pre, post, name)
+        where = basics.set_for("allreduce", None)
+        request = ops.checked_request("allreduce", array, inplace, op, pre, post, name, where)
         return request.args, request.auto
     except Exception as exc:  # pylint: disable=broad-except
         return exc
@@ -114,3 +115,35 @@ def test_a_synchronous_allreduce_checks_its_process_set_first():
         assert hvd.allreduce_(x, op=hvd.Sum, process_set=None) is x
     finally:
         hvd.shutdown()
+
+
+def test_asynchronous_calls_on_either_route_take_the_same_counter_names(initialized):
+    """An unnamed allreduce_async on the quick route and one through the full checks (here an int
+    factor, which plain_args declines) draw from one counter: a rank on one route meets a rank
+    on the other."""
+    x, y = np.ones(3, np.float32), np.ones(2)
+    assert ops.plain_args(x, True, hvd.Sum, 1, 1.0, None) is None
+    handles = [hvd.allreduce_async_(x, op=hvd.Sum), hvd.allreduce_async_(x, op=hvd.Sum,
+                                                                          prescale_factor=1),
+               hvd.allreduce_async(y, op=hvd.Sum), hvd.allreduce_async(y, op=hvd.Sum,
+                                                                       postscale_factor=1)]
+    assert [h.name for h in handles] == [f"allreduce.noname.{i}" for i in range(4)]
+    assert handles[0].output is handles[1].output is x
+    assert handles[2].output is not y and handles[3].output is not y
+    for h in handles:
+        hvd.synchronize(h)
+    np.testing.assert_array_equal(handles[3].output, y)
+
+
+def test_allreduce_request_takes_the_quick_route_for_plain_arguments(initialized, monkeypatch):
+    """What the asynchronous and grouped calls pay for: the full checks only where plain_args
+    declines."""
+    full = []
+    real = ops.checked_request
+    monkeypatch.setattr(ops, "checked_request", lambda *a: full.append(a) or real(*a))
+    x = np.ones(3, np.float32)
+    hvd.synchronize(hvd.allreduce_async_(x, op=hvd.Sum, name="plain"))
+    hvd.grouped_allreduce_([x, np.ones(2)], op=hvd.Sum)
+    assert full == []
+    hvd.synchronize(hvd.allreduce_async_(x, op=hvd.Sum, prescale_factor=1))
+    assert len(full) == 1
