@@ -48,7 +48,10 @@ int hvdl_py_check_reducible(int dtype);
 int hvdl_py_check_op(int op);
 
 /* Exports obj as a C-contiguous buffer (writable if asked) holding a whole number
- * of dtype elements, *count of them; -1 with an exception set otherwise. */
+ * of dtype elements, *count of them; -1 with an exception set otherwise. A tuple
+ * (owner, address, nbytes) gives the memory by address instead, kept alive by a
+ * reference to owner until the view is released: a framework's tensor, whose
+ * memory the adapter vouches for (hvd_lite.torch), without exporting a buffer. */
 int hvdl_py_get_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype, size_t *count,
                        const char *what);
 

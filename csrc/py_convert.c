@@ -72,9 +72,24 @@ int hvdl_py_check_op(int op) {
 
 int hvdl_py_get_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype, size_t *count,
                        const char *what) {
-  if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS
-                                             : PyBUF_C_CONTIGUOUS) != 0)
+  if (PyTuple_CheckExact(obj)) { /* (owner, address, nbytes): memory the owner keeps alive */
+    PyObject *owner, *where;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(obj, "OO!n;a buffer by address is (owner, address, nbytes)", &owner,
+                          &PyLong_Type, &where, &len))
+      return -1;
+    const unsigned long long address = PyLong_AsUnsignedLongLong(where); /* not negative */
+    if (address == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    if (len < 0 || (address == 0 && len > 0)) {
+      PyErr_Format(PyExc_ValueError, "%s: %zd bytes at address %llu", what, len, address);
+      return -1;
+    }
+    if (PyBuffer_FillInfo(view, owner, (void *)(uintptr_t)address, len, 0, PyBUF_SIMPLE) != 0)
+      return -1;
+  } else if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS
+                                                    : PyBUF_C_CONTIGUOUS) != 0) {
     return -1;
+  }
   size_t es = hvdl_type_size((hvdlDataType_t)dtype);
   if ((size_t)view->len % es != 0) {
     PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, not a whole number of %s elements", what,

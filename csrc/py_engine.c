@@ -9,7 +9,9 @@
  *                                        a process set's engine (see set_config)
  *     .rank .size .local_rank .local_size .cross_rank .cross_size .homogeneous (hvdl_topology)
  *     .submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits,
- *             error, at_once=False) -> Handle   (at_once: waited on at once, no batching)
+ *             error, at_once=False) -> Handle   (at_once: waited on at once, no batching;
+ *                                        send/recv: a buffer, None, or (owner, address,
+ *                                        nbytes): hvdl_py_get_buffer)
  *     .submit_group([(coll, send, ..., error), ...], at_once=False) -> [Handle]
  *                                        all of them in one round, or none
  *     .hold(on), .shutdown()             (shutdown waits in slices: a signal interrupts it)

@@ -1,8 +1,10 @@
 """Collectives on torch tensors: horovod.torch's names and arguments over hvd_lite's engine.
 
-CPU tensors reach the engine without a copy, as numpy views of their memory (bfloat16 through an
-int16 view). Out-of-place calls copy a non-contiguous input once; in-place calls refuse it. A tensor
-on another device goes through a CPU copy and its result comes back to that device.
+CPU tensors reach the engine without a copy: an allreduce's common case (_plain_args) gives the
+engine the tensor's memory by address, everything else goes as numpy views of it (bfloat16 through
+an int16 view) through the numpy API's checks. Out-of-place calls copy a non-contiguous input once;
+in-place calls refuse it. A tensor on another device goes through a CPU copy and its result comes
+back to that device.
 """
 import warnings
 from typing import Callable, List, Optional, Sequence
@@ -13,8 +15,8 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 
 from .. import basics, collectives, ops
-from .._submit import (Adasum, Average, Max, Min, Product, ReduceOp, Sum, at_once, check_name,
-                       group_names, submit_group)
+from .._submit import (HVDL_OPS, MAX_DIMS, Adasum, Average, Max, Min, Product, ReduceOp, Request,
+                       Sum, at_once, check_name, group_names, run, start, submit_group)
 from ..process_sets import global_process_set
 from ..exceptions import CollectiveError, UnsupportedDtypeError
 from .compression import Compression
@@ -57,6 +59,41 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
     if array.dtype == ml_dtypes.bfloat16:
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(array)
+
+
+# The hvdl codes of the dtypes a reduction takes (bool is not one), by way of numpy's.
+_REDUCIBLE = {t: ops._REDUCIBLE[np.dtype(n)] for t, n in _NUMPY_DTYPES.items() if t != torch.bool}
+_REDUCIBLE[torch.bfloat16] = ops._REDUCIBLE[np.dtype(ml_dtypes.bfloat16)]
+
+
+def _plain_args(tensor, inplace: bool, op, pre, post, name) -> Optional[list]:
+    """ops.plain_args for a tensor: the engine arguments of an allreduce whose arguments the full
+    route (a numpy view through the numpy API) would accept at once, or None. A dense, contiguous,
+    non-empty CPU torch.Tensor (not a subclass) of a reducible dtype, a ReduceOp but Adasum, float
+    factors, no name or a short one, no adapter fault armed. Its memory goes to the engine by
+    address, with the tensor to keep it alive (no numpy view, which costs more than the rest of the
+    call: docs/benchmarks.md, "Submitting"); out of place, into a new tensor like it. The two
+    routes give the engine the same arguments (tests/unit/test_torch_plain_args.py)."""
+    if (type(tensor) is not torch.Tensor or type(op) is not ReduceOp or type(pre) is not float
+            or type(post) is not float or basics._state.adapter_faults):
+        return None
+    code, hop = _REDUCIBLE.get(tensor.dtype), HVDL_OPS.get(op)
+    if (code is None or hop is None or not tensor.is_cpu or tensor.layout != torch.strided
+            or tensor.dim() > MAX_DIMS or not tensor.is_contiguous()):
+        return None
+    count = tensor.numel()
+    if count == 0 or (name is not None and (type(name) is not str
+                                            or len(name) > ops._PLAIN_NAME_CHARS or "\0" in name)):
+        return None
+    nbytes = count * tensor.element_size()
+    send = (tensor, tensor.data_ptr(), nbytes)
+    if inplace:
+        recv = send
+    else:
+        out = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+        recv = (out, out.data_ptr(), nbytes)
+    return [basics._core.COLL_ALLREDUCE, send, recv, code, hop, pre, post, name,
+            tuple(tensor.shape), 0, None, ""]
 
 
 def cpu_input(fn: str, tensor: torch.Tensor) -> torch.Tensor:
@@ -103,6 +140,10 @@ def _to_device(result: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 def _out_of_place(like: torch.Tensor) -> Callable:
     return lambda out: _to_device(_tensor(out), like)
+
+
+def _given(out: torch.Tensor) -> Callable:
+    return lambda _out: out
 
 
 def _in_place(original: torch.Tensor, cpu: torch.Tensor) -> Callable:
@@ -179,19 +220,29 @@ def allreduce_async_(tensor: torch.Tensor, average=None, name: Optional[str] = N
                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                      process_set=global_process_set) -> Handle:
     """Starts reducing `tensor` across ranks in place; returns a handle."""
-    cpu = cpu_inplace("allreduce_async_", tensor)
-    array = numpy_view(cpu)
-    h = ops.allreduce_async_(array, _op(op, average, "allreduce_async_"), prescale_factor,
-                             postscale_factor, name, process_set)
-    return Handle(h, _in_place(tensor, cpu))
+    op = _op(op, average, "allreduce_async_")
+    args = _plain_args(tensor, True, op, prescale_factor, postscale_factor, name)
+    if args is None:
+        cpu = cpu_inplace("allreduce_async_", tensor)
+        h = ops.allreduce_async_(numpy_view(cpu), op, prescale_factor, postscale_factor, name,
+                                 process_set)
+        return Handle(h, _in_place(tensor, cpu))
+    where = basics.set_for("allreduce_async_", process_set)
+    return Handle(start(where, ops._KIND if name is None else None, args, None),
+                  _in_place(tensor, tensor))
 
 
 def _allreduce_now(tensor: torch.Tensor, op, pre, post, name, process_set) -> torch.Tensor:
     """A synchronous allreduce into a new tensor through the numpy API's synchronous call (no
     handle; unnamed, it takes the set's one synchronous name instead of a new counter name that
-    rank 0's coordinator must match)."""
-    src = cpu_input("allreduce", tensor)
-    return _out_of_place(tensor)(ops.allreduce(numpy_view(src), op, pre, post, name, process_set))
+    rank 0's coordinator must match). _plain_args' common case goes to the engine directly."""
+    args = _plain_args(tensor, False, op, pre, post, name)
+    if args is None:
+        src = cpu_input("allreduce", tensor)
+        return _out_of_place(tensor)(ops.allreduce(numpy_view(src), op, pre, post, name,
+                                                   process_set))
+    run(basics.set_for("allreduce", process_set), ops._KIND if name is None else None, args)
+    return args[2][0]
 
 
 class _Allreduce(torch.autograd.Function):
@@ -228,9 +279,13 @@ def allreduce_(tensor: torch.Tensor, average=None, name: Optional[str] = None, o
                process_set=global_process_set) -> torch.Tensor:
     """Reduces `tensor` across ranks in place and returns it."""
     op = _op(op, average, "allreduce_")
-    cpu = cpu_inplace("allreduce_", tensor)
-    ops.allreduce_(numpy_view(cpu), op, prescale_factor, postscale_factor, name, process_set)
-    return _in_place(tensor, cpu)(None)
+    args = _plain_args(tensor, True, op, prescale_factor, postscale_factor, name)
+    if args is None:
+        cpu = cpu_inplace("allreduce_", tensor)
+        ops.allreduce_(numpy_view(cpu), op, prescale_factor, postscale_factor, name, process_set)
+        return _in_place(tensor, cpu)(None)
+    run(basics.set_for("allreduce_", process_set), ops._KIND if name is None else None, args)
+    return tensor
 
 
 def allreduce_group(fn: str, tensors: Sequence[torch.Tensor], names: Sequence[str],
@@ -239,6 +294,13 @@ def allreduce_group(fn: str, tensors: Sequence[torch.Tensor], names: Sequence[st
     """Allreduces of `tensors` under `names`, in place or into new tensors: every one checked
     before any is submitted (a bad one raises and sends nothing), then all submitted in one
     engine round, so they can be fused. One handle each."""
+    plain = [_plain_args(t, inplace, op, prescale_factor, postscale_factor, n)
+             for t, n in zip(tensors, names)]
+    if plain and None not in plain:  # every one by address (the optimizer's gradients)
+        where = basics.set_for(fn, process_set)
+        handles = submit_group([Request(args, None, None, where) for args in plain])
+        return [Handle(h, _in_place(t, t) if inplace else _given(args[2][0]))
+                for h, t, args in zip(handles, tensors, plain)]
     cpus = [cpu_inplace(fn, t) if inplace else cpu_input(fn, t) for t in tensors]
     handles = ops.allreduce_group(fn, [numpy_view(c) for c in cpus], names, inplace, op,
                                   prescale_factor, postscale_factor, process_set)

@@ -147,3 +147,29 @@ def test_allreduce_request_takes_the_quick_route_for_plain_arguments(initialized
     assert full == []
     hvd.synchronize(hvd.allreduce_async_(x, op=hvd.Sum, prescale_factor=1))
     assert len(full) == 1
+
+
+def test_the_engine_takes_memory_by_address_and_refuses_a_bad_address(initialized):
+    """Engine.submit's (owner, address, nbytes) buffer (what hvd_lite.torch passes): written in
+    place (one rank: a prescale of 2 doubles it), the owner held while in flight; a null address
+    with bytes, a negative size or address, or a malformed tuple is refused before anything runs."""
+    import sys
+    engine = basics._engine()
+    x = np.arange(4, dtype=np.float32)
+    refs = sys.getrefcount(x)
+
+    def submit(buf, name="by_address"):
+        return engine.submit(basics._core.COLL_ALLREDUCE, buf, buf, ops.hvdl_dtype(x.dtype),
+                             ops.HVDL_OPS[hvd.Sum], 2.0, 1.0, name, (4,), 0, None, "", True)
+
+    h = submit((x, x.ctypes.data, x.nbytes))
+    assert sys.getrefcount(x) > refs
+    h.wait()
+    del h
+    assert sys.getrefcount(x) == refs and x.tolist() == [0.0, 2.0, 4.0, 6.0]
+    for bad, exc in [((x, 0, 16), ValueError), ((x, x.ctypes.data, -1), ValueError),
+                     ((x, -8, 16), OverflowError), ((x, x.ctypes.data), TypeError),
+                     ((x, "1", 16), TypeError), ((x, x.ctypes.data, 15), ValueError)]:
+        with pytest.raises(exc):
+            submit(bad, "bad")
+    assert x.tolist() == [0.0, 2.0, 4.0, 6.0]
