@@ -14,6 +14,8 @@ just written it. Contenders, interleaved step by step (order rotating):
   core per tensor  with --core: hvd_lite's C binding without the engine
                    (_core.Comm.allreduce), one call per tensor in the calling thread:
                    what the ring and the latency path alone cost for this step
+  core flat        with --core: one such call on the whole flat buffer (97.5 MiB): what
+                   no fusion of these tensors could beat on this host
 
   time     median over --steps of one step's time, from a barrier to the last
            result, the slowest rank's (p10 and p90 beside it)
@@ -70,7 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "Horovod's optimizer does), or the last one first, then the rest")
     p.add_argument("--no-mpi", action="store_true", help="time hvd_lite contenders only")
     p.add_argument("--core", action="store_true",
-                   help="also time hvd_lite's C binding without the engine, one call per tensor")
+                   help="also time hvd_lite's C binding without the engine, one call per tensor "
+                        "and one of the whole flat buffer")
     p.add_argument("--json", metavar="FILE", help="write every step's times to FILE")
 
 
@@ -205,6 +208,10 @@ def main(args) -> int:
             core.allreduce(v, v, fcode, ccode)
         return 0.0
 
+    def core_flat() -> float:
+        core.allreduce(flat_bytes, flat_bytes, fcode, ccode)
+        return 0.0
+
     contenders = [Contender("hvd_lite", "hvd")]
     for text in args.sweep:
         contenders += [Contender(label, "hvd", env) for label, env in parse_sweep(text)]
@@ -224,6 +231,9 @@ def main(args) -> int:
         core_views = [v.reshape(-1).view(np.uint8) for v in views]
         contenders.append(Contender("core per tensor", "core"))
         contenders[-1].step = core_per_tensor
+        flat_bytes = flat.view(np.uint8)
+        contenders.append(Contender("core flat", "core"))
+        contenders[-1].step = core_flat
     expected = {"hvd": exact.expected_pattern(dtype, args.op, n),
                 "mpi": exact.expected_pattern(dtype, "sum", n),
                 "core": exact.expected_pattern(dtype, "sum", n)}

@@ -88,13 +88,13 @@ def test_resnet50_shapes_match_the_published_totals():
 
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
 def test_fusion_bench_at_2_ranks_reports_no_wrong_elements_across_engine_restarts(tmp_path):
-    record, stdout = _mpirun(2, ["--steps", "2", "-w", "1", "--shrink", "200", "--sweep",
+    record, stdout = _mpirun(2, ["--steps", "2", "-w", "1", "--shrink", "200", "--core", "--sweep",
                                  "HVD_LITE_FUSION_THRESHOLD=0,64K", "--sweep",
                                  "HVD_LITE_CYCLE_TIME=1"], tmp_path, command="fusion")
     assert record["tensors"] == 161 and record["ranks"] == 2
     labels = [r["label"] for r in record["results"]]
     assert labels == ["hvd_lite", "hvd fusion=0", "hvd fusion=64K", "hvd cycle=1",
-                      "MPI per tensor", "MPI flat"]
+                      "MPI per tensor", "MPI flat", "core per tensor", "core flat"]
     for r in record["results"]:
         assert r["wrong"] == 0, r["label"]
         assert len(r["times_s"]) == 2 and r["median_s"] > 0
