@@ -84,7 +84,9 @@ int hvdl_py_get_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype, 
       PyErr_Format(PyExc_ValueError, "%s: %zd bytes at address %llu", what, len, address);
       return -1;
     }
-    if (PyBuffer_FillInfo(view, owner, (void *)(uintptr_t)address, len, 0, PyBUF_SIMPLE) != 0)
+    /* The view holds the tuple, which holds the owner: its release is a decref, never a
+     * call of the owner's own buffer release (it exported nothing here). */
+    if (PyBuffer_FillInfo(view, obj, (void *)(uintptr_t)address, len, 0, PyBUF_SIMPLE) != 0)
       return -1;
   } else if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS
                                                     : PyBUF_C_CONTIGUOUS) != 0) {

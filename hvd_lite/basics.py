@@ -2,6 +2,7 @@
 import atexit
 import collections
 import hashlib
+import itertools
 import os
 import threading
 from typing import Any, Dict, List, Optional, Sequence
@@ -393,11 +394,13 @@ def adapter_fault() -> str:
 def auto_name(kind: str, where: Optional[_Set] = None) -> str:
     """The next automatic name for a collective of this kind in this set (None: the global
     set): the same on every rank that makes the same calls in the same order in the set since
-    it was made."""
+    it was made. Threads never get the same one: each kind counts with an itertools.count, whose
+    next() (like dict.setdefault) is one step under the GIL."""
     names = _state.auto_names if where is None else where.auto_names
-    n = names.get(kind, 0)
-    names[kind] = n + 1
-    return f"{kind}.noname.{n}"
+    counter = names.get(kind)
+    if counter is None:
+        counter = names.setdefault(kind, itertools.count())
+    return f"{kind}.noname.{next(counter)}"
 
 
 def shutdown() -> None:

@@ -79,21 +79,21 @@ def _plain_args(tensor, inplace: bool, op, pre, post, name) -> Optional[list]:
         return None
     code, hop = _REDUCIBLE.get(tensor.dtype), HVDL_OPS.get(op)
     if (code is None or hop is None or not tensor.is_cpu or tensor.layout != torch.strided
-            or tensor.dim() > MAX_DIMS or not tensor.is_contiguous()):
-        return None
-    count = tensor.numel()
-    if count == 0 or (name is not None and (type(name) is not str
-                                            or len(name) > ops._PLAIN_NAME_CHARS or "\0" in name)):
-        return None
-    nbytes = count * tensor.element_size()
-    send = (tensor, tensor.data_ptr(), nbytes)
-    if inplace:
-        recv = send
-    else:
-        out = torch.empty_like(tensor, memory_format=torch.contiguous_format)
-        recv = (out, out.data_ptr(), nbytes)
-    return [basics._core.COLL_ALLREDUCE, send, recv, code, hop, pre, post, name,
-            tuple(tensor.shape), 0, None, ""]
+            or tensor.dim() > MAX_DIMS or not tensor.is_contiguous() or tensor.is_neg()):
+        return None  # a negative view's memory holds minus its values (numpy() refuses it)
+    count, address = tensor.numel(), tensor.data_ptr()
+    if count == 0 or address == 0 or (name is not None and (
+            type(name) is not str or len(name) > ops._PLAIN_NAME_CHARS or "\0" in name)):
+        return None  # address 0: a tensor without memory (a ZeroTensor)
+    send = (tensor, address, count * tensor.element_size())
+    return [basics._core.COLL_ALLREDUCE, send, send if inplace else _output(send), code, hop, pre,
+            post, name, tuple(tensor.shape), 0, None, ""]
+
+
+def _output(send: tuple) -> tuple:
+    """A new tensor like send's, by address: an out-of-place call's output."""
+    out = torch.empty_like(send[0], memory_format=torch.contiguous_format)
+    return (out, out.data_ptr(), send[2])
 
 
 def cpu_input(fn: str, tensor: torch.Tensor) -> torch.Tensor:
@@ -294,10 +294,13 @@ def allreduce_group(fn: str, tensors: Sequence[torch.Tensor], names: Sequence[st
     """Allreduces of `tensors` under `names`, in place or into new tensors: every one checked
     before any is submitted (a bad one raises and sends nothing), then all submitted in one
     engine round, so they can be fused. One handle each."""
-    plain = [_plain_args(t, inplace, op, prescale_factor, postscale_factor, n)
+    plain = [_plain_args(t, True, op, prescale_factor, postscale_factor, n)  # no output yet
              for t, n in zip(tensors, names)]
     if plain and None not in plain:  # every one by address (the optimizer's gradients)
         where = basics.set_for(fn, process_set)
+        if not inplace:
+            for args in plain:
+                args[2] = _output(args[1])
         handles = submit_group([Request(args, None, None, where) for args in plain])
         return [Handle(h, _in_place(t, t) if inplace else _given(args[2][0]))
                 for h, t, args in zip(handles, tensors, plain)]

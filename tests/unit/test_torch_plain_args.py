@@ -31,7 +31,8 @@ def _tensors():
         "parameter": torch.nn.Parameter(torch.ones(3)), "sparse": torch.ones(3).to_sparse(),
         "17 dims": torch.ones((1,) * 17), "meta": torch.ones(3, device="meta"),
         "channels last": torch.ones(1, 2, 3, 3).to(memory_format=torch.channels_last),
-        "numpy": np.ones(3, np.float32),
+        "numpy": np.ones(3, np.float32), "negative view": torch.tensor(1 + 2j).conj().imag,
+        "zero tensor": torch._efficientzerotensor(3),
     }
 
 
@@ -95,7 +96,7 @@ def test_the_quick_route_takes_only_what_the_full_one_accepts_and_gives_the_same
     assert ("float32", True, hvd.Sum, 0.5, 1.0, None) in taken
     assert ("float32", False, hvd.Sum, 1.0, 1.0, "loss") in taken
     for label in ("transposed", "strided", "parameter", "sparse", "meta", "channels last",
-                  "empty", "bool", "complex", "17 dims", "numpy"):
+                  "empty", "bool", "complex", "17 dims", "numpy", "negative view", "zero tensor"):
         assert not any(t[0] == label for t in taken), label
 
 
@@ -106,10 +107,11 @@ def test_the_quick_route_declines_while_an_adapter_fault_is_armed(initialized):
     assert mpi_ops._plain_args(t, True, hvd.Sum, 1.0, 1.0, None) is None
 
 
-def test_a_tensor_given_by_address_is_kept_alive_and_written_by_every_call(initialized):
-    """One rank: Average with a prescale of 2 doubles each value, so the engine must have written
-    the tensor's own memory (in place) or the new tensor (out of place); the engine holds the
-    tensor itself until the call completes, so a dropped reference does no harm."""
+def test_a_tensor_given_by_address_is_written_by_every_call(initialized):
+    """One rank: Sum with a prescale of 2 doubles each value, so the engine must have written the
+    tensor's own memory (in place) or the new tensor (out of place), one by one and in groups;
+    the engine holds the tensor until the call completes (test_plain_args.py counts the
+    references of such an owner)."""
     import hvd_lite.torch as hvd_torch
     t = torch.arange(4, dtype=torch.float32)
     assert hvd_torch.allreduce_(t, op=hvd_torch.Sum, prescale_factor=2.0) is t
