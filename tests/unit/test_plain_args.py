@@ -7,6 +7,7 @@ import pytest
 
 import hvd_lite as hvd
 from hvd_lite import basics, ops
+import route_matrix
 
 
 @pytest.fixture
@@ -66,24 +67,13 @@ def _same(quick, full, inplace):
     else:
         assert quick[2] is not quick[1]
         assert (quick[2].shape, quick[2].dtype) == (full[2].shape, full[2].dtype)
-    rest = [a for i, a in enumerate(quick) if i not in (1, 2)]
-    full_rest = [a for i, a in enumerate(full) if i not in (1, 2)]
-    assert rest == full_rest and [type(a) for a in rest] == [type(a) for a in full_rest]
+    route_matrix.assert_same_past_buffers(quick, full)
 
 
 def test_the_quick_route_takes_only_what_the_checks_accept_and_gives_the_same_args(initialized):
-    taken = set()
-    for label, array in _arrays().items():
-        for inplace in (True, False):
-            cases = [(op, 1.0, 1.0, None) for op in _OPS]
-            cases += [(hvd.Sum, f, 1.0, None) for f in _FACTORS]
-            cases += [(hvd.Sum, 1.0, f, None) for f in _FACTORS]
-            cases += [(hvd.Sum, 1.0, 1.0, n) for n in _NAMES]
-            for op, pre, post, name in cases:
-                quick = ops.plain_args(array, inplace, op, pre, post, name)
-                if quick is not None:
-                    _same(quick, _full(array, inplace, op, pre, post, name), inplace)
-                    taken.add((label, inplace, op, pre, post, name))
+    taken = route_matrix.taken(_arrays(), _OPS, _FACTORS, _NAMES, ops.plain_args,
+                               lambda quick, array, inplace, *call:
+                               _same(quick, _full(array, inplace, *call), inplace))
     # The common calls do take it: without that this test would pass with a route never taken.
     for label in ("float32", "float64", "int8", "bfloat16", "0-d", "empty"):
         for inplace in (True, False):

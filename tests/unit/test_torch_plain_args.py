@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 import hvd_lite as hvd  # noqa: E402
 from hvd_lite import basics, ops  # noqa: E402
 from hvd_lite.torch import mpi_ops  # noqa: E402
+import route_matrix  # noqa: E402
 
 
 @pytest.fixture
@@ -69,24 +70,13 @@ def _same(quick, full, tensor, inplace):
     if request.auto is not None:
         assert quick[7] is None and request.auto == ops._KIND
         full_args = full_args[:7] + [None] + full_args[8:]
-    rest = [a for i, a in enumerate(quick) if i not in (1, 2)]
-    full_rest = [a for i, a in enumerate(full_args) if i not in (1, 2)]
-    assert rest == full_rest and [type(a) for a in rest] == [type(a) for a in full_rest]
+    route_matrix.assert_same_past_buffers(quick, full_args)
 
 
 def test_the_quick_route_takes_only_what_the_full_one_accepts_and_gives_the_same_args(initialized):
-    taken = set()
-    for label, tensor in _tensors().items():
-        for inplace in (True, False):
-            cases = [(op, 1.0, 1.0, None) for op in _OPS]
-            cases += [(hvd.Sum, f, 1.0, None) for f in _FACTORS]
-            cases += [(hvd.Sum, 1.0, f, None) for f in _FACTORS]
-            cases += [(hvd.Sum, 1.0, 1.0, n) for n in _NAMES]
-            for op, pre, post, name in cases:
-                quick = mpi_ops._plain_args(tensor, inplace, op, pre, post, name)
-                if quick is not None:
-                    _same(quick, _full(tensor, inplace, op, pre, post, name), tensor, inplace)
-                    taken.add((label, inplace, op, pre, post, name))
+    taken = route_matrix.taken(_tensors(), _OPS, _FACTORS, _NAMES, mpi_ops._plain_args,
+                               lambda quick, tensor, inplace, *call:
+                               _same(quick, _full(tensor, inplace, *call), tensor, inplace))
     # The common calls take it (else this test would pass with a route never taken), and the ones
     # it must leave to the full route (a copy, a view of another dtype, an error) do not.
     for label in ("float32", "float64", "int8", "uint16", "bfloat16", "float16", "0-d",
