@@ -71,7 +71,7 @@ def _plain_args(tensor, inplace: bool, op, pre, post, name) -> Optional[list]:
     route (a numpy view through the numpy API) would accept at once, or None. A dense, contiguous,
     non-empty CPU torch.Tensor (not a subclass) of a reducible dtype, a ReduceOp but Adasum, float
     factors, no name or a short one, no adapter fault armed. Its memory goes to the engine by
-    address, with the tensor to keep it alive (no numpy view, which costs more than the rest of the
+    address, with its storage to keep it alive (no numpy view, which costs more than the rest of the
     call: docs/benchmarks.md, "Submitting"); out of place, into a new tensor like it. The two
     routes give the engine the same arguments (tests/unit/test_torch_plain_args.py)."""
     if (type(tensor) is not torch.Tensor or type(op) is not ReduceOp or type(pre) is not float
@@ -85,15 +85,18 @@ def _plain_args(tensor, inplace: bool, op, pre, post, name) -> Optional[list]:
     if count == 0 or address == 0 or (name is not None and (
             type(name) is not str or len(name) > ops._PLAIN_NAME_CHARS or "\0" in name)):
         return None  # address 0: a tensor without memory (a ZeroTensor)
-    send = (tensor, address, count * tensor.element_size())
-    return [basics._core.COLL_ALLREDUCE, send, send if inplace else _output(send), code, hop, pre,
-            post, name, tuple(tensor.shape), 0, None, ""]
+    # The engine holds the tensor's storage, not the tensor: a tensor given other memory while the
+    # call is in flight (set_, .data =) leaves the engine writing memory still alive.
+    send = (tensor.untyped_storage(), address, count * tensor.element_size())
+    return [basics._core.COLL_ALLREDUCE, send, send if inplace else _output(tensor, send[2]), code,
+            hop, pre, post, name, tuple(tensor.shape), 0, None, ""]
 
 
-def _output(send: tuple) -> tuple:
-    """A new tensor like send's, by address: an out-of-place call's output."""
-    out = torch.empty_like(send[0], memory_format=torch.contiguous_format)
-    return (out, out.data_ptr(), send[2])
+def _output(like: torch.Tensor, nbytes: int) -> tuple:
+    """A new tensor like `like`, by address: an out-of-place call's output (the result itself,
+    since nothing else holds it while the call is in flight)."""
+    out = torch.empty_like(like, memory_format=torch.contiguous_format)
+    return (out, out.data_ptr(), nbytes)
 
 
 def cpu_input(fn: str, tensor: torch.Tensor) -> torch.Tensor:
@@ -299,8 +302,8 @@ def allreduce_group(fn: str, tensors: Sequence[torch.Tensor], names: Sequence[st
     if plain and None not in plain:  # every one by address (the optimizer's gradients)
         where = basics.set_for(fn, process_set)
         if not inplace:
-            for args in plain:
-                args[2] = _output(args[1])
+            for args, t in zip(plain, tensors):
+                args[2] = _output(t, args[1][2])
         handles = submit_group([Request(args, None, None, where) for args in plain])
         return [Handle(h, _in_place(t, t) if inplace else _given(args[2][0]))
                 for h, t, args in zip(handles, tensors, plain)]
