@@ -106,22 +106,29 @@ _REDUCIBLE = {dt: code for dt, code in HVDL_DTYPES.items() if dt.kind != "b"}
 _PLAIN_NAME_CHARS = MAX_NAME_BYTES // 4
 
 
+def plain_op(op, pre, post, name) -> Optional[int]:
+    """The hvdl op code of an allreduce whose op, factors and name pass checked_request's checks at
+    a glance (a ReduceOp but Adasum, float factors, no name or a short one) while no adapter fault
+    is armed, or None: the part of a quick route that does not depend on the buffer (plain_args
+    here, hvd_lite.torch's _plain_args for tensors)."""
+    if (type(op) is not ReduceOp or type(pre) is not float or type(post) is not float
+            or basics._state.adapter_faults or (name is not None and (
+                type(name) is not str or len(name) > _PLAIN_NAME_CHARS or "\0" in name))):
+        return None
+    return HVDL_OPS.get(op)
+
+
 def plain_args(array, inplace: bool, op, pre, post, name) -> Optional[list]:
     """The engine arguments of an allreduce whose arguments pass checked_request's checks at a
-    glance, or None: a C-contiguous numpy.ndarray (writable in place) of a reducible dtype, a
-    ReduceOp but Adasum, float factors, no name or a short one, and no adapter fault armed.
-    Automatically named, the name is left for run(), start() or submit() to set. Whatever this
-    declines, checked_request checks in full, so each error is written once; this is what a small
-    call's microseconds allow (docs/benchmarks.md, "Through the numpy API")."""
-    if (type(array) is not np.ndarray or type(op) is not ReduceOp or type(pre) is not float
-            or type(post) is not float or basics._state.adapter_faults):
+    glance, or None: a C-contiguous numpy.ndarray (writable in place) of a reducible dtype, and
+    what plain_op takes. Automatically named, the name is left for run(), start() or submit() to
+    set. Whatever this declines, checked_request checks in full, so each error is written once;
+    this is what a small call's microseconds allow (docs/benchmarks.md, "Through the numpy API")."""
+    if type(array) is not np.ndarray:
         return None
-    code, hop, flags = _REDUCIBLE.get(array.dtype), HVDL_OPS.get(op), array.flags
-    if (code is None or hop is None or array.ndim > MAX_DIMS or not flags.c_contiguous
+    hop, code, flags = plain_op(op, pre, post, name), _REDUCIBLE.get(array.dtype), array.flags
+    if (hop is None or code is None or array.ndim > MAX_DIMS or not flags.c_contiguous
             or (inplace and not flags.writeable)):
-        return None
-    if name is not None and (type(name) is not str or len(name) > _PLAIN_NAME_CHARS
-                             or "\0" in name):
         return None
     out = array if inplace else np.empty_like(array, order="C")
     # engine_args' layout, written out: a call saves the function's frame and tuple(shape)

@@ -15,8 +15,8 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 
 from .. import basics, collectives, ops
-from .._submit import (HVDL_OPS, MAX_DIMS, Adasum, Average, Max, Min, Product, ReduceOp, Request,
-                       Sum, at_once, check_name, group_names, run, start, submit_group)
+from .._submit import (MAX_DIMS, Adasum, Average, Max, Min, Product, ReduceOp, Request, Sum,
+                       at_once, check_name, group_names, run, start, submit_group)
 from ..process_sets import global_process_set
 from ..exceptions import CollectiveError, UnsupportedDtypeError
 from .compression import Compression
@@ -69,21 +69,19 @@ _REDUCIBLE[torch.bfloat16] = ops._REDUCIBLE[np.dtype(ml_dtypes.bfloat16)]
 def _plain_args(tensor, inplace: bool, op, pre, post, name) -> Optional[list]:
     """ops.plain_args for a tensor: the engine arguments of an allreduce whose arguments the full
     route (a numpy view through the numpy API) would accept at once, or None. A dense, contiguous,
-    non-empty CPU torch.Tensor (not a subclass) of a reducible dtype, a ReduceOp but Adasum, float
-    factors, no name or a short one, no adapter fault armed. Its memory goes to the engine by
+    non-empty CPU torch.Tensor (not a subclass) of a reducible dtype, and what ops.plain_op takes
+    (the op, factors and name). Its memory goes to the engine by
     address, with its storage to keep it alive (no numpy view, which costs more than the rest of the
     call: docs/benchmarks.md, "Submitting"); out of place, into a new tensor like it. The two
     routes give the engine the same arguments (tests/unit/test_torch_plain_args.py)."""
-    if (type(tensor) is not torch.Tensor or type(op) is not ReduceOp or type(pre) is not float
-            or type(post) is not float or basics._state.adapter_faults):
+    if type(tensor) is not torch.Tensor:
         return None
-    code, hop = _REDUCIBLE.get(tensor.dtype), HVDL_OPS.get(op)
-    if (code is None or hop is None or not tensor.is_cpu or tensor.layout != torch.strided
+    hop, code = ops.plain_op(op, pre, post, name), _REDUCIBLE.get(tensor.dtype)
+    if (hop is None or code is None or not tensor.is_cpu or tensor.layout != torch.strided
             or tensor.dim() > MAX_DIMS or not tensor.is_contiguous() or tensor.is_neg()):
         return None  # a negative view's memory holds minus its values (numpy() refuses it)
     count, address = tensor.numel(), tensor.data_ptr()
-    if count == 0 or address == 0 or (name is not None and (
-            type(name) is not str or len(name) > ops._PLAIN_NAME_CHARS or "\0" in name)):
+    if count == 0 or address == 0:
         return None  # address 0: a tensor without memory (a ZeroTensor)
     # The engine holds the tensor's storage, not the tensor: a tensor given other memory while the
     # call is in flight (set_, .data =) leaves the engine writing memory still alive.
