@@ -47,7 +47,10 @@ def _check_tensor(fn: str, tensor) -> None:
 
 
 def numpy_view(tensor: torch.Tensor) -> np.ndarray:
-    """A numpy view of a contiguous CPU tensor's memory (no copy)."""
+    """A numpy view of a contiguous CPU tensor's memory (no copy). The view holds an alias of the
+    tensor that torch makes (a new tensor object on the same storage), not the caller's tensor, so
+    the memory lives as long as the view does, even if the tensor is given other memory (set_,
+    .data =) while its collective is in flight (tests/unit/test_torch_memory.py)."""
     t = tensor.detach() if tensor.requires_grad else tensor  # numpy() refuses a tensor with grad
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
@@ -102,6 +105,8 @@ def cpu_input(fn: str, tensor: torch.Tensor) -> torch.Tensor:
     _check_tensor(fn, tensor)
     if not tensor.is_cpu:
         tensor = tensor.detach().to("cpu")
+    if tensor.is_neg():  # its memory holds minus its values: a copy that holds them
+        return tensor.resolve_neg().contiguous()
     return tensor if tensor.is_contiguous() else tensor.contiguous()
 
 
@@ -114,6 +119,8 @@ def cpu_inplace(fn: str, tensor: torch.Tensor) -> torch.Tensor:
                          "out-of-place call or tensor.contiguous()")
     if not tensor.is_cpu:
         return tensor.detach().to("cpu")
+    if tensor.is_neg():  # its memory holds minus its values: a copy, copied back (_in_place)
+        return tensor.detach().resolve_neg()
     return tensor
 
 
