@@ -321,12 +321,12 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
  * 2 ranks: 0.68-0.81x its time from 64 KiB to 1 MiB) and loses from 2 MiB (1.04-1.64x); on
  * a buffer that is not (ResNet-50's fused step, whose buffers come from memory) it saves
  * less, as it copies more than the ring does through MPI's single copy. Measured through the
- * engine (docs/benchmarks.md, "Shared memory against the ring"): with shm up to 512 KiB the
- * numpy API's 256-512 KiB all-reduce went from 1.07-1.19x MPI's time to 0.89-0.97x and the
- * fused step stayed within its noise (8 rounds alternating); up to 1 MiB the fused step was
- * 1.06-1.13x against 1.02-1.09x. */
+ * engine, builds alternating (docs/benchmarks.md, "Shared memory against the ring"): up to
+ * 1 MiB the numpy API's 1 MiB all-reduce went from 1.15-1.28x MPI's time to 0.82-0.95x (8
+ * rounds) and the fused step's median stayed at 1.04x the best MPI's (10 rounds); up to 2 MiB
+ * the 2 MiB all-reduce went from 1.08-1.13x to 1.34-1.55x. */
 #ifndef SHM_ALLREDUCE_MAX /* settable at build time (-DSHM_ALLREDUCE_MAX=...), to measure it again */
-#define SHM_ALLREDUCE_MAX ((size_t)512 << 10)
+#define SHM_ALLREDUCE_MAX ((size_t)1 << 20)
 #endif
 
 /* Variable-size ring collectives (allgather.c, reducescatter.c). Rank k's block

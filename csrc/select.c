@@ -8,7 +8,7 @@
  *      one on each of several hosts, hier_p2p without several hosts of one
  *      size).
  *   2. One host whose ranks share a segment (comm->shm, shm.c): the shared-memory
- *      path up to SHM_ALLREDUCE_MAX bytes, 512 KiB (measured, internal.h: the model
+ *      path up to SHM_ALLREDUCE_MAX bytes, 1 MiB (measured, internal.h: the model
  *      has no shared-memory term); above it, 3 and 4 as without the segment.
  *   3. B <= config.smallAllReduceBytes: the latency path (allreduce_small.c).
  *      Its default is the crossover measured on one host (128 KiB at 2 ranks,

@@ -170,7 +170,7 @@ def test_reduce_gives_the_root_the_bits_of_the_allreduce(algo):
 
 
 def test_the_selector_takes_the_shared_memory_path_on_one_host_up_to_its_crossover():
-    n, top = hvd.size(), _core.SHM_ALLREDUCE_MAX  # internal.h: 512 KiB, measured
+    n, top = hvd.size(), _core.SHM_ALLREDUCE_MAX  # internal.h: 1 MiB, measured
     with make_comm() as c:
         for nbytes in (4, 4096, 1 << 16, top, top + 4, 4 << 20, 1 << 26):
             plan = c.allreduce_plan(nbytes)
