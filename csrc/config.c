@@ -32,10 +32,12 @@
  * this many bytes; larger ready lists go to the engine thread, whose caller waits
  * interruptibly. */
 #define DEFAULT_FAST_PATH_BYTES ((size_t)16 << 20)
-/* The shared-memory path's chunk (shm.c): 4 areas of this many bytes per rank. Not
- * measured yet: large enough that a chunk's two counter updates are small beside its
- * copies, small enough that the 4 areas stay a few MiB per rank. */
-#define DEFAULT_SHM_BYTES ((size_t)1 << 20)
+/* The shared-memory path's chunk (shm.c): 4 areas of this many bytes per rank. Measured at 2
+ * ranks (docs/benchmarks.md, "Shared memory against the ring", "The chunk"): 256 KiB areas
+ * took shm's 1-4 MiB all-reduce from 0.77-1.22x MPI's time to 0.74-1.12x (C API, in the
+ * cache), and the engine's 1 MiB all-reduce from 216-281 to 181-219 us, the fused step alike;
+ * 64 and 128 KiB were no better, and a chunk's counter updates stay small beside its copies. */
+#define DEFAULT_SHM_BYTES ((size_t)256 << 10)
 #define MIN_SHM_BYTES ((size_t)64)
 #define MAX_SHM_BYTES ((size_t)1 << 30)
 /* Limits keep every MPI message count within an int. */
