@@ -60,8 +60,8 @@ _CALLS = {
 def test_memory_in_flight_outlives_a_tensor_given_other_memory(initialized, call, how):
     """An in-place call writes the tensor's old memory, not the fresh tensors put where it would
     have been freed; an out-of-place call reads the old values (1), not those fresh tensors' (7).
-    With the caller's tensor held instead (its numpy view, or the tensor by address), the fresh
-    tensors are overwritten or read, or the process crashes."""
+    With the by-address route holding the tensor instead of its storage, the process crashes. The
+    numpy view's case guards torch's numpy(), which holds an alias it makes itself."""
     make, start, expect = _CALLS[call]
     t = make(N)
     with ops.held(basics._engine()):
