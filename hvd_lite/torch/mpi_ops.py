@@ -82,7 +82,7 @@ def _plain_args(tensor, inplace: bool, op, pre, post, name) -> Optional[list]:
     hop, code = ops.plain_op(op, pre, post, name), _REDUCIBLE.get(tensor.dtype)
     if (hop is None or code is None or not tensor.is_cpu or tensor.layout != torch.strided
             or tensor.dim() > MAX_DIMS or not tensor.is_contiguous() or tensor.is_neg()):
-        return None  # a negative view's memory holds minus its values (numpy() refuses it)
+        return None  # a negative view: its memory holds minus its values (the full route copies)
     count, address = tensor.numel(), tensor.data_ptr()
     if count == 0 or address == 0:
         return None  # address 0: a tensor without memory (a ZeroTensor)
