@@ -179,11 +179,11 @@ static const struct hvdl_cost_model default_model = {
 
 hvdlResult_t hvdl_config_check(const hvdlConfig_t *c) {
   if ((c->shmBytes && (c->shmBytes < MIN_SHM_BYTES || c->shmBytes > MAX_SHM_BYTES)) ||
-      (c->disableShm != 0 && c->disableShm != 1))
+      (c->disableShm != 0 && c->disableShm != 1) || (c->disableShmCma != 0 && c->disableShmCma != 1))
     return hvdl_fail(NULL, hvdlInvalidArgument,
                      "hvdlConfig_t out of range: shmBytes %zu (%zu .. %zu, or 0 for the default), "
-                     "disableShm %d (0 or 1)",
-                     c->shmBytes, MIN_SHM_BYTES, MAX_SHM_BYTES, c->disableShm);
+                     "disableShm %d, disableShmCma %d (0 or 1)",
+                     c->shmBytes, MIN_SHM_BYTES, MAX_SHM_BYTES, c->disableShm, c->disableShmCma);
   if (c->allReduceAlgorithm < 0 || c->allReduceAlgorithm >= hvdlNumAlgos)
     return hvdl_fail(NULL, hvdlInvalidArgument,
                      "hvdlConfig_t out of range: allReduceAlgorithm %d (valid: 0..%d)",
@@ -217,6 +217,8 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
   int shm;
   HVDL_CHECK(env_switch("HVD_LITE_SHM", &shm));
   config->disableShm = !shm;
+  HVDL_CHECK(env_switch("HVD_LITE_SHM_CMA", &shm));
+  config->disableShmCma = !shm;
   HVDL_CHECK(env_size("HVD_LITE_SHM_BYTES", DEFAULT_SHM_BYTES, MIN_SHM_BYTES, MAX_SHM_BYTES,
                       &config->shmBytes));
   const char *algo = getenv("HVD_LITE_ALLREDUCE_ALGO");

@@ -127,6 +127,10 @@ typedef struct {
                                  (HVD_LITE_SHM=0) */
   size_t shmBytes;            /* the shared-memory path's chunk: bytes of each of the four
                                  areas a rank has in its host's segment (HVD_LITE_SHM_BYTES) */
+  int disableShmCma;          /* 1: the shared-memory path never reads a peer's own memory
+                                 (process_vm_readv, "cross-memory attach"), so it copies
+                                 every buffer through the segment and leaves large ones to
+                                 the ring (HVD_LITE_SHM_CMA=0) */
   int allReduceAlgorithm;     /* an hvdlAlgorithm_t (HVD_LITE_ALLREDUCE_ALGO); hvdlAlgoAuto:
                                  the selector's choice (csrc/select.c) */
   int broadcastAlgorithm;     /* an hvdlBroadcastAlgorithm_t (HVD_LITE_BROADCAST_ALGO);

@@ -328,6 +328,12 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
 #ifndef SHM_ALLREDUCE_MAX /* settable at build time (-DSHM_ALLREDUCE_MAX=...), to measure it again */
 #define SHM_ALLREDUCE_MAX ((size_t)1 << 20)
 #endif
+/* Above SHM_CMA_MIN bytes per rank the shared-memory path reads the peers' own buffers
+ * (its single-copy form, shm.c) where every local rank can (hvdl_shm.cma); the selector then
+ * takes the path at every size on one host. */
+#ifndef SHM_CMA_MIN /* settable at build time, to measure it again */
+#define SHM_CMA_MIN ((size_t)1 << 20)
+#endif
 
 /* Variable-size ring collectives (allgather.c, reducescatter.c). Rank k's block
  * has counts[k] elements (any may be 0) and starts at element counts[0] + ... +

@@ -217,5 +217,6 @@ PyMODINIT_FUNC PyInit__core(void) {
   PyModule_AddIntConstant(m, "SHM_ROUND_WORDS", SHM_ROUND_WORDS);
   /* the selector's shared-memory crossover (internal.h), for the test that checks it */
   PyModule_AddIntConstant(m, "SHM_ALLREDUCE_MAX", (long)SHM_ALLREDUCE_MAX);
+  PyModule_AddIntConstant(m, "SHM_CMA_MIN", (long)SHM_CMA_MIN);
   return m;
 }

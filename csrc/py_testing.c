@@ -7,6 +7,7 @@
  *                                        the bare C API (hvdl.h)
  *   Comm.shm_layout() -> None or (hosts, lanes, local_rank, local_size)
  *                                        its shared-memory path (shm.h)
+ *   Comm.shm_cma() -> bool               whether that path has its single-copy form
  *   Comm.allreduce_plan(nbytes)          the all-reduce selector's choice and model (select.c)
  *   Comm.broadcast_plan(nbytes)          the broadcast selector's choice and model (select_bcast.c)
  *   Comm.gather_plan(coll, nbytes)       the all-gather's or reduce-scatter's (select_gather.c)
@@ -250,6 +251,11 @@ static PyObject *Comm_shm_layout(CommObject *self, PyObject *unused) {
   return Py_BuildValue("(iiii)", s->hosts, s->lanes, s->local_rank, s->local_size);
 }
 
+static PyObject *Comm_shm_cma(CommObject *self, PyObject *unused) {
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  return PyBool_FromLong(self->comm->shm && self->comm->shm->cma);
+}
+
 /* The all-reduce selector's view of a call of nbytes per rank (select.c). */
 static PyObject *Comm_allreduce_plan(CommObject *self, PyObject *args) {
   unsigned long long nbytes;
@@ -346,6 +352,8 @@ static PyMethodDef Comm_methods[] = {
     {"destroy", (PyCFunction)Comm_destroy, METH_NOARGS, "hvdlCommDestroy (collective)"},
     {"shm_layout", (PyCFunction)Comm_shm_layout, METH_NOARGS,
      "None without a shared-memory path, else (hosts, lanes, local_rank, local_size)"},
+    {"shm_cma", (PyCFunction)Comm_shm_cma, METH_NOARGS,
+     "whether the shared-memory path reads the peers' own buffers above SHM_CMA_MIN bytes"},
     {NULL, NULL, 0, NULL},
 };
 

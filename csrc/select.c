@@ -318,7 +318,8 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) 
 hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes) {
   if (comm->config.allReduceAlgorithm != hvdlAlgoAuto)
     return (hvdlAlgorithm_t)comm->config.allReduceAlgorithm;
-  if (comm->shm && comm->shm->hosts == 1 && bytes <= SHM_ALLREDUCE_MAX) return hvdlAlgoShm;
+  if (comm->shm && comm->shm->hosts == 1 && (bytes <= SHM_ALLREDUCE_MAX || comm->shm->cma))
+    return hvdlAlgoShm;
   if (bytes <= comm->config.smallAllReduceBytes) return hvdlAlgoLatency;
   static const hvdlAlgorithm_t order[] = {hvdlAlgoRing, hvdlAlgoRabenseifner,
                                           hvdlAlgoRecursiveDoubling, hvdlAlgoHierarchical,

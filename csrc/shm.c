@@ -72,14 +72,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "reduce.h"
 #include "shm.h"
 #include "topology.h"
 
-/* A rank's head page: the step counter (bytes 0-7), the heartbeat (64-71) and the round
- * counter (128-135), a cache line each, then its two round slots (SHM_ROUND_WORDS words
+/* A rank's head page: the step counter (bytes 0-7), the heartbeat (64-71), the round
+ * counter (128-135) and the buffers of its single-copy all-reduce (192-207), a cache line
+ * each, then its two round slots (SHM_ROUND_WORDS words
  * each); its four areas follow, page aligned. */
 #define HEAD ((size_t)4096)
 #define ROUND_SLOTS ((size_t)256)
@@ -240,34 +243,39 @@ static int ring_chunk(size_t count, int n, size_t g, size_t *end) {
   return (int)c;
 }
 
-/* dst = the step-k inputs' elements [g, g + n) of the whole count-element buffer,
- * reduced: in_f op in_(f+1) op ... op in_(f-1), left to right, f = 0 (local-rank
- * order) or, in ring order, f = c + 1 for the elements of ring chunk c. At byte
- * offset off of the areas; this rank's own input read from `mine` (its elements
- * [g, g + n)) where that is not NULL, instead of from its area. */
-static void fold(const struct hvdl_shm *s, uint64_t k, size_t off, void *dst, size_t g, size_t n,
-                 size_t count, const struct hvdl_shm_fold *f, const char *mine) {
-  const int L = s->local_size, me = s->local_rank;
+/* dst = elements [g, g + n) of the whole count-element buffer reduced over the L
+ * inputs, in[q] pointing at input q's element g: in_f op in_(f+1) op ... op
+ * in_(f-1), left to right, f = 0 (local-rank order) or, in ring order, f = c + 1
+ * for the elements of ring chunk c. Advances in[]. */
+static void fold_inputs(const struct hvdl_shm *s, const char **in, void *dst, size_t g, size_t n,
+                        size_t count, const struct hvdl_shm_fold *f) {
+  const int L = s->local_size;
   const size_t esize = hvdl_type_size(f->dt);
   char *d = dst;
   while (n > 0) {
     size_t run = n, end;
     int first = 0;
-#define INPUT(q) ((q) == me && mine ? mine : in_area(s, (q), k) + off)
     if (f->ring_order) {
       first = (ring_chunk(count, L, g, &end) + 1) % L;
       run = end - g < n ? end - g : n;
     }
-    hvdl_reduce(d, INPUT(first), INPUT((first + 1) % L), run, f->dt, f->op);
-    for (int i = 2; i < L; i++) hvdl_reduce(d, d, INPUT((first + i) % L), run, f->dt, f->op);
-#undef INPUT
+    hvdl_reduce(d, in[first], in[(first + 1) % L], run, f->dt, f->op);
+    for (int i = 2; i < L; i++) hvdl_reduce(d, d, in[(first + i) % L], run, f->dt, f->op);
     if (f->divisor) hvdl_divide(d, run, f->dt, f->divisor);
+    for (int q = 0; q < L; q++) in[q] += run * esize;
     d += run * esize;
-    off += run * esize;
-    if (mine) mine += run * esize;
     g += run;
     n -= run;
   }
+}
+
+/* fold_inputs over the step-k input areas from byte offset off; this rank's own
+ * input read from `mine` (its elements [g, g + n)) where that is not NULL. */
+static void fold(const struct hvdl_shm *s, uint64_t k, size_t off, void *dst, size_t g, size_t n,
+                 size_t count, const struct hvdl_shm_fold *f, const char *mine) {
+  for (int q = 0; q < s->local_size; q++)
+    s->inputs[q] = q == s->local_rank && mine ? mine : in_area(s, q, k) + off;
+  fold_inputs(s, s->inputs, dst, g, n, count, f);
 }
 
 hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
@@ -316,6 +324,69 @@ hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbu
   return hvdlSuccess;
 }
 
+/* ---- the single-copy form ------------------------------------------------- */
+
+/* The sendbuff and recvbuff addresses of local rank q's single-copy all-reduce. */
+static uint64_t *posted(const struct hvdl_shm *s, int q) {
+  return (uint64_t *)(void *)(s->seg[q] + 192);
+}
+
+/* Copies bytes at addr in local rank q's own memory to `to`. */
+static hvdlResult_t read_peer(hvdlComm_t comm, const struct hvdl_shm *s, int q, void *to,
+                              uint64_t addr, size_t bytes) {
+  char *d = to;
+  while (bytes > 0) {
+    struct iovec here = {d, bytes}, there = {(void *)(uintptr_t)addr, bytes};
+    const ssize_t got = process_vm_readv(s->pids[q], &here, 1, &there, 1, 0);
+    if (got <= 0)
+      return hvdl_fail(comm, hvdlSystemError,
+                       "shared-memory path: reading %zu bytes of rank %d's buffer (process %d) "
+                       "failed: %s",
+                       bytes, s->ranks[q], s->pids[q], got < 0 ? strerror(errno) : "nothing read");
+    d += got;
+    addr += (uint64_t)got;
+    bytes -= (size_t)got;
+  }
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_shm_reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 size_t count, const struct hvdl_shm_fold *f) {
+  struct hvdl_shm *s = comm->shm;
+  const size_t esize = hvdl_type_size(f->dt), chunk = s->area / esize;
+  const int L = s->local_size, me = s->local_rank;
+  const char *send = sendbuff;
+  char *recv = recvbuff;
+  posted(s, me)[0] = (uintptr_t)sendbuff;
+  posted(s, me)[1] = (uintptr_t)recvbuff;
+  HVDL_CHECK(step(comm, s)); /* every rank is in the call, its buffers posted */
+  size_t a, b;
+  hvdl_shm_lane(count, L, me, &a, &b);
+  for (size_t g = a; g < b; g += chunk) {
+    const size_t n = b - g < chunk ? b - g : chunk;
+    for (int q = 0; q < L; q++) {
+      char *to = s->scratch + (size_t)q * s->area;
+      if (q != me) {
+        HVDL_CHECK(read_peer(comm, s, q, to, posted(s, q)[0] + g * esize, n * esize));
+      } else if (send == recv && L > 2) { /* the fold writes recv before it has read it all */
+        memcpy(to, send + g * esize, n * esize);
+      } else {
+        to = (char *)send + g * esize;
+      }
+      s->inputs[q] = to;
+    }
+    fold_inputs(s, s->inputs, recv + g * esize, g, n, count, f);
+  }
+  HVDL_CHECK(step(comm, s)); /* every lane is reduced into its owner's recvbuff; no sendbuff is read again */
+  for (int q = 0; q < L; q++) {
+    if (q == me) continue;
+    hvdl_shm_lane(count, L, q, &a, &b);
+    if (b > a)
+      HVDL_CHECK(read_peer(comm, s, q, recv + a * esize, posted(s, q)[1] + a * esize, (b - a) * esize));
+  }
+  return step(comm, s); /* no rank reads this one's recvbuff any more */
+}
+
 hvdlResult_t hvdl_shm_share(hvdlComm_t comm, void *buf, size_t count, hvdlDataType_t dt) {
   struct hvdl_shm *s = comm->shm;
   if (s->local_size == 1) return hvdlSuccess; /* then lanes == 1: this rank holds it all */
@@ -351,6 +422,7 @@ hvdlResult_t hvdl_allreduce_shm(hvdlComm_t comm, const void *sendbuff, void *rec
   /* The order the ring or the latency path would have used: the same bytes as they. */
   const struct hvdl_shm_fold f = {dt, op, op == hvdlAvg ? (uint64_t)s->local_size : 0,
                                   bytes > comm->config.smallAllReduceBytes};
+  if (s->cma && bytes > SHM_CMA_MIN) return hvdl_shm_reduce_cma(comm, sendbuff, recvbuff, count, &f);
   if (bytes > SHM_GATHER_BYTES || bytes > s->area)
     return hvdl_shm_reduce(comm, sendbuff, recvbuff, count, &f, 0, count);
   const uint64_t k = s->step + 1;
@@ -407,14 +479,72 @@ static hvdlResult_t make_segment(hvdlComm_t comm, struct hvdl_shm *s) {
   return hvdlSuccess;
 }
 
+/* Whether this rank can read every other local rank's own memory with
+ * process_vm_readv (collective over s->local): each rank posts its process id
+ * and the address of a token, reads every other rank's token back and compares
+ * it. A seccomp filter, Yama's ptrace scope above 1, separate pid namespaces or
+ * different users make a read fail; the caller then agrees on no single-copy
+ * form. With Yama's scope 1 a process may be read only by its ancestors unless
+ * it names a reader: like Open MPI's CMA, this rank lets any process of its user. */
+static int cma_works(struct hvdl_shm *s) {
+  FILE *yama = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  if (yama) {
+    int scope = 0;
+    if (fscanf(yama, "%d", &scope) == 1 && scope == 1)
+      prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    fclose(yama);
+  }
+  struct token { int64_t pid; uint64_t addr, value; };
+  const int ls = s->local_size;
+  struct token *all = calloc((size_t)ls, sizeof *all);
+  uint64_t *mine = malloc(sizeof *mine);
+  int ok = all && mine;
+  if (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local) != MPI_SUCCESS) ok = 0;
+  struct token me = {(int64_t)getpid(), (uintptr_t)mine,
+                     ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)s ^ 0x5bd1e995u};
+  if (ok) {
+    *mine = me.value;
+    if (MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, s->local) !=
+        MPI_SUCCESS)
+      ok = 0;
+  }
+  for (int q = 0; ok && q < ls; q++) {
+    s->pids[q] = (int)all[q].pid;
+    if (q == s->local_rank) continue;
+    uint64_t v = 0;
+    struct iovec here = {&v, sizeof v}, there = {(void *)(uintptr_t)all[q].addr, sizeof v};
+    ok = process_vm_readv((pid_t)all[q].pid, &here, 1, &there, 1, 0) == (ssize_t)sizeof v &&
+         v == all[q].value;
+  }
+  /* Nobody frees its token before every rank has read it. */
+  if (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local) != MPI_SUCCESS) ok = 0;
+  free(all);
+  free(mine);
+  return ok;
+}
+
+static void shm_release(struct hvdl_shm *s) {
+  if (!s) return;
+  if (s->base) munmap(s->base, s->bytes);
+  free(s->seg);
+  free(s->ranks);
+  free(s->pids);
+  free(s->scratch);
+  free(s->inputs);
+  free(s);
+}
+
 hvdlResult_t hvdl_shm_init(hvdlComm_t comm) {
   comm->shm = NULL;
   if (comm->size == 1) return hvdlSuccess;
-  /* Rank 0's HVD_LITE_SHM and HVD_LITE_SHM_BYTES are every rank's: ranks that differed
-   * would run different collectives below, or lay out one segment differently. */
-  struct { int off; unsigned long long bytes; } a = {comm->config.disableShm, comm->config.shmBytes};
+  /* Rank 0's HVD_LITE_SHM, HVD_LITE_SHM_CMA and HVD_LITE_SHM_BYTES are every rank's:
+   * ranks that differed would run different collectives below, or lay out one segment
+   * differently. */
+  struct { int off, cma_off; unsigned long long bytes; } a = {
+      comm->config.disableShm, comm->config.disableShmCma, comm->config.shmBytes};
   HVDL_MPI(comm, MPI_Bcast(&a, (int)sizeof a, MPI_BYTE, 0, comm->mpi));
   comm->config.disableShm = a.off;
+  comm->config.disableShmCma = a.cma_off;
   comm->config.shmBytes = (size_t)a.bytes;
   if (comm->config.disableShm) return hvdlSuccess;
   MPI_Comm local;
@@ -449,15 +579,29 @@ hvdlResult_t hvdl_shm_init(hvdlComm_t comm) {
     s->ranks[0] = comm->rank;
     ok = ls == 1 || make_segment(comm, s) == hvdlSuccess;
   }
-  /* Every rank takes the path or none does: the selector must choose alike. */
-  err = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm->mpi);
-  if (err != MPI_SUCCESS || !ok) { /* the ring instead */
-    if (s) {
-      if (s->base) munmap(s->base, s->bytes);
-      free(s->seg);
-      free(s->ranks);
-      free(s);
+  int cma = 0;
+  if (ls > 1 && !comm->config.disableShmCma) { /* alike on every rank of the host */
+    if (ok) {
+      s->pids = calloc((size_t)ls, sizeof *s->pids);
+      s->scratch = malloc((size_t)ls * s->area);
+      s->inputs = calloc((size_t)ls, sizeof *s->inputs);
     }
+    cma = ok && s->pids && s->scratch && s->inputs;
+    if (MPI_Allreduce(MPI_IN_PLACE, &cma, 1, MPI_INT, MPI_MIN, local) != MPI_SUCCESS) cma = 0;
+    if (cma) cma = cma_works(s);
+  }
+  if (ok && !s->inputs) {
+    s->inputs = calloc((size_t)ls, sizeof *s->inputs);
+    ok = s->inputs != NULL;
+  }
+  /* Every rank takes the path or none does, and the single-copy form too: the
+   * selector must choose alike. */
+  int agree[2] = {ok, cma};
+  err = MPI_Allreduce(MPI_IN_PLACE, agree, 2, MPI_INT, MPI_MIN, comm->mpi);
+  ok = agree[0];
+  if (err == MPI_SUCCESS && ok) s->cma = agree[1];
+  if (err != MPI_SUCCESS || !ok) { /* the ring instead */
+    shm_release(s);
     MPI_Comm_free(&local);
     return err == MPI_SUCCESS ? hvdlSuccess : hvdl_fail_mpi(comm, err, "MPI_Allreduce (shm agreement)");
   }
@@ -469,11 +613,8 @@ void hvdl_shm_free(hvdlComm_t comm, int collective) {
   struct hvdl_shm *s = comm->shm;
   if (!s) return;
   comm->shm = NULL;
-  if (s->base) munmap(s->base, s->bytes);
   if (collective) MPI_Comm_free(&s->local);
-  free(s->seg);
-  free(s->ranks);
-  free(s);
+  shm_release(s);
 }
 
 hvdlResult_t hvdl_shm_renew(hvdlComm_t comm) {

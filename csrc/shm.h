@@ -25,6 +25,11 @@ struct hvdl_shm {
   int *ranks;           /* the communicator's rank of each local rank (for messages) */
   size_t area;          /* bytes of each of a rank's four areas: the chunk */
   char **seg;           /* each local rank's segment: counter line, in[0], in[1], out[0], out[1] */
+  int cma;              /* every local rank can read every other's own memory
+                         * (process_vm_readv): large all-reduces take the single-copy form */
+  int *pids;            /* each local rank's process id, for process_vm_readv */
+  char *scratch;        /* (local_size - 1) areas of this rank's own: peers' chunks read in */
+  const char **inputs;  /* local_size pointers: the inputs a fold reads */
   uint64_t step;        /* steps this rank has published */
   uint64_t round;       /* negotiation rounds this rank has posted through the segment */
 };
@@ -61,6 +66,14 @@ struct hvdl_shm_fold {
  * sendbuff (divided). */
 hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                              size_t count, const struct hvdl_shm_fold *f, size_t lo, size_t hi);
+
+/* The all-reduce of count elements over the local ranks in one copy: every rank
+ * reduces its lane (hvdl_shm_lane) of the result straight from the other ranks'
+ * buffers, which it reads with process_vm_readv chunk by chunk, then reads the
+ * other lanes from their owners' recvbuff. Three steps, whatever the size; s->cma
+ * must be set, and every local rank call it with the same count and f. */
+hvdlResult_t hvdl_shm_reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 size_t count, const struct hvdl_shm_fold *f);
 
 /* Local rank j < lanes holds lane j (hvdl_shm_lane) of buf; afterwards every local
  * rank holds all of buf: an all-gather through the segment. */

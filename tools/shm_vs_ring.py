@@ -23,12 +23,14 @@ from hvd_lite import basics
 SIZES = [65536, 131072, 262144, 524288, 1 << 20, 2 << 20, 4 << 20, 16 << 20, 64 << 20]
 
 
-def make_comm(algo):
+def make_comm(algo, **env):
     os.environ["HVD_LITE_ALLREDUCE_ALGO"] = algo
+    os.environ.update(env)
     try:
         return basics._core.Comm()
     finally:
-        del os.environ["HVD_LITE_ALLREDUCE_ALGO"]
+        for k in ["HVD_LITE_ALLREDUCE_ALGO", *env]:
+            del os.environ[k]
 
 
 def main():
@@ -38,14 +40,18 @@ def main():
     args = p.parse_args()
     hvd.init()
     w = MPI.COMM_WORLD
-    comms = {"shm": make_comm("shm"), "ring": make_comm("ring")}
+    # shm: its single-copy form above SHM_CMA_MIN where the host allows it; areas: every size
+    # through the segment's areas (HVD_LITE_SHM_CMA=0)
+    comms = {"shm": make_comm("shm"), "areas": make_comm("shm", HVD_LITE_SHM_CMA="0"),
+             "ring": make_comm("ring")}
     for nbytes in [int(s) for s in args.sizes.split(",")]:
         nbufs = max(1, (args.cold << 20) // nbytes)
         bufs = [np.ones(nbytes // 4, np.float32) for _ in range(nbufs)]
         iters = max(2, min(2000, int(0.05 / (nbytes / 2e9 + 5e-6))))
         res = {k: [] for k in list(comms) + ["mpi"]}
         for rep in range(12):
-            order = ["shm", "ring", "mpi"] if rep % 2 == 0 else ["mpi", "ring", "shm"]
+            order = ["shm", "areas", "ring", "mpi"]
+            order = order if rep % 2 == 0 else order[::-1]
             for k in order:
                 if k == "mpi":
                     def f(x):
@@ -63,8 +69,9 @@ def main():
                     x[:] = 1
         if w.rank == 0:
             m = {k: statistics.median(v) * 1e6 for k, v in res.items()}
-            print(f"{nbytes:>9} shm {m['shm']:9.1f} ring {m['ring']:9.1f} mpi {m['mpi']:9.1f}  "
-                  f"shm/ring {m['shm'] / m['ring']:.2f}  shm/mpi {m['shm'] / m['mpi']:.2f}"
+            print(f"{nbytes:>9} shm {m['shm']:9.1f} areas {m['areas']:9.1f} ring {m['ring']:9.1f} "
+                  f"mpi {m['mpi']:9.1f}  shm/ring {m['shm'] / m['ring']:.2f}  "
+                  f"areas/mpi {m['areas'] / m['mpi']:.2f}  shm/mpi {m['shm'] / m['mpi']:.2f}"
                   + (f"  ({nbufs} buffers)" if nbufs > 1 else ""), flush=True)
         del bufs
     for c in comms.values():

@@ -169,12 +169,18 @@ def test_reduce_gives_the_root_the_bits_of_the_allreduce(algo):
                       f"{algo} count {count} root {root}: {out[:3]} against {full[:3]}")
 
 
-def test_the_selector_takes_the_shared_memory_path_on_one_host_up_to_its_crossover():
+@pytest.mark.parametrize("cma", [1, 0], ids=["single-copy", "areas-only"])
+def test_the_selector_takes_the_shared_memory_path_on_one_host_up_to_its_crossover(cma):
+    # Up to SHM_ALLREDUCE_MAX through the segment's areas; above it, where the single-copy form
+    # runs (the peers' memory readable: Comm.shm_cma()), still the shared-memory path, else the
+    # model's choice.
     n, top = hvd.size(), _core.SHM_ALLREDUCE_MAX  # internal.h: 1 MiB, measured
-    with make_comm() as c:
+    with make_comm(HVD_LITE_SHM_CMA=cma) as c:
+        single = c.shm_cma()
+        agree(cma or not single, "HVD_LITE_SHM_CMA=0 left the single-copy form on")
         for nbytes in (4, 4096, 1 << 16, top, top + 4, 4 << 20, 1 << 26):
             plan = c.allreduce_plan(nbytes)
-            want = "shm" if nbytes <= top else ("ring" if n == 2 else None)
+            want = "shm" if nbytes <= top or single else ("ring" if n == 2 else None)
             # (one rank runs no algorithm: the call is a copy); above 4 MiB the model's choice
             agree((n == 1 or plan["algorithm"] == want or (want is None and plan["algorithm"] != "shm"))
                   and plan["predicted"]["shm"] is None

@@ -2,7 +2,11 @@
 mpirun at 1-4 ranks: the layout each communicator sets up, exact values for every dtype and op in
 and out of place with tiny chunks that cross every boundary, the bits of the message-passing paths,
 bitwise identity across ranks, emulated hosts (HVD_LITE_RANKS_PER_HOST), and a rank that stops
-taking part: an error on every rank within the data timeout, and the next all-reduce right."""
+taking part: an error on every rank within the data timeout, and the next all-reduce right. The
+single-copy form (process_vm_readv from the peers' own buffers, above SHM_CMA_MIN): on exactly where
+a probe of its own can read a peer, the same exact values and bits."""
+import ctypes
+import os
 import time
 
 import numpy as np
@@ -11,6 +15,7 @@ import pytest
 import hvd_lite as hvd
 from conftest import agree, make_comm, reinit, world
 from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
+from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
 
 pytestmark = pytest.mark.mpi
@@ -77,7 +82,7 @@ def test_ranks_on_one_host_share_a_segment_unless_it_is_turned_off():
 
 
 def test_a_bad_shm_setting_is_refused_with_its_value():
-    for var, value in (("HVD_LITE_SHM", "yes"), ("HVD_LITE_SHM_BYTES", "8"),
+    for var, value in (("HVD_LITE_SHM", "yes"), ("HVD_LITE_SHM_CMA", "2"), ("HVD_LITE_SHM_BYTES", "8"),
                        ("HVD_LITE_RANKS_PER_HOST", "-1")):
         err = None
         try:
@@ -145,13 +150,88 @@ def test_misaligned_buffers():
     with make_comm(HVD_LITE_SHM_BYTES=256) as c:
         for dtype in (np.float32, np.int64, np.float16):
             dt = np.dtype(dtype)
-            for count in (5, 3001):
+            for count in (5, 3001, _core.SHM_CMA_MIN // dt.itemsize + 3):  # the last: single copy
                 raw = bytearray(count * dt.itemsize + 3)
                 x = np.frombuffer(raw, dtype=dt, count=count, offset=3)
                 x[...] = exact_inputs(dt, count, r)
                 want = fold([exact_inputs(dt, count, q) for q in range(n)], "sum", dt)
                 c.allreduce(x, x, code(dt), OPS["sum"])
                 agree(same_bits(x.copy(), want), f"{dt.name} count {count}")
+
+
+# ---- the single-copy form ---------------------------------------------------------------------------
+
+class _Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+def peers_readable() -> bool:
+    """Whether this rank can read every other rank's memory with process_vm_readv (our own probe,
+    through libc, of a value each rank holds; every rank of these tests is on one host)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.process_vm_readv.restype = ctypes.c_ssize_t
+    mine = ctypes.c_uint64(0x1234_0000 + hvd.rank())
+    everyone = world().allgather((os.getpid(), ctypes.addressof(mine), mine.value))
+    ok = True
+    for q, (pid, addr, value) in enumerate(everyone):
+        if q == hvd.rank():
+            continue
+        got = ctypes.c_uint64(0)
+        here = _Iovec(ctypes.addressof(got), 8)
+        there = _Iovec(addr, 8)
+        n = libc.process_vm_readv(pid, ctypes.byref(here), 1, ctypes.byref(there), 1, 0)
+        ok = ok and n == 8 and got.value == value
+    world().barrier()  # nobody's `mine` goes before every read
+    return ok
+
+
+def test_the_single_copy_form_is_on_exactly_where_the_peers_can_be_read_unless_turned_off():
+    n = hvd.size()
+    readable = n > 1 and all(world().allgather(peers_readable()))
+    with make_comm() as c:
+        agree(c.shm_cma() == readable, f"shm_cma {c.shm_cma()}, a probe could read the peers: {readable}")
+    with make_comm(HVD_LITE_SHM_CMA=0) as c:
+        agree(not c.shm_cma() and c.shm_layout() == ((1, n, hvd.rank(), n) if n > 1 else None),
+              f"HVD_LITE_SHM_CMA=0: shm_cma {c.shm_cma()}, layout {c.shm_layout()}")
+
+
+def single_copy_or_skip(c):
+    if hvd.size() > 1 and not c.shm_cma():
+        pytest.skip("process_vm_readv cannot read the other ranks here (seccomp, Yama, pid namespaces)")
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_single_copy_exact_results_every_dtype_and_op_across_every_chunk_and_lane_edge(dtype):
+    # 64-byte areas: every lane is read in chunks of 8 to 64 elements; counts just above the
+    # single-copy minimum, with lanes that do not divide evenly.
+    n = hvd.size()
+    esize = np.dtype(dtype).itemsize
+    with make_comm(HVD_LITE_SHM_BYTES=64) as c:
+        single_copy_or_skip(c)
+        for op in OPS:
+            for i, extra in enumerate((1, n + 64 // esize + 1, 1009)):
+                count = _core.SHM_CMA_MIN // esize + extra
+                check_exact(c, dtype, op, count, inplace=(i + len(op)) % 2 == 0, seed=count)
+
+
+@pytest.mark.parametrize("op", ["sum", "avg", "max"])
+def test_single_copy_gives_the_bits_of_the_ring_and_of_the_areas_on_every_rank(op):
+    r = hvd.rank()
+    with make_comm() as on, make_comm(HVD_LITE_SHM_CMA=0, HVD_LITE_ALLREDUCE_ALGO="shm") as areas, \
+            make_comm(HVD_LITE_SHM=0, HVD_LITE_ALLREDUCE_ALGO="ring") as ring:
+        single_copy_or_skip(on)
+        for count in (_core.SHM_CMA_MIN // 4 + 1, 1_000_003, 4_194_304):
+            x = random_floats(count, 200 + r)
+            a, b, d = np.empty_like(x), np.empty_like(x), np.empty_like(x)
+            on.allreduce(x, a, F32, OPS[op])
+            areas.allreduce(x, b, F32, OPS[op])
+            ring.allreduce(x, d, F32, OPS[op])
+            inplace = x.copy()
+            on.allreduce(inplace, inplace, F32, OPS[op])
+            everyone = world().allgather(a.tobytes())
+            agree(all(e == everyone[0] for e in everyone), f"count {count} {op}: ranks differ")
+            agree(same_bits(a, b) and same_bits(a, d) and same_bits(a, inplace),
+                  f"count {count} {op}: single copy differs from the areas, the ring or in place")
 
 
 # ---- several hosts (emulated) --------------------------------------------------------------------
@@ -235,7 +315,7 @@ def test_a_rank_that_stops_taking_part_fails_the_allreduce_on_every_rank_and_the
                HVD_LITE_SHM_BYTES=4096)
     # (one host: the shared-memory path forced, since 400 KB is above its crossover)
     with reinit(**(hier(**env) if per_host else dict(env, HVD_LITE_ALLREDUCE_ALGO="shm"))):
-        for count in (8, 100_000):  # one step; many chunks
+        for count in (8, 100_000, 300_000):  # one step; many chunks; the single-copy form
             if r == victim:
                 hvd.basics.inject_fault(point)
             t0 = time.monotonic()
