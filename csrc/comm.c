@@ -72,6 +72,7 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
   if (res != hvdlSuccess) hvdl_fail(comm, res, "%s", hvdlGetLastError(NULL));
   hvdl_note_host_cpus(host_ranks, host_cpus);
   if (res == hvdlSuccess) res = hvdl_shm_init(comm);
+  if (res == hvdlSuccess) res = hvdl_shm_cma_init(comm);
   /* The selector sees what the shared-memory unit made possible. */
   if (res == hvdlSuccess) res = hvdl_select_init(comm, one_per_host);
   if (res == hvdlSuccess && comm->config.smallAllReduceBytes == HVDL_SMALL_BYTES_AUTO)

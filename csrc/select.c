@@ -9,7 +9,8 @@
  *      size).
  *   2. One host whose ranks share a segment (comm->shm, shm.c): the shared-memory
  *      path up to SHM_ALLREDUCE_MAX bytes, 1 MiB (measured, internal.h: the model
- *      has no shared-memory term); above it, 3 and 4 as without the segment.
+ *      has no shared-memory term), and at every size where its single-copy form
+ *      runs (shm->cma); otherwise, above it, 3 and 4 as without the segment.
  *   3. B <= config.smallAllReduceBytes: the latency path (allreduce_small.c).
  *      Its default is the crossover measured on one host (128 KiB at 2 ranks,
  *      2 KiB beyond) and 0 across hosts (config.c).

@@ -72,8 +72,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "reduce.h"
@@ -81,17 +79,13 @@
 #include "topology.h"
 
 /* A rank's head page: the step counter (bytes 0-7), the heartbeat (64-71), the round
- * counter (128-135) and the buffers of its single-copy all-reduce (192-207), a cache line
- * each, then its two round slots (SHM_ROUND_WORDS words
+ * counter (128-135) and the buffers of its single-copy all-reduce (192-207, allreduce_shm.c),
+ * a cache line each, then its two round slots (SHM_ROUND_WORDS words
  * each); its four areas follow, page aligned. */
 #define HEAD ((size_t)4096)
 #define ROUND_SLOTS ((size_t)256)
 #define ROUND_SLOT_BYTES (((size_t)SHM_ROUND_WORDS * 8 + 63) & ~(size_t)63)
 _Static_assert(ROUND_SLOTS + 2 * ROUND_SLOT_BYTES <= HEAD, "the round slots fit the head page");
-/* At most this many bytes use the one-step form (every rank reduces the whole buffer).
- * Not measured yet: one step saves a counter round trip (about a microsecond) and costs
- * (L-1) B / L more reduction per rank, which is about as long at some 10-20 KiB. */
-#define SHM_GATHER_BYTES ((size_t)16 * 1024)
 
 static _Atomic uint64_t *counter(const struct hvdl_shm *s, int q) {
   return (_Atomic uint64_t *)(void *)s->seg[q];
@@ -162,8 +156,7 @@ static hvdlResult_t fault(hvdlComm_t comm, enum hvdl_fault_point at) {
   return hvdlSuccess;
 }
 
-/* Ends step s->step + 1: publishes it, then waits until every local rank has. */
-static hvdlResult_t step(hvdlComm_t comm, struct hvdl_shm *s) {
+hvdlResult_t hvdl_shm_step(hvdlComm_t comm, struct hvdl_shm *s) {
   if (comm->faults) { /* before publishing: the others wait for this rank, as for a lost message */
     HVDL_CHECK(fault(comm, HVDL_FAULT_SEND));
     HVDL_CHECK(fault(comm, HVDL_FAULT_RECV));
@@ -243,12 +236,8 @@ static int ring_chunk(size_t count, int n, size_t g, size_t *end) {
   return (int)c;
 }
 
-/* dst = elements [g, g + n) of the whole count-element buffer reduced over the L
- * inputs, in[q] pointing at input q's element g: in_f op in_(f+1) op ... op
- * in_(f-1), left to right, f = 0 (local-rank order) or, in ring order, f = c + 1
- * for the elements of ring chunk c. Advances in[]. */
-static void fold_inputs(const struct hvdl_shm *s, const char **in, void *dst, size_t g, size_t n,
-                        size_t count, const struct hvdl_shm_fold *f) {
+void hvdl_shm_fold_inputs(const struct hvdl_shm *s, const char **in, void *dst, size_t g, size_t n,
+                          size_t count, const struct hvdl_shm_fold *f) {
   const int L = s->local_size;
   const size_t esize = hvdl_type_size(f->dt);
   char *d = dst;
@@ -275,7 +264,7 @@ static void fold(const struct hvdl_shm *s, uint64_t k, size_t off, void *dst, si
                  size_t count, const struct hvdl_shm_fold *f, const char *mine) {
   for (int q = 0; q < s->local_size; q++)
     s->inputs[q] = q == s->local_rank && mine ? mine : in_area(s, q, k) + off;
-  fold_inputs(s, s->inputs, dst, g, n, count, f);
+  hvdl_shm_fold_inputs(s, s->inputs, dst, g, n, count, f);
 }
 
 hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
@@ -311,7 +300,7 @@ hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbu
         fold(s, k - 1, a * esize, out_area(s, me, k - 1) + a * esize, base + a, b - a, count, f,
              send + (base + a) * esize);
     }
-    HVDL_CHECK(step(comm, s));
+    HVDL_CHECK(hvdl_shm_step(comm, s));
     if (t == 0) continue;
     for (int q = 0; q < L; q++) { /* slice q, clipped to [lo, hi) */
       size_t a, b;
@@ -322,69 +311,6 @@ hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbu
     }
   }
   return hvdlSuccess;
-}
-
-/* ---- the single-copy form ------------------------------------------------- */
-
-/* The sendbuff and recvbuff addresses of local rank q's single-copy all-reduce. */
-static uint64_t *posted(const struct hvdl_shm *s, int q) {
-  return (uint64_t *)(void *)(s->seg[q] + 192);
-}
-
-/* Copies bytes at addr in local rank q's own memory to `to`. */
-static hvdlResult_t read_peer(hvdlComm_t comm, const struct hvdl_shm *s, int q, void *to,
-                              uint64_t addr, size_t bytes) {
-  char *d = to;
-  while (bytes > 0) {
-    struct iovec here = {d, bytes}, there = {(void *)(uintptr_t)addr, bytes};
-    const ssize_t got = process_vm_readv(s->pids[q], &here, 1, &there, 1, 0);
-    if (got <= 0)
-      return hvdl_fail(comm, hvdlSystemError,
-                       "shared-memory path: reading %zu bytes of rank %d's buffer (process %d) "
-                       "failed: %s",
-                       bytes, s->ranks[q], s->pids[q], got < 0 ? strerror(errno) : "nothing read");
-    d += got;
-    addr += (uint64_t)got;
-    bytes -= (size_t)got;
-  }
-  return hvdlSuccess;
-}
-
-hvdlResult_t hvdl_shm_reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                                 size_t count, const struct hvdl_shm_fold *f) {
-  struct hvdl_shm *s = comm->shm;
-  const size_t esize = hvdl_type_size(f->dt), chunk = s->area / esize;
-  const int L = s->local_size, me = s->local_rank;
-  const char *send = sendbuff;
-  char *recv = recvbuff;
-  posted(s, me)[0] = (uintptr_t)sendbuff;
-  posted(s, me)[1] = (uintptr_t)recvbuff;
-  HVDL_CHECK(step(comm, s)); /* every rank is in the call, its buffers posted */
-  size_t a, b;
-  hvdl_shm_lane(count, L, me, &a, &b);
-  for (size_t g = a; g < b; g += chunk) {
-    const size_t n = b - g < chunk ? b - g : chunk;
-    for (int q = 0; q < L; q++) {
-      char *to = s->scratch + (size_t)q * s->area;
-      if (q != me) {
-        HVDL_CHECK(read_peer(comm, s, q, to, posted(s, q)[0] + g * esize, n * esize));
-      } else if (send == recv && L > 2) { /* the fold writes recv before it has read it all */
-        memcpy(to, send + g * esize, n * esize);
-      } else {
-        to = (char *)send + g * esize;
-      }
-      s->inputs[q] = to;
-    }
-    fold_inputs(s, s->inputs, recv + g * esize, g, n, count, f);
-  }
-  HVDL_CHECK(step(comm, s)); /* every lane is reduced into its owner's recvbuff; no sendbuff is read again */
-  for (int q = 0; q < L; q++) {
-    if (q == me) continue;
-    hvdl_shm_lane(count, L, q, &a, &b);
-    if (b > a)
-      HVDL_CHECK(read_peer(comm, s, q, recv + a * esize, posted(s, q)[1] + a * esize, (b - a) * esize));
-  }
-  return step(comm, s); /* no rank reads this one's recvbuff any more */
 }
 
 hvdlResult_t hvdl_shm_share(hvdlComm_t comm, void *buf, size_t count, hvdlDataType_t dt) {
@@ -403,7 +329,7 @@ hvdlResult_t hvdl_shm_share(hvdlComm_t comm, void *buf, size_t count, hvdlDataTy
       hi = hi < end ? hi : end;
       if (hi > lo) memcpy(in_area(s, me, k) + (lo - base) * esize, b + lo * esize, (hi - lo) * esize);
     }
-    HVDL_CHECK(step(comm, s));
+    HVDL_CHECK(hvdl_shm_step(comm, s));
     for (int j = 0; j < s->lanes; j++) {
       if (j == me) continue;
       hvdl_shm_lane(count, s->lanes, j, &lo, &hi);
@@ -415,20 +341,13 @@ hvdlResult_t hvdl_shm_share(hvdlComm_t comm, void *buf, size_t count, hvdlDataTy
   return hvdlSuccess;
 }
 
-hvdlResult_t hvdl_allreduce_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                                size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
+hvdlResult_t hvdl_shm_reduce_one_step(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                      size_t count, const struct hvdl_shm_fold *f) {
   struct hvdl_shm *s = comm->shm;
-  const size_t bytes = count * hvdl_type_size(dt);
-  /* The order the ring or the latency path would have used: the same bytes as they. */
-  const struct hvdl_shm_fold f = {dt, op, op == hvdlAvg ? (uint64_t)s->local_size : 0,
-                                  bytes > comm->config.smallAllReduceBytes};
-  if (s->cma && bytes > SHM_CMA_MIN) return hvdl_shm_reduce_cma(comm, sendbuff, recvbuff, count, &f);
-  if (bytes > SHM_GATHER_BYTES || bytes > s->area)
-    return hvdl_shm_reduce(comm, sendbuff, recvbuff, count, &f, 0, count);
   const uint64_t k = s->step + 1;
-  memcpy(in_area(s, s->local_rank, k), sendbuff, bytes);
-  HVDL_CHECK(step(comm, s));
-  fold(s, k, 0, recvbuff, 0, count, count, &f, NULL);
+  memcpy(in_area(s, s->local_rank, k), sendbuff, count * hvdl_type_size(f->dt));
+  HVDL_CHECK(hvdl_shm_step(comm, s));
+  fold(s, k, 0, recvbuff, 0, count, count, f, NULL);
   return hvdlSuccess;
 }
 
@@ -477,50 +396,6 @@ static hvdlResult_t make_segment(hvdlComm_t comm, struct hvdl_shm *s) {
   memset(s->seg[s->local_rank], 0, part); /* counter 0; the pages land near their owner */
   HVDL_MPI(NULL, MPI_Allgather(&comm->rank, 1, MPI_INT, s->ranks, 1, MPI_INT, s->local));
   return hvdlSuccess;
-}
-
-/* Whether this rank can read every other local rank's own memory with
- * process_vm_readv (collective over s->local): each rank posts its process id
- * and the address of a token, reads every other rank's token back and compares
- * it. A seccomp filter, Yama's ptrace scope above 1, separate pid namespaces or
- * different users make a read fail; the caller then agrees on no single-copy
- * form. With Yama's scope 1 a process may be read only by its ancestors unless
- * it names a reader: like Open MPI's CMA, this rank lets any process of its user. */
-static int cma_works(struct hvdl_shm *s) {
-  FILE *yama = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
-  if (yama) {
-    int scope = 0;
-    if (fscanf(yama, "%d", &scope) == 1 && scope == 1)
-      prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-    fclose(yama);
-  }
-  struct token { int64_t pid; uint64_t addr, value; };
-  const int ls = s->local_size;
-  struct token *all = calloc((size_t)ls, sizeof *all);
-  uint64_t *mine = malloc(sizeof *mine);
-  int ok = all && mine;
-  if (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local) != MPI_SUCCESS) ok = 0;
-  struct token me = {(int64_t)getpid(), (uintptr_t)mine,
-                     ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)s ^ 0x5bd1e995u};
-  if (ok) {
-    *mine = me.value;
-    if (MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, s->local) !=
-        MPI_SUCCESS)
-      ok = 0;
-  }
-  for (int q = 0; ok && q < ls; q++) {
-    s->pids[q] = (int)all[q].pid;
-    if (q == s->local_rank) continue;
-    uint64_t v = 0;
-    struct iovec here = {&v, sizeof v}, there = {(void *)(uintptr_t)all[q].addr, sizeof v};
-    ok = process_vm_readv((pid_t)all[q].pid, &here, 1, &there, 1, 0) == (ssize_t)sizeof v &&
-         v == all[q].value;
-  }
-  /* Nobody frees its token before every rank has read it. */
-  if (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local) != MPI_SUCCESS) ok = 0;
-  free(all);
-  free(mine);
-  return ok;
 }
 
 static void shm_release(struct hvdl_shm *s) {
@@ -579,27 +454,12 @@ hvdlResult_t hvdl_shm_init(hvdlComm_t comm) {
     s->ranks[0] = comm->rank;
     ok = ls == 1 || make_segment(comm, s) == hvdlSuccess;
   }
-  int cma = 0;
-  if (ls > 1 && !comm->config.disableShmCma) { /* alike on every rank of the host */
-    if (ok) {
-      s->pids = calloc((size_t)ls, sizeof *s->pids);
-      s->scratch = malloc((size_t)ls * s->area);
-      s->inputs = calloc((size_t)ls, sizeof *s->inputs);
-    }
-    cma = ok && s->pids && s->scratch && s->inputs;
-    if (MPI_Allreduce(MPI_IN_PLACE, &cma, 1, MPI_INT, MPI_MIN, local) != MPI_SUCCESS) cma = 0;
-    if (cma) cma = cma_works(s);
-  }
-  if (ok && !s->inputs) {
+  if (ok) {
     s->inputs = calloc((size_t)ls, sizeof *s->inputs);
     ok = s->inputs != NULL;
   }
-  /* Every rank takes the path or none does, and the single-copy form too: the
-   * selector must choose alike. */
-  int agree[2] = {ok, cma};
-  err = MPI_Allreduce(MPI_IN_PLACE, agree, 2, MPI_INT, MPI_MIN, comm->mpi);
-  ok = agree[0];
-  if (err == MPI_SUCCESS && ok) s->cma = agree[1];
+  /* Every rank takes the path or none does: the selector must choose alike. */
+  err = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm->mpi);
   if (err != MPI_SUCCESS || !ok) { /* the ring instead */
     shm_release(s);
     MPI_Comm_free(&local);

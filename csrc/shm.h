@@ -41,6 +41,12 @@ struct hvdl_shm {
  * picks a message-passing algorithm. */
 hvdlResult_t hvdl_shm_init(hvdlComm_t comm);
 
+/* Turns on the one-host all-reduce's single-copy form (comm->shm->cma,
+ * allreduce_shm.c) where every rank can read every other's memory; collective,
+ * after hvdl_shm_init. Off (no error) where any rank cannot, with
+ * HVD_LITE_SHM_CMA=0, or across hosts. */
+hvdlResult_t hvdl_shm_cma_init(hvdlComm_t comm);
+
 /* Releases comm->shm: unmaps the segment; `collective` also frees the host's
  * communicator (every local rank calls it; not after a failure, hvdlCommAbort). */
 void hvdl_shm_free(hvdlComm_t comm, int collective);
@@ -67,13 +73,28 @@ struct hvdl_shm_fold {
 hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                              size_t count, const struct hvdl_shm_fold *f, size_t lo, size_t hi);
 
-/* The all-reduce of count elements over the local ranks in one copy: every rank
- * reduces its lane (hvdl_shm_lane) of the result straight from the other ranks'
- * buffers, which it reads with process_vm_readv chunk by chunk, then reads the
- * other lanes from their owners' recvbuff. Three steps, whatever the size; s->cma
- * must be set, and every local rank call it with the same count and f. */
-hvdlResult_t hvdl_shm_reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                                 size_t count, const struct hvdl_shm_fold *f);
+/* dst = elements [g, g + n) of the whole count-element buffer reduced over the L
+ * local ranks' inputs, in[q] pointing at input q's element g: in_f op in_(f+1) op
+ * ... op in_(f-1), left to right, f = 0 (local-rank order) or, in ring order,
+ * f = c + 1 for the elements of ring chunk c. Advances in[]. dst may be one of
+ * the inputs only where L == 2 (it is written before the third is read). */
+void hvdl_shm_fold_inputs(const struct hvdl_shm *s, const char **in, void *dst, size_t g,
+                          size_t n, size_t count, const struct hvdl_shm_fold *f);
+
+/* Ends step s->step + 1: publishes it, then waits (bounded, alarms) until every
+ * local rank has. */
+hvdlResult_t hvdl_shm_step(hvdlComm_t comm, struct hvdl_shm *s);
+
+/* At most this many bytes (and one area) use the one-step form (every rank reduces the whole buffer).
+ * Not measured yet: one step saves a counter round trip (about a microsecond) and costs
+ * (L-1) B / L more reduction per rank, which is about as long at some 10-20 KiB. */
+#define SHM_GATHER_BYTES ((size_t)16 * 1024)
+
+/* The one-step form of hvdl_shm_reduce for count elements of at most one area:
+ * every rank copies its input into its area, publishes, and reduces all L inputs
+ * itself, in f's order, into recvbuff. */
+hvdlResult_t hvdl_shm_reduce_one_step(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                      size_t count, const struct hvdl_shm_fold *f);
 
 /* Local rank j < lanes holds lane j (hvdl_shm_lane) of buf; afterwards every local
  * rank holds all of buf: an all-gather through the segment. */
