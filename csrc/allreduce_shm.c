@@ -16,20 +16,25 @@
  * (hvdl_shm_lane: count cut into L near-equal lanes) is local rank q's. Rank r:
  *
  *   step 1   before: write the addresses of its sendbuff and recvbuff in its
- *            head page (posted)
- *   step 2   before: for each chunk of its lane (an area's worth), read that
- *            chunk of every peer's sendbuff into its scratch, and fold the L
- *            inputs (its own from sendbuff) into its recvbuff
- *   step 3   before: read every other lane from its owner's recvbuff into its
- *            own; after: nobody reads its buffers any more, it may return
+ *            head page (posted), and 0 chunks of its lane reduced (lane_done)
+ *   then     for each chunk of its lane (an area's worth): read that chunk of
+ *            every peer's sendbuff into its scratch, fold the L inputs (its own
+ *            from sendbuff) into its recvbuff, publish the chunk as reduced
+ *            (a release store of lane_done); then read every other lane's
+ *            chunks from their owners' recvbuffs as their owners publish them
+ *   step 2   nobody reads its buffers any more: it may return
  *
- * In place, step 2 writes only the rank's own lane, which no peer reads; the
- * other lanes, which the peers read in step 2, are overwritten only after step
- * 2's wait. With 3 or more ranks an in-place rank copies its own chunk to
- * scratch first, since the fold writes its destination before the third input
- * is read. Per rank: (L-1) B / L read from the peers into a scratch area that
- * stays in the cache, a lane reduced, (L-1) B / L read from the peers for the
- * result: one copy of B, where the areas take two; 3 steps whatever B.
+ * In place, a rank writes its own lane, which no peer reads, and overwrites
+ * chunk j of another lane only after that lane's owner has published j, which
+ * it does after reading this rank's input of it. With 3 or more ranks an
+ * in-place rank copies its own chunk to scratch first, since the fold writes
+ * its destination before the third input is read. Per rank: (L-1) B / L read
+ * from the peers into a scratch area that stays in the cache, a lane reduced,
+ * (L-1) B / L read from the peers for the result: one copy of B, where the
+ * areas take two; 2 steps whatever B. A rank copies the other lanes only once
+ * its own is done: copying each chunk as soon as it is published made ResNet-50's
+ * step faster but the same buffer reduced again and again (in the cache) 1.1-1.3x
+ * slower (docs/benchmarks.md, "The single-copy form").
  *
  * Where it runs (hvdl_shm_cma_init): every rank of the host writes a token in
  * its own memory and reads every other's back; only if every read succeeds is
@@ -74,6 +79,66 @@ static hvdlResult_t read_peer(hvdlComm_t comm, const struct hvdl_shm *s, int q, 
   return hvdlSuccess;
 }
 
+/* How many chunks of its lane local rank q has reduced in the current call. */
+static _Atomic uint64_t *lane_done(const struct hvdl_shm *s, int q) {
+  return (_Atomic uint64_t *)(void *)(s->seg[q] + 208);
+}
+
+/* A call's copying of the other lanes: s->copied[q] chunks of lane q so far. */
+struct lanes {
+  struct hvdl_shm *s;
+  size_t count, chunk, esize;
+  char *recv;
+  uint64_t left; /* chunks of other lanes not copied yet */
+};
+
+/* Copies every chunk that the other lanes' owners have reduced since the last look. */
+static hvdlResult_t copy_reduced(hvdlComm_t comm, struct lanes *w) {
+  struct hvdl_shm *s = w->s;
+  w->left = 0;
+  for (int q = 0; q < s->local_size; q++) {
+    if (q == s->local_rank) continue;
+    size_t a, b;
+    hvdl_shm_lane(w->count, s->local_size, q, &a, &b);
+    const uint64_t all = (b - a + w->chunk - 1) / w->chunk;
+    const uint64_t done = atomic_load_explicit(lane_done(s, q), memory_order_acquire);
+    if (done > s->copied[q]) {
+      const size_t lo = a + (size_t)s->copied[q] * w->chunk;
+      const size_t hi = done >= all ? b : a + (size_t)done * w->chunk;
+      HVDL_CHECK(read_peer(comm, s, q, w->recv + lo * w->esize, posted(s, q)[1] + lo * w->esize,
+                           (hi - lo) * w->esize));
+      s->copied[q] = done;
+    }
+    w->left += all - s->copied[q];
+  }
+  return hvdlSuccess;
+}
+
+static hvdlResult_t lanes_ready(hvdlComm_t comm, void *arg, int *done) {
+  (void)comm;
+  struct lanes *w = arg;
+  *done = 0;
+  for (int q = 0; q < w->s->local_size && !*done; q++)
+    *done = q != w->s->local_rank &&
+            atomic_load_explicit(lane_done(w->s, q), memory_order_acquire) > w->s->copied[q];
+  return hvdlSuccess;
+}
+
+/* Progress: the chunks the other lanes' owners have reduced; names one not done. */
+static uint64_t lanes_progress(hvdlComm_t comm, void *arg) {
+  struct lanes *w = arg;
+  uint64_t sum = 0;
+  for (int q = w->s->local_size - 1; q >= 0; q--) {
+    if (q == w->s->local_rank) continue;
+    size_t a, b;
+    hvdl_shm_lane(w->count, w->s->local_size, q, &a, &b);
+    const uint64_t done = atomic_load_explicit(lane_done(w->s, q), memory_order_relaxed);
+    if (done < (b - a + w->chunk - 1) / w->chunk) comm->wait_peer = w->s->ranks[q];
+    sum += done;
+  }
+  return sum;
+}
+
 static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                size_t count, const struct hvdl_shm_fold *f) {
   struct hvdl_shm *s = comm->shm;
@@ -83,9 +148,13 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
   char *recv = recvbuff;
   posted(s, me)[0] = (uintptr_t)sendbuff;
   posted(s, me)[1] = (uintptr_t)recvbuff;
+  atomic_store_explicit(lane_done(s, me), 0, memory_order_relaxed); /* published by the step */
+  memset(s->copied, 0, sizeof *s->copied * (size_t)L);
   HVDL_CHECK(hvdl_shm_step(comm, s)); /* every rank is in the call, its buffers posted */
+  struct lanes w = {s, count, chunk, esize, recv, 0};
   size_t a, b;
   hvdl_shm_lane(count, L, me, &a, &b);
+  uint64_t mine = 0;
   for (size_t g = a; g < b; g += chunk) {
     const size_t n = b - g < chunk ? b - g : chunk;
     for (int q = 0; q < L; q++) {
@@ -100,13 +169,14 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
       s->inputs[q] = to;
     }
     hvdl_shm_fold_inputs(s, s->inputs, recv + g * esize, g, n, count, f);
+    /* This chunk is reduced, and this rank has read the peers' inputs of it. */
+    atomic_store_explicit(lane_done(s, me), ++mine, memory_order_release);
   }
-  HVDL_CHECK(hvdl_shm_step(comm, s)); /* every lane is reduced into its owner's recvbuff; no sendbuff is read again */
-  for (int q = 0; q < L; q++) {
-    if (q == me) continue;
-    hvdl_shm_lane(count, L, q, &a, &b);
-    if (b > a)
-      HVDL_CHECK(read_peer(comm, s, q, recv + a * esize, posted(s, q)[1] + a * esize, (b - a) * esize));
+  HVDL_CHECK(copy_reduced(comm, &w));
+  while (w.left > 0) {
+    const struct hvdl_poll p = {lanes_ready, lanes_progress, &w, lanes_progress(comm, &w)};
+    HVDL_CHECK(hvdl_wait_data(comm, &p));
+    HVDL_CHECK(copy_reduced(comm, &w));
   }
   return hvdl_shm_step(comm, s); /* no rank reads this one's recvbuff any more */
 }
@@ -163,7 +233,8 @@ hvdlResult_t hvdl_shm_cma_init(hvdlComm_t comm) {
   const int ls = s->local_size;
   s->pids = calloc((size_t)ls, sizeof *s->pids);
   s->scratch = malloc((size_t)ls * s->area);
-  int ok = s->pids && s->scratch;
+  s->copied = calloc((size_t)ls, sizeof *s->copied);
+  int ok = s->pids && s->scratch && s->copied;
   HVDL_MPI(comm, MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local));
   s->cma = ok && cma_works(s);
   return hvdlSuccess;

@@ -79,8 +79,8 @@
 #include "topology.h"
 
 /* A rank's head page: the step counter (bytes 0-7), the heartbeat (64-71), the round
- * counter (128-135) and the buffers of its single-copy all-reduce (192-207, allreduce_shm.c),
- * a cache line each, then its two round slots (SHM_ROUND_WORDS words
+ * counter (128-135) and its single-copy all-reduce's buffers and progress (192-215,
+ * allreduce_shm.c), a cache line each, then its two round slots (SHM_ROUND_WORDS words
  * each); its four areas follow, page aligned. */
 #define HEAD ((size_t)4096)
 #define ROUND_SLOTS ((size_t)256)
@@ -405,6 +405,7 @@ static void shm_release(struct hvdl_shm *s) {
   free(s->ranks);
   free(s->pids);
   free(s->scratch);
+  free(s->copied);
   free(s->inputs);
   free(s);
 }

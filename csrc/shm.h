@@ -29,6 +29,7 @@ struct hvdl_shm {
                          * (process_vm_readv): large all-reduces take the single-copy form */
   int *pids;            /* each local rank's process id, for process_vm_readv */
   char *scratch;        /* (local_size - 1) areas of this rank's own: peers' chunks read in */
+  uint64_t *copied;     /* per local rank: chunks of its lane this rank has copied */
   const char **inputs;  /* local_size pointers: the inputs a fold reads */
   uint64_t step;        /* steps this rank has published */
   uint64_t round;       /* negotiation rounds this rank has posted through the segment */
