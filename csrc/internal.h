@@ -329,8 +329,11 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
 #define SHM_ALLREDUCE_MAX ((size_t)1 << 20)
 #endif
 /* Above SHM_CMA_MIN bytes per rank the shared-memory path reads the peers' own buffers
- * (its single-copy form, shm.c) where every local rank can (hvdl_shm.cma); the selector then
- * takes the path at every size on one host. */
+ * (its single-copy form, allreduce_shm.c) where every local rank can (hvdl_shm.cma); the
+ * selector then takes the path at every size on one host. At 2 ranks (tools/shm_vs_ring.py):
+ * at 1.5 MiB it and the areas were alike (one run); at 2-16 MiB it took 0.79-0.93x the
+ * ring's time in the cache and 0.88-0.97x from the L3, and the areas 1.1x MPI's in the cache
+ * (docs/benchmarks.md, "The single-copy form"). */
 #ifndef SHM_CMA_MIN /* settable at build time, to measure it again */
 #define SHM_CMA_MIN ((size_t)1 << 20)
 #endif

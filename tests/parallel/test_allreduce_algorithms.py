@@ -266,6 +266,8 @@ def test_rank_0s_shared_memory_settings_are_every_ranks():
     agree(ok and (hvd.size() == 1 or layout is not None), f"layout {layout}, exact {ok}")
     with make_comm(HVD_LITE_SHM="0" if r == 0 else "1") as c:
         agree(c.shm_layout() is None, "rank 0 turned the shared-memory path off")
+    with make_comm(HVD_LITE_SHM_CMA="0" if r == 0 else "1") as c:
+        agree(not c.shm_cma(), "rank 0 turned the single-copy form off")
 
 
 def test_an_unknown_algorithm_is_refused_when_the_communicator_is_made():
