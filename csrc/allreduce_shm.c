@@ -64,6 +64,9 @@ static uint64_t *posted(const struct hvdl_shm *s, int q) {
 static hvdlResult_t read_peer(hvdlComm_t comm, const struct hvdl_shm *s, int q, void *to,
                               uint64_t addr, size_t bytes) {
   char *d = to;
+  /* An injected fault (the recv point, HVD_LITE_FAULT) reads from address 0: the kernel's own
+   * failure follows. */
+  if (comm->faults && hvdl_fault_hit(comm->faults, HVDL_FAULT_RECV)) addr = 0;
   while (bytes > 0) {
     struct iovec here = {d, bytes}, there = {(void *)(uintptr_t)addr, bytes};
     const ssize_t got = process_vm_readv(s->pids[q], &here, 1, &there, 1, 0);

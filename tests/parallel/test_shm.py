@@ -234,6 +234,34 @@ def test_single_copy_gives_the_bits_of_the_ring_and_of_the_areas_on_every_rank(o
                   f"count {count} {op}: single copy differs from the areas, the ring or in place")
 
 
+def test_a_failed_read_of_a_peers_buffer_fails_the_allreduce_on_every_rank_and_the_next_works():
+    # The recv fault point's second hit, after step 1's, is the single-copy form's first read of a
+    # peer's buffer, which it then makes from address 0: process_vm_readv's own EFAULT.
+    n, r = hvd.size(), hvd.rank()
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    victim = n // 2
+    count = _core.SHM_CMA_MIN // 4 + 1001
+    with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_SHM_BYTES=4096):
+        with make_comm() as c:
+            single_copy_or_skip(c)
+        if r == victim:
+            hvd.basics.inject_fault("recv", 2)
+        t0 = time.monotonic()
+        err = None
+        try:
+            hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name="read")
+        except hvd.HvdLiteError as e:
+            err = e
+        took = time.monotonic() - t0
+        if r == victim:
+            hvd.basics.inject_fault("recv", 0)
+        agree(err is not None and "shared-memory path: reading" in str(err) and "Bad address" in str(err)
+              and took < 5, f"{err!r} after {took:.2f} s")
+        nxt = hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name="read.next")
+        agree(np.all(nxt == n * (n + 1) / 2), f"the next all-reduce: {nxt[:4]}")
+
+
 # ---- several hosts (emulated) --------------------------------------------------------------------
 
 @pytest.mark.parametrize("per_host", [1, 2])
