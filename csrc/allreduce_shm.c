@@ -95,6 +95,12 @@ struct lanes {
   uint64_t left; /* chunks of other lanes not copied yet */
 };
 
+/* Lane q's elements [*a, *b) and how many chunks they make. */
+static uint64_t lane_chunks(const struct lanes *w, int q, size_t *a, size_t *b) {
+  hvdl_shm_lane(w->count, w->s->local_size, q, a, b);
+  return (*b - *a + w->chunk - 1) / w->chunk;
+}
+
 /* Copies every chunk that the other lanes' owners have reduced since the last look. */
 static hvdlResult_t copy_reduced(hvdlComm_t comm, struct lanes *w) {
   struct hvdl_shm *s = w->s;
@@ -102,8 +108,7 @@ static hvdlResult_t copy_reduced(hvdlComm_t comm, struct lanes *w) {
   for (int q = 0; q < s->local_size; q++) {
     if (q == s->local_rank) continue;
     size_t a, b;
-    hvdl_shm_lane(w->count, s->local_size, q, &a, &b);
-    const uint64_t all = (b - a + w->chunk - 1) / w->chunk;
+    const uint64_t all = lane_chunks(w, q, &a, &b);
     const uint64_t done = atomic_load_explicit(lane_done(s, q), memory_order_acquire);
     if (done > s->copied[q]) {
       const size_t lo = a + (size_t)s->copied[q] * w->chunk;
@@ -134,9 +139,8 @@ static uint64_t lanes_progress(hvdlComm_t comm, void *arg) {
   for (int q = w->s->local_size - 1; q >= 0; q--) {
     if (q == w->s->local_rank) continue;
     size_t a, b;
-    hvdl_shm_lane(w->count, w->s->local_size, q, &a, &b);
     const uint64_t done = atomic_load_explicit(lane_done(w->s, q), memory_order_relaxed);
-    if (done < (b - a + w->chunk - 1) / w->chunk) comm->wait_peer = w->s->ranks[q];
+    if (done < lane_chunks(w, q, &a, &b)) comm->wait_peer = w->s->ranks[q];
     sum += done;
   }
   return sum;

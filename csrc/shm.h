@@ -28,7 +28,8 @@ struct hvdl_shm {
   int cma;              /* every local rank can read every other's own memory
                          * (process_vm_readv): large all-reduces take the single-copy form */
   int *pids;            /* each local rank's process id, for process_vm_readv */
-  char *scratch;        /* (local_size - 1) areas of this rank's own: peers' chunks read in */
+  char *scratch;        /* local_size areas of this rank's own: peers' chunks read in (and,
+                         * in place with 3 ranks or more, its own) */
   uint64_t *copied;     /* per local rank: chunks of its lane this rank has copied */
   const char **inputs;  /* local_size pointers: the inputs a fold reads */
   uint64_t step;        /* steps this rank has published */
