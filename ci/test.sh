@@ -29,6 +29,7 @@ export HVD_LITE_STALL_CHECK_TIME_SECONDS=${HVD_LITE_STALL_CHECK_TIME_SECONDS:-10
 export HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS=${HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS:-60}
 export HVD_LITE_TEST_LOGDIR
 HVD_LITE_TEST_LOGDIR=$(mktemp -d)
+trap 'rm -rf "$HVD_LITE_TEST_LOGDIR"' EXIT  # a failed run's logs are printed below first
 # --durations: the slowest tests of each run in the log, to see where CI's time goes.
 PYTEST=("$PY" -m pytest -q -rs -p no:cacheprovider --color=no --timeout=300 --durations=10)
 
