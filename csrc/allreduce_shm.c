@@ -11,30 +11,31 @@
  * the ring's above; so every form gives the bits of the ring or the latency path.
  *
  * The single-copy form. No area holds the data: each rank reads what it needs
- * straight from the other ranks' own buffers with process_vm_readv (Linux's
- * cross-memory attach, as Open MPI's smsc/cma does for large messages). Lane q
+ * straight from the other ranks' own buffers with process_vm_readv and writes
+ * its result straight into theirs with process_vm_writev (Linux's cross-memory
+ * attach, as Open MPI's smsc/cma uses for large messages). Lane q
  * (hvdl_shm_lane: count cut into L near-equal lanes) is local rank q's. Rank r:
  *
  *   step 1   before: write the addresses of its sendbuff and recvbuff in its
- *            head page (posted), and 0 chunks of its lane reduced (lane_done)
+ *            head page (posted)
  *   then     for each chunk of its lane (an area's worth): read that chunk of
  *            every peer's sendbuff into its scratch, fold the L inputs (its own
- *            from sendbuff) into its recvbuff, publish the chunk as reduced
- *            (a release store of lane_done); then read every other lane's
- *            chunks from their owners' recvbuffs as their owners publish them
- *   step 2   nobody reads its buffers any more: it may return
+ *            from sendbuff) into its recvbuff, and write the reduced chunk, still
+ *            in its cache, into every peer's recvbuff
+ *   step 2   every rank's recvbuff is whole, and nobody touches another's
+ *            buffers any more: it may return
  *
- * In place, a rank writes its own lane, which no peer reads, and overwrites
- * chunk j of another lane only after that lane's owner has published j, which
- * it does after reading this rank's input of it. With 3 or more ranks an
- * in-place rank copies its own chunk to scratch first, since the fold writes
- * its destination before the third input is read. Per rank: (L-1) B / L read
- * from the peers into a scratch area that stays in the cache, a lane reduced,
- * (L-1) B / L read from the peers for the result: one copy of B, where the
- * areas take two; 2 steps whatever B. A rank copies the other lanes only once
- * its own is done: copying each chunk as soon as it is published made ResNet-50's
- * step faster but the same buffer reduced again and again (in the cache) 1.1-1.3x
- * slower (docs/benchmarks.md, "The single-copy form").
+ * Only rank r reads or writes lane r of another rank's buffers, and it writes a
+ * chunk there only after it has read that chunk: so in place is safe with no
+ * step between (each rank's own lane of its own buffers is its alone). With 3
+ * or more ranks an in-place rank copies its own chunk to scratch first, since
+ * the fold writes its destination before the third input is read. Per rank:
+ * (L-1) B / L read from the peers into a scratch area that stays in the cache,
+ * a lane reduced, (L-1) B / L written to the peers from the cache: one copy of
+ * B, where the areas take two; 2 steps whatever B. Pulling the result from its
+ * owner's recvbuff instead (its lines then still in the owner's core's cache)
+ * made ResNet-50's step 1.2x slower and a 2-16 MiB all-reduce 1.3-1.6x
+ * (docs/benchmarks.md, "The single-copy form").
  *
  * Where it runs (hvdl_shm_cma_init): every rank of the host writes a token in
  * its own memory and reads every other's back; only if every read succeeds is
@@ -82,68 +83,61 @@ static hvdlResult_t read_peer(hvdlComm_t comm, const struct hvdl_shm *s, int q, 
   return hvdlSuccess;
 }
 
-/* How many chunks of its lane local rank q has reduced in the current call. */
-static _Atomic uint64_t *lane_done(const struct hvdl_shm *s, int q) {
+/* Copies bytes at from in this process to addr in local rank q's own memory. */
+static hvdlResult_t write_peer(hvdlComm_t comm, const struct hvdl_shm *s, int q, const void *from,
+                               uint64_t addr, size_t bytes) {
+  const char *d = from;
+  /* An injected fault (the send point, HVD_LITE_FAULT) writes to address 0. */
+  if (comm->faults && hvdl_fault_hit(comm->faults, HVDL_FAULT_SEND)) addr = 0;
+  while (bytes > 0) {
+    struct iovec here = {(void *)d, bytes}, there = {(void *)(uintptr_t)addr, bytes};
+    const ssize_t put = process_vm_writev(s->pids[q], &here, 1, &there, 1, 0);
+    if (put <= 0)
+      return hvdl_fail(comm, hvdlSystemError,
+                       "shared-memory path: writing %zu bytes to rank %d's buffer (process %d) "
+                       "failed: %s",
+                       bytes, s->ranks[q], s->pids[q],
+                       put < 0 ? strerror(errno) : "nothing written");
+    d += put;
+    addr += (uint64_t)put;
+    bytes -= (size_t)put;
+  }
+  return hvdlSuccess;
+}
+
+/* The single-copy call (its first step) after which local rank q writes into no
+ * other rank's buffers, and the one in which it failed. */
+static _Atomic uint64_t *quiet(const struct hvdl_shm *s, int q) {
   return (_Atomic uint64_t *)(void *)(s->seg[q] + 208);
 }
-
-/* A call's copying of the other lanes: s->copied[q] chunks of lane q so far. */
-struct lanes {
-  struct hvdl_shm *s;
-  size_t count, chunk, esize;
-  char *recv;
-  uint64_t left; /* chunks of other lanes not copied yet */
-};
-
-/* Lane q's elements [*a, *b) and how many chunks they make. */
-static uint64_t lane_chunks(const struct lanes *w, int q, size_t *a, size_t *b) {
-  hvdl_shm_lane(w->count, w->s->local_size, q, a, b);
-  return (*b - *a + w->chunk - 1) / w->chunk;
+static _Atomic uint64_t *failed(const struct hvdl_shm *s, int q) {
+  return (_Atomic uint64_t *)(void *)(s->seg[q] + 216);
 }
 
-/* Copies every chunk that the other lanes' owners have reduced since the last look. */
-static hvdlResult_t copy_reduced(hvdlComm_t comm, struct lanes *w) {
-  struct hvdl_shm *s = w->s;
-  w->left = 0;
-  for (int q = 0; q < s->local_size; q++) {
-    if (q == s->local_rank) continue;
-    size_t a, b;
-    const uint64_t all = lane_chunks(w, q, &a, &b);
-    const uint64_t done = atomic_load_explicit(lane_done(s, q), memory_order_acquire);
-    if (done > s->copied[q]) {
-      const size_t lo = a + (size_t)s->copied[q] * w->chunk;
-      const size_t hi = done >= all ? b : a + (size_t)done * w->chunk;
-      HVDL_CHECK(read_peer(comm, s, q, w->recv + lo * w->esize, posted(s, q)[1] + lo * w->esize,
-                           (hi - lo) * w->esize));
-      s->copied[q] = done;
-    }
-    w->left += all - s->copied[q];
-  }
-  return hvdlSuccess;
+static int a_peer_failed(const struct hvdl_shm *s, uint64_t k) {
+  for (int q = 0; q < s->local_size; q++)
+    if (atomic_load_explicit(failed(s, q), memory_order_acquire) >= k) return 1;
+  return 0;
 }
 
-static hvdlResult_t lanes_ready(hvdlComm_t comm, void *arg, int *done) {
-  (void)comm;
-  struct lanes *w = arg;
-  *done = 0;
-  for (int q = 0; q < w->s->local_size && !*done; q++)
-    *done = q != w->s->local_rank &&
-            atomic_load_explicit(lane_done(w->s, q), memory_order_acquire) > w->s->copied[q];
-  return hvdlSuccess;
-}
-
-/* Progress: the chunks the other lanes' owners have reduced; names one not done. */
-static uint64_t lanes_progress(hvdlComm_t comm, void *arg) {
-  struct lanes *w = arg;
-  uint64_t sum = 0;
-  for (int q = w->s->local_size - 1; q >= 0; q--) {
-    if (q == w->s->local_rank) continue;
-    size_t a, b;
-    const uint64_t done = atomic_load_explicit(lane_done(w->s, q), memory_order_relaxed);
-    if (done < lane_chunks(w, q, &a, &b)) comm->wait_peer = w->s->ranks[q];
-    sum += done;
-  }
-  return sum;
+/* Call k failed on this rank with res: it returns only once no peer can write
+ * into its buffers any more, so that they may be freed. A peer that has not
+ * published step k cannot have passed it: when it does, it sees this rank's
+ * failure (both sides fence between their store and their load) and writes
+ * nothing. One that has is waited for until it is quiet, which is soon: the lane
+ * loop has no waits and looks for failures at every chunk. Bounded by the data
+ * timeout (a peer stopped in its lane for that long is not waited for). */
+static hvdlResult_t drain(hvdlComm_t comm, struct hvdl_shm *s, uint64_t k, hvdlResult_t res) {
+  atomic_store_explicit(quiet(s, s->local_rank), k, memory_order_release);
+  atomic_store_explicit(failed(s, s->local_rank), k, memory_order_seq_cst);
+  atomic_thread_fence(memory_order_seq_cst);
+  const double until = comm->data_timeout > 0 ? hvdl_now() + comm->data_timeout : 0;
+  for (int q = 0; q < s->local_size; q++)
+    while (hvdl_shm_published(s, q) >= k &&
+           atomic_load_explicit(quiet(s, q), memory_order_acquire) < k &&
+           (until == 0 || hvdl_now() < until))
+      hvdl_sleep(1e-5);
+  return res;
 }
 
 static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
@@ -153,21 +147,21 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
   const int L = s->local_size, me = s->local_rank;
   const char *send = sendbuff;
   char *recv = recvbuff;
+  const uint64_t k = s->step + 1; /* this call's first step: its number */
   posted(s, me)[0] = (uintptr_t)sendbuff;
   posted(s, me)[1] = (uintptr_t)recvbuff;
-  atomic_store_explicit(lane_done(s, me), 0, memory_order_relaxed); /* published by the step */
-  memset(s->copied, 0, sizeof *s->copied * (size_t)L);
-  HVDL_CHECK(hvdl_shm_step(comm, s)); /* every rank is in the call, its buffers posted */
-  struct lanes w = {s, count, chunk, esize, recv, 0};
+  hvdlResult_t res = hvdl_shm_step(comm, s); /* every rank is in the call, its buffers posted */
+  if (res != hvdlSuccess) return s->step >= k ? drain(comm, s, k, res) : res;
+  atomic_thread_fence(memory_order_seq_cst); /* step k published, then the failures read */
   size_t a, b;
   hvdl_shm_lane(count, L, me, &a, &b);
-  uint64_t mine = 0;
-  for (size_t g = a; g < b; g += chunk) {
+  for (size_t g = a; g < b && res == hvdlSuccess; g += chunk) {
+    if (a_peer_failed(s, k)) break; /* step 2 then fails, by the alarm or the data timeout */
     const size_t n = b - g < chunk ? b - g : chunk;
-    for (int q = 0; q < L; q++) {
+    for (int q = 0; q < L && res == hvdlSuccess; q++) {
       char *to = s->scratch + (size_t)q * s->area;
       if (q != me) {
-        HVDL_CHECK(read_peer(comm, s, q, to, posted(s, q)[0] + g * esize, n * esize));
+        res = read_peer(comm, s, q, to, posted(s, q)[0] + g * esize, n * esize);
       } else if (send == recv && L > 2) { /* the fold writes recv before it has read it all */
         memcpy(to, send + g * esize, n * esize);
       } else {
@@ -175,26 +169,28 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
       }
       s->inputs[q] = to;
     }
+    if (res != hvdlSuccess) break;
     hvdl_shm_fold_inputs(s, s->inputs, recv + g * esize, g, n, count, f);
-    /* This chunk is reduced, and this rank has read the peers' inputs of it. */
-    atomic_store_explicit(lane_done(s, me), ++mine, memory_order_release);
+    for (int q = 0; q < L && res == hvdlSuccess; q++)
+      if (q != me)
+        res = write_peer(comm, s, q, recv + g * esize, posted(s, q)[1] + g * esize, n * esize);
   }
-  HVDL_CHECK(copy_reduced(comm, &w));
-  while (w.left > 0) {
-    const struct hvdl_poll p = {lanes_ready, lanes_progress, &w, lanes_progress(comm, &w)};
-    HVDL_CHECK(hvdl_wait_data(comm, &p));
-    HVDL_CHECK(copy_reduced(comm, &w));
-  }
-  return hvdl_shm_step(comm, s); /* no rank reads this one's recvbuff any more */
+  if (res != hvdlSuccess) return drain(comm, s, k, res);
+  atomic_store_explicit(quiet(s, me), k, memory_order_release);
+  res = hvdl_shm_step(comm, s); /* every recvbuff is whole; no rank touches another's */
+  return res == hvdlSuccess ? res : drain(comm, s, k, res);
 }
 
-/* Whether this rank can read every other local rank's own memory with
- * process_vm_readv (collective over s->local): each rank posts its process id
- * and the address of a token, reads every other rank's token back and compares
- * it. A seccomp filter, Yama's ptrace scope above 1, separate pid namespaces or
- * different users make a read fail; the caller then agrees on no single-copy
- * form. With Yama's scope 1 a process may be read only by its ancestors unless
- * it names a reader: like Open MPI's CMA, this rank lets any process of its user. */
+/* Whether this rank can read and write every other local rank's own memory
+ * with process_vm_readv/writev (collective over s->local): each rank posts its
+ * process id and the address of its token (word 0) and of one word per local
+ * rank after it; it reads every other rank's token, writes it back into that
+ * rank's word for itself, and then checks that every other rank wrote its own
+ * token into its words. A seccomp filter, Yama's ptrace scope above 1, separate
+ * pid namespaces or different users make a read or write fail; the caller then
+ * agrees on no single-copy form. With Yama's scope 1 a process may be read only
+ * by its ancestors unless it names another: like Open MPI's CMA, this rank lets
+ * any process of its user. */
 static int cma_works(struct hvdl_shm *s) {
   FILE *yama = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
   if (yama) {
@@ -204,28 +200,33 @@ static int cma_works(struct hvdl_shm *s) {
     fclose(yama);
   }
   struct token { int64_t pid; uint64_t addr, value; };
-  const int ls = s->local_size;
+  const int ls = s->local_size, me = s->local_rank;
   struct token *all = calloc((size_t)ls, sizeof *all);
-  uint64_t *mine = malloc(sizeof *mine);
+  uint64_t *mine = calloc((size_t)ls + 1, sizeof *mine);
   int ok = all && mine;
   if (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local) != MPI_SUCCESS) ok = 0;
-  struct token me = {(int64_t)getpid(), (uintptr_t)mine,
-                     ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)s ^ 0x5bd1e995u};
+  const struct token token = {(int64_t)getpid(), (uintptr_t)mine,
+                              ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)s ^ 0x5bd1e995u};
   if (ok) {
-    *mine = me.value;
-    if (MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, s->local) !=
-        MPI_SUCCESS)
+    mine[0] = token.value;
+    if (MPI_Allgather(&token, (int)sizeof token, MPI_BYTE, all, (int)sizeof token, MPI_BYTE,
+                      s->local) != MPI_SUCCESS)
       ok = 0;
   }
   for (int q = 0; ok && q < ls; q++) {
     s->pids[q] = (int)all[q].pid;
-    if (q == s->local_rank) continue;
+    if (q == me) continue;
     uint64_t v = 0;
     struct iovec here = {&v, sizeof v}, there = {(void *)(uintptr_t)all[q].addr, sizeof v};
     ok = process_vm_readv((pid_t)all[q].pid, &here, 1, &there, 1, 0) == (ssize_t)sizeof v &&
          v == all[q].value;
+    there.iov_base = (void *)(uintptr_t)(all[q].addr + sizeof v * (size_t)(1 + me));
+    ok = ok && process_vm_writev((pid_t)all[q].pid, &here, 1, &there, 1, 0) == (ssize_t)sizeof v;
   }
-  /* Nobody frees its token before every rank has read it. */
+  /* Every rank has written into every other's words (or failed to). */
+  if (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local) != MPI_SUCCESS) ok = 0;
+  for (int q = 0; ok && q < ls; q++) ok = q == me || mine[1 + q] == token.value;
+  /* Nobody frees its words before every rank has checked its own. */
   if (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local) != MPI_SUCCESS) ok = 0;
   free(all);
   free(mine);
@@ -240,8 +241,7 @@ hvdlResult_t hvdl_shm_cma_init(hvdlComm_t comm) {
   const int ls = s->local_size;
   s->pids = calloc((size_t)ls, sizeof *s->pids);
   s->scratch = malloc((size_t)ls * s->area);
-  s->copied = calloc((size_t)ls, sizeof *s->copied);
-  int ok = s->pids && s->scratch && s->copied;
+  int ok = s->pids && s->scratch;
   HVDL_MPI(comm, MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local));
   s->cma = ok && cma_works(s);
   return hvdlSuccess;

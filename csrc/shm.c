@@ -79,7 +79,7 @@
 #include "topology.h"
 
 /* A rank's head page: the step counter (bytes 0-7), the heartbeat (64-71), the round
- * counter (128-135) and its single-copy all-reduce's buffers and progress (192-215,
+ * counter (128-135) and its single-copy all-reduce's buffers and state (192-223,
  * allreduce_shm.c), a cache line each, then its two round slots (SHM_ROUND_WORDS words
  * each); its four areas follow, page aligned. */
 #define HEAD ((size_t)4096)
@@ -169,6 +169,10 @@ hvdlResult_t hvdl_shm_step(hvdlComm_t comm, struct hvdl_shm *s) {
   if (done) return hvdlSuccess;
   const struct hvdl_poll p = {all_arrived, progress, &a, progress(comm, &a)};
   return hvdl_wait_data(comm, &p);
+}
+
+uint64_t hvdl_shm_published(const struct hvdl_shm *s, int q) {
+  return atomic_load_explicit(counter(s, q), memory_order_acquire);
 }
 
 /* ---- the negotiation's round ---------------------------------------------- */
@@ -405,7 +409,6 @@ static void shm_release(struct hvdl_shm *s) {
   free(s->ranks);
   free(s->pids);
   free(s->scratch);
-  free(s->copied);
   free(s->inputs);
   free(s);
 }

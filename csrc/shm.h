@@ -25,12 +25,11 @@ struct hvdl_shm {
   int *ranks;           /* the communicator's rank of each local rank (for messages) */
   size_t area;          /* bytes of each of a rank's four areas: the chunk */
   char **seg;           /* each local rank's segment: counter line, in[0], in[1], out[0], out[1] */
-  int cma;              /* every local rank can read every other's own memory
-                         * (process_vm_readv): large all-reduces take the single-copy form */
-  int *pids;            /* each local rank's process id, for process_vm_readv */
+  int cma;              /* every local rank can read and write every other's own memory
+                         * (process_vm_readv/writev): large all-reduces take the single-copy form */
+  int *pids;            /* each local rank's process id, for process_vm_readv/writev */
   char *scratch;        /* local_size areas of this rank's own: peers' chunks read in (and,
                          * in place with 3 ranks or more, its own) */
-  uint64_t *copied;     /* per local rank: chunks of its lane this rank has copied */
   const char **inputs;  /* local_size pointers: the inputs a fold reads */
   uint64_t step;        /* steps this rank has published */
   uint64_t round;       /* negotiation rounds this rank has posted through the segment */
@@ -86,6 +85,9 @@ void hvdl_shm_fold_inputs(const struct hvdl_shm *s, const char **in, void *dst, 
 /* Ends step s->step + 1: publishes it, then waits (bounded, alarms) until every
  * local rank has. */
 hvdlResult_t hvdl_shm_step(hvdlComm_t comm, struct hvdl_shm *s);
+
+/* The last step local rank q has published (an acquire load). */
+uint64_t hvdl_shm_published(const struct hvdl_shm *s, int q);
 
 /* At most this many bytes (and one area) use the one-step form (every rank reduces the whole buffer).
  * Not measured yet: one step saves a counter round trip (about a microsecond) and costs

@@ -3,8 +3,9 @@ mpirun at 1-4 ranks: the layout each communicator sets up, exact values for ever
 and out of place with tiny chunks that cross every boundary, the bits of the message-passing paths,
 bitwise identity across ranks, emulated hosts (HVD_LITE_RANKS_PER_HOST), and a rank that stops
 taking part: an error on every rank within the data timeout, and the next all-reduce right. The
-single-copy form (process_vm_readv from the peers' own buffers, above SHM_CMA_MIN): on exactly where
-a probe of its own can read a peer, the same exact values and bits."""
+single-copy form (process_vm_readv from the peers' own buffers and process_vm_writev into them, above
+SHM_CMA_MIN): on exactly where a probe of its own can read and write a peer, the same exact values and
+bits, failed reads and writes, and no write into a peer's buffer after that peer's call failed."""
 import ctypes
 import os
 import time
@@ -165,31 +166,39 @@ class _Iovec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
 
 
-def peers_readable() -> bool:
-    """Whether this rank can read every other rank's memory with process_vm_readv (our own probe,
-    through libc, of a value each rank holds; every rank of these tests is on one host)."""
+def peers_reachable() -> bool:
+    """Whether this rank can read and write every other rank's memory with process_vm_readv and
+    process_vm_writev (our own probe, through libc: it reads a value each rank holds and writes it
+    back into a word of that rank's for this rank; every rank of these tests is on one host)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.process_vm_readv.restype = ctypes.c_ssize_t
-    mine = ctypes.c_uint64(0x1234_0000 + hvd.rank())
-    everyone = world().allgather((os.getpid(), ctypes.addressof(mine), mine.value))
+    libc.process_vm_writev.restype = ctypes.c_ssize_t
+    n, r = hvd.size(), hvd.rank()
+    mine = (ctypes.c_uint64 * (n + 1))(0x1234_0000 + r)
+    everyone = world().allgather((os.getpid(), ctypes.addressof(mine), mine[0]))
     ok = True
     for q, (pid, addr, value) in enumerate(everyone):
-        if q == hvd.rank():
+        if q == r:
             continue
         got = ctypes.c_uint64(0)
         here = _Iovec(ctypes.addressof(got), 8)
         there = _Iovec(addr, 8)
-        n = libc.process_vm_readv(pid, ctypes.byref(here), 1, ctypes.byref(there), 1, 0)
-        ok = ok and n == 8 and got.value == value
+        ok = ok and libc.process_vm_readv(pid, ctypes.byref(here), 1, ctypes.byref(there), 1, 0) == 8
+        ok = ok and got.value == value
+        there = _Iovec(addr + 8 * (1 + r), 8)
+        ok = ok and libc.process_vm_writev(pid, ctypes.byref(here), 1, ctypes.byref(there), 1, 0) == 8
+    world().barrier()  # every write is done
+    ok = ok and all(mine[1 + q] == mine[0] for q in range(n) if q != r)
     world().barrier()  # nobody's `mine` goes before every read
     return ok
 
 
-def test_the_single_copy_form_is_on_exactly_where_the_peers_can_be_read_unless_turned_off():
+def test_the_single_copy_form_is_on_exactly_where_the_peers_can_be_reached_unless_turned_off():
     n = hvd.size()
-    readable = n > 1 and all(world().allgather(peers_readable()))
+    reachable = n > 1 and all(world().allgather(peers_reachable()))
     with make_comm() as c:
-        agree(c.shm_cma() == readable, f"shm_cma {c.shm_cma()}, a probe could read the peers: {readable}")
+        agree(c.shm_cma() == reachable,
+              f"shm_cma {c.shm_cma()}, a probe could read and write the peers: {reachable}")
     with make_comm(HVD_LITE_SHM_CMA=0) as c:
         agree(not c.shm_cma() and c.shm_layout() == ((1, n, hvd.rank(), n) if n > 1 else None),
               f"HVD_LITE_SHM_CMA=0: shm_cma {c.shm_cma()}, layout {c.shm_layout()}")
@@ -197,7 +206,8 @@ def test_the_single_copy_form_is_on_exactly_where_the_peers_can_be_read_unless_t
 
 def single_copy_or_skip(c):
     if hvd.size() > 1 and not c.shm_cma():
-        pytest.skip("process_vm_readv cannot read the other ranks here (seccomp, Yama, pid namespaces)")
+        pytest.skip("process_vm_readv/writev cannot reach the other ranks here (seccomp, Yama, pid "
+                    "namespaces)")
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
@@ -234,9 +244,11 @@ def test_single_copy_gives_the_bits_of_the_ring_and_of_the_areas_on_every_rank(o
                   f"count {count} {op}: single copy differs from the areas, the ring or in place")
 
 
-def test_a_failed_read_of_a_peers_buffer_fails_the_allreduce_on_every_rank_and_the_next_works():
-    # The recv fault point's second hit, after step 1's, is the single-copy form's first read of a
-    # peer's buffer, which it then makes from address 0: process_vm_readv's own EFAULT.
+@pytest.mark.parametrize("point,verb", [("recv", "reading"), ("send", "writing")])
+def test_a_failed_read_or_write_of_a_peers_buffer_fails_the_allreduce_on_every_rank_and_the_next_works(
+        point, verb):
+    # The recv (send) fault point's second hit, after step 1's, is the single-copy form's first read
+    # of a peer's buffer (write into one), which it then makes at address 0: the kernel's own EFAULT.
     n, r = hvd.size(), hvd.rank()
     if n < 2:
         pytest.skip("needs 2 ranks")
@@ -246,19 +258,50 @@ def test_a_failed_read_of_a_peers_buffer_fails_the_allreduce_on_every_rank_and_t
         with make_comm() as c:
             single_copy_or_skip(c)
         if r == victim:
-            hvd.basics.inject_fault("recv", 2)
+            hvd.basics.inject_fault(point, 2)
         t0 = time.monotonic()
         err = None
         try:
-            hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name="read")
+            hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name=verb)
         except hvd.HvdLiteError as e:
             err = e
         took = time.monotonic() - t0
         if r == victim:
-            hvd.basics.inject_fault("recv", 0)
-        agree(err is not None and "shared-memory path: reading" in str(err) and "Bad address" in str(err)
+            hvd.basics.inject_fault(point, 0)
+        agree(err is not None and f"shared-memory path: {verb}" in str(err) and "Bad address" in str(err)
               and took < 5, f"{err!r} after {took:.2f} s")
-        nxt = hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name="read.next")
+        nxt = hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name=f"{verb}.next")
+        agree(np.all(nxt == n * (n + 1) / 2), f"the next all-reduce: {nxt[:4]}")
+
+
+def test_a_rank_that_comes_late_to_a_failed_single_copy_call_writes_into_no_peers_buffer():
+    # The victim stalls before step 1 for twice the data timeout; the others time out and leave the
+    # call. When the victim passes step 1 (every other rank published it), it must see that they
+    # failed and write nothing into their buffers, which are theirs again.
+    n, r = hvd.size(), hvd.rank()
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    victim = 1
+    count = _core.SHM_CMA_MIN // 4 + 1001
+    with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT):
+        with make_comm() as c:
+            single_copy_or_skip(c)
+        x = np.full(count, r + 1.0, np.float32)
+        if r == victim:
+            hvd.basics.inject_fault("stall")
+        err = None
+        try:
+            hvd.allreduce_(x, op=hvd.Sum, name="late")
+        except hvd.HvdLiteError as e:
+            err = e
+        if r == victim:
+            hvd.basics.inject_fault("stall", 0)
+        world().barrier()  # every rank, the victim too, has left the call
+        time.sleep(0.05)
+        agree(err is not None, f"no error: {x[:4]}")
+        agree(r == victim or np.all(x == r + 1.0),
+              f"rank {r}'s buffer was written after its call failed: {np.unique(x)[:4]}")
+        nxt = hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name="late.next")
         agree(np.all(nxt == n * (n + 1) / 2), f"the next all-reduce: {nxt[:4]}")
 
 
