@@ -328,14 +328,17 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
 #ifndef SHM_ALLREDUCE_MAX /* settable at build time (-DSHM_ALLREDUCE_MAX=...), to measure it again */
 #define SHM_ALLREDUCE_MAX ((size_t)1 << 20)
 #endif
-/* Above SHM_CMA_MIN bytes per rank the shared-memory path reads the peers' own buffers
- * (its single-copy form, allreduce_shm.c) where every local rank can (hvdl_shm.cma); the
- * selector then takes the path at every size on one host. At 2 ranks (tools/shm_vs_ring.py):
- * at 1.5 MiB it and the areas were alike (one run); at 2-16 MiB it took 0.79-0.93x the
- * ring's time in the cache and 0.88-0.97x from the L3, and the areas 1.1x MPI's in the cache
- * (docs/benchmarks.md, "The single-copy form"). */
+/* Above SHM_CMA_MIN bytes per rank the shared-memory path takes its single-copy form
+ * (allreduce_shm.c: reads the peers' own buffers, writes the result into them) where every
+ * local rank can (hvdl_shm.cma); the selector then takes the path at every size on one host.
+ * At 2 ranks (tools/shm_vs_ring.py, docs/benchmarks.md "The single-copy form"): at 32 KiB it
+ * and the areas were alike (0.49-0.54x MPI's time, in the cache and from the L3); at 64 KiB -
+ * 1 MiB in the cache it took 0.38-0.44x against the areas' 0.60-0.77x, from the L3 0.67-0.72x
+ * against 0.59-0.76x (the areas ahead at 64-128 KiB); through the engine, with 32 KiB instead
+ * of 1 MiB, ResNet-50's step went from 0.74-0.75x MPI's time to 0.68-0.72x and the numpy API's
+ * 64 KiB - 1 MiB from 0.83-0.97x to 0.38-0.57x. */
 #ifndef SHM_CMA_MIN /* settable at build time, to measure it again */
-#define SHM_CMA_MIN ((size_t)1 << 20)
+#define SHM_CMA_MIN ((size_t)32 << 10)
 #endif
 
 /* Variable-size ring collectives (allgather.c, reducescatter.c). Rank k's block

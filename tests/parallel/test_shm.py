@@ -106,10 +106,12 @@ def test_exact_results_every_dtype_and_op_across_every_chunk_boundary(dtype):
                 check_exact(c, dtype, op, count, inplace=(i + len(op)) % 2 == 0, seed=count)
 
 
+@pytest.mark.parametrize("cma", [1, 0], ids=["single-copy", "areas"])
 @pytest.mark.parametrize("op", list(OPS))
-def test_exact_results_with_the_default_chunk_in_and_out_of_place(op):
-    with make_comm() as c:
-        # one step (up to 16 KiB), then one chunk of 1 MiB, then 2 or 3 of them
+def test_exact_results_with_the_default_chunk_in_and_out_of_place(op, cma):
+    with make_comm(HVD_LITE_SHM_CMA=cma) as c:
+        # one step (up to 16 KiB), then above SHM_CMA_MIN (32 KiB) the single-copy form where
+        # the peers can be reached, else the areas: 1 or several chunks of 256 KiB
         for dtype, counts in ((np.int8, (5, 3000)), (np.float16, (5, 5000)),
                               (np.float32, (5, 3000, 300_007)), (np.uint64, (5, 5000, 300_007))):
             for count in counts:
@@ -124,8 +126,8 @@ def test_results_have_the_bits_of_the_message_passing_paths_on_every_rank(area):
     r = hvd.rank()
     small = 4096  # bytes: the crossover, on both sides of which the counts below fall
     env = {"HVD_LITE_SMALL_ALLREDUCE_BYTES": small}
-    if area is not None:
-        env["HVD_LITE_SHM_BYTES"] = area
+    if area is not None:  # the areas (with the default area, the single copy above 32 KiB)
+        env.update(HVD_LITE_SHM_BYTES=area, HVD_LITE_SHM_CMA=0)
     with make_comm(**env) as on, make_comm(HVD_LITE_SHM=0, HVD_LITE_ALLREDUCE_ALGO="small") as latency, \
             make_comm(HVD_LITE_SHM=0, HVD_LITE_ALLREDUCE_ALGO="ring") as ring:
         for count in (1, 3, 100, 1000, 1024, 1025, 4096, 33_333, 300_001):
@@ -386,7 +388,7 @@ def test_a_rank_that_stops_taking_part_fails_the_allreduce_on_every_rank_and_the
                HVD_LITE_SHM_BYTES=4096)
     # (one host: the shared-memory path forced, since 400 KB is above its crossover)
     with reinit(**(hier(**env) if per_host else dict(env, HVD_LITE_ALLREDUCE_ALGO="shm"))):
-        for count in (8, 100_000, 300_000):  # one step; many chunks; the single-copy form
+        for count in (8, 6_000, 300_000):  # one step; the areas, 6 chunks; the single-copy form
             if r == victim:
                 hvd.basics.inject_fault(point)
             t0 = time.monotonic()
