@@ -38,9 +38,11 @@
  * (docs/benchmarks.md, "The single-copy form").
  *
  * Where it runs (hvdl_shm_cma_init): every rank of the host writes a token in
- * its own memory and reads every other's back; only if every read succeeds is
- * s->cma set, on every rank. A read that fails during a call is an error on
- * that rank, which reaches the others like any failure of a step (shm.c).
+ * its own memory, reads every other's back and writes it into that rank's
+ * memory; only if every read and write succeeds is s->cma set, on every rank. A
+ * read or write that fails during a call is an error on that rank, which reaches
+ * the others like any failure of a step (shm.c); a failed call returns only
+ * once no peer can write into its buffers any more (drain, below).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* process_vm_readv (setup.py defines it; the simulation's build does not) */
@@ -126,7 +128,9 @@ static int a_peer_failed(const struct hvdl_shm *s, uint64_t k) {
  * failure (both sides fence between their store and their load) and writes
  * nothing. One that has is waited for until it is quiet, which is soon: the lane
  * loop has no waits and looks for failures at every chunk. Bounded by the data
- * timeout (a peer stopped in its lane for that long is not waited for). */
+ * timeout (a peer stopped in its lane for that long is not waited for). Not
+ * through hvdl_wait_data: the alarms that end a data wait (comm->watch) are the
+ * peers' reports of this very failure, and this wait must outlast them. */
 static hvdlResult_t drain(hvdlComm_t comm, struct hvdl_shm *s, uint64_t k, hvdlResult_t res) {
   atomic_store_explicit(quiet(s, s->local_rank), k, memory_order_release);
   atomic_store_explicit(failed(s, s->local_rank), k, memory_order_seq_cst);
