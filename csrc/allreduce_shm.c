@@ -34,7 +34,7 @@
  * a lane reduced, (L-1) B / L written to the peers from the cache: one copy of
  * B, where the areas take two; 2 steps whatever B. Pulling the result from its
  * owner's recvbuff instead (its lines then still in the owner's core's cache)
- * made ResNet-50's step 1.2x slower and a 2-16 MiB all-reduce 1.2-1.9x
+ * made ResNet-50's step 1.25x slower and a 4-16 MiB all-reduce 1.2-1.5x
  * (docs/benchmarks.md, "The single-copy form").
  *
  * Where it runs (hvdl_shm_cma_init): every rank of the host writes a token in
