@@ -26,6 +26,7 @@
 #include "engine.h"
 #include "executor.h"
 #include "negotiate.h"
+#include "shm.h"
 #include "timeline.h"
 #include "turn.h"
 
@@ -58,6 +59,20 @@ static hvdlResult_t on_data_wait(void *arg, double waited) {
   if (e->in_data && hvdl_alarm_failed(&e->alarm, e->executor->step - 1))
     return hvdl_fail(e->data, (hvdlResult_t)e->alarm.first.code, "%s", e->alarm.first.msg);
   return hvdlSuccess;
+}
+
+/* The info line on the shared-memory path (rank 0's view; every rank's is alike). */
+static void print_shm(const struct hvdl_engine *e) {
+  const struct hvdl_shm *s = e->data->shm;
+  fprintf(stderr, "hvd_lite: shared memory: %s\n",
+          !s               ? "off (HVD_LITE_SHM=0, no host with two ranks, or no segment)"
+          : s->hosts > 1   ? "on within each host"
+          : s->cma         ? "on, with its single-copy form"
+          : e->data->config.disableShmCma
+              ? "on, single-copy form off (HVD_LITE_SHM_CMA=0)"
+              : "on, single-copy form off: process_vm_readv/writev cannot reach the other ranks "
+                "here (a seccomp filter, Yama's ptrace_scope, pid namespaces or users)");
+  fflush(stderr);
 }
 
 static double idle_tick(const struct hvdl_engine *e) {
@@ -243,6 +258,7 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
   }
   e->negotiator->tune_out = hvdl_autotune_word(&e->tuner);
   if (e->rank == 0) hvdl_engine_config_print(cfg, e->size, &e->data->config);
+  if (e->rank == 0 && cfg->log_level <= HVDL_LOG_INFO) print_shm(e);
   if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
     hvdl_engine_free(e);
     return hvdl_fail(NULL, hvdlSystemError, "hvd_lite engine: cannot start its thread");

@@ -212,6 +212,22 @@ def single_copy_or_skip(c):
                     "namespaces)")
 
 
+@pytest.mark.parametrize("cma", ["1", "0"])
+def test_the_engines_info_line_says_how_the_shared_memory_path_runs(cma, capfd):
+    # HVD_LITE_LOG_LEVEL=info: rank 0 says whether the path is on, and whether its single copy is
+    # (a container whose seccomp profile refuses process_vm_readv/writev would see why it is off).
+    with make_comm(HVD_LITE_SHM_CMA=cma) as c:
+        on, layout = c.shm_cma(), c.shm_layout()
+    capfd.readouterr()
+    with reinit(HVD_LITE_LOG_LEVEL="info", HVD_LITE_SHM_CMA=cma):
+        err = capfd.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("hvd_lite: shared memory:")]
+    want = ("off (" if layout is None else "with its single-copy form" if on
+            else "(HVD_LITE_SHM_CMA=0)" if cma == "0" else "cannot reach the other ranks")
+    agree(lines == [] if hvd.rank() else (len(lines) == 1 and want in lines[0]),
+          f"wanted {want!r}: {lines}")
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_single_copy_exact_results_every_dtype_and_op_across_every_chunk_and_lane_edge(dtype):
     # 64-byte areas: every lane is read in chunks of 8 to 64 elements; counts just above the
