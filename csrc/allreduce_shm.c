@@ -63,46 +63,28 @@ static uint64_t *posted(const struct hvdl_shm *s, int q) {
   return (uint64_t *)(void *)(s->seg[q] + 192);
 }
 
-/* Copies bytes at addr in local rank q's own memory to `to`. */
-static hvdlResult_t read_peer(hvdlComm_t comm, const struct hvdl_shm *s, int q, void *to,
-                              uint64_t addr, size_t bytes) {
-  char *d = to;
-  /* An injected fault (the recv point, HVD_LITE_FAULT) reads from address 0: the kernel's own
-   * failure follows. */
-  if (comm->faults && hvdl_fault_hit(comm->faults, HVDL_FAULT_RECV)) addr = 0;
+/* Copies bytes between `here` in this process and addr in local rank q's own
+ * memory: from q (process_vm_readv) or, with `write`, to q (process_vm_writev).
+ * An injected fault (HVD_LITE_FAULT: the recv point for a read, send for a
+ * write) uses address 0: the kernel's own failure follows. */
+static hvdlResult_t peer_copy(hvdlComm_t comm, const struct hvdl_shm *s, int q, void *here,
+                              uint64_t addr, size_t bytes, int write) {
+  char *d = here;
+  if (comm->faults && hvdl_fault_hit(comm->faults, write ? HVDL_FAULT_SEND : HVDL_FAULT_RECV))
+    addr = 0;
   while (bytes > 0) {
-    struct iovec here = {d, bytes}, there = {(void *)(uintptr_t)addr, bytes};
-    const ssize_t got = process_vm_readv(s->pids[q], &here, 1, &there, 1, 0);
-    if (got <= 0)
+    struct iovec mine = {d, bytes}, theirs = {(void *)(uintptr_t)addr, bytes};
+    const ssize_t moved = write ? process_vm_writev(s->pids[q], &mine, 1, &theirs, 1, 0)
+                                : process_vm_readv(s->pids[q], &mine, 1, &theirs, 1, 0);
+    if (moved <= 0)
       return hvdl_fail(comm, hvdlSystemError,
-                       "shared-memory path: reading %zu bytes of rank %d's buffer (process %d) "
+                       "shared-memory path: %s %zu bytes %s rank %d's buffer (process %d) "
                        "failed: %s",
-                       bytes, s->ranks[q], s->pids[q], got < 0 ? strerror(errno) : "nothing read");
-    d += got;
-    addr += (uint64_t)got;
-    bytes -= (size_t)got;
-  }
-  return hvdlSuccess;
-}
-
-/* Copies bytes at from in this process to addr in local rank q's own memory. */
-static hvdlResult_t write_peer(hvdlComm_t comm, const struct hvdl_shm *s, int q, const void *from,
-                               uint64_t addr, size_t bytes) {
-  const char *d = from;
-  /* An injected fault (the send point, HVD_LITE_FAULT) writes to address 0. */
-  if (comm->faults && hvdl_fault_hit(comm->faults, HVDL_FAULT_SEND)) addr = 0;
-  while (bytes > 0) {
-    struct iovec here = {(void *)d, bytes}, there = {(void *)(uintptr_t)addr, bytes};
-    const ssize_t put = process_vm_writev(s->pids[q], &here, 1, &there, 1, 0);
-    if (put <= 0)
-      return hvdl_fail(comm, hvdlSystemError,
-                       "shared-memory path: writing %zu bytes to rank %d's buffer (process %d) "
-                       "failed: %s",
-                       bytes, s->ranks[q], s->pids[q],
-                       put < 0 ? strerror(errno) : "nothing written");
-    d += put;
-    addr += (uint64_t)put;
-    bytes -= (size_t)put;
+                       write ? "writing" : "reading", bytes, write ? "to" : "of", s->ranks[q],
+                       s->pids[q], moved < 0 ? strerror(errno) : "nothing moved");
+    d += moved;
+    addr += (uint64_t)moved;
+    bytes -= (size_t)moved;
   }
   return hvdlSuccess;
 }
@@ -165,7 +147,7 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
     for (int q = 0; q < L && res == hvdlSuccess; q++) {
       char *to = s->scratch + (size_t)q * s->area;
       if (q != me) {
-        res = read_peer(comm, s, q, to, posted(s, q)[0] + g * esize, n * esize);
+        res = peer_copy(comm, s, q, to, posted(s, q)[0] + g * esize, n * esize, 0);
       } else if (send == recv && L > 2) { /* the fold writes recv before it has read it all */
         memcpy(to, send + g * esize, n * esize);
       } else {
@@ -177,7 +159,7 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
     hvdl_shm_fold_inputs(s, s->inputs, recv + g * esize, g, n, count, f);
     for (int q = 0; q < L && res == hvdlSuccess; q++)
       if (q != me)
-        res = write_peer(comm, s, q, recv + g * esize, posted(s, q)[1] + g * esize, n * esize);
+        res = peer_copy(comm, s, q, recv + g * esize, posted(s, q)[1] + g * esize, n * esize, 1);
   }
   if (res != hvdlSuccess) return drain(comm, s, k, res);
   atomic_store_explicit(quiet(s, me), k, memory_order_release);
