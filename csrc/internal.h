@@ -242,6 +242,8 @@ void hvdl_sleep(double seconds);
 
 /* base.c: 1 when an armed fault at point p fires now (f may be NULL); its name. */
 int hvdl_fault_hit(struct hvdl_faults *f, enum hvdl_fault_point p);
+/* The stall fault point, armed: this rank stops for three data timeouts (base.c). */
+void hvdl_fault_stall(hvdlComm_t comm);
 const char *hvdl_fault_name(int p);
 
 /* base.c: monotonic time in seconds; type and op names; scratch. */

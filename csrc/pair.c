@@ -37,10 +37,9 @@ void hvdl_pair_combine(void *out, const void *mine, const void *theirs, int mine
 }
 
 /* Injected faults (HVD_LITE_FAULT), at the same points as the pipe's: a failing
- * send or receive, or a rank that stops sending for twice the data timeout. */
+ * send or receive, or a rank that stops sending (hvdl_fault_stall). */
 static hvdlResult_t fault(hvdlComm_t comm, int peer, enum hvdl_fault_point at) {
-  if (at == HVDL_FAULT_SEND && hvdl_fault_hit(comm->faults, HVDL_FAULT_STALL))
-    hvdl_sleep(comm->data_timeout > 0 ? 2 * comm->data_timeout : 1.0);
+  if (at == HVDL_FAULT_SEND) hvdl_fault_stall(comm);
   if (hvdl_fault_hit(comm->faults, at))
     return hvdl_fail(comm, hvdlSystemError, "injected fault (HVD_LITE_FAULT): a %s %s rank %d failed",
                      hvdl_fault_name(at), at == HVDL_FAULT_SEND ? "to" : "from", peer);

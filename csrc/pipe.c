@@ -113,11 +113,10 @@ static hvdlResult_t begin_step(struct hvdl_pipe *p, int *gen) {
 }
 
 /* Injected faults (HVD_LITE_FAULT): a failing send or receive, or a rank that
- * stops sending for twice the data timeout. */
+ * stops sending (hvdl_fault_stall). */
 static hvdlResult_t fault(struct hvdl_pipe *p, enum hvdl_fault_point at) {
   hvdlComm_t c = p->comm;
-  if (at == HVDL_FAULT_SEND && hvdl_fault_hit(c->faults, HVDL_FAULT_STALL))
-    hvdl_sleep(c->data_timeout > 0 ? 2 * c->data_timeout : 1.0);
+  if (at == HVDL_FAULT_SEND) hvdl_fault_stall(c);
   if (hvdl_fault_hit(c->faults, at))
     return hvdl_fail(c, hvdlSystemError, "injected fault (HVD_LITE_FAULT): a %s to rank %d failed",
                      hvdl_fault_name(at), at == HVDL_FAULT_SEND ? p->right : p->left);

@@ -147,8 +147,7 @@ static uint64_t progress(hvdlComm_t comm, void *arg) {
 }
 
 static hvdlResult_t fault(hvdlComm_t comm, enum hvdl_fault_point at) {
-  if (at == HVDL_FAULT_SEND && hvdl_fault_hit(comm->faults, HVDL_FAULT_STALL))
-    hvdl_sleep(comm->data_timeout > 0 ? 2 * comm->data_timeout : 1.0);
+  if (at == HVDL_FAULT_SEND) hvdl_fault_stall(comm);
   if (hvdl_fault_hit(comm->faults, at))
     return hvdl_fail(comm, hvdlSystemError,
                      "injected fault (HVD_LITE_FAULT): a shared-memory %s failed",

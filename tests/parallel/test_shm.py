@@ -293,7 +293,7 @@ def test_a_failed_read_or_write_of_a_peers_buffer_fails_the_allreduce_on_every_r
 
 
 def test_a_rank_that_comes_late_to_a_failed_single_copy_call_writes_into_no_peers_buffer():
-    # The victim stalls before step 1 for twice the data timeout; the others time out and leave the
+    # The victim stalls before step 1 for three data timeouts; the others time out and leave the
     # call. When the victim passes step 1 (every other rank published it), it must see that they
     # failed and write nothing into their buffers, which are theirs again.
     n, r = hvd.size(), hvd.rank()
@@ -417,7 +417,7 @@ def test_a_rank_that_stops_taking_part_fails_the_allreduce_on_every_rank_and_the
             if r == victim:
                 hvd.basics.inject_fault(point, 0)
             if point == "stall":
-                # The victim wakes after twice the timeout. Its host's ranks time out on it;
+                # The victim wakes after three timeouts. Its host's ranks time out on it;
                 # with more ranks, a rank may first hear another waiter's alarm, or (emulated
                 # hosts) time out on a lane peer that waits for the victim, which the latency
                 # path across hosts cannot name.
