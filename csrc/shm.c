@@ -79,8 +79,8 @@
 #include "topology.h"
 
 /* A rank's head page: the step counter (bytes 0-7), the heartbeat (64-71), the round
- * counter (128-135) and its single-copy all-reduce's buffers and state (192-223,
- * allreduce_shm.c), a cache line each, then its two round slots (SHM_ROUND_WORDS words
+ * counter (128-135) and its single-copy collectives' buffers and state (192-223,
+ * shm_cma.c), a cache line each, then its two round slots (SHM_ROUND_WORDS words
  * each); its four areas follow, page aligned. */
 #define HEAD ((size_t)4096)
 #define ROUND_SLOTS ((size_t)256)

@@ -26,7 +26,8 @@ struct hvdl_shm {
   size_t area;          /* bytes of each of a rank's four areas: the chunk */
   char **seg;           /* each local rank's segment: counter line, in[0], in[1], out[0], out[1] */
   int cma;              /* every local rank can read and write every other's own memory
-                         * (process_vm_readv/writev): large all-reduces take the single-copy form */
+                         * (process_vm_readv/writev): large all-reduces take the single-copy form,
+                         * all-gathers the single-copy all-gather (shm_cma.c) */
   int *pids;            /* each local rank's process id, for process_vm_readv/writev */
   char *scratch;        /* local_size areas of this rank's own: peers' chunks read in (and,
                          * in place with 3 ranks or more, its own) */
@@ -42,11 +43,38 @@ struct hvdl_shm {
  * picks a message-passing algorithm. */
 hvdlResult_t hvdl_shm_init(hvdlComm_t comm);
 
-/* Turns on the one-host all-reduce's single-copy form (comm->shm->cma,
- * allreduce_shm.c) where every rank can read every other's memory; collective,
- * after hvdl_shm_init. Off (no error) where any rank cannot, with
- * HVD_LITE_SHM_CMA=0, or across hosts. */
+/* ---- the single-copy collectives (shm_cma.c; allreduce_shm.c, allgather_shm.c) ---- */
+
+/* Turns on the single-copy collectives (comm->shm->cma) where every rank of the
+ * one host can read and write every other's memory; collective, after
+ * hvdl_shm_init. Off (no error) where any rank cannot, with HVD_LITE_SHM_CMA=0,
+ * or across hosts. */
 hvdlResult_t hvdl_shm_cma_init(hvdlComm_t comm);
+
+/* Opens a single-copy call on every local rank: posts this rank's sendbuff and
+ * recvbuff addresses, then ends the call's first step; *k is the call's number.
+ * A failure ends the call (drained where a peer may have passed the step). */
+hvdlResult_t hvdl_cma_open(hvdlComm_t comm, const void *sendbuff, void *recvbuff, uint64_t *k);
+
+/* The sendbuff and recvbuff addresses local rank q posted for the open call. */
+uint64_t hvdl_cma_sendbuff(const struct hvdl_shm *s, int q);
+uint64_t hvdl_cma_recvbuff(const struct hvdl_shm *s, int q);
+
+/* Copies bytes between `here` in this process and addr in local rank q's own
+ * memory: from q (process_vm_readv) or, with `write`, to q (process_vm_writev).
+ * Fault points: recv for a read, send for a write (then made at address 0). */
+hvdlResult_t hvdl_cma_copy(hvdlComm_t comm, int q, void *here, uint64_t addr, size_t bytes,
+                           int write);
+
+/* Whether a local rank failed call k: a collective's loop looks between chunks
+ * and stops writing (its close then fails, by the alarm or the data timeout). */
+int hvdl_cma_peer_failed(const struct hvdl_shm *s, uint64_t k);
+
+/* Closes call k with this rank's result so far: on success it writes into no
+ * peer any more and ends the second step (every rank's result is whole); on a
+ * failure it returns only once no peer can still write into its buffers
+ * (bounded by the data timeout). Returns the call's result. */
+hvdlResult_t hvdl_cma_close(hvdlComm_t comm, uint64_t k, hvdlResult_t res);
 
 /* Releases comm->shm: unmaps the segment; `collective` also frees the host's
  * communicator (every local rank calls it; not after a failure, hvdlCommAbort). */

@@ -1,0 +1,199 @@
+/*
+ * shm_cma.c -- what the single-copy collectives of ranks on one host share
+ * (allreduce_shm.c's large form, allgather_shm.c): no area of the segment holds
+ * their data; each rank reads from and writes into the other ranks' own buffers
+ * with process_vm_readv/writev (Linux's cross-memory attach, as Open MPI's
+ * smsc/cma uses for large messages).
+ *
+ * A call, on every local rank:
+ *
+ *   open     write the addresses of its sendbuff and recvbuff in its head page
+ *            (posted), then end the call's first step (shm.c): every rank is in
+ *            the call and its buffers are posted. The call's number k is that
+ *            step's.
+ *   then     the collective's own reads and writes (hvdl_cma_copy), which look
+ *            for a peer's failure (hvdl_cma_peer_failed) between chunks
+ *   close    say it writes into no peer any more (quiet = k), then end the
+ *            second step: every rank's result is whole and nobody touches
+ *            another's buffers; it may return
+ *
+ * Failures. A peer writes into this rank's buffers, so a failed call must not
+ * return while a peer may still write (the caller may free them). Each rank's
+ * head page has two more words: quiet, the call after which it writes into no
+ * peer, and failed, the call in which it failed. A failing rank sets both,
+ * fences, and drains (below). A peer that has not yet published step k sees the
+ * failure when it does (both sides fence between their store and their load)
+ * and writes nothing; a peer in its loop sees it at its next chunk and stops.
+ *
+ * Where it runs (hvdl_shm_cma_init): every rank of the host writes a token in
+ * its own memory, reads every other's back and writes it into that rank's
+ * memory; only if every read and write succeeds is s->cma set, on every rank. A
+ * read or write that fails during a call is an error on that rank, which reaches
+ * the others like any failure of a step (shm.c).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* process_vm_readv (setup.py defines it; the simulation's build does not) */
+#endif
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "shm.h"
+
+/* Local rank q's posted sendbuff and recvbuff addresses (head page bytes 192-207),
+ * quiet (208) and failed (216) words. */
+static uint64_t *posted(const struct hvdl_shm *s, int q) {
+  return (uint64_t *)(void *)(s->seg[q] + 192);
+}
+static _Atomic uint64_t *quiet(const struct hvdl_shm *s, int q) {
+  return (_Atomic uint64_t *)(void *)(s->seg[q] + 208);
+}
+static _Atomic uint64_t *failed(const struct hvdl_shm *s, int q) {
+  return (_Atomic uint64_t *)(void *)(s->seg[q] + 216);
+}
+
+uint64_t hvdl_cma_sendbuff(const struct hvdl_shm *s, int q) { return posted(s, q)[0]; }
+uint64_t hvdl_cma_recvbuff(const struct hvdl_shm *s, int q) { return posted(s, q)[1]; }
+
+/* An injected fault (HVD_LITE_FAULT: the recv point for a read, send for a
+ * write) uses address 0: the kernel's own failure follows. */
+hvdlResult_t hvdl_cma_copy(hvdlComm_t comm, int q, void *here, uint64_t addr, size_t bytes,
+                           int write) {
+  const struct hvdl_shm *s = comm->shm;
+  char *d = here;
+  if (comm->faults && hvdl_fault_hit(comm->faults, write ? HVDL_FAULT_SEND : HVDL_FAULT_RECV))
+    addr = 0;
+  while (bytes > 0) {
+    struct iovec mine = {d, bytes}, theirs = {(void *)(uintptr_t)addr, bytes};
+    const ssize_t moved = write ? process_vm_writev(s->pids[q], &mine, 1, &theirs, 1, 0)
+                                : process_vm_readv(s->pids[q], &mine, 1, &theirs, 1, 0);
+    if (moved <= 0)
+      return hvdl_fail(comm, hvdlSystemError,
+                       "shared-memory path: %s %zu bytes %s rank %d's buffer (process %d) "
+                       "failed: %s",
+                       write ? "writing" : "reading", bytes, write ? "to" : "of", s->ranks[q],
+                       s->pids[q], moved < 0 ? strerror(errno) : "nothing moved");
+    d += moved;
+    addr += (uint64_t)moved;
+    bytes -= (size_t)moved;
+  }
+  return hvdlSuccess;
+}
+
+int hvdl_cma_peer_failed(const struct hvdl_shm *s, uint64_t k) {
+  for (int q = 0; q < s->local_size; q++)
+    if (atomic_load_explicit(failed(s, q), memory_order_acquire) >= k) return 1;
+  return 0;
+}
+
+/* Call k failed on this rank with res: it returns only once no peer can write
+ * into its buffers any more, so that they may be freed. A peer that has not
+ * published step k cannot have passed it: when it does, it sees this rank's
+ * failure and writes nothing. One that has is waited for until it is quiet,
+ * which is soon: the collectives' loops have no waits and look for failures at
+ * every chunk. Bounded by the data timeout (a peer stopped in its loop for that
+ * long is not waited for). Not through hvdl_wait_data: the alarms that end a
+ * data wait (comm->watch) are the peers' reports of this very failure, and this
+ * wait must outlast them. */
+static hvdlResult_t drain(hvdlComm_t comm, struct hvdl_shm *s, uint64_t k, hvdlResult_t res) {
+  atomic_store_explicit(quiet(s, s->local_rank), k, memory_order_release);
+  atomic_store_explicit(failed(s, s->local_rank), k, memory_order_seq_cst);
+  atomic_thread_fence(memory_order_seq_cst);
+  const double until = comm->data_timeout > 0 ? hvdl_now() + comm->data_timeout : 0;
+  for (int q = 0; q < s->local_size; q++)
+    while (hvdl_shm_published(s, q) >= k &&
+           atomic_load_explicit(quiet(s, q), memory_order_acquire) < k &&
+           (until == 0 || hvdl_now() < until))
+      hvdl_sleep(1e-5);
+  return res;
+}
+
+hvdlResult_t hvdl_cma_open(hvdlComm_t comm, const void *sendbuff, void *recvbuff, uint64_t *k) {
+  struct hvdl_shm *s = comm->shm;
+  *k = s->step + 1;
+  posted(s, s->local_rank)[0] = (uintptr_t)sendbuff;
+  posted(s, s->local_rank)[1] = (uintptr_t)recvbuff;
+  const hvdlResult_t res = hvdl_shm_step(comm, s);
+  if (res != hvdlSuccess) return s->step >= *k ? drain(comm, s, *k, res) : res;
+  atomic_thread_fence(memory_order_seq_cst); /* step k published, then the failures read */
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_cma_close(hvdlComm_t comm, uint64_t k, hvdlResult_t res) {
+  struct hvdl_shm *s = comm->shm;
+  if (res != hvdlSuccess) return drain(comm, s, k, res);
+  atomic_store_explicit(quiet(s, s->local_rank), k, memory_order_release);
+  res = hvdl_shm_step(comm, s); /* every result is whole; no rank touches another's */
+  return res == hvdlSuccess ? res : drain(comm, s, k, res);
+}
+
+/* Whether this rank can read and write every other local rank's own memory
+ * with process_vm_readv/writev (collective over s->local): each rank posts its
+ * process id and the address of its token (word 0) and of one word per local
+ * rank after it; it reads every other rank's token, writes it back into that
+ * rank's word for itself, and then checks that every other rank wrote its own
+ * token into its words. A seccomp filter, Yama's ptrace scope above 1, separate
+ * pid namespaces or different users make a read or write fail; the caller then
+ * agrees on no single-copy form. With Yama's scope 1 a process may be read only
+ * by its ancestors unless it names another: like Open MPI's CMA, this rank lets
+ * any process of its user. */
+static int cma_works(struct hvdl_shm *s) {
+  FILE *yama = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  if (yama) {
+    int scope = 0;
+    if (fscanf(yama, "%d", &scope) == 1 && scope == 1)
+      prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    fclose(yama);
+  }
+  struct token { int64_t pid; uint64_t addr, value; };
+  const int ls = s->local_size, me = s->local_rank;
+  struct token *all = calloc((size_t)ls, sizeof *all);
+  uint64_t *mine = calloc((size_t)ls + 1, sizeof *mine);
+  int ok = all && mine;
+  if (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local) != MPI_SUCCESS) ok = 0;
+  const struct token token = {(int64_t)getpid(), (uintptr_t)mine,
+                              ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)s ^ 0x5bd1e995u};
+  if (ok) {
+    mine[0] = token.value;
+    if (MPI_Allgather(&token, (int)sizeof token, MPI_BYTE, all, (int)sizeof token, MPI_BYTE,
+                      s->local) != MPI_SUCCESS)
+      ok = 0;
+  }
+  for (int q = 0; ok && q < ls; q++) {
+    s->pids[q] = (int)all[q].pid;
+    if (q == me) continue;
+    uint64_t v = 0;
+    struct iovec here = {&v, sizeof v}, there = {(void *)(uintptr_t)all[q].addr, sizeof v};
+    ok = process_vm_readv((pid_t)all[q].pid, &here, 1, &there, 1, 0) == (ssize_t)sizeof v &&
+         v == all[q].value;
+    there.iov_base = (void *)(uintptr_t)(all[q].addr + sizeof v * (size_t)(1 + me));
+    ok = ok && process_vm_writev((pid_t)all[q].pid, &here, 1, &there, 1, 0) == (ssize_t)sizeof v;
+  }
+  /* Every rank has written into every other's words (or failed to). */
+  if (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local) != MPI_SUCCESS) ok = 0;
+  for (int q = 0; ok && q < ls; q++) ok = q == me || mine[1 + q] == token.value;
+  /* Nobody frees its words before every rank has checked its own. */
+  if (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local) != MPI_SUCCESS) ok = 0;
+  free(all);
+  free(mine);
+  return ok;
+}
+
+hvdlResult_t hvdl_shm_cma_init(hvdlComm_t comm) {
+  struct hvdl_shm *s = comm->shm;
+  /* comm->shm and its hosts are alike on every rank (shm.c's agreement), and so
+   * is disableShmCma (rank 0's): every rank of the one host probes, or none. */
+  if (!s || s->hosts != 1 || comm->config.disableShmCma) return hvdlSuccess;
+  const int ls = s->local_size;
+  s->pids = calloc((size_t)ls, sizeof *s->pids);
+  s->scratch = malloc((size_t)ls * s->area);
+  int ok = s->pids && s->scratch;
+  HVDL_MPI(comm, MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local));
+  s->cma = ok && cma_works(s);
+  return hvdlSuccess;
+}
+
