@@ -144,7 +144,8 @@ const char *hvdl_bcast_algo_name(int algo) {
 
 /* HVD_LITE_ALLGATHER_ALGO's and HVD_LITE_REDUCESCATTER_ALGO's names, indexed by
  * hvdlAllGatherAlgorithm_t and hvdlReduceScatterAlgorithm_t. */
-static const char *const allgather_names[hvdlNumAllGatherAlgos] = {"auto", "ring", "rd", "rd_far"};
+static const char *const allgather_names[hvdlNumAllGatherAlgos] = {"auto", "ring", "rd", "rd_far",
+                                                                   "shm"};
 static const char *const reducescatter_names[hvdlNumReduceScatterAlgos] = {"auto", "ring",
                                                                            "halving"};
 
@@ -244,7 +245,7 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
     config->broadcastAlgorithm = b;
   }
   HVDL_CHECK(env_choice("HVD_LITE_ALLGATHER_ALGO", allgather_names, hvdlNumAllGatherAlgos,
-                        "auto, ring, rd or rd_far", &config->allGatherAlgorithm));
+                        "auto, ring, rd, rd_far or shm", &config->allGatherAlgorithm));
   HVDL_CHECK(env_choice("HVD_LITE_REDUCESCATTER_ALGO", reducescatter_names,
                         hvdlNumReduceScatterAlgos, "auto, ring or halving",
                         &config->reduceScatterAlgorithm));

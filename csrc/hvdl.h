@@ -127,16 +127,18 @@ typedef struct {
                                  (HVD_LITE_SHM=0) */
   size_t shmBytes;            /* the shared-memory path's chunk: bytes of each of the four
                                  areas a rank has in its host's segment (HVD_LITE_SHM_BYTES) */
-  int disableShmCma;          /* 1: the shared-memory path never reads a peer's own memory
-                                 (process_vm_readv, "cross-memory attach"), so it copies
-                                 every buffer through the segment and leaves large ones to
-                                 the ring (HVD_LITE_SHM_CMA=0) */
+  int disableShmCma;          /* 1: the shared-memory path never reads or writes a peer's own
+                                 memory (process_vm_readv/writev, "cross-memory attach"), so
+                                 it copies every buffer through the segment and leaves large
+                                 all-reduces to the ring, all-gathers to the model's choice
+                                 (HVD_LITE_SHM_CMA=0) */
   int allReduceAlgorithm;     /* an hvdlAlgorithm_t (HVD_LITE_ALLREDUCE_ALGO); hvdlAlgoAuto:
                                  the selector's choice (csrc/select.c) */
   int broadcastAlgorithm;     /* an hvdlBroadcastAlgorithm_t (HVD_LITE_BROADCAST_ALGO);
                                  hvdlBcastAuto: the cost model's choice */
   int allGatherAlgorithm;     /* an hvdlAllGatherAlgorithm_t (HVD_LITE_ALLGATHER_ALGO);
-                                 hvdlAllGatherAuto: the cost model's choice */
+                                 hvdlAllGatherAuto: shm where it can run, else the cost
+                                 model's choice */
   int reduceScatterAlgorithm; /* an hvdlReduceScatterAlgorithm_t
                                  (HVD_LITE_REDUCESCATTER_ALGO); hvdlReduceScatterAuto: the
                                  cost model's choice */
@@ -176,7 +178,9 @@ typedef enum {
   hvdlAllGatherRing = 1,   /* "ring": pipelined ring */
   hvdlAllGatherRd = 2,     /* "rd": recursive doubling, nearest partner first */
   hvdlAllGatherRdFar = 3,  /* "rd_far": recursive doubling, farthest partner first */
-  hvdlNumAllGatherAlgos = 4
+  hvdlAllGatherShm = 4,    /* "shm": ranks all on one host, each writes its block into
+                              every other's result (process_vm_writev) */
+  hvdlNumAllGatherAlgos = 5
 } hvdlAllGatherAlgorithm_t;
 
 /* Reduce-scatter algorithms (docs/algorithms.md). A forced one runs at every size. */
@@ -198,8 +202,9 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config);
  * Ranks that share a host also map a shared-memory segment (4 x shmBytes each),
  * unless config->disableShm. A forced allReduceAlgorithm that this layout cannot
  * run (shm across hosts or without a segment, hier on one host, hier_p2p on one
- * host or on hosts of different sizes) is hvdlInvalidArgument on every rank,
- * with the reason. */
+ * host or on hosts of different sizes), and a forced allGatherAlgorithm shm that
+ * it cannot (ranks not all on one host, or unable to write into each other's
+ * memory), is hvdlInvalidArgument on every rank, with the reason. */
 hvdlResult_t hvdlCommInitMpi(hvdlComm_t *comm, MPI_Comm mpiComm, const hvdlConfig_t *config);
 
 /* Frees a communicator (collective: every rank must call it). */

@@ -342,6 +342,15 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
 #ifndef SHM_CMA_MIN /* settable at build time, to measure it again */
 #define SHM_CMA_MIN ((size_t)32 << 10)
 #endif
+/* Above SHM_ALLGATHER_MIN bytes in all (the result) the all-gather's selector takes the
+ * single-copy all-gather (allgather_shm.c) where it can run. At 2 ranks, C API, against the
+ * ring in the same window (docs/benchmarks.md, "The single-copy all-gather"): at 8 B - 1 KiB
+ * it took 1.2-1.8x the ring's time under Open MPI, 1.0-1.2x under MPICH (its two steps and a
+ * system call against one message); at 4 KiB 0.96-1.02x and 0.94-1.01x; at 16 KiB 0.61-0.67x
+ * and 0.60x; above, 0.73-0.99x and 0.63-0.99x. */
+#ifndef SHM_ALLGATHER_MIN /* settable at build time, to measure it again */
+#define SHM_ALLGATHER_MIN ((size_t)4 << 10)
+#endif
 
 /* Variable-size ring collectives (allgather.c, reducescatter.c). Rank k's block
  * has counts[k] elements (any may be 0) and starts at element counts[0] + ... +
@@ -364,12 +373,19 @@ hvdlResult_t hvdl_allgatherv_rd(hvdlComm_t comm, const void *sendbuff, void *rec
 hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                          const size_t *counts, hvdlDataType_t dt,
                                          hvdlRedOp_t op);
+/* The single-copy all-gather of ranks all on one host (allgather_shm.c): needs
+ * comm->shm->cma (the selector's to check). */
+hvdlResult_t hvdl_allgatherv_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 const size_t *counts, hvdlDataType_t dt);
 /* select_gather.c: the choice for a call of `bytes` in all (the all-gather's
  * result, the reduce-scatter's input; the same on every rank), the model's time
  * for one (negative if not modelled), and the run. hvdlAllGather,
  * hvdlReduceScatter and the engine's calls go through these; the scatter
  * broadcast and the ring reduce run the rings above directly. */
 hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes);
+/* Why this communicator cannot run the all-gather algorithm algo (the reason,
+ * for select.c's refusal of a forced one at init), or NULL if it can. */
+const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo);
 double hvdl_select_predict_allgather(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo, size_t bytes);
 hvdlResult_t hvdl_allgather_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
                                 const void *sendbuff, void *recvbuff, const size_t *counts,

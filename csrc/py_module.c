@@ -218,5 +218,6 @@ PyMODINIT_FUNC PyInit__core(void) {
   /* the selector's shared-memory crossover (internal.h), for the test that checks it */
   PyModule_AddIntConstant(m, "SHM_ALLREDUCE_MAX", (long)SHM_ALLREDUCE_MAX);
   PyModule_AddIntConstant(m, "SHM_CMA_MIN", (long)SHM_CMA_MIN);
+  PyModule_AddIntConstant(m, "SHM_ALLGATHER_MIN", (long)SHM_ALLGATHER_MIN);
   return m;
 }

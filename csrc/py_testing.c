@@ -35,6 +35,7 @@
  * they go through the Engine, whose thread owns their traffic. */
 typedef struct {
   PyObject_HEAD hvdlComm_t comm;
+  struct hvdl_faults faults; /* _inject_fault's (the engine's come from HVD_LITE_FAULT) */
 } CommObject;
 
 static int Comm_init(CommObject *self, PyObject *args, PyObject *kwds) {
@@ -244,6 +245,24 @@ static PyObject *Comm_destroy(CommObject *self, PyObject *noargs) {
   Py_RETURN_NONE;
 }
 
+/* Arms a fault on this rank and bounds the communicator's data waits (a bare
+ * communicator's are unbounded), for tests of failures in the C API's calls. */
+static PyObject *Comm_inject_fault(CommObject *self, PyObject *args) {
+  const char *name;
+  int n;
+  double timeout;
+  if (!PyArg_ParseTuple(args, "sid", &name, &n, &timeout)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  int point = -1;
+  for (int i = 0; i < HVDL_FAULT_POINTS; i++)
+    if (strcmp(name, hvdl_fault_name(i)) == 0) point = i;
+  if (point < 0) return PyErr_Format(PyExc_ValueError, "unknown fault point %s", name);
+  atomic_store(&self->faults.armed[point], n > 0 ? n : 0);
+  self->comm->faults = &self->faults;
+  self->comm->data_timeout = timeout;
+  Py_RETURN_NONE;
+}
+
 static PyObject *Comm_shm_layout(CommObject *self, PyObject *unused) {
   if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
   const struct hvdl_shm *s = self->comm->shm;
@@ -314,9 +333,9 @@ static PyObject *Comm_gather_plan(CommObject *self, PyObject *args) {
   const size_t b = (size_t)nbytes;
   PyObject *pred = PyDict_New();
   for (int a = 1; pred && a < (gather ? hvdlNumAllGatherAlgos : hvdlNumReduceScatterAlgos); a++) {
-    PyObject *v = PyFloat_FromDouble(
-        gather ? hvdl_select_predict_allgather(c, (hvdlAllGatherAlgorithm_t)a, b)
-               : hvdl_select_predict_reducescatter(c, (hvdlReduceScatterAlgorithm_t)a, b));
+    const double t = gather ? hvdl_select_predict_allgather(c, (hvdlAllGatherAlgorithm_t)a, b)
+                            : hvdl_select_predict_reducescatter(c, (hvdlReduceScatterAlgorithm_t)a, b);
+    PyObject *v = t < 0 ? (Py_INCREF(Py_None), Py_None) : PyFloat_FromDouble(t);
     const char *name = gather ? hvdl_allgather_algo_name(a) : hvdl_reducescatter_algo_name(a);
     if (!v || PyDict_SetItemString(pred, name, v) < 0) Py_CLEAR(pred);
     Py_XDECREF(v);
@@ -329,8 +348,9 @@ static PyObject *Comm_gather_plan(CommObject *self, PyObject *args) {
 
 static PyMethodDef Comm_methods[] = {
     {"gather_plan", (PyCFunction)Comm_gather_plan, METH_VARARGS,
-     "gather_plan(coll, nbytes) -> {'algorithm', 'predicted': {name: seconds}}: the all-gather's "
-     "or reduce-scatter's selector's choice and the cost model's times"},
+     "gather_plan(coll, nbytes) -> {'algorithm', 'predicted': {name: seconds or None}}: the "
+     "all-gather's or reduce-scatter's selector's choice and the cost model's times (None: not "
+     "modelled, the all-gather's shm)"},
     {"broadcast_plan", (PyCFunction)Comm_broadcast_plan, METH_VARARGS,
      "broadcast_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds}}: the selector's "
      "choice and the cost model's times"},
@@ -350,6 +370,9 @@ static PyMethodDef Comm_methods[] = {
     {"alltoall", (PyCFunction)Comm_alltoall, METH_VARARGS,
      "alltoall(sendbuf, recvbuf, dtype): hvdlAllToAll, ranks x count elements each"},
     {"destroy", (PyCFunction)Comm_destroy, METH_NOARGS, "hvdlCommDestroy (collective)"},
+    {"_inject_fault", (PyCFunction)Comm_inject_fault, METH_VARARGS,
+     "_inject_fault(point, n, data_timeout): this rank fails the n-th next time it reaches point "
+     "(n=0: none), and the data waits end after data_timeout seconds without progress (testing)"},
     {"shm_layout", (PyCFunction)Comm_shm_layout, METH_NOARGS,
      "None without a shared-memory path, else (hosts, lanes, local_rank, local_size)"},
     {"shm_cma", (PyCFunction)Comm_shm_cma, METH_NOARGS,

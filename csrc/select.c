@@ -189,6 +189,11 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
     return hvdl_fail(comm, hvdlInvalidArgument,
                      "HVD_LITE_ALLREDUCE_ALGO=%s cannot run on this communicator of %d ranks: %s",
                      hvdl_algo_name(a.algo), comm->size, why);
+  why = hvdl_select_allgather_cannot_run(comm, (hvdlAllGatherAlgorithm_t)a.gather);
+  if (why)
+    return hvdl_fail(comm, hvdlInvalidArgument,
+                     "HVD_LITE_ALLGATHER_ALGO=%s cannot run on this communicator of %d ranks: %s",
+                     hvdl_allgather_algo_name(a.gather), comm->size, why);
   return hvdlSuccess;
 }
 

@@ -6,9 +6,16 @@
  * local_size), and HVD_LITE_ALLGATHER_ALGO / HVD_LITE_REDUCESCATTER_ALGO
  * (config.allGatherAlgorithm, reduceScatterAlgorithm, rank 0's, agreed there
  * too): that one at every size when forced, else the cheapest by the model
- * below (a tie: the ring, then the order of the enums).
+ * below (a tie: the ring, then the order of the enums). The all-gather's
+ * single copy (shm, allgather_shm.c) is not modelled: where it can run (every
+ * rank on one host, each able to write into the others' memory) auto takes it
+ * above SHM_ALLGATHER_MIN bytes (internal.h, measured), since it moves what the
+ * ring moves in 2 steps instead of n-1; below, its steps and system calls cost
+ * more than the ring's messages (docs/algorithms.md, "The single-copy
+ * all-gather").
  */
 #include "internal.h"
+#include "shm.h"
 
 /* The model. select.c's terms and assumptions: ranks placed by host, a step
  * with mask m crossing hosts when H > 1 and m >= L, all L ranks of a host then
@@ -91,14 +98,28 @@ double hvdl_select_predict_reducescatter(hvdlComm_t comm, hvdlReduceScatterAlgor
   }
 }
 
+const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo) {
+  if (algo != hvdlAllGatherShm || (comm->shm && comm->shm->cma)) return NULL;
+  if (!comm->shm)
+    return comm->config.disableShm ? "it works through the shared-memory path, which is off "
+                                     "(HVD_LITE_SHM=0)"
+                                   : "no two ranks share a host's segment";
+  if (comm->shm->hosts > 1) return "the ranks are on more than one host";
+  if (comm->config.disableShmCma)
+    return "its single copy is off (HVD_LITE_SHM_CMA=0)";
+  return "the ranks cannot write into each other's memory (process_vm_writev: a seccomp filter, "
+         "Yama's ptrace scope, pid namespaces or users)";
+}
+
 hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes) {
   if (comm->config.allGatherAlgorithm != hvdlAllGatherAuto)
     return (hvdlAllGatherAlgorithm_t)comm->config.allGatherAlgorithm;
+  if (comm->shm && comm->shm->cma && bytes > SHM_ALLGATHER_MIN) return hvdlAllGatherShm;
   hvdlAllGatherAlgorithm_t best = hvdlAllGatherRing;
   double best_t = hvdl_select_predict_allgather(comm, best, bytes);
   for (int a = hvdlAllGatherRd; a < hvdlNumAllGatherAlgos; a++) {
     const double t = hvdl_select_predict_allgather(comm, (hvdlAllGatherAlgorithm_t)a, bytes);
-    if (t < best_t) best = (hvdlAllGatherAlgorithm_t)a, best_t = t;
+    if (t >= 0 && t < best_t) best = (hvdlAllGatherAlgorithm_t)a, best_t = t; /* shm: -1 */
   }
   return best;
 }
@@ -118,6 +139,7 @@ hvdlResult_t hvdl_allgather_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
     case hvdlAllGatherRing: return hvdl_allgatherv(comm, sendbuff, recvbuff, counts, dt);
     case hvdlAllGatherRd: return hvdl_allgatherv_rd(comm, sendbuff, recvbuff, counts, dt, 0);
     case hvdlAllGatherRdFar: return hvdl_allgatherv_rd(comm, sendbuff, recvbuff, counts, dt, 1);
+    case hvdlAllGatherShm: return hvdl_allgatherv_shm(comm, sendbuff, recvbuff, counts, dt);
     default:
       return hvdl_fail(comm, hvdlInternalError, "all-gather algorithm %d (%s) is not available",
                        (int)algo, hvdl_allgather_algo_name(algo));

@@ -2,19 +2,22 @@
 HVD_LITE_REDUCESCATTER_ALGO under mpirun at 1-4 ranks: exact results for every dtype (and every op
 of the reduce-scatter), in place and out of place, equal blocks through the C API's bare
 `_core.Comm` and uneven and empty blocks through the engine; the halving reduce-scatter's fixed
-order (the bits of the rd and rab all-reduce, whatever the blocks); the selectors' choices, the
-forced choice, rank 0's choice agreed, and an unknown name refused."""
+order (the bits of the rd and rab all-reduce, whatever the blocks); the selectors' choices (the
+single-copy all-gather, shm, wherever it can run), the forced choice, rank 0's choice agreed, an
+unknown name refused, and a forced shm refused where it cannot run, saying why. (The single-copy
+all-gather's failures: test_shm.py.)"""
 import numpy as np
 import pytest
 
 import hvd_lite as hvd
 from conftest import agree, make_comm, raises_on_every_rank, reinit
 from helpers import ALL_DTYPES, MOVE_DTYPES, exact_inputs, fold, same_bits
+from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
 
 pytestmark = pytest.mark.mpi
 
-GATHER = ["ring", "rd", "rd_far"]
+GATHER = ["ring", "rd", "rd_far", "shm"]
 SCATTER = ["ring", "halving"]
 OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 HVD_OPS = {"sum": hvd.Sum, "prod": hvd.Product, "max": hvd.Max, "min": hvd.Min, "avg": hvd.Average}
@@ -29,6 +32,19 @@ def counts(n: int):
     """Elements per rank: 0, 1, around n (blocks of the fold's pairs), and a few larger ones that
     cross many 16-byte segments of the rings."""
     return sorted({0, 1, 2, n - 1, n, n + 1, 2 * n + 1, 37, 1009})
+
+
+def single_copy_runs() -> bool:
+    """Whether the single-copy all-gather can run: every rank on one host (so 2 ranks or more), each
+    able to write into the others' memory (the shared-memory path's probe, Comm.shm_cma)."""
+    with make_comm() as c:
+        return c.shm_cma()
+
+
+def skip_unless_runs(algo):
+    if algo == "shm" and not single_copy_runs():
+        pytest.skip("the single-copy all-gather needs 2 ranks or more that can write into each "
+                    "other's memory (process_vm_writev)")
 
 
 def allgather_ok(c, dtype, count, inplace, seed):
@@ -61,8 +77,11 @@ def reducescatter_ok(c, dtype, op, count, inplace, seed):
 
 @pytest.mark.parametrize("algo", GATHER)
 def test_every_allgather_algorithm_gathers_every_dtype_exactly_in_place_and_not(algo):
+    # 16-byte segments for the rings, 64-byte chunks for the single copy's writes.
+    skip_unless_runs(algo)
     bad = []
-    with make_comm(HVD_LITE_ALLGATHER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16) as c:
+    with make_comm(HVD_LITE_ALLGATHER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16,
+                   HVD_LITE_SHM_BYTES=64) as c:
         agree(c.gather_plan("allgather", 1 << 20)["algorithm"] == algo, "not forced")
         for dtype in MOVE_DTYPES:
             for count in counts(hvd.size()):
@@ -95,9 +114,10 @@ def rows_of(r: int, pattern: int) -> int:
 
 @pytest.mark.parametrize("algo", GATHER)
 def test_every_allgather_algorithm_gathers_uneven_and_empty_blocks_through_the_engine(algo):
+    skip_unless_runs(algo)
     n, r = hvd.size(), hvd.rank()
     bad = []
-    with reinit(HVD_LITE_ALLGATHER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16):
+    with reinit(HVD_LITE_ALLGATHER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SHM_BYTES=64):
         for dtype in (np.float32, np.int8, np.float64, np.bool_):
             for pattern in range(4):
                 for rest in ((), (3,)):
@@ -176,20 +196,38 @@ def test_the_halving_reducescatter_of_uneven_blocks_gives_the_rab_allreduces_bit
                   f"rows {rows}: reduce-scatter differs from the rab all-reduce's rows")
 
 
+def test_the_allgather_selector_takes_the_single_copy_above_its_minimum_wherever_it_can_run():
+    runs, least = single_copy_runs(), _core.SHM_ALLGATHER_MIN
+    for cma in ("1", "0"):
+        with make_comm(HVD_LITE_SHM_CMA=cma) as c:
+            small = {c.gather_plan("allgather", b)["algorithm"] for b in (4, least)}
+            large = {c.gather_plan("allgather", b)["algorithm"] for b in (least + 1, 1 << 30)}
+            shm_predicted = c.gather_plan("allgather", 4096)["predicted"]["shm"]
+        model = {"ring", "rd", "rd_far"}
+        want_large = {"shm"} if runs and cma == "1" else model
+        agree(small <= model and (large == want_large if runs and cma == "1" else large <= model)
+              and shm_predicted is None,
+              f"HVD_LITE_SHM_CMA={cma}, single copy runs: {runs}; picks up to {least} B {small}, "
+              f"above {large}; shm's predicted time {shm_predicted}")
+
+
 def test_the_selectors_pick_the_cheapest_modelled_the_ring_where_its_steps_are_few():
+    # The model's picks: without the single copy (HVD_LITE_SHM_CMA=0), which is not modelled.
     n = hvd.size()
     if n > 4:
         pytest.skip("the picks pinned below are one host's at 1-4 ranks (past 4 the fold's steps "
                     "move the crossovers)")
-    with make_comm() as c:
+    with make_comm(HVD_LITE_SHM_CMA=0) as c:
         picks = {}
         for coll, names in (("allgather", GATHER), ("reducescatter", SCATTER)):
             for nbytes in (4096, 1 << 20, 1 << 30):
                 plan = c.gather_plan(coll, nbytes)
                 picks[coll, nbytes] = plan["algorithm"]
-                agree(set(plan["predicted"]) == set(names), f"{coll}: {plan}")
-                best = min(plan["predicted"].values())
-                agree(n == 1 or plan["predicted"][plan["algorithm"]] == best, f"{coll}: {plan}")
+                modelled = {k: v for k, v in plan["predicted"].items() if v is not None}
+                agree(set(plan["predicted"]) == set(names) and set(modelled) == set(names) - {"shm"},
+                      f"{coll}: {plan}")
+                best = min(modelled.values())
+                agree(n == 1 or modelled[plan["algorithm"]] == best, f"{coll}: {plan}")
     # One host. The reduce-scatter: the ring overlaps reducing with receiving, the halving steps do
     # not (and add the fold's two at 3 ranks), so the ring but for 4 KiB on 4 ranks (two steps
     # against three). The all-gather: a tie at 2 ranks (one step each) goes to the ring, the fold's
@@ -205,6 +243,23 @@ def test_unknown_allgather_and_reducescatter_algorithms_are_refused_when_the_com
                          lambda: make_comm(HVD_LITE_ALLGATHER_ALGO="halving").__enter__())
     raises_on_every_rank(hvd.InvalidArgumentError, "HVD_LITE_REDUCESCATTER_ALGO=rd is not valid",
                          lambda: make_comm(HVD_LITE_REDUCESCATTER_ALGO="rd").__enter__())
+
+
+def test_a_forced_single_copy_allgather_that_cannot_run_is_refused_saying_why():
+    n = hvd.size()
+    why = {"HVD_LITE_SHM_CMA": "its single copy is off \\(HVD_LITE_SHM_CMA=0\\)",
+           "HVD_LITE_SHM": "it works through the shared-memory path, which is off \\(HVD_LITE_SHM=0\\)"}
+    for knob, reason in why.items():
+        if n == 1 and knob == "HVD_LITE_SHM_CMA":
+            reason = "no two ranks share a host's segment"
+        raises_on_every_rank(
+            hvd.InvalidArgumentError,
+            f"HVD_LITE_ALLGATHER_ALGO=shm cannot run on this communicator of {n} ranks: {reason}",
+            lambda: make_comm(HVD_LITE_ALLGATHER_ALGO="shm", **{knob: "0"}).__enter__())
+    if n > 1:  # emulated hosts of one rank each
+        raises_on_every_rank(
+            hvd.InvalidArgumentError, "HVD_LITE_ALLGATHER_ALGO=shm cannot run .*: no two ranks share",
+            lambda: make_comm(HVD_LITE_ALLGATHER_ALGO="shm", HVD_LITE_RANKS_PER_HOST=1).__enter__())
 
 
 def test_rank_0s_allgather_and_reducescatter_algorithms_are_every_ranks():

@@ -5,7 +5,8 @@ bitwise identity across ranks, emulated hosts (HVD_LITE_RANKS_PER_HOST), and a r
 taking part: an error on every rank within the data timeout, and the next all-reduce right. The
 single-copy form (process_vm_readv from the peers' own buffers and process_vm_writev into them, above
 SHM_CMA_MIN): on exactly where a probe of its own can read and write a peer, the same exact values and
-bits, failed reads and writes, and no write into a peer's buffer after that peer's call failed."""
+bits, failed reads and writes, and no write into a peer's buffer after that peer's call failed; the same
+two failures for the single-copy all-gather (its results: test_gather_algorithms.py)."""
 import ctypes
 import os
 import time
@@ -321,6 +322,58 @@ def test_a_rank_that_comes_late_to_a_failed_single_copy_call_writes_into_no_peer
               f"rank {r}'s buffer was written after its call failed: {np.unique(x)[:4]}")
         nxt = hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name="late.next")
         agree(np.all(nxt == n * (n + 1) / 2), f"the next all-reduce: {nxt[:4]}")
+
+
+@pytest.mark.parametrize("count", [1001, 300_001], ids=["one-chunk", "two-chunks"])
+def test_a_failed_write_in_the_single_copy_allgather_fails_it_on_every_rank_and_the_next_works(count):
+    # The send fault point's second hit, after step 1's, is the all-gather's first write into a
+    # peer's result (process_vm_writev), made at address 0: the kernel's own EFAULT.
+    n, r = hvd.size(), hvd.rank()
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    victim = n - 1
+    with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_ALLGATHER_ALGO="shm"):
+        if r == victim:
+            hvd.basics.inject_fault("send", 2)
+        t0 = time.monotonic()
+        err = None
+        try:
+            hvd.allgather(np.full(count, r + 1.0, np.float32), name="ag.write")
+        except hvd.HvdLiteError as e:
+            err = e
+        took = time.monotonic() - t0
+        if r == victim:
+            hvd.basics.inject_fault("send", 0)
+        agree(err is not None and "shared-memory path: writing" in str(err)
+              and "Bad address" in str(err) and took < 5, f"{err!r} after {took:.2f} s")
+        nxt = hvd.allgather(np.full(count, r + 1.0, np.float32), name="ag.write.next")
+        agree(same_bits(nxt, np.repeat(np.arange(1, n + 1, dtype=np.float32), count)),
+              f"the next all-gather: {np.unique(nxt)[:4]}")
+
+
+def test_a_rank_that_comes_late_to_a_failed_single_copy_allgather_writes_into_no_peers_result():
+    # As for the all-reduce: the victim stalls before step 1 for three data timeouts, the others
+    # time out and leave; then it must write its block into none of their results (in place, on
+    # the C API: a failed call's buffers are the caller's again).
+    n, r = hvd.size(), hvd.rank()
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    victim, count = 1, 5001
+    with make_comm(HVD_LITE_ALLGATHER_ALGO="shm") as c:
+        c._inject_fault("stall", int(r == victim), TIMEOUT)
+        out = np.full(n * count, -1.0, np.float32)
+        out[r * count:(r + 1) * count] = r + 1.0
+        err = None
+        try:
+            c.allgather(out[r * count:(r + 1) * count], out, F32)
+        except hvd.HvdLiteError as e:
+            err = e
+        world().barrier()  # every rank, the victim too, has left the call
+        time.sleep(0.05)
+        others = np.delete(out.reshape(n, count), r, axis=0)
+        agree(err is not None, f"no error: {np.unique(out)[:4]}")
+        agree(r == victim or np.all(others == -1.0),
+              f"rank {r}'s result was written after its call failed: {np.unique(others)[:4]}")
 
 
 # ---- several hosts (emulated) --------------------------------------------------------------------
