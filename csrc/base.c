@@ -58,17 +58,6 @@ int hvdl_fault_hit(struct hvdl_faults *f, enum hvdl_fault_point p) {
   return atomic_fetch_sub(&f->armed[p], 1) == 1;
 }
 
-/* The stall: three data timeouts (a second without one). A waiting peer fails
- * between one and two timeouts after the last progress it saw (wait.c reads
- * progress at marks a timeout apart), and the others' arrivals at the step are
- * progress: with twice the timeout, a peer whose first mark saw a late arrival
- * could be passed by the stalled rank just before its second mark, and the call
- * would succeed (seen at 4 ranks on 2 busy cores). */
-void hvdl_fault_stall(hvdlComm_t comm) {
-  if (hvdl_fault_hit(comm->faults, HVDL_FAULT_STALL))
-    hvdl_sleep(comm->data_timeout > 0 ? 3 * comm->data_timeout : 1.0);
-}
-
 const char *hvdl_fault_name(int p) {
   static const char *names[HVDL_FAULT_POINTS] = {"alloc", "send", "recv", "negotiate", "stall",
                                                  "exit", "adapter"};

@@ -242,7 +242,7 @@ void hvdl_sleep(double seconds);
 
 /* base.c: 1 when an armed fault at point p fires now (f may be NULL); its name. */
 int hvdl_fault_hit(struct hvdl_faults *f, enum hvdl_fault_point p);
-/* The stall fault point, armed: this rank stops for three data timeouts (base.c). */
+/* The stall fault point, armed: this rank stops for three data timeouts (wait.c). */
 void hvdl_fault_stall(hvdlComm_t comm);
 const char *hvdl_fault_name(int p);
 

@@ -64,6 +64,18 @@ void hvdl_sleep(double seconds) {
   nanosleep(&ts, NULL);
 }
 
+/* The stall fault point (HVD_LITE_FAULT, a testing aid): the rank stops for
+ * three data timeouts (a second without one). A waiting peer fails between one
+ * and two timeouts after the last progress it saw (hvdl_wait_until reads
+ * progress at marks a timeout apart), and the others' arrivals at the step are
+ * progress: with twice the timeout, a peer whose first mark saw a late arrival
+ * could be passed by the stalled rank just before its second mark, and the call
+ * would succeed (seen at 4 ranks on 2 busy cores). */
+void hvdl_fault_stall(hvdlComm_t comm) {
+  if (hvdl_fault_hit(comm->faults, HVDL_FAULT_STALL))
+    hvdl_sleep(comm->data_timeout > 0 ? 3 * comm->data_timeout : 1.0);
+}
+
 /* A long wait (past long_after) sleeps up to long_sleep, or up to LATE_SHARE of the
  * time it has waited so far if that is more, never over LATE_SLEEP_MAX: a peer late
  * by t is answered at most t / 50 later, and a rank blocked for seconds wakes 20 times
