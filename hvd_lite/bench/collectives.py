@@ -15,11 +15,11 @@ Run under mpirun; rank 0 prints. For each size from -b to -e (times -f), as nccl
 
 hvd_lite and MPI (`Allgather`, `Reduce_scatter_block`, `Bcast` from rank 0,
 `Alltoall`) alternate batch by batch; the ratio column compares their medians
-(busbw ratio = hvd_lite busbw / MPI busbw). All-gather, reduce-scatter and
-broadcast time the C API (`_core.Comm`, preallocated buffers: our ring and chain
-algorithms). All-to-all has no C API (the engine exchanges the split counts,
-then calls MPI_Alltoallv), so it times the public `hvd.alltoall(array)` with even
-splits and a fixed name, through the engine, which allocates each output.
+(busbw ratio = hvd_lite busbw / MPI busbw). By default each times the C API
+(`_core.Comm`, preallocated buffers, the algorithm its selector picks). With
+--api numpy, all-to-all and all-gather time the public `hvd.alltoall(array)`
+(even splits) and `hvd.allgather(array)` with a fixed name, through the engine,
+which exchanges the counts and allocates each output.
 """
 import argparse
 import math
@@ -35,8 +35,9 @@ BUSBW = {"allgather": lambda n: (n - 1) / n, "reducescatter": lambda n: (n - 1) 
 
 # The hvd_lite entry point each collective is timed through (--api).
 APIS = {"allgather": "core", "reducescatter": "core", "broadcast": "core", "alltoall": "core"}
-# alltoall can also be timed through the engine (--api numpy): hvd.alltoall, a new array per call.
-EXTRA_APIS = {"alltoall": ("numpy",)}
+# alltoall and allgather can also be timed through the engine (--api numpy): hvd.alltoall,
+# hvd.allgather, a new array per call.
+EXTRA_APIS = {"alltoall": ("numpy",), "allgather": ("numpy",)}
 API_HELP = {"core": "the C binding on preallocated buffers",
             "numpy": "the public hvd.* call through the engine"}
 
@@ -76,10 +77,10 @@ class _Case:
     def __init__(self, name, comm, world, MPI, dtype, nbytes, code, api="core"):
         n, r = world.Get_size(), world.Get_rank()
         esize = dtype.itemsize
-        self.engine_output = name == "alltoall" and api == "numpy"  # a new array per call
+        self.engine_output = name in ("alltoall", "allgather") and api == "numpy"  # a new array
         self.hvd_out = None  # that array, from the last call
+        import hvd_lite as hvd
         if name == "alltoall":
-            import hvd_lite as hvd
             count = max(nbytes // (esize * n), 1)
             self.send = _inputs(dtype, n * count, r)
             self.recv = np.zeros(n * count, dtype)
@@ -115,8 +116,12 @@ class _Case:
             self.send = _inputs(dtype, count, r)
             self.recv = np.zeros(n * count, dtype)
             self.want = np.concatenate([_inputs(dtype, count, q) for q in range(n)])
-            send, recv = self.send, self.recv
-            self.hvd = lambda: comm.allgather(send, recv, code)
+            send, recv, tag = self.send, self.recv, f"bench.allgather.{count}"
+
+            def hvd_allgather():
+                self.hvd_out = hvd.allgather(send, name=tag)
+            self.hvd = (hvd_allgather if api == "numpy"
+                        else (lambda: comm.allgather(send, recv, code)))
             self.mpi = lambda: world.Allgather(send, recv)
             self.bytes = n * count * esize
         else:

@@ -137,14 +137,16 @@ def test_collective_benches_at_3_ranks_report_no_wrong_elements(tmp_path, comman
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
-@pytest.mark.parametrize("api", ["core", "numpy"])
-def test_alltoall_bench_at_3_ranks_reports_no_wrong_elements(tmp_path, api):
+@pytest.mark.parametrize("command,api", [("alltoall", "core"), ("alltoall", "numpy"),
+                                         ("allgather", "numpy")])
+def test_alltoall_and_allgather_benches_at_3_ranks_report_no_wrong_elements(tmp_path, command, api):
     record, stdout = _mpirun(3, ["-b", "1K", "-e", "256K", "-f", "16", "-n", "2", "-w", "1",
-                                 "--repeats", "2", "-d", "int32", "--api", api], tmp_path, "alltoall")
-    assert record["benchmark"] == "alltoall" and record["api"] == api
+                                 "--repeats", "2", "-d", "int32", "--api", api], tmp_path, command)
+    assert record["benchmark"] == command and record["api"] == api
     assert record["busbw_factor"] == pytest.approx(2 / 3)
     assert record["contenders"] == ["hvd_lite", "MPI"]
-    # Each size is one rank's whole input: 3 equal blocks of whole int32 elements.
+    # Each size is 3 equal blocks of whole int32 elements: one rank's whole input (alltoall), or
+    # the gathered result (allgather).
     assert [e["bytes"] for e in record["results"]] == [1020, 16380, 262140]
     for entry in record["results"]:
         for label, lib in entry["libs"].items():
