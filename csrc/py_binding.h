@@ -55,6 +55,11 @@ int hvdl_py_check_op(int op);
 int hvdl_py_get_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype, size_t *count,
                        const char *what);
 
+/* The fault point a name (str) gives (HVD_LITE_FAULT's names, base.c); -1 with
+ * ValueError set for another. The engine's and the bare communicator's
+ * _inject_fault take it. */
+int hvdl_py_fault_point(PyObject *name);
+
 /* The communicator a Fortran handle names; None means MPI_COMM_WORLD. */
 int hvdl_py_base_comm(PyObject *fobj, MPI_Comm *out);
 

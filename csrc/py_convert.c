@@ -1,7 +1,8 @@
 /*
  * py_convert.c -- the binding's conversions, both ways: Python arguments into
  * the C core's (flat byte buffers, dtype and op numbers, a communicator's
- * Fortran handle) and the core's hvdlResult_t codes into Python exceptions.
+ * Fortran handle, a fault point's name) and the core's hvdlResult_t codes into
+ * Python exceptions.
  *
  * Buffers arrive through the buffer protocol as flat byte views (the Python
  * layer passes arr.view(uint8)), so no framework or numpy header is needed.
@@ -101,6 +102,14 @@ int hvdl_py_get_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype, 
   }
   *count = (size_t)view->len / es;
   return 0;
+}
+
+int hvdl_py_fault_point(PyObject *name) {
+  const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+  for (int i = 0; s && i < HVDL_FAULT_POINTS; i++)
+    if (strcmp(s, hvdl_fault_name(i)) == 0) return i;
+  if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "unknown fault point %R", name);
+  return -1;
 }
 
 /* None, not -1, means the world: MPICH's handles may be negative. */

@@ -170,19 +170,11 @@ static PyObject *Engine_autotune(hvdl_py_engine *self, PyObject *noargs) {
 }
 
 /* Fault injection, a testing aid (docs/design.md, "Failures"). */
-static int fault_point(PyObject *name) {
-  const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
-  for (int i = 0; s && i < HVDL_FAULT_POINTS; i++)
-    if (strcmp(s, hvdl_fault_name(i)) == 0) return i;
-  if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "unknown fault point %R", name);
-  return -1;
-}
-
 static PyObject *Engine_inject_fault(hvdl_py_engine *self, PyObject *args) {
   PyObject *name;
   int n = 1;
   if (!PyArg_ParseTuple(args, "U|i", &name, &n)) return NULL;
-  int point = fault_point(name);
+  int point = hvdl_py_fault_point(name);
   if (point < 0) return NULL;
   if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
   hvdl_engine_inject_fault(self->engine, point, n);
@@ -190,7 +182,7 @@ static PyObject *Engine_inject_fault(hvdl_py_engine *self, PyObject *args) {
 }
 
 static PyObject *Engine_fault_hit(hvdl_py_engine *self, PyObject *name) {
-  int point = fault_point(name);
+  int point = hvdl_py_fault_point(name);
   if (point < 0) return NULL;
   return PyBool_FromLong(self->engine && hvdl_engine_fault_hit(self->engine, point));
 }

@@ -248,15 +248,13 @@ static PyObject *Comm_destroy(CommObject *self, PyObject *noargs) {
 /* Arms a fault on this rank and bounds the communicator's data waits (a bare
  * communicator's are unbounded), for tests of failures in the C API's calls. */
 static PyObject *Comm_inject_fault(CommObject *self, PyObject *args) {
-  const char *name;
+  PyObject *name;
   int n;
   double timeout;
-  if (!PyArg_ParseTuple(args, "sid", &name, &n, &timeout)) return NULL;
+  if (!PyArg_ParseTuple(args, "Uid", &name, &n, &timeout)) return NULL;
   if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
-  int point = -1;
-  for (int i = 0; i < HVDL_FAULT_POINTS; i++)
-    if (strcmp(name, hvdl_fault_name(i)) == 0) point = i;
-  if (point < 0) return PyErr_Format(PyExc_ValueError, "unknown fault point %s", name);
+  const int point = hvdl_py_fault_point(name);
+  if (point < 0) return NULL;
   atomic_store(&self->faults.armed[point], n > 0 ? n : 0);
   self->comm->faults = &self->faults;
   self->comm->data_timeout = timeout;
