@@ -1,7 +1,7 @@
 /*
  * executor.h -- running a round's ready list on the data communicator: fusion of
  * small allreduces, every other collective one call each, then completion of
- * each request. executor.c calls the public C API (comm.c), reduce.c, request.c,
+ * each request. executor.c calls the public C API (collectives.c), reduce.c, request.c,
  * alarm.c, wire.c (names), outpool.c and timeline.c; the engine's loop calls it.
  */
 #ifndef HVDL_EXECUTOR_H_

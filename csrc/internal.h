@@ -309,7 +309,7 @@ hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t
  * agrees on rank 0's cost model, crossover and forced algorithm, and refuses a
  * forced one this layout cannot run; hvdl_select_allreduce picks the algorithm
  * for bytes per rank (the same on every rank). hvdl_allreduce_run runs one of
- * the message-passing algorithms (ring, rd, rab, small, hier_p2p); comm.c runs
+ * the message-passing algorithms (ring, rd, rab, small, hier_p2p); collectives.c runs
  * shm and hier itself. */
 hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host);
 hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes);

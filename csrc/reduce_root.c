@@ -4,7 +4,7 @@
  *
  * hvdlReduce runs one of two paths, the one matching the algorithm the
  * all-reduce selector (select.c) picks for the same call -- the latency path or
- * the ring; for any other, comm.c runs that all-reduce instead -- and reduces
+ * the ring; for any other, collectives.c runs that all-reduce instead -- and reduces
  * in the same order, so the root ends with exactly the bits hvdlAllReduce
  * would give:
  *

@@ -76,7 +76,7 @@ typedef hvdlResult_t (*allreduce_fn)(hvdlComm_t, const void *, void *, size_t, h
 static hvdlResult_t hier_p2p_allreduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                        size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 
-/* The message-passing algorithms; comm.c runs shm and hier itself. */
+/* The message-passing algorithms; collectives.c runs shm and hier itself. */
 static allreduce_fn algorithm(hvdlAlgorithm_t a) {
   switch (a) {
     case hvdlAlgoRing: return hvdl_allreduce_ring;
