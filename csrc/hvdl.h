@@ -11,7 +11,13 @@
  *     ReduceScatter: when the per-rank buffer is this rank's block of the
  *     whole one); buffers that overlap otherwise are rejected with
  *     hvdlInvalidArgument.
- *   - `stream` must be NULL: this build works on host memory only.
+ *   - Buffers are host memory, and `stream` must be NULL, unless the build has
+ *     CUDA (HVD_LITE_CUDA=1; not yet run on a GPU). Then hvdlAllReduce and
+ *     hvdlBroadcast also take CUDA device buffers (both on one device), queued
+ *     on `stream` (a cudaStream_t; NULL is the legacy default stream) after
+ *     the work already there, as NCCL does; the call returns once the result's
+ *     last copy is queued. A stream with host buffers is hvdlInvalidArgument, and
+ *     so are device buffers in the other collectives.
  *   - Every rank of the communicator ends with bitwise-identical results, and
  *     a rerun gives the same bits.
  *
@@ -109,7 +115,7 @@ typedef enum {
 /* Opaque communicator. */
 typedef struct hvdlComm *hvdlComm_t;
 
-/* Stand-in for cudaStream_t; must be NULL in this build. */
+/* A cudaStream_t (no CUDA header here); NULL for host buffers. */
 typedef void *hvdlStream_t;
 
 /* Tunables of one communicator. hvdlConfigDefault() fills it from the

@@ -80,6 +80,7 @@ struct hvdlComm {
                           * layout of topology.c, emulated hosts included) */
   struct hvdl_hier_p2p *hier_p2p; /* allreduce_hier_p2p.c: this rank's groups within and across
                           * hosts; NULL unless several hosts have the same number of ranks */
+  struct hvdl_cuda_stage *cuda_stage; /* cuda.c: pinned chunks for device buffers, or NULL */
   MPI_Request *parked;   /* sends of failed collectives, released when the communicator is renewed */
   int nparked, parked_cap;
   char last_error[HVDL_ERRMSG_LEN];

@@ -1,0 +1,258 @@
+/*
+ * cuda.c -- device memory through the CUDA runtime (cuda.h): where a pointer
+ * lives, the kernels' launches, and the staged form of a collective.
+ *
+ * The staged form, for chunks 0 .. K-1 of a call (two pinned slots, A and B):
+ *
+ *   host thread:  queue down(0)->A | queue down(1)->B, wait A, step(0), queue up(0)<-A |
+ *                 queue down(2)->A, wait B, step(1), queue up(1)<-B | ...
+ *   stream:       down(0) down(1) up(0) down(2) up(1) ...
+ *
+ * Chunk k+1's copy down runs on the device while the host runs chunk k's step
+ * (the MPI traffic). A slot is written by the next copy down only after the
+ * copy up that read it (both are on the one stream, in that order), and the
+ * host waits for a slot's event, recorded after its copy down, before its step
+ * touches it; a step that writes a slot without a copy down (send NULL) waits
+ * the same event, which the stream passes after the slot's last copy up. The
+ * call ends with the last copy up queued and an event recorded behind it; the
+ * next call on the communicator waits for that event before it reuses a slot,
+ * whatever its stream.
+ *
+ * Without HVDL_CUDA (setup.py builds CUDA only where nvcc is found or
+ * HVD_LITE_CUDA=1), every function but the queries says so.
+ */
+#include "cuda.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef HVDL_CUDA
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+/* cuda_kernels.cu */
+int hvdl_cuda_kernel_reduce(void *dst, const void *a, const void *b, size_t n, int dt, int op,
+                            void *stream);
+int hvdl_cuda_kernel_divide(void *buf, size_t n, int dt, uint64_t divisor, void *stream);
+
+/* A communicator's staging: two pinned chunks and their events. */
+struct hvdl_cuda_stage {
+  void *slot[2];
+  size_t bytes;
+  cudaEvent_t ready[2]; /* recorded after a slot's copy down (or its turn, without one) */
+  cudaEvent_t done;     /* recorded after the last call's last copy up */
+  int pending;          /* done has been recorded */
+};
+
+static hvdlResult_t cuda_fail(hvdlComm_t comm, cudaError_t err, const char *what) {
+  (void)cudaGetLastError(); /* clear a sticky launch error for the next call */
+  return hvdl_fail(comm, hvdlUnhandledCudaError, "%s: %s (CUDA error %d)", what,
+                   cudaGetErrorString(err), (int)err);
+}
+
+#define CUDA_CHECK(comm, call, what)                       \
+  do {                                                     \
+    cudaError_t e_ = (call);                               \
+    if (e_ != cudaSuccess) return cuda_fail(comm, e_, what); \
+  } while (0)
+
+int hvdl_cuda_built(void) { return 1; }
+
+int hvdl_cuda_device_count(void) {
+  static int count = -1; /* the runtime's answer does not change within a process */
+  if (count < 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 0;
+    }
+    count = n;
+  }
+  return count;
+}
+
+/* 1 when some device's primary context is active (CuPy, PyTorch and the runtime API make
+ * their memory there), or when that cannot be told: then p may be device memory. Asking the
+ * runtime about a pointer would otherwise make a context (and take device memory) in a
+ * process that only ever passes host buffers. */
+static int any_context(void) {
+  typedef int (*state_fn)(int dev, unsigned *flags, int *active);
+  static state_fn state;
+  static int looked;
+  if (!looked) {
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    state = lib ? (state_fn)dlsym(lib, "cuDevicePrimaryCtxGetState") : NULL;
+    looked = 1;
+  }
+  if (!state) return 1;
+  for (int d = 0; d < hvdl_cuda_device_count(); d++) { /* CUdevice d is ordinal d */
+    unsigned flags = 0;
+    int active = 0;
+    if (state(d, &flags, &active) != 0 || active) return 1;
+  }
+  return 0;
+}
+
+hvdlResult_t hvdl_cuda_device_of(hvdlComm_t comm, const char *fn, const void *p, int *device) {
+  *device = -1;
+  if (!p || hvdl_cuda_device_count() == 0 || !any_context()) return hvdlSuccess;
+  struct cudaPointerAttributes a;
+  cudaError_t err = cudaPointerGetAttributes(&a, p);
+  if (err != cudaSuccess) { /* an address CUDA never saw: host memory */
+    (void)cudaGetLastError();
+    return hvdlSuccess;
+  }
+  if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) *device = a.device;
+  (void)fn;
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_cuda_reduce(hvdlComm_t comm, void *dst, const void *a, const void *b, size_t n,
+                              hvdlDataType_t dt, hvdlRedOp_t op, hvdlStream_t stream) {
+  const int kop = op == hvdlAvg ? hvdlSum : (int)op;
+  CUDA_CHECK(comm, (cudaError_t)hvdl_cuda_kernel_reduce(dst, a, b, n, (int)dt, kop, stream),
+             "reduction kernel");
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_cuda_divide(hvdlComm_t comm, void *buf, size_t n, hvdlDataType_t dt,
+                              uint64_t divisor, hvdlStream_t stream) {
+  CUDA_CHECK(comm, (cudaError_t)hvdl_cuda_kernel_divide(buf, n, (int)dt, divisor, stream),
+             "division kernel");
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_cuda_sync(hvdlComm_t comm, hvdlStream_t stream) {
+  CUDA_CHECK(comm, cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_cuda_copy(hvdlComm_t comm, void *dst, const void *src, size_t bytes,
+                            hvdlStream_t stream) {
+  if (dst == src || bytes == 0) return hvdlSuccess;
+  CUDA_CHECK(comm, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream),
+             "cudaMemcpyAsync");
+  return hvdlSuccess;
+}
+
+/* comm's staging, made on its first staged call. */
+static hvdlResult_t stage_of(hvdlComm_t comm, struct hvdl_cuda_stage **out) {
+  if (!comm->cuda_stage) {
+    struct hvdl_cuda_stage *s = calloc(1, sizeof *s);
+    if (!s) return hvdl_fail(comm, hvdlSystemError, "out of memory (staging)");
+    comm->cuda_stage = s; /* hvdl_cuda_free frees what was made, should a step below fail */
+    s->bytes = HVDL_CUDA_STAGE_BYTES;
+    for (int i = 0; i < 2; i++) {
+      CUDA_CHECK(comm, cudaHostAlloc(&s->slot[i], s->bytes, cudaHostAllocPortable),
+                 "cudaHostAlloc (a pinned staging chunk)");
+      CUDA_CHECK(comm, cudaEventCreateWithFlags(&s->ready[i], cudaEventDisableTiming),
+                 "cudaEventCreate");
+    }
+    CUDA_CHECK(comm, cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  *out = comm->cuda_stage;
+  return hvdlSuccess;
+}
+
+/* Queues chunk k's copy down into its slot (when there is a send buffer) and the
+ * slot's event. */
+static hvdlResult_t queue_down(hvdlComm_t comm, struct hvdl_cuda_stage *s, const char *send,
+                               size_t k, size_t chunk, size_t bytes, cudaStream_t st) {
+  const size_t off = k * chunk, len = bytes - off < chunk ? bytes - off : chunk;
+  if (send)
+    CUDA_CHECK(comm, cudaMemcpyAsync(s->slot[k % 2], send + off, len, cudaMemcpyDeviceToHost, st),
+               "cudaMemcpyAsync (device to pinned host)");
+  CUDA_CHECK(comm, cudaEventRecord(s->ready[k % 2], st), "cudaEventRecord");
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_cuda_staged(hvdlComm_t comm, const void *send, void *recv, size_t bytes,
+                              size_t unit, hvdlStream_t stream, hvdl_stage_step step, void *arg) {
+  struct hvdl_cuda_stage *s = NULL;
+  HVDL_CHECK(stage_of(comm, &s));
+  cudaStream_t st = (cudaStream_t)stream;
+  if (s->pending) CUDA_CHECK(comm, cudaEventSynchronize(s->done), "cudaEventSynchronize");
+  s->pending = 0;
+  const size_t chunk = s->bytes / unit * unit;
+  const size_t nchunks = (bytes + chunk - 1) / chunk;
+  hvdlResult_t res = queue_down(comm, s, send, 0, chunk, bytes, st);
+  for (size_t k = 0; k < nchunks && res == hvdlSuccess; k++) {
+    const size_t off = k * chunk, len = bytes - off < chunk ? bytes - off : chunk;
+    if (k + 1 < nchunks) {
+      res = queue_down(comm, s, send, k + 1, chunk, bytes, st);
+      if (res != hvdlSuccess) break;
+    }
+    cudaError_t e = cudaEventSynchronize(s->ready[k % 2]);
+    if (e != cudaSuccess) {
+      res = cuda_fail(comm, e, "cudaEventSynchronize (a chunk's copy down)");
+      break;
+    }
+    res = step(comm, s->slot[k % 2], len, off, arg);
+    if (res != hvdlSuccess || !recv) continue;
+    e = cudaMemcpyAsync((char *)recv + off, s->slot[k % 2], len, cudaMemcpyHostToDevice, st);
+    if (e != cudaSuccess) res = cuda_fail(comm, e, "cudaMemcpyAsync (pinned host to device)");
+  }
+  /* The slots are free again once the stream passes this point, failure or not. */
+  cudaError_t e = cudaEventRecord(s->done, st);
+  if (e == cudaSuccess) s->pending = 1;
+  else if (res == hvdlSuccess) res = cuda_fail(comm, e, "cudaEventRecord");
+  else if (cudaStreamSynchronize(st) != cudaSuccess) (void)cudaGetLastError();
+  return res;
+}
+
+void hvdl_cuda_free(hvdlComm_t comm) {
+  struct hvdl_cuda_stage *s = comm->cuda_stage;
+  if (!s) return;
+  if (s->pending) (void)cudaEventSynchronize(s->done);
+  for (int i = 0; i < 2; i++) {
+    if (s->slot[i]) (void)cudaFreeHost(s->slot[i]);
+    if (s->ready[i]) (void)cudaEventDestroy(s->ready[i]);
+  }
+  if (s->done) (void)cudaEventDestroy(s->done);
+  (void)cudaGetLastError();
+  free(s);
+  comm->cuda_stage = NULL;
+}
+
+#else /* no CUDA in this build */
+
+static hvdlResult_t no_cuda(hvdlComm_t comm) {
+  return hvdl_fail(comm, hvdlInvalidUsage,
+                   "this hvd_lite was built without CUDA (build_info()['cuda'] is False): "
+                   "rebuild it where nvcc is on PATH, or with HVD_LITE_CUDA=1");
+}
+
+int hvdl_cuda_built(void) { return 0; }
+int hvdl_cuda_device_count(void) { return 0; }
+
+hvdlResult_t hvdl_cuda_device_of(hvdlComm_t comm, const char *fn, const void *p, int *device) {
+  (void)comm, (void)fn, (void)p;
+  *device = -1;
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_cuda_reduce(hvdlComm_t comm, void *dst, const void *a, const void *b, size_t n,
+                              hvdlDataType_t dt, hvdlRedOp_t op, hvdlStream_t stream) {
+  return no_cuda(comm);
+}
+
+hvdlResult_t hvdl_cuda_divide(hvdlComm_t comm, void *buf, size_t n, hvdlDataType_t dt,
+                              uint64_t divisor, hvdlStream_t stream) {
+  return no_cuda(comm);
+}
+
+hvdlResult_t hvdl_cuda_sync(hvdlComm_t comm, hvdlStream_t stream) { return no_cuda(comm); }
+
+hvdlResult_t hvdl_cuda_copy(hvdlComm_t comm, void *dst, const void *src, size_t bytes,
+                            hvdlStream_t stream) {
+  return no_cuda(comm);
+}
+
+hvdlResult_t hvdl_cuda_staged(hvdlComm_t comm, const void *send, void *recv, size_t bytes,
+                              size_t unit, hvdlStream_t stream, hvdl_stage_step step, void *arg) {
+  return no_cuda(comm);
+}
+
+void hvdl_cuda_free(hvdlComm_t comm) { (void)comm; }
+
+#endif

@@ -1,0 +1,73 @@
+/*
+ * cuda.h -- device memory: where a pointer lives, the reduction kernels on the
+ * device (cuda_kernels.cu), and the staged form of a collective on device
+ * buffers, which runs a host step over the data chunk by chunk through pinned
+ * host memory, on the caller's stream.
+ *
+ * cuda.c holds the CUDA runtime calls when setup.py builds CUDA (HVDL_CUDA);
+ * without it the same functions say that the build has no CUDA. Only collectives.c and
+ * the binding call them; cuda.c calls base.c alone.
+ */
+#ifndef HVDL_CUDA_H_
+#define HVDL_CUDA_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+/* Device types, DLPack's numbers (kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged). */
+#define HVDL_DEVICE_CPU 1
+#define HVDL_DEVICE_CUDA 2
+#define HVDL_DEVICE_CUDA_HOST 3
+#define HVDL_DEVICE_CUDA_MANAGED 13
+
+/* Bytes of each of the two pinned host chunks a communicator stages through. */
+#define HVDL_CUDA_STAGE_BYTES ((size_t)4 << 20)
+
+/* 1 when this build has CUDA. */
+int hvdl_cuda_built(void);
+
+/* The number of CUDA devices this process sees (0 without CUDA, a driver or a device). */
+int hvdl_cuda_device_count(void);
+
+/* *device = the CUDA device p's memory is on, or -1 for host memory (pinned host
+ * memory included, and every pointer when the build has no CUDA or sees no
+ * device). Managed memory counts as device memory. */
+hvdlResult_t hvdl_cuda_device_of(hvdlComm_t comm, const char *fn, const void *p, int *device);
+
+/* dst = a op b, elementwise, on device memory, queued on `stream` (op Avg: Sum).
+ * hvdlUnhandledCudaError with CUDA's message when the launch fails;
+ * hvdlInvalidUsage without CUDA. */
+hvdlResult_t hvdl_cuda_reduce(hvdlComm_t comm, void *dst, const void *a, const void *b, size_t n,
+                              hvdlDataType_t dt, hvdlRedOp_t op, hvdlStream_t stream);
+/* buf = buf / divisor on device memory (Avg's division), queued on `stream`. */
+hvdlResult_t hvdl_cuda_divide(hvdlComm_t comm, void *buf, size_t n, hvdlDataType_t dt,
+                              uint64_t divisor, hvdlStream_t stream);
+/* Waits until `stream` has run everything queued on it. */
+hvdlResult_t hvdl_cuda_sync(hvdlComm_t comm, hvdlStream_t stream);
+/* dst = src (bytes), both device memory, queued on `stream`. */
+hvdlResult_t hvdl_cuda_copy(hvdlComm_t comm, void *dst, const void *src, size_t bytes,
+                            hvdlStream_t stream);
+
+/* One chunk's work on host memory: `host` holds `bytes` (a whole number of the
+ * call's units) at `offset` of the call's buffer; the step leaves its result there. */
+typedef hvdlResult_t (*hvdl_stage_step)(hvdlComm_t comm, void *host, size_t bytes, size_t offset,
+                                        void *arg);
+
+/* The staged form of a collective on device memory. For each chunk of `bytes`
+ * (HVDL_CUDA_STAGE_BYTES rounded down to whole `unit`s), in order: copies it
+ * from `send` into a pinned host chunk (none when send is NULL), runs `step` on
+ * it, and copies the result into `recv` (none when recv is NULL). The copies are
+ * queued on `stream`, after the work the caller queued there: the next chunk's
+ * copy down overlaps this chunk's step, and the call returns once the last
+ * chunk's copy up is queued (the result is ready where the stream reaches it).
+ * Every rank must call it with the same bytes and unit, so that their chunks
+ * (and the steps' collectives) match. */
+hvdlResult_t hvdl_cuda_staged(hvdlComm_t comm, const void *send, void *recv, size_t bytes,
+                              size_t unit, hvdlStream_t stream, hvdl_stage_step step, void *arg);
+
+/* Frees comm's pinned chunks and events (after waiting for its last copies). */
+void hvdl_cuda_free(hvdlComm_t comm);
+
+#endif /* HVDL_CUDA_H_ */

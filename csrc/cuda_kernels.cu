@@ -1,0 +1,199 @@
+/*
+ * cuda_kernels.cu -- the reduction kernels on device memory: every type but
+ * bool x Sum, Prod, Max, Min (Avg reduces with Sum) and Avg's division, with the
+ * rules of reduce.c, so that a sum computed here has the bits the host's has:
+ *
+ *   - Integers add and multiply in the unsigned type of the same width (they wrap).
+ *   - float16 and bfloat16 are widened to float32, combined, and rounded back to
+ *     nearest-even after every operation, by the same bit operations as reduce.c
+ *     (no cuda_fp16.h: its conversions round the same, but the host's code is the
+ *     specification and is easier to keep equal when written out twice the same).
+ *   - Float min/max return the other operand when one is NaN (IEEE fmin/fmax);
+ *     float16/bfloat16 keep the chosen input's bits.
+ *   - Built without --use_fast_math: float32 division is correctly rounded, and
+ *     no FMA can form (each kernel does one operation per element).
+ *
+ * Compiled by nvcc only when setup.py builds CUDA; cuda.c is the one caller.
+ * One grid-stride loop per (type, op); a launch covers n elements with at most
+ * 4096 blocks of 256 threads.
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+namespace {
+
+__device__ __forceinline__ float f32_from_bits(uint32_t u) { return __uint_as_float(u); }
+__device__ __forceinline__ uint32_t f32_bits(float f) { return __float_as_uint(f); }
+
+__device__ __forceinline__ float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t mag = h & 0x7fffu;
+  uint32_t scaled = f32_bits(__fmul_rn(f32_from_bits(mag << 13), 0x1p112f));
+  uint32_t special = (mag << 13) | 0x7f800000u;
+  return f32_from_bits((mag >= 0x7c00u ? special : scaled) | sign);
+}
+
+__device__ __forceinline__ uint16_t float_to_half(float f) {
+  uint32_t x = f32_bits(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  x &= 0x7fffffffu;
+  uint32_t big = x > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  uint32_t tiny = f32_bits(__fadd_rn(f32_from_bits(x), 0.5f)) - 0x3f000000u;
+  uint32_t normal = (x - (112u << 23) + 0xfffu + ((x >> 13) & 1u)) >> 13;
+  uint32_t o = x >= 0x47800000u ? big : (x < 0x38800000u ? tiny : normal);
+  return (uint16_t)(o | sign);
+}
+
+__device__ __forceinline__ float bf16_to_float(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
+
+__device__ __forceinline__ uint16_t float_to_bf16(float f) {
+  uint32_t x = f32_bits(f);
+  uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  uint32_t quiet_nan = (x >> 16) | 0x0040u;
+  return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
+enum { SUM = 0, PROD = 1, MAX = 2, MIN = 3 };
+
+template <int OP, typename T, typename U>
+__device__ __forceinline__ T int_op(T x, T y) {
+  if (OP == SUM) return (T)((U)x + (U)y);
+  if (OP == PROD) return (T)((U)x * (U)y);
+  if (OP == MAX) return x > y ? x : y;
+  return x < y ? x : y;
+}
+
+template <int OP, typename T>
+__device__ __forceinline__ T flt_op(T x, T y) {
+  if (OP == SUM) return x + y;
+  if (OP == PROD) return x * y;
+  if (OP == MAX) return (x > y || y != y) ? x : y;
+  return (x < y || y != y) ? x : y;
+}
+
+template <int OP, bool BF16>
+__device__ __forceinline__ uint16_t h16_op(uint16_t xb, uint16_t yb) {
+  float x = BF16 ? bf16_to_float(xb) : half_to_float(xb);
+  float y = BF16 ? bf16_to_float(yb) : half_to_float(yb);
+  if (OP == MAX) return (x > y || y != y) ? xb : yb;
+  if (OP == MIN) return (x < y || y != y) ? xb : yb;
+  float r = OP == SUM ? __fadd_rn(x, y) : __fmul_rn(x, y);
+  return BF16 ? float_to_bf16(r) : float_to_half(r);
+}
+
+#define GRID_LOOP for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; \
+                       i += (size_t)gridDim.x * blockDim.x)
+
+template <int OP, typename T, typename U>
+__global__ void reduce_int(T *d, const T *a, const T *b, size_t n) {
+  GRID_LOOP d[i] = int_op<OP, T, U>(a[i], b[i]);
+}
+
+template <int OP, typename T>
+__global__ void reduce_flt(T *d, const T *a, const T *b, size_t n) {
+  GRID_LOOP d[i] = flt_op<OP, T>(a[i], b[i]);
+}
+
+template <int OP, bool BF16>
+__global__ void reduce_h16(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n) {
+  GRID_LOOP d[i] = h16_op<OP, BF16>(a[i], b[i]);
+}
+
+template <typename T, typename S>
+__global__ void divide_int(T *p, size_t n, uint64_t divisor) {
+  GRID_LOOP p[i] = (T)((S)p[i] / (S)divisor);
+}
+
+__global__ void divide_f32(float *p, size_t n, float divisor) {
+  GRID_LOOP p[i] = __fdiv_rn(p[i], divisor);
+}
+
+__global__ void divide_f64(double *p, size_t n, double divisor) {
+  GRID_LOOP p[i] = __ddiv_rn(p[i], divisor);
+}
+
+template <bool BF16>
+__global__ void divide_h16(uint16_t *p, size_t n, float divisor) {
+  GRID_LOOP {
+    float v = BF16 ? bf16_to_float(p[i]) : half_to_float(p[i]);
+    float r = __fdiv_rn(v, divisor);
+    p[i] = BF16 ? float_to_bf16(r) : float_to_half(r);
+  }
+}
+
+unsigned blocks_for(size_t n) {
+  size_t b = (n + 255) / 256;
+  return (unsigned)(b > 4096 ? 4096 : (b ? b : 1));
+}
+
+template <int OP>
+cudaError_t launch_reduce(void *d, const void *a, const void *b, size_t n, int dt, cudaStream_t s) {
+  const unsigned g = blocks_for(n);
+#define INT_CASE(num, T, U)                                                                   \
+  case num:                                                                                \
+    reduce_int<OP, T, U><<<g, 256, 0, s>>>((T *)d, (const T *)a, (const T *)b, n);         \
+    break;
+  switch (dt) {
+    INT_CASE(0, int8_t, uint32_t)
+    INT_CASE(1, uint8_t, uint32_t)
+    INT_CASE(2, int32_t, uint32_t)
+    INT_CASE(3, uint32_t, uint32_t)
+    INT_CASE(4, int64_t, uint64_t)
+    INT_CASE(5, uint64_t, uint64_t)
+    INT_CASE(32, int16_t, uint32_t)
+    INT_CASE(33, uint16_t, uint32_t)
+    case 6: reduce_h16<OP, false><<<g, 256, 0, s>>>((uint16_t *)d, (const uint16_t *)a,
+                                                    (const uint16_t *)b, n); break;
+    case 9: reduce_h16<OP, true><<<g, 256, 0, s>>>((uint16_t *)d, (const uint16_t *)a,
+                                                   (const uint16_t *)b, n); break;
+    case 7: reduce_flt<OP, float><<<g, 256, 0, s>>>((float *)d, (const float *)a,
+                                                    (const float *)b, n); break;
+    case 8: reduce_flt<OP, double><<<g, 256, 0, s>>>((double *)d, (const double *)a,
+                                                     (const double *)b, n); break;
+    default: return cudaErrorInvalidValue;
+  }
+#undef INT_CASE
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+/* dst = a op b on device memory, on `stream`; op is 0..3 (Avg's sum is Sum). dt is an
+ * hvdlDataType_t other than bool. Returns the launch's cudaError_t. */
+extern "C" int hvdl_cuda_kernel_reduce(void *dst, const void *a, const void *b, size_t n, int dt,
+                                       int op, void *stream) {
+  if (n == 0) return cudaSuccess;
+  cudaStream_t s = (cudaStream_t)stream;
+  switch (op) {
+    case SUM: return launch_reduce<SUM>(dst, a, b, n, dt, s);
+    case PROD: return launch_reduce<PROD>(dst, a, b, n, dt, s);
+    case MAX: return launch_reduce<MAX>(dst, a, b, n, dt, s);
+    case MIN: return launch_reduce<MIN>(dst, a, b, n, dt, s);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+/* buf = buf / divisor on device memory (Avg's division, reduce.c's hvdl_divide). */
+extern "C" int hvdl_cuda_kernel_divide(void *buf, size_t n, int dt, uint64_t divisor,
+                                       void *stream) {
+  if (n == 0) return cudaSuccess;
+  cudaStream_t s = (cudaStream_t)stream;
+  const unsigned g = blocks_for(n);
+  switch (dt) {
+    case 0: divide_int<int8_t, int64_t><<<g, 256, 0, s>>>((int8_t *)buf, n, divisor); break;
+    case 1: divide_int<uint8_t, uint64_t><<<g, 256, 0, s>>>((uint8_t *)buf, n, divisor); break;
+    case 2: divide_int<int32_t, int64_t><<<g, 256, 0, s>>>((int32_t *)buf, n, divisor); break;
+    case 3: divide_int<uint32_t, uint64_t><<<g, 256, 0, s>>>((uint32_t *)buf, n, divisor); break;
+    case 4: divide_int<int64_t, int64_t><<<g, 256, 0, s>>>((int64_t *)buf, n, divisor); break;
+    case 5: divide_int<uint64_t, uint64_t><<<g, 256, 0, s>>>((uint64_t *)buf, n, divisor); break;
+    case 32: divide_int<int16_t, int64_t><<<g, 256, 0, s>>>((int16_t *)buf, n, divisor); break;
+    case 33: divide_int<uint16_t, uint64_t><<<g, 256, 0, s>>>((uint16_t *)buf, n, divisor); break;
+    case 6: divide_h16<false><<<g, 256, 0, s>>>((uint16_t *)buf, n, (float)divisor); break;
+    case 9: divide_h16<true><<<g, 256, 0, s>>>((uint16_t *)buf, n, (float)divisor); break;
+    case 7: divide_f32<<<g, 256, 0, s>>>((float *)buf, n, (float)divisor); break;
+    case 8: divide_f64<<<g, 256, 0, s>>>((double *)buf, n, (double)divisor); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
