@@ -7,13 +7,16 @@
  *   py_engine.c    the Engine type (the background engine)
  *   py_handle.c    the Handle type (one submitted collective), and the orphans of
  *                  handles dropped while pending
- *   py_testing.c   for tests and benchmarks only: the Comm type (the bare C API),
- *                  the local kernels and the kernel benchmark
- *   py_convert.c   conversions both ways: buffers, dtype and op checks, the base
+ *   py_testing.c   for tests and benchmarks only: the Comm type (the bare C API)
+ *   py_kernels.c   for tests and benchmarks only: the local kernels (host and CUDA)
+ *                  and the kernel benchmark
+ *   py_convert.c   conversions both ways: dtype and op checks, the base
  *                  communicator, and results into exceptions (with the error factory)
+ *   py_buffer.c    a Python object's memory as one descriptor (host or CUDA; the buffer
+ *                  protocol, the CUDA array interface, DLPack)
  *
- * Arrows point down: py_module -> py_engine -> py_handle, py_testing -> py_convert
- * -> the core.
+ * Arrows point down: py_module -> py_engine -> py_handle, py_testing -> py_buffer
+ * -> py_convert -> the core.
  */
 #ifndef HVDL_PY_BINDING_H_
 #define HVDL_PY_BINDING_H_
@@ -47,13 +50,38 @@ int hvdl_py_check_dtype(int dtype);
 int hvdl_py_check_reducible(int dtype);
 int hvdl_py_check_op(int op);
 
-/* Exports obj as a C-contiguous buffer (writable if asked) holding a whole number
- * of dtype elements, *count of them; -1 with an exception set otherwise. A tuple
- * (owner, address, nbytes) gives the memory by address instead, kept alive by a
- * reference to owner until the view is released: a framework's tensor, whose
- * memory the adapter vouches for (hvd_lite.torch), without exporting a buffer. */
+/* ---- py_buffer.c --------------------------------------------------------- */
+
+/* The memory a Python object holds. */
+struct hvdl_py_memory {
+  Py_buffer view;   /* view.buf, view.len: where and how many bytes; view.obj keeps it alive */
+  int dtype;        /* the producer's element type (hvdlDataType_t), -1 where it names none */
+  int device_type;  /* HVDL_DEVICE_CPU, HVDL_DEVICE_CUDA, ... (DLPack's numbers, cuda.h) */
+  int device_id;    /* -1 where neither the producer nor CUDA says */
+  uintptr_t stream; /* the producer's stream (the CUDA array interface's 'stream'), 0: none */
+};
+
+/* Fills m from obj: a tuple (owner, address, nbytes) of host memory that owner keeps
+ * alive (a framework's tensor, whose memory the adapter vouches for), the buffer
+ * protocol, __cuda_array_interface__ or __dlpack__, in that order; C-contiguous
+ * memory only. -1 with an exception set otherwise. Release with PyBuffer_Release(&m->view). */
+int hvdl_py_describe(PyObject *obj, int writable, struct hvdl_py_memory *m, const char *what);
+
+/* hvdl_py_describe, then: memory on a device other than the host's is refused with a
+ * ValueError naming it, unless device_ok and it is CUDA memory in a CUDA build; the
+ * bytes must be a whole number of dtype elements, *count of them. */
+int hvdl_py_get_memory(PyObject *obj, struct hvdl_py_memory *m, int writable, int dtype,
+                       size_t *count, int device_ok, const char *what);
+
+/* hvdl_py_get_memory for host memory, into a plain view. */
 int hvdl_py_get_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype, size_t *count,
                        const char *what);
+
+/* describe_buffer(obj, writable=False) -> dict: the descriptor, for tests. */
+PyObject *hvdl_py_describe_buffer(PyObject *self, PyObject *args);
+
+/* A device type's name ("CPU", "CUDA", "ROCm", ...). */
+const char *hvdl_py_device_name(int device_type);
 
 /* The fault point a name (str) gives (HVD_LITE_FAULT's names, base.c); -1 with
  * ValueError set for another. The engine's and the bare communicator's
@@ -100,7 +128,7 @@ extern PyTypeObject hvdl_py_handle_type; /* hvd_lite._core.Handle */
  * every one, once none can be pending: the engine has been freed). */
 void hvdl_py_release_orphans(hvdl_py_engine *engine, int all);
 
-/* ---- py_testing.c -------------------------------------------------------- */
+/* ---- py_testing.c, py_kernels.c ------------------------------------------ */
 
 extern PyTypeObject hvdl_py_comm_type; /* hvd_lite._core.Comm */
 

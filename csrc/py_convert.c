@@ -4,8 +4,7 @@
  * Fortran handle, a fault point's name) and the core's hvdlResult_t codes into
  * Python exceptions.
  *
- * Buffers arrive through the buffer protocol as flat byte views (the Python
- * layer passes arr.view(uint8)), so no framework or numpy header is needed.
+ * Buffers are py_buffer.c's.
  * Exceptions are built by the error factory that the Python layer registers
  * (hvd_lite.exceptions.error_from_code); without one they are RuntimeErrors.
  */
@@ -68,39 +67,6 @@ int hvdl_py_check_op(int op) {
     PyErr_Format(PyExc_ValueError, "invalid hvdl op %d", op);
     return -1;
   }
-  return 0;
-}
-
-int hvdl_py_get_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype, size_t *count,
-                       const char *what) {
-  if (PyTuple_CheckExact(obj)) { /* (owner, address, nbytes): memory the owner keeps alive */
-    PyObject *owner, *where;
-    Py_ssize_t len;
-    if (!PyArg_ParseTuple(obj, "OO!n;a buffer by address is (owner, address, nbytes)", &owner,
-                          &PyLong_Type, &where, &len))
-      return -1;
-    const unsigned long long address = PyLong_AsUnsignedLongLong(where); /* not negative */
-    if (address == (unsigned long long)-1 && PyErr_Occurred()) return -1;
-    if (len < 0 || (address == 0 && len > 0)) {
-      PyErr_Format(PyExc_ValueError, "%s: %zd bytes at address %llu", what, len, address);
-      return -1;
-    }
-    /* The view holds the tuple, which holds the owner: its release is a decref, never a
-     * call of the owner's own buffer release (it exported nothing here). */
-    if (PyBuffer_FillInfo(view, obj, (void *)(uintptr_t)address, len, 0, PyBUF_SIMPLE) != 0)
-      return -1;
-  } else if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS
-                                                    : PyBUF_C_CONTIGUOUS) != 0) {
-    return -1;
-  }
-  size_t es = hvdl_type_size((hvdlDataType_t)dtype);
-  if ((size_t)view->len % es != 0) {
-    PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, not a whole number of %s elements", what,
-                 view->len, hvdl_type_name((hvdlDataType_t)dtype));
-    PyBuffer_Release(view);
-    return -1;
-  }
-  *count = (size_t)view->len / es;
   return 0;
 }
 

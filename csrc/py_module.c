@@ -9,18 +9,22 @@
  *   mpi_finalize()
  *   mpi_world_size() -> int
  *   mpi_library_version() -> str         (callable before MPI is initialised)
- *   build_info() -> dict                 (the MPI this extension was compiled against)
+ *   build_info() -> dict                 (the MPI this extension was compiled against; CUDA)
  *   set_error_factory(f)                 f(code, message) -> exception instance
  *   error_string(code) -> str            (hvdlGetErrorString)
  *   Engine, Handle                       py_engine.c
- *   Comm, reduce_local, divide_local, scale_local,
- *   kernel_bench                                       py_testing.c (tests, benchmarks)
+ *   Comm                                 py_testing.c (tests, benchmarks)
+ *   reduce_local, divide_local, scale_local, kernel_bench
+ *                                        py_kernels.c (tests, benchmarks)
+ *   describe_buffer(obj, writable=False) py_buffer.c (tests)
+ *   cuda_device_count()                  the CUDA devices this process sees
  *   hvdlInt8 ... hvdlInProgress, COLL_*  (the public enums' values)
  */
 #include "py_binding.h"
 
 #include <string.h>
 
+#include "cuda.h"
 #include "engine.h"
 #include "internal.h"
 #include "pipe.h"
@@ -110,9 +114,10 @@ static PyObject *py_build_info(PyObject *self, PyObject *noargs) {
 #else
   snprintf(header, sizeof header, "MPI %d.%d", MPI_VERSION, MPI_SUBVERSION);
 #endif
-  return Py_BuildValue("{s:s,s:s,s:s,s:s,s:i}", "mpi_vendor", vendor, "mpi_header", header,
-                       "libmpi", HVDL_BUILD_LIBMPI, "mpi_libdir", HVDL_BUILD_MPI_LIBDIR,
-                       "hvdl_version", HVDL_VERSION_CODE);
+  return Py_BuildValue("{s:s,s:s,s:s,s:s,s:i,s:O}", "mpi_vendor", vendor, "mpi_header",
+                       header, "libmpi", HVDL_BUILD_LIBMPI, "mpi_libdir", HVDL_BUILD_MPI_LIBDIR,
+                       "hvdl_version", HVDL_VERSION_CODE, "cuda",
+                       hvdl_cuda_built() ? Py_True : Py_False);
 }
 
 /* ---- module -------------------------------------------------------------- */
@@ -121,7 +126,15 @@ static PyObject *py_oversubscribed(PyObject *self, PyObject *unused) {
   return PyBool_FromLong(hvdl_oversubscribed());
 }
 
+static PyObject *py_cuda_device_count(PyObject *self, PyObject *unused) {
+  return PyLong_FromLong(hvdl_cuda_device_count());
+}
+
 static PyMethodDef module_methods[] = {
+    {"describe_buffer", hvdl_py_describe_buffer, METH_VARARGS,
+     "describe_buffer(obj, writable=False) -> dict: the memory obj holds, as the core takes it"},
+    {"cuda_device_count", py_cuda_device_count, METH_NOARGS,
+     "the CUDA devices this process sees (0 without CUDA in the build, a driver or a device)"},
     {"mpi_init", py_mpi_init, METH_NOARGS, "initialise MPI with MPI_THREAD_MULTIPLE if needed"},
     {"mpi_finalize", py_mpi_finalize, METH_NOARGS, "finalize MPI if it is initialised"},
     {"mpi_world_size", py_mpi_world_size, METH_NOARGS, "size of MPI_COMM_WORLD"},

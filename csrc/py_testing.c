@@ -11,10 +11,7 @@
  *   Comm.allreduce_plan(nbytes)          the all-reduce selector's choice and model (select.c)
  *   Comm.broadcast_plan(nbytes)          the broadcast selector's choice and model (select_bcast.c)
  *   Comm.gather_plan(coll, nbytes)       the all-gather's or reduce-scatter's (select_gather.c)
- *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor),
- *   scale_local(dst, src, dtype, factor)
- *                                        the reduction kernels (reduce.c) on local buffers
- *   kernel_bench(dtype, op, nbytes, iters) -> (kernel_s, memcpy_s)
+ * (The local kernels and their benchmark are py_kernels.c's.)
  *
  * hvd_lite's collectives never use these: they go through the Engine.
  */
@@ -55,30 +52,37 @@ static void Comm_dealloc(CommObject *self) {
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The stream a device call runs on: the producer's (the CUDA array interface's),
+ * where it names one; else NULL, the legacy default stream. */
+static hvdlStream_t stream_of(const struct hvdl_py_memory *a, const struct hvdl_py_memory *b) {
+  return (hvdlStream_t)(a->stream ? a->stream : b->stream);
+}
+
 static PyObject *Comm_allreduce(CommObject *self, PyObject *args) {
   PyObject *sendobj, *recvobj;
   int dtype, op;
   if (!PyArg_ParseTuple(args, "OOii", &sendobj, &recvobj, &dtype, &op)) return NULL;
   if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
   if (hvdl_py_check_dtype(dtype) || hvdl_py_check_op(op)) return NULL;
-  Py_buffer sv, rv;
+  struct hvdl_py_memory sm, rm;
   size_t scount, rcount;
-  if (hvdl_py_get_buffer(sendobj, &sv, 0, dtype, &scount, "sendbuf")) return NULL;
-  if (hvdl_py_get_buffer(recvobj, &rv, 1, dtype, &rcount, "recvbuf")) {
-    PyBuffer_Release(&sv);
+  if (hvdl_py_get_memory(sendobj, &sm, 0, dtype, &scount, 1, "sendbuf")) return NULL;
+  if (hvdl_py_get_memory(recvobj, &rm, 1, dtype, &rcount, 1, "recvbuf")) {
+    PyBuffer_Release(&sm.view);
     return NULL;
   }
   hvdlResult_t res = hvdlInvalidArgument;
   hvdlComm_t c = self->comm;
+  hvdlStream_t stream = stream_of(&rm, &sm);
   if (scount != rcount) {
     hvdl_fail(c, res, "allreduce: sendbuf has %zu elements, recvbuf %zu", scount, rcount);
   } else {
-    Py_BEGIN_ALLOW_THREADS res = hvdlAllReduce(sv.buf, rv.buf, scount, (hvdlDataType_t)dtype,
-                                               (hvdlRedOp_t)op, c, NULL);
+    Py_BEGIN_ALLOW_THREADS res = hvdlAllReduce(sm.view.buf, rm.view.buf, scount,
+                                               (hvdlDataType_t)dtype, (hvdlRedOp_t)op, c, stream);
     Py_END_ALLOW_THREADS
   }
-  PyBuffer_Release(&sv);
-  PyBuffer_Release(&rv);
+  PyBuffer_Release(&sm.view);
+  PyBuffer_Release(&rm.view);
   if (res != hvdlSuccess) return hvdl_py_raise(res, c);
   Py_RETURN_NONE;
 }
@@ -128,19 +132,26 @@ static PyObject *Comm_broadcast(CommObject *self, PyObject *args) {
   int dtype, root;
   if (!PyArg_ParseTuple(args, "OOii", &sendobj, &recvobj, &dtype, &root)) return NULL;
   if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
-  Py_buffer sv, rv;
-  size_t scount, rcount;
-  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  if (hvdl_py_check_dtype(dtype)) return NULL;
+  struct hvdl_py_memory sm = {.device_type = 0}, rm;
+  size_t scount = 0, rcount;
+  if (sendobj != Py_None && hvdl_py_get_memory(sendobj, &sm, 0, dtype, &scount, 1, "sendbuf"))
+    return NULL;
+  if (hvdl_py_get_memory(recvobj, &rm, 1, dtype, &rcount, 1, "recvbuf")) {
+    if (sm.view.obj) PyBuffer_Release(&sm.view);
+    return NULL;
+  }
   hvdlComm_t c = self->comm;
   hvdlResult_t res = hvdlInvalidArgument;
-  if (sv.obj && scount != rcount) {
+  hvdlStream_t stream = stream_of(&rm, &sm);
+  if (sm.view.obj && scount != rcount) {
     hvdl_fail(c, res, "broadcast: sendbuf has %zu elements, recvbuf %zu", scount, rcount);
   } else {
-    Py_BEGIN_ALLOW_THREADS res = hvdlBroadcast(sv.buf, rv.buf, rcount, (hvdlDataType_t)dtype,
-                                               root, c, NULL);
+    Py_BEGIN_ALLOW_THREADS res = hvdlBroadcast(sm.view.buf, rm.view.buf, rcount,
+                                               (hvdlDataType_t)dtype, root, c, stream);
     Py_END_ALLOW_THREADS
   }
-  return finish_call(res, c, &sv, &rv);
+  return finish_call(res, c, &sm.view, &rm.view);
 }
 
 static PyObject *Comm_reduce(CommObject *self, PyObject *args) {
@@ -388,110 +399,3 @@ PyTypeObject hvdl_py_comm_type = {
     .tp_dealloc = (destructor)Comm_dealloc,
     .tp_methods = Comm_methods,
 };
-
-/* ---- local kernels, for tests and the kernel benchmark ------------------- */
-
-PyObject *hvdl_py_reduce_local(PyObject *self, PyObject *args) {
-  (void)self;
-  PyObject *d, *a, *b;
-  int dtype, op;
-  if (!PyArg_ParseTuple(args, "OOOii", &d, &a, &b, &dtype, &op)) return NULL;
-  if (hvdl_py_check_reducible(dtype) || hvdl_py_check_op(op)) return NULL;
-  Py_buffer dv, av, bv;
-  size_t nd, na, nb;
-  if (hvdl_py_get_buffer(d, &dv, 1, dtype, &nd, "dst")) return NULL;
-  if (hvdl_py_get_buffer(a, &av, 0, dtype, &na, "a")) goto fail_d;
-  if (hvdl_py_get_buffer(b, &bv, 0, dtype, &nb, "b")) goto fail_a;
-  if (na != nd || nb != nd) {
-    PyErr_SetString(PyExc_ValueError, "reduce_local: buffers differ in length");
-  } else {
-    Py_BEGIN_ALLOW_THREADS hvdl_reduce(dv.buf, av.buf, bv.buf, nd, (hvdlDataType_t)dtype,
-                                       (hvdlRedOp_t)op);
-    Py_END_ALLOW_THREADS
-  }
-  PyBuffer_Release(&bv);
-fail_a:
-  PyBuffer_Release(&av);
-fail_d:
-  PyBuffer_Release(&dv);
-  if (PyErr_Occurred()) return NULL;
-  Py_RETURN_NONE;
-}
-
-PyObject *hvdl_py_divide_local(PyObject *self, PyObject *args) {
-  (void)self;
-  PyObject *d;
-  int dtype;
-  unsigned long long divisor;
-  if (!PyArg_ParseTuple(args, "OiK", &d, &dtype, &divisor)) return NULL;
-  if (hvdl_py_check_reducible(dtype)) return NULL;
-  Py_buffer dv;
-  size_t n;
-  if (hvdl_py_get_buffer(d, &dv, 1, dtype, &n, "buf")) return NULL;
-  hvdl_divide(dv.buf, n, (hvdlDataType_t)dtype, divisor);
-  PyBuffer_Release(&dv);
-  Py_RETURN_NONE;
-}
-
-PyObject *hvdl_py_scale_local(PyObject *self, PyObject *args) {
-  (void)self;
-  PyObject *d, *s;
-  int dtype;
-  double factor;
-  if (!PyArg_ParseTuple(args, "OOid", &d, &s, &dtype, &factor)) return NULL;
-  if (hvdl_py_check_reducible(dtype)) return NULL;
-  Py_buffer dv, sv;
-  size_t nd, ns;
-  if (hvdl_py_get_buffer(d, &dv, 1, dtype, &nd, "dst")) return NULL;
-  if (hvdl_py_get_buffer(s, &sv, 0, dtype, &ns, "src")) {
-    PyBuffer_Release(&dv);
-    return NULL;
-  }
-  if (ns != nd) PyErr_SetString(PyExc_ValueError, "scale_local: buffers differ in length");
-  else hvdl_scale(dv.buf, sv.buf, nd, (hvdlDataType_t)dtype, factor);
-  PyBuffer_Release(&sv);
-  PyBuffer_Release(&dv);
-  if (PyErr_Occurred()) return NULL;
-  Py_RETURN_NONE;
-}
-
-PyObject *hvdl_py_kernel_bench(PyObject *self, PyObject *args) {
-  (void)self;
-  int dtype, op, iters;
-  Py_ssize_t nbytes;
-  if (!PyArg_ParseTuple(args, "iini", &dtype, &op, &nbytes, &iters)) return NULL;
-  if (hvdl_py_check_reducible(dtype) || hvdl_py_check_op(op)) return NULL;
-  size_t es = hvdl_type_size((hvdlDataType_t)dtype);
-  size_t n = (size_t)nbytes / es, bytes = n * es;
-  if (n == 0 || iters < 1) return PyErr_Format(PyExc_ValueError, "kernel_bench: nothing to time");
-  char *a = NULL, *b = NULL, *d = NULL;
-  if (posix_memalign((void **)&a, 64, bytes) || posix_memalign((void **)&b, 64, bytes) ||
-      posix_memalign((void **)&d, 64, bytes)) {
-    free(a);
-    free(b);
-    free(d);
-    return PyErr_NoMemory();
-  }
-  /* Ones of the type: products stay normal numbers (0x11 bytes made subnormals). */
-  static const uint64_t one_bits[HVDL_TYPE_SLOTS] = {
-      1, 1, 1, 1, 1, 1, 0x3C00, 0x3F800000, 0x3FF0000000000000ull, 0x3F80, 1, 1, 1};
-  const uint64_t one = one_bits[hvdl_type_slot(dtype)];
-  for (size_t i = 0; i < n; i++) {
-    memcpy(a + i * es, &one, es); /* little-endian: the low bytes */
-    memcpy(b + i * es, &one, es);
-  }
-  memset(d, 0, bytes);
-  double tk, tm;
-  Py_BEGIN_ALLOW_THREADS hvdl_reduce(d, a, b, n, (hvdlDataType_t)dtype, (hvdlRedOp_t)op);
-  double t0 = hvdl_now();
-  for (int i = 0; i < iters; i++) hvdl_reduce(d, a, b, n, (hvdlDataType_t)dtype, (hvdlRedOp_t)op);
-  double t1 = hvdl_now();
-  for (int i = 0; i < iters; i++) memcpy(d, a, bytes);
-  double t2 = hvdl_now();
-  tk = (t1 - t0) / iters;
-  tm = (t2 - t1) / iters;
-  Py_END_ALLOW_THREADS free(a);
-  free(b);
-  free(d);
-  return Py_BuildValue("(dd)", tk, tm);
-}

@@ -413,3 +413,22 @@ def test_alltoall_invalid_arguments_leave_the_communicator_usable(comm):
     send, recv = np.full(n, 7.0, np.float32), np.zeros(n, np.float32)
     comm.alltoall(send, recv, _core.hvdlFloat32)
     agree((recv == 7.0).all(), f"after invalid calls: {recv}")
+
+
+class CudaArray:
+    """What CuPy or torch.cuda exports: device memory by the CUDA array interface."""
+    __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (4096, False), "version": 3}
+
+
+@pytest.mark.skipif(_core.build_info()["cuda"], reason="this build has CUDA (HVD_LITE_CUDA=1)")
+def test_device_memory_is_refused_without_cuda_on_every_rank_before_any_traffic(comm):
+    """A build without CUDA cannot tell device memory from host memory in the C API, so the
+    binding refuses what the producer says is on a device, naming it, before the call."""
+    host = np.zeros(4, np.float32)
+    for call in (lambda: comm.allreduce(CudaArray(), host, _core.hvdlFloat32, OPS["sum"]),
+                 lambda: comm.broadcast(host, CudaArray(), _core.hvdlFloat32, 0),
+                 lambda: comm.allgather(CudaArray(), np.zeros(4 * hvd.size(), np.float32),
+                                        _core.hvdlFloat32)):
+        raises_on_every_rank(ValueError, r"in CUDA memory \(device -1\): this hvd_lite was built "
+                                         r"without CUDA", call)
+    still_usable(comm, [])
