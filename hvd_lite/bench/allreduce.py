@@ -60,6 +60,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="hvd_lite entry point timed: 'core' (default) the C binding on "
                         "preallocated buffers, as MPI is timed; 'numpy' hvd.allreduce_ "
                         "(--inplace) or hvd.allreduce (allocates its result each call)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the buffers are: 'cpu' (default) host memory against MPI; 'cuda' "
+                        "CuPy arrays against the naive copy-to-host way and the copy bounds "
+                        "(a GPU machine; see bench/cuda.py)")
     p.add_argument("--sweep", metavar="VAR=V1,V2,...",
                    help="time one hvd_lite communicator per value of an HVD_LITE_* knob")
     p.add_argument("--json", metavar="FILE", help="write every repeat's times to FILE")
@@ -218,6 +222,12 @@ def _columns(contenders, compact: bool):
 
 def main(args) -> int:
     """Runs the all-reduce benchmark; rank 0 prints and writes --json/--plot."""
+    if args.device == "cuda":
+        if args.sweep or args.json or args.plot or args.api != "core" or args.inplace:
+            raise SystemExit("--device cuda takes the sizes, -d, -o, -n, -w, --repeats, "
+                             "--batch-time and --max-iters only")
+        from . import cuda
+        return cuda.main(args)
     import hvd_lite as hvd
     hvd.init()
     from mpi4py import MPI

@@ -114,7 +114,10 @@ def report(mpirun: Optional[str] = None) -> str:
     except HvdLiteError as exc:
         lines.append(f"  mpirun on PATH:      none ({exc})")
         lines.append("  MPI thread support:  unknown (no mpirun to start a job)")
-    lines += ["", f"  CUDA:                {_cuda()}", f"  CuPy:                {_cupy()}", "",
+    built_cuda = ("yes (HVD_LITE_CUDA=1: the C API's all-reduce and broadcast take device buffers)"
+                  if info.get("cuda") else "no (build with HVD_LITE_CUDA=1 for device buffers)")
+    lines += ["", f"  CUDA in this build:  {built_cuda}", f"  CUDA:                {_cuda()}",
+              f"  CuPy:                {_cupy()}", "",
               "  Frameworks:"]
     for module, name in FRAMEWORKS:
         version = _framework(module)

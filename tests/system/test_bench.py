@@ -79,6 +79,17 @@ def test_kernels_bench_prints_a_row_per_dtype_and_op(tmp_path):
     assert all(s["kernel_GBps"] > 0 and s["memcpy_GBps"] > 0 for r in rows for s in r["sizes"])
 
 
+def test_the_device_allreduce_bench_says_what_it_needs_where_it_cannot_run():
+    from hvd_lite import _core
+
+    if _core.build_info()["cuda"] and _core.cuda_device_count() > 0:
+        pytest.skip("this build and machine have CUDA: tests/parallel/test_cuda.py's command runs it")
+    res = subprocess.run([sys.executable, "-m", "hvd_lite.bench", "allreduce", "--device", "cuda",
+                          "-b", "4K", "-e", "4K"], capture_output=True, text=True, timeout=TIMEOUT)
+    assert res.returncode != 0
+    assert "--device cuda needs a CUDA build (HVD_LITE_CUDA=1) and a device" in res.stderr
+
+
 def test_resnet50_shapes_match_the_published_totals():
     from hvd_lite.bench import fusion, models
     shapes = fusion.tensor_shapes(1)  # asserts 161 tensors, 25,557,032 elements, 64..2,359,296

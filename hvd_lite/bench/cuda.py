@@ -1,0 +1,136 @@
+"""All-reduce on CUDA memory (`bench allreduce --device cuda`): hvd_lite's C API on CuPy arrays
+against the naive user's way and the machine's copy bounds, in one run.
+
+Run under mpirun on a GPU machine; rank 0 prints. For each size (bytes per rank):
+
+  hvd      hvdlAllReduce on device buffers (the staged path: pinned chunks, host algorithm),
+           then a synchronize of the stream
+  naive    what a user does without hvd_lite: copy to the host (cupy.asnumpy, pageable),
+           MPI_Allreduce (mpi4py), copy back (cupy's set)
+  d2h+h2d  the pinned copy bound of staging: one copy down and one up of the buffer through
+           pinned host memory, no reduction (the least the staged path can take)
+  d2d      one device-to-device copy of the buffer (the bound an IPC path would have)
+
+Each is timed in batches of back-to-back calls after a barrier (the slowest rank's time),
+the contenders alternating batch by batch; medians over --repeats. naive/hvd > 1 means hvd_lite
+is faster; hvd/copy is its time over the pinned copy bound. #wrong counts result elements of
+hvd_lite whose bits differ from the exact answer (small integers: every order gives it).
+"""
+import time
+from typing import Callable, Dict, List
+
+import numpy as np
+
+from . import common, exact
+
+
+def main(args) -> int:
+    from hvd_lite import _core
+
+    if not _core.build_info()["cuda"] or _core.cuda_device_count() == 0:
+        raise SystemExit("--device cuda needs a CUDA build (HVD_LITE_CUDA=1) and a device "
+                         f"(build_info()['cuda'] = {_core.build_info()['cuda']}, "
+                         f"devices seen: {_core.cuda_device_count()})")
+    try:
+        import cupy
+    except ImportError as exc:
+        raise SystemExit(f"--device cuda times CuPy arrays: {exc}") from exc
+    from mpi4py import MPI
+
+    import hvd_lite as hvd
+    from hvd_lite.ops import HVDL_DTYPES
+
+    hvd.init()
+    world = MPI.COMM_WORLD
+    rank, n = world.Get_rank(), world.Get_size()
+    if args.op == "avg":
+        raise SystemExit("--device cuda times sum, prod, max or min (MPI has no avg)")
+    dtype = common.dtype_from_name(args.dtype)
+    if dtype.itemsize == 2 and dtype != np.float16:
+        raise SystemExit("--device cuda: CuPy has no bfloat16; use another --dtype")
+    code, op = HVDL_DTYPES[dtype], common.OPS.index(args.op)
+    mpi_op = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[args.op]
+    sizes = [s for s in common.size_range(args.minbytes, args.maxbytes, args.stepfactor)
+             if s >= dtype.itemsize]
+    comm = _core.Comm()
+    stream = cupy.cuda.get_current_stream()
+    if rank == 0:
+        print(f"# {n} ranks, {dtype.name} {args.op}, device {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
+        print(f"{'size':>6} {'count':>10} {'hvd us':>10} {'naive us':>10} {'d2h+h2d us':>11} "
+              f"{'d2d us':>9} {'naive/hvd':>9} {'hvd/copy':>8} {'busbw GB/s':>10} {'#wrong':>6}",
+              flush=True)
+    for nbytes in sizes:
+        count = nbytes // dtype.itemsize
+        host = np.empty(count, dtype)
+        exact.fill(host, exact.rank_pattern(dtype, args.op, rank))
+        want = np.empty(count, dtype)
+        exact.fill(want, exact.expected_pattern(dtype, args.op, n))
+        send = cupy.asarray(host)
+        recv = cupy.zeros_like(send)
+        pinned = cupy.cuda.alloc_pinned_memory(count * dtype.itemsize)
+        staged = np.frombuffer(pinned, dtype, count)
+        out = np.empty_like(host)
+
+        def run_hvd():
+            comm.allreduce(send, recv, code, op)
+            stream.synchronize()
+
+        def run_naive():
+            h = cupy.asnumpy(send)
+            world.Allreduce(h, out, op=mpi_op)
+            recv.set(out)
+            stream.synchronize()
+
+        def run_copy():
+            send.get(out=staged, stream=stream)
+            recv.set(staged, stream=stream)
+            stream.synchronize()
+
+        def run_d2d():
+            cupy.copyto(recv, send)
+            stream.synchronize()
+
+        calls: Dict[str, Callable[[], None]] = {"hvd": run_hvd, "naive": run_naive,
+                                                "copy": run_copy, "d2d": run_d2d}
+        for f in calls.values():
+            for _ in range(args.warmup):
+                f()
+        iters = args.iters or max(1, min(args.max_iters, int(args.batch_time / max(
+            _once(run_naive, world), 1e-6))))
+        times: Dict[str, List[float]] = {k: [] for k in calls}
+        wrong = 0
+        for _ in range(args.repeats):
+            for k, f in calls.items():
+                times[k].append(_batch(f, iters, world))
+            recv.fill(0)
+            run_hvd()
+            wrong += int(np.count_nonzero(cupy.asnumpy(recv).view(np.uint8).reshape(count, -1)
+                                          != want.view(np.uint8).reshape(count, -1)))
+        wrong = world.allreduce(wrong)
+        med = {k: common.median(v) for k, v in times.items()}
+        if rank == 0:
+            busbw = common.gbps(nbytes, med["hvd"]) * 2 * (n - 1) / n if n > 1 else 0.0
+            print(f"{common.format_size(nbytes):>6} {count:>10} {med['hvd'] * 1e6:>10.1f} "
+                  f"{med['naive'] * 1e6:>10.1f} {med['copy'] * 1e6:>11.1f} {med['d2d'] * 1e6:>9.1f} "
+                  f"{med['naive'] / med['hvd']:>9.2f} {med['hvd'] / med['copy']:>8.2f} "
+                  f"{busbw:>10.2f} {wrong:>6}", flush=True)
+        del send, recv, pinned, staged
+    comm.destroy()
+    hvd.shutdown()
+    return 0
+
+
+def _once(call: Callable[[], None], world) -> float:
+    world.Barrier()
+    t = time.perf_counter()
+    call()
+    return world.allreduce(time.perf_counter() - t, op=__import__("mpi4py.MPI").MPI.MAX)
+
+
+def _batch(call: Callable[[], None], iters: int, world) -> float:
+    world.Barrier()
+    t = time.perf_counter()
+    for _ in range(iters):
+        call()
+    return world.allreduce((time.perf_counter() - t) / iters,
+                           op=__import__("mpi4py.MPI").MPI.MAX)
