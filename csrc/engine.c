@@ -64,14 +64,12 @@ static hvdlResult_t on_data_wait(void *arg, double waited) {
 /* The info line on the shared-memory path (rank 0's view; every rank's is alike). */
 static void print_shm(const struct hvdl_engine *e) {
   const struct hvdl_shm *s = e->data->shm;
-  fprintf(stderr, "hvd_lite: shared memory: %s\n",
+  const char *why = s && s->hosts == 1 ? hvdl_cma_off_reason(e->data) : NULL;
+  fprintf(stderr, "hvd_lite: shared memory: %s%s\n",
           !s               ? "off (HVD_LITE_SHM=0, no host with two ranks, or no segment)"
           : s->hosts > 1   ? "on within each host"
-          : s->cma         ? "on, with its single-copy form"
-          : e->data->config.disableShmCma
-              ? "on, single-copy form off (HVD_LITE_SHM_CMA=0)"
-              : "on, single-copy form off: process_vm_readv/writev cannot reach the other ranks "
-                "here (a seccomp filter, Yama's ptrace_scope, pid namespaces or users)");
+          : !why           ? "on, with its single-copy form"
+                           : "on, without its single-copy form: ", why ? why : "");
   fflush(stderr);
 }
 

@@ -16,8 +16,10 @@
  *     hvdlBroadcast also take CUDA device buffers (both on one device), queued
  *     on `stream` (a cudaStream_t; NULL is the legacy default stream) after
  *     the work already there, as NCCL does; the call returns once the result's
- *     last copy is queued. A stream with host buffers is hvdlInvalidArgument, and
- *     so are device buffers in the other collectives.
+ *     last copy is queued. Every rank's buffers must then be device memory: the
+ *     call runs in chunks, whose collectives would not match a host rank's one
+ *     (as a mismatched count, this is not detected). A stream with host buffers
+ *     is hvdlInvalidArgument, and so are device buffers in the other collectives.
  *   - Every rank of the communicator ends with bitwise-identical results, and
  *     a rerun gives the same bits.
  *

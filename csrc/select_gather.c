@@ -105,10 +105,7 @@ const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgor
                                      "(HVD_LITE_SHM=0)"
                                    : "no two ranks share a host's segment";
   if (comm->shm->hosts > 1) return "the ranks are on more than one host";
-  if (comm->config.disableShmCma)
-    return "its single copy is off (HVD_LITE_SHM_CMA=0)";
-  return "the ranks cannot write into each other's memory (process_vm_writev: a seccomp filter, "
-         "Yama's ptrace scope, pid namespaces or users)";
+  return hvdl_cma_off_reason(comm);
 }
 
 hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes) {

@@ -51,6 +51,11 @@ hvdlResult_t hvdl_shm_init(hvdlComm_t comm);
  * or across hosts. */
 hvdlResult_t hvdl_shm_cma_init(hvdlComm_t comm);
 
+/* Why comm's ranks, with a segment on one host, have no single copy: NULL when they
+ * have it; else a phrase for messages (HVD_LITE_SHM_CMA=0, or the peers out of reach).
+ * The engine's info line and a refused forced `shm` all-gather both say it. */
+const char *hvdl_cma_off_reason(const hvdlComm_t comm);
+
 /* Opens a single-copy call on every local rank: posts this rank's sendbuff and
  * recvbuff addresses, then ends the call's first step; *k is the call's number.
  * A failure ends the call (drained where a peer may have passed the step). */

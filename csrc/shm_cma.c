@@ -183,6 +183,13 @@ static int cma_works(struct hvdl_shm *s) {
   return ok;
 }
 
+const char *hvdl_cma_off_reason(const hvdlComm_t comm) {
+  if (comm->shm && comm->shm->cma) return NULL;
+  if (comm->config.disableShmCma) return "its single copy is off (HVD_LITE_SHM_CMA=0)";
+  return "the ranks cannot reach each other's memory (process_vm_readv/writev: a seccomp "
+         "filter, Yama's ptrace scope, pid namespaces or users)";
+}
+
 hvdlResult_t hvdl_shm_cma_init(hvdlComm_t comm) {
   struct hvdl_shm *s = comm->shm;
   /* comm->shm and its hosts are alike on every rank (shm.c's agreement), and so

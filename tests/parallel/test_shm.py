@@ -224,7 +224,8 @@ def test_the_engines_info_line_says_how_the_shared_memory_path_runs(cma, capfd):
         err = capfd.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("hvd_lite: shared memory:")]
     want = ("off (" if layout is None else "with its single-copy form" if on
-            else "(HVD_LITE_SHM_CMA=0)" if cma == "0" else "cannot reach the other ranks")
+            else "without its single-copy form: its single copy is off (HVD_LITE_SHM_CMA=0)"
+            if cma == "0" else "without its single-copy form: the ranks cannot reach each other's")
     agree(lines == [] if hvd.rank() else (len(lines) == 1 and want in lines[0]),
           f"wanted {want!r}: {lines}")
 
