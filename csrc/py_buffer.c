@@ -6,7 +6,8 @@
  *   (owner, address, nbytes)    host memory by address (hvd_lite.torch's tensors)
  *   the buffer protocol         host memory (numpy, bytearray, memoryview)
  *   __cuda_array_interface__    CUDA device memory (CuPy, torch.cuda, Numba), version 0..3
- *   __dlpack__                  host or CUDA memory (torch CPU tensors, numpy, JAX, TF)
+ *   __dlpack__, or a capsule    host or CUDA memory (torch CPU tensors, numpy, JAX; a
+ *                               'dltensor' capsule as TensorFlow's to_dlpack gives)
  *
  * Only C-contiguous memory is taken (a view with gaps is refused, naming its
  * strides). The DLPack structures are declared here from the DLPack ABI (v0.8:
@@ -210,12 +211,15 @@ static int from_cai(PyObject *obj, PyObject *cai, int writable, struct hvdl_py_m
 
 /* ---- DLPack --------------------------------------------------------------- */
 
+/* obj: a producer with __dlpack__, or a capsule one gave (TensorFlow's to_dlpack). */
 static int from_dlpack(PyObject *obj, int writable, struct hvdl_py_memory *m, const char *what) {
-  PyObject *cap = PyObject_CallMethod(obj, "__dlpack__", NULL);
+  PyObject *cap = PyCapsule_CheckExact(obj) ? (Py_INCREF(obj), obj)
+                                            : PyObject_CallMethod(obj, "__dlpack__", NULL);
   if (!cap) return -1;
   dl_managed *t = PyCapsule_IsValid(cap, "dltensor") ? PyCapsule_GetPointer(cap, "dltensor") : NULL;
   if (!t) {
-    PyErr_Format(PyExc_TypeError, "%s: __dlpack__() gave no unused 'dltensor' capsule", what);
+    PyErr_Format(PyExc_TypeError, "%s: %s no unused 'dltensor' capsule", what,
+                 PyCapsule_CheckExact(obj) ? "the capsule is" : "__dlpack__() gave");
     goto fail;
   }
   const dl_tensor *d = &t->tensor;
@@ -280,6 +284,7 @@ int hvdl_py_describe(PyObject *obj, int writable, struct hvdl_py_memory *m, cons
      * call of the owner's own buffer release (it exported nothing here). */
     return fill(m, obj, (uintptr_t)address, len, 0);
   }
+  if (PyCapsule_CheckExact(obj)) return from_dlpack(obj, writable, m, what);
   if (PyObject_CheckBuffer(obj)) {
     const int flags = (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS;
     if (PyObject_GetBuffer(obj, &m->view, flags | PyBUF_FORMAT) == 0) {

@@ -76,6 +76,25 @@ def test_a_transposed_torch_tensor_is_refused_as_not_contiguous():
         describe(torch.zeros(2, 3).t())
 
 
+def test_a_dlpack_capsule_itself_is_read_and_a_used_one_refused():
+    """TensorFlow gives capsules (tf.experimental.dlpack.to_dlpack), not producers."""
+    a = np.arange(5, dtype=np.int32)
+    d = describe(a.__dlpack__())
+    assert (d["address"], d["nbytes"], d["dtype"]) == (a.ctypes.data, 20,
+                                                       HVDL_DTYPES[np.dtype(np.int32)])
+    used = a.__dlpack__()
+    torch.from_dlpack(used)  # the consumer renames it 'used_dltensor'
+    with pytest.raises(TypeError, match="the capsule is no unused 'dltensor' capsule"):
+        describe(used)
+
+
+def test_a_tensorflow_tensor_is_read_through_its_dlpack_capsule():
+    tf = pytest.importorskip("tensorflow")
+    t = tf.constant(np.arange(6, dtype=np.float32).reshape(2, 3))
+    d = describe(tf.experimental.dlpack.to_dlpack(t))
+    assert (d["nbytes"], d["dtype"], d["device_type"]) == (24, FLOAT32, CPU)
+
+
 def test_an_object_with_no_protocol_is_refused_naming_its_type():
     with pytest.raises(TypeError, match="a object is no buffer.*buffer protocol, "
                                         "__cuda_array_interface__ nor __dlpack__"):
