@@ -1,6 +1,17 @@
 /*
- * allgather_shm.c -- the single-copy all-gather of ranks that are all on one host
- * (HVD_LITE_ALLGATHER_ALGO=shm; auto there where the peers can be reached).
+ * allgather_shm.c -- the all-gather of ranks that are all on one host
+ * (HVD_LITE_ALLGATHER_ALGO=shm), in one of two forms by the result's size.
+ *
+ * Small (at most SHM_ALLGATHER_MIN bytes in all, and one area): one step through
+ * the segment. Each rank copies its block into its input area for the step,
+ * publishes the step, then copies every peer's block out of the peer's area
+ * into its recvbuff. The areas alternate by the step's parity, so the next
+ * call's writes go to the other area, and the one after waits at its step for
+ * every rank to be past this one (shm.h). One step and 2 copies of each block
+ * per reader, where the ring takes n-1 messages and the single copy below two
+ * steps and a system call per peer.
+ *
+ * Larger: the single copy (needs the peers' memory within reach, shm_cma.c).
  *
  * recvbuff holds n blocks in rank order, block k of counts[k] elements; rank k
  * contributes block k from its sendbuff (in place: sendbuff is block k of its
@@ -26,6 +37,24 @@
 
 #include "shm.h"
 
+/* The small form (above): every block fits the areas; the same choice on every rank. */
+static hvdlResult_t one_step(hvdlComm_t comm, struct hvdl_shm *s, const void *sendbuff,
+                             void *recvbuff, const size_t *counts, size_t esize) {
+  const uint64_t k = s->step + 1;
+  const size_t mine = counts[comm->rank] * esize;
+  if (mine) memcpy(hvdl_shm_in_area(s, s->local_rank, k), sendbuff, mine);
+  HVDL_CHECK(hvdl_shm_step(comm, s));
+  char *out = recvbuff;
+  for (int q = 0; q < comm->size; q++) {
+    const size_t b = counts[q] * esize;
+    /* local rank q is rank q: every rank is on this host, in rank order */
+    const char *from = q == comm->rank ? (const char *)sendbuff : hvdl_shm_in_area(s, q, k);
+    if (b && from != out) memcpy(out, from, b);
+    out += b;
+  }
+  return hvdlSuccess;
+}
+
 hvdlResult_t hvdl_allgatherv_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                  const size_t *counts, hvdlDataType_t dt) {
   struct hvdl_shm *s = comm->shm;
@@ -37,6 +66,8 @@ hvdlResult_t hvdl_allgatherv_shm(hvdlComm_t comm, const void *sendbuff, void *re
     total += counts[q];
   }
   if (total == 0) return hvdlSuccess; /* alike on every rank */
+  if (total * esize <= SHM_ALLGATHER_MIN && total * esize <= s->area)
+    return one_step(comm, s, sendbuff, recvbuff, counts, esize);
   const size_t mine = counts[comm->rank] * esize;
   const char *send = sendbuff;
   char *own = (char *)recvbuff + off;

@@ -344,11 +344,13 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
 #define SHM_CMA_MIN ((size_t)32 << 10)
 #endif
 /* Above SHM_ALLGATHER_MIN bytes in all (the result) the all-gather's selector takes the
- * single-copy all-gather (allgather_shm.c) where it can run. At 2 ranks, C API, against the
- * ring in the same window (docs/benchmarks.md, "The single-copy all-gather"): at 8 B - 1 KiB
- * it took 1.2-1.8x the ring's time under Open MPI, 1.0-1.2x under MPICH (its two steps and a
- * system call against one message); at 4 KiB 0.96-1.02x and 0.94-1.01x; at 16 KiB 0.61-0.67x
- * and 0.60x; above, 0.73-0.99x and 0.63-0.99x. */
+ * single-copy all-gather (allgather_shm.c) where it can run; up to it, with every rank on
+ * one host, the one-step all-gather through the segment's areas. At 2 ranks, C API, against
+ * the ring in the same window (docs/benchmarks.md, "The single-copy all-gather"): the single
+ * copy at 8 B - 1 KiB took 1.2-1.8x the ring's time under Open MPI, 1.0-1.2x under MPICH (its
+ * two steps and a system call against one message); at 4 KiB 0.96-1.02x and 0.94-1.01x; at
+ * 16 KiB 0.61-0.67x and 0.60x; above, 0.73-0.99x and 0.63-0.99x. The one step took about
+ * 0.5-0.6x the ring's time at 8 B - 4 KiB ("The one-step all-gather"). */
 #ifndef SHM_ALLGATHER_MIN /* settable at build time, to measure it again */
 #define SHM_ALLGATHER_MIN ((size_t)4 << 10)
 #endif
@@ -374,8 +376,9 @@ hvdlResult_t hvdl_allgatherv_rd(hvdlComm_t comm, const void *sendbuff, void *rec
 hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                          const size_t *counts, hvdlDataType_t dt,
                                          hvdlRedOp_t op);
-/* The single-copy all-gather of ranks all on one host (allgather_shm.c): needs
- * comm->shm->cma (the selector's to check). */
+/* The all-gather of ranks all on one host (allgather_shm.c): in one step through the
+ * segment's areas up to SHM_ALLGATHER_MIN bytes in all where that fits an area, else the
+ * single copy, which needs comm->shm->cma (the selector's to check). */
 hvdlResult_t hvdl_allgatherv_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                  const size_t *counts, hvdlDataType_t dt);
 /* select_gather.c: the choice for a call of `bytes` in all (the all-gather's

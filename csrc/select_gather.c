@@ -7,12 +7,12 @@
  * (config.allGatherAlgorithm, reduceScatterAlgorithm, rank 0's, agreed there
  * too): that one at every size when forced, else the cheapest by the model
  * below (a tie: the ring, then the order of the enums). The all-gather's
- * single copy (shm, allgather_shm.c) is not modelled: where it can run (every
- * rank on one host, each able to write into the others' memory) auto takes it
- * above SHM_ALLGATHER_MIN bytes (internal.h, measured), since it moves what the
- * ring moves in 2 steps instead of n-1; below, its steps and system calls cost
- * more than the ring's messages (docs/algorithms.md, "The single-copy
- * all-gather").
+ * shared-memory forms (shm, allgather_shm.c) are not modelled. With every rank
+ * on one host, auto takes shm up to SHM_ALLGATHER_MIN bytes (internal.h,
+ * measured) where that fits an area: its one step through the segment, where
+ * the ring takes n-1 messages. Above, it takes shm's single copy where each rank
+ * can write into the others' memory, 2 steps instead of n-1; else the model's
+ * pick (docs/algorithms.md, "The shared-memory all-gather").
  */
 #include "internal.h"
 #include "shm.h"
@@ -111,7 +111,10 @@ const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgor
 hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes) {
   if (comm->config.allGatherAlgorithm != hvdlAllGatherAuto)
     return (hvdlAllGatherAlgorithm_t)comm->config.allGatherAlgorithm;
-  if (comm->shm && comm->shm->cma && bytes > SHM_ALLGATHER_MIN) return hvdlAllGatherShm;
+  const struct hvdl_shm *sh = comm->shm;
+  if (sh && sh->hosts == 1 && bytes <= SHM_ALLGATHER_MIN && bytes <= sh->area)
+    return hvdlAllGatherShm; /* its one step through the segment */
+  if (sh && sh->cma && bytes > SHM_ALLGATHER_MIN) return hvdlAllGatherShm; /* its single copy */
   hvdlAllGatherAlgorithm_t best = hvdlAllGatherRing;
   double best_t = hvdl_select_predict_allgather(comm, best, bytes);
   for (int a = hvdlAllGatherRd; a < hvdlNumAllGatherAlgos; a++) {

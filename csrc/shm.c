@@ -104,6 +104,8 @@ static char *in_area(const struct hvdl_shm *s, int q, uint64_t k) {
   return s->seg[q] + HEAD + (size_t)(k & 1u) * s->area;
 }
 
+char *hvdl_shm_in_area(const struct hvdl_shm *s, int q, uint64_t k) { return in_area(s, q, k); }
+
 static char *out_area(const struct hvdl_shm *s, int q, uint64_t k) {
   return s->seg[q] + HEAD + (size_t)(2u + (k & 1u)) * s->area;
 }

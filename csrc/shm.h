@@ -119,6 +119,11 @@ void hvdl_shm_fold_inputs(const struct hvdl_shm *s, const char **in, void *dst, 
  * local rank has. */
 hvdlResult_t hvdl_shm_step(hvdlComm_t comm, struct hvdl_shm *s);
 
+/* Local rank q's input area for step k (one of its two, by k's parity): written
+ * before step k is published, read by the others after it, and not written again
+ * before step k + 2, which no rank passes before every rank is done with step k. */
+char *hvdl_shm_in_area(const struct hvdl_shm *s, int q, uint64_t k);
+
 /* The last step local rank q has published (an acquire load). */
 uint64_t hvdl_shm_published(const struct hvdl_shm *s, int q);
 

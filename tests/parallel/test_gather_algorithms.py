@@ -91,6 +91,24 @@ def test_every_allgather_algorithm_gathers_every_dtype_exactly_in_place_and_not(
     agree(not bad, f"{algo}: wrong at (dtype, count, in place) {bad[:5]}")
 
 
+def test_the_shared_memory_allgather_takes_one_step_up_to_its_minimum_and_the_single_copy_above():
+    """With the areas of the default size, a forced shm all-gather of at most SHM_ALLGATHER_MIN
+    bytes in all goes through the segment in one step (no single copy needed), above through the
+    single copy: exact either side of the boundary, many calls in a row (the areas alternate),
+    in place and not."""
+    skip_unless_runs("shm")
+    n, least, bad = hvd.size(), _core.SHM_ALLGATHER_MIN, []
+    with make_comm(HVD_LITE_ALLGATHER_ALGO="shm") as c:
+        for dtype in MOVE_DTYPES:
+            per_rank = least // (n * np.dtype(dtype).itemsize)
+            for count in sorted({1, 3, per_rank - 1, per_rank, per_rank + 1}):
+                for seed in range(3):
+                    for inplace in (False, True):
+                        if not allgather_ok(c, dtype, count, inplace, seed=seed):
+                            bad.append((np.dtype(dtype).name, count, seed, inplace))
+    agree(not bad, f"wrong at (dtype, count, seed, in place) {bad[:5]}")
+
+
 @pytest.mark.parametrize("algo", SCATTER)
 def test_every_reducescatter_algorithm_reduces_every_dtype_and_op_exactly_in_place_and_not(algo):
     bad = []
@@ -196,28 +214,34 @@ def test_the_halving_reducescatter_of_uneven_blocks_gives_the_rab_allreduces_bit
                   f"rows {rows}: reduce-scatter differs from the rab all-reduce's rows")
 
 
-def test_the_allgather_selector_takes_the_single_copy_above_its_minimum_wherever_it_can_run():
+def test_the_allgather_selector_takes_shm_on_one_host_in_one_step_up_to_its_minimum_and_the_single_copy_above():
     runs, least = single_copy_runs(), _core.SHM_ALLGATHER_MIN
+    model = {"ring", "rd", "rd_far"}
     for cma in ("1", "0"):
-        with make_comm(HVD_LITE_SHM_CMA=cma) as c:
-            small = {c.gather_plan("allgather", b)["algorithm"] for b in (4, least)}
-            large = {c.gather_plan("allgather", b)["algorithm"] for b in (least + 1, 1 << 30)}
-            shm_predicted = c.gather_plan("allgather", 4096)["predicted"]["shm"]
-        model = {"ring", "rd", "rd_far"}
-        want_large = {"shm"} if runs and cma == "1" else model
-        agree(small <= model and (large == want_large if runs and cma == "1" else large <= model)
-              and shm_predicted is None,
-              f"HVD_LITE_SHM_CMA={cma}, single copy runs: {runs}; picks up to {least} B {small}, "
-              f"above {large}; shm's predicted time {shm_predicted}")
+        for area in ("262144", "64"):  # an area of 64 bytes holds no 4 KiB all-gather
+            with make_comm(HVD_LITE_SHM_CMA=cma, HVD_LITE_SHM_BYTES=area) as c:
+                one_host = c.shm_layout() is not None and c.shm_layout()[0] == 1
+                tiny = c.gather_plan("allgather", 4)["algorithm"]
+                small = c.gather_plan("allgather", least)["algorithm"]
+                large = {c.gather_plan("allgather", b)["algorithm"] for b in (least + 1, 1 << 30)}
+                shm_predicted = c.gather_plan("allgather", 4096)["predicted"]["shm"]
+            want_large = {"shm"} if runs and cma == "1" else None
+            agree((tiny == "shm" if one_host else tiny in model)  # 4 B fit any area
+                  and (small == "shm" if one_host and area != "64" else small in model)
+                  and (large == want_large if want_large else large <= model)
+                  and shm_predicted is None,
+                  f"HVD_LITE_SHM_CMA={cma}, areas of {area} B, one host: {one_host}, single copy "
+                  f"runs: {runs}; picks at 4 B {tiny}, at {least} B {small}, above {large}; shm's "
+                  f"predicted time {shm_predicted}")
 
 
 def test_the_selectors_pick_the_cheapest_modelled_the_ring_where_its_steps_are_few():
-    # The model's picks: without the single copy (HVD_LITE_SHM_CMA=0), which is not modelled.
+    # The model's picks: without the shared-memory forms (HVD_LITE_SHM=0), which are not modelled.
     n = hvd.size()
     if n > 4:
         pytest.skip("the picks pinned below are one host's at 1-4 ranks (past 4 the fold's steps "
                     "move the crossovers)")
-    with make_comm(HVD_LITE_SHM_CMA=0) as c:
+    with make_comm(HVD_LITE_SHM=0) as c:
         picks = {}
         for coll, names in (("allgather", GATHER), ("reducescatter", SCATTER)):
             for nbytes in (4096, 1 << 20, 1 << 30):
