@@ -149,6 +149,15 @@ static hvdlResult_t run_allreduce(hvdlComm_t comm, hvdlAlgorithm_t algo, const v
   return hvdl_allreduce_run(comm, algo, sendbuff, recvbuff, count, dt, op);
 }
 
+/* A communicator of one rank: the result is the input (bytes of it), on the host or,
+ * queued on the stream, on the device. */
+static hvdlResult_t copy_alone(hvdlComm_t comm, int device, void *recvbuff, const void *sendbuff,
+                               size_t bytes, hvdlStream_t stream) {
+  if (device >= 0) return hvdl_cuda_copy(comm, recvbuff, sendbuff, bytes, stream);
+  if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
+  return hvdlSuccess;
+}
+
 /* A staged call's step arguments (cuda.c runs the steps on pinned host chunks). */
 struct staged_call {
   hvdlDataType_t dt;
@@ -183,11 +192,7 @@ hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
   int device = -1;
   HVDL_CHECK(check_memory(comm, fn, sendbuff, recvbuff, stream, &device));
   if (count == 0) return hvdlSuccess;
-  if (device >= 0 && comm->size == 1) return hvdl_cuda_copy(comm, recvbuff, sendbuff, bytes, stream);
-  if (comm->size == 1) {
-    if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
-    return hvdlSuccess;
-  }
+  if (comm->size == 1) return copy_alone(comm, device, recvbuff, sendbuff, bytes, stream);
   /* Device buffers: the same algorithm on each staged chunk (the first is the largest). */
   const size_t esize = hvdl_type_size(datatype);
   const size_t first = device < 0 || bytes < HVDL_CUDA_STAGE_BYTES / esize * esize
@@ -216,11 +221,7 @@ hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
   int device = -1;
   HVDL_CHECK(check_memory(comm, fn, sendbytes ? sendbuff : NULL, recvbuff, stream, &device));
   if (count == 0) return hvdlSuccess;
-  if (device >= 0 && comm->size == 1) return hvdl_cuda_copy(comm, recvbuff, sendbuff, bytes, stream);
-  if (comm->size == 1) {
-    if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
-    return hvdlSuccess;
-  }
+  if (comm->size == 1) return copy_alone(comm, device, recvbuff, sendbuff, bytes, stream);
   if (device >= 0) {
     struct staged_call call = {datatype, hvdlSum, root};
     return hvdl_cuda_staged(comm, comm->rank == root ? sendbuff : NULL, recvbuff, bytes,
@@ -245,10 +246,7 @@ hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
   HVDL_CHECK(check_host(comm, fn, sendbuff, recvbuff, stream));
   HVDL_CHECK(check_op(comm, fn, op, datatype));
   if (count == 0) return hvdlSuccess;
-  if (comm->size == 1) {
-    if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
-    return hvdlSuccess;
-  }
+  if (comm->size == 1) return copy_alone(comm, -1, recvbuff, sendbuff, bytes, NULL);
   const hvdlAlgorithm_t algo = hvdl_select_allreduce(comm, bytes);
   HVDL_CHECK(check_latency_bytes(comm, fn, algo, bytes));
   /* The shared-memory path reduces in the latency path's order up to the crossover and
@@ -280,10 +278,7 @@ hvdlResult_t hvdlAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
                            "being in place (sendbuff == recvbuff + rank * sendcount)"));
   HVDL_CHECK(check_host(comm, fn, sendbuff, recvbuff, stream));
   if (sendcount == 0) return hvdlSuccess;
-  if (comm->size == 1) {
-    if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, sendbytes);
-    return hvdlSuccess;
-  }
+  if (comm->size == 1) return copy_alone(comm, -1, recvbuff, sendbuff, sendbytes, NULL);
   size_t *counts = NULL;
   HVDL_CHECK(equal_counts(comm, sendcount, &counts));
   return hvdl_allgather_run(comm, hvdl_select_allgather(comm, recvbytes), sendbuff, recvbuff,
@@ -304,10 +299,7 @@ hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
   HVDL_CHECK(check_host(comm, fn, sendbuff, recvbuff, stream));
   HVDL_CHECK(check_op(comm, fn, op, datatype));
   if (recvcount == 0) return hvdlSuccess;
-  if (comm->size == 1) {
-    if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, recvbytes);
-    return hvdlSuccess;
-  }
+  if (comm->size == 1) return copy_alone(comm, -1, recvbuff, sendbuff, recvbytes, NULL);
   size_t *counts = NULL;
   HVDL_CHECK(equal_counts(comm, recvcount, &counts));
   return hvdl_reducescatter_run(comm, hvdl_select_reducescatter(comm, sendbytes), sendbuff,

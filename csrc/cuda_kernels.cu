@@ -5,9 +5,8 @@
  *
  *   - Integers add and multiply in the unsigned type of the same width (they wrap).
  *   - float16 and bfloat16 are widened to float32, combined, and rounded back to
- *     nearest-even after every operation, by the same bit operations as reduce.c
- *     (no cuda_fp16.h: its conversions round the same, but the host's code is the
- *     specification and is easier to keep equal when written out twice the same).
+ *     nearest-even after every operation, by float16.h's conversions, the host's
+ *     own lines (not cuda_fp16.h's, so that the two cannot drift apart).
  *   - Float min/max return the other operand when one is NaN (IEEE fmin/fmax);
  *     float16/bfloat16 keep the chosen input's bits.
  *   - Built without --use_fast_math: float32 division is correctly rounded, and
@@ -21,38 +20,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "float16.h"
+
 namespace {
-
-__device__ __forceinline__ float f32_from_bits(uint32_t u) { return __uint_as_float(u); }
-__device__ __forceinline__ uint32_t f32_bits(float f) { return __float_as_uint(f); }
-
-__device__ __forceinline__ float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t mag = h & 0x7fffu;
-  uint32_t scaled = f32_bits(__fmul_rn(f32_from_bits(mag << 13), 0x1p112f));
-  uint32_t special = (mag << 13) | 0x7f800000u;
-  return f32_from_bits((mag >= 0x7c00u ? special : scaled) | sign);
-}
-
-__device__ __forceinline__ uint16_t float_to_half(float f) {
-  uint32_t x = f32_bits(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  x &= 0x7fffffffu;
-  uint32_t big = x > 0x7f800000u ? 0x7e00u : 0x7c00u;
-  uint32_t tiny = f32_bits(__fadd_rn(f32_from_bits(x), 0.5f)) - 0x3f000000u;
-  uint32_t normal = (x - (112u << 23) + 0xfffu + ((x >> 13) & 1u)) >> 13;
-  uint32_t o = x >= 0x47800000u ? big : (x < 0x38800000u ? tiny : normal);
-  return (uint16_t)(o | sign);
-}
-
-__device__ __forceinline__ float bf16_to_float(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
-
-__device__ __forceinline__ uint16_t float_to_bf16(float f) {
-  uint32_t x = f32_bits(f);
-  uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  uint32_t quiet_nan = (x >> 16) | 0x0040u;
-  return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-}
 
 enum { SUM = 0, PROD = 1, MAX = 2, MIN = 3 };
 

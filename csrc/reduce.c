@@ -9,8 +9,8 @@
  *   - Integers add and multiply in the unsigned type of the same width, so they
  *     wrap as two's complement and never hit signed-overflow undefined behaviour.
  *   - float16 and bfloat16 are widened to float32, combined, and rounded back to
- *     nearest-even after every binary operation. The conversions are written with
- *     integer bit operations and selects (no branches, no lookup tables) so that
+ *     nearest-even after every binary operation. The conversions (float16.h) are
+ *     integer bit operations and selects (no branches, no lookup tables), so that
  *     they vectorize without F16C or AVX-512 BF16.
  *   - Float min/max return the other operand when one is NaN (IEEE fmin/fmax, as
  *     NCCL does); for float16/bfloat16 the chosen input's bits are kept as they are.
@@ -23,6 +23,7 @@
 
 #include <string.h>
 
+#include "float16.h"
 #include "internal.h"
 
 /* On x86-64 each kernel is also compiled for AVX2 (x86-64-v3), picked at load
@@ -32,55 +33,6 @@
 #else
 #define KERNEL
 #endif
-
-/* ---- float16 / bfloat16 <-> float32 ------------------------------------- */
-
-static inline uint32_t f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-static inline float f32_from_bits(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-static inline float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t mag = h & 0x7fffu;
-  /* Normal and subnormal halves: put the 15 magnitude bits where a float keeps
-   * them and scale by 2^(127-15); the product is exact. */
-  uint32_t scaled = f32_bits(f32_from_bits(mag << 13) * 0x1p112f);
-  /* Inf and NaN: all-ones exponent, payload kept. */
-  uint32_t special = (mag << 13) | 0x7f800000u;
-  return f32_from_bits((mag >= 0x7c00u ? special : scaled) | sign);
-}
-
-static inline uint16_t float_to_half(float f) {
-  uint32_t x = f32_bits(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  x &= 0x7fffffffu;
-  /* |f| >= 65536, Inf or NaN. */
-  uint32_t big = x > 0x7f800000u ? 0x7e00u : 0x7c00u;
-  /* |f| < 2^-14: the half is subnormal (or zero). Adding 0.5 aligns the value so
-   * that float32 rounding (nearest-even) rounds at the half's last subnormal bit. */
-  uint32_t tiny = f32_bits(f32_from_bits(x) + 0.5f) - 0x3f000000u;
-  /* Normal: rebias the exponent, then round to nearest-even at bit 13. */
-  uint32_t normal = (x - (112u << 23) + 0xfffu + ((x >> 13) & 1u)) >> 13;
-  uint32_t o = x >= 0x47800000u ? big : (x < 0x38800000u ? tiny : normal);
-  return (uint16_t)(o | sign);
-}
-
-static inline float bf16_to_float(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
-
-static inline uint16_t float_to_bf16(float f) {
-  uint32_t x = f32_bits(f);
-  uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  uint32_t quiet_nan = (x >> 16) | 0x0040u;
-  return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-}
 
 /* ---- element operations -------------------------------------------------- */
 
