@@ -55,7 +55,8 @@ int hvdl_py_check_op(int op);
 /* The memory a Python object holds. */
 struct hvdl_py_memory {
   Py_buffer view;   /* view.buf, view.len: where and how many bytes; view.obj keeps it alive */
-  int dtype;        /* the producer's element type (hvdlDataType_t), -1 where it names none */
+  int dtype;        /* the producer's element type (hvdlDataType_t), -1 where it names none
+                     * (or was not asked: hvdl_py_describe's `typed`) */
   int device_type;  /* HVDL_DEVICE_CPU, HVDL_DEVICE_CUDA, ... (DLPack's numbers, cuda.h) */
   int device_id;    /* -1 where neither the producer nor CUDA says */
   uintptr_t stream; /* the producer's stream (the CUDA array interface's 'stream'), 0: none */
@@ -64,8 +65,11 @@ struct hvdl_py_memory {
 /* Fills m from obj: a tuple (owner, address, nbytes) of host memory that owner keeps
  * alive (a framework's tensor, whose memory the adapter vouches for), the buffer
  * protocol, __cuda_array_interface__ or __dlpack__, in that order; C-contiguous
- * memory only. -1 with an exception set otherwise. Release with PyBuffer_Release(&m->view). */
-int hvdl_py_describe(PyObject *obj, int writable, struct hvdl_py_memory *m, const char *what);
+ * memory only. -1 with an exception set otherwise. Release with PyBuffer_Release(&m->view).
+ * `typed`: also read the buffer protocol's element type (its format), which no call
+ * needs and which costs numpy a format string for each array it exports. */
+int hvdl_py_describe(PyObject *obj, int writable, int typed, struct hvdl_py_memory *m,
+                     const char *what);
 
 /* hvdl_py_describe, then: memory on a device other than the host's is refused with a
  * ValueError naming it, unless device_ok and it is CUDA memory in a CUDA build; the

@@ -263,7 +263,8 @@ fail:
 
 /* ---- the one entry ---------------------------------------------------------- */
 
-int hvdl_py_describe(PyObject *obj, int writable, struct hvdl_py_memory *m, const char *what) {
+int hvdl_py_describe(PyObject *obj, int writable, int typed, struct hvdl_py_memory *m,
+                     const char *what) {
   memset(m, 0, sizeof *m);
   m->dtype = -1;
   m->device_type = HVDL_DEVICE_CPU;
@@ -287,6 +288,7 @@ int hvdl_py_describe(PyObject *obj, int writable, struct hvdl_py_memory *m, cons
   if (PyCapsule_CheckExact(obj)) return from_dlpack(obj, writable, m, what);
   if (PyObject_CheckBuffer(obj)) {
     const int flags = (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS;
+    if (!typed) return PyObject_GetBuffer(obj, &m->view, flags);
     if (PyObject_GetBuffer(obj, &m->view, flags | PyBUF_FORMAT) == 0) {
       m->dtype = format_type(m->view.format, m->view.itemsize);
       return 0;
@@ -320,7 +322,7 @@ int hvdl_py_describe(PyObject *obj, int writable, struct hvdl_py_memory *m, cons
 
 int hvdl_py_get_memory(PyObject *obj, struct hvdl_py_memory *m, int writable, int dtype,
                        size_t *count, int device_ok, const char *what) {
-  if (hvdl_py_describe(obj, writable, m, what)) return -1;
+  if (hvdl_py_describe(obj, writable, 0, m, what)) return -1;
   const int host = m->device_type == HVDL_DEVICE_CPU || m->device_type == HVDL_DEVICE_CUDA_HOST;
   const int cuda = m->device_type == HVDL_DEVICE_CUDA || m->device_type == HVDL_DEVICE_CUDA_MANAGED;
   const char *refusal = NULL;
@@ -360,7 +362,7 @@ PyObject *hvdl_py_describe_buffer(PyObject *self, PyObject *args) {
   (void)self;
   if (!PyArg_ParseTuple(args, "O|p", &obj, &writable)) return NULL;
   struct hvdl_py_memory m;
-  if (hvdl_py_describe(obj, writable, &m, "buffer")) return NULL;
+  if (hvdl_py_describe(obj, writable, 1, &m, "buffer")) return NULL;
   PyObject *out = Py_BuildValue("{s:K,s:n,s:i,s:i,s:i,s:K,s:O}", "address",
                                 (unsigned long long)(uintptr_t)m.view.buf, "nbytes", m.view.len,
                                 "dtype", m.dtype, "device_type", m.device_type, "device_id",
