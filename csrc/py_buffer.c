@@ -102,6 +102,21 @@ static int c_contiguous(int ndim, const int64_t *shape, const int64_t *strides, 
   return 1;
 }
 
+/* *n = the product of the ndim sizes, each at least 0, in at most PY_SSIZE_T_MAX / esize
+ * elements; -1 with ValueError set otherwise. */
+static int elements(int ndim, const int64_t *shape, int64_t esize, int64_t *n, const char *what) {
+  *n = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] < 0 || (shape[d] > 0 && *n > PY_SSIZE_T_MAX / esize / shape[d])) {
+      PyErr_Format(PyExc_ValueError, "%s: dimension %d of size %lld is %s", what, d,
+                   (long long)shape[d], shape[d] < 0 ? "negative" : "too large");
+      return -1;
+    }
+    *n *= shape[d];
+  }
+  return 0;
+}
+
 /* Fills m's view over [address, address + nbytes), owned by owner. */
 static int fill(struct hvdl_py_memory *m, PyObject *owner, uintptr_t address, Py_ssize_t nbytes,
                 int readonly) {
@@ -156,8 +171,8 @@ static int from_cai(PyObject *obj, PyObject *cai, int writable, struct hvdl_py_m
   int64_t dims[HVDL_MAX_DIMS_PY], st[HVDL_MAX_DIMS_PY];
   const int ndim = int_tuple(shape, dims, HVDL_MAX_DIMS_PY, "'shape'", what);
   if (ndim < 0) return -1;
-  int64_t n = 1;
-  for (int d = 0; d < ndim; d++) n *= dims[d];
+  int64_t n;
+  if (elements(ndim, dims, esize, &n, what)) return -1;
   if (strides && strides != Py_None) {
     if (int_tuple(strides, st, HVDL_MAX_DIMS_PY, "'strides'", what) != ndim) {
       if (!PyErr_Occurred())
@@ -233,15 +248,13 @@ static int from_dlpack(PyObject *obj, int writable, struct hvdl_py_memory *m, co
     goto fail;
   }
   const int64_t esize = d->dtype.bits / 8;
-  int64_t n = 1, st[HVDL_MAX_DIMS_PY];
+  int64_t n, st[HVDL_MAX_DIMS_PY];
   if (d->ndim < 0 || d->ndim > HVDL_MAX_DIMS_PY) {
     PyErr_Format(PyExc_ValueError, "%s: %d dimensions (at most %d)", what, d->ndim, HVDL_MAX_DIMS_PY);
     goto fail;
   }
-  for (int i = 0; i < d->ndim; i++) {
-    n *= d->shape[i];
-    if (d->strides) st[i] = d->strides[i] * esize;
-  }
+  if (elements(d->ndim, d->shape, esize, &n, what)) goto fail;
+  for (int i = 0; d->strides && i < d->ndim; i++) st[i] = d->strides[i] * esize;
   if (d->strides && !c_contiguous(d->ndim, d->shape, st, esize)) {
     PyErr_Format(PyExc_ValueError, "%s: the tensor is not C-contiguous; pass a contiguous copy",
                  what);

@@ -134,6 +134,8 @@ def test_the_cuda_array_interface_gives_address_bytes_type_and_stream():
     ({"shape": ...}, ValueError, "lacks 'shape'"),
     ({"data": 4096}, ValueError, r"\['data'\] must be \(address, read_only\)"),
     ({"data": (0, False)}, ValueError, "6 elements at address 0"),
+    ({"shape": (2, -3)}, ValueError, "dimension 1 of size -3 is negative"),
+    ({"shape": (1 << 40, 1 << 40)}, ValueError, "dimension 1 of size 1099511627776 is too large"),
 ])
 def test_the_cuda_array_interface_rules(fields, error, match):
     with pytest.raises(error, match=match):
@@ -203,6 +205,7 @@ def test_a_dlpack_capsule_gives_its_offset_address_and_type():
     ({"code": 5, "bits": 64}, TypeError, r"DLPack type \(code 5, 64 bits, 1 lanes\)"),
     ({"lanes": 4}, TypeError, "4 lanes"),
     ({"shape": (2, 2), "strides": (1, 2)}, ValueError, "not C-contiguous"),
+    ({"shape": (-1,)}, ValueError, "dimension 0 of size -1 is negative"),
 ])
 def test_dlpack_types_and_layouts_hvd_lite_cannot_take_are_refused(fields, error, match):
     with pytest.raises(error, match=match):
