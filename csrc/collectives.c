@@ -50,9 +50,7 @@ static hvdlResult_t check_call(hvdlComm_t comm, const char *fn, hvdlDataType_t d
  * on one device or both on the host; a stream only with device buffers. */
 static hvdlResult_t check_memory(hvdlComm_t comm, const char *fn, const void *sendbuff,
                                  const void *recvbuff, hvdlStream_t stream, int *device) {
-  int ds = -1, dr = -1;
-  HVDL_CHECK(hvdl_cuda_device_of(comm, fn, sendbuff, &ds));
-  HVDL_CHECK(hvdl_cuda_device_of(comm, fn, recvbuff, &dr));
+  const int ds = hvdl_cuda_device_of(sendbuff), dr = hvdl_cuda_device_of(recvbuff);
   if (sendbuff && recvbuff && ds != dr) {
     char sw[32] = "host", rw[32] = "host";
     if (ds >= 0) snprintf(sw, sizeof sw, "CUDA device %d", ds);

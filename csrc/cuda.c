@@ -18,8 +18,8 @@
  * next call on the communicator waits for that event before it reuses a slot,
  * whatever its stream.
  *
- * Without HVDL_CUDA (setup.py builds CUDA only where nvcc is found or
- * HVD_LITE_CUDA=1), every function but the queries says so.
+ * Without HVDL_CUDA (setup.py builds CUDA only with HVD_LITE_CUDA=1), every
+ * function but the queries says that the build has no CUDA.
  */
 #include "cuda.h"
 
@@ -93,18 +93,14 @@ static int any_context(void) {
   return 0;
 }
 
-hvdlResult_t hvdl_cuda_device_of(hvdlComm_t comm, const char *fn, const void *p, int *device) {
-  *device = -1;
-  if (!p || hvdl_cuda_device_count() == 0 || !any_context()) return hvdlSuccess;
+int hvdl_cuda_device_of(const void *p) {
+  if (!p || hvdl_cuda_device_count() == 0 || !any_context()) return -1;
   struct cudaPointerAttributes a;
-  cudaError_t err = cudaPointerGetAttributes(&a, p);
-  if (err != cudaSuccess) { /* an address CUDA never saw: host memory */
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) { /* an address CUDA never saw */
     (void)cudaGetLastError();
-    return hvdlSuccess;
+    return -1;
   }
-  if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) *device = a.device;
-  (void)fn;
-  return hvdlSuccess;
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? a.device : -1;
 }
 
 hvdlResult_t hvdl_cuda_reduce(hvdlComm_t comm, void *dst, const void *a, const void *b, size_t n,
@@ -135,20 +131,31 @@ hvdlResult_t hvdl_cuda_copy(hvdlComm_t comm, void *dst, const void *src, size_t 
   return hvdlSuccess;
 }
 
-/* comm's staging, made on its first staged call. */
+/* Makes s's pinned chunks and events. */
+static hvdlResult_t make_stage(hvdlComm_t comm, struct hvdl_cuda_stage *s) {
+  s->bytes = HVDL_CUDA_STAGE_BYTES;
+  for (int i = 0; i < 2; i++) {
+    CUDA_CHECK(comm, cudaHostAlloc(&s->slot[i], s->bytes, cudaHostAllocPortable),
+               "cudaHostAlloc (a pinned staging chunk)");
+    CUDA_CHECK(comm, cudaEventCreateWithFlags(&s->ready[i], cudaEventDisableTiming),
+               "cudaEventCreate");
+  }
+  CUDA_CHECK(comm, cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming), "cudaEventCreate");
+  return hvdlSuccess;
+}
+
+/* comm's staging, made on its first staged call; a failure leaves none (the next call tries
+ * again), not half of one. */
 static hvdlResult_t stage_of(hvdlComm_t comm, struct hvdl_cuda_stage **out) {
   if (!comm->cuda_stage) {
     struct hvdl_cuda_stage *s = calloc(1, sizeof *s);
     if (!s) return hvdl_fail(comm, hvdlSystemError, "out of memory (staging)");
-    comm->cuda_stage = s; /* hvdl_cuda_free frees what was made, should a step below fail */
-    s->bytes = HVDL_CUDA_STAGE_BYTES;
-    for (int i = 0; i < 2; i++) {
-      CUDA_CHECK(comm, cudaHostAlloc(&s->slot[i], s->bytes, cudaHostAllocPortable),
-                 "cudaHostAlloc (a pinned staging chunk)");
-      CUDA_CHECK(comm, cudaEventCreateWithFlags(&s->ready[i], cudaEventDisableTiming),
-                 "cudaEventCreate");
+    comm->cuda_stage = s;
+    const hvdlResult_t res = make_stage(comm, s);
+    if (res != hvdlSuccess) {
+      hvdl_cuda_free(comm); /* frees what was made and sets comm->cuda_stage to NULL */
+      return res;
     }
-    CUDA_CHECK(comm, cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming), "cudaEventCreate");
   }
   *out = comm->cuda_stage;
   return hvdlSuccess;
@@ -225,10 +232,9 @@ static hvdlResult_t no_cuda(hvdlComm_t comm) {
 int hvdl_cuda_built(void) { return 0; }
 int hvdl_cuda_device_count(void) { return 0; }
 
-hvdlResult_t hvdl_cuda_device_of(hvdlComm_t comm, const char *fn, const void *p, int *device) {
-  (void)comm, (void)fn, (void)p;
-  *device = -1;
-  return hvdlSuccess;
+int hvdl_cuda_device_of(const void *p) {
+  (void)p;
+  return -1;
 }
 
 hvdlResult_t hvdl_cuda_reduce(hvdlComm_t comm, void *dst, const void *a, const void *b, size_t n,

@@ -31,10 +31,10 @@ int hvdl_cuda_built(void);
 /* The number of CUDA devices this process sees (0 without CUDA, a driver or a device). */
 int hvdl_cuda_device_count(void);
 
-/* *device = the CUDA device p's memory is on, or -1 for host memory (pinned host
- * memory included, and every pointer when the build has no CUDA or sees no
- * device). Managed memory counts as device memory. */
-hvdlResult_t hvdl_cuda_device_of(hvdlComm_t comm, const char *fn, const void *p, int *device);
+/* The CUDA device p's memory is on, or -1 for host memory (pinned host memory
+ * included, and every pointer when the build has no CUDA or sees no device).
+ * Managed memory counts as device memory. */
+int hvdl_cuda_device_of(const void *p);
 
 /* dst = a op b, elementwise, on device memory, queued on `stream` (op Avg: Sum).
  * hvdlUnhandledCudaError with CUDA's message when the launch fails;

@@ -217,10 +217,7 @@ static int from_cai(PyObject *obj, PyObject *cai, int writable, struct hvdl_py_m
   }
   m->dtype = type;
   m->device_type = HVDL_DEVICE_CUDA;
-  m->device_id = -1;
-  int dev = -1;
-  if (hvdl_cuda_device_of(NULL, what, (const void *)(uintptr_t)address, &dev) == hvdlSuccess)
-    m->device_id = dev;
+  m->device_id = hvdl_cuda_device_of((const void *)(uintptr_t)address);
   return fill(m, obj, (uintptr_t)address, (Py_ssize_t)(n * esize), readonly);
 }
 

@@ -121,16 +121,16 @@ def main(args) -> int:
 
 
 def _once(call: Callable[[], None], world) -> float:
-    world.Barrier()
-    t = time.perf_counter()
-    call()
-    return world.allreduce(time.perf_counter() - t, op=__import__("mpi4py.MPI").MPI.MAX)
+    """One call's seconds, the slowest rank's."""
+    return _batch(call, 1, world)
 
 
 def _batch(call: Callable[[], None], iters: int, world) -> float:
+    """Seconds per call of `iters` back-to-back calls after a barrier, the slowest rank's."""
+    from mpi4py import MPI
+
     world.Barrier()
     t = time.perf_counter()
     for _ in range(iters):
         call()
-    return world.allreduce((time.perf_counter() - t) / iters,
-                           op=__import__("mpi4py.MPI").MPI.MAX)
+    return world.allreduce((time.perf_counter() - t) / iters, op=MPI.MAX)
