@@ -7,10 +7,21 @@ Per model: warm-up batches, then --num-iters iterations of --num-batches-per-ite
 (forward, backward, optimizer step) of each contender, the order alternating between iterations so
 that noise on the machine falls on both. Rank 0 prints img/sec per rank as mean +- 1.96 std over
 the iterations, and the total over all ranks.
+
+With --single, one process is a contender too: rank 0 alone trains a copy of the model on the global
+batch (the per-rank batch times the ranks) with the threads and the cores of all the ranks (it widens
+its CPU affinity to theirs for its turn), while the other ranks wait in a barrier, interleaved with
+the others like DDP. Its ratio (the median total rate over the
+iterations against the one process's median) is what "2 ranks against one process" means in
+docs/benchmarks.md, measured in one run instead of in two runs at different times.
+
+    mpirun -np 2 python examples/pytorch_synthetic_benchmark.py --single --model cnn
 """
 import argparse
+import os
 import socket
 import sys
+import time
 import timeit
 
 import numpy as np
@@ -67,6 +78,9 @@ def parse_args(argv=None):
                    help="torch threads per rank (default: cores / local ranks, at least 1)")
     p.add_argument("--fp16-allreduce", action="store_true")
     p.add_argument("--ddp", action="store_true", help="also run torch DDP (Gloo), interleaved")
+    p.add_argument("--single", action="store_true",
+                   help="also run one process (rank 0, the global batch, every rank's threads), "
+                        "interleaved, the other ranks waiting")
     return p.parse_args(argv)
 
 
@@ -101,6 +115,48 @@ class Contender:
         for _ in range(batches):
             self.step()
 
+    def after(self):
+        """What follows a timed run, untimed."""
+
+    def images(self, batches):
+        """Images this rank trains in `batches` steps."""
+        return self.data.shape[0] * batches
+
+
+class SingleProcess(Contender):
+    """The baseline on one process: rank 0 trains alone with `threads` torch threads while the other
+    ranks wait in a barrier (sleeping, so rank 0 has the host's cores); rank 0 joins it untimed."""
+
+    def __init__(self, label, model, optimizer, data, target, threads):
+        super().__init__(label, model, optimizer, data, target)
+        self.threads = threads
+        self.waited = [0.0, 0.0]  # a waiting rank's CPU seconds (all its threads), wall seconds
+        # mpirun may bind each rank to its own cores: the one process gets the cores of all the ranks
+        self.cpus = set().union(*hvd.allgather_object(os.sched_getaffinity(0), name="bench.cpus"))
+
+    def run(self, batches):
+        if hvd.rank() != 0:
+            return
+        ranks_threads, ranks_cpus = torch.get_num_threads(), os.sched_getaffinity(0)
+        # (torch's worker threads start from this thread's mask, and keep it while idle)
+        os.sched_setaffinity(0, self.cpus)
+        torch.set_num_threads(self.threads)
+        try:
+            super().run(batches)
+        finally:
+            torch.set_num_threads(ranks_threads)
+            os.sched_setaffinity(0, ranks_cpus)
+
+    def after(self):
+        cpu, wall = time.process_time(), time.perf_counter()
+        hvd.barrier()
+        if hvd.rank() != 0:
+            self.waited[0] += time.process_time() - cpu
+            self.waited[1] += time.perf_counter() - wall
+
+    def images(self, batches):
+        return super().images(batches) if hvd.rank() == 0 else 0
+
 
 def contenders(name, args):
     cls = MODELS[name]
@@ -119,6 +175,12 @@ def contenders(name, args):
         ddp = nn.parallel.DistributedDataParallel(cls())
         ddp_opt = torch.optim.SGD(ddp.parameters(), lr=0.01 * hvd.size(), momentum=0.9)
         out.append(Contender("DDP (Gloo)", ddp, ddp_opt, data, target))
+    if args.single:
+        # the same global batch: the per-rank batch of every rank, in one process
+        one = cls()
+        one_opt = torch.optim.SGD(one.parameters(), lr=0.01 * hvd.size(), momentum=0.9)
+        out.append(SingleProcess("one process", one, one_opt, data.repeat(hvd.size(), *[1] * len(cls.shape)),
+                                 target.repeat(hvd.size()), torch.get_num_threads() * hvd.size()))
     return out
 
 
@@ -138,28 +200,42 @@ def bench(name, args):
         order = runners if it % 2 == 0 else runners[::-1]
         for r in order:
             t = timeit.timeit(lambda: r.run(args.num_batches_per_iter), number=1)
-            r.rates.append(args.batch_size * args.num_batches_per_iter / t)
-    results = {}
+            r.after()
+            r.rates.append(r.images(args.num_batches_per_iter) / t)
+    results, medians = {}, {}
     for r in runners:
         # each rank's rate per iteration; the total counts every rank's images
         rates = np.array(r.rates)
-        mean, conf = rates.mean(), 1.96 * rates.std()
-        totals = hvd.allgather_object(mean, name=f"bench.{name}.{r.label}")
-        results[r.label] = sum(totals)
-        log(f"  {r.label:<11} img/sec per rank: {mean:.1f} +- {conf:.1f};  total on {hvd.size()} "
-            f"ranks: {sum(totals):.1f} +- {conf * hvd.size():.1f}")
-    if len(results) == 2:
+        per_iter = np.sum(hvd.allgather_object(rates, name=f"bench.{name}.{r.label}"), axis=0)
+        results[r.label], medians[r.label] = per_iter.mean(), np.median(per_iter)
+        if isinstance(r, SingleProcess):
+            waits = hvd.allgather_object(r.waited, name=f"bench.{name}.waited")[1:]
+            busiest = max((cpu / wall for cpu, wall in waits if wall > 0), default=0.0)
+            log(f"  {r.label:<11} img/sec: {per_iter.mean():.1f} +- {1.96 * per_iter.std():.1f} "
+                f"(rank 0, batch {r.data.shape[0]}, {r.threads} torch threads on {len(r.cpus)} cpus); "
+                f"median {medians[r.label]:.1f}; the waiting ranks used at most "
+                f"{100 * busiest:.1f} % of a core")
+        else:
+            mean, conf = rates.mean(), 1.96 * rates.std()
+            log(f"  {r.label:<11} img/sec per rank: {mean:.1f} +- {conf:.1f};  total on {hvd.size()} "
+                f"ranks: {results[r.label]:.1f} +- {conf * hvd.size():.1f}; median {medians[r.label]:.1f}")
+    if "DDP (Gloo)" in results:
         log(f"  hvd_lite / DDP: {results['hvd_lite'] / results['DDP (Gloo)']:.2f}x")
+    if "one process" in results:
+        log(f"  hvd_lite / one process (ratio of medians over {args.num_iters} iterations): "
+            f"{medians['hvd_lite'] / medians['one process']:.3f}x")
     return results
 
 
 def main(argv=None):
     args = parse_args(argv)
     hvd.init()
+    if args.single and hvd.local_size() != hvd.size():
+        raise SystemExit(f"--single compares with one process on one host; the {hvd.size()} ranks are on "
+                         f"more than one host ({hvd.local_size()} on this one)")
     if args.threads:
         torch.set_num_threads(args.threads)
     else:
-        import os
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
     if args.ddp:
         init_ddp()

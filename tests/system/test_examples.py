@@ -28,16 +28,23 @@ def test_pytorch_digits_example_reaches_95_percent_with_identical_weights_at_two
     assert float(final[0].split()[3].rstrip(";")) >= 0.95, final[0]
 
 
-def test_pytorch_synthetic_benchmark_runs_both_contenders_at_two_ranks():
+def test_pytorch_synthetic_benchmark_runs_every_contender_at_two_ranks():
     pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
     script = os.path.join(ROOT, "examples", "pytorch_synthetic_benchmark.py")
-    res = run_job(mpirun_cmd(2) + [sys.executable, script, "--ddp", "--num-warmup-batches", "1",
-                                   "--num-batches-per-iter", "1", "--num-iters", "2"],
+    res = run_job(mpirun_cmd(2) + [sys.executable, script, "--ddp", "--single", "--threads", "1",
+                                   "--num-warmup-batches", "1", "--num-batches-per-iter", "1",
+                                   "--num-iters", "2"],
                   timeout=240, env=job_env())
     assert res.returncode == 0, res.stdout + res.stderr
     for model in ("cnn", "mlp"):
         assert f"Model: {model}" in res.stdout, res.stdout
     assert res.stdout.count("hvd_lite / DDP:") == 2, res.stdout
+    # the one process trains rank 0's copy on the global batch (2 x 32) with both ranks' threads
+    singles = [l for l in res.stdout.splitlines() if l.strip().startswith("one process")]
+    assert len(singles) == 2 and all("(rank 0, batch 64, 2 torch threads on " in l for l in singles), res.stdout
+    ratios = [float(l.split()[-1].rstrip("x")) for l in res.stdout.splitlines()
+              if l.strip().startswith("hvd_lite / one process")]
+    assert len(ratios) == 2 and all(r > 0 for r in ratios), res.stdout
 
 
 TF_EXAMPLES = ["keras_mwms_digits.py", "tf_custom_loop.py", "keras_horovod_style.py"]
