@@ -11,9 +11,9 @@ the iterations, and the total over all ranks.
 With --single, one process is a contender too: rank 0 alone trains a copy of the model on the global
 batch (the per-rank batch times the ranks) with the threads and the cores of all the ranks (it widens
 its CPU affinity to theirs for its turn), while the other ranks wait in a barrier, interleaved with
-the others like DDP. Its ratio (the median total rate over the
-iterations against the one process's median) is what "2 ranks against one process" means in
-docs/benchmarks.md, measured in one run instead of in two runs at different times.
+the others like DDP. Its ratio (hvd_lite's median total rate over the iterations against the one
+process's median) is what "2 ranks against one process" means in docs/benchmarks.md, measured in one
+run instead of in two runs at different times.
 
     mpirun -np 2 python examples/pytorch_synthetic_benchmark.py --single --model cnn
 """
