@@ -58,6 +58,46 @@ static hvdlResult_t cuda_fail(hvdlComm_t comm, cudaError_t err, const char *what
 
 int hvdl_cuda_built(void) { return 1; }
 
+/* Waiting for an event: wait.c's loop (spin, then sleeps) polling cudaEventQuery,
+ * bounded like every data wait, so a device that never finishes a copy gives an
+ * error after HVD_LITE_DATA_TIMEOUT_SECONDS instead of holding the call for good
+ * (cudaEventSynchronize would). An event makes no partial progress: the loop asks
+ * for progress only once the timeout has passed, and none has been made then. */
+struct event_wait {
+  cudaEvent_t ev;
+  const char *what;
+  int timed_out;
+};
+
+static hvdlResult_t event_test(hvdlComm_t comm, void *arg, int *done) {
+  const struct event_wait *w = arg;
+  const cudaError_t e = cudaEventQuery(w->ev);
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError(); /* not an error; leave nothing for the next check */
+    *done = 0;
+    return hvdlSuccess;
+  }
+  if (e != cudaSuccess) return cuda_fail(comm, e, w->what);
+  *done = 1;
+  return hvdlSuccess;
+}
+
+static uint64_t event_progress(hvdlComm_t comm, void *arg) {
+  (void)comm;
+  ((struct event_wait *)arg)->timed_out = 1;
+  return 0;
+}
+
+static hvdlResult_t wait_event(hvdlComm_t comm, cudaEvent_t ev, const char *what) {
+  struct event_wait w = {ev, what, 0};
+  const struct hvdl_poll p = {event_test, event_progress, &w, 0};
+  const hvdlResult_t res = hvdl_wait_data(comm, &p);
+  if (res == hvdlSuccess || !w.timed_out) return res; /* done, a CUDA error, or comm->watch's */
+  return hvdl_fail(comm, hvdlUnhandledCudaError,
+                   "%s: the device did not finish it in %g s (HVD_LITE_DATA_TIMEOUT_SECONDS)", what,
+                   comm->data_timeout);
+}
+
 int hvdl_cuda_device_count(void) {
   static int count = -1; /* the runtime's answer does not change within a process */
   if (count < 0) {
@@ -178,7 +218,7 @@ hvdlResult_t hvdl_cuda_staged(hvdlComm_t comm, const void *send, void *recv, siz
   struct hvdl_cuda_stage *s = NULL;
   HVDL_CHECK(stage_of(comm, &s));
   cudaStream_t st = (cudaStream_t)stream;
-  if (s->pending) CUDA_CHECK(comm, cudaEventSynchronize(s->done), "cudaEventSynchronize");
+  if (s->pending) HVDL_CHECK(wait_event(comm, s->done, "the last call's copies up"));
   s->pending = 0;
   const size_t chunk = s->bytes / unit * unit;
   const size_t nchunks = (bytes + chunk - 1) / chunk;
@@ -189,14 +229,12 @@ hvdlResult_t hvdl_cuda_staged(hvdlComm_t comm, const void *send, void *recv, siz
       res = queue_down(comm, s, send, k + 1, chunk, bytes, st);
       if (res != hvdlSuccess) break;
     }
-    cudaError_t e = cudaEventSynchronize(s->ready[k % 2]);
-    if (e != cudaSuccess) {
-      res = cuda_fail(comm, e, "cudaEventSynchronize (a chunk's copy down)");
-      break;
-    }
+    res = wait_event(comm, s->ready[k % 2], "a chunk's copy down");
+    if (res != hvdlSuccess) break;
     res = step(comm, s->slot[k % 2], len, off, arg);
     if (res != hvdlSuccess || !recv) continue;
-    e = cudaMemcpyAsync((char *)recv + off, s->slot[k % 2], len, cudaMemcpyHostToDevice, st);
+    const cudaError_t e =
+        cudaMemcpyAsync((char *)recv + off, s->slot[k % 2], len, cudaMemcpyHostToDevice, st);
     if (e != cudaSuccess) res = cuda_fail(comm, e, "cudaMemcpyAsync (pinned host to device)");
   }
   /* The slots are free again once the stream passes this point, failure or not. */
