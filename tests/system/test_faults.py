@@ -20,7 +20,7 @@ from mpi_cmd import job_env, mpirun_cmd, run_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FULL = os.environ.get("HVD_LITE_FAULT_MATRIX") == "full"
-DATA_TIMEOUT = 2  # HVD_LITE_DATA_TIMEOUT_SECONDS in these jobs
+DATA_TIMEOUT = 1  # HVD_LITE_DATA_TIMEOUT_SECONDS in these jobs (as in tests/parallel/test_shm.py)
 BOUND = 5.0  # seconds to the error, for every fault but a stall
 STALL_BOUND = 3 * DATA_TIMEOUT + BOUND  # the victim stops for three data timeouts
 
