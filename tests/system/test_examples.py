@@ -41,7 +41,8 @@ def test_pytorch_synthetic_benchmark_runs_every_contender_at_two_ranks():
     assert res.stdout.count("hvd_lite / DDP:") == 2, res.stdout
     # the one process trains rank 0's copy on the global batch (2 x 32) with both ranks' threads
     singles = [l for l in res.stdout.splitlines() if l.strip().startswith("one process")]
-    assert len(singles) == 2 and all("(rank 0, batch 64, 2 torch threads on " in l for l in singles), res.stdout
+    assert len(singles) == 2, res.stdout
+    assert all("(rank 0, batch 64, 2 torch threads on " in l for l in singles), res.stdout
     ratios = [float(l.split()[-1].rstrip("x")) for l in res.stdout.splitlines()
               if l.strip().startswith("hvd_lite / one process")]
     assert len(ratios) == 2 and all(r > 0 for r in ratios), res.stdout
