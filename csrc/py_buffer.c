@@ -4,8 +4,11 @@
  * number, stream), from whichever protocol the object speaks, tried in order:
  *
  *   (owner, address, nbytes)    host memory by address (hvd_lite.torch's tensors)
- *   the buffer protocol         host memory (numpy, bytearray, memoryview)
- *   __cuda_array_interface__    CUDA device memory (CuPy, torch.cuda, Numba), version 0..3
+ *   the buffer protocol         host memory (numpy, bytearray, memoryview); where the
+ *                               export fails and the object has the CUDA array interface
+ *                               (CuPy's arrays refuse it for device memory), that instead
+ *   __cuda_array_interface__    CUDA device memory (CuPy, torch.cuda, Numba), version 0..3;
+ *                               a type it cannot name (bfloat16) through DLPack instead
  *   __dlpack__, or a capsule    host or CUDA memory (torch CPU tensors, numpy, JAX; a
  *                               'dltensor' capsule as TensorFlow's to_dlpack gives)
  *
@@ -118,9 +121,17 @@ static int elements(int ndim, const int64_t *shape, int64_t esize, int64_t *n, c
 }
 
 /* Fills m's view over [address, address + nbytes), owned by owner. */
+/* The view holds `owner` alive; its release must be a decref and nothing else, since the owner
+ * exported nothing here. An owner whose type releases buffers of its own (CuPy's arrays: their
+ * release, called on a view they never gave, corrupts them) is held through a 1-tuple. */
 static int fill(struct hvdl_py_memory *m, PyObject *owner, uintptr_t address, Py_ssize_t nbytes,
                 int readonly) {
-  return PyBuffer_FillInfo(&m->view, owner, (void *)address, nbytes, readonly, PyBUF_SIMPLE);
+  const PyBufferProcs *procs = Py_TYPE(owner)->tp_as_buffer;
+  PyObject *holder = procs && procs->bf_releasebuffer ? PyTuple_Pack(1, owner) : Py_NewRef(owner);
+  if (!holder) return -1;
+  const int rc = PyBuffer_FillInfo(&m->view, holder, (void *)address, nbytes, readonly, PyBUF_SIMPLE);
+  Py_DECREF(holder);
+  return rc;
 }
 
 /* ---- the CUDA array interface -------------------------------------------- */
@@ -166,7 +177,7 @@ static int from_cai(PyObject *obj, PyObject *cai, int writable, struct hvdl_py_m
   if (type < 0) {
     PyErr_Format(PyExc_TypeError, "%s: typestr %R names no type hvd_lite takes (bfloat16 has no "
                  "typestr: pass it through DLPack)", what, typestr);
-    return -1;
+    return -2; /* the caller may read it through DLPack instead */
   }
   int64_t dims[HVDL_MAX_DIMS_PY], st[HVDL_MAX_DIMS_PY];
   const int ndim = int_tuple(shape, dims, HVDL_MAX_DIMS_PY, "'shape'", what);
@@ -273,6 +284,18 @@ fail:
 
 /* ---- the one entry ---------------------------------------------------------- */
 
+/* Host memory through the buffer protocol: typed, the element type from its format. */
+static int host_buffer(PyObject *obj, int writable, int typed, struct hvdl_py_memory *m) {
+  const int flags = (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS;
+  if (!typed) return PyObject_GetBuffer(obj, &m->view, flags);
+  if (PyObject_GetBuffer(obj, &m->view, flags | PyBUF_FORMAT) == 0) {
+    m->dtype = format_type(m->view.format, m->view.itemsize);
+    return 0;
+  }
+  PyErr_Clear(); /* a format the exporter cannot spell (ml_dtypes' bfloat16): the bytes alone */
+  return PyObject_GetBuffer(obj, &m->view, flags);
+}
+
 int hvdl_py_describe(PyObject *obj, int writable, int typed, struct hvdl_py_memory *m,
                      const char *what) {
   memset(m, 0, sizeof *m);
@@ -291,28 +314,45 @@ int hvdl_py_describe(PyObject *obj, int writable, int typed, struct hvdl_py_memo
       PyErr_Format(PyExc_ValueError, "%s: %zd bytes at address %llu", what, len, address);
       return -1;
     }
-    /* The view holds the tuple, which holds the owner: its release is a decref, never a
-     * call of the owner's own buffer release (it exported nothing here). */
-    return fill(m, obj, (uintptr_t)address, len, 0);
+    return fill(m, obj, (uintptr_t)address, len, 0); /* the tuple holds the owner */
   }
   if (PyCapsule_CheckExact(obj)) return from_dlpack(obj, writable, m, what);
+  PyObject *cai = NULL;
   if (PyObject_CheckBuffer(obj)) {
-    const int flags = (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS;
-    if (!typed) return PyObject_GetBuffer(obj, &m->view, flags);
-    if (PyObject_GetBuffer(obj, &m->view, flags | PyBUF_FORMAT) == 0) {
-      m->dtype = format_type(m->view.format, m->view.itemsize);
-      return 0;
+    if (host_buffer(obj, writable, typed, m) == 0) return 0;
+    /* CuPy's arrays export the buffer protocol only to refuse it for device memory: an object
+     * that also has the CUDA array interface is read through that. Any other keeps its error. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    cai = PyObject_GetAttrString(obj, "__cuda_array_interface__");
+    if (!cai) {
+      PyErr_Clear();
+      PyErr_Restore(type, value, tb);
+      return -1;
     }
-    PyErr_Clear(); /* a format the exporter cannot spell (ml_dtypes' bfloat16): the bytes alone */
-    return PyObject_GetBuffer(obj, &m->view, flags);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+  } else {
+    cai = PyObject_GetAttrString(obj, "__cuda_array_interface__");
   }
-  PyObject *cai = PyObject_GetAttrString(obj, "__cuda_array_interface__");
   if (cai) {
-    int rc = from_cai(obj, cai, writable, m, what);
+    const int rc = from_cai(obj, cai, writable, m, what);
     Py_DECREF(cai);
-    return rc;
+    if (rc != -2) return rc;
+    /* A type the interface cannot name (torch gives bfloat16 as '<V2'): DLPack names it. */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (!PyObject_HasAttrString(obj, "__dlpack__")) {
+      PyErr_Restore(type, value, tb);
+      return -1;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return from_dlpack(obj, writable, m, what);
   }
-  /* No interface, or none for this array (torch's has no bfloat16): DLPack, if it has that. */
+  /* No interface, or one that raised for this array: DLPack, if it has that. */
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   const int dlpack = PyObject_HasAttrString(obj, "__dlpack__");

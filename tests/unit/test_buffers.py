@@ -4,6 +4,7 @@ DLPack (torch CPU tensors, numpy, and hand-made capsules for other devices and t
 CUDA array interface (hand-made dicts: the parsing rules). Memory the build cannot take is refused
 with an error that names its device, before any call."""
 import ctypes
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -140,6 +141,64 @@ def test_the_cuda_array_interface_gives_address_bytes_type_and_stream():
 def test_the_cuda_array_interface_rules(fields, error, match):
     with pytest.raises(error, match=match):
         describe(Cai(**fields))
+
+
+class RefusesItsBuffer(np.ndarray):
+    """An exporter of the buffer protocol that refuses every export a call asks for (its memory
+    is not C-contiguous) and has the CUDA array interface: what CuPy's arrays (14) are, whose
+    export raises TypeError for device memory."""
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": (2, 3), "typestr": "<f4", "data": (4096, False), "version": 3}
+
+
+def test_an_object_that_refuses_its_buffer_is_read_through_its_cuda_array_interface():
+    obj = np.zeros((4, 6), np.float32)[:, ::2].view(RefusesItsBuffer)
+    assert not memoryview(obj).c_contiguous  # the C-contiguous export is refused ...
+    d = describe(obj)  # ... and the interface read instead
+    assert (d["address"], d["nbytes"], d["device_type"]) == (4096, 24, CUDA)
+    # an exporter with no interface keeps its own error
+    with pytest.raises(ValueError, match="not C-contiguous|contiguous"):
+        describe(np.zeros((4, 6), np.float32)[:, ::2])
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="a Python class exports buffers from 3.12 "
+                    "(PEP 688)")
+def test_a_view_read_through_the_interface_never_calls_the_owners_buffer_release():
+    """CuPy's arrays: an export that raises, a release of their own, the interface. The view
+    the core fills from the interface is released as a decref: the owner's release, called on a
+    view it never gave, corrupted CuPy's arrays (a crash on the GPU machine)."""
+    class CupyLike:
+        released = 0
+        __cuda_array_interface__ = {"shape": (3,), "typestr": "<f4", "data": (4096, False),
+                                    "version": 3}
+
+        def __buffer__(self, flags):
+            raise TypeError("device memory")
+
+        def __release_buffer__(self, view):
+            CupyLike.released += 1
+
+    obj = CupyLike()
+    for writable in (False, True):
+        assert describe(obj, writable=writable)["nbytes"] == 12
+    assert CupyLike.released == 0
+
+
+def test_a_type_the_interface_cannot_name_is_read_through_dlpack():
+    """torch.cuda's bfloat16 tensors give typestr '<V2' and have __dlpack__ (which names it)."""
+    class Both(Cai):
+        def __init__(self):
+            super().__init__(typestr="<V2", shape=(4,))
+            self.host = np.zeros(4, ml_dtypes.bfloat16)
+
+        def __dlpack__(self, **kwargs):
+            return self.host.view(np.float16).__dlpack__(**kwargs)
+
+    obj = Both()
+    d = describe(obj)
+    assert (d["address"], d["nbytes"], d["device_type"]) == (obj.host.ctypes.data, 8, CPU)
 
 
 def test_a_read_only_cuda_array_is_refused_where_the_call_writes():
