@@ -69,7 +69,8 @@ def same_or_both_nan(got: np.ndarray, want: np.ndarray) -> bool:
     the canonical NaN, the host's keeps an operand's): the positions of NaNs must agree."""
     if got.dtype.kind in "iu":
         return same_bits(got, want)
-    g, w = got.astype(np.float64), want.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # bfloat16's NaNs cast with a warning
+        g, w = got.astype(np.float64), want.astype(np.float64)
     nan = np.isnan(w)
     return bool(np.array_equal(np.isnan(g), nan)) and same_bits(got[~nan], want[~nan])
 
@@ -186,9 +187,9 @@ def test_device_buffers_are_refused_where_the_c_api_does_not_take_them(comm):
     n = hvd.size()
     d = cupy.zeros(4 * n, dtype=cupy.float32)
     err = raised(lambda: comm.allgather(d[:4], d, code(np.float32)))
-    agree(isinstance(err, hvd.InvalidArgumentError)
-          and re.search(r"CUDA device \d+ memory, which this call does not take", str(err)),
-          repr(err))
+    agree(isinstance(err, ValueError)
+          and re.search(r"sendbuf is in CUDA memory \(device \d+\): this call takes host memory "
+                        "only", str(err)), repr(err))
     err = raised(lambda: comm.allreduce(d, np.zeros(4 * n, np.float32), code(np.float32), 0))
     agree(isinstance(err, hvd.InvalidArgumentError)
           and re.search(r"sendbuff is in CUDA device \d+ memory and recvbuff in host memory",
