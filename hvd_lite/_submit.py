@@ -78,10 +78,22 @@ def hvdl_dtype(dtype) -> int:
     return code
 
 
+def _not_an_array(fn: str, obj) -> TypeError:
+    """What the engine says of an object that is no numpy array: its full type name (CuPy's is
+    also 'ndarray'), and for device memory (the CUDA array interface) where to take it instead."""
+    t = type(obj)
+    name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    where = ""
+    if hasattr(obj, "__cuda_array_interface__"):
+        where = (": its memory is on a CUDA device, and the engine takes host memory; copy it to "
+                 "the host first (for CuPy: cupy.asnumpy). hvd_lite.torch moves CUDA tensors itself")
+    return TypeError(f"{fn} expects a numpy.ndarray, got {name}{where}")
+
+
 def check_array(fn: str, array, inplace: bool) -> int:
     """The array's hvdl dtype code; TypeError or ValueError if the engine cannot take it."""
     if not isinstance(array, np.ndarray):
-        raise TypeError(f"{fn} expects a numpy.ndarray, got {type(array).__name__}")
+        raise _not_an_array(fn, array)
     code = HVDL_DTYPES.get(array.dtype)
     if code is None:
         try:

@@ -63,6 +63,24 @@ def test_bad_arrays_are_rejected_before_sending(initialized, bad, exc, match):
         hvd.allreduce(bad)
 
 
+class DeviceArray:
+    """Stands for a CuPy array: a class called ndarray with the CUDA array interface."""
+    __cuda_array_interface__ = {"shape": (3,), "typestr": "<f4", "data": (4096, False), "version": 3}
+
+
+DeviceArray.__qualname__ = "ndarray"
+
+
+def test_a_device_array_is_refused_naming_its_type_and_where_its_memory_is(initialized):
+    with pytest.raises(TypeError, match=r"allreduce expects a numpy.ndarray, got "
+                                        r"test_api\.ndarray: its memory is on a CUDA device, and "
+                                        r"the engine takes host memory; copy it to the host first"):
+        hvd.allreduce(DeviceArray())
+    with pytest.raises(TypeError, match=r"broadcast expects a numpy.ndarray, got test_api\.ndarray: "
+                                        r"its memory is on a CUDA device"):
+        hvd.broadcast(DeviceArray(), root_rank=0)
+
+
 def test_read_only_array_is_rejected_for_in_place_only(initialized):
     x = np.ones(4, np.float32)
     x.flags.writeable = False
