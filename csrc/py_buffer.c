@@ -120,14 +120,16 @@ static int elements(int ndim, const int64_t *shape, int64_t esize, int64_t *n, c
   return 0;
 }
 
-/* Fills m's view over [address, address + nbytes), owned by owner. */
-/* The view holds `owner` alive; its release must be a decref and nothing else, since the owner
- * exported nothing here. An owner whose type releases buffers of its own (CuPy's arrays: their
- * release, called on a view they never gave, corrupts them) is held through a 1-tuple. */
+/* Fills m's view over [address, address + nbytes), owned by owner. The view holds `owner`
+ * alive; its release must be a decref and nothing else, since the owner exported nothing here.
+ * An owner whose type releases buffers of its own (CuPy's arrays: their release, called on a
+ * view they never gave, corrupts them) is held through a 1-tuple. */
 static int fill(struct hvdl_py_memory *m, PyObject *owner, uintptr_t address, Py_ssize_t nbytes,
                 int readonly) {
   const PyBufferProcs *procs = Py_TYPE(owner)->tp_as_buffer;
-  PyObject *holder = procs && procs->bf_releasebuffer ? PyTuple_Pack(1, owner) : Py_NewRef(owner);
+  PyObject *holder = owner;
+  if (procs && procs->bf_releasebuffer) holder = PyTuple_Pack(1, owner);
+  else Py_INCREF(holder);
   if (!holder) return -1;
   const int rc = PyBuffer_FillInfo(&m->view, holder, (void *)address, nbytes, readonly, PyBUF_SIMPLE);
   Py_DECREF(holder);
@@ -147,6 +149,12 @@ static int int_tuple(PyObject *t, int64_t *out, int max, const char *key, const 
     if (out[i] == -1 && PyErr_Occurred()) return -1;
   }
   return (int)PyTuple_GET_SIZE(t);
+}
+
+static int no_type(PyObject *typestr, const char *what, int rc) {
+  PyErr_Format(PyExc_TypeError, "%s: typestr %R names no type hvd_lite takes (bfloat16 has no "
+               "typestr: pass it through DLPack)", what, typestr);
+  return rc;
 }
 
 static int from_cai(PyObject *obj, PyObject *cai, int writable, struct hvdl_py_memory *m,
@@ -174,11 +182,7 @@ static int from_cai(PyObject *obj, PyObject *cai, int writable, struct hvdl_py_m
     type = type_of(ts[1], esize);
     if (ts[0] == '>' && esize > 1) type = -1; /* big-endian */
   }
-  if (type < 0) {
-    PyErr_Format(PyExc_TypeError, "%s: typestr %R names no type hvd_lite takes (bfloat16 has no "
-                 "typestr: pass it through DLPack)", what, typestr);
-    return -2; /* the caller may read it through DLPack instead */
-  }
+  if (type < 0 && esize <= 0) return no_type(typestr, what, -1);
   int64_t dims[HVDL_MAX_DIMS_PY], st[HVDL_MAX_DIMS_PY];
   const int ndim = int_tuple(shape, dims, HVDL_MAX_DIMS_PY, "'shape'", what);
   if (ndim < 0) return -1;
@@ -226,6 +230,9 @@ static int from_cai(PyObject *obj, PyObject *cai, int writable, struct hvdl_py_m
     }
     m->stream = (uintptr_t)s;
   }
+  /* A type the typestr cannot name, in an array otherwise taken (its stream kept in m): the
+   * caller may read it through DLPack instead. */
+  if (type < 0) return no_type(typestr, what, -2);
   m->dtype = type;
   m->device_type = HVDL_DEVICE_CUDA;
   m->device_id = hvdl_cuda_device_of((const void *)(uintptr_t)address);
@@ -340,7 +347,9 @@ int hvdl_py_describe(PyObject *obj, int writable, int typed, struct hvdl_py_memo
     const int rc = from_cai(obj, cai, writable, m, what);
     Py_DECREF(cai);
     if (rc != -2) return rc;
-    /* A type the interface cannot name (torch gives bfloat16 as '<V2'): DLPack names it. */
+    /* A type the interface cannot name (torch gives bfloat16 as '<V2'): DLPack names it; the
+     * interface's read-only flag has been checked, and its stream is kept. */
+    const uintptr_t stream = m->stream;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (!PyObject_HasAttrString(obj, "__dlpack__")) {
@@ -350,7 +359,9 @@ int hvdl_py_describe(PyObject *obj, int writable, int typed, struct hvdl_py_memo
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
-    return from_dlpack(obj, writable, m, what);
+    if (from_dlpack(obj, writable, m, what)) return -1;
+    m->stream = stream;
+    return 0;
   }
   /* No interface, or one that raised for this array: DLPack, if it has that. */
   PyObject *type, *value, *tb;

@@ -84,7 +84,11 @@ def _not_an_array(fn: str, obj) -> TypeError:
     t = type(obj)
     name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
     where = ""
-    if hasattr(obj, "__cuda_array_interface__"):
+    try:  # the interface is a property that may raise (torch's, on a tensor that requires grad)
+        on_device = hasattr(obj, "__cuda_array_interface__")
+    except Exception:  # noqa: BLE001 - then where its memory is stays unsaid
+        on_device = False
+    if on_device:
         where = (": its memory is on a CUDA device, and the engine takes host memory; copy it to "
                  "the host first (for CuPy: cupy.asnumpy). hvd_lite.torch moves CUDA tensors itself")
     return TypeError(f"{fn} expects a numpy.ndarray, got {name}{where}")

@@ -81,6 +81,20 @@ def test_a_device_array_is_refused_naming_its_type_and_where_its_memory_is(initi
         hvd.broadcast(DeviceArray(), root_rank=0)
 
 
+class Unsure:
+    """An interface that raises (torch's does, on a CUDA tensor that requires grad)."""
+    @property
+    def __cuda_array_interface__(self):
+        raise RuntimeError("cannot say")
+
+
+def test_an_object_whose_interface_raises_is_still_refused_with_a_type_error(initialized):
+    with pytest.raises(TypeError, match=r"expects a numpy.ndarray, got test_api\.Unsure$"):
+        hvd.allreduce(Unsure())
+    with pytest.raises(TypeError, match=r"expects a numpy.ndarray, got list$"):
+        hvd.allreduce([1.0])
+
+
 def test_read_only_array_is_rejected_for_in_place_only(initialized):
     x = np.ones(4, np.float32)
     x.flags.writeable = False

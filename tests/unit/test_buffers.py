@@ -4,7 +4,7 @@ DLPack (torch CPU tensors, numpy, and hand-made capsules for other devices and t
 CUDA array interface (hand-made dicts: the parsing rules). Memory the build cannot take is refused
 with an error that names its device, before any call."""
 import ctypes
-import sys
+import mmap
 
 import ml_dtypes
 import numpy as np
@@ -163,42 +163,46 @@ def test_an_object_that_refuses_its_buffer_is_read_through_its_cuda_array_interf
         describe(np.zeros((4, 6), np.float32)[:, ::2])
 
 
-@pytest.mark.skipif(sys.version_info < (3, 12), reason="a Python class exports buffers from 3.12 "
-                    "(PEP 688)")
-def test_a_view_read_through_the_interface_never_calls_the_owners_buffer_release():
-    """CuPy's arrays: an export that raises, a release of their own, the interface. The view
-    the core fills from the interface is released as a decref: the owner's release, called on a
-    view it never gave, corrupted CuPy's arrays (a crash on the GPU machine)."""
-    class CupyLike:
-        released = 0
-        __cuda_array_interface__ = {"shape": (3,), "typestr": "<f4", "data": (4096, False),
-                                    "version": 3}
-
-        def __buffer__(self, flags):
-            raise TypeError("device memory")
-
-        def __release_buffer__(self, view):
-            CupyLike.released += 1
-
-    obj = CupyLike()
-    for writable in (False, True):
-        assert describe(obj, writable=writable)["nbytes"] == 12
-    assert CupyLike.released == 0
-
-
 def test_a_type_the_interface_cannot_name_is_read_through_dlpack():
-    """torch.cuda's bfloat16 tensors give typestr '<V2' and have __dlpack__ (which names it)."""
+    """torch.cuda's bfloat16 tensors give typestr '<V2' and have __dlpack__, which names the type;
+    the interface's stream is kept, and its read-only flag still refuses a write."""
     class Both(Cai):
-        def __init__(self):
-            super().__init__(typestr="<V2", shape=(4,))
-            self.host = np.zeros(4, ml_dtypes.bfloat16)
+        def __init__(self, **fields):
+            super().__init__(**dict(dict(typestr="<V2", shape=(4,), stream=7), **fields))
+            self.tensor = torch.zeros(4, dtype=torch.bfloat16)
 
         def __dlpack__(self, **kwargs):
-            return self.host.view(np.float16).__dlpack__(**kwargs)
+            return self.tensor.__dlpack__(**kwargs)
 
     obj = Both()
     d = describe(obj)
-    assert (d["address"], d["nbytes"], d["device_type"]) == (obj.host.ctypes.data, 8, CPU)
+    assert (d["address"], d["nbytes"], d["dtype"], d["stream"]) == (
+        obj.tensor.data_ptr(), 8, HVDL_DTYPES[np.dtype(ml_dtypes.bfloat16)], 7)
+    with pytest.raises(ValueError, match="read-only and the call writes it"):
+        describe(Both(data=(4096, True)), writable=True)
+
+
+class ReadOnlyMap(mmap.mmap):
+    """What CuPy's arrays are to the descriptor: a buffer exporter that refuses the export asked
+    for (writable, from a read-only map), whose type has a buffer release of its own (mmap counts
+    its exports: the release takes one off), and the CUDA array interface."""
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": (3,), "typestr": "<f4", "data": (4096, False), "version": 3}
+
+
+def test_a_view_read_through_the_interface_never_calls_the_owners_buffer_release():
+    """The view the core fills from the interface is released as a decref only: the owner's
+    release, called on a view it never gave, corrupted CuPy's arrays (a crash on the GPU
+    machine); here it would take off an export that mmap never counted."""
+    m = ReadOnlyMap(-1, 4096, access=mmap.ACCESS_READ)
+    assert describe(m, writable=True)["nbytes"] == 12  # the export refused, the interface read
+    view = memoryview(m)  # one export: mmap must refuse to close while it lives
+    with pytest.raises(BufferError):
+        m.close()
+    view.release()
+    m.close()
 
 
 def test_a_read_only_cuda_array_is_refused_where_the_call_writes():
