@@ -55,7 +55,7 @@ hvdlResult_t hvdl_allgatherv(hvdlComm_t comm, const void *sendbuff, void *recvbu
     HVDL_CHECK(hvdl_pipe_init_copy(&p, comm, ALLGATHER_TAG, max_count, dt));
     HVDL_CHECK(hvdl_pipe_send(&p, sendbuff, counts[r]));
   }
-  if (own != sendbuff && counts[r] > 0) memcpy(own, sendbuff, counts[r] * esize);
+  if (own != sendbuff && counts[r] > 0) hvdl_copy(own, sendbuff, counts[r] * esize);
   if (n == 1) return hvdlSuccess;
 
   for (int t = 1; t < n; t++) {

@@ -60,7 +60,7 @@ hvdlResult_t hvdl_allgatherv_rd(hvdlComm_t comm, const void *sendbuff, void *rec
   char *recv = recvbuff;
   char *own = recv + hvdl_before(counts, r) * esize;
   if (total == 0) return hvdlSuccess;
-  if (own != sendbuff && counts[r] > 0) memcpy(own, sendbuff, counts[r] * esize);
+  if (own != sendbuff && counts[r] > 0) hvdl_copy(own, sendbuff, counts[r] * esize);
   if (n == 1) return hvdlSuccess;
 
   struct hvdl_fold f;

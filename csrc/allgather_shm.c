@@ -42,14 +42,14 @@ static hvdlResult_t one_step(hvdlComm_t comm, struct hvdl_shm *s, const void *se
                              void *recvbuff, const size_t *counts, size_t esize) {
   const uint64_t k = s->step + 1;
   const size_t mine = counts[comm->rank] * esize;
-  if (mine) memcpy(hvdl_shm_in_area(s, s->local_rank, k), sendbuff, mine);
+  if (mine) hvdl_copy(hvdl_shm_in_area(s, s->local_rank, k), sendbuff, mine);
   HVDL_CHECK(hvdl_shm_step(comm, s));
   char *out = recvbuff;
   for (int q = 0; q < comm->size; q++) {
     const size_t b = counts[q] * esize;
     /* local rank q is rank q: every rank is on this host, in rank order */
     const char *from = q == comm->rank ? (const char *)sendbuff : hvdl_shm_in_area(s, q, k);
-    if (b && from != out) memcpy(out, from, b);
+    if (b && from != out) hvdl_copy(out, from, b);
     out += b;
   }
   return hvdlSuccess;
@@ -82,6 +82,6 @@ hvdlResult_t hvdl_allgatherv_shm(hvdlComm_t comm, const void *sendbuff, void *re
       res = hvdl_cma_copy(comm, q, (char *)send + g, hvdl_cma_recvbuff(s, q) + off + g, n, 1);
     }
   }
-  if (res == hvdlSuccess && own != send && mine > 0) memcpy(own, send, mine);
+  if (res == hvdlSuccess && own != send && mine > 0) hvdl_copy(own, send, mine);
   return hvdl_cma_close(comm, k, res);
 }

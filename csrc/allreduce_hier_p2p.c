@@ -181,11 +181,11 @@ static hvdlResult_t gather_lanes(hvdlComm_t comm, struct hvdl_hier_p2p *h, int l
   const char *own = in + b0 * esize;
   char *acc = out + b0 * esize;
   if (L == 1) {
-    if (acc != own) memcpy(acc, own, mine);
+    if (acc != own) hvdl_copy(acc, own, mine);
     return hvdlSuccess;
   }
   if (own == acc && j >= 2) { /* in place: the running result would overwrite it */
-    memcpy(work + (size_t)j * mine, own, mine);
+    hvdl_copy(work + (size_t)j * mine, own, mine);
     own = work + (size_t)j * mine;
   }
   /* x(i): local rank i's lane; acc may alias either operand (elementwise). */

@@ -113,7 +113,7 @@ hvdlResult_t hvdl_rab_reduce_scatter(hvdlComm_t comm, const struct hvdl_group *g
     hi[steps + 1] = keep_hi;
   }
   h->steps = steps;
-  if (cur != out) memcpy(out, cur, bytes); /* a group of one */
+  if (cur != out) hvdl_copy(out, cur, bytes); /* a group of one */
   return hvdlSuccess;
 }
 

@@ -68,7 +68,7 @@ hvdlResult_t hvdl_allreduce_rd_group(hvdlComm_t comm, const struct hvdl_group *g
     hvdl_pair_combine(recvbuff, cur, s->work, (f.vrank & m) == 0, count, dt, op);
     cur = recvbuff;
   }
-  if (cur != recvbuff) memcpy(recvbuff, cur, bytes); /* a group of one */
+  if (cur != recvbuff) hvdl_copy(recvbuff, cur, bytes); /* a group of one */
   if (op == hvdlAvg) hvdl_divide(recvbuff, count, dt, g->divisor);
   if (r < 2 * f.rem)
     HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), RD_TAG, recvbuff, bytes, NULL, 0));

@@ -65,7 +65,7 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
       if (q != me) {
         res = hvdl_cma_copy(comm, q, to, hvdl_cma_sendbuff(s, q) + g * esize, n * esize, 0);
       } else if (send == recv && L > 2) { /* the fold writes recv before it has read it all */
-        memcpy(to, send + g * esize, n * esize);
+        hvdl_copy(to, send + g * esize, n * esize);
       } else {
         to = (char *)send + g * esize;
       }

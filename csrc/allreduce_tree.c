@@ -57,7 +57,7 @@ hvdlResult_t hvdl_allreduce_tree(hvdlComm_t comm, const void *sendbuff, void *re
   if (r > 0) {
     HVDL_CHECK(hvdl_pair_exchange(comm, r - low, TREE_AR_TAG, acc, bytes, NULL, 0));
   } else {
-    if (acc != recvbuff) memcpy(recvbuff, acc, bytes); /* one rank */
+    if (acc != recvbuff) hvdl_copy(recvbuff, acc, bytes); /* one rank */
     if (op == hvdlAvg) hvdl_divide(recvbuff, count, dt, hvdl_group_all(comm).divisor);
   }
   return hvdl_broadcast_tree(comm, recvbuff, recvbuff, count, dt, 0);

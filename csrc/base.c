@@ -1,7 +1,7 @@
 /*
  * base.c -- what every unit of the C core uses, below all of them: recording a
  * failure (hvdl_fail, hvdl_fail_mpi, the last error), the clock, the names and
- * sizes of types and ops, and growing scratch memory. It calls only libc and MPI's error
+ * sizes of types and ops, growing scratch memory, and the bulk copy. It calls only libc and MPI's error
  * strings; everything above calls it (declarations in internal.h).
  */
 #include <stdarg.h>
@@ -121,3 +121,26 @@ hvdlResult_t hvdl_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes
   return hvdlSuccess;
 }
 
+
+/* ---- the bulk copy -------------------------------------------------------- */
+
+/* glibc (2.36, AVX2) copies more than 4 KiB with `rep movsb`, which on AMD EPYC (the 2-core
+ * machine of 27 Nov 2026) ran 10-20x slower when the destination lay 1-31 bytes past the source
+ * modulo 4 KiB: 23-44 us instead of 1.5-2 us for 64 KiB, at every such distance and none other
+ * (docs/benchmarks.md, "A copy's distance"). A page-aligned shared-memory area copied into a
+ * numpy buffer (16 bytes past a page) is exactly that case. Such copies go in pieces that glibc
+ * copies with its vector loop (2 KiB: below its threshold for every vector width); the window is
+ * taken as 1-63 bytes, a cache line. */
+#define HVDL_COPY_PIECE 2048
+
+void hvdl_copy(void *dst, const void *src, size_t n) {
+  const uintptr_t ahead = ((uintptr_t)dst - (uintptr_t)src) & 4095;
+  if (n <= HVDL_COPY_PIECE || ahead == 0 || ahead >= 64) {
+    memcpy(dst, src, n);
+    return;
+  }
+  char *d = dst;
+  const char *s = src;
+  for (size_t done = 0; done < n; done += HVDL_COPY_PIECE)
+    memcpy(d + done, s + done, n - done < HVDL_COPY_PIECE ? n - done : HVDL_COPY_PIECE);
+}

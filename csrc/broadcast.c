@@ -38,7 +38,7 @@ hvdlResult_t hvdl_broadcast_chain(hvdlComm_t comm, const void *sendbuff, void *r
   HVDL_CHECK(hvdl_pipe_init_copy(&p, comm, BROADCAST_TAG, count, dt));
   if (pos == 0) {
     HVDL_CHECK(hvdl_pipe_send(&p, sendbuff, count));
-    if (recvbuff != sendbuff) memcpy(recvbuff, sendbuff, count * hvdl_type_size(dt));
+    if (recvbuff != sendbuff) hvdl_copy(recvbuff, sendbuff, count * hvdl_type_size(dt));
   } else if (pos < n - 1) {
     HVDL_CHECK(hvdl_pipe_recv_copy_send(&p, recvbuff, count));
   } else {

@@ -80,7 +80,7 @@ hvdlResult_t hvdl_broadcast_tree(hvdlComm_t comm, const void *sendbuff, void *re
   for (int m = first_child_mask(v, n); m >= 1; m /= 2)
     if (v + m < n)
       HVDL_CHECK(hvdl_pair_exchange(comm, (v + m + root) % n, TREE_TAG, have, bytes, NULL, 0));
-  if (v == 0 && recvbuff != sendbuff) memcpy(recvbuff, sendbuff, bytes);
+  if (v == 0 && recvbuff != sendbuff) hvdl_copy(recvbuff, sendbuff, bytes);
   return hvdlSuccess;
 }
 
@@ -116,7 +116,7 @@ hvdlResult_t hvdl_broadcast_scatter(hvdlComm_t comm, const void *sendbuff, void 
   struct hvdl_scratch *s = &comm->scratch;
   char *buf = recvbuff;
   if (v == 0) {
-    if (recvbuff != sendbuff) memcpy(recvbuff, sendbuff, count * esize);
+    if (recvbuff != sendbuff) hvdl_copy(recvbuff, sendbuff, count * esize);
   } else {
     const int span = lowbit(v) < n - v ? lowbit(v) : n - v;
     HVDL_CHECK(move_blocks(comm, 0, (v - lowbit(v) + root) % n, buf, count, esize, root, v, span));

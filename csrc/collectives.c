@@ -152,7 +152,7 @@ static hvdlResult_t run_allreduce(hvdlComm_t comm, hvdlAlgorithm_t algo, const v
 static hvdlResult_t copy_alone(hvdlComm_t comm, int device, void *recvbuff, const void *sendbuff,
                                size_t bytes, hvdlStream_t stream) {
   if (device >= 0) return hvdl_cuda_copy(comm, recvbuff, sendbuff, bytes, stream);
-  if (sendbuff != recvbuff) memcpy(recvbuff, sendbuff, bytes);
+  if (sendbuff != recvbuff) hvdl_copy(recvbuff, sendbuff, bytes);
   return hvdlSuccess;
 }
 

@@ -58,7 +58,7 @@ hvdlResult_t hvdl_reducescatterv(hvdlComm_t comm, const void *sendbuff, void *re
     if (counts[k] > max_count) max_count = counts[k];
   if (max_count == 0) return hvdlSuccess;
   if (n == 1) {
-    if (recvbuff != sendbuff) memcpy(recvbuff, sendbuff, counts[0] * esize);
+    if (recvbuff != sendbuff) hvdl_copy(recvbuff, sendbuff, counts[0] * esize);
     return hvdlSuccess;  /* Avg: a division by 1 */
   }
 

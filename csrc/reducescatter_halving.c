@@ -78,7 +78,7 @@ hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, 
   char *out = recvbuff;
   if (total == 0) return hvdlSuccess;
   if (n == 1) {
-    if (recvbuff != sendbuff) memcpy(recvbuff, sendbuff, bytes);
+    if (recvbuff != sendbuff) hvdl_copy(recvbuff, sendbuff, bytes);
     return hvdlSuccess; /* Avg: a division by 1 */
   }
   struct hvdl_fold f;
@@ -144,7 +144,7 @@ hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, 
   hvdl_pair_combine(result, from_holder[0], from_holder[1], w_is_lower, vn, dt, op);
   if (op == hvdlAvg) hvdl_divide(result, vn, dt, (uint64_t)n);
   if (r < 2 * f.rem) {
-    memcpy(out, result + counts[r - 1] * esize, counts[r] * esize);
+    hvdl_copy(out, result + counts[r - 1] * esize, counts[r] * esize);
     HVDL_CHECK(hvdl_pair_exchange(comm, r - 1, RS_HALVING_TAG, result, counts[r - 1] * esize,
                                   NULL, 0));
   }

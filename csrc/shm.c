@@ -279,7 +279,7 @@ hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbu
   const char *send = sendbuff;
   char *recv = recvbuff;
   if (s->local_size == 1) {
-    if (hi > lo && send != recv) memcpy(recv + lo * esize, send + lo * esize, (hi - lo) * esize);
+    if (hi > lo && send != recv) hvdl_copy(recv + lo * esize, send + lo * esize, (hi - lo) * esize);
     if (hi > lo && f->divisor) hvdl_divide(recv + lo * esize, hi - lo, f->dt, f->divisor);
     return hvdlSuccess;
   }
@@ -292,8 +292,8 @@ hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbu
       const char *from = send + t * chunk * esize;
       size_t a, b;
       hvdl_shm_lane(len, L, me, &a, &b);
-      memcpy(in_area(s, me, k), from, a * esize);
-      memcpy(in_area(s, me, k) + b * esize, from + b * esize, (len - b) * esize);
+      hvdl_copy(in_area(s, me, k), from, a * esize);
+      hvdl_copy(in_area(s, me, k) + b * esize, from + b * esize, (len - b) * esize);
     }
     size_t base = 0, len = 0;
     if (t > 0) {
@@ -312,7 +312,7 @@ hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbu
       hvdl_shm_lane(len, L, q, &a, &b);
       a = base + a > lo ? base + a : lo;
       b = base + b < hi ? base + b : hi;
-      if (b > a) memcpy(recv + a * esize, out_area(s, q, k - 1) + (a - base) * esize, (b - a) * esize);
+      if (b > a) hvdl_copy(recv + a * esize, out_area(s, q, k - 1) + (a - base) * esize, (b - a) * esize);
     }
   }
   return hvdlSuccess;
@@ -332,7 +332,7 @@ hvdlResult_t hvdl_shm_share(hvdlComm_t comm, void *buf, size_t count, hvdlDataTy
       hvdl_shm_lane(count, s->lanes, me, &lo, &hi);
       lo = lo > base ? lo : base;
       hi = hi < end ? hi : end;
-      if (hi > lo) memcpy(in_area(s, me, k) + (lo - base) * esize, b + lo * esize, (hi - lo) * esize);
+      if (hi > lo) hvdl_copy(in_area(s, me, k) + (lo - base) * esize, b + lo * esize, (hi - lo) * esize);
     }
     HVDL_CHECK(hvdl_shm_step(comm, s));
     for (int j = 0; j < s->lanes; j++) {
@@ -340,7 +340,7 @@ hvdlResult_t hvdl_shm_share(hvdlComm_t comm, void *buf, size_t count, hvdlDataTy
       hvdl_shm_lane(count, s->lanes, j, &lo, &hi);
       lo = lo > base ? lo : base;
       hi = hi < end ? hi : end;
-      if (hi > lo) memcpy(b + lo * esize, in_area(s, j, k) + (lo - base) * esize, (hi - lo) * esize);
+      if (hi > lo) hvdl_copy(b + lo * esize, in_area(s, j, k) + (lo - base) * esize, (hi - lo) * esize);
     }
   }
   return hvdlSuccess;
@@ -350,7 +350,7 @@ hvdlResult_t hvdl_shm_reduce_one_step(hvdlComm_t comm, const void *sendbuff, voi
                                       size_t count, const struct hvdl_shm_fold *f) {
   struct hvdl_shm *s = comm->shm;
   const uint64_t k = s->step + 1;
-  memcpy(in_area(s, s->local_rank, k), sendbuff, count * hvdl_type_size(f->dt));
+  hvdl_copy(in_area(s, s->local_rank, k), sendbuff, count * hvdl_type_size(f->dt));
   HVDL_CHECK(hvdl_shm_step(comm, s));
   fold(s, k, 0, recvbuff, 0, count, count, f, NULL);
   return hvdlSuccess;

@@ -238,3 +238,24 @@ def test_numbers_between_and_beyond_the_type_ranges_are_no_types(dtype):
     with pytest.raises(ValueError, match=f"invalid hvdl datatype {dtype}"):
         _core.reduce_local(np.zeros(4, np.uint8), np.zeros(4, np.uint8), np.zeros(4, np.uint8),
                            dtype, _core.hvdlSum)
+
+
+@pytest.mark.parametrize("nbytes", [1, 2048, 2049, 10_000, 65_536 + 7])
+def test_a_copy_gives_the_bytes_at_every_distance_between_its_buffers(nbytes):
+    """hvdl_copy (through hvdl_scale with factor 1, the fusion copies' route) copies in 2 KiB
+    pieces where the destination lies 1-63 bytes past the source modulo 4 KiB (base.c): the
+    bytes must be the same whichever way it went, for sizes on each side of a piece."""
+    rng = np.random.default_rng(nbytes)
+    page = 4096
+    src_mem = np.zeros(nbytes + 2 * page, np.uint8)
+    dst_mem = np.zeros(nbytes + 3 * page, np.uint8)
+    s0 = (-src_mem.ctypes.data) % page
+    d0 = (-dst_mem.ctypes.data) % page
+    for ahead in (0, 1, 16, 31, 32, 63, 64, 4095):
+        src_mem[:] = rng.integers(1, 256, src_mem.size, dtype=np.uint8)  # a copy past the end shows
+        src = src_mem[s0:s0 + nbytes]
+        dst_mem[:] = 0
+        dst = dst_mem[d0 + ahead:d0 + ahead + nbytes]
+        _core.scale_local(dst, src, HVDL_DTYPES[np.dtype(np.uint8)], 1.0)
+        assert np.array_equal(dst, src), ahead
+        assert not dst_mem[:d0 + ahead].any() and not dst_mem[d0 + ahead + nbytes:].any(), ahead
