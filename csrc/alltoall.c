@@ -41,7 +41,7 @@ hvdlResult_t hvdl_alltoallv(hvdlComm_t comm, const void *send, const int *scount
     if (err != MPI_SUCCESS) res = hvdl_fail_mpi(comm, err, "alltoall: MPI_Isend/MPI_Irecv");
   }
   if (send != recv || sdispls[me] != rdispls[me])
-    memmove((char *)recv + rdispls[me], (const char *)send + sdispls[me], (size_t)scounts[me]);
+    hvdl_copy((char *)recv + rdispls[me], (const char *)send + sdispls[me], (size_t)scounts[me]);
   if (res == hvdlSuccess) res = hvdl_wait_all(comm, 2 * n, reqs);
   if (res != hvdlSuccess) {
     const double until = hvdl_now() + HVDL_ABANDON_GRACE;

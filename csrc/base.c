@@ -125,22 +125,28 @@ hvdlResult_t hvdl_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes
 /* ---- the bulk copy -------------------------------------------------------- */
 
 /* glibc (2.36, AVX2) copies more than 4 KiB with `rep movsb`, which on AMD EPYC (the 2-core
- * machine of 27 Nov 2026) ran 10-20x slower when the destination lay 1-31 bytes past the source
- * modulo 4 KiB: 23-44 us instead of 1.5-2 us for 64 KiB, at every such distance and none other
- * (docs/benchmarks.md, "A copy's distance"). A page-aligned shared-memory area copied into a
- * numpy buffer (16 bytes past a page) is exactly that case. Such copies go in pieces that glibc
- * copies with its vector loop (2 KiB: below its threshold for every vector width); the window is
- * taken as 1-63 bytes, a cache line. */
+ * machine of 27 Nov 2026) ran 15-27x slower when the destination lay 1-31 bytes past the source
+ * modulo 4 KiB: 24-43 us instead of 1.4-2.6 us for 64 KiB at the other distances from 0 to 72
+ * (tools/copy_distance.c; docs/benchmarks.md, "A copy's distance"). A page-aligned shared-memory
+ * area copied into a NumPy buffer 16 bytes past a page is that case. Such copies go in pieces
+ * that glibc copies with its vector loop (2 KiB: below its threshold for every vector width).
+ * Overlapping buffers are moved as memmove moves them. */
 #define HVDL_COPY_PIECE 2048
+#define HVDL_COPY_WINDOW 32 /* distances 1 .. this - 1 crawled; 32 .. 72 did not */
 
 void hvdl_copy(void *dst, const void *src, size_t n) {
-  const uintptr_t ahead = ((uintptr_t)dst - (uintptr_t)src) & 4095;
-  if (n <= HVDL_COPY_PIECE || ahead == 0 || ahead >= 64) {
+  const uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+  if (n == 0 || d == s) return;
+  if (d < s + n && s < d + n) {
+    memmove(dst, src, n);
+    return;
+  }
+  const uintptr_t ahead = (d - s) & 4095;
+  if (n <= HVDL_COPY_PIECE || ahead == 0 || ahead >= HVDL_COPY_WINDOW) {
     memcpy(dst, src, n);
     return;
   }
-  char *d = dst;
-  const char *s = src;
   for (size_t done = 0; done < n; done += HVDL_COPY_PIECE)
-    memcpy(d + done, s + done, n - done < HVDL_COPY_PIECE ? n - done : HVDL_COPY_PIECE);
+    memcpy((char *)dst + done, (const char *)src + done,
+           n - done < HVDL_COPY_PIECE ? n - done : HVDL_COPY_PIECE);
 }

@@ -249,9 +249,9 @@ const char *hvdl_fault_name(int p);
 
 /* base.c: monotonic time in seconds; type and op names; scratch; the bulk copy. */
 double hvdl_now(void);
-/* memcpy for the collectives' data, off the path where glibc's `rep movsb` crawls: a copy whose
- * destination lies 1-63 bytes past its source modulo 4 KiB goes in pieces small enough for
- * glibc's vector loop (base.c says why). */
+/* memmove for the collectives' data, off the path where glibc's `rep movsb` crawls: a copy
+ * between buffers apart whose destination lies 1-31 bytes past its source modulo 4 KiB goes in
+ * pieces small enough for glibc's vector loop (base.c says why). */
 void hvdl_copy(void *dst, const void *src, size_t n);
 /* The CLOCK_REALTIME moment `seconds_from_now` ahead, for pthread_cond_timedwait. */
 void hvdl_deadline(struct timespec *ts, double seconds_from_now);

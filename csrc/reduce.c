@@ -357,10 +357,7 @@ void hvdl_scale(void *dst, const void *src, size_t n, hvdlDataType_t dt, double 
   }
   const size_t es = hvdl_type_size(dt);
   if (factor == 1.0 || !fn) {
-    const char *d = dst, *s = src;
-    const size_t bytes = n * es;
-    if (d + bytes <= s || s + bytes <= d) hvdl_copy(dst, src, bytes); /* apart: the fusion copies */
-    else if (dst != src) memmove(dst, src, bytes);
+    hvdl_copy(dst, src, n * es); /* the fusion buffer's copies in and out */
     return;
   }
   if (!misaligned(dst, es) && !misaligned(src, es)) {

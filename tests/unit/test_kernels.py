@@ -240,11 +240,12 @@ def test_numbers_between_and_beyond_the_type_ranges_are_no_types(dtype):
                            dtype, _core.hvdlSum)
 
 
-@pytest.mark.parametrize("nbytes", [1, 2048, 2049, 10_000, 65_536 + 7])
+@pytest.mark.parametrize("nbytes", [1, 2048, 2049, 4096, 10_000, 65_536, 65_536 + 7])
 def test_a_copy_gives_the_bytes_at_every_distance_between_its_buffers(nbytes):
     """hvdl_copy (through hvdl_scale with factor 1, the fusion copies' route) copies in 2 KiB
-    pieces where the destination lies 1-63 bytes past the source modulo 4 KiB (base.c): the
-    bytes must be the same whichever way it went, for sizes on each side of a piece."""
+    pieces where the destination lies 1-31 bytes past the source modulo 4 KiB (base.c): the
+    bytes must be the same whichever way it went, for sizes on each side of a piece and whole
+    pieces; and overlapping buffers move as memmove moves them."""
     rng = np.random.default_rng(nbytes)
     page = 4096
     src_mem = np.zeros(nbytes + 2 * page, np.uint8)
@@ -259,3 +260,10 @@ def test_a_copy_gives_the_bytes_at_every_distance_between_its_buffers(nbytes):
         _core.scale_local(dst, src, HVDL_DTYPES[np.dtype(np.uint8)], 1.0)
         assert np.array_equal(dst, src), ahead
         assert not dst_mem[:d0 + ahead].any() and not dst_mem[d0 + ahead + nbytes:].any(), ahead
+    for shift in (-17, 17):  # overlapping: forwards and backwards, 17 bytes apart
+        mem = rng.integers(0, 256, nbytes + 64, dtype=np.uint8)
+        want = mem.copy()
+        a, b = 32 + shift, 32
+        want[a:a + nbytes] = mem[b:b + nbytes]
+        _core.scale_local(mem[a:a + nbytes], mem[b:b + nbytes], HVDL_DTYPES[np.dtype(np.uint8)], 1.0)
+        assert np.array_equal(mem, want), shift
