@@ -303,6 +303,17 @@ static int host_buffer(PyObject *obj, int writable, int typed, struct hvdl_py_me
   return PyObject_GetBuffer(obj, &m->view, flags);
 }
 
+/* obj's attribute `name` (a new reference), or NULL where it has none; the error set before the
+ * call stays set after it either way. */
+static PyObject *attr_keeping_error(PyObject *obj, const char *name) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyObject *attr = PyObject_GetAttrString(obj, name);
+  if (!attr) PyErr_Clear();
+  PyErr_Restore(type, value, tb);
+  return attr;
+}
+
 int hvdl_py_describe(PyObject *obj, int writable, int typed, struct hvdl_py_memory *m,
                      const char *what) {
   memset(m, 0, sizeof *m);
@@ -324,61 +335,41 @@ int hvdl_py_describe(PyObject *obj, int writable, int typed, struct hvdl_py_memo
     return fill(m, obj, (uintptr_t)address, len, 0); /* the tuple holds the owner */
   }
   if (PyCapsule_CheckExact(obj)) return from_dlpack(obj, writable, m, what);
-  PyObject *cai = NULL;
+  PyObject *cai;
   if (PyObject_CheckBuffer(obj)) {
     if (host_buffer(obj, writable, typed, m) == 0) return 0;
     /* CuPy's arrays export the buffer protocol only to refuse it for device memory: an object
      * that also has the CUDA array interface is read through that. Any other keeps its error. */
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    cai = PyObject_GetAttrString(obj, "__cuda_array_interface__");
-    if (!cai) {
-      PyErr_Clear();
-      PyErr_Restore(type, value, tb);
-      return -1;
-    }
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
+    cai = attr_keeping_error(obj, "__cuda_array_interface__");
+    if (!cai) return -1;
+    PyErr_Clear();
   } else {
     cai = PyObject_GetAttrString(obj, "__cuda_array_interface__");
   }
+  int rc = 0;
   if (cai) {
-    const int rc = from_cai(obj, cai, writable, m, what);
+    rc = from_cai(obj, cai, writable, m, what);
     Py_DECREF(cai);
     if (rc != -2) return rc;
-    /* A type the interface cannot name (torch gives bfloat16 as '<V2'): DLPack names it; the
-     * interface's read-only flag has been checked, and its stream is kept. */
-    const uintptr_t stream = m->stream;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    if (!PyObject_HasAttrString(obj, "__dlpack__")) {
-      PyErr_Restore(type, value, tb);
-      return -1;
-    }
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
-    if (from_dlpack(obj, writable, m, what)) return -1;
-    m->stream = stream;
-    return 0;
   }
-  /* No interface, or one that raised for this array: DLPack, if it has that. */
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);
-  const int dlpack = PyObject_HasAttrString(obj, "__dlpack__");
-  if (!dlpack && !PyErr_GivenExceptionMatches(type, PyExc_AttributeError)) {
-    PyErr_Restore(type, value, tb);
+  /* No interface, one that raised for this array, or one whose typestr names no type (torch
+   * gives bfloat16 as '<V2'; the interface's read-only flag checked, its stream kept): DLPack,
+   * if the object has it. */
+  const uintptr_t stream = m->stream;
+  PyObject *dlpack = attr_keeping_error(obj, "__dlpack__");
+  if (!dlpack) {
+    if (rc == -2 || !PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s: a %.100s is no buffer hvd_lite can read (it has neither the "
+                 "buffer protocol, __cuda_array_interface__ nor __dlpack__)", what,
+                 Py_TYPE(obj)->tp_name);
     return -1;
   }
-  Py_XDECREF(type);
-  Py_XDECREF(value);
-  Py_XDECREF(tb);
-  if (dlpack) return from_dlpack(obj, writable, m, what);
-  PyErr_Format(PyExc_TypeError, "%s: a %.100s is no buffer hvd_lite can read (it has neither the "
-               "buffer protocol, __cuda_array_interface__ nor __dlpack__)", what,
-               Py_TYPE(obj)->tp_name);
-  return -1;
+  Py_DECREF(dlpack);
+  PyErr_Clear();
+  if (from_dlpack(obj, writable, m, what)) return -1;
+  m->stream = stream;
+  return 0;
 }
 
 int hvdl_py_get_memory(PyObject *obj, struct hvdl_py_memory *m, int writable, int dtype,
