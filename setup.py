@@ -129,6 +129,28 @@ def add_cuda(ext, build_temp):
     ext.define_macros.append(("HVDL_CUDA", "1"))
 
 
+def depend_on_flags(ext, build_temp):
+    """Makes the extension depend on its flags: distutils rebuilds it when a source or a dependency
+    is newer than it, never when only the flags change, so switching HVD_LITE_CUDA, the MPI or
+    CFLAGS kept the last build (HVD_LITE_CUDA=1 after a CPU build gave build_info()['cuda'] False).
+    The flags go to a file in build_temp, rewritten only when they differ, and that file is a
+    dependency."""
+    flags = repr((ext.define_macros, ext.include_dirs, ext.library_dirs, ext.libraries,
+                  ext.runtime_library_dirs, ext.extra_objects, ext.extra_compile_args,
+                  ext.extra_link_args, os.environ.get("CFLAGS"), os.environ.get("LDFLAGS")))
+    os.makedirs(build_temp, exist_ok=True)
+    path = os.path.join(build_temp, ext.name + ".flags")
+    try:
+        with open(path) as f:
+            same = f.read() == flags
+    except OSError:
+        same = False
+    if not same:
+        with open(path, "w") as f:
+            f.write(flags)
+    ext.depends.append(path)
+
+
 def compile_in_parallel(compiler, jobs):
     """The compiler's sources compiled `jobs` at a time (setuptools compiles one extension's sources
     one by one: csrc/ took 17 s on 2 cores, and 7 s so). Through distutils' own compile steps; where they
@@ -182,6 +204,7 @@ class BuildExt(build_ext):
                 ("HVDL_BUILD_MPI_LIBDIR", '"%s"' % (rpaths[0] if rpaths else sodir)),
             ]
             add_cuda(ext, self.build_temp)
+            depend_on_flags(ext, self.build_temp)
         jobs = self.parallel if type(self.parallel) is int and self.parallel > 0 else os.cpu_count()
         compile_in_parallel(self.compiler, jobs or 1)
         super().build_extensions()

@@ -56,8 +56,15 @@ def test_the_cuda_build_compiles_and_loads_without_a_device(tmp_path):
     """HVD_LITE_CUDA=1 where nvcc is found: the kernels compile and link (static runtime), the
     extension loads on a machine with no GPU or driver, says it has CUDA and sees no device, a
     host all-reduce is unchanged, and a kernel on an address the CUDA runtime cannot reach fails
-    with CUDA's own message instead of a crash."""
+    with CUDA's own message instead of a crash. It is built over a CPU build of the same tree:
+    a change of flags alone must rebuild (distutils' own check looks at the files' times only,
+    and kept the CPU build)."""
     src = _copy_tree(tmp_path)
+    cpu_env = dict(os.environ)
+    cpu_env.pop("HVD_LITE_CUDA", None)
+    cpu = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=src,
+                         env=cpu_env, capture_output=True, text=True, timeout=300)
+    assert cpu.returncode == 0, cpu.stdout + cpu.stderr
     env = dict(os.environ, HVD_LITE_CUDA="1")
     build = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=src,
                            env=env, capture_output=True, text=True, timeout=600)
