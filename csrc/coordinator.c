@@ -60,6 +60,10 @@ static int mismatch(const struct hvdl_desc *a, int ra, const struct hvdl_desc *b
     what = "root ranks";
     snprintf(x, sizeof x, "%d", a->root);
     snprintf(y, sizeof y, "%d", b->root);
+  } else if (a->device != b->device) {
+    what = "memory";
+    snprintf(x, sizeof x, "%s", a->device == HVDL_MEM_CUDA ? "CUDA device memory" : "host memory");
+    snprintf(y, sizeof y, "%s", b->device == HVDL_MEM_CUDA ? "CUDA device memory" : "host memory");
   } else if (a->op != b->op) {
     what = "reduction ops";
     snprintf(x, sizeof x, "%s", hvdl_op_name((hvdlRedOp_t)a->op));

@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+size_t hvdl_cuda_chunk_bytes(size_t unit) { return HVDL_CUDA_STAGE_BYTES / unit * unit; }
+
 #ifdef HVDL_CUDA
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -34,6 +36,8 @@
 int hvdl_cuda_kernel_reduce(void *dst, const void *a, const void *b, size_t n, int dt, int op,
                             void *stream);
 int hvdl_cuda_kernel_divide(void *buf, size_t n, int dt, uint64_t divisor, void *stream);
+int hvdl_cuda_kernel_scale(void *dst, const void *src, size_t n, int dt, double factor,
+                           void *stream);
 
 /* A communicator's staging: two pinned chunks and their events. */
 struct hvdl_cuda_stage {
@@ -158,6 +162,20 @@ hvdlResult_t hvdl_cuda_divide(hvdlComm_t comm, void *buf, size_t n, hvdlDataType
   return hvdlSuccess;
 }
 
+hvdlResult_t hvdl_cuda_scale(hvdlComm_t comm, void *dst, const void *src, size_t n,
+                             hvdlDataType_t dt, double factor, hvdlStream_t stream) {
+  if (factor == 1.0) return hvdl_cuda_copy(comm, dst, src, n * hvdl_type_size(dt), stream);
+  CUDA_CHECK(comm, (cudaError_t)hvdl_cuda_kernel_scale(dst, src, n, (int)dt, factor, stream),
+             "scale kernel");
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_cuda_set_device(hvdlComm_t comm, int device, int *previous) {
+  CUDA_CHECK(comm, cudaGetDevice(previous), "cudaGetDevice");
+  if (*previous != device) CUDA_CHECK(comm, cudaSetDevice(device), "cudaSetDevice");
+  return hvdlSuccess;
+}
+
 hvdlResult_t hvdl_cuda_sync(hvdlComm_t comm, hvdlStream_t stream) {
   CUDA_CHECK(comm, cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
   return hvdlSuccess;
@@ -173,7 +191,7 @@ hvdlResult_t hvdl_cuda_copy(hvdlComm_t comm, void *dst, const void *src, size_t 
 
 /* Makes s's pinned chunks and events. */
 static hvdlResult_t make_stage(hvdlComm_t comm, struct hvdl_cuda_stage *s) {
-  s->bytes = HVDL_CUDA_STAGE_BYTES;
+  s->bytes = HVDL_CUDA_STAGE_BYTES; /* hvdl_cuda_chunk_bytes assumes this */
   for (int i = 0; i < 2; i++) {
     CUDA_CHECK(comm, cudaHostAlloc(&s->slot[i], s->bytes, cudaHostAllocPortable),
                "cudaHostAlloc (a pinned staging chunk)");
@@ -220,7 +238,7 @@ hvdlResult_t hvdl_cuda_staged(hvdlComm_t comm, const void *send, void *recv, siz
   cudaStream_t st = (cudaStream_t)stream;
   if (s->pending) HVDL_CHECK(wait_event(comm, s->done, "the last call's copies up"));
   s->pending = 0;
-  const size_t chunk = s->bytes / unit * unit;
+  const size_t chunk = hvdl_cuda_chunk_bytes(unit);
   const size_t nchunks = (bytes + chunk - 1) / chunk;
   hvdlResult_t res = queue_down(comm, s, send, 0, chunk, bytes, st);
   for (size_t k = 0; k < nchunks && res == hvdlSuccess; k++) {
@@ -282,6 +300,16 @@ hvdlResult_t hvdl_cuda_reduce(hvdlComm_t comm, void *dst, const void *a, const v
 
 hvdlResult_t hvdl_cuda_divide(hvdlComm_t comm, void *buf, size_t n, hvdlDataType_t dt,
                               uint64_t divisor, hvdlStream_t stream) {
+  return no_cuda(comm);
+}
+
+hvdlResult_t hvdl_cuda_scale(hvdlComm_t comm, void *dst, const void *src, size_t n,
+                             hvdlDataType_t dt, double factor, hvdlStream_t stream) {
+  return no_cuda(comm);
+}
+
+hvdlResult_t hvdl_cuda_set_device(hvdlComm_t comm, int device, int *previous) {
+  *previous = -1;
   return no_cuda(comm);
 }
 

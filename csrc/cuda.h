@@ -5,8 +5,9 @@
  * host memory, on the caller's stream.
  *
  * cuda.c holds the CUDA runtime calls when setup.py builds CUDA (HVDL_CUDA);
- * without it the same functions say that the build has no CUDA. Only collectives.c and
- * the binding call them; cuda.c calls base.c alone.
+ * without it the same functions say that the build has no CUDA. collectives.c, the
+ * executor (the engine's device requests) and the binding call them; cuda.c calls
+ * base.c alone.
  */
 #ifndef HVDL_CUDA_H_
 #define HVDL_CUDA_H_
@@ -44,6 +45,19 @@ hvdlResult_t hvdl_cuda_reduce(hvdlComm_t comm, void *dst, const void *a, const v
 /* buf = buf / divisor on device memory (Avg's division), queued on `stream`. */
 hvdlResult_t hvdl_cuda_divide(hvdlComm_t comm, void *buf, size_t n, hvdlDataType_t dt,
                               uint64_t divisor, hvdlStream_t stream);
+/* dst = src * factor on device memory, with reduce.c's hvdl_scale rules (integers in
+ * float64, truncated toward zero and clamped; float16/bfloat16 in float32), queued on
+ * `stream`; factor 1 is a copy (none when dst == src). */
+hvdlResult_t hvdl_cuda_scale(hvdlComm_t comm, void *dst, const void *src, size_t n,
+                             hvdlDataType_t dt, double factor, hvdlStream_t stream);
+/* Makes `device` the calling thread's current CUDA device, the one it was in *previous (a
+ * device request's step runs on the engine's thread, or on a waiting caller's, whose device
+ * the executor gives back after it). */
+hvdlResult_t hvdl_cuda_set_device(hvdlComm_t comm, int device, int *previous);
+/* The bytes of each chunk hvdl_cuda_staged takes for a call of `unit`-byte units: a
+ * rank that runs the same collective on host memory (a joined rank's stand-in) calls
+ * the host algorithm on chunks of this size, so that its steps match the others'. */
+size_t hvdl_cuda_chunk_bytes(size_t unit);
 /* Waits until `stream` has run everything queued on it. */
 hvdlResult_t hvdl_cuda_sync(hvdlComm_t comm, hvdlStream_t stream);
 /* dst = src (bytes), both device memory, queued on `stream`. */

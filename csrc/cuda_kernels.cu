@@ -1,6 +1,7 @@
 /*
  * cuda_kernels.cu -- the reduction kernels on device memory: every type but
- * bool x Sum, Prod, Max, Min (Avg reduces with Sum) and Avg's division, with the
+ * bool x Sum, Prod, Max, Min (Avg reduces with Sum), Avg's division and the
+ * prescale/postscale factors' scaling, with the
  * rules of reduce.c, so that a sum computed here has the bits the host's has:
  *
  *   - Integers add and multiply in the unsigned type of the same width (they wrap).
@@ -92,6 +93,34 @@ __global__ void divide_h16(uint16_t *p, size_t n, float divisor) {
   }
 }
 
+/* Integers scaled as reduce.c's INT_SCALE_KERNEL: the product in float64, truncated
+ * toward zero; outside [LO, HI) clamped, NaN 0. */
+template <typename T>
+__global__ void scale_int(T *d, const T *s, size_t n, double f, double lo, double hi, T tmin,
+                          T tmax) {
+  GRID_LOOP {
+    const double x = __dmul_rn(f, (double)s[i]);
+    d[i] = x >= hi ? tmax : x >= lo ? (T)x : x != x ? (T)0 : tmin;
+  }
+}
+
+__global__ void scale_f32(float *d, const float *s, size_t n, float f) {
+  GRID_LOOP d[i] = __fmul_rn(s[i], f);
+}
+
+__global__ void scale_f64(double *d, const double *s, size_t n, double f) {
+  GRID_LOOP d[i] = __dmul_rn(s[i], f);
+}
+
+template <bool BF16>
+__global__ void scale_h16(uint16_t *d, const uint16_t *s, size_t n, float f) {
+  GRID_LOOP {
+    float v = BF16 ? bf16_to_float(s[i]) : half_to_float(s[i]);
+    float r = __fmul_rn(v, f);
+    d[i] = BF16 ? float_to_bf16(r) : float_to_half(r);
+  }
+}
+
 unsigned blocks_for(size_t n) {
   size_t b = (n + 255) / 256;
   return (unsigned)(b > 4096 ? 4096 : (b ? b : 1));
@@ -165,5 +194,37 @@ extern "C" int hvdl_cuda_kernel_divide(void *buf, size_t n, int dt, uint64_t div
     case 8: divide_f64<<<g, 256, 0, s>>>((double *)buf, n, (double)divisor); break;
     default: return cudaErrorInvalidValue;
   }
+  return cudaGetLastError();
+}
+
+/* dst = src * factor on device memory (reduce.c's hvdl_scale): dt an hvdlDataType_t other
+ * than bool. */
+extern "C" int hvdl_cuda_kernel_scale(void *dst, const void *src, size_t n, int dt, double factor,
+                                      void *stream) {
+  if (n == 0) return cudaSuccess;
+  cudaStream_t s = (cudaStream_t)stream;
+  const unsigned g = blocks_for(n);
+  const float ff = (float)factor;
+#define SCALE_INT(num, T, LO, HI, TMIN, TMAX)                                              \
+  case num:                                                                              \
+    scale_int<T><<<g, 256, 0, s>>>((T *)dst, (const T *)src, n, factor, LO, HI, (T)(TMIN), \
+                                   (T)(TMAX));                                           \
+    break;
+  switch (dt) {
+    SCALE_INT(0, int8_t, -128.0, 128.0, INT8_MIN, INT8_MAX)
+    SCALE_INT(1, uint8_t, 0.0, 256.0, 0, UINT8_MAX)
+    SCALE_INT(2, int32_t, -2147483648.0, 2147483648.0, INT32_MIN, INT32_MAX)
+    SCALE_INT(3, uint32_t, 0.0, 4294967296.0, 0, UINT32_MAX)
+    SCALE_INT(4, int64_t, -9223372036854775808.0, 9223372036854775808.0, INT64_MIN, INT64_MAX)
+    SCALE_INT(5, uint64_t, 0.0, 18446744073709551616.0, 0, UINT64_MAX)
+    SCALE_INT(32, int16_t, -32768.0, 32768.0, INT16_MIN, INT16_MAX)
+    SCALE_INT(33, uint16_t, 0.0, 65536.0, 0, UINT16_MAX)
+    case 6: scale_h16<false><<<g, 256, 0, s>>>((uint16_t *)dst, (const uint16_t *)src, n, ff); break;
+    case 9: scale_h16<true><<<g, 256, 0, s>>>((uint16_t *)dst, (const uint16_t *)src, n, ff); break;
+    case 7: scale_f32<<<g, 256, 0, s>>>((float *)dst, (const float *)src, n, ff); break;
+    case 8: scale_f64<<<g, 256, 0, s>>>((double *)dst, (const double *)src, n, factor); break;
+    default: return cudaErrorInvalidValue;
+  }
+#undef SCALE_INT
   return cudaGetLastError();
 }

@@ -317,6 +317,7 @@ void hvdl_engine_get_stats(struct hvdl_engine *e, struct hvdl_engine_stats *out)
   out->announced = atomic_load_explicit(&st->announced, memory_order_relaxed);
   out->cached_ready = atomic_load_explicit(&st->cached_ready, memory_order_relaxed);
   out->caller_turns = atomic_load_explicit(&e->caller_turns, memory_order_relaxed);
+  out->device_steps = atomic_load_explicit(&e->executor->device_steps, memory_order_relaxed);
   out->step_seconds = 1e-9 * (double)atomic_load_explicit(&e->executor->busy_ns, memory_order_relaxed);
 }
 

@@ -7,7 +7,8 @@
  * one buffer of at most the threshold, reduced with one all-reduce in place,
  * and unpacked (postscale applied while copying). A request at or above the
  * threshold goes alone and without a copy: the ring reads the caller's input and
- * writes the caller's output. Threshold 0 sends every request alone.
+ * writes the caller's output. Threshold 0 sends every request alone. A request of
+ * CUDA memory (desc.device) goes alone too, through cuda.c on its device and stream.
  *
  * The grouping is a function of the ready list alone, which is the same on
  * every rank, so every rank makes the same all-reduce calls in the same order.
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "alarm.h"
+#include "cuda.h"
 #include "executor.h"
 #include "outpool.h"
 #include "reduce.h"
@@ -48,7 +50,8 @@ static hvdlRedOp_t reduction(const struct hvdl_executor *x, const struct hvdl_re
 }
 
 static int same_key(const struct hvdl_request *a, const struct hvdl_request *b) {
-  return b->desc.coll == HVDL_COLL_ALLREDUCE && a->desc.dtype == b->desc.dtype &&
+  return b->desc.coll == HVDL_COLL_ALLREDUCE && b->desc.device == HVDL_MEM_HOST &&
+         a->desc.dtype == b->desc.dtype &&
          a->desc.op == b->desc.op &&
          a->desc.prescale == b->desc.prescale && a->desc.postscale == b->desc.postscale;
 }
@@ -72,6 +75,46 @@ static void note_queue(struct hvdl_executor *x, const struct hvdl_request *r, do
   hvdl_timeline_event(x->timeline, r->desc.name, "QUEUE", r->t_ready, start);
 }
 
+/* An all-reduce of CUDA memory (desc.device): its scaling and cuda.c's staged form queued
+ * on the request's stream (the result is ready where the stream reaches it, as NCCL's is),
+ * on its device. A joined rank's stand-in holds host memory: it runs the host algorithm on
+ * the staged form's chunks, so that its steps match the other ranks'. */
+static hvdlResult_t allreduce_on_device(struct hvdl_executor *x, struct hvdl_request *r,
+                                        hvdlRedOp_t op, double post) {
+  const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
+  const void *src = r->send;
+  if (r->desc.prescale != 1.0) {
+    HVDL_CHECK(hvdl_cuda_scale(x->data, r->recv, r->send, r->count, dt, r->desc.prescale,
+                               r->stream));
+    src = r->recv;
+  }
+  HVDL_CHECK(hvdlAllReduce(src, r->recv, r->count, dt, op, x->data, r->stream));
+  if (post != 1.0)
+    HVDL_CHECK(hvdl_cuda_scale(x->data, r->recv, r->recv, r->count, dt, post, r->stream));
+  return hvdlSuccess;
+}
+
+static hvdlResult_t allreduce_device(struct hvdl_executor *x, struct hvdl_request *r,
+                                     hvdlRedOp_t op, double post) {
+  const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
+  if (r->nbytes == 0) return hvdlSuccess; /* the same shape on every rank: none sends */
+  if (r->zeros) {
+    const size_t es = hvdl_type_size(dt), chunk = hvdl_cuda_chunk_bytes(es);
+    for (size_t off = 0; off < r->nbytes; off += chunk) {
+      const size_t len = r->nbytes - off < chunk ? r->nbytes - off : chunk;
+      HVDL_CHECK(hvdlAllReduce((const char *)r->send + off, (char *)r->recv + off, len / es, dt,
+                               op, x->data, NULL));
+    }
+    return hvdlSuccess;
+  }
+  int previous;
+  HVDL_CHECK(hvdl_cuda_set_device(x->data, r->device_id, &previous));
+  const hvdlResult_t res = allreduce_on_device(x, r, op, post);
+  int ignored;
+  if (previous != r->device_id) (void)hvdl_cuda_set_device(NULL, previous, &ignored);
+  return res;
+}
+
 static hvdlResult_t run_one(struct hvdl_executor *x, struct hvdl_request *r) {
   const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
   double t0 = hvdl_now();
@@ -79,11 +122,17 @@ static hvdlResult_t run_one(struct hvdl_executor *x, struct hvdl_request *r) {
   const void *src = r->send;
   double post;
   const hvdlRedOp_t op = reduction(x, r, &post);
-  if (r->desc.prescale != 1.0) {
-    hvdl_scale(r->recv, r->send, r->count, dt, r->desc.prescale);
-    src = r->recv;
+  hvdlResult_t res;
+  if (r->desc.device == HVDL_MEM_CUDA) {
+    res = allreduce_device(x, r, op, post);
+    post = 1.0; /* applied */
+  } else {
+    if (r->desc.prescale != 1.0) {
+      hvdl_scale(r->recv, r->send, r->count, dt, r->desc.prescale);
+      src = r->recv;
+    }
+    res = hvdlAllReduce(src, r->recv, r->count, dt, op, x->data, NULL);
   }
-  hvdlResult_t res = hvdlAllReduce(src, r->recv, r->count, dt, op, x->data, NULL);
   double t1 = hvdl_now();
   if (res == hvdlSuccess) {
     note_allreduce(x, r, t0, t1, r->nbytes);
@@ -257,18 +306,32 @@ static hvdlResult_t run_reducescatter(struct hvdl_executor *x, struct hvdl_reque
   return res;
 }
 
+/* A broadcast; of CUDA memory, on the request's device and stream (staged, as an all-reduce). */
+static hvdlResult_t run_broadcast(struct hvdl_executor *x, struct hvdl_request *r) {
+  const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
+  if (r->desc.device == HVDL_MEM_HOST)
+    return hvdlBroadcast(r->send, r->recv, r->count, dt, r->desc.root, x->data, NULL);
+  if (r->nbytes == 0) return hvdlSuccess; /* the same shape on every rank: none sends */
+  int previous, ignored;
+  HVDL_CHECK(hvdl_cuda_set_device(x->data, r->device_id, &previous));
+  const hvdlResult_t res =
+      hvdlBroadcast(r->send, r->recv, r->count, dt, r->desc.root, x->data, r->stream);
+  if (previous != r->device_id) (void)hvdl_cuda_set_device(NULL, previous, &ignored);
+  return res;
+}
+
 static hvdlResult_t run_other(struct hvdl_executor *x, struct hvdl_request *r) {
   const double t0 = hvdl_now();
   note_queue(x, r, t0);
   hvdlResult_t res = hvdlSuccess;
+  if (r->desc.device != HVDL_MEM_HOST && r->desc.coll != HVDL_COLL_BROADCAST)
+    return hvdl_fail(x->data, hvdlInvalidUsage, "%s takes host memory only",
+                     hvdl_coll_name(r->desc.coll)); /* the binding refuses it first */
   switch (r->desc.coll) {
     case HVDL_COLL_ALLGATHER: res = run_allgather(x, r); break;
     case HVDL_COLL_ALLTOALL: res = run_alltoall(x, r); break;
     case HVDL_COLL_REDUCESCATTER: res = run_reducescatter(x, r); break;
-    case HVDL_COLL_BROADCAST:
-      res = hvdlBroadcast(r->send, r->recv, r->count, (hvdlDataType_t)r->desc.dtype, r->desc.root,
-                          x->data, NULL);
-      break;
+    case HVDL_COLL_BROADCAST: res = run_broadcast(x, r); break;
     case HVDL_COLL_BARRIER: break; /* the negotiation itself was the barrier */
     default: res = hvdl_fail(x->data, hvdlInternalError, "unknown collective %d", r->desc.coll);
   }
@@ -353,6 +416,8 @@ static hvdlResult_t run_step(struct hvdl_executor *x, struct hvdl_request **grou
   }
   if (hvdl_fault_hit(x->data->faults, HVDL_FAULT_EXIT)) _exit(3); /* a crash mid-collective */
   const struct hvdl_request *r = group[0];
+  if (r->desc.device == HVDL_MEM_CUDA && !r->zeros)
+    atomic_fetch_add_explicit(&x->device_steps, 1, memory_order_relaxed);
   hvdlResult_t res = r->desc.coll != HVDL_COLL_ALLREDUCE ? run_other(x, group[0])
                      : m == 1                            ? run_one(x, group[0])
                                                          : run_fused(x, group, m, total);
@@ -382,7 +447,8 @@ hvdlResult_t hvdl_execute(struct hvdl_executor *x, struct hvdl_request **ready, 
     int m = 0;
     size_t total = r->nbytes;
     group[m++] = r;
-    const int fusable = r->desc.coll == HVDL_COLL_ALLREDUCE && threshold > 0 && r->nbytes < threshold;
+    const int fusable = r->desc.coll == HVDL_COLL_ALLREDUCE && r->desc.device == HVDL_MEM_HOST &&
+                        threshold > 0 && r->nbytes < threshold;
     for (int j = i + 1; j < n && fusable; j++) {
       struct hvdl_request *q = ready[j];
       if (taken[j] || !same_key(r, q) || q->nbytes >= threshold || total + q->nbytes > threshold)

@@ -1,7 +1,8 @@
 /*
  * executor.h -- running a round's ready list on the data communicator: fusion of
  * small allreduces, every other collective one call each, then completion of
- * each request. executor.c calls the public C API (collectives.c), reduce.c, request.c,
+ * each request. executor.c calls the public C API (collectives.c), cuda.c (requests of
+ * device memory), reduce.c, request.c,
  * alarm.c, wire.c (names), outpool.c and timeline.c; the engine's loop calls it.
  */
 #ifndef HVDL_EXECUTOR_H_
@@ -28,6 +29,7 @@ struct hvdl_executor {
   int npinned, pinned_cap;
   unsigned pinned_epoch;         /* the alarm epoch they failed in */
   _Atomic uint64_t busy_ns;      /* time spent running steps, fusion copies included (statistics) */
+  _Atomic uint64_t device_steps; /* steps run on CUDA memory (statistics) */
 };
 
 /* Runs ready[0..n) in order and completes each request. A step that fails on this

@@ -36,7 +36,7 @@
 
 static int desc_equal(const struct hvdl_desc *a, const struct hvdl_desc *b) {
   if (a->coll != b->coll || a->dtype != b->dtype || a->op != b->op || a->ndim != b->ndim ||
-      a->root != b->root || !hvdl_same_bits(a->prescale, b->prescale) ||
+      a->root != b->root || a->device != b->device || !hvdl_same_bits(a->prescale, b->prescale) ||
       !hvdl_same_bits(a->postscale, b->postscale))
     return 0;
   for (int i = 0; i < a->ndim; i++)

@@ -62,8 +62,9 @@ struct hvdl_py_memory {
   uintptr_t stream; /* the producer's stream (the CUDA array interface's 'stream'), 0: none */
 };
 
-/* Fills m from obj: a tuple (owner, address, nbytes) of host memory that owner keeps
- * alive (a framework's tensor, whose memory the adapter vouches for), the buffer
+/* Fills m from obj: a tuple (owner, address, nbytes[, device, stream]) of memory that owner
+ * keeps alive (a framework's tensor, whose memory the adapter vouches for; host memory, or
+ * with device >= 0 that CUDA device's, ordered on stream), the buffer
  * protocol, __cuda_array_interface__ or __dlpack__, in that order; C-contiguous
  * memory only. -1 with an exception set otherwise. Release with PyBuffer_Release(&m->view).
  * `typed`: also read the buffer protocol's element type (its format), which no call

@@ -3,7 +3,9 @@
  * (struct hvdl_py_memory: address, bytes, element type, device type and
  * number, stream), from whichever protocol the object speaks, tried in order:
  *
- *   (owner, address, nbytes)    host memory by address (hvd_lite.torch's tensors)
+ *   (owner, address, nbytes[, device, stream])
+ *                               memory by address (hvd_lite.torch's tensors): host memory,
+ *                               or with device >= 0 that CUDA device's, on `stream`
  *   the buffer protocol         host memory (numpy, bytearray, memoryview); where the
  *                               export fails and the object has the CUDA array interface
  *                               (CuPy's arrays refuse it for device memory), that instead
@@ -320,17 +322,26 @@ int hvdl_py_describe(PyObject *obj, int writable, int typed, struct hvdl_py_memo
   m->dtype = -1;
   m->device_type = HVDL_DEVICE_CPU;
   m->device_id = 0;
-  if (PyTuple_CheckExact(obj)) { /* (owner, address, nbytes): memory the owner keeps alive */
+  if (PyTuple_CheckExact(obj)) { /* (owner, address, nbytes[, device, stream]): memory the owner
+                                  * keeps alive, on the host, or on a CUDA device (device >= 0) */
     PyObject *owner, *where;
     Py_ssize_t len;
-    if (!PyArg_ParseTuple(obj, "OO!n;a buffer by address is (owner, address, nbytes)", &owner,
-                          &PyLong_Type, &where, &len))
+    int device = -1;
+    unsigned long long stream = 0;
+    if (!PyArg_ParseTuple(obj, "OO!n|iK;a buffer by address is (owner, address, nbytes[, device, "
+                          "stream])", &owner, &PyLong_Type, &where, &len, &device, &stream))
       return -1;
     const unsigned long long address = PyLong_AsUnsignedLongLong(where); /* not negative */
     if (address == (unsigned long long)-1 && PyErr_Occurred()) return -1;
-    if (len < 0 || (address == 0 && len > 0)) {
-      PyErr_Format(PyExc_ValueError, "%s: %zd bytes at address %llu", what, len, address);
+    if (len < 0 || (address == 0 && len > 0) || device < -1) {
+      PyErr_Format(PyExc_ValueError, "%s: %zd bytes at address %llu (device %d)", what, len,
+                   address, device);
       return -1;
+    }
+    if (device >= 0) {
+      m->device_type = HVDL_DEVICE_CUDA;
+      m->device_id = device;
+      m->stream = (uintptr_t)stream;
     }
     return fill(m, obj, (uintptr_t)address, len, 0); /* the tuple holds the owner */
   }

@@ -11,7 +11,8 @@
  *     .submit(coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits,
  *             error, at_once=False) -> Handle   (at_once: waited on at once, no batching;
  *                                        send/recv: a buffer, None, or (owner, address,
- *                                        nbytes): hvdl_py_get_buffer)
+ *                                        nbytes[, device, stream]): hvdl_py_describe;
+ *                                        CUDA memory for ALLREDUCE and BROADCAST only)
  *     .submit_group([(coll, send, ..., error), ...], at_once=False) -> [Handle]
  *                                        all of them in one round, or none
  *     .hold(on), .shutdown()             (shutdown waits in slices: a signal interrupts it)
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda.h"
 #include "engine.h"
 #include "internal.h"
 #include "topology.h"
@@ -139,12 +141,13 @@ static PyObject *Engine_stats(hvdl_py_engine *self, PyObject *noargs) {
   if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
   struct hvdl_engine_stats st;
   hvdl_engine_get_stats(self->engine, &st);
-  return Py_BuildValue("{sKsKsKsKsKsKsd}", "rounds", (unsigned long long)st.rounds, "slow_rounds",
-                       (unsigned long long)st.slow_rounds, "shm_rounds",
+  return Py_BuildValue("{sKsKsKsKsKsKsKsd}", "rounds", (unsigned long long)st.rounds,
+                       "slow_rounds", (unsigned long long)st.slow_rounds, "shm_rounds",
                        (unsigned long long)st.shm_rounds, "announced",
                        (unsigned long long)st.announced, "cached_ready",
                        (unsigned long long)st.cached_ready, "caller_turns",
-                       (unsigned long long)st.caller_turns, "step_seconds", st.step_seconds);
+                       (unsigned long long)st.caller_turns, "device_steps",
+                       (unsigned long long)st.device_steps, "step_seconds", st.step_seconds);
 }
 
 static PyObject *Engine_autotune(hvdl_py_engine *self, PyObject *noargs) {
@@ -227,6 +230,47 @@ static int parse_shape(PyObject *shape, struct hvdl_desc *d) {
   return 0;
 }
 
+static int on_cuda(const struct hvdl_py_memory *m) {
+  return m->device_type == HVDL_DEVICE_CUDA || m->device_type == HVDL_DEVICE_CUDA_MANAGED;
+}
+
+/* h's buffers, exported into its hold: host memory, or for an all-reduce or a broadcast
+ * both on one CUDA device, whose number and stream the request takes (the CUDA array
+ * interface's per-thread stream, 2, names the submitting thread's, which the engine's
+ * thread cannot: the legacy default stream, 1, which waits for it, instead). */
+static int take_buffers(hvdl_py_handle *h, int coll, int dtype, PyObject *sendobj,
+                        PyObject *recvobj, size_t *scount) {
+  const int device_ok = coll == HVDL_COLL_ALLREDUCE || coll == HVDL_COLL_BROADCAST;
+  struct hvdl_py_memory sm = {.device_type = HVDL_DEVICE_CPU}, rm = sm;
+  size_t rcount = 0;
+  if (sendobj != Py_None) {
+    if (hvdl_py_get_memory(sendobj, &sm, 0, dtype, scount, device_ok, "sendbuf")) return -1;
+    h->hold.send = sm.view;
+    h->hold.has_send = 1;
+  }
+  if (recvobj != Py_None) {
+    if (hvdl_py_get_memory(recvobj, &rm, 1, dtype, &rcount, device_ok, "recvbuf")) return -1;
+    h->hold.recv = rm.view;
+    h->hold.has_recv = 1;
+  }
+  const int sc = h->hold.has_send && on_cuda(&sm), rc = h->hold.has_recv && on_cuda(&rm);
+  if ((h->hold.has_send && h->hold.has_recv && sc != rc) || (sc && rc && sm.device_id != rm.device_id)) {
+    PyErr_Format(PyExc_ValueError, "sendbuf and recvbuf must both be host memory or both on one "
+                 "CUDA device (sendbuf: %s device %d, recvbuf: %s device %d)",
+                 hvdl_py_device_name(sm.device_type), sm.device_id,
+                 hvdl_py_device_name(rm.device_type), rm.device_id);
+    return -1;
+  }
+  if (!sc && !rc) return 0;
+  const struct hvdl_py_memory *m = sc ? &sm : &rm;
+  struct hvdl_request *r = h->hold.req;
+  r->desc.device = HVDL_MEM_CUDA;
+  r->device_id = m->device_id >= 0 ? m->device_id : hvdl_cuda_device_of(m->view.buf);
+  const uintptr_t stream = sm.stream ? sm.stream : rm.stream;
+  r->stream = (hvdlStream_t)(stream == 2 ? (uintptr_t)1 : stream);
+  return 0;
+}
+
 /* A handle for one submit() argument tuple, its request filled but not submitted (and
  * not pending, so that dropping it waits for nothing); NULL with an exception set.
  * recv None: the engine allocates the output (ALLGATHER, ALLTOALL); send and recv None:
@@ -279,15 +323,8 @@ static hvdl_py_handle *new_handle(hvdl_py_engine *self, PyObject *args, int *at_
     return (hvdl_py_handle *)PyErr_NoMemory();
   }
   atomic_store(&r->state, HVDL_REQ_FAILED); /* until it is submitted: nothing to wait for */
-  size_t scount = 0, rcount = 0;
-  if (sendobj != Py_None) {
-    if (hvdl_py_get_buffer(sendobj, &h->hold.send, 0, dtype, &scount, "sendbuf")) goto fail;
-    h->hold.has_send = 1;
-  }
-  if (recvobj != Py_None) {
-    if (hvdl_py_get_buffer(recvobj, &h->hold.recv, 1, dtype, &rcount, "recvbuf")) goto fail;
-    h->hold.has_recv = 1;
-  }
+  size_t scount = 0;
+  if (take_buffers(h, coll, dtype, sendobj, recvobj, &scount)) goto fail;
   if (parse_shape(shape, &r->desc)) goto fail;
   if (splits != Py_None) {
     PyObject *seq = PySequence_Fast(splits, "splits must be a sequence of ints");
@@ -420,7 +457,8 @@ static PyMethodDef Engine_methods[] = {
      "stats() -> dict: rounds, slow_rounds (descriptors gathered at the coordinator), shm_rounds "
      "(rounds through the host's shared segment), announced "
      "(names this rank sent), cached_ready (requests ready by their cache bit alone), "
-     "caller_turns (rounds run by a waiting caller: the fast path), step_seconds (time spent "
+     "caller_turns (rounds run by a waiting caller: the fast path), device_steps (collectives "
+     "run on CUDA memory), step_seconds (time spent "
      "running collectives, fusion copies included)"},
     {"autotune", (PyCFunction)Engine_autotune, METH_NOARGS,
      "autotune() -> dict: the tunable parameters in effect (fusion_threshold, segment_bytes, "

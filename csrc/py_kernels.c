@@ -5,7 +5,8 @@
  *   reduce_local(dst, a, b, dtype, op), divide_local(buf, dtype, divisor)
  *                                        reduce.c's kernels on host memory; on CUDA
  *                                        memory, cuda_kernels.cu's (then synchronized)
- *   scale_local(dst, src, dtype, factor) the scale kernels (host memory)
+ *   scale_local(dst, src, dtype, factor) the scale kernels (host memory; on CUDA memory,
+ *                                        cuda_kernels.cu's, then synchronized)
  *   kernel_bench(dtype, op, nbytes, iters) -> (kernel_s, memcpy_s)
  */
 #include "py_binding.h"
@@ -84,17 +85,22 @@ PyObject *hvdl_py_scale_local(PyObject *self, PyObject *args) {
   double factor;
   if (!PyArg_ParseTuple(args, "OOid", &d, &s, &dtype, &factor)) return NULL;
   if (hvdl_py_check_reducible(dtype)) return NULL;
-  Py_buffer dv, sv;
+  struct hvdl_py_memory dm, sm;
   size_t nd, ns;
-  if (hvdl_py_get_buffer(d, &dv, 1, dtype, &nd, "dst")) return NULL;
-  if (hvdl_py_get_buffer(s, &sv, 0, dtype, &ns, "src")) {
-    PyBuffer_Release(&dv);
+  if (hvdl_py_get_memory(d, &dm, 1, dtype, &nd, 1, "dst")) return NULL;
+  if (hvdl_py_get_memory(s, &sm, 0, dtype, &ns, 1, "src")) {
+    PyBuffer_Release(&dm.view);
     return NULL;
   }
   if (ns != nd) PyErr_SetString(PyExc_ValueError, "scale_local: buffers differ in length");
-  else hvdl_scale(dv.buf, sv.buf, nd, (hvdlDataType_t)dtype, factor);
-  PyBuffer_Release(&sv);
-  PyBuffer_Release(&dv);
+  else if (sm.device_type != dm.device_type)
+    PyErr_SetString(PyExc_ValueError, "scale_local: buffers on different devices");
+  else if (dm.device_type == HVDL_DEVICE_CUDA)
+    cuda_done(hvdl_cuda_scale(NULL, dm.view.buf, sm.view.buf, nd, (hvdlDataType_t)dtype, factor,
+                              NULL));
+  else hvdl_scale(dm.view.buf, sm.view.buf, nd, (hvdlDataType_t)dtype, factor);
+  PyBuffer_Release(&sm.view);
+  PyBuffer_Release(&dm.view);
   if (PyErr_Occurred()) return NULL;
   Py_RETURN_NONE;
 }

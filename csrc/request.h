@@ -42,11 +42,16 @@ enum hvdl_coll {
  * arguments: the coordinator turns it into an error on every rank. */
 struct hvdl_desc {
   int32_t coll, dtype, op, ndim, root;
+  int32_t device; /* HVDL_MEM_HOST or HVDL_MEM_CUDA: where the data is. The ranks must agree:
+                   * device data runs in cuda.c's chunks, host data in one call */
   double prescale, postscale;
   int64_t dims[HVDL_MAX_DIMS];
   char name[HVDL_MAX_NAME];
   char error[256];
 };
+
+/* hvdl_desc.device */
+enum { HVDL_MEM_HOST = 0, HVDL_MEM_CUDA = 1 };
 
 enum hvdl_req_state { HVDL_REQ_PENDING = 0, HVDL_REQ_DONE = 1, HVDL_REQ_FAILED = 2 };
 
@@ -62,6 +67,8 @@ struct hvdl_request {
   const void *send;
   void *recv;                    /* NULL for ALLGATHER/ALLTOALL: the engine allocates `out` */
   size_t count, nbytes;          /* of send */
+  int device_id;                 /* desc.device HVDL_MEM_CUDA: the CUDA device of send and recv */
+  hvdlStream_t stream;           /* ... and the stream their work is ordered on */
   int64_t dim0;                  /* this rank's first dimension (ALLGATHER, ALLTOALL) */
   int64_t *splits;               /* ALLTOALL: rows for each rank (size entries), or NULL */
   void *out;                     /* engine-allocated output, freed with the request */

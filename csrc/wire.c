@@ -40,12 +40,13 @@ int hvdl_buf_put_str(struct hvdl_buf *b, const char *s) {
 /* ---- descriptors and responses, written ---------------------------------- */
 
 struct wire_fixed {
-  int32_t coll, dtype, op, ndim, root, pad;
+  int32_t coll, dtype, op, ndim, root, device;
   double prescale, postscale;
 };
 
 int hvdl_desc_put(struct hvdl_buf *b, const struct hvdl_desc *d) {
-  struct wire_fixed f = {d->coll, d->dtype, d->op, d->ndim, d->root, 0, d->prescale, d->postscale};
+  struct wire_fixed f = {d->coll, d->dtype, d->op, d->ndim, d->root, d->device, d->prescale,
+                         d->postscale};
   return hvdl_buf_put(b, &f, sizeof f) || hvdl_buf_put(b, d->dims, sizeof(int64_t) * (size_t)d->ndim) ||
          hvdl_buf_put_str(b, d->name) || hvdl_buf_put_str(b, d->error);
 }
@@ -139,7 +140,9 @@ int hvdl_desc_get(struct hvdl_reader *r, struct hvdl_desc *d) {
     return bad(r, start, "descriptor: reduction op %d is not in 0..%d", f.op, hvdlNumOps - 1);
   if (f.ndim < 0 || f.ndim > HVDL_MAX_DIMS)
     return bad(r, start, "descriptor: ndim %d is not in 0..%d", f.ndim, HVDL_MAX_DIMS);
-  if (f.pad != 0) return bad(r, start, "descriptor: padding %d is not 0", f.pad);
+  if (f.device != HVDL_MEM_HOST && f.device != HVDL_MEM_CUDA)
+    return bad(r, start, "descriptor: memory kind %d is not %d (host) or %d (CUDA)", f.device,
+               HVDL_MEM_HOST, HVDL_MEM_CUDA);
   r->p += sizeof f;
   const size_t dims_bytes = sizeof(int64_t) * (size_t)f.ndim;
   if (left(r) < dims_bytes)
@@ -167,6 +170,7 @@ int hvdl_desc_get(struct hvdl_reader *r, struct hvdl_desc *d) {
   d->op = f.op;
   d->ndim = f.ndim;
   d->root = f.root;
+  d->device = f.device;
   d->prescale = f.prescale;
   d->postscale = f.postscale;
   return 0;

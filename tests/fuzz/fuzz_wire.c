@@ -121,6 +121,7 @@ static void random_desc(struct hvdl_desc *d, const char *name, int nranks) {
   for (int i = 0; i < d->ndim; i++) d->dims[i] = chance(3) ? 0 : (int64_t)below(6);
   if ((d->coll == HVDL_COLL_ALLGATHER || d->coll == HVDL_COLL_ALLTOALL) && d->ndim > 0) d->dims[0] = -1;
   d->root = chance(90) ? (int32_t)below((size_t)nranks) : (int32_t)rnd();
+  d->device = chance(10) ? HVDL_MEM_CUDA : HVDL_MEM_HOST;
   d->prescale = random_scale();
   d->postscale = random_scale();
   snprintf(d->name, sizeof d->name, "%s", name);
@@ -137,6 +138,7 @@ static void check_desc_ranges(const struct hvdl_desc *d) {
   CHECK(hvdl_type_valid(d->dtype), "dtype %d", d->dtype);
   CHECK(d->op >= 0 && d->op < hvdlNumOps, "op %d", d->op);
   CHECK(d->ndim >= 0 && d->ndim <= HVDL_MAX_DIMS, "ndim %d", d->ndim);
+  CHECK(d->device == HVDL_MEM_HOST || d->device == HVDL_MEM_CUDA, "device %d", d->device);
   for (int i = 0; i < d->ndim && i < HVDL_MAX_DIMS; i++) CHECK(d->dims[i] >= -1, "dims[%d] %lld", i, (long long)d->dims[i]);
   CHECK(memchr(d->name, '\0', sizeof d->name) != NULL, "name not terminated");
   CHECK(memchr(d->error, '\0', sizeof d->error) != NULL, "error not terminated");
