@@ -1,6 +1,6 @@
 """Horovod's queries about the build (which backends it has) and its timeline calls, as they are
-for hvd_lite: MPI only, host memory only, the timeline set by HVD_LITE_TIMELINE. One module for
-hvd_lite.torch, hvd_lite.tensorflow and hvd_lite.keras."""
+for hvd_lite: MPI only, CUDA where the build has it, the timeline set by HVD_LITE_TIMELINE. One
+module for hvd_lite.torch, hvd_lite.tensorflow and hvd_lite.keras."""
 from . import basics
 
 
@@ -40,8 +40,10 @@ def ccl_built() -> bool:
 
 
 def cuda_built() -> bool:
-    """False: collectives run on host memory (tensors on a GPU go through a CPU copy)."""
-    return False
+    """True when this build has CUDA (build_info()['cuda']): allreduce and broadcast then take
+    CUDA memory (CuPy arrays; hvd_lite.torch's CUDA tensors) on its stream; without it CUDA
+    tensors go through a CPU copy."""
+    return bool(basics.build_info()["cuda"])
 
 
 def rocm_built() -> bool:

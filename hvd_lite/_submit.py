@@ -78,7 +78,22 @@ def hvdl_dtype(dtype) -> int:
     return code
 
 
-def _not_an_array(fn: str, obj) -> TypeError:
+def is_device_array(obj) -> bool:
+    """True for a CuPy array: CUDA memory, which allreduce and broadcast take (in a build with
+    CUDA: the C core refuses it otherwise, saying so)."""
+    return type(obj).__module__.partition(".")[0] == "cupy"
+
+
+def empty_like(array):
+    """A new C-contiguous array like `array`: numpy's, or CuPy's on the array's own device."""
+    if type(array) is np.ndarray or not is_device_array(array):
+        return np.empty_like(array, order="C")
+    import cupy  # the array is CuPy's: it is installed
+    with array.device:
+        return cupy.empty_like(array, order="C")
+
+
+def _not_an_array(fn: str, obj, device_ok: bool) -> TypeError:
     """What the engine says of an object that is no numpy array: its full type name (CuPy's is
     also 'ndarray'), and for device memory (the CUDA array interface) where to take it instead."""
     t = type(obj)
@@ -88,17 +103,24 @@ def _not_an_array(fn: str, obj) -> TypeError:
         on_device = hasattr(obj, "__cuda_array_interface__")
     except Exception:  # noqa: BLE001 - then where its memory is stays unsaid
         on_device = False
-    if on_device:
-        where = (": its memory is on a CUDA device, and the engine takes host memory; copy it to "
-                 "the host first (for CuPy: cupy.asnumpy). hvd_lite.torch moves CUDA tensors itself")
-    return TypeError(f"{fn} expects a numpy.ndarray, got {name}{where}")
+    if on_device and device_ok:
+        where = (": its memory is on a CUDA device, and of device arrays this call takes CuPy's "
+                 "only; copy it into one (cupy.asarray) or to the host first. hvd_lite.torch "
+                 "moves CUDA tensors itself")
+    elif on_device:
+        where = (": its memory is on a CUDA device, and this call takes host memory (of the "
+                 "numpy API's calls, allreduce and broadcast take CuPy arrays); copy it to the "
+                 "host first (for CuPy: cupy.asnumpy). hvd_lite.torch moves CUDA tensors itself")
+    return TypeError(f"{fn} expects a numpy.ndarray{' or a cupy.ndarray' if device_ok else ''}, "
+                     f"got {name}{where}")
 
 
-def check_array(fn: str, array, inplace: bool) -> int:
-    """The array's hvdl dtype code; TypeError or ValueError if the engine cannot take it."""
-    if not isinstance(array, np.ndarray):
-        raise _not_an_array(fn, array)
-    code = HVDL_DTYPES.get(array.dtype)
+def check_array(fn: str, array, inplace: bool, device_ok: bool = False) -> int:
+    """The array's hvdl dtype code; TypeError or ValueError if the engine cannot take it.
+    device_ok: a CuPy array is taken too (allreduce, broadcast)."""
+    if not isinstance(array, np.ndarray) and not (device_ok and is_device_array(array)):
+        raise _not_an_array(fn, array, device_ok)
+    code = HVDL_DTYPES.get(np.dtype(array.dtype))
     if code is None:
         try:
             hvdl_dtype(array.dtype)
@@ -110,8 +132,9 @@ def check_array(fn: str, array, inplace: bool) -> int:
     flags = array.flags
     if not flags.c_contiguous:
         raise ValueError(f"{fn}: the array is not C-contiguous (shape {list(array.shape)}, strides "
-                         f"{list(array.strides)}); pass numpy.ascontiguousarray(array)")
-    if inplace and not flags.writeable:
+                         f"{list(array.strides)}); pass a C-contiguous copy (numpy.ascontiguousarray "
+                         "or cupy.ascontiguousarray)")
+    if inplace and not getattr(flags, "writeable", True):  # CuPy's arrays are always writable
         raise ValueError(f"{fn}: the array is read-only and cannot be reduced in place; "
                          "use the out-of-place call or pass a writable copy")
     return code

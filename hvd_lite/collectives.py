@@ -7,8 +7,8 @@ import numpy as np
 from . import basics
 from .process_sets import ProcessSet, global_process_set
 from ._submit import (Average, Handle, ReduceOp, Request, at_once, check_array, check_op,
-                      check_reducible, check_scale, engine_args, group_names, name_of, name_or_auto,
-                      run_now, submit, submit_group, synchronize)
+                      check_reducible, check_scale, empty_like, engine_args, group_names, name_of,
+                      name_or_auto, run_now, submit, submit_group, synchronize)
 
 _core = basics._core
 
@@ -57,10 +57,10 @@ def broadcast_request(fn: str, array, inplace: bool, root_rank, name,
     """A broadcast from root_rank (a global rank) into `array` itself when `inplace`, else into
     a new array, in `process_set` (None: the global set), checked."""
     where = basics.set_for(fn, process_set)
-    code = check_array(fn, array, inplace)
+    code = check_array(fn, array, inplace, device_ok=True)
     root = where.set_rank(fn, _check_root(fn, root_rank))
     name, auto = name_or_auto(fn, "broadcast", name)
-    out = array if inplace else np.empty_like(array, order="C")
+    out = array if inplace else empty_like(array)
     return Request(engine_args(_core.COLL_BROADCAST, array, out, code, name, array.shape, root=root),
                    output=out, where=where, auto=auto)
 

@@ -7,7 +7,8 @@ from . import basics
 from .process_sets import ProcessSet, global_process_set
 from ._submit import (HVDL_DTYPES, HVDL_OPS, MAX_DIMS, MAX_NAME_BYTES, Average, Handle, Max, Min,
                       Product, ReduceOp, Request, Sum, at_once, check_array, check_op,
-                      check_reducible, check_scale, engine_args, group_names, held, hvdl_dtype,
+                      check_reducible, check_scale, empty_like, engine_args, group_names, held,
+                      hvdl_dtype,
                       name_or_auto, poll, run, run_now, start, submit, submit_group, synchronize)
 
 _core = basics._core
@@ -31,15 +32,16 @@ def allreduce_request(fn: str, array, inplace: bool, op, prescale_factor, postsc
 def checked_request(fn: str, array, inplace: bool, op, prescale_factor, postscale_factor, name,
                     where) -> Request:
     """allreduce_request's full checks, in the set `where` (basics.set_for's)."""
-    code = check_array(fn, array, inplace)
+    code = check_array(fn, array, inplace, device_ok=True)
     check_reducible(fn, array)
     hop = check_op(fn, op)
     pre = check_scale(fn, "prescale_factor", prescale_factor)
     post = check_scale(fn, "postscale_factor", postscale_factor)
     name, auto = name_or_auto(fn, _KIND, name)
-    out = array if inplace else np.empty_like(array, order="C")
+    out = array if inplace else empty_like(array)
     # The C core takes the arrays' memory through the buffer protocol without a
-    # format, which works for every dtype here, bfloat16 included.
+    # format, which works for every dtype here, bfloat16 included (CuPy's through the CUDA
+    # array interface, on the stream it names: the result is ready where that stream reaches it).
     return Request(engine_args(_core.COLL_ALLREDUCE, array, out, code, name, array.shape, hop, pre,
                                post), out, None, where, auto)
 

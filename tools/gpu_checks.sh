@@ -4,7 +4,9 @@
 # 4 and 1 ranks, and the device benchmark at 2 ranks. Each step has a time limit, and no test run
 # starts past LIMIT seconds, so one hung step cannot eat the lease.
 #
-#   bash tools/gpu_checks.sh [LOGDIR]     (default: $OUT where set, else ./gpu_logs)
+#   bash tools/gpu_checks.sh [LOGDIR]     (default: $OUT where set, else ./gpu_logs; BENCH=0: no
+#                                         benchmark; BENCH_MAX: its largest size, default 256M;
+#                                         LIMIT: seconds after which no test run starts)
 #
 # Needs: python with numpy, CuPy and torch (CUDA), mpi4py and pytest-mpi, nvcc, and an MPI wheel in
 # that python's environment (the build takes mpi.h from it, as pip install does). Where nothing can
@@ -45,13 +47,14 @@ device_tests() {  # ranks, time limit
   local start=$SECONDS
   echo "===== $1 rank(s)" >> "$LOGS/tests.log"
   timeout "$2" "$MPIRUN" --oversubscribe -np "$1" "$PY" -m pytest -q -rfEs -p no:cacheprovider --with-mpi \
-    --timeout 100 tests/parallel/test_cuda.py tests/parallel/test_torch_cuda.py >> "$LOGS/tests.log" 2>&1
+    --timeout 100 tests/parallel/test_cuda.py tests/parallel/test_torch_cuda.py \
+    tests/parallel/test_cuda_engine.py >> "$LOGS/tests.log" 2>&1
   echo "$1 rank(s): exit $? in $((SECONDS - start)) s: $(plain "$LOGS/tests.log" | grep -a -E '(passed|failed|error|skipped|no tests ran)' | tail -1)"
 }
 device_tests 2 200
-if [ "$SECONDS" -le "$LIMIT" ]; then
+if [ "${BENCH:-1}" = 1 ] && [ "$SECONDS" -le "$LIMIT" ]; then
   start=$SECONDS
-  timeout 150 "$MPIRUN" --oversubscribe -np 2 "$PY" -m hvd_lite.bench allreduce --device cuda -b 4K -e 256M \
+  timeout 150 "$MPIRUN" --oversubscribe -np 2 "$PY" -m hvd_lite.bench allreduce --device cuda -b 4K -e "${BENCH_MAX:-256M}" \
     -f 4 --repeats 5 > "$LOGS/bench.log" 2>&1
   echo "bench: exit $? in $((SECONDS - start)) s"
   cat "$LOGS/bench.log"

@@ -5,6 +5,8 @@ Run under mpirun on a GPU machine; rank 0 prints. For each size (bytes per rank)
 
   hvd      hvdlAllReduce on device buffers (the staged path: pinned chunks, host algorithm),
            then a synchronize of the stream
+  engine   hvd.allreduce_ on a CuPy array (the engine: negotiation, then the same staged path
+           on the array's stream), then a synchronize of the stream
   naive    what a user does without hvd_lite: copy to the host (cupy.asnumpy, pageable),
            MPI_Allreduce (mpi4py), copy back (cupy's set)
   d2h+h2d  the pinned copy bound of staging: one copy down and one up of the buffer through
@@ -14,7 +16,8 @@ Run under mpirun on a GPU machine; rank 0 prints. For each size (bytes per rank)
 Each is timed in batches of back-to-back calls after a barrier (the slowest rank's time),
 the contenders alternating batch by batch; medians over --repeats. naive/hvd > 1 means hvd_lite
 is faster; hvd/copy is its time over the pinned copy bound. #wrong counts result elements of
-hvd_lite whose bits differ from the exact answer (small integers: every order gives it).
+hvd_lite (the C API's and the engine's) whose bits differ from the exact answer (small integers:
+every order gives it).
 """
 import time
 from typing import Callable, Dict, List
@@ -49,6 +52,7 @@ def main(args) -> int:
     if dtype.itemsize == 2 and dtype != np.float16:
         raise SystemExit("--device cuda: CuPy has no bfloat16; use another --dtype")
     code, op = HVDL_DTYPES[dtype], common.OPS.index(args.op)
+    hvd_op = {"sum": hvd.Sum, "prod": hvd.Product, "max": hvd.Max, "min": hvd.Min}[args.op]
     mpi_op = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[args.op]
     sizes = [s for s in common.size_range(args.minbytes, args.maxbytes, args.stepfactor)
              if s >= dtype.itemsize]
@@ -56,8 +60,9 @@ def main(args) -> int:
     stream = cupy.cuda.get_current_stream()
     if rank == 0:
         print(f"# {n} ranks, {dtype.name} {args.op}, device {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
-        print(f"{'size':>6} {'count':>10} {'hvd us':>10} {'naive us':>10} {'d2h+h2d us':>11} "
-              f"{'d2d us':>9} {'naive/hvd':>9} {'hvd/copy':>8} {'busbw GB/s':>10} {'#wrong':>6}",
+        print(f"{'size':>6} {'count':>10} {'hvd us':>10} {'engine us':>10} {'naive us':>10} "
+              f"{'d2h+h2d us':>11} {'d2d us':>9} {'naive/hvd':>9} {'naive/eng':>9} "
+              f"{'hvd/copy':>8} {'busbw GB/s':>10} {'#wrong':>6}",
               flush=True)
     for nbytes in sizes:
         count = nbytes // dtype.itemsize
@@ -67,12 +72,17 @@ def main(args) -> int:
         exact.fill(want, exact.expected_pattern(dtype, args.op, n))
         send = cupy.asarray(host)
         recv = cupy.zeros_like(send)
+        scratch = send.copy()  # the engine's in-place call (its values change: timing only)
         pinned = cupy.cuda.alloc_pinned_memory(count * dtype.itemsize)
         staged = np.frombuffer(pinned, dtype, count)
         out = np.empty_like(host)
 
         def run_hvd():
             comm.allreduce(send, recv, code, op)
+            stream.synchronize()
+
+        def run_engine():
+            hvd.allreduce_(scratch, op=hvd_op, name="bench.cuda")
             stream.synchronize()
 
         def run_naive():
@@ -90,8 +100,9 @@ def main(args) -> int:
             cupy.copyto(recv, send)
             stream.synchronize()
 
-        calls: Dict[str, Callable[[], None]] = {"hvd": run_hvd, "naive": run_naive,
-                                                "copy": run_copy, "d2d": run_d2d}
+        calls: Dict[str, Callable[[], None]] = {"hvd": run_hvd, "engine": run_engine,
+                                                "naive": run_naive, "copy": run_copy,
+                                                "d2d": run_d2d}
         for f in calls.values():
             for _ in range(args.warmup):
                 f()
@@ -104,17 +115,19 @@ def main(args) -> int:
                 times[k].append(_batch(f, iters, world))
             recv.fill(0)
             run_hvd()
-            wrong += int(np.count_nonzero(cupy.asnumpy(recv).view(np.uint8).reshape(count, -1)
-                                          != want.view(np.uint8).reshape(count, -1)))
+            for got in (recv, hvd.allreduce(send, op=hvd_op, name="bench.cuda.check")):
+                wrong += int(np.count_nonzero(cupy.asnumpy(got).view(np.uint8).reshape(count, -1)
+                                              != want.view(np.uint8).reshape(count, -1)))
         wrong = world.allreduce(wrong)
         med = {k: common.median(v) for k, v in times.items()}
         if rank == 0:
             busbw = common.gbps(nbytes, med["hvd"]) * 2 * (n - 1) / n if n > 1 else 0.0
             print(f"{common.format_size(nbytes):>6} {count:>10} {med['hvd'] * 1e6:>10.1f} "
-                  f"{med['naive'] * 1e6:>10.1f} {med['copy'] * 1e6:>11.1f} {med['d2d'] * 1e6:>9.1f} "
-                  f"{med['naive'] / med['hvd']:>9.2f} {med['hvd'] / med['copy']:>8.2f} "
-                  f"{busbw:>10.2f} {wrong:>6}", flush=True)
-        del send, recv, pinned, staged
+                  f"{med['engine'] * 1e6:>10.1f} {med['naive'] * 1e6:>10.1f} "
+                  f"{med['copy'] * 1e6:>11.1f} {med['d2d'] * 1e6:>9.1f} "
+                  f"{med['naive'] / med['hvd']:>9.2f} {med['naive'] / med['engine']:>9.2f} "
+                  f"{med['hvd'] / med['copy']:>8.2f} {busbw:>10.2f} {wrong:>6}", flush=True)
+        del send, recv, scratch, pinned, staged
     comm.destroy()
     hvd.shutdown()
     return 0

@@ -3,8 +3,9 @@
 CPU tensors reach the engine without a copy: an allreduce's common case (_plain_args) gives the
 engine the tensor's memory by address, everything else goes as numpy views of it (bfloat16 through
 an int16 view) through the numpy API's checks. Out-of-place calls copy a non-contiguous input once;
-in-place calls refuse it. A tensor on another device goes through a CPU copy and its result comes
-back to that device.
+in-place calls refuse it. In a build with CUDA, a CUDA tensor's allreduce in that common case goes
+to the engine by address too, on torch's current stream (_memory). Any other call on a tensor on
+another device goes through a CPU copy and its result comes back to that device.
 """
 import warnings
 from typing import Callable, List, Optional, Sequence
@@ -15,6 +16,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 
 from .. import basics, collectives, ops
+from .._build import cuda_built
 from .._submit import (MAX_DIMS, Adasum, Average, Max, Min, Product, ReduceOp, Request, Sum,
                        at_once, check_name, group_names, run, start, submit_group)
 from ..process_sets import global_process_set
@@ -80,24 +82,50 @@ def _plain_args(tensor, inplace: bool, op, pre, post, name) -> Optional[list]:
     if type(tensor) is not torch.Tensor:
         return None
     hop, code = ops.plain_op(op, pre, post, name), _REDUCIBLE.get(tensor.dtype)
-    if (hop is None or code is None or not tensor.is_cpu or tensor.layout != torch.strided
+    if (hop is None or code is None or tensor.layout != torch.strided
             or tensor.dim() > MAX_DIMS or not tensor.is_contiguous() or tensor.is_neg()):
         return None  # a negative view: its memory holds minus its values (the full route copies)
+    where = _memory(tensor)
     count, address = tensor.numel(), tensor.data_ptr()
-    if count == 0 or address == 0:
+    if where is None or count == 0 or address == 0:
         return None  # address 0: a tensor without memory (a ZeroTensor)
     # The engine holds the tensor's storage, not the tensor: a tensor given other memory while the
     # call is in flight (set_, .data =) leaves the engine writing memory still alive.
-    send = (tensor.untyped_storage(), address, count * tensor.element_size())
-    return [basics._core.COLL_ALLREDUCE, send, send if inplace else _output(tensor, send[2]), code,
+    send = (tensor.untyped_storage(), address, count * tensor.element_size()) + where
+    return [basics._core.COLL_ALLREDUCE, send, send if inplace else _output(tensor, send), code,
             hop, pre, post, name, tuple(tensor.shape), 0, None, ""]
 
 
-def _output(like: torch.Tensor, nbytes: int) -> tuple:
-    """A new tensor like `like`, by address: an out-of-place call's output (the result itself,
-    since nothing else holds it while the call is in flight)."""
+def _memory(tensor: torch.Tensor) -> Optional[tuple]:
+    """Where a tensor's memory is, as the engine's (owner, address, nbytes[, device, stream])
+    buffers end: () for the CPU; for a CUDA tensor in a build with CUDA, its device and torch's
+    current stream there (the engine's copies and kernels queue on it, after the work that made
+    the tensor, and the result is ready where that stream reaches it, as NCCL's is); None for
+    anything else (the route through a CPU copy)."""
+    if tensor.is_cpu:
+        return ()
+    if tensor.is_cuda and _cuda():
+        return (tensor.device.index, torch.cuda.current_stream(tensor.device).cuda_stream)
+    return None
+
+
+def _cuda() -> bool:
+    """Whether this build takes CUDA memory (asked once)."""
+    global _CUDA
+    if _CUDA is None:
+        _CUDA = cuda_built()
+    return _CUDA
+
+
+_CUDA = None
+
+
+def _output(like: torch.Tensor, send: tuple) -> tuple:
+    """A new tensor like `like` (whose buffer is `send`), by address, where `like` is: an
+    out-of-place call's output (the result itself, since nothing else holds it while the call is
+    in flight)."""
     out = torch.empty_like(like, memory_format=torch.contiguous_format)
-    return (out, out.data_ptr(), nbytes)
+    return (out, out.data_ptr()) + send[2:]
 
 
 def cpu_input(fn: str, tensor: torch.Tensor) -> torch.Tensor:
@@ -308,7 +336,7 @@ def allreduce_group(fn: str, tensors: Sequence[torch.Tensor], names: Sequence[st
         where = basics.set_for(fn, process_set)
         if not inplace:
             for args, t in zip(plain, tensors):
-                args[2] = _output(t, args[1][2])
+                args[2] = _output(t, args[1])
         handles = submit_group([Request(args, None, None, where) for args in plain])
         return [Handle(h, _in_place(t, t) if inplace else _given(args[2][0]))
                 for h, t, args in zip(handles, tensors, plain)]

@@ -130,7 +130,7 @@ def test_topology_on_one_host():
 
 # A later entry that every rank refuses, by kind: (exception, message, entry).
 BAD_LATER_ENTRIES = {
-    "not-an-array": (TypeError, "expects a numpy.ndarray, got list", [1.0, 2.0]),
+    "not-an-array": (TypeError, "expects a numpy.ndarray or a cupy.ndarray, got list", [1.0, 2.0]),
     "unsupported-dtype": (TypeError, "unsupported dtype complex64", np.ones(3, np.complex64)),
     "bool": (TypeError, "bool arrays cannot be reduced", np.ones(3, np.bool_)),
     "not-contiguous": (ValueError, "not C-contiguous", np.ones((4, 4), np.float32)[:, ::2]),

@@ -209,7 +209,8 @@ def shared_is_homogeneous():
 def test_the_build_queries_answer_for_an_mpi_cpu_build():
     n = hvd.size()
     agree(hvd.mpi_built() and hvd.mpi_enabled() and not hvd.gloo_built() and not hvd.gloo_enabled()
-          and not hvd.nccl_built() and not hvd.cuda_built() and not hvd.rocm_built() and
+          and not hvd.nccl_built() and hvd.cuda_built() is bool(hvd_lite.build_info()["cuda"])
+          and not hvd.rocm_built() and
           not hvd.ddl_built() and not hvd.ccl_built() and hvd.is_homogeneous() is True and
           hvd.is_homogeneous is shared_is_homogeneous() and int(hvd.size_op()) == n and
           int(hvd.rank_op()) == hvd.rank() and int(hvd.local_size_op()) == hvd.local_size() and

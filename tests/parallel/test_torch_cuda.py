@@ -3,8 +3,9 @@ CPU calls' bits and leave results on the tensor's device, in-place calls change 
 itself, gradients flow, and DistributedOptimizer trains a CUDA model as one process does on the
 global batch.
 
-The adapter moves a CUDA tensor through a CPU copy (hvd_lite/torch/mpi_ops.py); this file checks
-that path, not a device transport. Skipped, with the reason, where torch sees no CUDA device (CI
+In a build with CUDA, allreduce runs on the device (the engine's device path, on torch's current
+stream); the other collectives, and every call in a build without CUDA, move a CUDA tensor through
+a CPU copy (hvd_lite/torch/mpi_ops.py). This file checks both routes. Skipped, with the reason, where torch sees no CUDA device (CI
 has none). On a GPU machine (README, "GPUs"):
 
     mpirun -np 2 python -m pytest -q --with-mpi tests/parallel/test_torch_cuda.py
@@ -112,3 +113,27 @@ def test_distributed_optimizer_trains_a_cuda_model_as_one_process_on_the_global_
     on_device = all(p.is_cuda and (p.grad is None or p.grad.is_cuda) for p in model.parameters())
     agree(torch.allclose(w, wr, atol=1e-5, rtol=1e-4) and same and on_device,
           f"max diff {(w - wr).abs().max().item()}, same on every rank {same}, on the device {on_device}")
+
+
+def test_allreduce_of_cuda_tensors_runs_on_the_device_on_the_current_stream():
+    """In a build with CUDA the allreduce of a CUDA tensor runs on the device (stats()
+    'device_steps'), ordered on torch's current stream: here a non-default one whose long
+    kernel chain writes the input while the host does not wait."""
+    from hvd_lite import _core, basics
+    if not _core.build_info()["cuda"]:
+        pytest.skip("this build has no CUDA: CUDA tensors go through a CPU copy")
+    r, n = hvd.rank(), hvd.size()
+    before = basics._engine().stats()["device_steps"]
+    s = torch.cuda.Stream(device=CUDA)
+    with torch.cuda.stream(s):
+        big = torch.ones(1 << 26, device=CUDA)
+        for _ in range(20):
+            big.mul_(1.0)
+        x = big[: 1 << 20] * (r + 1)
+        out = hvd.allreduce(x, op=hvd.Sum, name="tstream")
+        hvd.allreduce_(x, op=hvd.Sum, name="tstream_")
+        got, got_ = out.cpu(), x.cpu()
+    steps = basics._engine().stats()["device_steps"] - before
+    want = torch.full((1 << 20,), n * (n + 1) / 2)
+    agree(torch.equal(got, want) and torch.equal(got_, want) and out.is_cuda and steps == 2,
+          f"got {got[:3]}, {got_[:3]}; device steps {steps}")

@@ -50,7 +50,7 @@ def test_build_info_names_the_mpi():
 
 
 @pytest.mark.parametrize("bad,exc,match", [
-    ([1.0, 2.0], TypeError, "expects a numpy.ndarray, got list"),
+    ([1.0, 2.0], TypeError, "expects a numpy.ndarray or a cupy.ndarray, got list"),
     (np.ones(3, np.complex128), TypeError, "unsupported dtype complex128"),
     (np.ones(3, np.complex64), TypeError, "unsupported dtype complex64"),
     (np.ones(3, bool), TypeError, "bool arrays cannot be reduced"),
@@ -72,13 +72,49 @@ DeviceArray.__qualname__ = "ndarray"
 
 
 def test_a_device_array_is_refused_naming_its_type_and_where_its_memory_is(initialized):
-    with pytest.raises(TypeError, match=r"allreduce expects a numpy.ndarray, got "
+    with pytest.raises(TypeError, match=r"allreduce expects a numpy.ndarray or a cupy.ndarray, got "
                                         r"test_api\.ndarray: its memory is on a CUDA device, and "
-                                        r"the engine takes host memory; copy it to the host first"):
+                                        r"of device arrays this call takes CuPy's only"):
         hvd.allreduce(DeviceArray())
-    with pytest.raises(TypeError, match=r"broadcast expects a numpy.ndarray, got test_api\.ndarray: "
-                                        r"its memory is on a CUDA device"):
+    with pytest.raises(TypeError, match=r"broadcast expects a numpy.ndarray or a cupy.ndarray, got "
+                                        r"test_api\.ndarray: its memory is on a CUDA device"):
         hvd.broadcast(DeviceArray(), root_rank=0)
+    with pytest.raises(TypeError, match=r"allgather expects a numpy.ndarray, got test_api\.ndarray: "
+                                        r"its memory is on a CUDA device, and this call takes host "
+                                        r"memory \(of the numpy API's calls, allreduce and broadcast "
+                                        r"take CuPy arrays\)"):
+        hvd.allgather(DeviceArray())
+
+
+class CupyLike:
+    """Stands for a CuPy array as the numpy API sees one (its module is cupy's): the C core
+    decides whether it can take the memory."""
+    __module__ = "cupy._core.core"
+    dtype = np.dtype(np.float32)
+    shape = (3,)
+    ndim = 1
+    strides = (4,)
+
+    class flags:
+        c_contiguous = True
+
+    __cuda_array_interface__ = {"shape": (3,), "typestr": "<f4", "data": (4096, False),
+                                "version": 3, "stream": 1}
+
+
+def test_a_cupy_array_reaches_the_core_which_refuses_it_in_a_build_without_cuda(initialized):
+    if hvd.build_info()["cuda"]:
+        pytest.skip("this build has CUDA: tests/parallel/test_cuda_engine.py runs CuPy arrays")
+    # in place only: an out-of-place call first makes its output with CuPy, not installed here
+    for call in (lambda: hvd.allreduce_(CupyLike(), name="cupy.ar_", op=hvd.Sum),
+                 lambda: hvd.grouped_allreduce_([CupyLike()], name="cupy.gar_", op=hvd.Sum),
+                 lambda: hvd.broadcast_(CupyLike(), 0, name="cupy.bc")):
+        with pytest.raises(ValueError, match=r"sendbuf is in CUDA memory \(device -1\): this "
+                                             r"hvd_lite was built without CUDA"):
+            call()
+    with pytest.raises(TypeError, match=r"allgather expects a numpy.ndarray, got "
+                                        r"cupy\._core\.core\.CupyLike"):
+        hvd.allgather(CupyLike())
 
 
 class Unsure:
@@ -89,9 +125,9 @@ class Unsure:
 
 
 def test_an_object_whose_interface_raises_is_still_refused_with_a_type_error(initialized):
-    with pytest.raises(TypeError, match=r"expects a numpy.ndarray, got test_api\.Unsure$"):
+    with pytest.raises(TypeError, match=r"expects a numpy.ndarray or a cupy.ndarray, got test_api\.Unsure$"):
         hvd.allreduce(Unsure())
-    with pytest.raises(TypeError, match=r"expects a numpy.ndarray, got list$"):
+    with pytest.raises(TypeError, match=r"expects a numpy.ndarray or a cupy.ndarray, got list$"):
         hvd.allreduce([1.0])
 
 
