@@ -31,6 +31,7 @@ size_t hvdl_cuda_chunk_bytes(size_t unit) { return HVDL_CUDA_STAGE_BYTES / unit 
 #ifdef HVDL_CUDA
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <pthread.h>
 
 /* cuda_kernels.cu */
 int hvdl_cuda_kernel_reduce(void *dst, const void *a, const void *b, size_t n, int dt, int op,
@@ -46,6 +47,7 @@ struct hvdl_cuda_stage {
   cudaEvent_t ready[2]; /* recorded after a slot's copy down (or its turn, without one) */
   cudaEvent_t done;     /* recorded after the last call's last copy up */
   int pending;          /* done has been recorded */
+  int device;           /* the device whose streams its events are recorded on */
 };
 
 static hvdlResult_t cuda_fail(hvdlComm_t comm, cudaError_t err, const char *what) {
@@ -119,20 +121,29 @@ int hvdl_cuda_device_count(void) {
  * their memory there), or when that cannot be told: then p may be device memory. Asking the
  * runtime about a pointer would otherwise make a context (and take device memory) in a
  * process that only ever passes host buffers. */
+/* The driver's calls the runtime does not offer, looked up once (no link to libcuda). */
+static struct {
+  int (*primary_state)(int dev, unsigned *flags, int *active); /* cuDevicePrimaryCtxGetState */
+  int (*ctx_get)(void **ctx);                                  /* cuCtxGetCurrent */
+  int (*ctx_set)(void *ctx);                                   /* cuCtxSetCurrent */
+} drv;
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+
+static void look_up_driver(void) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return;
+  *(void **)&drv.primary_state = dlsym(lib, "cuDevicePrimaryCtxGetState");
+  *(void **)&drv.ctx_get = dlsym(lib, "cuCtxGetCurrent");
+  *(void **)&drv.ctx_set = dlsym(lib, "cuCtxSetCurrent");
+}
+
 static int any_context(void) {
-  typedef int (*state_fn)(int dev, unsigned *flags, int *active);
-  static state_fn state;
-  static int looked;
-  if (!looked) {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    state = lib ? (state_fn)dlsym(lib, "cuDevicePrimaryCtxGetState") : NULL;
-    looked = 1;
-  }
-  if (!state) return 1;
+  pthread_once(&drv_once, look_up_driver);
+  if (!drv.primary_state) return 1;
   for (int d = 0; d < hvdl_cuda_device_count(); d++) { /* CUdevice d is ordinal d */
     unsigned flags = 0;
     int active = 0;
-    if (state(d, &flags, &active) != 0 || active) return 1;
+    if (drv.primary_state(d, &flags, &active) != 0 || active) return 1;
   }
   return 0;
 }
@@ -170,10 +181,44 @@ hvdlResult_t hvdl_cuda_scale(hvdlComm_t comm, void *dst, const void *src, size_t
   return hvdlSuccess;
 }
 
-hvdlResult_t hvdl_cuda_set_device(hvdlComm_t comm, int device, int *previous) {
-  CUDA_CHECK(comm, cudaGetDevice(previous), "cudaGetDevice");
-  if (*previous != device) CUDA_CHECK(comm, cudaSetDevice(device), "cudaSetDevice");
+hvdlResult_t hvdl_cuda_enter(hvdlComm_t comm, int device, struct hvdl_cuda_saved *saved) {
+  pthread_once(&drv_once, look_up_driver);
+  saved->ctx = NULL;
+  saved->known = drv.ctx_get && drv.ctx_set && drv.ctx_get(&saved->ctx) == 0;
+  CUDA_CHECK(comm, cudaSetDevice(device), "cudaSetDevice");
   return hvdlSuccess;
+}
+
+void hvdl_cuda_leave(const struct hvdl_cuda_saved *saved) {
+  void *now = NULL;
+  if (!saved->known || (drv.ctx_get(&now) == 0 && now == saved->ctx)) return;
+  (void)drv.ctx_set(saved->ctx); /* NULL too: the thread had none, and has none again */
+}
+
+hvdlResult_t hvdl_cuda_pinned_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes) {
+  if (bytes <= *cap && *buf) return hvdlSuccess;
+  const size_t rounded = ((bytes ? bytes : 1) + 4095) & ~(size_t)4095;
+  void *p = NULL;
+  CUDA_CHECK(comm, cudaHostAlloc(&p, rounded, cudaHostAllocPortable),
+             "cudaHostAlloc (a pinned fusion buffer)");
+  hvdl_cuda_pinned_free(*buf);
+  *buf = p;
+  *cap = rounded;
+  return hvdlSuccess;
+}
+
+void hvdl_cuda_pinned_free(char *buf) {
+  if (buf && cudaFreeHost(buf) != cudaSuccess) (void)cudaGetLastError();
+}
+
+hvdlResult_t hvdl_cuda_wait_stream(hvdlComm_t comm, hvdlStream_t stream, const char *what) {
+  cudaEvent_t ev;
+  CUDA_CHECK(comm, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+  cudaError_t e = cudaEventRecord(ev, (cudaStream_t)stream);
+  const hvdlResult_t res = e == cudaSuccess ? wait_event(comm, ev, what)
+                                            : cuda_fail(comm, e, "cudaEventRecord");
+  (void)cudaEventDestroy(ev);
+  return res;
 }
 
 hvdlResult_t hvdl_cuda_sync(hvdlComm_t comm, hvdlStream_t stream) {
@@ -192,6 +237,7 @@ hvdlResult_t hvdl_cuda_copy(hvdlComm_t comm, void *dst, const void *src, size_t 
 /* Makes s's pinned chunks and events. */
 static hvdlResult_t make_stage(hvdlComm_t comm, struct hvdl_cuda_stage *s) {
   s->bytes = HVDL_CUDA_STAGE_BYTES; /* hvdl_cuda_chunk_bytes assumes this */
+  CUDA_CHECK(comm, cudaGetDevice(&s->device), "cudaGetDevice");
   for (int i = 0; i < 2; i++) {
     CUDA_CHECK(comm, cudaHostAlloc(&s->slot[i], s->bytes, cudaHostAllocPortable),
                "cudaHostAlloc (a pinned staging chunk)");
@@ -235,6 +281,13 @@ hvdlResult_t hvdl_cuda_staged(hvdlComm_t comm, const void *send, void *recv, siz
                               size_t unit, hvdlStream_t stream, hvdl_stage_step step, void *arg) {
   struct hvdl_cuda_stage *s = NULL;
   HVDL_CHECK(stage_of(comm, &s));
+  const int device = hvdl_cuda_device_of(send ? send : recv);
+  if (device >= 0 && device != s->device) /* its events belong to s->device's context */
+    return hvdl_fail(comm, hvdlInvalidUsage,
+                     "a communicator stages the memory of one CUDA device, device %d (the current "
+                     "one at its first device call); this buffer is on device %d: make it the "
+                     "current device first, and use one device per process, as NCCL's "
+                     "communicators have one each", s->device, device);
   cudaStream_t st = (cudaStream_t)stream;
   if (s->pending) HVDL_CHECK(wait_event(comm, s->done, "the last call's copies up"));
   s->pending = 0;
@@ -308,8 +361,21 @@ hvdlResult_t hvdl_cuda_scale(hvdlComm_t comm, void *dst, const void *src, size_t
   return no_cuda(comm);
 }
 
-hvdlResult_t hvdl_cuda_set_device(hvdlComm_t comm, int device, int *previous) {
-  *previous = -1;
+hvdlResult_t hvdl_cuda_enter(hvdlComm_t comm, int device, struct hvdl_cuda_saved *saved) {
+  saved->ctx = NULL;
+  saved->known = 0;
+  return no_cuda(comm);
+}
+
+void hvdl_cuda_leave(const struct hvdl_cuda_saved *saved) { (void)saved; }
+
+hvdlResult_t hvdl_cuda_pinned_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes) {
+  return no_cuda(comm);
+}
+
+void hvdl_cuda_pinned_free(char *buf) { (void)buf; }
+
+hvdlResult_t hvdl_cuda_wait_stream(hvdlComm_t comm, hvdlStream_t stream, const char *what) {
   return no_cuda(comm);
 }
 

@@ -50,14 +50,29 @@ hvdlResult_t hvdl_cuda_divide(hvdlComm_t comm, void *buf, size_t n, hvdlDataType
  * `stream`; factor 1 is a copy (none when dst == src). */
 hvdlResult_t hvdl_cuda_scale(hvdlComm_t comm, void *dst, const void *src, size_t n,
                              hvdlDataType_t dt, double factor, hvdlStream_t stream);
-/* Makes `device` the calling thread's current CUDA device, the one it was in *previous (a
- * device request's step runs on the engine's thread, or on a waiting caller's, whose device
- * the executor gives back after it). */
-hvdlResult_t hvdl_cuda_set_device(hvdlComm_t comm, int device, int *previous);
+/* The calling thread's CUDA context before hvdl_cuda_enter. */
+struct hvdl_cuda_saved {
+  void *ctx; /* the driver's CUcontext, or NULL: none */
+  int known; /* 0: the driver's calls were not found, and nothing is given back */
+};
+/* Makes `device` the calling thread's current CUDA device (its primary context), *saved the
+ * context the thread had. A device request's step runs on the engine's thread, or on a waiting
+ * caller's, and hvdl_cuda_leave gives that thread back its own context after it, or none where
+ * it had none: asking the runtime for the "current device" would answer 0 there, and setting
+ * device 0 back would make a context on GPU 0 in every rank. */
+hvdlResult_t hvdl_cuda_enter(hvdlComm_t comm, int device, struct hvdl_cuda_saved *saved);
+void hvdl_cuda_leave(const struct hvdl_cuda_saved *saved);
 /* The bytes of each chunk hvdl_cuda_staged takes for a call of `unit`-byte units: a
  * rank that runs the same collective on host memory (a joined rank's stand-in) calls
  * the host algorithm on chunks of this size, so that its steps match the others'. */
 size_t hvdl_cuda_chunk_bytes(size_t unit);
+/* *buf holds at least `bytes` of pinned host memory (*cap its size): kept when it does,
+ * else replaced (the old one freed). */
+hvdlResult_t hvdl_cuda_pinned_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes);
+void hvdl_cuda_pinned_free(char *buf);
+/* Waits, bounded like every data wait (HVD_LITE_DATA_TIMEOUT_SECONDS), until `stream` has
+ * run what is queued on it now: an event recorded there, polled. */
+hvdlResult_t hvdl_cuda_wait_stream(hvdlComm_t comm, hvdlStream_t stream, const char *what);
 /* Waits until `stream` has run everything queued on it. */
 hvdlResult_t hvdl_cuda_sync(hvdlComm_t comm, hvdlStream_t stream);
 /* dst = src (bytes), both device memory, queued on `stream`. */
@@ -69,7 +84,8 @@ hvdlResult_t hvdl_cuda_copy(hvdlComm_t comm, void *dst, const void *src, size_t 
 typedef hvdlResult_t (*hvdl_stage_step)(hvdlComm_t comm, void *host, size_t bytes, size_t offset,
                                         void *arg);
 
-/* The staged form of a collective on device memory. For each chunk of `bytes`
+/* The staged form of a collective on device memory, all of one device per communicator (the
+ * current one at its first staged call: a buffer on another is refused, naming both). For each chunk of `bytes`
  * (HVDL_CUDA_STAGE_BYTES rounded down to whole `unit`s), in order: copies it
  * from `send` into a pinned host chunk (none when send is NULL), runs `step` on
  * it, and copies the result into `recv` (none when recv is NULL). The copies are

@@ -2,7 +2,9 @@
  * cuda_kernels.cu -- the reduction kernels on device memory: every type but
  * bool x Sum, Prod, Max, Min (Avg reduces with Sum), Avg's division and the
  * prescale/postscale factors' scaling, with the
- * rules of reduce.c, so that a sum computed here has the bits the host's has:
+ * rules of reduce.c, so that a sum computed here has the bits the host's has (but for a
+ * NaN's sign and payload: the device's arithmetic makes the canonical NaN where the host
+ * keeps an operand's; the tests compare NaNs by position):
  *
  *   - Integers add and multiply in the unsigned type of the same width (they wrap).
  *   - float16 and bfloat16 are widened to float32, combined, and rounded back to

@@ -75,7 +75,7 @@ struct hvdl_engine_stats {
   uint64_t announced;            /* descriptors this rank announced (names not in the cache) */
   uint64_t cached_ready;         /* requests made ready by their cache bit alone, no name sent */
   uint64_t caller_turns;         /* rounds run by a waiting caller (the fast path) */
-  uint64_t device_steps;         /* collectives run on CUDA memory (cuda.c's staged form) */
+  uint64_t device_steps;         /* steps on CUDA memory: a request alone or a fused group */
   double step_seconds;           /* time spent running collectives (fusion copies included) */
 };
 

@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "alarm.h"
-#include "cuda.h"
+#include "exec_device.h"
 #include "executor.h"
 #include "outpool.h"
 #include "reduce.h"
@@ -50,7 +50,7 @@ static hvdlRedOp_t reduction(const struct hvdl_executor *x, const struct hvdl_re
 }
 
 static int same_key(const struct hvdl_request *a, const struct hvdl_request *b) {
-  return b->desc.coll == HVDL_COLL_ALLREDUCE && b->desc.device == HVDL_MEM_HOST &&
+  return b->desc.coll == HVDL_COLL_ALLREDUCE && a->desc.device == b->desc.device &&
          a->desc.dtype == b->desc.dtype &&
          a->desc.op == b->desc.op &&
          a->desc.prescale == b->desc.prescale && a->desc.postscale == b->desc.postscale;
@@ -75,46 +75,6 @@ static void note_queue(struct hvdl_executor *x, const struct hvdl_request *r, do
   hvdl_timeline_event(x->timeline, r->desc.name, "QUEUE", r->t_ready, start);
 }
 
-/* An all-reduce of CUDA memory (desc.device): its scaling and cuda.c's staged form queued
- * on the request's stream (the result is ready where the stream reaches it, as NCCL's is),
- * on its device. A joined rank's stand-in holds host memory: it runs the host algorithm on
- * the staged form's chunks, so that its steps match the other ranks'. */
-static hvdlResult_t allreduce_on_device(struct hvdl_executor *x, struct hvdl_request *r,
-                                        hvdlRedOp_t op, double post) {
-  const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
-  const void *src = r->send;
-  if (r->desc.prescale != 1.0) {
-    HVDL_CHECK(hvdl_cuda_scale(x->data, r->recv, r->send, r->count, dt, r->desc.prescale,
-                               r->stream));
-    src = r->recv;
-  }
-  HVDL_CHECK(hvdlAllReduce(src, r->recv, r->count, dt, op, x->data, r->stream));
-  if (post != 1.0)
-    HVDL_CHECK(hvdl_cuda_scale(x->data, r->recv, r->recv, r->count, dt, post, r->stream));
-  return hvdlSuccess;
-}
-
-static hvdlResult_t allreduce_device(struct hvdl_executor *x, struct hvdl_request *r,
-                                     hvdlRedOp_t op, double post) {
-  const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
-  if (r->nbytes == 0) return hvdlSuccess; /* the same shape on every rank: none sends */
-  if (r->zeros) {
-    const size_t es = hvdl_type_size(dt), chunk = hvdl_cuda_chunk_bytes(es);
-    for (size_t off = 0; off < r->nbytes; off += chunk) {
-      const size_t len = r->nbytes - off < chunk ? r->nbytes - off : chunk;
-      HVDL_CHECK(hvdlAllReduce((const char *)r->send + off, (char *)r->recv + off, len / es, dt,
-                               op, x->data, NULL));
-    }
-    return hvdlSuccess;
-  }
-  int previous;
-  HVDL_CHECK(hvdl_cuda_set_device(x->data, r->device_id, &previous));
-  const hvdlResult_t res = allreduce_on_device(x, r, op, post);
-  int ignored;
-  if (previous != r->device_id) (void)hvdl_cuda_set_device(NULL, previous, &ignored);
-  return res;
-}
-
 static hvdlResult_t run_one(struct hvdl_executor *x, struct hvdl_request *r) {
   const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
   double t0 = hvdl_now();
@@ -124,7 +84,7 @@ static hvdlResult_t run_one(struct hvdl_executor *x, struct hvdl_request *r) {
   const hvdlRedOp_t op = reduction(x, r, &post);
   hvdlResult_t res;
   if (r->desc.device == HVDL_MEM_CUDA) {
-    res = allreduce_device(x, r, op, post);
+    res = hvdl_exec_allreduce_device(x, r, op, post);
     post = 1.0; /* applied */
   } else {
     if (r->desc.prescale != 1.0) {
@@ -142,12 +102,33 @@ static hvdlResult_t run_one(struct hvdl_executor *x, struct hvdl_request *r) {
   return res;
 }
 
+/* A fused group runs through the pinned buffer (exec_device.c) when one of its members holds
+ * CUDA memory; a joined rank's stand-ins alone take the host buffer: the same one host
+ * all-reduce of the group either way, on every rank. */
+static int fused_on_device(struct hvdl_request **group, int m) {
+  if (group[0]->desc.device != HVDL_MEM_CUDA) return 0;
+  for (int i = 0; i < m; i++)
+    if (!group[i]->zeros) return 1;
+  return 0;
+}
+
 static hvdlResult_t run_fused(struct hvdl_executor *x, struct hvdl_request **group, int m,
                               size_t total) {
   const hvdlDataType_t dt = (hvdlDataType_t)group[0]->desc.dtype;
   const size_t es = hvdl_type_size(dt);
   double post;
   const hvdlRedOp_t op = reduction(x, group[0], &post); /* the same for the whole group */
+  if (fused_on_device(group, m)) {
+    const double t0 = hvdl_now();
+    for (int i = 0; i < m; i++) note_queue(x, group[i], t0);
+    const hvdlResult_t res = hvdl_exec_fused_device(x, group, m, total, op, post);
+    const double t1 = hvdl_now();
+    for (int i = 0; i < m && res == hvdlSuccess; i++) {
+      note_allreduce(x, group[i], t0, t1, total);
+      hvdl_request_complete(group[i], res, NULL);
+    }
+    return res;
+  }
   hvdlResult_t res =
       hvdl_fault_hit(x->data->faults, HVDL_FAULT_ALLOC)
           ? hvdl_fail(x->data, hvdlSystemError, "injected fault (HVD_LITE_FAULT): out of memory "
@@ -306,20 +287,6 @@ static hvdlResult_t run_reducescatter(struct hvdl_executor *x, struct hvdl_reque
   return res;
 }
 
-/* A broadcast; of CUDA memory, on the request's device and stream (staged, as an all-reduce). */
-static hvdlResult_t run_broadcast(struct hvdl_executor *x, struct hvdl_request *r) {
-  const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
-  if (r->desc.device == HVDL_MEM_HOST)
-    return hvdlBroadcast(r->send, r->recv, r->count, dt, r->desc.root, x->data, NULL);
-  if (r->nbytes == 0) return hvdlSuccess; /* the same shape on every rank: none sends */
-  int previous, ignored;
-  HVDL_CHECK(hvdl_cuda_set_device(x->data, r->device_id, &previous));
-  const hvdlResult_t res =
-      hvdlBroadcast(r->send, r->recv, r->count, dt, r->desc.root, x->data, r->stream);
-  if (previous != r->device_id) (void)hvdl_cuda_set_device(NULL, previous, &ignored);
-  return res;
-}
-
 static hvdlResult_t run_other(struct hvdl_executor *x, struct hvdl_request *r) {
   const double t0 = hvdl_now();
   note_queue(x, r, t0);
@@ -331,7 +298,12 @@ static hvdlResult_t run_other(struct hvdl_executor *x, struct hvdl_request *r) {
     case HVDL_COLL_ALLGATHER: res = run_allgather(x, r); break;
     case HVDL_COLL_ALLTOALL: res = run_alltoall(x, r); break;
     case HVDL_COLL_REDUCESCATTER: res = run_reducescatter(x, r); break;
-    case HVDL_COLL_BROADCAST: res = run_broadcast(x, r); break;
+    case HVDL_COLL_BROADCAST:
+      res = r->desc.device == HVDL_MEM_CUDA
+                ? hvdl_exec_broadcast_device(x, r)
+                : hvdlBroadcast(r->send, r->recv, r->count, (hvdlDataType_t)r->desc.dtype,
+                                r->desc.root, x->data, NULL);
+      break;
     case HVDL_COLL_BARRIER: break; /* the negotiation itself was the barrier */
     default: res = hvdl_fail(x->data, hvdlInternalError, "unknown collective %d", r->desc.coll);
   }
@@ -398,8 +370,13 @@ static void fail_step(struct hvdl_executor *x, struct hvdl_request **group, int 
    * its buffers: they are pinned (request.h) until the next settle, and a fusion
    * buffer is left to it. */
   if (group[0]->desc.coll == HVDL_COLL_ALLREDUCE && m > 1 && res != hvdlSuccess) {
-    x->fusion = NULL;
-    x->fusion_bytes = 0;
+    if (fused_on_device(group, m)) {
+      x->device_fusion = NULL;
+      x->device_fusion_bytes = 0;
+    } else {
+      x->fusion = NULL;
+      x->fusion_bytes = 0;
+    }
   }
   for (int i = 0; i < m; i++) {
     if (res != hvdlSuccess) pin(x, group[i]);
@@ -447,8 +424,7 @@ hvdlResult_t hvdl_execute(struct hvdl_executor *x, struct hvdl_request **ready, 
     int m = 0;
     size_t total = r->nbytes;
     group[m++] = r;
-    const int fusable = r->desc.coll == HVDL_COLL_ALLREDUCE && r->desc.device == HVDL_MEM_HOST &&
-                        threshold > 0 && r->nbytes < threshold;
+    const int fusable = r->desc.coll == HVDL_COLL_ALLREDUCE && threshold > 0 && r->nbytes < threshold;
     for (int j = i + 1; j < n && fusable; j++) {
       struct hvdl_request *q = ready[j];
       if (taken[j] || !same_key(r, q) || q->nbytes >= threshold || total + q->nbytes > threshold)
@@ -476,4 +452,5 @@ void hvdl_executor_free(struct hvdl_executor *x) {
   free(x->fusion);
   x->fusion = NULL;
   x->fusion_bytes = 0;
+  hvdl_exec_device_free(x);
 }

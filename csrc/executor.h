@@ -25,6 +25,8 @@ struct hvdl_executor {
   uint64_t step;                 /* steps run so far: one per collective call, the same on every rank */
   char *fusion;                  /* the fusion buffer */
   size_t fusion_bytes;
+  char *device_fusion;           /* the pinned host buffer of fused device groups (exec_device.c) */
+  size_t device_fusion_bytes;
   struct hvdl_request **pinned;  /* requests of failed steps, pinned until the next settle */
   int npinned, pinned_cap;
   unsigned pinned_epoch;         /* the alarm epoch they failed in */

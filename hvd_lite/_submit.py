@@ -9,6 +9,7 @@ this module; it calls nothing above it.
 import contextlib
 import enum
 import numbers
+import sys
 import threading
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
@@ -82,6 +83,26 @@ def is_device_array(obj) -> bool:
     """True for a CuPy array: CUDA memory, which allreduce and broadcast take (in a build with
     CUDA: the C core refuses it otherwise, saying so)."""
     return type(obj).__module__.partition(".")[0] == "cupy"
+
+
+class DeviceBuffer:
+    """A CuPy array as the engine reads it: its CUDA array interface as of now (naming the current
+    stream, which the engine's copies and kernels queue on) and that stream object, both held with
+    the array while the engine may use them (CuPy destroys a stream whose object is dropped, and
+    the engine's work may still be pending on it)."""
+
+    __slots__ = ("__cuda_array_interface__", "array", "stream")
+
+    def __init__(self, array):
+        cupy = sys.modules.get("cupy")  # loaded: the array is CuPy's
+        self.array = array
+        self.stream = cupy.cuda.get_current_stream() if cupy is not None else None
+        self.__cuda_array_interface__ = array.__cuda_array_interface__
+
+
+def engine_buffer(array):
+    """What the engine is given for `array`: itself, or a CuPy array's DeviceBuffer."""
+    return array if type(array) is np.ndarray or not is_device_array(array) else DeviceBuffer(array)
 
 
 def empty_like(array):

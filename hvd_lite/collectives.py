@@ -7,8 +7,8 @@ import numpy as np
 from . import basics
 from .process_sets import ProcessSet, global_process_set
 from ._submit import (Average, Handle, ReduceOp, Request, at_once, check_array, check_op,
-                      check_reducible, check_scale, empty_like, engine_args, group_names, name_of,
-                      name_or_auto, run_now, submit, submit_group, synchronize)
+                      check_reducible, check_scale, empty_like, engine_args, engine_buffer,
+                      group_names, name_of, name_or_auto, run_now, submit, submit_group, synchronize)
 
 _core = basics._core
 
@@ -61,7 +61,9 @@ def broadcast_request(fn: str, array, inplace: bool, root_rank, name,
     root = where.set_rank(fn, _check_root(fn, root_rank))
     name, auto = name_or_auto(fn, "broadcast", name)
     out = array if inplace else empty_like(array)
-    return Request(engine_args(_core.COLL_BROADCAST, array, out, code, name, array.shape, root=root),
+    send = engine_buffer(array)
+    recv = send if inplace else engine_buffer(out)
+    return Request(engine_args(_core.COLL_BROADCAST, send, recv, code, name, array.shape, root=root),
                    output=out, where=where, auto=auto)
 
 

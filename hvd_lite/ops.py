@@ -7,7 +7,7 @@ from . import basics
 from .process_sets import ProcessSet, global_process_set
 from ._submit import (HVDL_DTYPES, HVDL_OPS, MAX_DIMS, MAX_NAME_BYTES, Average, Handle, Max, Min,
                       Product, ReduceOp, Request, Sum, at_once, check_array, check_op,
-                      check_reducible, check_scale, empty_like, engine_args, group_names, held,
+                      check_reducible, check_scale, empty_like, engine_args, engine_buffer, group_names, held,
                       hvdl_dtype,
                       name_or_auto, poll, run, run_now, start, submit, submit_group, synchronize)
 
@@ -42,7 +42,9 @@ def checked_request(fn: str, array, inplace: bool, op, prescale_factor, postscal
     # The C core takes the arrays' memory through the buffer protocol without a
     # format, which works for every dtype here, bfloat16 included (CuPy's through the CUDA
     # array interface, on the stream it names: the result is ready where that stream reaches it).
-    return Request(engine_args(_core.COLL_ALLREDUCE, array, out, code, name, array.shape, hop, pre,
+    send = engine_buffer(array)
+    recv = send if inplace else engine_buffer(out)
+    return Request(engine_args(_core.COLL_ALLREDUCE, send, recv, code, name, array.shape, hop, pre,
                                post), out, None, where, auto)
 
 

@@ -246,10 +246,16 @@ def allreduce_async(tensor: torch.Tensor, average=None, name: Optional[str] = No
                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     process_set=global_process_set) -> Handle:
     """Starts reducing `tensor` across ranks into a new tensor; returns a handle."""
-    src = cpu_input("allreduce_async", tensor)
-    h = ops.allreduce_async(numpy_view(src), _op(op, average, "allreduce_async"), prescale_factor,
-                            postscale_factor, name, process_set)
-    return Handle(h, _out_of_place(tensor))
+    op = _op(op, average, "allreduce_async")
+    args = _plain_args(tensor, False, op, prescale_factor, postscale_factor, name)
+    if args is None:
+        src = cpu_input("allreduce_async", tensor)
+        h = ops.allreduce_async(numpy_view(src), op, prescale_factor, postscale_factor, name,
+                                process_set)
+        return Handle(h, _out_of_place(tensor))
+    where = basics.set_for("allreduce_async", process_set)
+    return Handle(start(where, ops._KIND if name is None else None, args, None),
+                  _given(args[2][0]))
 
 
 def allreduce_async_(tensor: torch.Tensor, average=None, name: Optional[str] = None, op=None,

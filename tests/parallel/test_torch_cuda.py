@@ -5,8 +5,8 @@ global batch.
 
 In a build with CUDA, allreduce runs on the device (the engine's device path, on torch's current
 stream); the other collectives, and every call in a build without CUDA, move a CUDA tensor through
-a CPU copy (hvd_lite/torch/mpi_ops.py). This file checks both routes. Skipped, with the reason, where torch sees no CUDA device (CI
-has none). On a GPU machine (README, "GPUs"):
+a CPU copy (hvd_lite/torch/mpi_ops.py). This file checks both routes. Skipped, with the reason,
+where torch sees no CUDA device (CI has none). On a GPU machine (README, "GPUs"):
 
     mpirun -np 2 python -m pytest -q --with-mpi tests/parallel/test_torch_cuda.py
 """
@@ -116,8 +116,8 @@ def test_distributed_optimizer_trains_a_cuda_model_as_one_process_on_the_global_
 
 
 def test_allreduce_of_cuda_tensors_runs_on_the_device_on_the_current_stream():
-    """In a build with CUDA the allreduce of a CUDA tensor runs on the device (stats()
-    'device_steps'), ordered on torch's current stream: here a non-default one whose long
+    """In a build with CUDA the allreduce of a CUDA tensor (async, into a new tensor, and in place)
+    runs on the device (stats() 'device_steps'), ordered on torch's current stream: here a non-default one whose long
     kernel chain writes the input while the host does not wait."""
     from hvd_lite import _core, basics
     if not _core.build_info()["cuda"]:
@@ -130,10 +130,26 @@ def test_allreduce_of_cuda_tensors_runs_on_the_device_on_the_current_stream():
         for _ in range(20):
             big.mul_(1.0)
         x = big[: 1 << 20] * (r + 1)
-        out = hvd.allreduce(x, op=hvd.Sum, name="tstream")
+        out = hvd.synchronize(hvd.allreduce_async(x, op=hvd.Sum, name="tstream"))
         hvd.allreduce_(x, op=hvd.Sum, name="tstream_")
         got, got_ = out.cpu(), x.cpu()
     steps = basics._engine().stats()["device_steps"] - before
     want = torch.full((1 << 20,), n * (n + 1) / 2)
     agree(torch.equal(got, want) and torch.equal(got_, want) and out.is_cuda and steps == 2,
           f"got {got[:3]}, {got_[:3]}; device steps {steps}")
+
+
+def test_a_group_of_cuda_tensors_is_one_fused_device_step():
+    """The optimizer's case: small CUDA gradients in one round fuse into one device step (the
+    pinned buffer), each result right and on its tensor."""
+    from hvd_lite import _core, basics
+    if not _core.build_info()["cuda"]:
+        pytest.skip("this build has no CUDA: CUDA tensors go through a CPU copy")
+    r, n = hvd.rank(), hvd.size()
+    ts = [torch.full((k + 1, 3), float(r + k), device=CUDA) for k in range(5)]
+    before = basics._engine().stats()["device_steps"]
+    outs = hvd.grouped_allreduce(ts, op=hvd.Sum, name="tgroup")
+    steps = basics._engine().stats()["device_steps"] - before
+    ok = all(o.is_cuda and torch.equal(o.cpu(), torch.full((k + 1, 3), n * k + n * (n - 1) / 2))
+             for k, o in enumerate(outs))
+    agree(ok and steps == 1, f"outputs right {ok}, device steps {steps}")
