@@ -117,10 +117,6 @@ int hvdl_cuda_device_count(void) {
   return count;
 }
 
-/* 1 when some device's primary context is active (CuPy, PyTorch and the runtime API make
- * their memory there), or when that cannot be told: then p may be device memory. Asking the
- * runtime about a pointer would otherwise make a context (and take device memory) in a
- * process that only ever passes host buffers. */
 /* The driver's calls the runtime does not offer, looked up once (no link to libcuda). */
 static struct {
   int (*primary_state)(int dev, unsigned *flags, int *active); /* cuDevicePrimaryCtxGetState */
@@ -137,6 +133,10 @@ static void look_up_driver(void) {
   *(void **)&drv.ctx_set = dlsym(lib, "cuCtxSetCurrent");
 }
 
+/* 1 when some device's primary context is active (CuPy, PyTorch and the runtime API make
+ * their memory there), or when that cannot be told: then p may be device memory. Asking the
+ * runtime about a pointer would otherwise make a context (and take device memory) in a
+ * process that only ever passes host buffers. */
 static int any_context(void) {
   pthread_once(&drv_once, look_up_driver);
   if (!drv.primary_state) return 1;

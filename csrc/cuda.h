@@ -75,7 +75,7 @@ void hvdl_cuda_pinned_free(char *buf);
 hvdlResult_t hvdl_cuda_wait_stream(hvdlComm_t comm, hvdlStream_t stream, const char *what);
 /* Waits until `stream` has run everything queued on it. */
 hvdlResult_t hvdl_cuda_sync(hvdlComm_t comm, hvdlStream_t stream);
-/* dst = src (bytes), both device memory, queued on `stream`. */
+/* dst = src (bytes), device memory or pinned host memory either side, queued on `stream`. */
 hvdlResult_t hvdl_cuda_copy(hvdlComm_t comm, void *dst, const void *src, size_t bytes,
                             hvdlStream_t stream);
 

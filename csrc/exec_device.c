@@ -93,15 +93,21 @@ static hvdlResult_t wait_streams(struct hvdl_executor *x, struct hvdl_request **
 }
 
 void hvdl_exec_device_free(struct hvdl_executor *x) {
+  if (!x->device_fusion) return;
+  struct hvdl_cuda_saved saved; /* freed in a context of its own device's, as it was made */
+  const int entered = hvdl_cuda_enter(NULL, x->device_fusion_device, &saved) == hvdlSuccess;
   hvdl_cuda_pinned_free(x->device_fusion);
+  if (entered) hvdl_cuda_leave(&saved);
   x->device_fusion = NULL;
   x->device_fusion_bytes = 0;
 }
 
-hvdlResult_t hvdl_exec_fused_device(struct hvdl_executor *x, struct hvdl_request **group, int m,
-                                    size_t total, hvdlRedOp_t op, double post) {
+/* hvdl_exec_fused_device on `device`'s context, current. */
+static hvdlResult_t fused_here(struct hvdl_executor *x, struct hvdl_request **group, int m,
+                               size_t total, hvdlRedOp_t op, double post, int device) {
   const hvdlDataType_t dt = (hvdlDataType_t)group[0]->desc.dtype;
   const double pre = group[0]->desc.prescale; /* the same for the whole group */
+  if (!x->device_fusion) x->device_fusion_device = device;
   HVDL_CHECK(hvdl_cuda_pinned_reserve(x->data, &x->device_fusion, &x->device_fusion_bytes, total));
   char *buf = x->device_fusion;
   size_t off = 0;
@@ -115,4 +121,20 @@ hvdlResult_t hvdl_exec_fused_device(struct hvdl_executor *x, struct hvdl_request
   for (int i = 0; i < m; off += group[i]->nbytes, i++)
     HVDL_CHECK(queue_copy(x, group[i], buf + off, 0));
   return wait_streams(x, group, m, "a fused group's copies up");
+}
+
+hvdlResult_t hvdl_exec_fused_device(struct hvdl_executor *x, struct hvdl_request **group, int m,
+                                    size_t total, hvdlRedOp_t op, double post) {
+  /* The whole step runs in the context of the first member with data (executor.c sends a group
+   * here only when it has one): the pinned buffer's allocation and the host all-reduce (which
+   * asks the runtime where its buffer is) then make no context on another device. */
+  const struct hvdl_request *first = NULL;
+  for (int i = 0; i < m && !first; i++)
+    if (!group[i]->zeros && group[i]->nbytes > 0) first = group[i];
+  if (!first) return hvdl_fail(x->data, hvdlInternalError, "a fused device group without data");
+  struct hvdl_cuda_saved saved;
+  HVDL_CHECK(hvdl_cuda_enter(x->data, first->device_id, &saved));
+  const hvdlResult_t res = fused_here(x, group, m, total, op, post, first->device_id);
+  hvdl_cuda_leave(&saved);
+  return res;
 }

@@ -20,7 +20,8 @@
 hvdlResult_t hvdl_exec_allreduce_device(struct hvdl_executor *x, struct hvdl_request *r,
                                         hvdlRedOp_t op, double post);
 
-/* A fused group (group[0..m), `total` bytes, one dtype, op and scale factors), through
+/* A fused group (group[0..m), `total` bytes, one dtype, op and scale factors; a member with
+ * CUDA memory and data among them), in that member's device context, through
  * the executor's pinned host buffer: each member's copy down queued on its own stream,
  * a wait for them, the prescale on the host, one host all-reduce, the postscale, each
  * copy up queued on its stream, and a wait for those (the buffer is then free). The

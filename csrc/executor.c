@@ -103,12 +103,12 @@ static hvdlResult_t run_one(struct hvdl_executor *x, struct hvdl_request *r) {
 }
 
 /* A fused group runs through the pinned buffer (exec_device.c) when one of its members holds
- * CUDA memory; a joined rank's stand-ins alone take the host buffer: the same one host
- * all-reduce of the group either way, on every rank. */
+ * CUDA memory with data; a joined rank's stand-ins, and empty device members (no device), take
+ * the host buffer: the same one host all-reduce of the group either way, on every rank. */
 static int fused_on_device(struct hvdl_request **group, int m) {
   if (group[0]->desc.device != HVDL_MEM_CUDA) return 0;
   for (int i = 0; i < m; i++)
-    if (!group[i]->zeros) return 1;
+    if (!group[i]->zeros && group[i]->nbytes > 0) return 1;
   return 0;
 }
 

@@ -27,6 +27,7 @@ struct hvdl_executor {
   size_t fusion_bytes;
   char *device_fusion;           /* the pinned host buffer of fused device groups (exec_device.c) */
   size_t device_fusion_bytes;
+  int device_fusion_device;      /* the CUDA device current when it was made (and is freed) */
   struct hvdl_request **pinned;  /* requests of failed steps, pinned until the next settle */
   int npinned, pinned_cap;
   unsigned pinned_epoch;         /* the alarm epoch they failed in */

@@ -19,6 +19,7 @@ import hvd_lite as hvd
 from conftest import agree, raised, world
 from helpers import ALL_DTYPES, exact_inputs, same_bits
 from hvd_lite import _core, basics
+from hvd_lite._submit import held
 from hvd_lite.ops import HVDL_DTYPES
 
 pytestmark = pytest.mark.mpi
@@ -209,14 +210,18 @@ def test_a_fused_group_waits_for_each_members_own_stream():
                 big *= 1.0
             xs.append(big[: 1000 * (k + 1)] * (r + 1 + k))
     handles = []
-    for k, (s, x) in enumerate(zip(streams, xs)):
-        with s:  # each array's interface names its own stream
-            handles.append(hvd.allreduce_async_(x, op=hvd.Sum, name=f"two.streams.{k}"))
+    before = device_steps()
+    with held(basics._engine()):  # both in one round, so that they fuse
+        for k, (s, x) in enumerate(zip(streams, xs)):
+            with s:  # each array's interface names its own stream
+                handles.append(hvd.allreduce_async_(x, op=hvd.Sum, name=f"two.streams.{k}"))
     for h in handles:
         hvd.synchronize(h)
+    steps = device_steps() - before
     got = [cupy.asnumpy(x, stream=s) for x, s in zip(xs, streams)]
     want = [np.full(1000 * (k + 1), sum(q + 1 + k for q in range(n)), np.float32) for k in range(2)]
-    agree(all(same_bits(g, w) for g, w in zip(got, want)), f"got {[g[:2] for g in got]}")
+    agree(all(same_bits(g, w) for g, w in zip(got, want)) and steps == 1,
+          f"got {[g[:2] for g in got]}, device steps {steps}")
 
 
 @pytest.mark.mpi(min_size=2)
