@@ -89,3 +89,30 @@ def horovod_scale(values: np.ndarray, factor: float) -> np.ndarray:
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+# ---- device buffers (the CUDA tests; CuPy is imported where a test asks for it) ----------------
+
+def random_bits(dtype, n, seed):
+    """Every bit pattern of the type: NaNs, infinities, subnormals and wrapping integers."""
+    dt = np.dtype(dtype)
+    raw = np.random.default_rng(seed).integers(0, 256, size=n * dt.itemsize, dtype=np.uint8)
+    return raw.view(dt)
+
+
+def same_or_both_nan(got: np.ndarray, want: np.ndarray) -> bool:
+    """Equal bits, where a NaN result may differ in its payload (the device's arithmetic makes
+    the canonical NaN, the host's keeps an operand's): the positions of NaNs must agree."""
+    if got.dtype.kind in "iu":
+        return same_bits(got, want)
+    with np.errstate(invalid="ignore"):  # bfloat16's NaNs cast with a warning
+        g, w = got.astype(np.float64), want.astype(np.float64)
+    nan = np.isnan(w)
+    return bool(np.array_equal(np.isnan(g), nan)) and same_bits(got[~nan], want[~nan])
+
+
+def to_device(a: np.ndarray):
+    """A CuPy array with a's bytes (16-bit floats as uint16: CuPy has no bfloat16)."""
+    import cupy
+
+    return cupy.asarray(a.view(np.dtype(f"u{a.dtype.itemsize}")) if a.dtype.itemsize == 2 else a)

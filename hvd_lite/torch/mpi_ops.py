@@ -246,32 +246,33 @@ def allreduce_async(tensor: torch.Tensor, average=None, name: Optional[str] = No
                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     process_set=global_process_set) -> Handle:
     """Starts reducing `tensor` across ranks into a new tensor; returns a handle."""
-    op = _op(op, average, "allreduce_async")
-    args = _plain_args(tensor, False, op, prescale_factor, postscale_factor, name)
-    if args is None:
-        src = cpu_input("allreduce_async", tensor)
-        h = ops.allreduce_async(numpy_view(src), op, prescale_factor, postscale_factor, name,
-                                process_set)
-        return Handle(h, _out_of_place(tensor))
-    where = basics.set_for("allreduce_async", process_set)
-    return Handle(start(where, ops._KIND if name is None else None, args, None),
-                  _given(args[2][0]))
+    return _allreduce_start("allreduce_async", tensor, False, _op(op, average, "allreduce_async"),
+                            prescale_factor, postscale_factor, name, process_set)
 
 
 def allreduce_async_(tensor: torch.Tensor, average=None, name: Optional[str] = None, op=None,
                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                      process_set=global_process_set) -> Handle:
     """Starts reducing `tensor` across ranks in place; returns a handle."""
-    op = _op(op, average, "allreduce_async_")
-    args = _plain_args(tensor, True, op, prescale_factor, postscale_factor, name)
-    if args is None:
-        cpu = cpu_inplace("allreduce_async_", tensor)
-        h = ops.allreduce_async_(numpy_view(cpu), op, prescale_factor, postscale_factor, name,
-                                 process_set)
-        return Handle(h, _in_place(tensor, cpu))
-    where = basics.set_for("allreduce_async_", process_set)
-    return Handle(start(where, ops._KIND if name is None else None, args, None),
-                  _in_place(tensor, tensor))
+    return _allreduce_start("allreduce_async_", tensor, True, _op(op, average, "allreduce_async_"),
+                            prescale_factor, postscale_factor, name, process_set)
+
+
+def _allreduce_start(fn: str, tensor, inplace: bool, op, pre, post, name, process_set) -> Handle:
+    """An asynchronous allreduce: _plain_args' route by address straight to the engine, anything
+    else through a CPU tensor's numpy view and the numpy API."""
+    args = _plain_args(tensor, inplace, op, pre, post, name)
+    if args is not None:
+        where = basics.set_for(fn, process_set)
+        return Handle(start(where, ops._KIND if name is None else None, args, None),
+                      _in_place(tensor, tensor) if inplace else _given(args[2][0]))
+    if inplace:
+        cpu = cpu_inplace(fn, tensor)
+        return Handle(ops.allreduce_async_(numpy_view(cpu), op, pre, post, name, process_set),
+                      _in_place(tensor, cpu))
+    src = cpu_input(fn, tensor)
+    return Handle(ops.allreduce_async(numpy_view(src), op, pre, post, name, process_set),
+                  _out_of_place(tensor))
 
 
 def _allreduce_now(tensor: torch.Tensor, op, pre, post, name, process_set) -> torch.Tensor:

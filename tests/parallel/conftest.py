@@ -34,6 +34,18 @@ def agree(ok: bool, detail: str = "") -> None:
         pytest.fail(f"failed on rank(s) {sorted(bad)}: {bad}")
 
 
+def cupy_or_skip():
+    """CuPy, for a module of device tests; else the module is skipped, saying why: a build without
+    CUDA, no device seen, or no CuPy (CI has none of them)."""
+    from hvd_lite import _core
+
+    if not _core.build_info()["cuda"]:
+        pytest.skip("this build has no CUDA (build_info()['cuda'] is False)", allow_module_level=True)
+    if _core.cuda_device_count() == 0:
+        pytest.skip("no CUDA device is seen", allow_module_level=True)
+    return pytest.importorskip("cupy", reason="CuPy is not installed")
+
+
 def raised(call) -> Optional[BaseException]:
     """The exception call() raised, or None (a rank-local outcome, for `agree`)."""
     try:

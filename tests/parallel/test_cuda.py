@@ -14,18 +14,15 @@ import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import agree, make_comm, raised, world
-from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
+from conftest import agree, cupy_or_skip, make_comm, raised, world
+from helpers import (ALL_DTYPES, exact_inputs, fold, random_bits, same_bits, same_or_both_nan,
+                     to_device)
 from hvd_lite import _core
 from hvd_lite.ops import HVDL_DTYPES
 
 pytestmark = pytest.mark.mpi
 
-if not _core.build_info()["cuda"]:
-    pytest.skip("this build has no CUDA (build_info()['cuda'] is False)", allow_module_level=True)
-if _core.cuda_device_count() == 0:
-    pytest.skip("no CUDA device is seen", allow_module_level=True)
-cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+cupy = cupy_or_skip()
 
 OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 STAGE = 4 << 20  # cuda.h's HVDL_CUDA_STAGE_BYTES: a count above it crosses a chunk boundary
@@ -33,11 +30,6 @@ STAGE = 4 << 20  # cuda.h's HVDL_CUDA_STAGE_BYTES: a count above it crosses a ch
 
 def code(dtype) -> int:
     return HVDL_DTYPES[np.dtype(dtype)]
-
-
-def to_device(a: np.ndarray):
-    """A CuPy array with a's bytes (16-bit floats as uint16: CuPy has no bfloat16)."""
-    return cupy.asarray(a.view(np.dtype(f"u{a.dtype.itemsize}")) if a.dtype.itemsize == 2 else a)
 
 
 def to_host(d, like: np.ndarray) -> np.ndarray:
@@ -56,24 +48,6 @@ def comm():
 
 
 # ---- the kernels ----------------------------------------------------------------------------
-
-def random_bits(dtype, n, seed):
-    """Every bit pattern of the type: NaNs, infinities, subnormals and wrapping integers."""
-    dt = np.dtype(dtype)
-    raw = np.random.default_rng(seed).integers(0, 256, size=n * dt.itemsize, dtype=np.uint8)
-    return raw.view(dt)
-
-
-def same_or_both_nan(got: np.ndarray, want: np.ndarray) -> bool:
-    """Equal bits, where a NaN result may differ in its payload (the device's arithmetic makes
-    the canonical NaN, the host's keeps an operand's): the positions of NaNs must agree."""
-    if got.dtype.kind in "iu":
-        return same_bits(got, want)
-    with np.errstate(invalid="ignore"):  # bfloat16's NaNs cast with a warning
-        g, w = got.astype(np.float64), want.astype(np.float64)
-    nan = np.isnan(w)
-    return bool(np.array_equal(np.isnan(g), nan)) and same_bits(got[~nan], want[~nan])
-
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_the_cuda_kernels_give_the_host_kernels_bits(dtype):

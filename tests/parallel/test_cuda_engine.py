@@ -16,19 +16,15 @@ import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import agree, raised, world
-from helpers import ALL_DTYPES, exact_inputs, same_bits
+from conftest import agree, cupy_or_skip, raised, world
+from helpers import ALL_DTYPES, exact_inputs, random_bits, same_bits, same_or_both_nan, to_device
 from hvd_lite import _core, basics
 from hvd_lite._submit import held
 from hvd_lite.ops import HVDL_DTYPES
 
 pytestmark = pytest.mark.mpi
 
-if not _core.build_info()["cuda"]:
-    pytest.skip("this build has no CUDA (build_info()['cuda'] is False)", allow_module_level=True)
-if _core.cuda_device_count() == 0:
-    pytest.skip("no CUDA device is seen", allow_module_level=True)
-cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+cupy = cupy_or_skip()
 
 STAGE = 4 << 20  # cuda.h's HVDL_CUDA_STAGE_BYTES
 # CuPy's dtypes among the engine's (CuPy has no bfloat16: hvd_lite.torch's test covers it).
@@ -46,26 +42,6 @@ def code(dtype) -> int:
 
 # ---- the scale kernel -------------------------------------------------------------------------
 
-def random_bits(dtype, n, seed):
-    dt = np.dtype(dtype)
-    raw = np.random.default_rng(seed).integers(0, 256, size=n * dt.itemsize, dtype=np.uint8)
-    return raw.view(dt)
-
-
-def as_device(a: np.ndarray):
-    """A CuPy array with a's bytes (16-bit types as uint16: CuPy has no bfloat16)."""
-    return cupy.asarray(a.view(np.dtype(f"u{a.dtype.itemsize}")) if a.dtype.itemsize == 2 else a)
-
-
-def same_or_both_nan(got: np.ndarray, want: np.ndarray) -> bool:
-    if got.dtype.kind in "iu":
-        return same_bits(got, want)
-    with np.errstate(invalid="ignore"):
-        g, w = got.astype(np.float64), want.astype(np.float64)
-    nan = np.isnan(w)
-    return bool(np.array_equal(np.isnan(g), nan)) and same_bits(got[~nan], want[~nan])
-
-
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_the_cuda_scale_kernel_gives_the_host_bits(dtype):
     """Every bit pattern, factors that round, truncate, clamp (1e30) and flip signs."""
@@ -74,8 +50,8 @@ def test_the_cuda_scale_kernel_gives_the_host_bits(dtype):
         src = random_bits(dtype, n, 7 + k)
         want = np.empty_like(src)
         _core.scale_local(want, src, code(dtype), factor)
-        d = as_device(np.zeros_like(src))
-        _core.scale_local(d, as_device(src), code(dtype), factor)
+        d = to_device(np.zeros_like(src))
+        _core.scale_local(d, to_device(src), code(dtype), factor)
         if not same_or_both_nan(cupy.asnumpy(d).view(src.dtype), want):
             bad.append(factor)
     agree(not bad, f"{np.dtype(dtype).name}: differs from the host for factors {bad}")
