@@ -221,6 +221,35 @@ def test_cuda_memory_is_refused_without_cuda_naming_the_device():
         _core.reduce_local(a, a, a, FLOAT32, 0)
 
 
+def test_memory_by_address_names_its_device_and_stream_when_the_adapter_gives_them():
+    """hvd_lite.torch's route by address: (owner, address, nbytes) is host memory; with a device
+    and a stream after it, that CUDA device's memory on that stream (the adapter vouches)."""
+    owner = bytearray(16)
+    address = ctypes.addressof((ctypes.c_char * 16).from_buffer(owner))
+    host = describe((owner, address, 16))
+    assert (host["device_type"], host["address"], host["nbytes"]) == (CPU, address, 16)
+    assert host["stream"] == 0
+    dev = describe((owner, address, 16, 3, 0x1234))
+    assert (dev["device_type"], dev["device_id"], dev["stream"]) == (CUDA, 3, 0x1234)
+    with pytest.raises(ValueError, match=r"16 bytes at address \d+ \(device -2\)"):
+        describe((owner, address, 16, -2, 0))
+    with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+        describe((owner, address, 16, "cuda"))
+
+
+def test_a_cuda_buffer_by_address_is_refused_by_the_engine_without_cuda():
+    """The engine's submit takes CUDA memory for an allreduce only in a CUDA build; here it is
+    refused before anything is sent, naming the device."""
+    if CUDA_BUILT:
+        pytest.skip("this build has CUDA (HVD_LITE_CUDA=1)")
+    owner = bytearray(16)
+    address = ctypes.addressof((ctypes.c_char * 16).from_buffer(owner))
+    with pytest.raises(ValueError, match=r"dst is in CUDA memory \(device 0\): this hvd_lite was "
+                                         r"built without CUDA"):
+        _core.reduce_local((owner, address, 16, 0, 0), (owner, address, 16), (owner, address, 16),
+                           FLOAT32, 0)
+
+
 # ---- DLPack capsules made by hand: other devices and types --------------------------------------
 
 class _DLTensor(ctypes.Structure):
