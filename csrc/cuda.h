@@ -84,9 +84,10 @@ hvdlResult_t hvdl_cuda_copy(hvdlComm_t comm, void *dst, const void *src, size_t 
 typedef hvdlResult_t (*hvdl_stage_step)(hvdlComm_t comm, void *host, size_t bytes, size_t offset,
                                         void *arg);
 
-/* The staged form of a collective on device memory, all of one device per communicator (the
- * current one at its first staged call: a buffer on another is refused, naming both). For each chunk of `bytes`
- * (HVDL_CUDA_STAGE_BYTES rounded down to whole `unit`s), in order: copies it
+/* The staged form of a collective on device memory, all of one device per communicator
+ * (the current one at its first staged call: a buffer on another is refused, naming
+ * both). For each chunk of `bytes` (HVDL_CUDA_STAGE_BYTES rounded down to whole
+ * `unit`s), in order: copies it
  * from `send` into a pinned host chunk (none when send is NULL), runs `step` on
  * it, and copies the result into `recv` (none when recv is NULL). The copies are
  * queued on `stream`, after the work the caller queued there: the next chunk's

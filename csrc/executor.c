@@ -7,8 +7,9 @@
  * one buffer of at most the threshold, reduced with one all-reduce in place,
  * and unpacked (postscale applied while copying). A request at or above the
  * threshold goes alone and without a copy: the ring reads the caller's input and
- * writes the caller's output. Threshold 0 sends every request alone. A request of
- * CUDA memory (desc.device) goes alone too, through cuda.c on its device and stream.
+ * writes the caller's output. Threshold 0 sends every request alone. Requests of
+ * CUDA memory (desc.device) fuse only with each other, and their steps, fused or
+ * alone, are exec_device.c's.
  *
  * The grouping is a function of the ready list alone, which is the same on
  * every rank, so every rank makes the same all-reduce calls in the same order.

@@ -254,7 +254,8 @@ static int take_buffers(hvdl_py_handle *h, int coll, int dtype, PyObject *sendob
     h->hold.has_recv = 1;
   }
   const int sc = h->hold.has_send && on_cuda(&sm), rc = h->hold.has_recv && on_cuda(&rm);
-  if ((h->hold.has_send && h->hold.has_recv && sc != rc) || (sc && rc && sm.device_id != rm.device_id)) {
+  const int both = h->hold.has_send && h->hold.has_recv;
+  if ((both && sc != rc) || (sc && rc && sm.device_id != rm.device_id)) {
     PyErr_Format(PyExc_ValueError, "sendbuf and recvbuf must both be host memory or both on one "
                  "CUDA device (sendbuf: %s device %d, recvbuf: %s device %d)",
                  hvdl_py_device_name(sm.device_type), sm.device_id,

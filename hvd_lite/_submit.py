@@ -153,8 +153,8 @@ def check_array(fn: str, array, inplace: bool, device_ok: bool = False) -> int:
     flags = array.flags
     if not flags.c_contiguous:
         raise ValueError(f"{fn}: the array is not C-contiguous (shape {list(array.shape)}, strides "
-                         f"{list(array.strides)}); pass a C-contiguous copy (numpy.ascontiguousarray "
-                         "or cupy.ascontiguousarray)")
+                         f"{list(array.strides)}); pass a C-contiguous copy "
+                         "(numpy.ascontiguousarray or cupy.ascontiguousarray)")
     if inplace and not getattr(flags, "writeable", True):  # CuPy's arrays are always writable
         raise ValueError(f"{fn}: the array is read-only and cannot be reduced in place; "
                          "use the out-of-place call or pass a writable copy")

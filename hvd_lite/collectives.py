@@ -63,8 +63,8 @@ def broadcast_request(fn: str, array, inplace: bool, root_rank, name,
     out = array if inplace else empty_like(array)
     send = engine_buffer(array)
     recv = send if inplace else engine_buffer(out)
-    return Request(engine_args(_core.COLL_BROADCAST, send, recv, code, name, array.shape, root=root),
-                   output=out, where=where, auto=auto)
+    return Request(engine_args(_core.COLL_BROADCAST, send, recv, code, name, array.shape,
+                               root=root), output=out, where=where, auto=auto)
 
 
 def broadcast_async(array: np.ndarray, root_rank: int, name: Optional[str] = None,

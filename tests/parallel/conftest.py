@@ -40,7 +40,8 @@ def cupy_or_skip():
     from hvd_lite import _core
 
     if not _core.build_info()["cuda"]:
-        pytest.skip("this build has no CUDA (build_info()['cuda'] is False)", allow_module_level=True)
+        pytest.skip("this build has no CUDA (build_info()['cuda'] is False)",
+                    allow_module_level=True)
     if _core.cuda_device_count() == 0:
         pytest.skip("no CUDA device is seen", allow_module_level=True)
     return pytest.importorskip("cupy", reason="CuPy is not installed")

@@ -117,8 +117,8 @@ def test_distributed_optimizer_trains_a_cuda_model_as_one_process_on_the_global_
 
 def test_allreduce_of_cuda_tensors_runs_on_the_device_on_the_current_stream():
     """In a build with CUDA the allreduce of a CUDA tensor (async, into a new tensor, and in place)
-    runs on the device (stats() 'device_steps'), ordered on torch's current stream: here a non-default one whose long
-    kernel chain writes the input while the host does not wait."""
+    runs on the device (stats() 'device_steps'), ordered on torch's current stream: here a
+    non-default one whose long kernel chain writes the input while the host does not wait."""
     from hvd_lite import _core, basics
     if not _core.build_info()["cuda"]:
         pytest.skip("this build has no CUDA: CUDA tensors go through a CPU copy")

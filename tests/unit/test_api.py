@@ -80,9 +80,9 @@ def test_a_device_array_is_refused_naming_its_type_and_where_its_memory_is(initi
                                         r"test_api\.ndarray: its memory is on a CUDA device"):
         hvd.broadcast(DeviceArray(), root_rank=0)
     with pytest.raises(TypeError, match=r"allgather expects a numpy.ndarray, got test_api\.ndarray: "
-                                        r"its memory is on a CUDA device, and this call takes host "
-                                        r"memory \(of the numpy API's calls, allreduce and broadcast "
-                                        r"take CuPy arrays\)"):
+                                        r"its memory is on a CUDA device, and this call takes "
+                                        r"host memory \(of the numpy API's calls, allreduce and "
+                                        r"broadcast take CuPy arrays\)"):
         hvd.allgather(DeviceArray())
 
 
@@ -125,7 +125,8 @@ class Unsure:
 
 
 def test_an_object_whose_interface_raises_is_still_refused_with_a_type_error(initialized):
-    with pytest.raises(TypeError, match=r"expects a numpy.ndarray or a cupy.ndarray, got test_api\.Unsure$"):
+    with pytest.raises(TypeError,
+                       match=r"expects a numpy.ndarray or a cupy.ndarray, got test_api\.Unsure$"):
         hvd.allreduce(Unsure())
     with pytest.raises(TypeError, match=r"expects a numpy.ndarray or a cupy.ndarray, got list$"):
         hvd.allreduce([1.0])
