@@ -35,7 +35,7 @@ from ..tensorflow.basics import (ccl_built, cuda_built, ddl_built, gloo_built, g
                                  stop_timeline)
 from ..tensorflow.compression import Compression  # noqa: E402
 from ..tensorflow.functions import broadcast_variables  # noqa: E402
-from ..tensorflow.mpi_ops import Adasum, Average, Max, Min, Product, Sum  # noqa: E402
+from ..tensorflow.mpi_ops import Adasum, Average, Max, Min, Product, Sum, graph_safe  # noqa: E402
 from ..process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: E402
                             remove_process_set)
 from . import callbacks  # noqa: E402
@@ -44,6 +44,7 @@ from .callbacks import (BroadcastGlobalVariablesCallback, LearningRateScheduleCa
 from .optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: E402
 
 
+@graph_safe
 def broadcast_global_variables(root_rank):
     """Horovod's TF1 call: refused under eager TensorFlow 2, as Horovod refuses it."""
     from ..tensorflow.functions import broadcast_global_variables as refuse
@@ -51,6 +52,7 @@ def broadcast_global_variables(root_rank):
     return refuse(root_rank)
 
 
+@graph_safe
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0, op=None,
               compression=Compression.none):
     """`value` (anything tf.constant takes) reduced across ranks, Average by default."""
@@ -61,6 +63,7 @@ def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_fac
                           op=op, compression=compression)
 
 
+@graph_safe
 def allgather(value, name=None):
     """Every rank's `value` concatenated along dim 0."""
     import tensorflow as tf
@@ -68,6 +71,7 @@ def allgather(value, name=None):
     return _ops.allgather(tf.constant(value, name=name))
 
 
+@graph_safe
 def broadcast(value, root_rank, name=None):
     """Rank `root_rank`'s `value` on every rank."""
     import tensorflow as tf
@@ -75,6 +79,7 @@ def broadcast(value, root_rank, name=None):
     return _ops.broadcast(tf.constant(value, name=name), root_rank)
 
 
+@graph_safe
 def reducescatter(value, name=None, op=Average):
     """`value` reduced across ranks; rank r keeps its block of dim 0."""
     import tensorflow as tf

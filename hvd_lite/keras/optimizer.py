@@ -15,7 +15,7 @@ import keras
 
 from ..tensorflow.compression import Compression
 from ..tensorflow.functions import GradientReduction
-from ..tensorflow.mpi_ops import Adasum, Average, Sum
+from ..tensorflow.mpi_ops import Adasum, Average, Sum, graph_safe
 from ..process_sets import global_process_set
 
 
@@ -32,6 +32,7 @@ class _DistributedOptimizer:
     def _hvd_reduce(self, grads, variables, scale=1.0):
         return self._hvd_reduction(grads, variables, scale)
 
+    @graph_safe
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
         if not self.gradient_accumulation_steps:

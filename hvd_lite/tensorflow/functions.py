@@ -11,12 +11,13 @@ from .._submit import group_names
 from ..collectives import broadcast_group_
 from .compression import Compression
 from .mpi_ops import (Average, _grouped_allreduce, _reduce_slices, broadcast, check_device,
-                      check_dtype, reduce_op)
+                      check_dtype, graph_safe, reduce_op)
 from .process_sets import global_process_set, member_set, registered_set
 
 
 # ---------------------------------------------------------------------------- broadcasts
 
+@graph_safe
 def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int,
                         process_set=global_process_set, inplace: bool = False):
     """Assigns rank `root_rank`'s value to each variable on every rank of `process_set` (eager:
@@ -40,6 +41,7 @@ def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int,
                      for v in variables])
 
 
+@graph_safe
 def broadcast_global_variables(root_rank):
     """Horovod's TF1 call: refused under eager TensorFlow 2, as Horovod refuses it."""
     raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution (TF2 "
@@ -180,12 +182,14 @@ class _DistributedGradientTape(tf.GradientTape):
         """This source's gradient stays local (not reduced)."""
         self._hvd_reduction.register_local(source)
 
+    @graph_safe
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         """The tape's gradients, reduced by `op` across ranks; None stays None."""
         grads = super().gradient(target, sources, output_gradients, **kwargs)
         flat_s, flat_g = tf.nest.flatten(sources), tf.nest.flatten(grads)
         return tf.nest.pack_sequence_as(grads, self._hvd_reduction(flat_g, flat_s))
 
+    @graph_safe
     def get_local_and_global_gradients(self, target, sources, output_gradients=None):
         """(local (source, grad) pairs, global (source, grad) pairs), as Horovod returns."""
         grads = self.gradient(target, sources, output_gradients)

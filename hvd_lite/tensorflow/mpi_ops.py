@@ -37,6 +37,16 @@ from .process_sets import global_process_set, member_set, set_by_id
 Adasum = 2
 
 
+def graph_safe(fn):
+    """Marks one of hvd_lite's TF entry points as code AutoGraph calls as it is, as it calls
+    tensorflow's and keras's own: it branches on Python values only, so converting it changes
+    nothing but the first trace's time (a tf.function calling the six collectives took 2.6-4.6 s
+    to trace with it converted, 0.04-0.07 s without: tools/tf_trace_cost.py). Horovod's
+    collectives are C++ ops, which AutoGraph never converts either. Code hvd_lite calls back (a
+    custom Compressor) then runs unconverted too, as TF's own ops would call it."""
+    return tf.autograph.experimental.do_not_convert(fn)
+
+
 # ---------------------------------------------------------------------------- errors
 
 class CollectiveFailedError(CollectiveError, tf.errors.FailedPreconditionError):
@@ -233,6 +243,7 @@ def _reduce_slices(fn: str, t: tf.IndexedSlices, op: ReduceOp, pre, post,
     return tf.IndexedSlices(values, indices, dense_shape=t.dense_shape)
 
 
+@graph_safe
 def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
                       compression=Compression.none, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=global_process_set,
@@ -269,6 +280,7 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
     return out
 
 
+@graph_safe
 def allreduce(tensor, average=None, device_dense='', device_sparse='', compression=Compression.none,
               op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
               process_set=global_process_set, ignore_name_scope=False):
@@ -281,12 +293,14 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='', compressi
 
 # ---------------------------------------------------------------------------- the others
 
+@graph_safe
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenates every rank's `tensor` along dim 0 (dim 0 may differ between ranks);
     differentiable (each rank's gradient is its block of the averaged incoming gradient)."""
     return grouped_allgather([tensor], name, ignore_name_scope, process_set)[0]
 
 
+@graph_safe
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=global_process_set):
     """allgather of each tensor, in one op; differentiable."""
     fn = "grouped_allgather"
@@ -320,6 +334,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
     return list(_gather(*ts))
 
 
+@graph_safe
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=global_process_set):
     """Rank `root_rank`'s `tensor` on every rank (of the set; `root_rank` is a global rank, a
@@ -345,6 +360,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     return _bcast(t)
 
 
+@graph_safe
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Assigns rank `root_rank`'s values to `variables` on every rank (in place); returns their
     new values."""
@@ -359,6 +375,7 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
         return [tf.identity(v) for v in variables]
 
 
+@graph_safe
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
              process_set=global_process_set):
     """Rows splits[i] of `tensor` go to rank i (as evenly as possible without splits, the first
@@ -425,6 +442,7 @@ def _scatter(fn, tensors, op, pre, post, name, process_set):
     return list(_rs(*ts))
 
 
+@graph_safe
 def reducescatter(tensor, device_dense='', compression=Compression.none, op=Average, name=None,
                   process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
                   postscale_factor=1.0):
@@ -433,6 +451,7 @@ def reducescatter(tensor, device_dense='', compression=Compression.none, op=Aver
                                  prescale_factor, postscale_factor, _name=name)[0]
 
 
+@graph_safe
 def grouped_reducescatter(tensors, device_dense='', compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0, _name=None):
@@ -451,12 +470,14 @@ def grouped_reducescatter(tensors, device_dense='', compression=Compression.none
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, packed)]
 
 
+@graph_safe
 def join():
     """This rank has no more data (eager): it takes part in the others' allreduces with zeros
     until every rank has joined; returns the last rank to join, as a tensor."""
     return tf.constant(collectives.join(), tf.int32)
 
 
+@graph_safe
 def barrier(process_set=global_process_set) -> None:
     """Returns once every rank (of the set) has called barrier() (eager; hvd_lite's, not in
     Horovod's TF API)."""
@@ -477,26 +498,31 @@ def _set_value(fn: str, process_set_id, value, name) -> tf.Tensor:
     return tf.ensure_shape(out, [])
 
 
+@graph_safe
 def size_op(process_set_id=0, name=None) -> tf.Tensor:
     """The number of ranks (in the process set with this id), as an int32 tensor."""
     return _set_value("size_op", process_set_id, lambda s: s.size, name)
 
 
+@graph_safe
 def local_size_op(name=None) -> tf.Tensor:
     """The number of ranks on this host, as an int32 tensor."""
     return tf.constant(basics.local_size(), tf.int32, name=name)
 
 
+@graph_safe
 def rank_op(name=None) -> tf.Tensor:
     """This rank, as an int32 tensor."""
     return tf.constant(basics.rank(), tf.int32, name=name)
 
 
+@graph_safe
 def local_rank_op(name=None) -> tf.Tensor:
     """This rank on its host, as an int32 tensor."""
     return tf.constant(basics.local_rank(), tf.int32, name=name)
 
 
+@graph_safe
 def process_set_included_op(process_set_id=0, name=None) -> tf.Tensor:
     """1 if this rank is in the process set with this id (the global one, 0: always), else 0, as
     an int32 tensor."""

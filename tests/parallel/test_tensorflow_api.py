@@ -364,3 +364,39 @@ def test_keras_names_reduce_python_values_and_a_saved_model_loads_with_its_optim
         assert type(plain.optimizer).__name__ == "Adam"
         assert hasattr(loaded.optimizer, "_hvd_reduction")
         assert int(loaded.optimizer.iterations.numpy()) == int(model.optimizer.iterations.numpy())
+
+
+def test_autograph_calls_hvd_lites_entry_points_as_they_are_and_still_converts_the_callers_code():
+    """Like TF's and Keras's own code (and Horovod's C++ ops), hvd_lite's TF entry points are not
+    converted by AutoGraph when a tf.function calls them: converting them only cost seconds on
+    the first trace. The caller's own code is still converted: a Python `if` on a tensor around a
+    collective becomes a tf.cond."""
+    from tensorflow.python.autograph.impl.api import is_autograph_artifact
+
+    tape = hvd.DistributedGradientTape(tf.GradientTape())
+    entries = {f"hvd_lite.tensorflow.{n}": getattr(hvd, n) for n in (
+        "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
+        "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "join", "barrier",
+        "size_op", "local_size_op", "rank_op", "local_rank_op", "process_set_included_op",
+        "broadcast_variables", "broadcast_global_variables")}
+    entries.update({f"hvd_lite.keras.{n}": getattr(hvdk, n) for n in (
+        "allreduce", "allgather", "broadcast", "reducescatter", "broadcast_global_variables")})
+    entries["DistributedGradientTape.gradient"] = tape.gradient
+    entries["DistributedGradientTape.get_local_and_global_gradients"] = \
+        tape.get_local_and_global_gradients
+    entries["DistributedOptimizer.apply"] = hvdk.DistributedOptimizer(keras.optimizers.SGD(0.1)).apply
+    converted = sorted(n for n, f in entries.items() if not is_autograph_artifact(f))
+
+    n, r = hvd.size(), hvd.rank()
+
+    @tf.function
+    def step(x):
+        if tf.reduce_sum(x) > 0:  # the same branch on every rank: x > 0 everywhere
+            y = hvd.allreduce(x, op=hvd.Sum)
+        else:
+            y = -x
+        return y
+
+    got = step(tf.constant([1.0, 2.0]) * (r + 1)).numpy()
+    agree(not converted and np.allclose(got, np.array([1.0, 2.0]) * n * (n + 1) / 2),
+          f"converted by AutoGraph: {converted}; the step gave {got}")
