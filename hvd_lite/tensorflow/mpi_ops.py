@@ -30,7 +30,7 @@ from .. import basics, collectives, ops
 from .._submit import HVDL_DTYPES, check_name, wait_for
 from ..exceptions import CollectiveError, InvalidArgumentError, UnsupportedDtypeError
 from ..ops import Average, Max, Min, Product, ReduceOp, Sum
-from .compression import Compression
+from .compression import Compression, called_back
 from .process_sets import global_process_set, member_set, set_by_id
 
 # Horovod's Adasum op (its number): refused with NotImplementedError wherever an op is taken.
@@ -42,8 +42,9 @@ def graph_safe(fn):
     tensorflow's and keras's own: it branches on Python values only, so converting it changes
     nothing but the first trace's time (a tf.function calling the six collectives took 2.6-4.6 s
     to trace with it converted, 0.04-0.07 s without: tools/tf_trace_cost.py). Horovod's
-    collectives are C++ ops, which AutoGraph never converts either. Code hvd_lite calls back (a
-    custom Compressor) then runs unconverted too, as TF's own ops would call it."""
+    collectives are C++ ops, which AutoGraph never converts either. A compressor of the user's
+    own is still converted where Horovod's converted code would have called it
+    (compression.called_back)."""
     return tf.autograph.experimental.do_not_convert(fn)
 
 
@@ -207,7 +208,8 @@ def _grouped_allreduce(tensors: Sequence[tf.Tensor], op: ReduceOp = Average,
     tensors = [_tensor("grouped_allreduce", t) for t in tensors]
     if not tensors:
         return []
-    packed = [compression.compress(t) for t in tensors]
+    compress, decompress = called_back(compression)
+    packed = [compress(t) for t in tensors]
     sent = [p[0] for p in packed]
     for s in sent:
         check_dtype("grouped_allreduce", s.dtype)
@@ -223,7 +225,7 @@ def _grouped_allreduce(tensors: Sequence[tf.Tensor], op: ReduceOp = Average,
     result = []
     for o, s, (_, ctx) in zip(outs, sent, packed):
         o = tf.ensure_shape(o, s.shape) if s.shape.is_fully_defined() else o
-        result.append(compression.decompress(o, ctx))
+        result.append(decompress(o, ctx))
     return result
 
 
@@ -464,10 +466,11 @@ def grouped_reducescatter(tensors, device_dense='', compression=Compression.none
     op = reduce_op(fn, op)
     check_device(fn, "device_dense", device_dense)
     member_set(fn, process_set)
-    packed = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
+    compress, decompress = called_back(compression)
+    packed = [compress(tf.convert_to_tensor(t)) for t in tensors]
     outs = _scatter(fn, [p[0] for p in packed], op, prescale_factor, postscale_factor, _name,
                     process_set)
-    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, packed)]
+    return [decompress(o, ctx) for o, (_, ctx) in zip(outs, packed)]
 
 
 @graph_safe

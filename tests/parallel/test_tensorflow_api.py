@@ -17,6 +17,7 @@ keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip insta
 import hvd_lite  # noqa: E402
 import hvd_lite.keras as hvdk  # noqa: E402
 import hvd_lite.tensorflow as hvd  # noqa: E402
+from hvd_lite.tensorflow.compression import Compressor  # noqa: E402
 from conftest import agree, everywhere, raises_before_submitting, raises_on_every_rank  # noqa: E402
 
 pytestmark = pytest.mark.mpi
@@ -397,6 +398,32 @@ def test_autograph_calls_hvd_lites_entry_points_as_they_are_and_still_converts_t
             y = -x
         return y
 
-    got = step(tf.constant([1.0, 2.0]) * (r + 1)).numpy()
-    agree(not converted and np.allclose(got, np.array([1.0, 2.0]) * n * (n + 1) / 2),
-          f"converted by AutoGraph: {converted}; the step gave {got}")
+    class Halving(Compressor):
+        """A compressor of the user's own with a Python `if` on a tensor, which only AutoGraph can
+        trace (as Horovod's converted code calls it)."""
+
+        @staticmethod
+        def compress(tensor):
+            if tf.reduce_max(tf.abs(tensor)) > 0.0:
+                return tensor / 2, 2.0
+            return tensor, 1.0
+
+        @staticmethod
+        def decompress(tensor, ctx):
+            if ctx > 1.0:
+                return tensor * ctx
+            return tensor
+
+    @tf.function
+    def compressed(x):
+        return (hvd.allreduce(x, op=hvd.Sum, compression=Halving),
+                hvd.reducescatter(tf.tile(x, [n]), op=hvd.Sum, compression=Halving))
+
+    x = tf.constant([1.0, 2.0]) * (r + 1)
+    got = step(x).numpy()
+    summed, scattered = (t.numpy() for t in compressed(x))
+    want = np.array([1.0, 2.0]) * n * (n + 1) / 2
+    agree(not converted and np.allclose(got, want) and np.allclose(summed, want)
+          and np.allclose(scattered, want),
+          f"converted by AutoGraph: {converted}; the step gave {got}; with the compressor "
+          f"{summed}, {scattered}")
