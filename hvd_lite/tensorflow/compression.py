@@ -1,7 +1,5 @@
 """Gradient compression for allreduce: horovod.tensorflow's Compression.none and .fp16 (the logic
 is hvd_lite/_compression.py's; this module says how TensorFlow casts)."""
-import warnings
-
 import tensorflow as tf
 
 from .._compression import Compressor, NoneCompressor
@@ -30,24 +28,27 @@ class Compression:
 
 
 def called_back(compression):
-    """(compress, decompress) of `compression`, as hvd_lite's collectives call them. A compressor
-    of the user's own, while a tf.function traces, goes through AutoGraph, as Horovod's Python
-    code (which AutoGraph converts) calls it, so a Python `if` on a tensor in it works; hvd_lite's
-    entry points are not converted themselves (mpi_ops.graph_safe). hvd_lite's compressors, and
-    any compressor eagerly, are called as they are. One AutoGraph cannot convert (no source) runs
-    as written, with a warning, as AutoGraph itself would run it."""
+    """(compress, decompress) of `compression`, as hvd_lite's collectives call them. While a graph
+    traces, a compressor of the user's own goes through AutoGraph (TF's tf_convert, its way for a
+    library to call user code), converted with everything it calls, as Horovod's Python, which
+    AutoGraph converts, calls it: a Python `if` on a tensor in it works although hvd_lite's entry
+    points are not converted themselves (mpi_ops.graph_safe). Unlike Horovod's, it is converted
+    under tf.function(autograph=False) and in Keras's train step too, which changes nothing for
+    code that traces without AutoGraph. One AutoGraph cannot convert runs as written, with
+    AutoGraph's own warning. hvd_lite's compressors, and any compressor eagerly, are called as
+    they are."""
     if compression in (Compression.none, Compression.fp16) or not tf.inside_function():
         return compression.compress, compression.decompress
     return _converted(compression.compress), _converted(compression.decompress)
 
 
+# AutoGraph's status where nobody has set one (taken at import, outside any graph): under it, the
+# function tf_convert wraps is converted, and so is every call it makes.
+_UNSPECIFIED = tf.__internal__.autograph.control_status_ctx()
+
+
 def _converted(fn):
-    try:
-        return tf.autograph.to_graph(fn)
-    except Exception as exc:  # noqa: BLE001 - AutoGraph's own fallback, said out loud
-        warnings.warn(f"AutoGraph could not convert the compressor's {fn.__name__} ({exc}); it "
-                      "runs as written", stacklevel=3)
-        return fn
+    return tf.__internal__.autograph.tf_convert(fn, _UNSPECIFIED, convert_by_default=True)
 
 
 __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]

@@ -11,7 +11,7 @@ from .._submit import group_names
 from ..collectives import broadcast_group_
 from .compression import Compression
 from .mpi_ops import (Average, _grouped_allreduce, _reduce_slices, broadcast, check_device,
-                      check_dtype, graph_safe, reduce_op)
+                      check_dtype, graph_safe, reduce_op, user_stacklevel)
 from .process_sets import global_process_set, member_set, registered_set
 
 
@@ -95,7 +95,7 @@ class GradientReduction:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
         if num_groups != 0:
             warnings.warn("num_groups is deprecated (as in Horovod); use groups", DeprecationWarning,
-                          stacklevel=3)
+                          stacklevel=user_stacklevel())
             groups = num_groups if groups is None else groups
         if groups is not None and not (isinstance(groups, list) or
                                        (isinstance(groups, int) and groups > 0)):
@@ -178,6 +178,7 @@ class _DistributedGradientTape(tf.GradientTape):
         self._tape = tape._tape  # take over the recording of the tape given
         self._hvd_reduction = reduction
 
+    @graph_safe
     def register_local_source(self, source) -> None:
         """This source's gradient stays local (not reduced)."""
         self._hvd_reduction.register_local(source)
@@ -199,6 +200,7 @@ class _DistributedGradientTape(tf.GradientTape):
         return local, glob
 
 
+@graph_safe
 def DistributedGradientTape(gradtape, device_dense='', device_sparse='',
                             compression=Compression.none, sparse_as_dense=False, op=Average,
                             gradient_predivide_factor=1.0, num_groups=0, groups=None,
@@ -214,6 +216,7 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='',
     return _DistributedGradientTape(gradtape, reduction)
 
 
+@graph_safe
 def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='',
                                    compression=Compression.none, sparse_as_dense=False,
                                    op=Average, gradient_predivide_factor=1.0, num_groups=0,

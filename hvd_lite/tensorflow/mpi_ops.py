@@ -19,6 +19,7 @@ across ranks raises, eagerly, `CollectiveFailedError` (both `tf.errors.FailedPre
 Horovod's type, and `hvd_lite.CollectiveError`); inside a graph TF turns it into
 `tf.errors.UnknownError` carrying the same message.
 """
+import os
 import time
 import warnings
 from typing import List, Optional, Sequence
@@ -35,6 +36,20 @@ from .process_sets import global_process_set, member_set, set_by_id
 
 # Horovod's Adasum op (its number): refused with NotImplementedError wherever an op is taken.
 Adasum = 2
+
+
+def user_stacklevel() -> int:
+    """warnings.warn's stacklevel, for the function calling this one, that names the first line
+    outside hvd_lite and TensorFlow: the user's, however many wrappers (graph_safe's, an entry
+    point calling another) lie between."""
+    import sys
+
+    inside = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+              os.path.dirname(os.path.abspath(tf.__file__)))
+    frame, level = sys._getframe(2), 2  # the caller of our caller, counted from our caller
+    while frame is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def graph_safe(fn):
@@ -115,7 +130,7 @@ def reduce_op(fn: str, op, average=None) -> ReduceOp:
         raise ValueError(f"{fn}: the op parameter supersedes average; pass only one of them")
     if average is not None:
         warnings.warn("average is deprecated (as in Horovod); use op=Average or op=Sum",
-                      DeprecationWarning, stacklevel=3)
+                      DeprecationWarning, stacklevel=user_stacklevel())
         return Average if average else Sum
     if op is None:
         return Average

@@ -367,11 +367,38 @@ def test_keras_names_reduce_python_values_and_a_saved_model_loads_with_its_optim
         assert int(loaded.optimizer.iterations.numpy()) == int(model.optimizer.iterations.numpy())
 
 
+def _positive(t):
+    # a helper of the user's compressor, with a Python `if` on a tensor: AutoGraph must convert it
+    # as part of what the compressor calls
+    if tf.reduce_min(t) > 0.0:
+        return t + 1.0
+    return t
+
+
+class _PlusOne(Compressor):
+    """Sends x + 1 where x > 0 everywhere: a sum then has n more, which says it ran."""
+
+    @staticmethod
+    def compress(tensor):
+        return _positive(tensor), None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class _BFloat16(hvd.Compression.fp16):
+    """A subclass of Horovod's fp16 compressor, whose methods are classmethods."""
+
+    float16 = tf.bfloat16
+
+
 def test_autograph_calls_hvd_lites_entry_points_as_they_are_and_still_converts_the_callers_code():
     """Like TF's and Keras's own code (and Horovod's C++ ops), hvd_lite's TF entry points are not
     converted by AutoGraph when a tf.function calls them: converting them only cost seconds on
     the first trace. The caller's own code is still converted: a Python `if` on a tensor around a
-    collective becomes a tf.cond."""
+    collective becomes a tf.cond, and so does one in a compressor of the user's own and in what it
+    calls; a compressor with classmethods (a subclass of Compression.fp16) is called as a method."""
     from tensorflow.python.autograph.impl.api import is_autograph_artifact
 
     tape = hvd.DistributedGradientTape(tf.GradientTape())
@@ -379,12 +406,12 @@ def test_autograph_calls_hvd_lites_entry_points_as_they_are_and_still_converts_t
         "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
         "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "join", "barrier",
         "size_op", "local_size_op", "rank_op", "local_rank_op", "process_set_included_op",
-        "broadcast_variables", "broadcast_global_variables")}
+        "broadcast_variables", "broadcast_global_variables", "DistributedGradientTape",
+        "PartialDistributedGradientTape")}
     entries.update({f"hvd_lite.keras.{n}": getattr(hvdk, n) for n in (
         "allreduce", "allgather", "broadcast", "reducescatter", "broadcast_global_variables")})
-    entries["DistributedGradientTape.gradient"] = tape.gradient
-    entries["DistributedGradientTape.get_local_and_global_gradients"] = \
-        tape.get_local_and_global_gradients
+    for method in ("gradient", "get_local_and_global_gradients", "register_local_source"):
+        entries[f"DistributedGradientTape.{method}"] = getattr(tape, method)
     entries["DistributedOptimizer.apply"] = hvdk.DistributedOptimizer(keras.optimizers.SGD(0.1)).apply
     converted = sorted(n for n, f in entries.items() if not is_autograph_artifact(f))
 
@@ -398,32 +425,17 @@ def test_autograph_calls_hvd_lites_entry_points_as_they_are_and_still_converts_t
             y = -x
         return y
 
-    class Halving(Compressor):
-        """A compressor of the user's own with a Python `if` on a tensor, which only AutoGraph can
-        trace (as Horovod's converted code calls it)."""
-
-        @staticmethod
-        def compress(tensor):
-            if tf.reduce_max(tf.abs(tensor)) > 0.0:
-                return tensor / 2, 2.0
-            return tensor, 1.0
-
-        @staticmethod
-        def decompress(tensor, ctx):
-            if ctx > 1.0:
-                return tensor * ctx
-            return tensor
-
     @tf.function
     def compressed(x):
-        return (hvd.allreduce(x, op=hvd.Sum, compression=Halving),
-                hvd.reducescatter(tf.tile(x, [n]), op=hvd.Sum, compression=Halving))
+        return (hvd.allreduce(x, op=hvd.Sum, compression=_PlusOne),
+                hvd.reducescatter(tf.tile(x, [n]), op=hvd.Sum, compression=_PlusOne),
+                hvd.allreduce(x, op=hvd.Sum, compression=_BFloat16))
 
     x = tf.constant([1.0, 2.0]) * (r + 1)
     got = step(x).numpy()
-    summed, scattered = (t.numpy() for t in compressed(x))
+    outs = [t.numpy() for t in compressed(x)]
     want = np.array([1.0, 2.0]) * n * (n + 1) / 2
-    agree(not converted and np.allclose(got, want) and np.allclose(summed, want)
-          and np.allclose(scattered, want),
-          f"converted by AutoGraph: {converted}; the step gave {got}; with the compressor "
-          f"{summed}, {scattered}")
+    agree(not converted and np.allclose(got, want) and np.allclose(outs[0], want + n)
+          and np.allclose(outs[1], want + n) and np.allclose(outs[2], want)
+          and outs[2].dtype == np.float32,
+          f"converted by AutoGraph: {converted}; the step gave {got}; with the compressors {outs}")
