@@ -55,8 +55,8 @@ def user_stacklevel() -> int:
 def graph_safe(fn):
     """Marks one of hvd_lite's TF entry points as code AutoGraph calls as it is, as it calls
     tensorflow's and keras's own: it branches on Python values only, so converting it changes
-    nothing but the first trace's time (a tf.function calling the six collectives took 2.6-4.6 s
-    to trace with it converted, 0.04-0.07 s without: tools/tf_trace_cost.py). Horovod's
+    nothing but the first trace's time (a tf.function calling the six collectives: 3.9 s with it
+    converted, 0.13 s without; docs/tensorflow.md, "Tracing", tools/tf_trace_cost.py). Horovod's
     collectives are C++ ops, which AutoGraph never converts either. A compressor of the user's
     own is still converted where Horovod's converted code would have called it
     (compression.called_back)."""
