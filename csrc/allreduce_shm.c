@@ -61,9 +61,10 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
     if (hvdl_cma_peer_failed(s, k)) break; /* close's step then fails (alarm, data timeout) */
     const size_t n = b - g < chunk ? b - g : chunk;
     for (int q = 0; q < L && res == hvdlSuccess; q++) {
-      char *to = s->scratch + (size_t)q * s->area;
+      const uint64_t from = (q == me ? (uintptr_t)send : hvdl_cma_sendbuff(s, q)) + g * esize;
+      char *to = hvdl_cma_scratch(s, q, from);
       if (q != me) {
-        res = hvdl_cma_copy(comm, q, to, hvdl_cma_sendbuff(s, q) + g * esize, n * esize, 0);
+        res = hvdl_cma_copy(comm, q, to, from, n * esize, 0);
       } else if (send == recv && L > 2) { /* the fold writes recv before it has read it all */
         hvdl_copy(to, send + g * esize, n * esize);
       } else {

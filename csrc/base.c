@@ -134,6 +134,11 @@ hvdlResult_t hvdl_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes
 #define HVDL_COPY_PIECE 2048
 #define HVDL_COPY_WINDOW 32 /* distances 1 .. this - 1 crawled; 32 .. 72 did not */
 
+int hvdl_copy_crawls(uint64_t dst, uint64_t src) {
+  const uint64_t ahead = (dst - src) & 4095;
+  return ahead != 0 && ahead < HVDL_COPY_WINDOW;
+}
+
 void hvdl_copy(void *dst, const void *src, size_t n) {
   const uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
   if (n == 0 || d == s) return;
@@ -141,8 +146,7 @@ void hvdl_copy(void *dst, const void *src, size_t n) {
     memmove(dst, src, n);
     return;
   }
-  const uintptr_t ahead = (d - s) & 4095;
-  if (n <= HVDL_COPY_PIECE || ahead == 0 || ahead >= HVDL_COPY_WINDOW) {
+  if (n <= HVDL_COPY_PIECE || !hvdl_copy_crawls(d, s)) {
     memcpy(dst, src, n);
     return;
   }

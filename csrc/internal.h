@@ -253,6 +253,9 @@ double hvdl_now(void);
  * between buffers apart whose destination lies 1-31 bytes past its source modulo 4 KiB goes in
  * pieces small enough for glibc's vector loop (base.c says why). */
 void hvdl_copy(void *dst, const void *src, size_t n);
+/* Whether a `rep movsb` from src to dst would be in that window. The kernel's copies for
+ * process_vm_readv/writev are `rep movsb` too: shm_cma.c places and stages around it. */
+int hvdl_copy_crawls(uint64_t dst, uint64_t src);
 /* The CLOCK_REALTIME moment `seconds_from_now` ahead, for pthread_cond_timedwait. */
 void hvdl_deadline(struct timespec *ts, double seconds_from_now);
 

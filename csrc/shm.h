@@ -29,8 +29,10 @@ struct hvdl_shm {
                          * (process_vm_readv/writev): large all-reduces take the single-copy form,
                          * all-gathers the single-copy all-gather (shm_cma.c) */
   int *pids;            /* each local rank's process id, for process_vm_readv/writev */
-  char *scratch;        /* local_size areas of this rank's own: peers' chunks read in (and,
-                         * in place with 3 ranks or more, its own) */
+  char *scratch;        /* local_size areas of this rank's own, each a page longer and
+                         * page-aligned: peers' chunks read in (and, in place with 3 ranks
+                         * or more, its own), at their source's offset in its page
+                         * (hvdl_cma_scratch) */
   const char **inputs;  /* local_size pointers: the inputs a fold reads */
   uint64_t step;        /* steps this rank has published */
   uint64_t round;       /* negotiation rounds this rank has posted through the segment */
@@ -65,9 +67,18 @@ hvdlResult_t hvdl_cma_open(hvdlComm_t comm, const void *sendbuff, void *recvbuff
 uint64_t hvdl_cma_sendbuff(const struct hvdl_shm *s, int q);
 uint64_t hvdl_cma_recvbuff(const struct hvdl_shm *s, int q);
 
+/* Where in this rank's scratch area q a chunk read from src goes: at src's offset in
+ * its 4 KiB page, so that the kernel's or libc's copy (`rep movsb`) never has its
+ * destination 1-31 bytes past its source modulo 4 KiB, where it crawls on AMD EPYC
+ * (base.c's hvdl_copy; docs/benchmarks.md, "A copy's distance"). Holds an area. */
+char *hvdl_cma_scratch(const struct hvdl_shm *s, int q, uint64_t src);
+
 /* Copies bytes between `here` in this process and addr in local rank q's own
  * memory: from q (process_vm_readv) or, with `write`, to q (process_vm_writev).
- * Fault points: recv for a read, send for a write (then made at address 0). */
+ * A read's `here` is the caller's to place (hvdl_cma_scratch); a write whose
+ * distance would crawl goes through scratch area q, so it moves at most an area
+ * and scratch area q is not the caller's to keep across it. Fault points: recv
+ * for a read, send for a write (then made at address 0). */
 hvdlResult_t hvdl_cma_copy(hvdlComm_t comm, int q, void *here, uint64_t addr, size_t bytes,
                            int write);
 
