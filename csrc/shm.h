@@ -29,10 +29,10 @@ struct hvdl_shm {
                          * (process_vm_readv/writev): large all-reduces take the single-copy form,
                          * all-gathers the single-copy all-gather (shm_cma.c) */
   int *pids;            /* each local rank's process id, for process_vm_readv/writev */
-  char *scratch;        /* local_size areas of this rank's own, each a page longer and
-                         * page-aligned: peers' chunks read in (and, in place with 3 ranks
-                         * or more, its own), at their source's offset in its page
-                         * (hvdl_cma_scratch) */
+  char *scratch;        /* local_size areas of this rank's own, each page-aligned and a
+                         * page longer: peers' chunks read in (and, in place with 3 ranks
+                         * or more, its own), at their source's offset in its page, and
+                         * writes staged (hvdl_cma_scratch, hvdl_cma_copy) */
   const char **inputs;  /* local_size pointers: the inputs a fold reads */
   uint64_t step;        /* steps this rank has published */
   uint64_t round;       /* negotiation rounds this rank has posted through the segment */

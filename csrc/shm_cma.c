@@ -61,23 +61,28 @@ static _Atomic uint64_t *failed(const struct hvdl_shm *s, int q) {
 uint64_t hvdl_cma_sendbuff(const struct hvdl_shm *s, int q) { return posted(s, q)[0]; }
 uint64_t hvdl_cma_recvbuff(const struct hvdl_shm *s, int q) { return posted(s, q)[1]; }
 
+/* Scratch area q's start: page-aligned, a page longer than an area. */
+static size_t scratch_stride(const struct hvdl_shm *s) {
+  return ((s->area + CMA_PAGE - 1) & ~(size_t)(CMA_PAGE - 1)) + CMA_PAGE;
+}
+
 char *hvdl_cma_scratch(const struct hvdl_shm *s, int q, uint64_t src) {
-  return s->scratch + (size_t)q * (s->area + CMA_PAGE) + (size_t)(src & (CMA_PAGE - 1));
+  return s->scratch + (size_t)q * scratch_stride(s) + (size_t)(src & (CMA_PAGE - 1));
 }
 
 /* An injected fault (HVD_LITE_FAULT: the recv point for a read, send for a
  * write) uses address 0: the kernel's own failure follows. A write into a peer's
- * buffer that lies 4-28 bytes further into its page than this rank's source
+ * buffer that lies 1-31 bytes further into its page than this rank's source
  * (the crawling window, hvdl_copy_crawls) goes from a copy in scratch area q at
  * the destination's place: the copy costs far less than the crawl (2 ranks, AMD
- * EPYC, tools/allreduce_loop.py --offset 0,16: a 1 MiB all-reduce 412-433 us a
- * call without it, 201-205 with it, 158-170 at 0,0; docs/benchmarks.md,
- * "Buffers at their own place in a page"). */
+ * EPYC, tools/allreduce_loop.py --offset 0,16: a 1 MiB all-reduce 473-484 us a
+ * call without it and the read placed as before, 194-224 with both; 174-187 at
+ * 0,0; docs/benchmarks.md, "Buffers at their own place in a page"). */
 hvdlResult_t hvdl_cma_copy(hvdlComm_t comm, int q, void *here, uint64_t addr, size_t bytes,
                            int write) {
   const struct hvdl_shm *s = comm->shm;
   char *d = here;
-  if (write && hvdl_copy_crawls(addr, (uintptr_t)d)) {
+  if (write && hvdl_copy_crawls(addr, (uintptr_t)d)) { /* callers write at most an area */
     char *stage = hvdl_cma_scratch(s, q, addr);
     hvdl_copy(stage, d, bytes);
     d = stage;
@@ -215,7 +220,7 @@ hvdlResult_t hvdl_shm_cma_init(hvdlComm_t comm) {
   const int ls = s->local_size;
   s->pids = calloc((size_t)ls, sizeof *s->pids);
   void *scratch = NULL;
-  int ok = s->pids && posix_memalign(&scratch, CMA_PAGE, (size_t)ls * (s->area + CMA_PAGE)) == 0;
+  int ok = s->pids && posix_memalign(&scratch, CMA_PAGE, (size_t)ls * scratch_stride(s)) == 0;
   s->scratch = scratch;
   HVDL_MPI(comm, MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local));
   s->cma = ok && cma_works(s);

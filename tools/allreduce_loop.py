@@ -30,7 +30,7 @@ def main(argv=None):
     p.add_argument("--offset", default=None,
                    help="place the buffer this many bytes past a 4 KiB boundary (a multiple of 4 below 4096; "
                         "a comma-separated list gives rank r the entry r modulo its length; default: where "
-                        "numpy puts it)")
+                        "numpy puts it, and --allgather's result at a page)")
     args = p.parse_args(argv)
     if args.bytes <= 0 or args.bytes % 4 or args.calls <= 0 or args.warmup < 0:
         p.error(f"--bytes must be a positive multiple of 4 and --calls positive (got --bytes {args.bytes}, "

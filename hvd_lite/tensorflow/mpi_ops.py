@@ -44,8 +44,8 @@ def user_stacklevel() -> int:
     point calling another) lie between."""
     import sys
 
-    inside = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-              os.path.dirname(os.path.abspath(tf.__file__)))
+    inside = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+              os.path.dirname(os.path.abspath(tf.__file__)) + os.sep)  # not hvd_lite_x/, tensorflow_io/
     frame, level = sys._getframe(2), 2  # the caller of our caller, counted from our caller
     while frame is not None and frame.f_code.co_filename.startswith(inside):
         frame, level = frame.f_back, level + 1

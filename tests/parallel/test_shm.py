@@ -171,7 +171,7 @@ def placed(raw: np.ndarray, offset: int, count: int, dtype) -> np.ndarray:
 
 # Each rank's buffers at their own place in their pages: the single copy reads a peer's chunk into
 # scratch at the same place in a page as its source, and stages a write into a peer whose buffer lies
-# 4-28 bytes further into its page (csrc/shm_cma.c: the distances where the kernel's `rep movsb`
+# 1-31 bytes further into its page (csrc/shm_cma.c: the distances where the kernel's `rep movsb`
 # crawls). Rank r's offset: alike (0, 0), 16 and 4 bytes apart both ways round (in the window), 28,
 # 32, 2 KiB apart.
 PAGE_OFFSETS = [(0, 0, 0, 0), (0, 16, 4, 28), (16, 0, 32, 4), (0, 32, 2048, 16)]
@@ -190,16 +190,18 @@ def test_single_copy_exact_results_with_each_ranks_buffers_at_its_own_place_in_a
                 x = placed(raw_in, mine, count, dtype)
                 x[...] = exact_inputs(dtype, count, r, seed=i)
                 want = fold([exact_inputs(dtype, count, q, seed=i) for q in range(n)], "sum", dtype)
-                got = x if inplace else placed(raw_out, (mine + 16 * i) % 4096, count, dtype)
+                got = x if inplace else placed(raw_out, (mine + 16 * i * (r + 1)) % 4096, count, dtype)
                 c.allreduce(x, got, code(dtype), OPS["sum"])
                 agree(same_bits(got.copy(), want), f"all-reduce {np.dtype(dtype).name} in place "
                                                    f"{inplace}, offsets {offsets}: got {got[:4]}")
-    # The all-gather writes each rank's block into every peer's result, at its own offsets too.
+    # The all-gather writes each rank's block into every peer's result at block r, 28 bytes further into
+    # a page per rank (8,220-byte blocks): with the results at the inputs' places, several writes are
+    # staged at every count of ranks.
     with make_comm(HVD_LITE_SHM_BYTES=4096, **({"HVD_LITE_ALLGATHER_ALGO": "shm"} if n > 1 else {})) as c:
         block = _core.SHM_ALLGATHER_MIN // 4 + 1031
         send = placed(raw_in, mine, block, np.float32)
         send[...] = exact_inputs(np.float32, block, r, seed=7)
-        out = placed(raw_out, (mine + 2048) % 4096, n * block, np.float32)
+        out = placed(raw_out, mine, n * block, np.float32)
         c.allgather(send, out, F32)
         want = np.concatenate([exact_inputs(np.float32, block, q, seed=7) for q in range(n)])
         agree(same_bits(out.copy(), want), f"all-gather, offsets {offsets}: got {out[:4]}")

@@ -1,5 +1,5 @@
 #!/bin/bash
-# usage: ab_offsets.sh OUTDIR BASE_TREE NEW_TREE
+# usage: run.sh OUTDIR BASE_TREE NEW_TREE
 out=$1; base=$2; new=$3
 loop=$new/tools/allreduce_loop.py
 for round in 1 2; do
