@@ -163,50 +163,6 @@ def test_misaligned_buffers():
                 agree(same_bits(x.copy(), want), f"{dt.name} count {count}")
 
 
-def placed(raw: np.ndarray, offset: int, count: int, dtype) -> np.ndarray:
-    """count elements of dtype in raw (bytes), starting `offset` bytes past a 4 KiB boundary."""
-    start = (-raw.ctypes.data) % 4096 + offset
-    return raw[start:start + count * np.dtype(dtype).itemsize].view(dtype)
-
-
-# Each rank's buffers at their own place in their pages: the single copy reads a peer's chunk into
-# scratch at the same place in a page as its source, and stages a write into a peer whose buffer lies
-# 1-31 bytes further into its page (csrc/shm_cma.c: the distances where the kernel's `rep movsb`
-# crawls). Rank r's offset: alike (0, 0), 16 and 4 bytes apart both ways round (in the window), 28,
-# 32, 2 KiB apart.
-PAGE_OFFSETS = [(0, 0, 0, 0), (0, 16, 4, 28), (16, 0, 32, 4), (0, 32, 2048, 16)]
-
-
-@pytest.mark.parametrize("offsets", PAGE_OFFSETS, ids=lambda o: ",".join(map(str, o)))
-def test_single_copy_exact_results_with_each_ranks_buffers_at_its_own_place_in_a_page(offsets):
-    n, r = hvd.size(), hvd.rank()
-    mine = offsets[r % len(offsets)]
-    with make_comm(HVD_LITE_SHM_BYTES=4096) as c:  # chunks of 4 KiB: many writes staged a call
-        single_copy_or_skip(c)
-        count = _core.SHM_CMA_MIN // 4 + 4099  # lanes that are not whole chunks or pages
-        raw_in, raw_out = np.zeros(count * 8 + 8192, np.uint8), np.zeros(count * 8 + 8192, np.uint8)
-        for i, dtype in enumerate((np.float32, np.int64)):
-            for inplace in (True, False):
-                x = placed(raw_in, mine, count, dtype)
-                x[...] = exact_inputs(dtype, count, r, seed=i)
-                want = fold([exact_inputs(dtype, count, q, seed=i) for q in range(n)], "sum", dtype)
-                got = x if inplace else placed(raw_out, (mine + 16 * i * (r + 1)) % 4096, count, dtype)
-                c.allreduce(x, got, code(dtype), OPS["sum"])
-                agree(same_bits(got.copy(), want), f"all-reduce {np.dtype(dtype).name} in place "
-                                                   f"{inplace}, offsets {offsets}: got {got[:4]}")
-    # The all-gather writes each rank's block into every peer's result at block r, 28 bytes further into
-    # a page per rank (8,220-byte blocks): with the results at the inputs' places, several writes are
-    # staged at every count of ranks.
-    with make_comm(HVD_LITE_SHM_BYTES=4096, **({"HVD_LITE_ALLGATHER_ALGO": "shm"} if n > 1 else {})) as c:
-        block = _core.SHM_ALLGATHER_MIN // 4 + 1031
-        send = placed(raw_in, mine, block, np.float32)
-        send[...] = exact_inputs(np.float32, block, r, seed=7)
-        out = placed(raw_out, mine, n * block, np.float32)
-        c.allgather(send, out, F32)
-        want = np.concatenate([exact_inputs(np.float32, block, q, seed=7) for q in range(n)])
-        agree(same_bits(out.copy(), want), f"all-gather, offsets {offsets}: got {out[:4]}")
-
-
 # ---- the single-copy form ---------------------------------------------------------------------------
 
 class _Iovec(ctypes.Structure):
@@ -255,6 +211,50 @@ def single_copy_or_skip(c):
     if hvd.size() > 1 and not c.shm_cma():
         pytest.skip("process_vm_readv/writev cannot reach the other ranks here (seccomp, Yama, pid "
                     "namespaces)")
+
+
+def placed(raw: np.ndarray, offset: int, count: int, dtype) -> np.ndarray:
+    """count elements of dtype in raw (bytes), starting `offset` bytes past a 4 KiB boundary."""
+    start = (-raw.ctypes.data) % 4096 + offset
+    return raw[start:start + count * np.dtype(dtype).itemsize].view(dtype)
+
+
+# Each rank's buffers at their own place in their pages: the single copy reads a peer's chunk into
+# scratch at the same place in a page as its source, and stages a write into a peer whose buffer lies
+# 1-31 bytes further into its page (csrc/shm_cma.c: the distances where the kernel's `rep movsb`
+# crawls). Rank r's offset: alike (0, 0), 16 and 4 bytes apart both ways round (in the window), 28,
+# 32, 2 KiB apart.
+PAGE_OFFSETS = [(0, 0, 0, 0), (0, 16, 4, 28), (16, 0, 32, 4), (0, 32, 2048, 16)]
+
+
+@pytest.mark.parametrize("offsets", PAGE_OFFSETS, ids=lambda o: ",".join(map(str, o)))
+def test_single_copy_exact_results_with_each_ranks_buffers_at_its_own_place_in_a_page(offsets):
+    n, r = hvd.size(), hvd.rank()
+    mine = offsets[r % len(offsets)]
+    with make_comm(HVD_LITE_SHM_BYTES=4096) as c:  # chunks of 4 KiB: many writes staged a call
+        single_copy_or_skip(c)
+        count = _core.SHM_CMA_MIN // 4 + 4099  # lanes that are not whole chunks or pages
+        raw_in, raw_out = np.zeros(count * 8 + 8192, np.uint8), np.zeros(count * 8 + 8192, np.uint8)
+        for i, dtype in enumerate((np.float32, np.int64)):
+            for inplace in (True, False):
+                x = placed(raw_in, mine, count, dtype)
+                x[...] = exact_inputs(dtype, count, r, seed=i)
+                want = fold([exact_inputs(dtype, count, q, seed=i) for q in range(n)], "sum", dtype)
+                got = x if inplace else placed(raw_out, (mine + 16 * i * (r + 1)) % 4096, count, dtype)
+                c.allreduce(x, got, code(dtype), OPS["sum"])
+                agree(same_bits(got.copy(), want), f"all-reduce {np.dtype(dtype).name} in place "
+                                                   f"{inplace}, offsets {offsets}: got {got[:4]}")
+    # The all-gather writes each rank's block into every peer's result at block r, 28 bytes further into
+    # a page per rank (8,220-byte blocks): with the results at the inputs' places, several writes are
+    # staged at every count of ranks.
+    with make_comm(HVD_LITE_SHM_BYTES=4096, **({"HVD_LITE_ALLGATHER_ALGO": "shm"} if n > 1 else {})) as c:
+        block = _core.SHM_ALLGATHER_MIN // 4 + 1031
+        send = placed(raw_in, mine, block, np.float32)
+        send[...] = exact_inputs(np.float32, block, r, seed=7)
+        out = placed(raw_out, mine, n * block, np.float32)
+        c.allgather(send, out, F32)
+        want = np.concatenate([exact_inputs(np.float32, block, q, seed=7) for q in range(n)])
+        agree(same_bits(out.copy(), want), f"all-gather, offsets {offsets}: got {out[:4]}")
 
 
 @pytest.mark.parametrize("cma", ["1", "0"])
