@@ -2,13 +2,15 @@
 
     python tools/torch_compile_cost.py [--runs 5] [--backend aot_eager|inductor]
 
-Each run is a fresh 1-rank process (nothing cached) that compiles one step calling five
+Each run is a fresh 1-rank process (nothing compiled in memory; inductor keeps an on-disk cache, which
+the first process fills) that compiles one step calling five
 collectives (allreduce with factors, allgather, broadcast, reducescatter, allreduce with fp16
 compression), each in the loss, and runs it forward and backward: its first call (the compile), the
 median of 200 later calls, and the graphs Dynamo made. Two modes in turn: the collectives as
-hvd_lite.torch gives them (`untraced`: Dynamo calls each as it is) and their undecorated functions
-(`traced`: `fn.__wrapped__`, what Dynamo met before mpi_ops.untraced, tracing into hvd_lite's
-Python and breaking the graph where it could not go on). Then, outside torch.compile, what untraced's
+hvd_lite.torch gives them (`untraced`: Dynamo calls each as it is) and, with every wrapper of
+mpi_ops.untraced taken off again in the process (`traced`: each `fn.__wrapped__` put back, so the
+collectives' calls to each other are undecorated too), what Dynamo met before: tracing into
+hvd_lite's Python and breaking the graph where it could not go on. Then, outside torch.compile, what untraced's
 check costs: eager 4-byte `allreduce_` calls, hvd_lite.torch's and the undecorated function in turn in
 each process (the best of 7 batches of 5,000 each), as a ratio.
 docs/pytorch.md, "torch.compile".
@@ -26,9 +28,14 @@ import torch, torch._dynamo
 import hvd_lite.torch as hvd
 hvd.init()
 mode, backend = sys.argv[1], sys.argv[2]
-get = (lambda f: f) if mode == "untraced" else (lambda f: f.__wrapped__)
-allreduce, allgather, broadcast, reducescatter = (get(hvd.allreduce), get(hvd.allgather),
-                                                  get(hvd.broadcast), get(hvd.reducescatter))
+from hvd_lite.torch import mpi_ops
+undecorated = {n: getattr(mpi_ops, n).__wrapped__ for n in mpi_ops.__all__
+               if hasattr(getattr(mpi_ops, n), "__wrapped__")}
+if mode == "traced":  # the module as it was before mpi_ops.untraced
+    for n, f in undecorated.items():
+        setattr(mpi_ops, n, f)
+allreduce, allgather, broadcast, reducescatter = (mpi_ops.allreduce, mpi_ops.allgather,
+                                                  mpi_ops.broadcast, mpi_ops.reducescatter)
 
 def step(x, w):
     a = allreduce(x * w, name="a", op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0)
@@ -52,12 +59,14 @@ later.sort()
 # this process (what untraced's check costs)
 one, best = torch.ones(1), {}
 for _ in range(7):
-    for key, fn in (("untraced", hvd.allreduce_), ("traced", hvd.allreduce_.__wrapped__)):
+    for key, fn in (("untraced", hvd.allreduce_), ("traced", undecorated["allreduce_"])):
         t0 = time.perf_counter()
         for _ in range(5000):
             fn(one, name="eager")
         best[key] = min(best.get(key, 1.0), (time.perf_counter() - t0) / 5000)
-print(json.dumps({"first": first, "later": later[len(later) // 2], "eager": best["untraced"] / best["traced"],
+print(json.dumps({"first": first, "later": later[len(later) // 2],
+                  "eager": best["untraced"] / best["traced"], "eager_us": best["untraced"] * 1e6,
+                  "eager_plain_us": best["traced"] * 1e6,
                   "graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"]}))
 """
 
@@ -88,6 +97,8 @@ def main() -> None:
         print("  later: " + " ".join(f"{r['later'] * 1e3:.2f}" for r in rs))
         print(f"  eager allreduce_ of 4 bytes, untraced / undecorated (best of 7 batches of 5,000 "
               f"each, in turn): " + " ".join(f"{r['eager']:.3f}" for r in rs))
+        print("    us a call, untraced against undecorated: " + " ".join(
+            f"{r['eager_us']:.2f}/{r['eager_plain_us']:.2f}" for r in rs))
     u, t = med["untraced"], med["traced"]
     print(f"traced / untraced: first call {t['first'] / u['first']:.2f}, later calls "
           f"{t['later'] / u['later']:.2f}; eager calls, untraced / undecorated: median "

@@ -65,16 +65,18 @@ def test_a_compiled_function_calling_the_collectives_matches_eager_bit_for_bit()
     compiled = run(torch.compile(step, backend="aot_eager"), x)
     agree(not same(compiled, eager), same(compiled, eager))
     # Dynamo calls each collective as it is (mpi_ops.untraced): a graph before, between and after
-    # the five, where tracing into hvd_lite's Python made 19 or more
+    # the five, where tracing into hvd_lite's Python made 22 to 24 (tools/torch_compile_cost.py)
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    agree(graphs <= 6, f"{graphs} graphs for a step of five collectives")
+    agree(1 <= graphs <= 6, f"{graphs} graphs for a step of five collectives")
     rows = compiled[3].shape[0], compiled[4].shape[0]
     want = (n * (n + 1) // 2, (2 * n + 3) // n + (r < (2 * n + 3) % n))
     agree(rows == want, f"allgather and reducescatter rows {rows}, want {want}")
 
 
 def test_a_compiled_model_trains_as_the_eager_one_under_distributed_optimizer():
-    """The optimizer's hooks run outside the compiled graph, as they do around DDP's."""
+    """The optimizer's hooks run outside the compiled graph, as they do around DDP's: each one
+    submits its gradient's allreduce during backward (not synchronize(), which submits what no
+    hook did), and the weights end as the eager model's."""
     r, n = hvd.rank(), hvd.size()
 
     def train(compile_):
@@ -83,16 +85,20 @@ def test_a_compiled_model_trains_as_the_eager_one_under_distributed_optimizer():
         forward = torch.compile(model, backend="aot_eager") if compile_ else model
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
                                        named_parameters=model.named_parameters())
+        by_hooks = []
         for s in range(3):
             g = torch.Generator().manual_seed(100 * s + r)
             x, y = torch.randn(6, 8, generator=g), torch.randn(6, 4, generator=g)
             opt.zero_grad()
             torch.nn.functional.mse_loss(forward(x), y).backward()
+            by_hooks.append(len(opt._hvd_handles))  # submitted during backward
             opt.step()
-        return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), by_hooks
 
-    eager, compiled = train(False), train(True)
+    (eager, _), (compiled, by_hooks) = train(False), train(True)
+    want = [4] * 3 if n > 1 else [0] * 3  # two layers' weights and biases; 1 rank: no hooks
     gathered = world().allgather(compiled.numpy())
     agree(torch.allclose(compiled, eager, rtol=1e-5, atol=1e-6)
-          and all((g == gathered[0]).all() for g in gathered),
-          f"max diff to eager {(compiled - eager).abs().max().item()}")
+          and all((g == gathered[0]).all() for g in gathered) and by_hooks == want,
+          f"max diff to eager {(compiled - eager).abs().max().item()}; allreduces submitted "
+          f"during each backward {by_hooks}, want {want}")
