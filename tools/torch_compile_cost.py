@@ -2,17 +2,17 @@
 
     python tools/torch_compile_cost.py [--runs 5] [--backend aot_eager|inductor]
 
-Each run is a fresh 1-rank process (nothing compiled in memory; inductor keeps an on-disk cache, which
-the first process fills) that compiles one step calling five
-collectives (allreduce with factors, allgather, broadcast, reducescatter, allreduce with fp16
-compression), each in the loss, and runs it forward and backward: its first call (the compile), the
-median of 200 later calls, and the graphs Dynamo made. Two modes in turn: the collectives as
-hvd_lite.torch gives them (`untraced`: Dynamo calls each as it is) and, with every wrapper of
-mpi_ops.untraced taken off again in the process (`traced`: each `fn.__wrapped__` put back, so the
-collectives' calls to each other are undecorated too), what Dynamo met before: tracing into
-hvd_lite's Python and breaking the graph where it could not go on. Then, outside torch.compile, what untraced's
-check costs: eager 4-byte `allreduce_` calls, hvd_lite.torch's and the undecorated function in turn in
-each process (the best of 7 batches of 5,000 each), as a ratio.
+Each run is a fresh 1-rank process (nothing compiled in memory; inductor keeps an on-disk cache,
+which the first process fills) that compiles one step calling five collectives (allreduce with
+factors, allgather, broadcast, reducescatter, allreduce with fp16 compression), each in the loss,
+and runs it forward and backward: its first call (the compile), the median of 200 later calls, and
+the graphs Dynamo made. Two modes in turn: the collectives as hvd_lite.torch gives them
+(`untraced`: Dynamo calls each as it is) and, with every wrapper of mpi_ops.untraced taken off
+again in the process (`traced`: each `fn.__wrapped__` put back, so the collectives' calls to each
+other are undecorated too), what Dynamo met before: tracing into hvd_lite's Python and breaking
+the graph where it could not go on. Then, outside torch.compile, what untraced's check costs:
+eager 4-byte `allreduce_` calls, hvd_lite.torch's and the undecorated function in turn in each
+process (the best of 7 batches of 5,000 each), as a ratio and in microseconds.
 docs/pytorch.md, "torch.compile".
 """
 import argparse
