@@ -61,16 +61,16 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
     if (hvdl_cma_peer_failed(s, k)) break; /* close's step then fails (alarm, data timeout) */
     const size_t n = b - g < chunk ? b - g : chunk;
     for (int q = 0; q < L && res == hvdlSuccess; q++) {
-      const uint64_t from = (q == me ? (uintptr_t)send : hvdl_cma_sendbuff(s, q)) + g * esize;
-      char *to = hvdl_cma_scratch(s, q, from);
       if (q != me) {
-        res = hvdl_cma_copy(comm, q, to, from, n * esize, 0);
+        res = hvdl_cma_read(comm, q, hvdl_cma_sendbuff(s, q) + g * esize, n * esize,
+                            &s->inputs[q]);
       } else if (send == recv && L > 2) { /* the fold writes recv before it has read it all */
+        char *to = hvdl_cma_scratch(s, q, (uintptr_t)(send + g * esize));
         hvdl_copy(to, send + g * esize, n * esize);
+        s->inputs[q] = to;
       } else {
-        to = (char *)send + g * esize;
+        s->inputs[q] = send + g * esize;
       }
-      s->inputs[q] = to;
     }
     if (res != hvdlSuccess) break;
     hvdl_shm_fold_inputs(s, s->inputs, recv + g * esize, g, n, count, f);

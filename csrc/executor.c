@@ -106,11 +106,41 @@ static hvdlResult_t run_one(struct hvdl_executor *x, struct hvdl_request *r) {
 /* A fused group runs through the pinned buffer (exec_device.c) when one of its members holds
  * CUDA memory with data; a joined rank's stand-ins, and empty device members (no device), take
  * the host buffer: the same one host all-reduce of the group either way, on every rank. */
+static void free_fusion(struct hvdl_executor *x) {
+  if (x->fusion_shared)
+    hvdlMemFree(x->fusion);
+  else
+    free(x->fusion);
+  x->fusion = NULL;
+  x->fusion_bytes = 0;
+  x->fusion_shared = 0;
+}
+
 static int fused_on_device(struct hvdl_request **group, int m) {
   if (group[0]->desc.device != HVDL_MEM_CUDA) return 0;
   for (int i = 0; i < m; i++)
     if (!group[i]->zeros && group[i]->nbytes > 0) return 1;
   return 0;
+}
+
+/* The fusion buffer holds at least `total` bytes. Where some ranks share a host it is
+ * memory they reach directly (hvdlMemAlloc): the single-copy all-reduce then reads and
+ * writes the peers' fusion buffers with plain copies, not the kernel's (shm_mem.c;
+ * docs/benchmarks.md, "Memory the peers reach"); malloc's where that memory cannot
+ * be had. */
+static hvdlResult_t reserve_fusion(struct hvdl_executor *x, size_t total) {
+  if (total <= x->fusion_bytes) return hvdlSuccess;
+  const size_t bytes = (total + 63) & ~(size_t)63;
+  void *p = NULL;
+  if (x->data->shm && hvdlMemAlloc(&p, bytes) == hvdlSuccess) {
+    free_fusion(x);
+    x->fusion = p;
+    x->fusion_bytes = bytes;
+    x->fusion_shared = 1;
+    return hvdlSuccess;
+  }
+  if (x->fusion_shared) free_fusion(x);
+  return hvdl_reserve(x->data, &x->fusion, &x->fusion_bytes, total);
 }
 
 static hvdlResult_t run_fused(struct hvdl_executor *x, struct hvdl_request **group, int m,
@@ -134,7 +164,7 @@ static hvdlResult_t run_fused(struct hvdl_executor *x, struct hvdl_request **gro
       hvdl_fault_hit(x->data->faults, HVDL_FAULT_ALLOC)
           ? hvdl_fail(x->data, hvdlSystemError, "injected fault (HVD_LITE_FAULT): out of memory "
                       "for a %zu-byte fusion buffer", total)
-          : hvdl_reserve(x->data, &x->fusion, &x->fusion_bytes, total);
+          : reserve_fusion(x, total);
   const double t0 = hvdl_now();
   size_t off = 0;
   for (int i = 0; i < m && res == hvdlSuccess; i++) {
@@ -450,8 +480,6 @@ void hvdl_executor_free(struct hvdl_executor *x) {
   hvdl_executor_unpin(x, 1);
   free(x->pinned);
   x->pinned = NULL;
-  free(x->fusion);
-  x->fusion = NULL;
-  x->fusion_bytes = 0;
+  free_fusion(x);
   hvdl_exec_device_free(x);
 }

@@ -25,6 +25,7 @@ struct hvdl_executor {
   uint64_t step;                 /* steps run so far: one per collective call, the same on every rank */
   char *fusion;                  /* the fusion buffer */
   size_t fusion_bytes;
+  int fusion_shared;             /* fusion is hvdlMemAlloc's (ranks sharing a host), not malloc's */
   char *device_fusion;           /* the pinned host buffer of fused device groups (exec_device.c) */
   size_t device_fusion_bytes;
   int device_fusion_device;      /* the CUDA device current when it was made (and is freed) */

@@ -271,6 +271,19 @@ hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
 hvdlResult_t hvdlAllToAll(const void *sendbuff, void *recvbuff, size_t count,
                           hvdlDataType_t datatype, hvdlComm_t comm, hvdlStream_t stream);
 
+/* Host memory that the ranks of one host reach directly (NCCL's ncclMemAlloc): *ptr
+ * gets size bytes (size > 0), page-aligned and zeroed. Not collective. A collective
+ * whose buffers lie inside such memory on the ranks of one host takes the same
+ * algorithm and gives the same bits; its single-copy forms (the shared-memory
+ * all-reduce above 32 KiB, the single-copy all-gather) then read and write the
+ * peers' buffers with plain loads and stores instead of process_vm_readv/writev.
+ * Any other buffer works with every call as before. */
+hvdlResult_t hvdlMemAlloc(void **ptr, size_t size);
+
+/* Frees memory from hvdlMemAlloc (NULL: nothing); any other pointer is
+ * hvdlInvalidArgument. Not while a collective uses it. */
+hvdlResult_t hvdlMemFree(void *ptr);
+
 #ifdef __cplusplus
 }
 #endif

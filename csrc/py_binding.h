@@ -12,11 +12,12 @@
  *                  and the kernel benchmark
  *   py_convert.c   conversions both ways: dtype and op checks, the base
  *                  communicator, and results into exceptions (with the error factory)
+ *   py_mem.c       the SharedMemory type (hvdlMemAlloc's memory as a buffer)
  *   py_buffer.c    a Python object's memory as one descriptor (host or CUDA; the buffer
  *                  protocol, the CUDA array interface, DLPack)
  *
  * Arrows point down: py_module -> py_engine -> py_handle, py_testing -> py_buffer
- * -> py_convert -> the core.
+ * -> py_convert -> the core; py_module -> py_mem -> py_convert.
  */
 #ifndef HVDL_PY_BINDING_H_
 #define HVDL_PY_BINDING_H_
@@ -31,6 +32,10 @@
 
 struct hvdl_engine;
 struct hvdl_request;
+
+/* ---- py_mem.c ------------------------------------------------------------ */
+
+extern PyTypeObject hvdl_py_shared_memory_type;
 
 /* ---- py_convert.c -------------------------------------------------------- */
 

@@ -14,6 +14,7 @@
  *   error_string(code) -> str            (hvdlGetErrorString)
  *   Engine, Handle                       py_engine.c
  *   Comm                                 py_testing.c (tests, benchmarks)
+ *   SharedMemory                         py_mem.c (hvdlMemAlloc's memory)
  *   reduce_local, divide_local, scale_local, kernel_bench
  *                                        py_kernels.c (tests, benchmarks)
  *   describe_buffer(obj, writable=False) py_buffer.c (tests)
@@ -160,13 +161,19 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__core(void) {
   if (PyType_Ready(&hvdl_py_engine_type) < 0 || PyType_Ready(&hvdl_py_handle_type) < 0 ||
-      PyType_Ready(&hvdl_py_comm_type) < 0)
+      PyType_Ready(&hvdl_py_comm_type) < 0 || PyType_Ready(&hvdl_py_shared_memory_type) < 0)
     return NULL;
   PyObject *m = PyModule_Create(&module_def);
   if (!m) return NULL;
   Py_INCREF(&hvdl_py_comm_type);
   if (PyModule_AddObject(m, "Comm", (PyObject *)&hvdl_py_comm_type) < 0) {
     Py_DECREF(&hvdl_py_comm_type);
+    Py_DECREF(m);
+    return NULL;
+  }
+  Py_INCREF(&hvdl_py_shared_memory_type);
+  if (PyModule_AddObject(m, "SharedMemory", (PyObject *)&hvdl_py_shared_memory_type) < 0) {
+    Py_DECREF(&hvdl_py_shared_memory_type);
     Py_DECREF(m);
     return NULL;
   }

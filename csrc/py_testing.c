@@ -8,6 +8,7 @@
  *   Comm.shm_layout() -> None or (hosts, lanes, local_rank, local_size)
  *                                        its shared-memory path (shm.h)
  *   Comm.shm_cma() -> bool               whether that path has its single-copy form
+ *   Comm.shm_views() -> int              the peers' hvdlMemAlloc regions this rank has mapped
  *   Comm.allreduce_plan(nbytes)          the all-reduce selector's choice and model (select.c)
  *   Comm.broadcast_plan(nbytes)          the broadcast selector's choice and model (select_bcast.c)
  *   Comm.gather_plan(coll, nbytes)       the all-gather's or reduce-scatter's (select_gather.c)
@@ -284,6 +285,11 @@ static PyObject *Comm_shm_cma(CommObject *self, PyObject *unused) {
   return PyBool_FromLong(self->comm->shm && self->comm->shm->cma);
 }
 
+static PyObject *Comm_shm_views(CommObject *self, PyObject *unused) {
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  return PyLong_FromLong(self->comm->shm ? hvdl_mem_views(self->comm->shm) : 0);
+}
+
 /* The all-reduce selector's view of a call of nbytes per rank (select.c). */
 static PyObject *Comm_allreduce_plan(CommObject *self, PyObject *args) {
   unsigned long long nbytes;
@@ -386,6 +392,8 @@ static PyMethodDef Comm_methods[] = {
      "None without a shared-memory path, else (hosts, lanes, local_rank, local_size)"},
     {"shm_cma", (PyCFunction)Comm_shm_cma, METH_NOARGS,
      "whether the shared-memory path reads the peers' own buffers above SHM_CMA_MIN bytes"},
+    {"shm_views", (PyCFunction)Comm_shm_views, METH_NOARGS,
+     "how many of the peers' hvdlMemAlloc regions this rank has mapped (shm_mem.c)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -34,9 +34,44 @@ struct hvdl_shm {
                          * or more, its own), at their source's offset in its page, and
                          * writes staged (hvdl_cma_scratch, hvdl_cma_copy) */
   const char **inputs;  /* local_size pointers: the inputs a fold reads */
+  struct hvdl_mem_map *maps; /* HVDL_MEM_MAPS views of each local rank's hvdlMemAlloc regions
+                              * (shm_mem.c), with s->cma; NULL otherwise */
+  uint64_t map_uses;    /* a clock for the views' last use */
   uint64_t step;        /* steps this rank has published */
   uint64_t round;       /* negotiation rounds this rank has posted through the segment */
 };
+
+/* ---- memory the peers reach directly (shm_mem.c) ---- */
+
+/* The hvdlMemAlloc region holding a posted buffer, as a single-copy call posts it
+ * (shm_cma.c): serial 0 when the buffer is not inside one. */
+struct hvdl_mem_post {
+  uint64_t serial, fd, base, size;
+};
+
+/* One rank's view of a peer's region: view NULL where it could not be mapped. */
+struct hvdl_mem_map {
+  uint64_t serial;
+  size_t size;
+  char *view;
+  uint64_t used;
+};
+#define HVDL_MEM_MAPS 8 /* views kept of each peer's regions */
+
+/* The region of this process's hvdlMemAlloc memory that holds all of [p, p + bytes). */
+void hvdl_mem_post(const void *p, size_t bytes, struct hvdl_mem_post *out);
+
+/* Where [addr, addr + bytes) of local rank q's memory, inside its posted region p,
+ * is in this process (mapping the region on first use), or NULL: then copy
+ * through the kernel (hvdl_cma_copy's process_vm_readv/writev). */
+char *hvdl_mem_reach(struct hvdl_shm *s, int q, const struct hvdl_mem_post *p, uint64_t addr,
+                     size_t bytes);
+
+/* How many views of the peers' regions this rank holds (tests). */
+int hvdl_mem_views(const struct hvdl_shm *s);
+
+/* Unmaps every view of the peers' regions and frees s->maps. */
+void hvdl_mem_unmap(struct hvdl_shm *s);
 
 /* Sets up comm->shm, collectively over comm->mpi: NULL when the path is off
  * (config.disableShm), comm has one rank, or no host has two of its ranks.
@@ -74,13 +109,21 @@ uint64_t hvdl_cma_recvbuff(const struct hvdl_shm *s, int q);
 char *hvdl_cma_scratch(const struct hvdl_shm *s, int q, uint64_t src);
 
 /* Copies bytes between `here` in this process and addr in local rank q's own
- * memory: from q (process_vm_readv) or, with `write`, to q (process_vm_writev).
+ * memory: from q (process_vm_readv) or, with `write`, to q (process_vm_writev);
+ * a plain copy where addr is inside a region q posted that this rank can map.
  * A read's `here` is the caller's to place (hvdl_cma_scratch); a write whose
  * distance would crawl goes through scratch area q, so it moves at most an area
  * and scratch area q is not the caller's to keep across it. Fault points: recv
  * for a read, send for a write (then made at address 0). */
 hvdlResult_t hvdl_cma_copy(hvdlComm_t comm, int q, void *here, uint64_t addr, size_t bytes,
                            int write);
+
+/* Where the chunk [addr, addr + bytes) of local rank q's memory can be read: in
+ * place through this rank's view of q's posted region, or else copied into
+ * scratch area q (hvdl_cma_scratch, hvdl_cma_copy's read). *at is valid until
+ * the next read from q. */
+hvdlResult_t hvdl_cma_read(hvdlComm_t comm, int q, uint64_t addr, size_t bytes,
+                           const char **at);
 
 /* Whether a local rank failed call k: a collective's loop looks between chunks
  * and stops writing (its close then fails, by the alarm or the data timeout). */

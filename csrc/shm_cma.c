@@ -25,6 +25,12 @@
  * failure when it does (both sides fence between their store and their load)
  * and writes nothing; a peer in its loop sees it at its next chunk and stops.
  *
+ * Memory the peers reach (shm_mem.c). Beside each address, open posts the
+ * hvdlMemAlloc region that holds it, if any. A read or write of a peer's buffer
+ * inside a region that this rank can map is a plain copy through its view of the
+ * region (hvdl_mem_reach), with the same fault points; any other goes through
+ * the kernel. Either way the steps and the failure rule are the same.
+ *
  * Where it runs (hvdl_shm_cma_init): every rank of the host writes a token in
  * its own memory, reads every other's back and writes it into that rank's
  * memory; only if every read and write succeeds is s->cma set, on every rank. A
@@ -58,6 +64,11 @@ static _Atomic uint64_t *failed(const struct hvdl_shm *s, int q) {
   return (_Atomic uint64_t *)(void *)(s->seg[q] + 216);
 }
 
+/* The regions holding them (256-319): shm_mem.c's posts, serial 0 for none. */
+static struct hvdl_mem_post *regions(const struct hvdl_shm *s, int q) {
+  return (struct hvdl_mem_post *)(void *)(s->seg[q] + 256);
+}
+
 uint64_t hvdl_cma_sendbuff(const struct hvdl_shm *s, int q) { return posted(s, q)[0]; }
 uint64_t hvdl_cma_recvbuff(const struct hvdl_shm *s, int q) { return posted(s, q)[1]; }
 
@@ -78,17 +89,24 @@ char *hvdl_cma_scratch(const struct hvdl_shm *s, int q, uint64_t src) {
  * EPYC, tools/allreduce_loop.py --offset 0,16: a 1 MiB all-reduce 473-484 us a
  * call without it and the read placed as before, 194-224 with both; 174-187 at
  * 0,0; docs/benchmarks.md, "Buffers at their own place in a page"). */
-hvdlResult_t hvdl_cma_copy(hvdlComm_t comm, int q, void *here, uint64_t addr, size_t bytes,
-                           int write) {
+/* This rank's view of [addr, addr + bytes) of local rank q's memory, inside a
+ * region q posted, or NULL. */
+static char *reach(struct hvdl_shm *s, int q, uint64_t addr, size_t bytes) {
+  const struct hvdl_mem_post *p = regions(s, q);
+  char *v = hvdl_mem_reach(s, q, p, addr, bytes);
+  return v ? v : hvdl_mem_reach(s, q, p + 1, addr, bytes);
+}
+
+/* Through the kernel: at address 0 where an injected fault hit. */
+static hvdlResult_t kernel_copy(hvdlComm_t comm, int q, char *d, uint64_t addr, size_t bytes,
+                                int write, int fault) {
   const struct hvdl_shm *s = comm->shm;
-  char *d = here;
   if (write && hvdl_copy_crawls(addr, (uintptr_t)d)) { /* callers write at most an area */
     char *stage = hvdl_cma_scratch(s, q, addr);
     hvdl_copy(stage, d, bytes);
     d = stage;
   }
-  if (comm->faults && hvdl_fault_hit(comm->faults, write ? HVDL_FAULT_SEND : HVDL_FAULT_RECV))
-    addr = 0;
+  if (fault) addr = 0;
   while (bytes > 0) {
     struct iovec mine = {d, bytes}, theirs = {(void *)(uintptr_t)addr, bytes};
     const ssize_t moved = write ? process_vm_writev(s->pids[q], &mine, 1, &theirs, 1, 0)
@@ -104,6 +122,32 @@ hvdlResult_t hvdl_cma_copy(hvdlComm_t comm, int q, void *here, uint64_t addr, si
     bytes -= (size_t)moved;
   }
   return hvdlSuccess;
+}
+
+static int fault_hit(hvdlComm_t comm, int write) {
+  return comm->faults && hvdl_fault_hit(comm->faults, write ? HVDL_FAULT_SEND : HVDL_FAULT_RECV);
+}
+
+hvdlResult_t hvdl_cma_copy(hvdlComm_t comm, int q, void *here, uint64_t addr, size_t bytes,
+                           int write) {
+  const int fault = fault_hit(comm, write);
+  char *there = fault ? NULL : reach(comm->shm, q, addr, bytes);
+  if (!there) return kernel_copy(comm, q, here, addr, bytes, write, fault);
+  hvdl_copy(write ? there : here, write ? here : there, bytes);
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_cma_read(hvdlComm_t comm, int q, uint64_t addr, size_t bytes,
+                           const char **at) {
+  const int fault = fault_hit(comm, 0);
+  char *there = fault ? NULL : reach(comm->shm, q, addr, bytes);
+  if (there) {
+    *at = there;
+    return hvdlSuccess;
+  }
+  char *to = hvdl_cma_scratch(comm->shm, q, addr);
+  *at = to;
+  return kernel_copy(comm, q, to, addr, bytes, 0, fault);
 }
 
 int hvdl_cma_peer_failed(const struct hvdl_shm *s, uint64_t k) {
@@ -139,6 +183,8 @@ hvdlResult_t hvdl_cma_open(hvdlComm_t comm, const void *sendbuff, void *recvbuff
   *k = s->step + 1;
   posted(s, s->local_rank)[0] = (uintptr_t)sendbuff;
   posted(s, s->local_rank)[1] = (uintptr_t)recvbuff;
+  hvdl_mem_post(sendbuff, 1, regions(s, s->local_rank));
+  hvdl_mem_post(recvbuff, 1, regions(s, s->local_rank) + 1);
   const hvdlResult_t res = hvdl_shm_step(comm, s);
   if (res != hvdlSuccess) return s->step >= *k ? drain(comm, s, *k, res) : res;
   atomic_thread_fence(memory_order_seq_cst); /* step k published, then the failures read */
@@ -224,6 +270,7 @@ hvdlResult_t hvdl_shm_cma_init(hvdlComm_t comm) {
   s->scratch = scratch;
   HVDL_MPI(comm, MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, s->local));
   s->cma = ok && cma_works(s);
+  if (s->cma) s->maps = calloc((size_t)ls * HVDL_MEM_MAPS, sizeof *s->maps); /* NULL: no views */
   return hvdlSuccess;
 }
 

@@ -10,6 +10,7 @@ from .collectives import (allgather, allgather_async, alltoall, alltoall_async, 
                           broadcast_, broadcast_async, broadcast_async_, grouped_allgather,
                           grouped_allgather_async, grouped_reducescatter,
                           grouped_reducescatter_async, join, reducescatter, reducescatter_async)
+from .memory import empty
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .state import allgather_object, broadcast_object, broadcast_parameters
 from .exceptions import (CollectiveError, HvdLiteError, InvalidArgumentError, LauncherError,
@@ -31,7 +32,7 @@ __all__ = [
     "reducescatter_async", "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
     "grouped_reducescatter_async", "barrier", "join", "broadcast_object", "allgather_object",
     "broadcast_parameters", "ProcessSet", "global_process_set", "add_process_set",
-    "remove_process_set", "Sum", "Average", "Min", "Max", "Product",
+    "remove_process_set", "empty", "Sum", "Average", "Min", "Max", "Product",
     "HvdLiteError", "NotInitializedError", "MPIMismatchError", "CollectiveError",
     "InvalidArgumentError", "LauncherError", "RemoteRankError", "UnsupportedDtypeError",
     "__version__",

@@ -31,6 +31,9 @@ def main(argv=None):
                    help="place the buffer this many bytes past a 4 KiB boundary (a multiple of 4 below 4096; "
                         "a comma-separated list gives rank r the entry r modulo its length; default: where "
                         "numpy puts it, and --allgather's result at a page)")
+    p.add_argument("--shared", action="store_true",
+                   help="take the buffers from hvdlMemAlloc (hvd_lite.empty), which the peers reach "
+                        "directly (docs/benchmarks.md, \"Memory the peers reach\")")
     args = p.parse_args(argv)
     if args.bytes <= 0 or args.bytes % 4 or args.calls <= 0 or args.warmup < 0:
         p.error(f"--bytes must be a positive multiple of 4 and --calls positive (got --bytes {args.bytes}, "
@@ -48,14 +51,19 @@ def main(argv=None):
     comm = basics._core.Comm()
     if offset is None:
         buf = np.ones(args.bytes // 4, np.float32).view(np.uint8)
+        if args.shared:
+            buf = np.frombuffer(basics._core.SharedMemory(args.bytes), np.uint8)
+            buf.view(np.float32)[:] = 1
     else:
-        raw = np.empty(args.bytes + 8192, np.uint8)
+        raw = (np.frombuffer(basics._core.SharedMemory(args.bytes + 8192), np.uint8) if args.shared
+               else np.empty(args.bytes + 8192, np.uint8))
         start = (-raw.ctypes.data) % 4096 + offset
         buf = raw[start:start + args.bytes]
         buf.view(np.float32)[:] = 1
     code, op = hops.HVDL_DTYPES[np.dtype(np.float32)], hops.HVDL_OPS[hvd.Sum]
     if args.allgather:
-        out = np.empty(hvd.size() * args.bytes + 8192, np.uint8)
+        out = (np.frombuffer(basics._core.SharedMemory(hvd.size() * args.bytes + 8192), np.uint8)
+               if args.shared else np.empty(hvd.size() * args.bytes + 8192, np.uint8))
         start = (-out.ctypes.data) % 4096 + (0 if offset is None else offset)
         out = out[start:start + hvd.size() * args.bytes]
         call = lambda: comm.allgather(buf, out, code)  # noqa: E731

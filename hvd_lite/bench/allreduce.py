@@ -60,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="hvd_lite entry point timed: 'core' (default) the C binding on "
                         "preallocated buffers, as MPI is timed; 'numpy' hvd.allreduce_ "
                         "(--inplace) or hvd.allreduce (allocates its result each call)")
+    p.add_argument("--shared", action="store_true",
+                   help="both libraries' buffers from hvd_lite.empty (the C API's hvdlMemAlloc), "
+                        "which the peers on a host reach directly, not numpy.empty")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where the buffers are: 'cpu' (default) host memory against MPI; 'cuda' "
                         "CuPy arrays against the naive copy-to-host way and the copy bounds "
@@ -223,7 +226,8 @@ def _columns(contenders, compact: bool):
 def main(args) -> int:
     """Runs the all-reduce benchmark; rank 0 prints and writes --json/--plot."""
     if args.device == "cuda":
-        if args.sweep or args.json or args.plot or args.api != "core" or args.inplace:
+        if (args.sweep or args.json or args.plot or args.api != "core" or args.inplace
+                or args.shared):
             raise SystemExit("--device cuda takes the sizes, -d, -o, -n, -w, --repeats, "
                              "--batch-time and --max-iters only")
         from . import cuda
@@ -246,8 +250,9 @@ def main(args) -> int:
         raise SystemExit("--sweep times the C binding; use it without --api numpy")
 
     maxcount = max(sizes) // dtype.itemsize
-    send = np.empty(maxcount, dtype)
-    recv = np.empty(maxcount, dtype)
+    alloc = hvd.empty if args.shared else np.empty
+    send = alloc(maxcount, dtype)
+    recv = alloc(maxcount, dtype)
     exact.fill(send, exact.rank_pattern(dtype, "sum" if args.op == "avg" else args.op, rank))
     recv[:] = 0  # touch every page before timing
 
@@ -271,7 +276,8 @@ def main(args) -> int:
     table = common.Table(cols)
     if root:
         print(f"# hvd_lite.bench allreduce: {n} ranks, {common.dtype_name(dtype)} {args.op}, "
-              f"{'in place' if args.inplace else 'out of place'}, api {args.api}")
+              f"{'in place' if args.inplace else 'out of place'}, api {args.api}"
+              + (", buffers from hvd_lite.empty" if args.shared else ""))
         print(f"# hvd_lite {hvd.__version__} built against {info.get('mpi_header', '?')}; "
               f"runtime {info['mpi_runtime'].splitlines()[0] if info['mpi_runtime'] else '?'}; "
               f"mpi4py {mpi4py.__version__}")
@@ -333,7 +339,8 @@ def main(args) -> int:
         total_wrong = sum(v["wrong"] for e in results for v in e["libs"].values())
         record = {"benchmark": "allreduce", "argv": sys.argv, "ranks": n,
                   "dtype": common.dtype_name(dtype), "op": args.op, "inplace": args.inplace,
-                  "api": args.api, "repeats": args.repeats, "warmup": args.warmup,
+                  "api": args.api, "shared": args.shared, "repeats": args.repeats,
+                  "warmup": args.warmup,
                   "knobs": knobs,
                   "sweep": {"var": sweep[0], "values": sweep[1]} if sweep else None,
                   "contenders": [c.label for c in contenders], "mpi_baseline": mpi_why is None,

@@ -1,0 +1,163 @@
+/*
+ * shm_mem.c -- memory that the ranks of a host reach directly (hvdlMemAlloc,
+ * NCCL's ncclMemAlloc), and each rank's views of its peers' such memory.
+ *
+ * hvdlMemAlloc makes each buffer a file of its own in memory (memfd_create),
+ * mapped shared; the process keeps a table of them (base, size, descriptor and a
+ * serial number never used twice). A single-copy call (shm_cma.c) posts, beside
+ * each buffer's address, the region that holds it (hvdl_mem_post). A peer maps
+ * that region once, by opening the descriptor through /proc/<pid>/fd (which
+ * needs what process_vm_readv needs: the same user, ptrace's leave), and then
+ * reads and writes the buffer with plain loads and stores: no system call and no
+ * page pinned per copy, where process_vm_readv/writev pin every 4 KiB page of
+ * every copy (docs/benchmarks.md, "Memory the peers reach").
+ *
+ * A rank keeps at most MAPS views of each peer's regions (struct hvdl_shm's
+ * maps), the least recently used given back first, and all of them with the
+ * segment. A view is found by the region's serial number, so a region freed and
+ * another made with the same descriptor is mapped anew. A freed region's pages
+ * live until every peer's view of it is gone. A region that cannot be mapped
+ * (its descriptor no longer open, a limit on mappings) is remembered as such and
+ * copied through the kernel as before: this is a speed-up, never a new failure.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memfd_create (setup.py defines it; the simulation's build does not) */
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shm.h"
+
+#define MEM_PAGE ((size_t)4096)
+
+struct region {
+  char *base;
+  size_t size;
+  int fd;
+  uint64_t serial;
+  struct region *next;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct region *regions;     /* under lock */
+static uint64_t serials;           /* under lock */
+static _Atomic int live;           /* regions in the table: 0 skips the lookup */
+
+hvdlResult_t hvdlMemAlloc(void **ptr, size_t size) {
+  if (!ptr) return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlMemAlloc: ptr is NULL");
+  *ptr = NULL;
+  if (size == 0 || size > SIZE_MAX - MEM_PAGE)
+    return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlMemAlloc: size %zu (must be 1 to %zu)",
+                     size, SIZE_MAX - MEM_PAGE);
+  const size_t bytes = (size + MEM_PAGE - 1) & ~(MEM_PAGE - 1);
+  struct region *r = malloc(sizeof *r);
+  const int fd = r ? memfd_create("hvd_lite.mem", MFD_CLOEXEC) : -1;
+  void *base = MAP_FAILED;
+  if (fd >= 0 && ftruncate(fd, (off_t)bytes) == 0)
+    base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int err = r ? errno : ENOMEM;
+    if (fd >= 0) close(fd);
+    free(r);
+    return hvdl_fail(NULL, hvdlSystemError, "hvdlMemAlloc: %zu bytes of shared memory: %s",
+                     size, strerror(err));
+  }
+  pthread_mutex_lock(&lock);
+  *r = (struct region){base, bytes, fd, ++serials, regions};
+  regions = r;
+  atomic_fetch_add(&live, 1);
+  pthread_mutex_unlock(&lock);
+  *ptr = base;
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdlMemFree(void *ptr) {
+  if (!ptr) return hvdlSuccess;
+  pthread_mutex_lock(&lock);
+  struct region **at = &regions;
+  while (*at && (*at)->base != ptr) at = &(*at)->next;
+  struct region *r = *at;
+  if (r) {
+    *at = r->next;
+    atomic_fetch_sub(&live, 1);
+  }
+  pthread_mutex_unlock(&lock);
+  if (!r)
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "hvdlMemFree: %p is not a pointer that hvdlMemAlloc returned (or it was "
+                     "freed already)", ptr);
+  munmap(r->base, r->size);
+  close(r->fd);
+  free(r);
+  return hvdlSuccess;
+}
+
+void hvdl_mem_post(const void *p, size_t bytes, struct hvdl_mem_post *out) {
+  *out = (struct hvdl_mem_post){0, 0, 0, 0};
+  if (atomic_load_explicit(&live, memory_order_relaxed) == 0 || !p) return;
+  const uintptr_t a = (uintptr_t)p;
+  pthread_mutex_lock(&lock);
+  for (const struct region *r = regions; r; r = r->next) {
+    const uintptr_t b = (uintptr_t)r->base;
+    if (a >= b && a - b <= r->size && bytes <= r->size - (a - b)) {
+      *out = (struct hvdl_mem_post){r->serial, (uint64_t)r->fd, b, r->size};
+      break;
+    }
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+/* Maps local rank q's region p: the view, or NULL where it cannot be mapped. */
+static char *map_region(const struct hvdl_shm *s, int q, const struct hvdl_mem_post *p) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", s->pids[q], (int)p->fd);
+  const int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  struct stat st;
+  void *v = MAP_FAILED;
+  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == p->size)
+    v = mmap(NULL, (size_t)p->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  return v == MAP_FAILED ? NULL : v;
+}
+
+char *hvdl_mem_reach(struct hvdl_shm *s, int q, const struct hvdl_mem_post *p, uint64_t addr,
+                     size_t bytes) {
+  if (p->serial == 0 || !s->maps || addr < p->base || addr - p->base > p->size ||
+      bytes > p->size - (addr - p->base))
+    return NULL;
+  struct hvdl_mem_map *m = s->maps + (size_t)q * HVDL_MEM_MAPS, *old = m;
+  for (int i = 0; i < HVDL_MEM_MAPS; i++) {
+    if (m[i].serial == p->serial) {
+      m[i].used = ++s->map_uses;
+      return m[i].view ? m[i].view + (addr - p->base) : NULL;
+    }
+    if (m[i].used < old->used) old = m + i;
+  }
+  if (old->view) munmap(old->view, old->size);
+  *old = (struct hvdl_mem_map){p->serial, (size_t)p->size, map_region(s, q, p), ++s->map_uses};
+  return old->view ? old->view + (addr - p->base) : NULL;
+}
+
+int hvdl_mem_views(const struct hvdl_shm *s) {
+  int n = 0;
+  for (size_t i = 0; s->maps && i < (size_t)s->local_size * HVDL_MEM_MAPS; i++)
+    n += s->maps[i].view != NULL;
+  return n;
+}
+
+void hvdl_mem_unmap(struct hvdl_shm *s) {
+  if (!s->maps) return;
+  for (size_t i = 0; i < (size_t)s->local_size * HVDL_MEM_MAPS; i++)
+    if (s->maps[i].view) munmap(s->maps[i].view, s->maps[i].size);
+  free(s->maps);
+  s->maps = NULL;
+}

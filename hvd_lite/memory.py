@@ -1,0 +1,33 @@
+"""NumPy arrays in memory that the ranks of a host reach directly (the C API's hvdlMemAlloc).
+
+    x = hvd.empty((1 << 20,), np.float32)   # like numpy.empty, but zeroed
+    hvd.allreduce_(x)
+
+A collective on such arrays gives the same result as on any other array. On one host, where every
+rank's buffer is such an array, the single-copy all-reduce (above 32 KiB) and all-gather read and
+write the peers' arrays with plain loads and stores instead of the kernel's process_vm_readv/writev,
+which pins every page of every copy: docs/benchmarks.md, "Memory the peers reach". A tensor smaller
+than HVD_LITE_FUSION_THRESHOLD is fused through the engine's own buffer, so its memory does not
+matter. The memory is freed when the array and every view of it are gone.
+"""
+import math
+from typing import Sequence, Union
+
+import numpy as np
+
+from . import _loader
+
+
+def empty(shape: Union[int, Sequence[int]], dtype=np.float32) -> np.ndarray:
+    """A C-contiguous, zeroed array of `shape` and `dtype` in hvdlMemAlloc's memory."""
+    dt = np.dtype(dtype)
+    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims):
+        raise TypeError(f"hvd_lite.empty: shape must be an int or a sequence of ints (got {shape!r})")
+    if any(d < 0 for d in dims):
+        raise ValueError(f"hvd_lite.empty: negative dimension in shape {dims}")
+    if dt.hasobject or dt.itemsize == 0:
+        raise TypeError(f"hvd_lite.empty: dtype {dt} has no fixed-size elements")
+    nbytes = math.prod(dims) * dt.itemsize
+    memory = _loader._core.SharedMemory(max(nbytes, 1))
+    return np.frombuffer(memory, np.uint8, count=nbytes).view(dt).reshape(dims)

@@ -1,0 +1,234 @@
+"""Memory the peers reach (csrc/shm_mem.c: hvdlMemAlloc, hvd_lite.empty) under mpirun at 1-4 ranks:
+the single-copy all-reduce and all-gather on such buffers read and write the peers' buffers through
+views of their regions (Comm.shm_views counts them), with exact values for every dtype and op across
+chunk and lane edges, in and out of place, the bits of plain buffers and of the ring on every rank,
+ranks that mix both kinds of buffer, buffers made and freed past the views kept per peer, the
+engine's calls (its fusion buffer is such memory), a failed call that writes into no peer's buffer
+afterwards, and hvd_lite.empty's argument errors."""
+import time
+
+import numpy as np
+import pytest
+
+import hvd_lite as hvd
+from conftest import agree, make_comm, reinit, world
+from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
+from hvd_lite import _core
+from hvd_lite._submit import HVDL_DTYPES
+
+pytestmark = pytest.mark.mpi
+
+OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+F32 = 7  # the hvdl code of float32
+MAPS = 8  # HVDL_MEM_MAPS (csrc/shm.h): views kept of each peer's regions
+TIMEOUT = 1  # HVD_LITE_DATA_TIMEOUT_SECONDS in the failure test
+
+
+def single_copy_or_skip(c):
+    if hvd.size() > 1 and not c.shm_cma():
+        pytest.skip("process_vm_readv/writev cannot reach the other ranks here (seccomp, Yama, pid "
+                    "namespaces)")
+
+
+def shared_copy(x: np.ndarray) -> np.ndarray:
+    y = hvd.empty(x.shape, x.dtype)
+    y[...] = x
+    return y
+
+
+def check_exact(c, dtype, op, count, inplace, seed, alloc=hvd.empty):
+    n, r = hvd.size(), hvd.rank()
+    x = alloc(count, dtype)
+    x[...] = exact_inputs(dtype, count, r, seed)
+    want = fold([exact_inputs(dtype, count, q, seed) for q in range(n)], op, dtype)
+    got = x if inplace else alloc(count, dtype)
+    c.allreduce(x, got, HVDL_DTYPES[np.dtype(dtype)], OPS[op])
+    if not inplace:
+        agree(same_bits(x.copy(), exact_inputs(dtype, count, r, seed)), "input was modified")
+    agree(same_bits(got.copy(), want), f"{np.dtype(dtype).name} {op} count={count} "
+                                       f"inplace={inplace}: got {got[:6]}, want {want[:6]}")
+
+
+def test_the_peers_regions_are_mapped_for_buffers_from_empty_and_only_for_them():
+    n = hvd.size()
+    count = _core.SHM_CMA_MIN // 4 + 1001
+    with make_comm() as c:
+        single_copy_or_skip(c)
+        x = np.ones(count, np.float32)
+        c.allreduce(x, x, F32, OPS["sum"])
+        agree(c.shm_views() == 0 and np.all(x == n), f"numpy buffers: {c.shm_views()} views, {x[:3]}")
+        a, b = hvd.empty(count), hvd.empty(count)
+        a[...] = 1
+        c.allreduce(a, b, F32, OPS["sum"])  # each peer's send and recv: two regions
+        agree(c.shm_views() == 2 * (n - 1) and np.all(b == n),
+              f"out of place: {c.shm_views()} views for {n - 1} peers, {b[:3]}")
+        c.allreduce(b, b, F32, OPS["sum"])  # b's region is mapped already
+        agree(c.shm_views() == 2 * (n - 1) and np.all(b == n * n),
+              f"in place: {c.shm_views()} views, {b[:3]}")
+        small = hvd.empty(16)  # the one-step form copies through the segment: no view
+        small[...] = 1
+        c.allreduce(small, small, F32, OPS["sum"])
+        agree(c.shm_views() == 2 * (n - 1) and np.all(small == n), f"small: {c.shm_views()}")
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_exact_results_every_dtype_and_op_across_every_chunk_and_lane_edge(dtype):
+    # 64-byte areas: each lane in chunks of 8 to 64 elements, counts just above the single-copy
+    # minimum with lanes that do not divide evenly.
+    n = hvd.size()
+    esize = np.dtype(dtype).itemsize
+    with make_comm(HVD_LITE_SHM_BYTES=64) as c:
+        single_copy_or_skip(c)
+        for op in OPS:
+            for i, extra in enumerate((1, n + 64 // esize + 1, 1009)):
+                count = _core.SHM_CMA_MIN // esize + extra
+                check_exact(c, dtype, op, count, inplace=(i + len(op)) % 2 == 0, seed=count)
+        agree(n == 1 or c.shm_views() > 0, "no peer's region was mapped")
+
+
+@pytest.mark.parametrize("op", ["sum", "avg", "max"])
+def test_shared_buffers_give_the_bits_of_plain_buffers_and_of_the_ring_on_every_rank(op):
+    r = hvd.rank()
+    with make_comm() as on, make_comm(HVD_LITE_SHM=0, HVD_LITE_ALLREDUCE_ALGO="ring") as ring:
+        single_copy_or_skip(on)
+        for count in (_core.SHM_CMA_MIN // 4 + 1, 1_000_003):
+            x = np.random.default_rng(300 + r).standard_normal(count).astype(np.float32)
+            x *= np.float32(10.0) ** np.random.default_rng(r).integers(-6, 6, count)
+            plain, d = np.empty_like(x), np.empty_like(x)
+            on.allreduce(x, plain, F32, OPS[op])
+            ring.allreduce(x, d, F32, OPS[op])
+            sx, sout = shared_copy(x), hvd.empty(count)
+            on.allreduce(sx, sout, F32, OPS[op])
+            on.allreduce(sx, sx, F32, OPS[op])
+            everyone = world().allgather(sout.tobytes())
+            agree(all(e == everyone[0] for e in everyone), f"count {count} {op}: ranks differ")
+            agree(same_bits(sout.copy(), plain) and same_bits(sout.copy(), d)
+                  and same_bits(sx.copy(), plain),
+                  f"count {count} {op}: shared buffers differ from plain ones or the ring")
+
+
+def test_ranks_that_mix_shared_and_plain_buffers_get_exact_results():
+    # Even ranks' buffers from hvd.empty, odd ranks' from numpy: each peer is read and written through
+    # its view or through the kernel, per buffer.
+    r = hvd.rank()
+    with make_comm(HVD_LITE_SHM_BYTES=4096) as c:
+        single_copy_or_skip(c)
+        for i, alloc in enumerate((hvd.empty, np.zeros)):
+            mine = alloc if r % 2 == 0 else (np.zeros if i == 0 else hvd.empty)
+            for inplace in (True, False):
+                check_exact(c, np.float32, "sum", _core.SHM_CMA_MIN // 4 + 4099, inplace,
+                            seed=i, alloc=mine)
+            # the all-gather writes each rank's block into every peer's result
+            block = _core.SHM_ALLGATHER_MIN // 4 + 1031
+            send, out = mine(block, np.float32), mine(hvd.size() * block, np.float32)
+            send[...] = exact_inputs(np.float32, block, r, seed=7)
+            c.allgather(send, out, F32)
+            want = np.concatenate([exact_inputs(np.float32, block, q, seed=7)
+                                   for q in range(hvd.size())])
+            agree(same_bits(out.copy(), want), f"all-gather, mixed {i}: got {out[:4]}")
+
+
+def test_buffers_made_and_freed_past_the_views_kept_give_exact_results_and_bounded_views():
+    # Each call on new buffers; the old ones are freed (their descriptors are reused), so a view must
+    # be found by the region's serial number, not its descriptor, and the least recently used given
+    # back.
+    n, r = hvd.size(), hvd.rank()
+    count = _core.SHM_CMA_MIN // 4 + 77
+    with make_comm() as c:
+        single_copy_or_skip(c)
+        for i in range(3 * MAPS):
+            x = hvd.empty(count)
+            x[...] = exact_inputs(np.float32, count, r, seed=i)
+            c.allreduce(x, x, F32, OPS["sum"])
+            want = fold([exact_inputs(np.float32, count, q, seed=i) for q in range(n)], "sum",
+                        np.float32)
+            agree(same_bits(x.copy(), want), f"buffer {i}: got {x[:4]}, want {want[:4]}")
+            del x
+        agree(c.shm_views() == min(3 * MAPS, MAPS) * (n - 1),
+              f"{c.shm_views()} views after {3 * MAPS} buffers, {n - 1} peers")
+    with make_comm() as c:  # the views went with the last communicator
+        agree(c.shm_views() == 0, f"{c.shm_views()} views on a new communicator")
+
+
+def test_the_engine_reduces_shared_arrays_in_place_and_fused_exactly():
+    n, r = hvd.size(), hvd.rank()
+    for threshold in (0, 64 << 20):  # one call per tensor, then fused through the fusion buffer
+        with reinit(HVD_LITE_FUSION_THRESHOLD=threshold):
+            xs = [hvd.empty(k, np.float32) for k in (7, 40_001, 300_003)]
+            hs = []
+            for i, x in enumerate(xs):
+                x[...] = exact_inputs(np.float32, x.size, r, seed=i)
+                hs.append(hvd.allreduce_async_(x, op=hvd.Sum, name=f"shared.{threshold}.{i}"))
+            for h in hs:
+                hvd.synchronize(h)
+            for i, x in enumerate(xs):
+                want = fold([exact_inputs(np.float32, x.size, q, seed=i) for q in range(n)], "sum",
+                            np.float32)
+                agree(same_bits(x.copy(), want), f"threshold {threshold}, tensor {i}: {x[:4]}")
+            got = hvd.allgather(xs[1], name=f"shared.ag.{threshold}")
+            agree(got.shape == (n * xs[1].size,) and same_bits(got[:xs[1].size], xs[1].copy()),
+                  f"allgather of a shared array: {got.shape}")
+
+
+def test_a_rank_that_comes_late_to_a_failed_call_writes_into_no_peers_shared_buffer():
+    # The victim stalls before step 1 for three data timeouts; the others time out and leave. When it
+    # passes step 1 it must see that they failed and write nothing into their buffers, which it could
+    # now reach through its views with plain stores.
+    n, r = hvd.size(), hvd.rank()
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    victim, count = 1, _core.SHM_CMA_MIN // 4 + 1001
+    with make_comm() as c:
+        single_copy_or_skip(c)
+        x = hvd.empty(count)
+        x[...] = 1
+        c.allreduce(x, x, F32, OPS["sum"])  # the views are made
+        x[...] = r + 1.0
+        c._inject_fault("stall", int(r == victim), TIMEOUT)
+        err = None
+        try:
+            c.allreduce(x, x, F32, OPS["sum"])
+        except hvd.HvdLiteError as e:
+            err = e
+        world().barrier()  # every rank, the victim too, has left the call
+        time.sleep(0.05)
+        agree(err is not None, f"no error: {x[:4]}")
+        agree(r == victim or np.all(x == r + 1.0),
+              f"rank {r}'s buffer was written after its call failed: {np.unique(x)[:4]}")
+
+
+def test_a_failed_read_of_a_peers_shared_buffer_fails_the_call_on_every_rank():
+    # The recv fault point's second hit, after step 1's, is the first read of a peer's buffer: with a
+    # fault the read goes through the kernel at address 0 (its EFAULT), not through the view.
+    n, r = hvd.size(), hvd.rank()
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    count = _core.SHM_CMA_MIN // 4 + 1001
+    with make_comm(HVD_LITE_SHM_BYTES=4096) as c:
+        single_copy_or_skip(c)
+        x = hvd.empty(count)
+        c._inject_fault("recv", 2 if r == n - 1 else 0, TIMEOUT)
+        t0 = time.monotonic()
+        err = None
+        try:
+            c.allreduce(x, x, F32, OPS["sum"])
+        except hvd.HvdLiteError as e:
+            err = e
+        took = time.monotonic() - t0
+        agree(err is not None and took < 5, f"{err!r} after {took:.2f} s")
+        agree(r != n - 1 or "shared-memory path: reading" in str(err), f"the victim's error: {err!r}")
+
+
+def test_empty_makes_zeroed_page_aligned_arrays_and_refuses_bad_arguments():
+    x = hvd.empty((3, 5), np.int16)
+    agree(x.shape == (3, 5) and x.dtype == np.int16 and x.flags.c_contiguous and x.flags.writeable
+          and not x.any() and x.ctypes.data % 4096 == 0, f"{x.shape} {x.dtype} {x.ctypes.data}")
+    agree(hvd.empty(0).shape == (0,) and hvd.empty((2, 0)).size == 0, "empty shapes")
+    for bad, kind in (((-1,), ValueError), ((2.5,), TypeError), ("ab", TypeError),
+                      ((True,), TypeError)):
+        with pytest.raises(kind, match="hvd_lite.empty"):
+            hvd.empty(bad)
+    with pytest.raises(TypeError, match="fixed-size"):
+        hvd.empty(3, object)
+    with pytest.raises(ValueError, match="nbytes must be positive"):
+        _core.SharedMemory(0)
