@@ -13,15 +13,18 @@
  * The single-copy form. No area holds the data: each rank reads what it needs
  * straight from the other ranks' own buffers with process_vm_readv and writes
  * its result straight into theirs with process_vm_writev (Linux's cross-memory
- * attach, as Open MPI's smsc/cma uses for large messages). Lane q
+ * attach, as Open MPI's smsc/cma uses for large messages); or, for a buffer in
+ * hvdlMemAlloc's memory, through its view of the peer's region with plain loads
+ * and stores (shm_cma.c's hvdl_cma_read and hvdl_cma_copy). Lane q
  * (hvdl_shm_lane: count cut into L near-equal lanes) is local rank q's. Rank r:
  *
  *   step 1   shm_cma.c's open: every rank is in the call, the addresses of
  *            its sendbuff and recvbuff posted in its head page
  *   then     for each chunk of its lane (an area's worth): read that chunk of
- *            every peer's sendbuff into its scratch, fold the L inputs (its own
- *            from sendbuff) into its recvbuff, and write the reduced chunk, still
- *            in its cache, into every peer's recvbuff
+ *            every peer's sendbuff into its scratch (or find it in its view),
+ *            fold the L inputs (its own from sendbuff) into its recvbuff, and
+ *            write the reduced chunk, still in its cache, into every peer's
+ *            recvbuff
  *   step 2   shm_cma.c's close: every rank's recvbuff is whole, and nobody
  *            touches another's buffers any more: it may return
  *
@@ -30,8 +33,8 @@
  * step between (each rank's own lane of its own buffers is its alone). With 3
  * or more ranks an in-place rank copies its own chunk to scratch first, since
  * the fold writes its destination before the third input is read. Per rank:
- * (L-1) B / L read from the peers into a scratch area that stays in the cache,
- * a lane reduced, (L-1) B / L written to the peers from the cache: one copy of
+ * (L-1) B / L read from the peers into a scratch area that stays in the cache
+ * (none with views: the fold reads the view), a lane reduced, (L-1) B / L written to the peers from the cache: one copy of
  * B, where the areas take two; 2 steps whatever B. Pulling the result from its
  * owner's recvbuff instead (its lines then still in the owner's core's cache)
  * made ResNet-50's step 1.25x slower and a 4-16 MiB all-reduce 1.2-1.5x

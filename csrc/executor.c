@@ -35,6 +35,7 @@
 #include "executor.h"
 #include "outpool.h"
 #include "reduce.h"
+#include "shm.h"
 #include "timeline.h"
 #include "wire.h"
 
@@ -123,16 +124,19 @@ static int fused_on_device(struct hvdl_request **group, int m) {
   return 0;
 }
 
-/* The fusion buffer holds at least `total` bytes. Where some ranks share a host it is
- * memory they reach directly (hvdlMemAlloc): the single-copy all-reduce then reads and
- * writes the peers' fusion buffers with plain copies, not the kernel's (shm_mem.c;
- * docs/benchmarks.md, "Memory the peers reach"); malloc's where that memory cannot
- * be had. */
+/* The fusion buffer holds at least `total` bytes. Where the ranks of a host run the
+ * single-copy forms it is memory they reach directly (hvdlMemAlloc): the single-copy
+ * all-reduce then reads and writes the peers' fusion buffers with plain copies, not
+ * the kernel's (shm_mem.c; docs/benchmarks.md, "Memory the peers reach"). It is made
+ * the fusion threshold's size at once (pages are only used once touched), so that a
+ * growing total does not leave the peers' views of old buffers behind; malloc's
+ * where that memory cannot be had. */
 static hvdlResult_t reserve_fusion(struct hvdl_executor *x, size_t total) {
   if (total <= x->fusion_bytes) return hvdlSuccess;
-  const size_t bytes = (total + 63) & ~(size_t)63;
+  const size_t want = total > x->fusion_threshold ? total : x->fusion_threshold;
+  const size_t bytes = (want + 63) & ~(size_t)63;
   void *p = NULL;
-  if (x->data->shm && hvdlMemAlloc(&p, bytes) == hvdlSuccess) {
+  if (x->data->shm && !hvdl_cma_off_reason(x->data) && hvdlMemAlloc(&p, bytes) == hvdlSuccess) {
     free_fusion(x);
     x->fusion = p;
     x->fusion_bytes = bytes;
@@ -407,6 +411,7 @@ static void fail_step(struct hvdl_executor *x, struct hvdl_request **group, int 
     } else {
       x->fusion = NULL;
       x->fusion_bytes = 0;
+      x->fusion_shared = 0;
     }
   }
   for (int i = 0; i < m; i++) {

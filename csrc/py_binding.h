@@ -37,6 +37,9 @@ struct hvdl_request;
 
 extern PyTypeObject hvdl_py_shared_memory_type;
 
+/* mem_free(address): hvdlMemFree (tests: a pointer it did not make is refused). */
+PyObject *hvdl_py_mem_free(PyObject *self, PyObject *arg);
+
 /* ---- py_convert.c -------------------------------------------------------- */
 
 /* Raises the exception the Python layer maps `res` to (through the error factory),

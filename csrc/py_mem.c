@@ -6,6 +6,7 @@
  *
  *   SharedMemory(nbytes)     nbytes > 0; zeroed, page-aligned
  *   len(m), memoryview(m), numpy.frombuffer(m, dtype)
+ *   mem_free(address)        hvdlMemFree on any address (tests: its refusals)
  */
 #include "py_binding.h"
 
@@ -59,6 +60,14 @@ static PyGetSetDef mem_getset[] = {
     {"address", (getter)mem_address, NULL, "the memory's address", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
+
+PyObject *hvdl_py_mem_free(PyObject *self, PyObject *arg) {
+  void *ptr = PyLong_AsVoidPtr(arg);
+  if (!ptr && PyErr_Occurred()) return NULL;
+  const hvdlResult_t res = hvdlMemFree(ptr);
+  if (res != hvdlSuccess) return hvdl_py_raise(res, NULL);
+  Py_RETURN_NONE;
+}
 
 PyTypeObject hvdl_py_shared_memory_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hvd_lite._core.SharedMemory",

@@ -14,7 +14,7 @@
  *   error_string(code) -> str            (hvdlGetErrorString)
  *   Engine, Handle                       py_engine.c
  *   Comm                                 py_testing.c (tests, benchmarks)
- *   SharedMemory                         py_mem.c (hvdlMemAlloc's memory)
+ *   SharedMemory, mem_free(address)      py_mem.c (hvdlMemAlloc's memory)
  *   reduce_local, divide_local, scale_local, kernel_bench
  *                                        py_kernels.c (tests, benchmarks)
  *   describe_buffer(obj, writable=False) py_buffer.c (tests)
@@ -146,6 +146,8 @@ static PyMethodDef module_methods[] = {
      "(the union of their affinity masks); then every wait's spins yield"},
     {"error_string", hvdl_py_error_string, METH_O, "hvdlGetErrorString(code)"},
     {"set_error_factory", hvdl_py_set_error_factory, METH_O, "f(code, message) -> exception"},
+    {"mem_free", hvdl_py_mem_free, METH_O,
+     "mem_free(address): hvdlMemFree (tests: what it refuses)"},
     {"reduce_local", hvdl_py_reduce_local, METH_VARARGS, "dst = a op b with the C kernels"},
     {"divide_local", hvdl_py_divide_local, METH_VARARGS, "buf /= divisor with Avg's division"},
     {"scale_local", hvdl_py_scale_local, METH_VARARGS, "dst = src * factor with the scale kernels"},

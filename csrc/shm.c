@@ -80,11 +80,11 @@
 
 /* A rank's head page: the step counter (bytes 0-7), the heartbeat (64-71), the round
  * counter (128-135), its single-copy collectives' buffers and state (192-223) and
- * the regions that hold those buffers (256-319, shm_cma.c), a cache line each, then
+ * the regions that hold those buffers (256-335, shm_cma.c), a cache line each, then
  * its two round slots (SHM_ROUND_WORDS words each); its four areas follow, page
  * aligned. */
 #define HEAD ((size_t)4096)
-#define ROUND_SLOTS ((size_t)320)
+#define ROUND_SLOTS ((size_t)384)
 #define ROUND_SLOT_BYTES (((size_t)SHM_ROUND_WORDS * 8 + 63) & ~(size_t)63)
 _Static_assert(ROUND_SLOTS + 2 * ROUND_SLOT_BYTES <= HEAD, "the round slots fit the head page");
 

@@ -37,6 +37,7 @@ struct hvdl_shm {
   struct hvdl_mem_map *maps; /* HVDL_MEM_MAPS views of each local rank's hvdlMemAlloc regions
                               * (shm_mem.c), with s->cma; NULL otherwise */
   uint64_t map_uses;    /* a clock for the views' last use */
+  _Atomic int views;    /* views mapped now (statistics: read by other threads) */
   uint64_t step;        /* steps this rank has published */
   uint64_t round;       /* negotiation rounds this rank has posted through the segment */
 };
@@ -46,7 +47,7 @@ struct hvdl_shm {
 /* The hvdlMemAlloc region holding a posted buffer, as a single-copy call posts it
  * (shm_cma.c): serial 0 when the buffer is not inside one. */
 struct hvdl_mem_post {
-  uint64_t serial, fd, base, size;
+  uint64_t serial, fd, base, size, inode; /* inode: the file's, checked when a peer maps it */
 };
 
 /* One rank's view of a peer's region: view NULL where it could not be mapped. */

@@ -11,8 +11,9 @@
  *            (posted), then end the call's first step (shm.c): every rank is in
  *            the call and its buffers are posted. The call's number k is that
  *            step's.
- *   then     the collective's own reads and writes (hvdl_cma_copy), which look
- *            for a peer's failure (hvdl_cma_peer_failed) between chunks
+ *   then     the collective's own reads and writes (hvdl_cma_read,
+ *            hvdl_cma_copy), which look for a peer's failure
+ *            (hvdl_cma_peer_failed) between chunks
  *   close    say it writes into no peer any more (quiet = k), then end the
  *            second step: every rank's result is whole and nobody touches
  *            another's buffers; it may return
@@ -64,7 +65,7 @@ static _Atomic uint64_t *failed(const struct hvdl_shm *s, int q) {
   return (_Atomic uint64_t *)(void *)(s->seg[q] + 216);
 }
 
-/* The regions holding them (256-319): shm_mem.c's posts, serial 0 for none. */
+/* The regions holding them (256-335): shm_mem.c's posts, serial 0 for none. */
 static struct hvdl_mem_post *regions(const struct hvdl_shm *s, int q) {
   return (struct hvdl_mem_post *)(void *)(s->seg[q] + 256);
 }
@@ -81,14 +82,6 @@ char *hvdl_cma_scratch(const struct hvdl_shm *s, int q, uint64_t src) {
   return s->scratch + (size_t)q * scratch_stride(s) + (size_t)(src & (CMA_PAGE - 1));
 }
 
-/* An injected fault (HVD_LITE_FAULT: the recv point for a read, send for a
- * write) uses address 0: the kernel's own failure follows. A write into a peer's
- * buffer that lies 1-31 bytes further into its page than this rank's source
- * (the crawling window, hvdl_copy_crawls) goes from a copy in scratch area q at
- * the destination's place: the copy costs far less than the crawl (2 ranks, AMD
- * EPYC, tools/allreduce_loop.py --offset 0,16: a 1 MiB all-reduce 473-484 us a
- * call without it and the read placed as before, 194-224 with both; 174-187 at
- * 0,0; docs/benchmarks.md, "Buffers at their own place in a page"). */
 /* This rank's view of [addr, addr + bytes) of local rank q's memory, inside a
  * region q posted, or NULL. */
 static char *reach(struct hvdl_shm *s, int q, uint64_t addr, size_t bytes) {
@@ -128,6 +121,16 @@ static int fault_hit(hvdlComm_t comm, int write) {
   return comm->faults && hvdl_fault_hit(comm->faults, write ? HVDL_FAULT_SEND : HVDL_FAULT_RECV);
 }
 
+/* Through this rank's view of the peer's region where it has one: hvdl_copy, which
+ * avoids the crawling distances itself. Else through the kernel. An injected fault
+ * (HVD_LITE_FAULT: the recv point for a read, send for a write) takes the kernel's
+ * way at address 0: the kernel's own failure follows. There, a write into a peer's
+ * buffer that lies 1-31 bytes further into its page than this rank's source
+ * (the crawling window, hvdl_copy_crawls) goes from a copy in scratch area q at
+ * the destination's place: the copy costs far less than the crawl (2 ranks, AMD
+ * EPYC, tools/allreduce_loop.py --offset 0,16: a 1 MiB all-reduce 473-484 us a
+ * call without it and the read placed as before, 194-224 with both; 174-187 at
+ * 0,0; docs/benchmarks.md, "Buffers at their own place in a page"). */
 hvdlResult_t hvdl_cma_copy(hvdlComm_t comm, int q, void *here, uint64_t addr, size_t bytes,
                            int write) {
   const int fault = fault_hit(comm, write);

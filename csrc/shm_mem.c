@@ -12,6 +12,9 @@
  * page pinned per copy, where process_vm_readv/writev pin every 4 KiB page of
  * every copy (docs/benchmarks.md, "Memory the peers reach").
  *
+ * Each buffer holds a file descriptor while it lives (the peers open it), so a
+ * process's descriptor limit (ulimit -n) bounds how many it may have at once.
+ *
  * A rank keeps at most MAPS views of each peer's regions (struct hvdl_shm's
  * maps), the least recently used given back first, and all of them with the
  * segment. A view is found by the region's serial number, so a region freed and
@@ -42,7 +45,7 @@ struct region {
   char *base;
   size_t size;
   int fd;
-  uint64_t serial;
+  uint64_t serial, inode;
   struct region *next;
 };
 
@@ -61,17 +64,20 @@ hvdlResult_t hvdlMemAlloc(void **ptr, size_t size) {
   struct region *r = malloc(sizeof *r);
   const int fd = r ? memfd_create("hvd_lite.mem", MFD_CLOEXEC) : -1;
   void *base = MAP_FAILED;
-  if (fd >= 0 && ftruncate(fd, (off_t)bytes) == 0)
+  struct stat st;
+  if (fd >= 0 && ftruncate(fd, (off_t)bytes) == 0 && fstat(fd, &st) == 0)
     base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
     const int err = r ? errno : ENOMEM;
     if (fd >= 0) close(fd);
     free(r);
-    return hvdl_fail(NULL, hvdlSystemError, "hvdlMemAlloc: %zu bytes of shared memory: %s",
-                     size, strerror(err));
+    return hvdl_fail(NULL, hvdlSystemError, "hvdlMemAlloc: %zu bytes of shared memory: %s%s",
+                     size, strerror(err),
+                     err == EMFILE ? " (each buffer holds a file descriptor while it lives: "
+                                     "raise the limit, ulimit -n)" : "");
   }
   pthread_mutex_lock(&lock);
-  *r = (struct region){base, bytes, fd, ++serials, regions};
+  *r = (struct region){base, bytes, fd, ++serials, (uint64_t)st.st_ino, regions};
   regions = r;
   atomic_fetch_add(&live, 1);
   pthread_mutex_unlock(&lock);
@@ -101,21 +107,24 @@ hvdlResult_t hvdlMemFree(void *ptr) {
 }
 
 void hvdl_mem_post(const void *p, size_t bytes, struct hvdl_mem_post *out) {
-  *out = (struct hvdl_mem_post){0, 0, 0, 0};
+  *out = (struct hvdl_mem_post){0, 0, 0, 0, 0};
   if (atomic_load_explicit(&live, memory_order_relaxed) == 0 || !p) return;
   const uintptr_t a = (uintptr_t)p;
   pthread_mutex_lock(&lock);
   for (const struct region *r = regions; r; r = r->next) {
     const uintptr_t b = (uintptr_t)r->base;
     if (a >= b && a - b <= r->size && bytes <= r->size - (a - b)) {
-      *out = (struct hvdl_mem_post){r->serial, (uint64_t)r->fd, b, r->size};
+      *out = (struct hvdl_mem_post){r->serial, (uint64_t)r->fd, b, r->size, r->inode};
       break;
     }
   }
   pthread_mutex_unlock(&lock);
 }
 
-/* Maps local rank q's region p: the view, or NULL where it cannot be mapped. */
+/* Maps local rank q's region p: the view, or NULL where it cannot be mapped. The
+ * descriptor is checked to be p's file (its inode and size): a peer that comes to it
+ * late, after the owner's call failed and the owner freed the region and made another
+ * on the same descriptor, must not write into that one. */
 static char *map_region(const struct hvdl_shm *s, int q, const struct hvdl_mem_post *p) {
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/fd/%d", s->pids[q], (int)p->fd);
@@ -123,7 +132,8 @@ static char *map_region(const struct hvdl_shm *s, int q, const struct hvdl_mem_p
   if (fd < 0) return NULL;
   struct stat st;
   void *v = MAP_FAILED;
-  if (fstat(fd, &st) == 0 && (uint64_t)st.st_size == p->size)
+  if (fstat(fd, &st) == 0 && (uint64_t)st.st_ino == p->inode &&
+      (uint64_t)st.st_size == p->size)
     v = mmap(NULL, (size_t)p->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   return v == MAP_FAILED ? NULL : v;
@@ -142,16 +152,18 @@ char *hvdl_mem_reach(struct hvdl_shm *s, int q, const struct hvdl_mem_post *p, u
     }
     if (m[i].used < old->used) old = m + i;
   }
-  if (old->view) munmap(old->view, old->size);
+  if (old->view) {
+    munmap(old->view, old->size);
+    atomic_fetch_sub_explicit(&s->views, 1, memory_order_relaxed);
+  }
   *old = (struct hvdl_mem_map){p->serial, (size_t)p->size, map_region(s, q, p), ++s->map_uses};
-  return old->view ? old->view + (addr - p->base) : NULL;
+  if (!old->view) return NULL;
+  atomic_fetch_add_explicit(&s->views, 1, memory_order_relaxed);
+  return old->view + (addr - p->base);
 }
 
 int hvdl_mem_views(const struct hvdl_shm *s) {
-  int n = 0;
-  for (size_t i = 0; s->maps && i < (size_t)s->local_size * HVDL_MEM_MAPS; i++)
-    n += s->maps[i].view != NULL;
-  return n;
+  return atomic_load_explicit(&s->views, memory_order_relaxed);
 }
 
 void hvdl_mem_unmap(struct hvdl_shm *s) {
@@ -160,4 +172,5 @@ void hvdl_mem_unmap(struct hvdl_shm *s) {
     if (s->maps[i].view) munmap(s->maps[i].view, s->maps[i].size);
   free(s->maps);
   s->maps = NULL;
+  atomic_store_explicit(&s->views, 0, memory_order_relaxed);
 }

@@ -7,10 +7,15 @@ A collective on such arrays gives the same result as on any other array. On one 
 rank's buffer is such an array, the single-copy all-reduce (above 32 KiB) and all-gather read and
 write the peers' arrays with plain loads and stores instead of the kernel's process_vm_readv/writev,
 which pins every page of every copy: docs/benchmarks.md, "Memory the peers reach". A tensor smaller
-than HVD_LITE_FUSION_THRESHOLD is fused through the engine's own buffer, so its memory does not
-matter. The memory is freed when the array and every view of it are gone.
+than HVD_LITE_FUSION_THRESHOLD is fused through the engine's own buffer, which is such memory too.
+
+The memory is freed when the array and every view of it are gone. Each array holds a file
+descriptor while it lives (`ulimit -n` bounds how many there may be at once), and its memory is
+shared, not copied on write, with processes forked from this one (multiprocessing, DataLoader
+workers): a child's writes into it are the parent's too.
 """
 import math
+import sys
 from typing import Sequence, Union
 
 import numpy as np
@@ -21,13 +26,20 @@ from . import _loader
 def empty(shape: Union[int, Sequence[int]], dtype=np.float32) -> np.ndarray:
     """A C-contiguous, zeroed array of `shape` and `dtype` in hvdlMemAlloc's memory."""
     dt = np.dtype(dtype)
-    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims):
-        raise TypeError(f"hvd_lite.empty: shape must be an int or a sequence of ints (got {shape!r})")
+    try:
+        dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    except TypeError:
+        dims = None
+    if dims is None or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
+                               for d in dims):
+        raise TypeError(f"hvd_lite.empty: shape must be an int or a sequence of ints "
+                        f"(got {shape!r})")
     if any(d < 0 for d in dims):
         raise ValueError(f"hvd_lite.empty: negative dimension in shape {dims}")
     if dt.hasobject or dt.itemsize == 0:
         raise TypeError(f"hvd_lite.empty: dtype {dt} has no fixed-size elements")
-    nbytes = math.prod(dims) * dt.itemsize
+    nbytes = math.prod(int(d) for d in dims) * dt.itemsize
+    if nbytes > sys.maxsize // 2:
+        raise ValueError(f"hvd_lite.empty: shape {dims} of {dt} is {nbytes} bytes, too many")
     memory = _loader._core.SharedMemory(max(nbytes, 1))
     return np.frombuffer(memory, np.uint8, count=nbytes).view(dt).reshape(dims)

@@ -3,8 +3,9 @@ the single-copy all-reduce and all-gather on such buffers read and write the pee
 views of their regions (Comm.shm_views counts them), with exact values for every dtype and op across
 chunk and lane edges, in and out of place, the bits of plain buffers and of the ring on every rank,
 ranks that mix both kinds of buffer, buffers made and freed past the views kept per peer, the
-engine's calls (its fusion buffer is such memory), a failed call that writes into no peer's buffer
-afterwards, and hvd_lite.empty's argument errors."""
+engine's calls (its fusion buffer is such memory: Engine.stats()["shm_views"]), memory that lives as
+long as a view of it, a failed call that writes into no peer's buffer afterwards, a failed read, and
+the argument errors of hvd_lite.empty and hvdlMemFree."""
 import time
 
 import numpy as np
@@ -56,7 +57,8 @@ def test_the_peers_regions_are_mapped_for_buffers_from_empty_and_only_for_them()
         single_copy_or_skip(c)
         x = np.ones(count, np.float32)
         c.allreduce(x, x, F32, OPS["sum"])
-        agree(c.shm_views() == 0 and np.all(x == n), f"numpy buffers: {c.shm_views()} views, {x[:3]}")
+        agree(c.shm_views() == 0 and np.all(x == n),
+              f"numpy buffers: {c.shm_views()} views, {x[:3]}")
         a, b = hvd.empty(count), hvd.empty(count)
         a[...] = 1
         c.allreduce(a, b, F32, OPS["sum"])  # each peer's send and recv: two regions
@@ -108,8 +110,8 @@ def test_shared_buffers_give_the_bits_of_plain_buffers_and_of_the_ring_on_every_
 
 
 def test_ranks_that_mix_shared_and_plain_buffers_get_exact_results():
-    # Even ranks' buffers from hvd.empty, odd ranks' from numpy: each peer is read and written through
-    # its view or through the kernel, per buffer.
+    # Even ranks' buffers from hvd.empty, odd ranks' from numpy: each peer is read and written
+    # through its view or through the kernel, per buffer.
     r = hvd.rank()
     with make_comm(HVD_LITE_SHM_BYTES=4096) as c:
         single_copy_or_skip(c)
@@ -129,9 +131,9 @@ def test_ranks_that_mix_shared_and_plain_buffers_get_exact_results():
 
 
 def test_buffers_made_and_freed_past_the_views_kept_give_exact_results_and_bounded_views():
-    # Each call on new buffers; the old ones are freed (their descriptors are reused), so a view must
-    # be found by the region's serial number, not its descriptor, and the least recently used given
-    # back.
+    # Each call on new buffers; the old ones are freed (their descriptors are reused), so a view
+    # must be found by the region's serial number, not its descriptor, and the least recently used
+    # given back.
     n, r = hvd.size(), hvd.rank()
     count = _core.SHM_CMA_MIN // 4 + 77
     with make_comm() as c:
@@ -150,30 +152,51 @@ def test_buffers_made_and_freed_past_the_views_kept_give_exact_results_and_bound
         agree(c.shm_views() == 0, f"{c.shm_views()} views on a new communicator")
 
 
-def test_the_engine_reduces_shared_arrays_in_place_and_fused_exactly():
+def engine_single_copy() -> bool:
+    with make_comm() as c:
+        return hvd.size() > 1 and c.shm_cma()
+
+
+def test_the_engine_reduces_shared_arrays_exactly_and_fuses_through_shared_memory():
+    # Unfused, the arrays from hvd.empty are reduced in place and their regions mapped; fused, plain
+    # numpy arrays go through the engine's fusion buffer, whose region the peers map too.
     n, r = hvd.size(), hvd.rank()
-    for threshold in (0, 64 << 20):  # one call per tensor, then fused through the fusion buffer
+    for threshold, alloc in ((0, hvd.empty), (64 << 20, np.zeros)):
         with reinit(HVD_LITE_FUSION_THRESHOLD=threshold):
-            xs = [hvd.empty(k, np.float32) for k in (7, 40_001, 300_003)]
-            hs = []
+            on = engine_single_copy()
+            xs = [alloc(k, np.float32) for k in (7, 40_001, 300_003)]
             for i, x in enumerate(xs):
                 x[...] = exact_inputs(np.float32, x.size, r, seed=i)
-                hs.append(hvd.allreduce_async_(x, op=hvd.Sum, name=f"shared.{threshold}.{i}"))
-            for h in hs:
-                hvd.synchronize(h)
+            hvd.grouped_allreduce_(xs, op=hvd.Sum, name=f"shared.{threshold}")
             for i, x in enumerate(xs):
-                want = fold([exact_inputs(np.float32, x.size, q, seed=i) for q in range(n)], "sum",
-                            np.float32)
+                want = fold([exact_inputs(np.float32, x.size, q, seed=i) for q in range(n)],
+                            "sum", np.float32)
                 agree(same_bits(x.copy(), want), f"threshold {threshold}, tensor {i}: {x[:4]}")
+            views = hvd.basics._engine().stats()["shm_views"]
+            agree(views > 0 if on else views == 0,
+                  f"threshold {threshold}: {views} views, single copy {on}")
             got = hvd.allgather(xs[1], name=f"shared.ag.{threshold}")
             agree(got.shape == (n * xs[1].size,) and same_bits(got[:xs[1].size], xs[1].copy()),
-                  f"allgather of a shared array: {got.shape}")
+                  f"allgather of the array: {got.shape}")
+
+
+def test_the_memory_lives_as_long_as_a_view_of_it():
+    r = hvd.rank()
+    x = hvd.empty(1 << 16)
+    x[...] = r + 1.0
+    tail = x[100:200]
+    del x
+    import gc
+    gc.collect()
+    agree(np.all(tail == r + 1.0), f"a view after its array went: {tail[:4]}")
+    got = hvd.allreduce(tail, op=hvd.Sum, name="shared.view")
+    agree(np.all(got == hvd.size() * (hvd.size() + 1) / 2), f"{got[:4]}")
 
 
 def test_a_rank_that_comes_late_to_a_failed_call_writes_into_no_peers_shared_buffer():
-    # The victim stalls before step 1 for three data timeouts; the others time out and leave. When it
-    # passes step 1 it must see that they failed and write nothing into their buffers, which it could
-    # now reach through its views with plain stores.
+    # The victim stalls before step 1 for three data timeouts; the others time out and leave. When
+    # it passes step 1 it must see that they failed and write nothing into their buffers, which it
+    # could now reach through its views with plain stores.
     n, r = hvd.size(), hvd.rank()
     if n < 2:
         pytest.skip("needs 2 ranks")
@@ -198,8 +221,8 @@ def test_a_rank_that_comes_late_to_a_failed_call_writes_into_no_peers_shared_buf
 
 
 def test_a_failed_read_of_a_peers_shared_buffer_fails_the_call_on_every_rank():
-    # The recv fault point's second hit, after step 1's, is the first read of a peer's buffer: with a
-    # fault the read goes through the kernel at address 0 (its EFAULT), not through the view.
+    # The recv fault point's second hit, after step 1's, is the first read of a peer's buffer: with
+    # a fault the read goes through the kernel at address 0 (its EFAULT), not through the view.
     n, r = hvd.size(), hvd.rank()
     if n < 2:
         pytest.skip("needs 2 ranks")
@@ -216,7 +239,8 @@ def test_a_failed_read_of_a_peers_shared_buffer_fails_the_call_on_every_rank():
             err = e
         took = time.monotonic() - t0
         agree(err is not None and took < 5, f"{err!r} after {took:.2f} s")
-        agree(r != n - 1 or "shared-memory path: reading" in str(err), f"the victim's error: {err!r}")
+        agree(r != n - 1 or "shared-memory path: reading" in str(err),
+              f"the victim's error: {err!r}")
 
 
 def test_empty_makes_zeroed_page_aligned_arrays_and_refuses_bad_arguments():
@@ -230,5 +254,19 @@ def test_empty_makes_zeroed_page_aligned_arrays_and_refuses_bad_arguments():
             hvd.empty(bad)
     with pytest.raises(TypeError, match="fixed-size"):
         hvd.empty(3, object)
+    with pytest.raises(ValueError, match="too many"):
+        hvd.empty((1 << 62, 1 << 62))
     with pytest.raises(ValueError, match="nbytes must be positive"):
         _core.SharedMemory(0)
+
+
+def test_freeing_memory_it_did_not_make_or_freed_already_is_refused():
+    with pytest.raises(hvd.InvalidArgumentError, match="not a pointer that hvdlMemAlloc returned"):
+        _core.mem_free(np.zeros(4).ctypes.data)
+    m = _core.SharedMemory(4096)
+    address = m.address
+    _core.mem_free(address)
+    with pytest.raises(hvd.InvalidArgumentError, match="freed already"):
+        _core.mem_free(address)
+    _core.mem_free(0)  # NULL: nothing, as free()
+    del m  # its own free is refused and ignored
