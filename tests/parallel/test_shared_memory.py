@@ -270,3 +270,19 @@ def test_freeing_memory_it_did_not_make_or_freed_already_is_refused():
         _core.mem_free(address)
     _core.mem_free(0)  # NULL: nothing, as free()
     del m  # its own free is refused and ignored
+
+
+def test_a_torch_tensor_over_empty_is_reduced_through_the_views():
+    torch = pytest.importorskip("torch")
+    import hvd_lite.torch as htorch
+    n, r = hvd.size(), hvd.rank()
+    with reinit(HVD_LITE_FUSION_THRESHOLD=0):
+        on = engine_single_copy()
+        t = torch.from_numpy(hvd.empty(300_001, np.float32))
+        t.copy_(torch.from_numpy(exact_inputs(np.float32, t.numel(), r, seed=3)))
+        htorch.allreduce_(t, op=htorch.Sum, name="shared.torch")
+        want = fold([exact_inputs(np.float32, t.numel(), q, seed=3) for q in range(n)], "sum",
+                    np.float32)
+        views = hvd.basics._engine().stats()["shm_views"]
+        agree(same_bits(t.numpy().copy(), want) and (views > 0 if on else views == 0),
+              f"{t[:4]}, {views} views, single copy {on}")
