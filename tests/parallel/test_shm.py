@@ -50,15 +50,16 @@ def random_floats(count, seed):
     return (rng.standard_normal(count) * 10.0 ** rng.integers(-6, 6, count)).astype(np.float32)
 
 
-def check_exact(c, dtype, op, count, inplace, seed=0):
+def check_exact(c, dtype, op, count, inplace, seed=0, place=np.copy):
+    """`place` puts an array where the call's buffers are to be (hvd.empty's memory, or numpy's)."""
     n, r = hvd.size(), hvd.rank()
-    x = exact_inputs(dtype, count, r, seed)
+    x = place(exact_inputs(dtype, count, r, seed))
     want = fold([exact_inputs(dtype, count, q, seed) for q in range(n)], op, dtype)
     if inplace:
-        got = x.copy()
+        got = place(x)
         c.allreduce(got, got, code(dtype), OPS[op])
     else:
-        got = np.zeros(count, np.dtype(dtype))
+        got = place(np.zeros(count, np.dtype(dtype)))
         c.allreduce(x, got, code(dtype), OPS[op])
         agree(same_bits(x, exact_inputs(dtype, count, r, seed)), "input was modified")
     agree(same_bits(got, want), f"{np.dtype(dtype).name} {op} count={count} inplace={inplace}: "
@@ -274,18 +275,33 @@ def test_the_engines_info_line_says_how_the_shared_memory_path_runs(cma, capfd):
           f"wanted {want!r}: {lines}")
 
 
+def in_shared_memory(a: np.ndarray) -> np.ndarray:
+    """a's copy in hvd.empty's memory, which the peers reach through views (csrc/shm_mem.c)."""
+    out = hvd.empty(a.shape, a.dtype)
+    out[...] = a
+    return out
+
+
+@pytest.mark.parametrize("memory", ["numpy", "hvd.empty"])
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
-def test_single_copy_exact_results_every_dtype_and_op_across_every_chunk_and_lane_edge(dtype):
+def test_single_copy_exact_results_every_dtype_and_op_across_every_chunk_and_lane_edge(
+        dtype, memory):
     # 64-byte areas: every lane is read in chunks of 8 to 64 elements; counts just above the
-    # single-copy minimum, with lanes that do not divide evenly.
+    # single-copy minimum, with lanes that do not divide evenly. Buffers from hvd.empty are read and
+    # written through views of the peers' regions (test_shared_memory.py), numpy's by the kernel.
     n = hvd.size()
     esize = np.dtype(dtype).itemsize
+    place = in_shared_memory if memory == "hvd.empty" else np.copy
     with make_comm(HVD_LITE_SHM_BYTES=64) as c:
         single_copy_or_skip(c)
         for op in OPS:
             for i, extra in enumerate((1, n + 64 // esize + 1, 1009)):
                 count = _core.SHM_CMA_MIN // esize + extra
-                check_exact(c, dtype, op, count, inplace=(i + len(op)) % 2 == 0, seed=count)
+                check_exact(c, dtype, op, count, inplace=(i + len(op)) % 2 == 0, seed=count,
+                            place=place)
+        views = c.shm_views()
+        agree(views > 0 if memory == "hvd.empty" and n > 1 else views == 0,
+              f"{memory}: {views} views of the peers' regions")
 
 
 @pytest.mark.parametrize("op", ["sum", "avg", "max"])
