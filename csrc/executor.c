@@ -104,9 +104,6 @@ static hvdlResult_t run_one(struct hvdl_executor *x, struct hvdl_request *r) {
   return res;
 }
 
-/* A fused group runs through the pinned buffer (exec_device.c) when one of its members holds
- * CUDA memory with data; a joined rank's stand-ins, and empty device members (no device), take
- * the host buffer: the same one host all-reduce of the group either way, on every rank. */
 static void free_fusion(struct hvdl_executor *x) {
   if (x->fusion_shared)
     hvdlMemFree(x->fusion);
@@ -117,6 +114,9 @@ static void free_fusion(struct hvdl_executor *x) {
   x->fusion_shared = 0;
 }
 
+/* A fused group runs through the pinned buffer (exec_device.c) when one of its members holds
+ * CUDA memory with data; a joined rank's stand-ins, and empty device members (no device), take
+ * the host buffer: the same one host all-reduce of the group either way, on every rank. */
 static int fused_on_device(struct hvdl_request **group, int m) {
   if (group[0]->desc.device != HVDL_MEM_CUDA) return 0;
   for (int i = 0; i < m; i++)

@@ -40,7 +40,7 @@ static PyObject *mem_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
 }
 
 static void mem_dealloc(shared_memory *m) {
-  if (m->ptr) hvdlMemFree(m->ptr); /* cannot fail: the pointer is hvdlMemAlloc's */
+  if (m->ptr) hvdlMemFree(m->ptr); /* hvdlMemAlloc's pointer (unless mem_free took it first) */
   Py_TYPE(m)->tp_free((PyObject *)m);
 }
 

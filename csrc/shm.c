@@ -79,8 +79,8 @@
 #include "topology.h"
 
 /* A rank's head page: the step counter (bytes 0-7), the heartbeat (64-71), the round
- * counter (128-135), its single-copy collectives' buffers and state (192-223) and
- * the regions that hold those buffers (256-335, shm_cma.c), a cache line each, then
+ * counter (128-135) and its single-copy collectives' buffers and state (192-223),
+ * a cache line each, the regions that hold those buffers (256-335, shm_cma.c), then
  * its two round slots (SHM_ROUND_WORDS words each); its four areas follow, page
  * aligned. */
 #define HEAD ((size_t)4096)

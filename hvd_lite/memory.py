@@ -9,10 +9,12 @@ write the peers' arrays with plain loads and stores instead of the kernel's proc
 which pins every page of every copy: docs/benchmarks.md, "Memory the peers reach". A tensor smaller
 than HVD_LITE_FUSION_THRESHOLD is fused through the engine's own buffer, which is such memory too.
 
-The memory is freed when the array and every view of it are gone. Each array holds a file
-descriptor while it lives (`ulimit -n` bounds how many there may be at once), and its memory is
-shared, not copied on write, with processes forked from this one (multiprocessing, DataLoader
-workers): a child's writes into it are the parent's too.
+The memory is freed when the array and every NumPy view of it are gone, except that a peer rank on
+the host may keep its own view of it for a while (at most 8 of a rank's arrays per peer and
+communicator, the least recently used given back first, all when the communicator goes), so their
+pages stay in use that long. Each array holds a file descriptor while it lives (`ulimit -n` bounds
+how many there may be at once), and its memory is shared, not copied on write, with processes forked
+from this one (multiprocessing, DataLoader workers): a child's writes into it are the parent's too.
 """
 import math
 import sys
