@@ -79,7 +79,7 @@ hvdlResult_t hvdl_allgatherv_shm(hvdlComm_t comm, const void *sendbuff, void *re
     const size_t n = mine - g < s->area ? mine - g : s->area;
     for (int j = 1; j < L && res == hvdlSuccess; j++) {
       const int q = (me + j) % L;
-      res = hvdl_cma_copy(comm, q, (char *)send + g, hvdl_cma_recvbuff(s, q) + off + g, n, 1);
+      res = hvdl_cma_write(comm, q, send + g, hvdl_cma_recvbuff(s, q) + off + g, n);
     }
   }
   if (res == hvdlSuccess && own != send && mine > 0) hvdl_copy(own, send, mine);

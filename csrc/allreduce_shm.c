@@ -15,7 +15,7 @@
  * its result straight into theirs with process_vm_writev (Linux's cross-memory
  * attach, as Open MPI's smsc/cma uses for large messages); or, for a buffer in
  * hvdlMemAlloc's memory, through its view of the peer's region with plain loads
- * and stores (shm_cma.c's hvdl_cma_read and hvdl_cma_copy). Lane q
+ * and stores (shm_cma.c's hvdl_cma_read and hvdl_cma_write). Lane q
  * (hvdl_shm_lane: count cut into L near-equal lanes) is local rank q's. Rank r:
  *
  *   step 1   shm_cma.c's open: every rank is in the call, the addresses of
@@ -34,10 +34,11 @@
  * or more ranks an in-place rank copies its own chunk to scratch first, since
  * the fold writes its destination before the third input is read. Per rank:
  * (L-1) B / L read from the peers into a scratch area that stays in the cache
- * (none with views: the fold reads the view), a lane reduced, (L-1) B / L written to the peers from the cache: one copy of
- * B, where the areas take two; 2 steps whatever B. Pulling the result from its
- * owner's recvbuff instead (its lines then still in the owner's core's cache)
- * made ResNet-50's step 1.25x slower and a 4-16 MiB all-reduce 1.2-1.5x
+ * (none with views: the fold reads the view), a lane reduced, (L-1) B / L
+ * written to the peers from the cache: one copy of B, where the areas take two;
+ * 2 steps whatever B. Pulling the result from its owner's recvbuff instead (its
+ * lines then still in the owner's core's cache) made ResNet-50's step 1.25x
+ * slower and a 4-16 MiB all-reduce 1.2-1.5x
  * (docs/benchmarks.md, "The single-copy form").
  *
  * The protocol every single-copy collective shares (the posted addresses, the
@@ -79,8 +80,8 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
     hvdl_shm_fold_inputs(s, s->inputs, recv + g * esize, g, n, count, f);
     for (int q = 0; q < L && res == hvdlSuccess; q++)
       if (q != me)
-        res = hvdl_cma_copy(comm, q, recv + g * esize, hvdl_cma_recvbuff(s, q) + g * esize,
-                            n * esize, 1);
+        res = hvdl_cma_write(comm, q, recv + g * esize, hvdl_cma_recvbuff(s, q) + g * esize,
+                             n * esize);
   }
   return hvdl_cma_close(comm, k, res);
 }

@@ -32,7 +32,7 @@ struct hvdl_shm {
   char *scratch;        /* local_size areas of this rank's own, each page-aligned and a
                          * page longer: peers' chunks read in (and, in place with 3 ranks
                          * or more, its own), at their source's offset in its page, and
-                         * writes staged (hvdl_cma_scratch, hvdl_cma_copy) */
+                         * writes staged (hvdl_cma_scratch, hvdl_cma_write) */
   const char **inputs;  /* local_size pointers: the inputs a fold reads */
   struct hvdl_mem_map *maps; /* HVDL_MEM_MAPS views of each local rank's hvdlMemAlloc regions
                               * (shm_mem.c), with s->cma; NULL otherwise */
@@ -64,7 +64,7 @@ void hvdl_mem_post(const void *p, size_t bytes, struct hvdl_mem_post *out);
 
 /* Where [addr, addr + bytes) of local rank q's memory, inside its posted region p,
  * is in this process (mapping the region on first use), or NULL: then copy
- * through the kernel (hvdl_cma_copy's process_vm_readv/writev). */
+ * through the kernel (hvdl_cma_read's process_vm_readv, hvdl_cma_write's writev). */
 char *hvdl_mem_reach(struct hvdl_shm *s, int q, const struct hvdl_mem_post *p, uint64_t addr,
                      size_t bytes);
 
@@ -109,20 +109,19 @@ uint64_t hvdl_cma_recvbuff(const struct hvdl_shm *s, int q);
  * (base.c's hvdl_copy; docs/benchmarks.md, "A copy's distance"). Holds an area. */
 char *hvdl_cma_scratch(const struct hvdl_shm *s, int q, uint64_t src);
 
-/* Copies bytes between `here` in this process and addr in local rank q's own
- * memory: from q (process_vm_readv) or, with `write`, to q (process_vm_writev);
- * a plain copy where addr is inside a region q posted that this rank can map.
- * A read's `here` is the caller's to place (hvdl_cma_scratch); a write whose
- * distance would crawl goes through scratch area q, so it moves at most an area
- * and scratch area q is not the caller's to keep across it. Fault points: recv
- * for a read, send for a write (then made at address 0). */
-hvdlResult_t hvdl_cma_copy(hvdlComm_t comm, int q, void *here, uint64_t addr, size_t bytes,
-                           int write);
+/* Copies bytes from `here` in this process to addr in local rank q's own memory:
+ * a plain copy where addr is inside a region q posted that this rank can map,
+ * else process_vm_writev. A write whose distance would crawl goes through scratch
+ * area q, so it moves at most an area and scratch area q is not the caller's to
+ * keep across it. Fault point: send (the write then made at address 0). */
+hvdlResult_t hvdl_cma_write(hvdlComm_t comm, int q, const void *here, uint64_t addr,
+                            size_t bytes);
 
 /* Where the chunk [addr, addr + bytes) of local rank q's memory can be read: in
  * place through this rank's view of q's posted region, or else copied into
- * scratch area q (hvdl_cma_scratch, hvdl_cma_copy's read). *at is valid until
- * the next read from q. */
+ * scratch area q at its source's place in a page (hvdl_cma_scratch) by
+ * process_vm_readv. *at is valid until the next read from q. Fault point: recv
+ * (the read then made at address 0). */
 hvdlResult_t hvdl_cma_read(hvdlComm_t comm, int q, uint64_t addr, size_t bytes,
                            const char **at);
 

@@ -12,7 +12,7 @@
  *            the call and its buffers are posted. The call's number k is that
  *            step's.
  *   then     the collective's own reads and writes (hvdl_cma_read,
- *            hvdl_cma_copy), which look for a peer's failure
+ *            hvdl_cma_write), which look for a peer's failure
  *            (hvdl_cma_peer_failed) between chunks
  *   close    say it writes into no peer any more (quiet = k), then end the
  *            second step: every rank's result is whole and nobody touches
@@ -131,12 +131,12 @@ static int fault_hit(hvdlComm_t comm, int write) {
  * EPYC, tools/allreduce_loop.py --offset 0,16: a 1 MiB all-reduce 473-484 us a
  * call without it and the read placed as before, 194-224 with both; 174-187 at
  * 0,0; docs/benchmarks.md, "Buffers at their own place in a page"). */
-hvdlResult_t hvdl_cma_copy(hvdlComm_t comm, int q, void *here, uint64_t addr, size_t bytes,
-                           int write) {
-  const int fault = fault_hit(comm, write);
+hvdlResult_t hvdl_cma_write(hvdlComm_t comm, int q, const void *here, uint64_t addr,
+                            size_t bytes) {
+  const int fault = fault_hit(comm, 1);
   char *there = fault ? NULL : reach(comm->shm, q, addr, bytes);
-  if (!there) return kernel_copy(comm, q, here, addr, bytes, write, fault);
-  hvdl_copy(write ? there : here, write ? here : there, bytes);
+  if (!there) return kernel_copy(comm, q, (char *)here, addr, bytes, 1, fault);
+  hvdl_copy(there, here, bytes);
   return hvdlSuccess;
 }
 
