@@ -18,8 +18,10 @@
  * and stores (shm_cma.c's hvdl_cma_read and hvdl_cma_write). Lane q
  * (hvdl_shm_lane: count cut into L near-equal lanes) is local rank q's. Rank r:
  *
+ *   before   with a stand-in (below): copy every lane but r of sendbuff into it
  *   step 1   shm_cma.c's open: every rank is in the call, the addresses of
- *            its sendbuff and recvbuff posted in its head page
+ *            its sendbuff and recvbuff (or of its stand-in, for both) posted in
+ *            its head page
  *   then     for each chunk of its lane (an area's worth): read that chunk of
  *            every peer's sendbuff into its scratch (or find it in its view),
  *            fold the L inputs (its own from sendbuff) into its recvbuff, and
@@ -27,6 +29,14 @@
  *            recvbuff
  *   step 2   shm_cma.c's close: every rank's recvbuff is whole, and nobody
  *            touches another's buffers any more: it may return
+ *   after    with a stand-in, if the call succeeded: copy every lane but r out
+ *            of it into recvbuff
+ *
+ * A stand-in (shm_cma.c's hvdl_cma_stand_in) is a region of rank r's own that
+ * it posts in place of plain buffers up to config.shmStandInBytes with enough
+ * small pages: the peers then reach it through their views, and rank r pays
+ * (L-1) B / L copied in and out locally instead of their copies through the
+ * kernel. Its own lane it still reads from sendbuff and folds into recvbuff.
  *
  * Only rank r reads or writes lane r of another rank's buffers, and it writes a
  * chunk there only after it has read that chunk: so in place is safe with no
@@ -49,6 +59,13 @@
 #include "reduce.h"
 #include "shm.h"
 
+/* Copies the elements of every lane but [a, b) (this rank's) from `from` to `to`. */
+static void other_lanes(char *to, const char *from, size_t a, size_t b, size_t count,
+                        size_t esize) {
+  hvdl_copy(to, from, a * esize);
+  hvdl_copy(to + b * esize, from + b * esize, (count - b) * esize);
+}
+
 static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                size_t count, const struct hvdl_shm_fold *f) {
   struct hvdl_shm *s = comm->shm;
@@ -56,11 +73,15 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
   const int L = s->local_size, me = s->local_rank;
   const char *send = sendbuff;
   char *recv = recvbuff;
-  uint64_t k;
-  hvdlResult_t res = hvdl_cma_open(comm, sendbuff, recvbuff, &k);
-  if (res != hvdlSuccess) return res;
   size_t a, b;
   hvdl_shm_lane(count, L, me, &a, &b);
+  /* The peers read and write only the other lanes: only those pass through a stand-in. */
+  char *stand_in = hvdl_cma_stand_in(comm, sendbuff, recvbuff, count * esize);
+  if (stand_in) other_lanes(stand_in, send, a, b, count, esize);
+  uint64_t k;
+  hvdlResult_t res = stand_in ? hvdl_cma_open(comm, stand_in, stand_in, &k)
+                              : hvdl_cma_open(comm, sendbuff, recvbuff, &k);
+  if (res != hvdlSuccess) return res;
   for (size_t g = a; g < b && res == hvdlSuccess; g += chunk) {
     if (hvdl_cma_peer_failed(s, k)) break; /* close's step then fails (alarm, data timeout) */
     const size_t n = b - g < chunk ? b - g : chunk;
@@ -83,7 +104,9 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
         res = hvdl_cma_write(comm, q, recv + g * esize, hvdl_cma_recvbuff(s, q) + g * esize,
                              n * esize);
   }
-  return hvdl_cma_close(comm, k, res);
+  res = hvdl_cma_close(comm, k, res);
+  if (stand_in && res == hvdlSuccess) other_lanes(recv, stand_in, a, b, count, esize);
+  return res;
 }
 
 hvdlResult_t hvdl_allreduce_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,

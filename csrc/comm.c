@@ -23,6 +23,7 @@ static void free_comm(hvdlComm_t comm, int collective) {
     if (collective) hvdlCommDestroy(comm->cross);
     else hvdlCommAbort(comm->cross);
   }
+  if (comm->shm) hvdl_cma_free(comm->shm); /* its stand-in, before the segment goes */
   hvdl_shm_free(comm, collective);
   hvdl_cuda_free(comm);
   free(comm->rank_names);

@@ -38,6 +38,12 @@
  * cache), and the engine's 1 MiB all-reduce from 216-281 to 181-219 us, the fused step alike;
  * 64 and 128 KiB were no better, and a chunk's counter updates stay small beside its copies. */
 #define DEFAULT_SHM_BYTES ((size_t)256 << 10)
+/* The single-copy all-reduce's stand-in for plain buffers (shm_cma.c's hvdl_cma_stand_in), up
+ * to this many bytes per rank. At 2 ranks on small pages (docs/benchmarks.md, "A stand-in for
+ * plain buffers"; the C API in place) it took less time than the kernel's copies in every run up
+ * to 4 MiB, about as long at 8 MiB and more from 16 MiB; each communicator's stand-in is a
+ * region of this size, whose pages count once touched. */
+#define DEFAULT_SHM_STAND_IN_BYTES ((size_t)4 << 20)
 #define MIN_SHM_BYTES ((size_t)64)
 #define MAX_SHM_BYTES ((size_t)1 << 30)
 /* Limits keep every MPI message count within an int. */
@@ -180,11 +186,13 @@ static const struct hvdl_cost_model default_model = {
 
 hvdlResult_t hvdl_config_check(const hvdlConfig_t *c) {
   if ((c->shmBytes && (c->shmBytes < MIN_SHM_BYTES || c->shmBytes > MAX_SHM_BYTES)) ||
-      (c->disableShm != 0 && c->disableShm != 1) || (c->disableShmCma != 0 && c->disableShmCma != 1))
+      c->shmStandInBytes > MAX_SHM_BYTES || (c->disableShm != 0 && c->disableShm != 1) ||
+      (c->disableShmCma != 0 && c->disableShmCma != 1))
     return hvdl_fail(NULL, hvdlInvalidArgument,
                      "hvdlConfig_t out of range: shmBytes %zu (%zu .. %zu, or 0 for the default), "
-                     "disableShm %d, disableShmCma %d (0 or 1)",
-                     c->shmBytes, MIN_SHM_BYTES, MAX_SHM_BYTES, c->disableShm, c->disableShmCma);
+                     "shmStandInBytes %zu (0 .. %zu), disableShm %d, disableShmCma %d (0 or 1)",
+                     c->shmBytes, MIN_SHM_BYTES, MAX_SHM_BYTES, c->shmStandInBytes, MAX_SHM_BYTES,
+                     c->disableShm, c->disableShmCma);
   if (c->allReduceAlgorithm < 0 || c->allReduceAlgorithm >= hvdlNumAlgos)
     return hvdl_fail(NULL, hvdlInvalidArgument,
                      "hvdlConfig_t out of range: allReduceAlgorithm %d (valid: 0..%d)",
@@ -222,6 +230,8 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
   config->disableShmCma = !shm;
   HVDL_CHECK(env_size("HVD_LITE_SHM_BYTES", DEFAULT_SHM_BYTES, MIN_SHM_BYTES, MAX_SHM_BYTES,
                       &config->shmBytes));
+  HVDL_CHECK(env_size("HVD_LITE_SHM_STAND_IN_BYTES", DEFAULT_SHM_STAND_IN_BYTES, 0, MAX_SHM_BYTES,
+                      &config->shmStandInBytes));
   const char *algo = getenv("HVD_LITE_ALLREDUCE_ALGO");
   config->allReduceAlgorithm = hvdlAlgoAuto;
   if (algo && *algo) {

@@ -122,7 +122,7 @@ typedef void *hvdlStream_t;
 
 /* Tunables of one communicator. hvdlConfigDefault() fills it from the
  * HVD_LITE_* environment variables (see README); a field left at 0 means
- * "the default". */
+ * "the default", but for shmStandInBytes (0: off). */
 typedef struct {
   size_t segmentBytes;        /* ring pipeline segment size (HVD_LITE_SEGMENT_BYTES) */
   size_t smallAllReduceBytes; /* the latency path's crossover (HVD_LITE_SMALL_ALLREDUCE_BYTES):
@@ -150,6 +150,12 @@ typedef struct {
   int reduceScatterAlgorithm; /* an hvdlReduceScatterAlgorithm_t
                                  (HVD_LITE_REDUCESCATTER_ALGO); hvdlReduceScatterAuto: the
                                  cost model's choice */
+  size_t shmStandInBytes;     /* the single-copy all-reduce's stand-in: a rank whose buffers
+                                 are not hvdlMemAlloc memory, with at least a quarter of their
+                                 pages small, copies them through a region of its own that the
+                                 peers map, up to this many bytes per rank
+                                 (HVD_LITE_SHM_STAND_IN_BYTES); 0 (unlike the fields above,
+                                 not the default): never, the kernel's copies */
 } hvdlConfig_t;
 
 #define HVDL_SMALL_BYTES_AUTO ((size_t)-1)

@@ -37,6 +37,13 @@ struct hvdl_shm {
   struct hvdl_mem_map *maps; /* HVDL_MEM_MAPS views of each local rank's hvdlMemAlloc regions
                               * (shm_mem.c), with s->cma; NULL otherwise */
   uint64_t map_uses;    /* a clock for the views' last use */
+  char *stand_in;       /* this rank's stand-in for its plain buffers (hvdl_cma_stand_in): an
+                         * hvdlMemAlloc region made on first use, or NULL */
+  struct hvdl_stand_in_memo { /* whether the last buffers asked are worth the stand-in */
+    const void *send, *recv;
+    size_t bytes;
+    int small;
+  } stand_in_memo;
   _Atomic int views;    /* views mapped now (statistics: read by other threads) */
   uint64_t step;        /* steps this rank has published */
   uint64_t round;       /* negotiation rounds this rank has posted through the segment */
@@ -61,6 +68,10 @@ struct hvdl_mem_map {
 
 /* The region of this process's hvdlMemAlloc memory that holds all of [p, p + bytes). */
 void hvdl_mem_post(const void *p, size_t bytes, struct hvdl_mem_post *out);
+
+/* How many bytes of [p, p + bytes) of this process lie on small pages, not huge
+ * ones (PAGEMAP_SCAN; 0 where the kernel cannot say). */
+size_t hvdl_mem_small(const void *p, size_t bytes);
 
 /* Where [addr, addr + bytes) of local rank q's memory, inside its posted region p,
  * is in this process (mapping the region on first use), or NULL: then copy
@@ -93,6 +104,21 @@ hvdlResult_t hvdl_shm_cma_init(hvdlComm_t comm);
  * have it; else a phrase for messages (HVD_LITE_SHM_CMA=0, or the peers out of reach).
  * The engine's info line and a refused forced `shm` all-gather both say it. */
 const char *hvdl_cma_off_reason(const hvdlComm_t comm);
+
+/* Where this rank's peers reach its sendbuff and recvbuff of `bytes` each in a
+ * single-copy all-reduce: NULL where they are (both hvdlMemAlloc memory), or
+ * where the kernel's copies serve (under a quarter of their pages small, as
+ * hvdl_mem_small says; above config.shmStandInBytes; no views, s->maps NULL; a
+ * region that cannot be made, which turns the stand-in off for the
+ * communicator); else this rank's stand-in, a region of its own that the peers
+ * map, at recvbuff's place in a page, with room for `bytes`. The caller posts it
+ * as both buffers, copies into it before the call what the peers read, and out
+ * of it after a successful close what they wrote. */
+char *hvdl_cma_stand_in(hvdlComm_t comm, const void *sendbuff, const void *recvbuff,
+                        size_t bytes);
+
+/* Frees this rank's stand-in (comm.c, before the segment goes: shm.c is below this unit). */
+void hvdl_cma_free(struct hvdl_shm *s);
 
 /* Opens a single-copy call on every local rank: posts this rank's sendbuff and
  * recvbuff addresses, then ends the call's first step; *k is the call's number.

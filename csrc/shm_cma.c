@@ -32,6 +32,17 @@
  * region (hvdl_mem_reach), with the same fault points; any other goes through
  * the kernel. Either way the steps and the failure rule are the same.
  *
+ * A stand-in for plain buffers (hvdl_cma_stand_in). A rank whose buffers are
+ * not such memory may post instead a region of its own, its stand-in, as both:
+ * before open it copies into it what the peers read (all but its own lane),
+ * and after a successful close it copies out of it what they wrote there. Two
+ * local copies then replace the peers' copies through the kernel, which pin
+ * every small page they touch (docs/benchmarks.md, "A stand-in for plain
+ * buffers"). Buffers with under a quarter of their pages small (the kernel
+ * pins a huge page, 512 small ones, in one step) and those above
+ * config.shmStandInBytes go through the kernel. The peers see only a region,
+ * and nothing they do differs. A failed call copies nothing out.
+ *
  * Where it runs (hvdl_shm_cma_init): every rank of the host writes a token in
  * its own memory, reads every other's back and writes it into that rank's
  * memory; only if every read and write succeeds is s->cma set, on every rank. A
@@ -151,6 +162,55 @@ hvdlResult_t hvdl_cma_read(hvdlComm_t comm, int q, uint64_t addr, size_t bytes,
   char *to = hvdl_cma_scratch(comm->shm, q, addr);
   *at = to;
   return kernel_copy(comm, q, to, addr, bytes, 0, fault);
+}
+
+/* Whether plain buffers are worth a stand-in: at least a quarter of their pages
+ * small (hvdl_mem_small), which the kernel would pin one by one; the rest it pins
+ * 512 at a time. The answer for the last buffers asked is kept, since a loop
+ * passes the same ones call after call and asking costs 2-5 us: a stale answer
+ * (memory freed and made again at the same place) costs time, never bits. */
+static int small_pages(struct hvdl_shm *s, const void *sendbuff, const void *recvbuff,
+                       size_t bytes) {
+  struct hvdl_stand_in_memo *m = &s->stand_in_memo;
+  if (m->send != sendbuff || m->recv != recvbuff || m->bytes != bytes) {
+    size_t small = hvdl_mem_small(sendbuff, bytes);
+    small += sendbuff == recvbuff ? small : hvdl_mem_small(recvbuff, bytes);
+    *m = (struct hvdl_stand_in_memo){sendbuff, recvbuff, bytes, 4 * small >= 2 * bytes};
+  }
+  return m->small;
+}
+
+char *hvdl_cma_stand_in(hvdlComm_t comm, const void *sendbuff, const void *recvbuff,
+                        size_t bytes) {
+  struct hvdl_shm *s = comm->shm;
+  const size_t most = comm->config.shmStandInBytes;
+  if (!s->maps || bytes > most) return NULL;
+  struct hvdl_mem_post p[2];
+  hvdl_mem_post(sendbuff, bytes, p);
+  hvdl_mem_post(recvbuff, bytes, p + 1);
+  if (p[0].serial && p[1].serial) return NULL; /* the peers reach both where they are */
+  if (!small_pages(s, sendbuff, recvbuff, bytes)) return NULL;
+  if (!s->stand_in) {
+    /* Made once, at its largest and a page more: a memfd's pages cost memory only once
+     * touched, and each peer maps it once. A failure is no error of this call. */
+    char kept[HVDL_ERRMSG_LEN];
+    snprintf(kept, sizeof kept, "%s", hvdlGetLastError(NULL));
+    void *at;
+    if (hvdlMemAlloc(&at, most + CMA_PAGE) != hvdlSuccess) {
+      hvdl_fail(NULL, hvdlSuccess, "%s", kept);
+      comm->config.shmStandInBytes = 0; /* the kernel's copies from now on */
+      return NULL;
+    }
+    s->stand_in = at;
+  }
+  /* At recvbuff's place in a page: the copy out (and in, in place) then has no distance
+   * at which the copy crawls (hvdl_copy). */
+  return s->stand_in + ((uintptr_t)recvbuff & (CMA_PAGE - 1));
+}
+
+void hvdl_cma_free(struct hvdl_shm *s) {
+  hvdlMemFree(s->stand_in);
+  s->stand_in = NULL;
 }
 
 int hvdl_cma_peer_failed(const struct hvdl_shm *s, uint64_t k) {

@@ -22,6 +22,13 @@
  * live until every peer's view of it is gone. A region that cannot be mapped
  * (its descriptor no longer open, a limit on mappings) is remembered as such and
  * copied through the kernel as before: this is a speed-up, never a new failure.
+ *
+ * hvdl_mem_small tells how much of plain memory lies on small (4 KiB) pages, not
+ * huge ones, which the kernel's copies pin in one step each instead of 512
+ * (shm_cma.c's stand-in is for the former). It asks the kernel's PAGEMAP_SCAN
+ * (Linux 6.7; the structures are spelled out here since older headers lack them)
+ * for the runs of pages that are not huge; where the kernel cannot answer, none
+ * (the stand-in is then not taken: the kernel's copies, as before it).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* memfd_create (setup.py defines it; the simulation's build does not) */
@@ -33,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -104,6 +112,33 @@ hvdlResult_t hvdlMemFree(void *ptr) {
   close(r->fd);
   free(r);
   return hvdlSuccess;
+}
+
+struct page_region { uint64_t start, end, categories; };
+struct pm_scan_arg {
+  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages, category_inverted,
+      category_mask, category_anyof_mask, return_mask;
+};
+#define PAGEMAP_SCAN_IOCTL _IOWR('f', 16, struct pm_scan_arg)
+#define PAGE_IS_HUGE ((uint64_t)1 << 6)
+
+size_t hvdl_mem_small(const void *p, size_t bytes) {
+  enum { RUNS = 8 };
+  struct page_region run[RUNS];
+  const uint64_t a = (uintptr_t)p & ~(uint64_t)(MEM_PAGE - 1);
+  const uint64_t b = ((uintptr_t)p + bytes + MEM_PAGE - 1) & ~(uint64_t)(MEM_PAGE - 1);
+  /* The runs of pages whose huge bit is not set (inverted, then required). */
+  struct pm_scan_arg q = {sizeof q, 0, a, b, 0, (uintptr_t)run, RUNS, 0, PAGE_IS_HUGE,
+                          PAGE_IS_HUGE, 0, PAGE_IS_HUGE};
+  /* Opened for each question (few: shm_cma.c keeps the last answer), so that a forked
+   * child asks about its own pages. */
+  const int pagemap = bytes ? open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC) : -1;
+  const long n = pagemap < 0 ? -1 : ioctl(pagemap, PAGEMAP_SCAN_IOCTL, &q);
+  if (pagemap >= 0) close(pagemap);
+  if (n < 0) return 0;
+  uint64_t small = b - q.walk_end; /* not walked (more runs than RUNS): counted as small */
+  for (long i = 0; i < n; i++) small += run[i].end - run[i].start;
+  return small < bytes ? (size_t)small : bytes;
 }
 
 void hvdl_mem_post(const void *p, size_t bytes, struct hvdl_mem_post *out) {

@@ -29,7 +29,8 @@ import numpy as np
 
 from . import common, exact
 
-KNOBS = ("HVD_LITE_SEGMENT_BYTES", "HVD_LITE_SMALL_ALLREDUCE_BYTES")
+KNOBS = ("HVD_LITE_SEGMENT_BYTES", "HVD_LITE_SMALL_ALLREDUCE_BYTES",
+         "HVD_LITE_SHM_STAND_IN_BYTES")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -95,7 +96,8 @@ def _parse_sweep(text: str):
 
 
 def _knob_label(var: str, value: int) -> str:
-    short = {"HVD_LITE_SEGMENT_BYTES": "seg", "HVD_LITE_SMALL_ALLREDUCE_BYTES": "small"}[var]
+    short = {"HVD_LITE_SEGMENT_BYTES": "seg", "HVD_LITE_SMALL_ALLREDUCE_BYTES": "small",
+             "HVD_LITE_SHM_STAND_IN_BYTES": "stand-in"}[var]
     return f"hvd {short}={common.format_size(value)}"
 
 

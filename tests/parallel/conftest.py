@@ -34,6 +34,32 @@ def agree(ok: bool, detail: str = "") -> None:
         pytest.fail(f"failed on rank(s) {sorted(bad)}: {bad}")
 
 
+def small_pages(x) -> int:
+    """Bytes of numpy array x on small pages, not huge ones, as the single-copy all-reduce's
+    stand-in asks the kernel (csrc/shm_mem.c, hvdl_mem_small: 0 where the kernel cannot say)."""
+    import ctypes
+
+    from hvd_lite import _core
+
+    f = ctypes.CDLL(_core.__file__).hvdl_mem_small
+    f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_size_t], ctypes.c_size_t
+    return f(x.ctypes.data, x.nbytes)
+
+
+def stand_in_everywhere() -> bool:
+    """Whether every rank's kernel says that a fresh 64 KiB numpy array lies on small pages, so that
+    plain buffers take the stand-in (collective)."""
+    import numpy as np
+
+    return world().allreduce(int(small_pages(np.ones(1 << 14, np.float32)) > 0), op=_min()) == 1
+
+
+def _min():
+    from mpi4py import MPI
+
+    return MPI.MIN
+
+
 def cupy_or_skip():
     """CuPy, for a module of device tests; else the module is skipped, saying why: a build without
     CUDA, no device seen, or no CuPy (CI has none of them)."""

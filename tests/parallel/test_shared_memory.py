@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import agree, make_comm, reinit, world
+from conftest import _min, agree, make_comm, reinit, small_pages, stand_in_everywhere, world
 from helpers import exact_inputs, fold, same_bits
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
@@ -59,9 +59,10 @@ def check_exact(c, dtype, op, count, inplace, seed, alloc=hvd.empty):
 
 
 def test_the_peers_regions_are_mapped_for_buffers_from_empty_and_only_for_them():
+    # Without stand-ins for plain buffers (HVD_LITE_SHM_STAND_IN_BYTES=0; their tests follow).
     n = hvd.size()
     count = _core.SHM_CMA_MIN // 4 + 1001
-    with make_comm() as c:
+    with make_comm(HVD_LITE_SHM_STAND_IN_BYTES=0) as c:
         single_copy_or_skip(c)
         x = np.ones(count, np.float32)
         c.allreduce(x, x, F32, OPS["sum"])
@@ -79,6 +80,99 @@ def test_the_peers_regions_are_mapped_for_buffers_from_empty_and_only_for_them()
         small[...] = 1
         c.allreduce(small, small, F32, OPS["sum"])
         agree(c.shm_views() == 2 * (n - 1) and np.all(small == n), f"small: {c.shm_views()}")
+
+
+def test_plain_buffers_up_to_the_stand_in_size_go_through_a_region_of_their_rank():
+    # Each rank copies its plain buffers' other lanes into a region of its own (its stand-in, made
+    # once) that the peers map: one view of each peer's. Above HVD_LITE_SHM_STAND_IN_BYTES, and for
+    # buffers from hvd.empty, none.
+    n, r = hvd.size(), hvd.rank()
+    most = 1 << 20
+    first = _core.SHM_CMA_MIN // 4 + 1001  # 35.9 KiB
+    with make_comm(HVD_LITE_SHM_STAND_IN_BYTES=most, HVD_LITE_SHM_BYTES=4096) as c:
+        single_copy_or_skip(c)
+        calls = []
+        for count, inplace, shared in (
+                (first, True, False), (first, False, False), (first - 7, True, False),
+                (most // 4 - 4096, True, False),  # the most, less a page
+                (most // 4 + 1, True, False),     # above it: the kernel
+                (first, False, True)):            # hvd.empty's input, a numpy result
+            x = hvd.empty(count, np.float32) if shared else np.zeros(count, np.float32)
+            calls.append((x, x if inplace else np.zeros(count, np.float32)))
+        plain = all(4 * small_pages(got) >= 2 * got.nbytes for _, got in calls[:4])
+        if n > 1 and world().allreduce(int(plain), op=_min()) == 0:
+            pytest.skip("the kernel does not say that numpy's arrays of up to 1 MiB lie on small "
+                        "pages")
+        seen = []
+        for i, (x, got) in enumerate(calls):
+            count, inplace = x.size, x is got
+            x[...] = exact_inputs(np.float32, count, r, seed=i)
+            c.allreduce(x, got, F32, OPS["sum"])
+            want = fold([exact_inputs(np.float32, count, q, seed=i) for q in range(n)], "sum",
+                        np.float32)
+            agree(same_bits(got.copy(), want), f"call {i}: got {got[:4]}, want {want[:4]}")
+            if not inplace:
+                agree(same_bits(x.copy(), exact_inputs(np.float32, count, r, seed=i)),
+                      f"call {i}: the input was modified")
+            seen.append(c.shm_views())
+        # every peer's stand-in mapped once: the same region whatever the size, and a numpy result
+        # with hvd.empty's input takes it too
+        agree(seen == [n - 1] * 6, f"views after each call: {seen}, {n - 1} peers")
+
+
+def test_buffers_on_huge_pages_are_left_to_the_kernel():
+    # The kernel pins a huge page (2 MiB) in one step: a buffer on huge pages takes no stand-in.
+    n, r = hvd.size(), hvd.rank()
+    big = np.empty(4 << 20, np.float32)  # 16 MiB: numpy asks for huge pages
+    big[...] = 0  # touched: the pages are there
+    start = (-big.ctypes.data % (2 << 20)) // 4  # the first element at a 2 MiB boundary
+    x = big[start:start + (1 << 18)]  # 1 MiB
+    from mpi4py import MPI
+    huge = world().allreduce(int(small_pages(x) == 0 and small_pages(np.ones(1 << 14)) > 0),
+                             op=MPI.MIN)
+    if n == 1 or not huge:
+        pytest.skip("needs 2 ranks, huge pages for numpy's large arrays and a kernel that says so")
+    with make_comm(HVD_LITE_SHM_STAND_IN_BYTES=2 << 20) as c:
+        single_copy_or_skip(c)
+        x[...] = exact_inputs(np.float32, x.size, r, seed=5)
+        c.allreduce(x, x, F32, OPS["sum"])
+        want = fold([exact_inputs(np.float32, x.size, q, seed=5) for q in range(n)], "sum",
+                    np.float32)
+        agree(same_bits(x.copy(), want) and c.shm_views() == 0,
+              f"{c.shm_views()} views (a stand-in taken), {x[:4]}")
+        y = np.zeros(1 << 18, np.float32)  # a fresh 1 MiB array: small pages, a stand-in
+        c.allreduce(y, y, F32, OPS["sum"])
+        agree(c.shm_views() == n - 1, f"{c.shm_views()} views after a small-page buffer")
+
+
+def test_a_failed_call_through_a_stand_in_copies_nothing_out():
+    # The send fault point's second hit on the victim, after step 1's, is its first write into a
+    # peer's stand-in, made through the kernel at address 0: the call fails on every rank. The
+    # lanes the peers would have written must still hold what the result buffer held before.
+    n, r = hvd.size(), hvd.rank()
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    count, sentinel = _core.SHM_CMA_MIN // 4 + 1001, np.float32(-7.0)
+    with make_comm(HVD_LITE_SHM_BYTES=4096) as c:
+        single_copy_or_skip(c)
+        if not stand_in_everywhere():
+            pytest.skip("the kernel does not say that numpy's small arrays lie on small pages")
+        x, got = np.ones(count, np.float32), np.zeros(count, np.float32)
+        c.allreduce(x, got, F32, OPS["sum"])  # the stand-ins are made and mapped
+        agree(c.shm_views() == n - 1 and np.all(got == n), f"{c.shm_views()} views, {got[:4]}")
+        got[...] = sentinel
+        c._inject_fault("send", 2 if r == n - 1 else 0, TIMEOUT)
+        err = None
+        try:
+            c.allreduce(x, got, F32, OPS["sum"])
+        except hvd.HvdLiteError as e:
+            err = e
+        base, rem = divmod(count, n)
+        lo = r * base + min(r, rem)
+        hi = lo + base + (r < rem)
+        others = np.concatenate([got[:lo], got[hi:]])
+        agree(err is not None and np.all(others == sentinel),
+              f"{err!r}; other lanes {np.unique(others)[:4]}")
 
 
 @pytest.mark.parametrize("op", ["sum", "avg", "max"])

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import agree, make_comm, reinit, world
+from conftest import agree, make_comm, reinit, stand_in_everywhere, world
 from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
@@ -86,6 +86,7 @@ def test_ranks_on_one_host_share_a_segment_unless_it_is_turned_off():
 
 def test_a_bad_shm_setting_is_refused_with_its_value():
     for var, value in (("HVD_LITE_SHM", "yes"), ("HVD_LITE_SHM_CMA", "2"), ("HVD_LITE_SHM_BYTES", "8"),
+                       ("HVD_LITE_SHM_STAND_IN_BYTES", "2M"), ("HVD_LITE_SHM_STAND_IN_BYTES", str(1 << 31)),
                        ("HVD_LITE_RANKS_PER_HOST", "-1")):
         err = None
         try:
@@ -228,11 +229,16 @@ def placed(raw: np.ndarray, offset: int, count: int, dtype) -> np.ndarray:
 PAGE_OFFSETS = [(0, 0, 0, 0), (0, 16, 4, 28), (16, 0, 32, 4), (0, 32, 2048, 16)]
 
 
+@pytest.mark.parametrize("stand_in", ["kernel", "stand-in"])
 @pytest.mark.parametrize("offsets", PAGE_OFFSETS, ids=lambda o: ",".join(map(str, o)))
-def test_single_copy_exact_results_with_each_ranks_buffers_at_its_own_place_in_a_page(offsets):
+def test_single_copy_exact_results_with_each_ranks_buffers_at_its_own_place_in_a_page(offsets,
+                                                                                     stand_in):
+    # Through the kernel (no stand-in) the writes are staged where the kernel's copy would crawl;
+    # with a stand-in, its copies in and out and the peers' copies into it cross the same distances.
     n, r = hvd.size(), hvd.rank()
     mine = offsets[r % len(offsets)]
-    with make_comm(HVD_LITE_SHM_BYTES=4096) as c:  # chunks of 4 KiB: many writes staged a call
+    stage = {"HVD_LITE_SHM_STAND_IN_BYTES": 0 if stand_in == "kernel" else 1 << 20}
+    with make_comm(HVD_LITE_SHM_BYTES=4096, **stage) as c:  # chunks of 4 KiB: many writes a call
         single_copy_or_skip(c)
         count = _core.SHM_CMA_MIN // 4 + 4099  # lanes that are not whole chunks or pages
         raw_in, raw_out = np.zeros(count * 8 + 8192, np.uint8), np.zeros(count * 8 + 8192, np.uint8)
@@ -245,6 +251,9 @@ def test_single_copy_exact_results_with_each_ranks_buffers_at_its_own_place_in_a
                 c.allreduce(x, got, code(dtype), OPS["sum"])
                 agree(same_bits(got.copy(), want), f"all-reduce {np.dtype(dtype).name} in place "
                                                    f"{inplace}, offsets {offsets}: got {got[:4]}")
+        views = c.shm_views()  # the peers' stand-ins, mapped
+        agree(views > 0 if stand_in != "kernel" and n > 1 and stand_in_everywhere() else views == 0,
+              f"{stand_in}: {views} views")
     # The all-gather writes each rank's block into every peer's result at block r, 28 bytes further into
     # a page per rank (8,220-byte blocks): with the results at the inputs' places, several writes are
     # staged at every count of ranks.
@@ -282,17 +291,19 @@ def in_shared_memory(a: np.ndarray) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("memory", ["numpy", "hvd.empty"])
+@pytest.mark.parametrize("memory", ["numpy", "numpy, kernel", "hvd.empty"])
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_single_copy_exact_results_every_dtype_and_op_across_every_chunk_and_lane_edge(
         dtype, memory):
     # 64-byte areas: every lane is read in chunks of 8 to 64 elements; counts just above the
     # single-copy minimum, with lanes that do not divide evenly. Buffers from hvd.empty are read and
-    # written through views of the peers' regions (test_shared_memory.py), numpy's by the kernel.
+    # written through views of the peers' regions (test_shared_memory.py); numpy's through each
+    # rank's stand-in, whose region the peers map too, or with no stand-in by the kernel.
     n = hvd.size()
     esize = np.dtype(dtype).itemsize
     place = in_shared_memory if memory == "hvd.empty" else np.copy
-    with make_comm(HVD_LITE_SHM_BYTES=64) as c:
+    stage = {"HVD_LITE_SHM_STAND_IN_BYTES": 0} if memory == "numpy, kernel" else {}
+    with make_comm(HVD_LITE_SHM_BYTES=64, **stage) as c:
         single_copy_or_skip(c)
         for op in OPS:
             for i, extra in enumerate((1, n + 64 // esize + 1, 1009)):
@@ -300,28 +311,33 @@ def test_single_copy_exact_results_every_dtype_and_op_across_every_chunk_and_lan
                 check_exact(c, dtype, op, count, inplace=(i + len(op)) % 2 == 0, seed=count,
                             place=place)
         views = c.shm_views()
-        agree(views > 0 if memory == "hvd.empty" and n > 1 else views == 0,
+        on = memory == "hvd.empty" or (memory == "numpy" and stand_in_everywhere())
+        agree(views > 0 if on and n > 1 else views == 0,
               f"{memory}: {views} views of the peers' regions")
 
 
 @pytest.mark.parametrize("op", ["sum", "avg", "max"])
 def test_single_copy_gives_the_bits_of_the_ring_and_of_the_areas_on_every_rank(op):
     r = hvd.rank()
-    with make_comm() as on, make_comm(HVD_LITE_SHM_CMA=0, HVD_LITE_ALLREDUCE_ALGO="shm") as areas, \
+    # The default stand-in takes the first two counts (up to 4 MiB); the kernel's copies all three.
+    with make_comm() as on, make_comm(HVD_LITE_SHM_STAND_IN_BYTES=0) as kernel, \
+            make_comm(HVD_LITE_SHM_CMA=0, HVD_LITE_ALLREDUCE_ALGO="shm") as areas, \
             make_comm(HVD_LITE_SHM=0, HVD_LITE_ALLREDUCE_ALGO="ring") as ring:
         single_copy_or_skip(on)
-        for count in (_core.SHM_CMA_MIN // 4 + 1, 1_000_003, 4_194_304):
+        for count in (_core.SHM_CMA_MIN // 4 + 1, 500_003, 4_194_304):
             x = random_floats(count, 200 + r)
-            a, b, d = np.empty_like(x), np.empty_like(x), np.empty_like(x)
+            a, b, d, k = (np.empty_like(x) for _ in range(4))
             on.allreduce(x, a, F32, OPS[op])
+            kernel.allreduce(x, k, F32, OPS[op])
             areas.allreduce(x, b, F32, OPS[op])
             ring.allreduce(x, d, F32, OPS[op])
             inplace = x.copy()
             on.allreduce(inplace, inplace, F32, OPS[op])
             everyone = world().allgather(a.tobytes())
             agree(all(e == everyone[0] for e in everyone), f"count {count} {op}: ranks differ")
-            agree(same_bits(a, b) and same_bits(a, d) and same_bits(a, inplace),
-                  f"count {count} {op}: single copy differs from the areas, the ring or in place")
+            agree(same_bits(a, b) and same_bits(a, d) and same_bits(a, inplace)
+                  and same_bits(a, k), f"count {count} {op}: single copy differs from the areas, "
+                                       "the ring, in place or the kernel's copies")
 
 
 @pytest.mark.parametrize("point,verb", [("recv", "reading"), ("send", "writing")])
