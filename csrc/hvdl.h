@@ -151,7 +151,7 @@ typedef struct {
                                  (HVD_LITE_REDUCESCATTER_ALGO); hvdlReduceScatterAuto: the
                                  cost model's choice */
   size_t shmStandInBytes;     /* the single-copy all-reduce's stand-in: a rank whose buffers
-                                 are not hvdlMemAlloc memory, with at least a quarter of their
+                                 are not hvdlMemAlloc memory, with at least half of their
                                  pages small, copies them through a region of its own that the
                                  peers map, up to this many bytes per rank
                                  (HVD_LITE_SHM_STAND_IN_BYTES); 0 (unlike the fields above,

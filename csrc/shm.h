@@ -107,7 +107,7 @@ const char *hvdl_cma_off_reason(const hvdlComm_t comm);
 
 /* Where this rank's peers reach its sendbuff and recvbuff of `bytes` each in a
  * single-copy all-reduce: NULL where they are (both hvdlMemAlloc memory), or
- * where the kernel's copies serve (under a quarter of their pages small, as
+ * where the kernel's copies serve (under half of their pages small, as
  * hvdl_mem_small says; above config.shmStandInBytes; no views, s->maps NULL; a
  * region that cannot be made, which turns the stand-in off for the
  * communicator); else this rank's stand-in, a region of its own that the peers

@@ -38,7 +38,7 @@
  * and after a successful close it copies out of it what they wrote there. Two
  * local copies then replace the peers' copies through the kernel, which pin
  * every small page they touch (docs/benchmarks.md, "A stand-in for plain
- * buffers"). Buffers with under a quarter of their pages small (the kernel
+ * buffers"). Buffers with under half of their pages small (the kernel
  * pins a huge page, 512 small ones, in one step) and those above
  * config.shmStandInBytes go through the kernel. The peers see only a region,
  * and nothing they do differs. A failed call copies nothing out.
@@ -164,7 +164,7 @@ hvdlResult_t hvdl_cma_read(hvdlComm_t comm, int q, uint64_t addr, size_t bytes,
   return kernel_copy(comm, q, to, addr, bytes, 0, fault);
 }
 
-/* Whether plain buffers are worth a stand-in: at least a quarter of their pages
+/* Whether plain buffers are worth a stand-in: at least half of their pages
  * small (hvdl_mem_small), which the kernel would pin one by one; the rest it pins
  * 512 at a time. The answer for the last buffers asked is kept, since a loop
  * passes the same ones call after call and asking costs 2-5 us: a stale answer
@@ -175,7 +175,7 @@ static int small_pages(struct hvdl_shm *s, const void *sendbuff, const void *rec
   if (m->send != sendbuff || m->recv != recvbuff || m->bytes != bytes) {
     size_t small = hvdl_mem_small(sendbuff, bytes);
     small += sendbuff == recvbuff ? small : hvdl_mem_small(recvbuff, bytes);
-    *m = (struct hvdl_stand_in_memo){sendbuff, recvbuff, bytes, 4 * small >= 2 * bytes};
+    *m = (struct hvdl_stand_in_memo){sendbuff, recvbuff, bytes, small >= bytes};
   }
   return m->small;
 }

@@ -99,7 +99,7 @@ def test_plain_buffers_up_to_the_stand_in_size_go_through_a_region_of_their_rank
                 (first, False, True)):            # hvd.empty's input, a numpy result
             x = hvd.empty(count, np.float32) if shared else np.zeros(count, np.float32)
             calls.append((x, x if inplace else np.zeros(count, np.float32)))
-        plain = all(4 * small_pages(got) >= 2 * got.nbytes for _, got in calls[:4])
+        plain = all(small_pages(got) == got.nbytes for _, got in calls[:4])
         if n > 1 and world().allreduce(int(plain), op=_min()) == 0:
             pytest.skip("the kernel does not say that numpy's arrays of up to 1 MiB lie on small "
                         "pages")
