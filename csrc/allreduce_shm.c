@@ -81,7 +81,10 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
   uint64_t k;
   hvdlResult_t res = stand_in ? hvdl_cma_open(comm, stand_in, stand_in, &k)
                               : hvdl_cma_open(comm, sendbuff, recvbuff, &k);
-  if (res != hvdlSuccess) return res;
+  if (res != hvdlSuccess) {
+    if (stand_in) hvdl_cma_free(s); /* a late peer may still write into it */
+    return res;
+  }
   for (size_t g = a; g < b && res == hvdlSuccess; g += chunk) {
     if (hvdl_cma_peer_failed(s, k)) break; /* close's step then fails (alarm, data timeout) */
     const size_t n = b - g < chunk ? b - g : chunk;
@@ -106,6 +109,7 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
   }
   res = hvdl_cma_close(comm, k, res);
   if (stand_in && res == hvdlSuccess) other_lanes(recv, stand_in, a, b, count, esize);
+  else if (stand_in) hvdl_cma_free(s); /* a late peer may still write into it: a new one next */
   return res;
 }
 

@@ -41,8 +41,8 @@
 /* The single-copy all-reduce's stand-in for plain buffers (shm_cma.c's hvdl_cma_stand_in), up
  * to this many bytes per rank. At 2 ranks on small pages (docs/benchmarks.md, "A stand-in for
  * plain buffers"; the C API in place) it took less time than the kernel's copies in every run up
- * to 4 MiB, about as long at 8 MiB and more from 16 MiB; each communicator's stand-in is a
- * region of this size, whose pages count once touched. */
+ * to 4 MiB (1.06-1.95x), was mixed at 8 MiB (0.82-1.07x) and took more from 16 MiB; each
+ * communicator's stand-in is a region of this size, whose pages count once touched. */
 #define DEFAULT_SHM_STAND_IN_BYTES ((size_t)4 << 20)
 #define MIN_SHM_BYTES ((size_t)64)
 #define MAX_SHM_BYTES ((size_t)1 << 30)

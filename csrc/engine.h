@@ -77,7 +77,8 @@ struct hvdl_engine_stats {
   uint64_t caller_turns;         /* rounds run by a waiting caller (the fast path) */
   uint64_t device_steps;         /* steps on CUDA memory: a request alone or a fused group */
   double step_seconds;           /* time spent running collectives (fusion copies included) */
-  int shm_views;                 /* the peers' hvdlMemAlloc regions the data communicator maps */
+  int shm_views;                 /* the peers' hvdlMemAlloc regions the data communicator maps
+                                  * (fusion buffers, hvd.empty arrays, stand-ins) */
 };
 
 hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,

@@ -462,7 +462,7 @@ static PyMethodDef Engine_methods[] = {
      "caller_turns (rounds run by a waiting caller: the fast path), device_steps (collectives "
      "run on CUDA memory), step_seconds (time spent "
      "running collectives, fusion copies included), shm_views (the peers' hvdlMemAlloc regions "
-     "the engine's communicator has mapped: their fusion buffers, hvd.empty arrays)"},
+     "the engine's communicator has mapped: their fusion buffers, hvd.empty arrays, stand-ins)"},
     {"autotune", (PyCFunction)Engine_autotune, METH_NOARGS,
      "autotune() -> dict: the tunable parameters in effect (fusion_threshold, segment_bytes, "
      "batch_time_ms, cycle_time_ms), settled (the autotuner's final choice is in effect), samples "

@@ -8,7 +8,7 @@
  *   Comm.shm_layout() -> None or (hosts, lanes, local_rank, local_size)
  *                                        its shared-memory path (shm.h)
  *   Comm.shm_cma() -> bool               whether that path has its single-copy form
- *   Comm.shm_views() -> int              the peers' hvdlMemAlloc regions this rank has mapped
+ *   Comm.shm_views() -> int              the peers' hvdlMemAlloc regions (stand-ins too) mapped
  *   Comm.allreduce_plan(nbytes)          the all-reduce selector's choice and model (select.c)
  *   Comm.broadcast_plan(nbytes)          the broadcast selector's choice and model (select_bcast.c)
  *   Comm.gather_plan(coll, nbytes)       the all-gather's or reduce-scatter's (select_gather.c)
@@ -393,7 +393,7 @@ static PyMethodDef Comm_methods[] = {
     {"shm_cma", (PyCFunction)Comm_shm_cma, METH_NOARGS,
      "whether the shared-memory path reads the peers' own buffers above SHM_CMA_MIN bytes"},
     {"shm_views", (PyCFunction)Comm_shm_views, METH_NOARGS,
-     "how many of the peers' hvdlMemAlloc regions this rank has mapped (shm_mem.c)"},
+     "how many of the peers' hvdlMemAlloc regions (stand-ins too) this rank has mapped (shm_mem.c)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -39,6 +39,7 @@ struct hvdl_shm {
   uint64_t map_uses;    /* a clock for the views' last use */
   char *stand_in;       /* this rank's stand-in for its plain buffers (hvdl_cma_stand_in): an
                          * hvdlMemAlloc region made on first use, or NULL */
+  int stand_in_off;     /* its region could not be made: the kernel's copies from now on */
   struct hvdl_stand_in_memo { /* whether the last buffers asked are worth the stand-in */
     const void *send, *recv;
     size_t bytes;
@@ -117,7 +118,9 @@ const char *hvdl_cma_off_reason(const hvdlComm_t comm);
 char *hvdl_cma_stand_in(hvdlComm_t comm, const void *sendbuff, const void *recvbuff,
                         size_t bytes);
 
-/* Frees this rank's stand-in (comm.c, before the segment goes: shm.c is below this unit). */
+/* Frees this rank's stand-in: with the communicator (comm.c: shm.c is below this unit), and
+ * after a failed call (allreduce_shm.c), whose late peers may still write into it; the next
+ * call then makes a new region, which the peers map anew. */
 void hvdl_cma_free(struct hvdl_shm *s);
 
 /* Opens a single-copy call on every local rank: posts this rank's sendbuff and

@@ -41,7 +41,9 @@
  * buffers"). Buffers with under half of their pages small (the kernel
  * pins a huge page, 512 small ones, in one step) and those above
  * config.shmStandInBytes go through the kernel. The peers see only a region,
- * and nothing they do differs. A failed call copies nothing out.
+ * and nothing they do differs. A failed call copies nothing out and gives its
+ * stand-in up (hvdl_cma_free): a peer held up past the drain may still write
+ * into it, and the next call makes another, which the peers map anew.
  *
  * Where it runs (hvdl_shm_cma_init): every rank of the host writes a token in
  * its own memory, reads every other's back and writes it into that rank's
@@ -184,7 +186,7 @@ char *hvdl_cma_stand_in(hvdlComm_t comm, const void *sendbuff, const void *recvb
                         size_t bytes) {
   struct hvdl_shm *s = comm->shm;
   const size_t most = comm->config.shmStandInBytes;
-  if (!s->maps || bytes > most) return NULL;
+  if (!s->maps || s->stand_in_off || bytes > most) return NULL;
   struct hvdl_mem_post p[2];
   hvdl_mem_post(sendbuff, bytes, p);
   hvdl_mem_post(recvbuff, bytes, p + 1);
@@ -198,7 +200,7 @@ char *hvdl_cma_stand_in(hvdlComm_t comm, const void *sendbuff, const void *recvb
     void *at;
     if (hvdlMemAlloc(&at, most + CMA_PAGE) != hvdlSuccess) {
       hvdl_fail(NULL, hvdlSuccess, "%s", kept);
-      comm->config.shmStandInBytes = 0; /* the kernel's copies from now on */
+      s->stand_in_off = 1;
       return NULL;
     }
     s->stand_in = at;

@@ -49,6 +49,7 @@ SWEEP_KNOBS = {
     "HVD_LITE_SEGMENT_BYTES": ("seg", True),
     "HVD_LITE_SMALL_ALLREDUCE_BYTES": ("small", True),
     "HVD_LITE_CACHE_CAPACITY": ("cache", False),
+    "HVD_LITE_SHM_STAND_IN_BYTES": ("stand-in", True),
 }
 
 

@@ -51,13 +51,9 @@ def stand_in_everywhere() -> bool:
     plain buffers take the stand-in (collective)."""
     import numpy as np
 
-    return world().allreduce(int(small_pages(np.ones(1 << 14, np.float32)) > 0), op=_min()) == 1
-
-
-def _min():
     from mpi4py import MPI
 
-    return MPI.MIN
+    return world().allreduce(int(small_pages(np.ones(1 << 14, np.float32)) > 0), op=MPI.MIN) == 1
 
 
 def cupy_or_skip():

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import _min, agree, make_comm, reinit, small_pages, stand_in_everywhere, world
+from mpi4py import MPI
+
+from conftest import agree, make_comm, reinit, small_pages, stand_in_everywhere, world
 from helpers import exact_inputs, fold, same_bits
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
@@ -94,13 +96,13 @@ def test_plain_buffers_up_to_the_stand_in_size_go_through_a_region_of_their_rank
         calls = []
         for count, inplace, shared in (
                 (first, True, False), (first, False, False), (first - 7, True, False),
-                (most // 4 - 4096, True, False),  # the most, less a page
+                (most // 4 - 4096, True, False),  # the most, less 16 KiB
                 (most // 4 + 1, True, False),     # above it: the kernel
                 (first, False, True)):            # hvd.empty's input, a numpy result
             x = hvd.empty(count, np.float32) if shared else np.zeros(count, np.float32)
             calls.append((x, x if inplace else np.zeros(count, np.float32)))
         plain = all(small_pages(got) == got.nbytes for _, got in calls[:4])
-        if n > 1 and world().allreduce(int(plain), op=_min()) == 0:
+        if n > 1 and world().allreduce(int(plain), op=MPI.MIN) == 0:
             pytest.skip("the kernel does not say that numpy's arrays of up to 1 MiB lie on small "
                         "pages")
         seen = []
@@ -127,7 +129,6 @@ def test_buffers_on_huge_pages_are_left_to_the_kernel():
     big[...] = 0  # touched: the pages are there
     start = (-big.ctypes.data % (2 << 20)) // 4  # the first element at a 2 MiB boundary
     x = big[start:start + (1 << 18)]  # 1 MiB
-    from mpi4py import MPI
     huge = world().allreduce(int(small_pages(x) == 0 and small_pages(np.ones(1 << 14)) > 0),
                              op=MPI.MIN)
     if n == 1 or not huge:
@@ -145,10 +146,11 @@ def test_buffers_on_huge_pages_are_left_to_the_kernel():
         agree(c.shm_views() == n - 1, f"{c.shm_views()} views after a small-page buffer")
 
 
-def test_a_failed_call_through_a_stand_in_copies_nothing_out():
+def test_a_failed_call_through_a_stand_in_copies_nothing_out_and_gives_the_stand_in_up():
     # The send fault point's second hit on the victim, after step 1's, is its first write into a
     # peer's stand-in, made through the kernel at address 0: the call fails on every rank. The
-    # lanes the peers would have written must still hold what the result buffer held before.
+    # lanes the peers would have written must still hold what the result buffer held before, and
+    # each rank unmaps its stand-in (a peer held up past the drain could still write into it).
     n, r = hvd.size(), hvd.rank()
     if n < 2:
         pytest.skip("needs 2 ranks")
@@ -161,6 +163,7 @@ def test_a_failed_call_through_a_stand_in_copies_nothing_out():
         c.allreduce(x, got, F32, OPS["sum"])  # the stand-ins are made and mapped
         agree(c.shm_views() == n - 1 and np.all(got == n), f"{c.shm_views()} views, {got[:4]}")
         got[...] = sentinel
+        regions = mapped_regions()
         c._inject_fault("send", 2 if r == n - 1 else 0, TIMEOUT)
         err = None
         try:
@@ -173,6 +176,8 @@ def test_a_failed_call_through_a_stand_in_copies_nothing_out():
         others = np.concatenate([got[:lo], got[hi:]])
         agree(err is not None and np.all(others == sentinel),
               f"{err!r}; other lanes {np.unique(others)[:4]}")
+        agree(mapped_regions() == regions - 1,
+              f"{regions} regions mapped before the failed call, {mapped_regions()} after")
 
 
 @pytest.mark.parametrize("op", ["sum", "avg", "max"])
@@ -252,7 +257,8 @@ def test_the_engine_reduces_shared_arrays_exactly_and_fuses_through_shared_memor
     # numpy arrays go through the engine's fusion buffer, whose region the peers map too.
     n, r = hvd.size(), hvd.rank()
     for threshold, alloc in ((0, hvd.empty), (64 << 20, np.zeros)):
-        with reinit(HVD_LITE_FUSION_THRESHOLD=threshold):
+        # no stand-ins: the views are then those of hvd.empty's arrays and the fusion buffer alone
+        with reinit(HVD_LITE_FUSION_THRESHOLD=threshold, HVD_LITE_SHM_STAND_IN_BYTES=0):
             on = engine_single_copy()
             xs = [alloc(k, np.float32) for k in (7, 40_001, 300_003)]
             for i, x in enumerate(xs):
@@ -366,7 +372,7 @@ def test_a_torch_tensor_over_empty_is_reduced_through_the_views():
     torch = pytest.importorskip("torch")
     import hvd_lite.torch as htorch
     n, r = hvd.size(), hvd.rank()
-    with reinit(HVD_LITE_FUSION_THRESHOLD=0):
+    with reinit(HVD_LITE_FUSION_THRESHOLD=0, HVD_LITE_SHM_STAND_IN_BYTES=0):
         on = engine_single_copy()
         t = torch.from_numpy(hvd.empty(300_001, np.float32))
         t.copy_(torch.from_numpy(exact_inputs(np.float32, t.numel(), r, seed=3)))

@@ -237,8 +237,8 @@ def test_single_copy_exact_results_with_each_ranks_buffers_at_its_own_place_in_a
     # with a stand-in, its copies in and out and the peers' copies into it cross the same distances.
     n, r = hvd.size(), hvd.rank()
     mine = offsets[r % len(offsets)]
-    stage = {"HVD_LITE_SHM_STAND_IN_BYTES": 0 if stand_in == "kernel" else 1 << 20}
-    with make_comm(HVD_LITE_SHM_BYTES=4096, **stage) as c:  # chunks of 4 KiB: many writes a call
+    stand_in_env = {"HVD_LITE_SHM_STAND_IN_BYTES": 0 if stand_in == "kernel" else 1 << 20}
+    with make_comm(HVD_LITE_SHM_BYTES=4096, **stand_in_env) as c:  # chunks of 4 KiB: many writes a call
         single_copy_or_skip(c)
         count = _core.SHM_CMA_MIN // 4 + 4099  # lanes that are not whole chunks or pages
         raw_in, raw_out = np.zeros(count * 8 + 8192, np.uint8), np.zeros(count * 8 + 8192, np.uint8)
@@ -302,8 +302,8 @@ def test_single_copy_exact_results_every_dtype_and_op_across_every_chunk_and_lan
     n = hvd.size()
     esize = np.dtype(dtype).itemsize
     place = in_shared_memory if memory == "hvd.empty" else np.copy
-    stage = {"HVD_LITE_SHM_STAND_IN_BYTES": 0} if memory == "numpy, kernel" else {}
-    with make_comm(HVD_LITE_SHM_BYTES=64, **stage) as c:
+    stand_in_env = {"HVD_LITE_SHM_STAND_IN_BYTES": 0} if memory == "numpy, kernel" else {}
+    with make_comm(HVD_LITE_SHM_BYTES=64, **stand_in_env) as c:
         single_copy_or_skip(c)
         for op in OPS:
             for i, extra in enumerate((1, n + 64 // esize + 1, 1009)):
