@@ -18,5 +18,6 @@ done
 for i in 1 2; do
   mpirun -np 2 $bench --api numpy --inplace -b 4 -e 256M -f 4 --repeats 5 --json $out/numpy_full_r$i.json
 done
-# A ResNet-50 step (its gradients are views of one flat array: huge pages, so no stand-in).
+# A ResNet-50 step (small gradients fused through the fusion buffer; the others views of one flat array
+# on huge pages: no stand-in).
 mpirun -np 2 python -m hvd_lite.bench fusion --steps 20 --json $out/fusion_r1.json
