@@ -251,8 +251,10 @@ def test_single_copy_exact_results_with_each_ranks_buffers_at_its_own_place_in_a
                 c.allreduce(x, got, code(dtype), OPS["sum"])
                 agree(same_bits(got.copy(), want), f"all-reduce {np.dtype(dtype).name} in place "
                                                    f"{inplace}, offsets {offsets}: got {got[:4]}")
-        views = c.shm_views()  # the peers' stand-ins, mapped
-        agree(views > 0 if stand_in != "kernel" and n > 1 and stand_in_everywhere() else views == 0,
+        # the peers' stand-ins, mapped; where some rank's kernel does not say that its pages are
+        # small, that rank copies through the kernel and the others' views are not known here
+        views, told = c.shm_views(), stand_in == "kernel" or n == 1 or stand_in_everywhere()
+        agree(not told or (views > 0 if stand_in != "kernel" and n > 1 else views == 0),
               f"{stand_in}: {views} views")
     # The all-gather writes each rank's block into every peer's result at block r, 28 bytes further into
     # a page per rank (8,220-byte blocks): with the results at the inputs' places, several writes are
@@ -310,9 +312,11 @@ def test_single_copy_exact_results_every_dtype_and_op_across_every_chunk_and_lan
                 count = _core.SHM_CMA_MIN // esize + extra
                 check_exact(c, dtype, op, count, inplace=(i + len(op)) % 2 == 0, seed=count,
                             place=place)
+        # numpy's through stand-ins only where every rank's kernel says its pages are small (else
+        # the views are those of the ranks that did)
         views = c.shm_views()
-        on = memory == "hvd.empty" or (memory == "numpy" and stand_in_everywhere())
-        agree(views > 0 if on and n > 1 else views == 0,
+        told = memory != "numpy" or n == 1 or stand_in_everywhere()
+        agree(not told or (views > 0 if memory != "numpy, kernel" and n > 1 else views == 0),
               f"{memory}: {views} views of the peers' regions")
 
 
