@@ -320,6 +320,7 @@ void hvdl_engine_get_stats(struct hvdl_engine *e, struct hvdl_engine_stats *out)
   out->device_steps = atomic_load_explicit(&e->executor->device_steps, memory_order_relaxed);
   out->step_seconds = 1e-9 * (double)atomic_load_explicit(&e->executor->busy_ns, memory_order_relaxed);
   out->shm_views = e->data->shm ? hvdl_mem_views(e->data->shm) : 0;
+  out->shm_stand_ins = e->data->shm ? hvdl_cma_stand_ins(e->data->shm) : 0;
 }
 
 void hvdl_engine_inject_fault(struct hvdl_engine *e, int point, int n) {

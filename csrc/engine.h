@@ -79,6 +79,8 @@ struct hvdl_engine_stats {
   double step_seconds;           /* time spent running collectives (fusion copies included) */
   int shm_views;                 /* the peers' hvdlMemAlloc regions the data communicator maps
                                   * (fusion buffers, hvd.empty arrays, stand-ins) */
+  uint64_t shm_stand_ins;        /* single-copy all-reduces on the data communicator that took
+                                  * this rank's stand-in for plain buffers (shm_cma.c) */
 };
 
 hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,

@@ -141,14 +141,15 @@ static PyObject *Engine_stats(hvdl_py_engine *self, PyObject *noargs) {
   if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
   struct hvdl_engine_stats st;
   hvdl_engine_get_stats(self->engine, &st);
-  return Py_BuildValue("{sKsKsKsKsKsKsKsdsi}", "rounds", (unsigned long long)st.rounds,
+  return Py_BuildValue("{sKsKsKsKsKsKsKsdsisK}", "rounds", (unsigned long long)st.rounds,
                        "slow_rounds", (unsigned long long)st.slow_rounds, "shm_rounds",
                        (unsigned long long)st.shm_rounds, "announced",
                        (unsigned long long)st.announced, "cached_ready",
                        (unsigned long long)st.cached_ready, "caller_turns",
                        (unsigned long long)st.caller_turns, "device_steps",
                        (unsigned long long)st.device_steps, "step_seconds", st.step_seconds,
-                       "shm_views", st.shm_views);
+                       "shm_views", st.shm_views, "shm_stand_ins",
+                       (unsigned long long)st.shm_stand_ins);
 }
 
 static PyObject *Engine_autotune(hvdl_py_engine *self, PyObject *noargs) {
@@ -462,7 +463,8 @@ static PyMethodDef Engine_methods[] = {
      "caller_turns (rounds run by a waiting caller: the fast path), device_steps (collectives "
      "run on CUDA memory), step_seconds (time spent "
      "running collectives, fusion copies included), shm_views (the peers' hvdlMemAlloc regions "
-     "the engine's communicator has mapped: their fusion buffers, hvd.empty arrays, stand-ins)"},
+     "the engine's communicator has mapped: their fusion buffers, hvd.empty arrays, stand-ins), "
+     "shm_stand_ins (all-reduces that took this rank's stand-in for plain buffers)"},
     {"autotune", (PyCFunction)Engine_autotune, METH_NOARGS,
      "autotune() -> dict: the tunable parameters in effect (fusion_threshold, segment_bytes, "
      "batch_time_ms, cycle_time_ms), settled (the autotuner's final choice is in effect), samples "

@@ -9,6 +9,7 @@
  *                                        its shared-memory path (shm.h)
  *   Comm.shm_cma() -> bool               whether that path has its single-copy form
  *   Comm.shm_views() -> int              the peers' hvdlMemAlloc regions (stand-ins too) mapped
+ *   Comm.shm_stand_ins() -> int          all-reduces that took this rank's stand-in
  *   Comm.allreduce_plan(nbytes)          the all-reduce selector's choice and model (select.c)
  *   Comm.broadcast_plan(nbytes)          the broadcast selector's choice and model (select_bcast.c)
  *   Comm.gather_plan(coll, nbytes)       the all-gather's or reduce-scatter's (select_gather.c)
@@ -290,6 +291,11 @@ static PyObject *Comm_shm_views(CommObject *self, PyObject *unused) {
   return PyLong_FromLong(self->comm->shm ? hvdl_mem_views(self->comm->shm) : 0);
 }
 
+static PyObject *Comm_shm_stand_ins(CommObject *self, PyObject *unused) {
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  return PyLong_FromUnsignedLongLong(self->comm->shm ? hvdl_cma_stand_ins(self->comm->shm) : 0);
+}
+
 /* The all-reduce selector's view of a call of nbytes per rank (select.c). */
 static PyObject *Comm_allreduce_plan(CommObject *self, PyObject *args) {
   unsigned long long nbytes;
@@ -394,6 +400,8 @@ static PyMethodDef Comm_methods[] = {
      "whether the shared-memory path reads the peers' own buffers above SHM_CMA_MIN bytes"},
     {"shm_views", (PyCFunction)Comm_shm_views, METH_NOARGS,
      "how many of the peers' hvdlMemAlloc regions (stand-ins too) this rank has mapped (shm_mem.c)"},
+    {"shm_stand_ins", (PyCFunction)Comm_shm_stand_ins, METH_NOARGS,
+     "how many all-reduces took this rank's stand-in for plain buffers (shm_cma.c)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -46,6 +46,8 @@ struct hvdl_shm {
     int small;
   } stand_in_memo;
   _Atomic int views;    /* views mapped now (statistics: read by other threads) */
+  _Atomic uint64_t stand_ins; /* calls that took this rank's stand-in (statistics, likewise):
+                               * each rank decides alone, by its own buffers' pages */
   uint64_t step;        /* steps this rank has published */
   uint64_t round;       /* negotiation rounds this rank has posted through the segment */
 };
@@ -115,6 +117,7 @@ const char *hvdl_cma_off_reason(const hvdlComm_t comm);
  * map, at recvbuff's place in a page, with room for `bytes`. The caller posts it
  * as both buffers, copies into it before the call what the peers read, and out
  * of it after a successful close what they wrote. */
+uint64_t hvdl_cma_stand_ins(const struct hvdl_shm *s); /* s->stand_ins */
 char *hvdl_cma_stand_in(hvdlComm_t comm, const void *sendbuff, const void *recvbuff,
                         size_t bytes);
 

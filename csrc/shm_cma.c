@@ -205,9 +205,14 @@ char *hvdl_cma_stand_in(hvdlComm_t comm, const void *sendbuff, const void *recvb
     }
     s->stand_in = at;
   }
+  atomic_fetch_add_explicit(&s->stand_ins, 1, memory_order_relaxed);
   /* At recvbuff's place in a page: the copy out (and in, in place) then has no distance
    * at which the copy crawls (hvdl_copy). */
   return s->stand_in + ((uintptr_t)recvbuff & (CMA_PAGE - 1));
+}
+
+uint64_t hvdl_cma_stand_ins(const struct hvdl_shm *s) {
+  return atomic_load_explicit(&s->stand_ins, memory_order_relaxed);
 }
 
 void hvdl_cma_free(struct hvdl_shm *s) {

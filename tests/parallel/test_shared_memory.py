@@ -4,7 +4,8 @@ views of their regions (Comm.shm_views counts them; exact values for every dtype
 and lane edges: test_shm.py's single-copy test with memory=hvd.empty), in and out of place, the
 bits of plain buffers and of the ring on every rank, ranks that mix both kinds of buffer, buffers
 made and freed past the views kept per peer, the engine's calls (its fusion buffer is such memory:
-Engine.stats()["shm_views"]), a torch tensor over such memory, memory that lives as long as a view
+Engine.stats()["shm_views"]; the stand-ins each rank takes, Engine.stats()["shm_stand_ins"]), a
+torch tensor over such memory, memory that lives as long as a view
 of it, a failed call that writes into no peer's buffer afterwards, a failed read, and the argument
 errors of hvd_lite.empty and hvdlMemFree."""
 import time
@@ -139,11 +140,12 @@ def test_buffers_on_huge_pages_are_left_to_the_kernel():
         c.allreduce(x, x, F32, OPS["sum"])
         want = fold([exact_inputs(np.float32, x.size, q, seed=5) for q in range(n)], "sum",
                     np.float32)
-        agree(same_bits(x.copy(), want) and c.shm_views() == 0,
-              f"{c.shm_views()} views (a stand-in taken), {x[:4]}")
+        agree(same_bits(x.copy(), want) and c.shm_views() == 0 and c.shm_stand_ins() == 0,
+              f"{c.shm_views()} views, {c.shm_stand_ins()} stand-ins taken, {x[:4]}")
         y = np.zeros(1 << 18, np.float32)  # a fresh 1 MiB array: small pages, a stand-in
         c.allreduce(y, y, F32, OPS["sum"])
-        agree(c.shm_views() == n - 1, f"{c.shm_views()} views after a small-page buffer")
+        agree(c.shm_views() == n - 1 and c.shm_stand_ins() == 1,
+              f"{c.shm_views()} views, {c.shm_stand_ins()} stand-ins after a small-page buffer")
 
 
 def test_a_failed_call_through_a_stand_in_copies_nothing_out_and_gives_the_stand_in_up():
@@ -277,6 +279,26 @@ def test_the_engine_reduces_shared_arrays_exactly_and_fuses_through_shared_memor
             got = hvd.allgather(xs[1], name=f"shared.ag.{threshold}")
             agree(got.shape == (n * xs[1].size,) and same_bits(got[:xs[1].size], xs[1].copy()),
                   f"allgather of the array: {got.shape}")
+
+
+def test_the_engine_counts_the_stand_ins_its_rank_takes():
+    # Each rank takes the stand-in by its own buffers' pages (in place: at least half of them
+    # small), so each rank's count is checked against what its own kernel says of them.
+    n, r = hvd.size(), hvd.rank()
+    for most in (4 << 20, 0):
+        with reinit(HVD_LITE_FUSION_THRESHOLD=0, HVD_LITE_SHM_STAND_IN_BYTES=most):
+            on = engine_single_copy()
+            x = np.zeros(1 << 18, np.float32)  # 1 MiB, fresh: small pages where the kernel says so
+            x[...] = exact_inputs(np.float32, x.size, r, seed=8)
+            took = int(on and most > 0 and 2 * small_pages(x) >= x.nbytes)
+            before = hvd.basics._engine().stats()["shm_stand_ins"]
+            hvd.allreduce_(x, op=hvd.Sum, name=f"stand_in.count.{most}")
+            got = hvd.basics._engine().stats()["shm_stand_ins"] - before
+            want = fold([exact_inputs(np.float32, x.size, q, seed=8) for q in range(n)], "sum",
+                        np.float32)
+            agree(same_bits(x.copy(), want) and got == took,
+                  f"knob {most}: {got} stand-ins taken, {took} expected (single copy {on}), "
+                  f"{x[:4]}")
 
 
 def test_the_memory_lives_as_long_as_a_view_of_it():
