@@ -153,7 +153,7 @@ const char *hvdl_bcast_algo_name(int algo) {
 static const char *const allgather_names[hvdlNumAllGatherAlgos] = {"auto", "ring", "rd", "rd_far",
                                                                    "shm"};
 static const char *const reducescatter_names[hvdlNumReduceScatterAlgos] = {"auto", "ring",
-                                                                           "halving"};
+                                                                           "halving", "shm"};
 
 const char *hvdl_allgather_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumAllGatherAlgos ? allgather_names[algo] : "?";
@@ -257,7 +257,7 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
   HVDL_CHECK(env_choice("HVD_LITE_ALLGATHER_ALGO", allgather_names, hvdlNumAllGatherAlgos,
                         "auto, ring, rd, rd_far or shm", &config->allGatherAlgorithm));
   HVDL_CHECK(env_choice("HVD_LITE_REDUCESCATTER_ALGO", reducescatter_names,
-                        hvdlNumReduceScatterAlgos, "auto, ring or halving",
+                        hvdlNumReduceScatterAlgos, "auto, ring, halving or shm",
                         &config->reduceScatterAlgorithm));
   int k;
   HVDL_CHECK(hvdl_config_ranks_per_host(&k)); /* read by topology.c: refused here, before any traffic */

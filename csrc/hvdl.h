@@ -202,7 +202,9 @@ typedef enum {
   hvdlReduceScatterAuto = 0,
   hvdlReduceScatterRing = 1,     /* "ring": pipelined ring */
   hvdlReduceScatterHalving = 2,  /* "halving": recursive halving, neighbours first */
-  hvdlNumReduceScatterAlgos = 3
+  hvdlReduceScatterShm = 3,      /* "shm": ranks all on one host, each reads its block from
+                                    every other's sendbuff (process_vm_readv) */
+  hvdlNumReduceScatterAlgos = 4
 } hvdlReduceScatterAlgorithm_t;
 
 /* Library version as HVDL_VERSION_CODE. */

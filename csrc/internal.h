@@ -362,6 +362,16 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
 #define SHM_ALLGATHER_MIN ((size_t)4 << 10)
 #endif
 
+/* Above SHM_REDUCESCATTER_MIN bytes in all (the input) the reduce-scatter's selector takes
+ * the single-copy reduce-scatter (reducescatter_shm.c) where it can run. At 2 ranks, C API,
+ * Open MPI, against the ring forced in the same window, four runs (docs/benchmarks.md, "The
+ * single-copy reduce-scatter"): 1.2-1.6x the ring's time at 1-2 KiB (two steps and a system
+ * call against one message), 0.96-1.39x at 4 KiB, 0.62-0.95x at 8-64 KiB, 0.89-1.09x at
+ * 128-512 KiB, 0.66-1.07x from 1 MiB to 16 MiB, and 0.90-1.30x at 32-64 MiB. */
+#ifndef SHM_REDUCESCATTER_MIN /* settable at build time, to measure it again */
+#define SHM_REDUCESCATTER_MIN ((size_t)4 << 10)
+#endif
+
 /* Variable-size ring collectives (allgather.c, reducescatter.c). Rank k's block
  * has counts[k] elements (any may be 0) and starts at element counts[0] + ... +
  * counts[k-1] of the whole buffer; every rank passes the same counts.
@@ -388,6 +398,10 @@ hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, 
  * single copy, which needs comm->shm->cma (the selector's to check). */
 hvdlResult_t hvdl_allgatherv_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                  const size_t *counts, hvdlDataType_t dt);
+/* The reduce-scatter of ranks all on one host (reducescatter_shm.c): the single copy,
+ * which needs comm->shm->cma (the selector's to check). */
+hvdlResult_t hvdl_reducescatterv_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                     const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op);
 /* select_gather.c: the choice for a call of `bytes` in all (the all-gather's
  * result, the reduce-scatter's input; the same on every rank), the model's time
  * for one (negative if not modelled), and the run. hvdlAllGather,
@@ -397,6 +411,8 @@ hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes);
 /* Why this communicator cannot run the all-gather algorithm algo (the reason,
  * for select.c's refusal of a forced one at init), or NULL if it can. */
 const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo);
+const char *hvdl_select_reducescatter_cannot_run(hvdlComm_t comm,
+                                                 hvdlReduceScatterAlgorithm_t algo);
 double hvdl_select_predict_allgather(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo, size_t bytes);
 hvdlResult_t hvdl_allgather_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
                                 const void *sendbuff, void *recvbuff, const size_t *counts,

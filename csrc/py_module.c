@@ -241,5 +241,6 @@ PyMODINIT_FUNC PyInit__core(void) {
   PyModule_AddIntConstant(m, "SHM_ALLREDUCE_MAX", (long)SHM_ALLREDUCE_MAX);
   PyModule_AddIntConstant(m, "SHM_CMA_MIN", (long)SHM_CMA_MIN);
   PyModule_AddIntConstant(m, "SHM_ALLGATHER_MIN", (long)SHM_ALLGATHER_MIN);
+  PyModule_AddIntConstant(m, "SHM_REDUCESCATTER_MIN", (long)SHM_REDUCESCATTER_MIN);
   return m;
 }

@@ -194,6 +194,11 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
     return hvdl_fail(comm, hvdlInvalidArgument,
                      "HVD_LITE_ALLGATHER_ALGO=%s cannot run on this communicator of %d ranks: %s",
                      hvdl_allgather_algo_name(a.gather), comm->size, why);
+  why = hvdl_select_reducescatter_cannot_run(comm, (hvdlReduceScatterAlgorithm_t)a.scatter);
+  if (why)
+    return hvdl_fail(comm, hvdlInvalidArgument,
+                     "HVD_LITE_REDUCESCATTER_ALGO=%s cannot run on this communicator of %d ranks: %s",
+                     hvdl_reducescatter_algo_name(a.scatter), comm->size, why);
   return hvdlSuccess;
 }
 

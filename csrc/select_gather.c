@@ -6,13 +6,15 @@
  * local_size), and HVD_LITE_ALLGATHER_ALGO / HVD_LITE_REDUCESCATTER_ALGO
  * (config.allGatherAlgorithm, reduceScatterAlgorithm, rank 0's, agreed there
  * too): that one at every size when forced, else the cheapest by the model
- * below (a tie: the ring, then the order of the enums). The all-gather's
- * shared-memory forms (shm, allgather_shm.c) are not modelled. With every rank
- * on one host, auto takes shm up to SHM_ALLGATHER_MIN bytes (internal.h,
- * measured) where that fits an area: its one step through the segment, where
- * the ring takes n-1 messages. Above, it takes shm's single copy where each rank
- * can write into the others' memory, 2 steps instead of n-1; else the model's
- * pick (docs/algorithms.md, "The shared-memory all-gather").
+ * below (a tie: the ring, then the order of the enums). The shared-memory
+ * forms (shm: allgather_shm.c, reducescatter_shm.c) are not modelled. With every
+ * rank on one host, the all-gather's auto takes shm up to SHM_ALLGATHER_MIN bytes
+ * (internal.h, measured) where that fits an area: its one step through the
+ * segment, where the ring takes n-1 messages. Above, it takes shm's single copy
+ * where each rank can write into the others' memory, 2 steps instead of n-1; else
+ * the model's pick (docs/algorithms.md, "The shared-memory all-gather"). The
+ * reduce-scatter's auto takes its single copy above SHM_REDUCESCATTER_MIN bytes
+ * where each rank can read the others' memory, else the model's pick.
  */
 #include "internal.h"
 #include "shm.h"
@@ -98,14 +100,24 @@ double hvdl_select_predict_reducescatter(hvdlComm_t comm, hvdlReduceScatterAlgor
   }
 }
 
-const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo) {
-  if (algo != hvdlAllGatherShm || (comm->shm && comm->shm->cma)) return NULL;
+/* Why the shared-memory forms cannot run here (their single copy), or NULL. */
+static const char *shm_cannot_run(hvdlComm_t comm) {
+  if (comm->shm && comm->shm->cma) return NULL;
   if (!comm->shm)
     return comm->config.disableShm ? "it works through the shared-memory path, which is off "
                                      "(HVD_LITE_SHM=0)"
                                    : "no two ranks share a host's segment";
   if (comm->shm->hosts > 1) return "the ranks are on more than one host";
   return hvdl_cma_off_reason(comm);
+}
+
+const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo) {
+  return algo == hvdlAllGatherShm ? shm_cannot_run(comm) : NULL;
+}
+
+const char *hvdl_select_reducescatter_cannot_run(hvdlComm_t comm,
+                                                 hvdlReduceScatterAlgorithm_t algo) {
+  return algo == hvdlReduceScatterShm ? shm_cannot_run(comm) : NULL;
 }
 
 hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes) {
@@ -127,6 +139,8 @@ hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes) {
 hvdlReduceScatterAlgorithm_t hvdl_select_reducescatter(hvdlComm_t comm, size_t bytes) {
   if (comm->config.reduceScatterAlgorithm != hvdlReduceScatterAuto)
     return (hvdlReduceScatterAlgorithm_t)comm->config.reduceScatterAlgorithm;
+  const struct hvdl_shm *sh = comm->shm;
+  if (sh && sh->cma && bytes > SHM_REDUCESCATTER_MIN) return hvdlReduceScatterShm; /* single copy */
   const double ring_t = hvdl_select_predict_reducescatter(comm, hvdlReduceScatterRing, bytes);
   const double halving_t = hvdl_select_predict_reducescatter(comm, hvdlReduceScatterHalving, bytes);
   return halving_t < ring_t ? hvdlReduceScatterHalving : hvdlReduceScatterRing;
@@ -154,6 +168,8 @@ hvdlResult_t hvdl_reducescatter_run(hvdlComm_t comm, hvdlReduceScatterAlgorithm_
       return hvdl_reducescatterv(comm, sendbuff, recvbuff, counts, dt, op);
     case hvdlReduceScatterHalving:
       return hvdl_reducescatterv_halving(comm, sendbuff, recvbuff, counts, dt, op);
+    case hvdlReduceScatterShm:
+      return hvdl_reducescatterv_shm(comm, sendbuff, recvbuff, counts, dt, op);
     default:
       return hvdl_fail(comm, hvdlInternalError, "reduce-scatter algorithm %d (%s) is not available",
                        (int)algo, hvdl_reducescatter_algo_name(algo));

@@ -18,7 +18,7 @@ from hvd_lite._submit import HVDL_DTYPES
 pytestmark = pytest.mark.mpi
 
 GATHER = ["ring", "rd", "rd_far", "shm"]
-SCATTER = ["ring", "halving"]
+SCATTER = ["ring", "halving", "shm"]
 OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 HVD_OPS = {"sum": hvd.Sum, "prod": hvd.Product, "max": hvd.Max, "min": hvd.Min, "avg": hvd.Average}
 
@@ -35,16 +35,17 @@ def counts(n: int):
 
 
 def single_copy_runs() -> bool:
-    """Whether the single-copy all-gather can run: every rank on one host (so 2 ranks or more), each
-    able to write into the others' memory (the shared-memory path's probe, Comm.shm_cma)."""
+    """Whether the single-copy all-gather and reduce-scatter can run: every rank on one host (so 2
+    ranks or more), each able to reach the others' memory (the shared-memory path's probe,
+    Comm.shm_cma)."""
     with make_comm() as c:
         return c.shm_cma()
 
 
 def skip_unless_runs(algo):
     if algo == "shm" and not single_copy_runs():
-        pytest.skip("the single-copy all-gather needs 2 ranks or more that can write into each "
-                    "other's memory (process_vm_writev)")
+        pytest.skip("the single copy needs 2 ranks or more that can reach each other's memory "
+                    "(process_vm_readv/writev)")
 
 
 def allgather_ok(c, dtype, count, inplace, seed):
@@ -111,8 +112,11 @@ def test_the_shared_memory_allgather_takes_one_step_up_to_its_minimum_and_the_si
 
 @pytest.mark.parametrize("algo", SCATTER)
 def test_every_reducescatter_algorithm_reduces_every_dtype_and_op_exactly_in_place_and_not(algo):
+    # 16-byte segments for the rings, 64-byte chunks for the single copy's reads.
+    skip_unless_runs(algo)
     bad = []
-    with make_comm(HVD_LITE_REDUCESCATTER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16) as c:
+    with make_comm(HVD_LITE_REDUCESCATTER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16,
+                   HVD_LITE_SHM_BYTES=64) as c:
         agree(c.gather_plan("reducescatter", 1 << 20)["algorithm"] == algo, "not forced")
         for dtype in ALL_DTYPES:
             for op in OPS:
@@ -153,9 +157,10 @@ def test_every_allgather_algorithm_gathers_uneven_and_empty_blocks_through_the_e
 def test_every_reducescatter_algorithm_reduces_uneven_and_empty_blocks_through_the_engine(algo):
     # The engine cuts the rows as evenly as it can, the first ranks taking one more: with fewer
     # rows than ranks the last blocks are empty.
+    skip_unless_runs(algo)
     n, r = hvd.size(), hvd.rank()
     bad = []
-    with reinit(HVD_LITE_REDUCESCATTER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16):
+    with reinit(HVD_LITE_REDUCESCATTER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SHM_BYTES=64):
         for dtype in (np.float32, np.int32, np.float16):
             for op in OPS:
                 for rows in sorted({0, 1, n - 1, n + 1, 2 * n + 3, 101}):
@@ -176,15 +181,17 @@ def random_floats(count, seed):
 
 
 @pytest.mark.parametrize("reducescatter,allreduce", [("ring", "ring"), ("halving", "rd"),
-                                                     ("halving", "rab")])
+                                                     ("halving", "rab"), ("shm", "ring")])
 def test_the_reducescatter_gives_its_allreduces_bits_reruns_and_in_place_alike(reducescatter,
                                                                                 allreduce):
     # The ring: with n * count elements the ring all-reduce cuts chunks of `count`, the
-    # reduce-scatter's blocks, and both combine block k in the order k+1, k+2, ..., k. Halving,
-    # rd and rab all build the balanced tree over the ranks in order, element by element.
+    # reduce-scatter's blocks, and both combine block k in the order k+1, k+2, ..., k; so does the
+    # single copy (shm), chunk by chunk of 4 KiB. Halving, rd and rab all build the balanced tree
+    # over the ranks in order, element by element.
+    skip_unless_runs(reducescatter)
     n, r = hvd.size(), hvd.rank()
     with make_comm(HVD_LITE_SEGMENT_BYTES=4096, HVD_LITE_REDUCESCATTER_ALGO=reducescatter,
-                   HVD_LITE_ALLREDUCE_ALGO=allreduce) as c:
+                   HVD_LITE_ALLREDUCE_ALGO=allreduce, HVD_LITE_SHM_BYTES=4096) as c:
         for count in (1, 777, 20_000):
             x = random_floats(n * count, 300 + r)
             every = np.empty_like(x)
@@ -235,6 +242,21 @@ def test_the_allgather_selector_takes_shm_on_one_host_in_one_step_up_to_its_mini
                   f"predicted time {shm_predicted}")
 
 
+def test_the_reducescatter_selector_takes_the_single_copy_on_one_host_above_its_minimum():
+    runs, least = single_copy_runs(), _core.SHM_REDUCESCATTER_MIN
+    model = {"ring", "halving"}
+    for cma in ("1", "0"):
+        with make_comm(HVD_LITE_SHM_CMA=cma) as c:
+            small = c.gather_plan("reducescatter", least)["algorithm"]
+            large = {c.gather_plan("reducescatter", b)["algorithm"] for b in (least + 1, 1 << 30)}
+            shm_predicted = c.gather_plan("reducescatter", 1 << 20)["predicted"]["shm"]
+        want_large = {"shm"} if runs and cma == "1" else None
+        agree(small in model and (large == want_large if want_large else large <= model)
+              and shm_predicted is None,
+              f"HVD_LITE_SHM_CMA={cma}, single copy runs: {runs}; picks at {least} B {small}, "
+              f"above {large}; shm's predicted time {shm_predicted}")
+
+
 def test_the_selectors_pick_the_cheapest_modelled_the_ring_where_its_steps_are_few():
     # The model's picks: without the shared-memory forms (HVD_LITE_SHM=0), which are not modelled.
     n = hvd.size()
@@ -269,7 +291,8 @@ def test_unknown_allgather_and_reducescatter_algorithms_are_refused_when_the_com
                          lambda: make_comm(HVD_LITE_REDUCESCATTER_ALGO="rd").__enter__())
 
 
-def test_a_forced_single_copy_allgather_that_cannot_run_is_refused_saying_why():
+@pytest.mark.parametrize("var", ["HVD_LITE_ALLGATHER_ALGO", "HVD_LITE_REDUCESCATTER_ALGO"])
+def test_a_forced_single_copy_allgather_or_reducescatter_that_cannot_run_is_refused_saying_why(var):
     n = hvd.size()
     why = {"HVD_LITE_SHM_CMA": "its single copy is off \\(HVD_LITE_SHM_CMA=0\\)",
            "HVD_LITE_SHM": "it works through the shared-memory path, which is off \\(HVD_LITE_SHM=0\\)"}
@@ -278,12 +301,12 @@ def test_a_forced_single_copy_allgather_that_cannot_run_is_refused_saying_why():
             reason = "no two ranks share a host's segment"
         raises_on_every_rank(
             hvd.InvalidArgumentError,
-            f"HVD_LITE_ALLGATHER_ALGO=shm cannot run on this communicator of {n} ranks: {reason}",
-            lambda: make_comm(HVD_LITE_ALLGATHER_ALGO="shm", **{knob: "0"}).__enter__())
+            f"{var}=shm cannot run on this communicator of {n} ranks: {reason}",
+            lambda: make_comm(**{var: "shm", knob: "0"}).__enter__())
     if n > 1:  # emulated hosts of one rank each
         raises_on_every_rank(
-            hvd.InvalidArgumentError, "HVD_LITE_ALLGATHER_ALGO=shm cannot run .*: no two ranks share",
-            lambda: make_comm(HVD_LITE_ALLGATHER_ALGO="shm", HVD_LITE_RANKS_PER_HOST=1).__enter__())
+            hvd.InvalidArgumentError, f"{var}=shm cannot run .*: no two ranks share",
+            lambda: make_comm(**{var: "shm", "HVD_LITE_RANKS_PER_HOST": "1"}).__enter__())
 
 
 def test_rank_0s_allgather_and_reducescatter_algorithms_are_every_ranks():

@@ -432,6 +432,37 @@ def test_a_failed_write_in_the_single_copy_allgather_fails_it_on_every_rank_and_
               f"the next all-gather: {np.unique(nxt)[:4]}")
 
 
+@pytest.mark.parametrize("rows", [1001, 300_001], ids=["one-chunk", "two-chunks"])
+def test_a_failed_read_in_the_single_copy_reducescatter_fails_it_on_every_rank_and_the_next_works(
+        rows):
+    # The recv fault point's second hit, after step 1's, is the reduce-scatter's first read of a
+    # peer's send buffer (process_vm_readv), made at address 0: the kernel's own EFAULT. Nobody
+    # writes into another's buffers, so nothing more is at stake: the next call must be whole.
+    n, r = hvd.size(), hvd.rank()
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    victim = n - 1
+    with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_REDUCESCATTER_ALGO="shm"):
+        if r == victim:
+            hvd.basics.inject_fault("recv", 2)
+        t0 = time.monotonic()
+        err = None
+        try:
+            hvd.reducescatter(np.full((rows, 2), r + 1.0, np.float32), op=hvd.Sum, name="rs.read")
+        except hvd.HvdLiteError as e:
+            err = e
+        took = time.monotonic() - t0
+        if r == victim:
+            hvd.basics.inject_fault("recv", 0)
+        agree(err is not None and "shared-memory path: reading" in str(err)
+              and "Bad address" in str(err) and took < 5, f"{err!r} after {took:.2f} s")
+        nxt = hvd.reducescatter(np.full((rows, 2), r + 1.0, np.float32), op=hvd.Sum,
+                                name="rs.read.next")
+        mine = rows // n + (r < rows % n)
+        agree(nxt.shape == (mine, 2) and np.all(nxt == n * (n + 1) / 2),
+              f"the next reduce-scatter: {nxt.shape}, {np.unique(nxt)[:4]}")
+
+
 def test_a_rank_that_comes_late_to_a_failed_single_copy_allgather_writes_into_no_peers_result():
     # As for the all-reduce: the victim stalls before step 1 for three data timeouts, the others
     # time out and leave; then it must write its block into none of their results (in place, on
