@@ -142,7 +142,8 @@ int hvdl_algo_parse(const char *name) {
 }
 
 /* HVD_LITE_BROADCAST_ALGO's names, indexed by hvdlBroadcastAlgorithm_t. */
-static const char *const bcast_names[hvdlNumBcastAlgos] = {"auto", "chain", "tree", "scatter"};
+static const char *const bcast_names[hvdlNumBcastAlgos] = {"auto", "chain", "tree", "scatter",
+                                                            "shm"};
 
 const char *hvdl_bcast_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumBcastAlgos ? bcast_names[algo] : "?";
@@ -250,8 +251,8 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
       if (strcasecmp(bcast, bcast_names[i]) == 0) b = i;
     if (b < 0)
       return hvdl_fail(NULL, hvdlInvalidArgument,
-                       "HVD_LITE_BROADCAST_ALGO=%s is not valid: expected auto, chain, tree or "
-                       "scatter", bcast);
+                       "HVD_LITE_BROADCAST_ALGO=%s is not valid: expected auto, chain, tree, "
+                       "scatter or shm", bcast);
     config->broadcastAlgorithm = b;
   }
   HVDL_CHECK(env_choice("HVD_LITE_ALLGATHER_ALGO", allgather_names, hvdlNumAllGatherAlgos,

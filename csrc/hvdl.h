@@ -183,7 +183,9 @@ typedef enum {
   hvdlBcastChain = 1,    /* "chain": pipelined chain from the root */
   hvdlBcastTree = 2,     /* "tree": binomial tree, the whole buffer per edge */
   hvdlBcastScatter = 3,  /* "scatter": binomial scatter of n blocks + ring all-gather */
-  hvdlNumBcastAlgos = 4
+  hvdlBcastShm = 4,      /* "shm": ranks all on one host, each reads the root's buffer
+                            (process_vm_readv) */
+  hvdlNumBcastAlgos = 5
 } hvdlBroadcastAlgorithm_t;
 
 /* All-gather algorithms (docs/algorithms.md). A forced one runs at every size. */

@@ -372,6 +372,19 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
 #define SHM_REDUCESCATTER_MIN ((size_t)4 << 10)
 #endif
 
+/* Above SHM_BROADCAST_MIN bytes and up to SHM_BROADCAST_MAX the broadcast's selector takes
+ * the single-copy broadcast (broadcast_shm.c) where it can run. At 2 ranks, C API, Open MPI,
+ * against the chain forced in the same window, four runs (docs/benchmarks.md, "The
+ * single-copy broadcast"): 1.05-1.24x the chain's time at 1-2 KiB, 0.68-0.91x at 4-32 KiB,
+ * 0.79-1.08x at 64-512 KiB, and 0.79-1.38x from 1 MiB to 64 MiB, where the chain's one
+ * message is itself a single copy (Open MPI's smsc/cma) and the two take turns. */
+#ifndef SHM_BROADCAST_MIN /* settable at build time, to measure it again */
+#define SHM_BROADCAST_MIN ((size_t)2 << 10)
+#endif
+#ifndef SHM_BROADCAST_MAX
+#define SHM_BROADCAST_MAX ((size_t)512 << 10)
+#endif
+
 /* Variable-size ring collectives (allgather.c, reducescatter.c). Rank k's block
  * has counts[k] elements (any may be 0) and starts at element counts[0] + ... +
  * counts[k-1] of the whole buffer; every rank passes the same counts.
@@ -434,9 +447,15 @@ hvdlResult_t hvdl_broadcast_tree(hvdlComm_t comm, const void *sendbuff, void *re
                                  size_t count, hvdlDataType_t dt, int root);
 hvdlResult_t hvdl_broadcast_scatter(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                     size_t count, hvdlDataType_t dt, int root);
+/* The broadcast of ranks all on one host (broadcast_shm.c): the single copy, which
+ * needs comm->shm->cma (the selector's to check). */
+hvdlResult_t hvdl_broadcast_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                size_t count, hvdlDataType_t dt, int root);
 /* select_bcast.c: the broadcast's choice for bytes (the same on every rank), the
- * model's time for one (negative if not a candidate), and the run. */
+ * model's time for one (negative if not a candidate), why this communicator cannot
+ * run a forced one (NULL if it can), and the run. */
 hvdlBroadcastAlgorithm_t hvdl_select_broadcast(hvdlComm_t comm, size_t bytes);
+const char *hvdl_select_broadcast_cannot_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo);
 double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo, size_t bytes);
 hvdlResult_t hvdl_broadcast_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo,
                                 const void *sendbuff, void *recvbuff, size_t count,

@@ -242,5 +242,7 @@ PyMODINIT_FUNC PyInit__core(void) {
   PyModule_AddIntConstant(m, "SHM_CMA_MIN", (long)SHM_CMA_MIN);
   PyModule_AddIntConstant(m, "SHM_ALLGATHER_MIN", (long)SHM_ALLGATHER_MIN);
   PyModule_AddIntConstant(m, "SHM_REDUCESCATTER_MIN", (long)SHM_REDUCESCATTER_MIN);
+  PyModule_AddIntConstant(m, "SHM_BROADCAST_MIN", (long)SHM_BROADCAST_MIN);
+  PyModule_AddIntConstant(m, "SHM_BROADCAST_MAX", (long)SHM_BROADCAST_MAX);
   return m;
 }

@@ -326,8 +326,9 @@ static PyObject *Comm_broadcast_plan(CommObject *self, PyObject *args) {
   PyObject *pred = PyDict_New();
   if (!pred) return NULL;
   for (int a = hvdlBcastChain; a < hvdlNumBcastAlgos; a++) {
-    PyObject *v = PyFloat_FromDouble(
-        hvdl_select_predict_broadcast(self->comm, (hvdlBroadcastAlgorithm_t)a, (size_t)nbytes));
+    const double t =
+        hvdl_select_predict_broadcast(self->comm, (hvdlBroadcastAlgorithm_t)a, (size_t)nbytes);
+    PyObject *v = t < 0 ? (Py_INCREF(Py_None), Py_None) : PyFloat_FromDouble(t);
     if (!v || PyDict_SetItemString(pred, hvdl_bcast_algo_name(a), v) < 0) {
       Py_XDECREF(v);
       Py_DECREF(pred);
@@ -373,8 +374,8 @@ static PyMethodDef Comm_methods[] = {
      "all-gather's or reduce-scatter's selector's choice and the cost model's times (None: not "
      "modelled, the all-gather's shm)"},
     {"broadcast_plan", (PyCFunction)Comm_broadcast_plan, METH_VARARGS,
-     "broadcast_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds}}: the selector's "
-     "choice and the cost model's times"},
+     "broadcast_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds or None}}: the "
+     "selector's choice and the cost model's times (None: not modelled, shm)"},
     {"allreduce_plan", (PyCFunction)Comm_allreduce_plan, METH_VARARGS,
      "allreduce_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds or None}, 'hosts', "
      "'local_size'}: the selector's choice and the cost model's times"},

@@ -194,6 +194,11 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
     return hvdl_fail(comm, hvdlInvalidArgument,
                      "HVD_LITE_ALLGATHER_ALGO=%s cannot run on this communicator of %d ranks: %s",
                      hvdl_allgather_algo_name(a.gather), comm->size, why);
+  why = hvdl_select_broadcast_cannot_run(comm, (hvdlBroadcastAlgorithm_t)a.bcast);
+  if (why)
+    return hvdl_fail(comm, hvdlInvalidArgument,
+                     "HVD_LITE_BROADCAST_ALGO=%s cannot run on this communicator of %d ranks: %s",
+                     hvdl_bcast_algo_name(a.bcast), comm->size, why);
   why = hvdl_select_reducescatter_cannot_run(comm, (hvdlReduceScatterAlgorithm_t)a.scatter);
   if (why)
     return hvdl_fail(comm, hvdlInvalidArgument,

@@ -3,11 +3,15 @@
  * broadcast of B bytes on n ranks over H hosts (at most L ranks on one), from
  * the cost model and layout select.c agreed at init (comm->model, hosts,
  * local_size), and HVD_LITE_BROADCAST_ALGO (config.broadcastAlgorithm, rank 0's,
- * agreed there too): that one at every size when forced, else the cheaper of
- * chain and tree by the model below.
+ * agreed there too): that one at every size when forced; else, with every rank
+ * on one host able to read the others' memory, the single copy (shm,
+ * broadcast_shm.c; not modelled) above SHM_BROADCAST_MIN and up to
+ * SHM_BROADCAST_MAX bytes (internal.h, measured); else the cheaper of chain and
+ * tree by the model below.
  */
 #include "internal.h"
 #include "pipe.h"
+#include "shm.h"
 
 /* The model. Ranks placed by host and the root first on its host; B bytes,
  * M the largest power of two < n, a link's cost a(s) = alpha + s * beta of its
@@ -58,9 +62,15 @@ double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t a
   }
 }
 
+const char *hvdl_select_broadcast_cannot_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo) {
+  return algo == hvdlBcastShm ? hvdl_cma_off_reason(comm) : NULL;
+}
+
 hvdlBroadcastAlgorithm_t hvdl_select_broadcast(hvdlComm_t comm, size_t bytes) {
   if (comm->config.broadcastAlgorithm != hvdlBcastAuto)
     return (hvdlBroadcastAlgorithm_t)comm->config.broadcastAlgorithm;
+  if (comm->shm && comm->shm->cma && bytes > SHM_BROADCAST_MIN && bytes <= SHM_BROADCAST_MAX)
+    return hvdlBcastShm; /* its single copy */
   const hvdlBroadcastAlgorithm_t best = hvdlBcastChain;
   const double best_t = hvdl_select_predict_broadcast(comm, best, bytes);
   const double tree_t = hvdl_select_predict_broadcast(comm, hvdlBcastTree, bytes);
@@ -74,6 +84,7 @@ hvdlResult_t hvdl_broadcast_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo,
     case hvdlBcastChain: return hvdl_broadcast_chain(comm, sendbuff, recvbuff, count, dt, root);
     case hvdlBcastTree: return hvdl_broadcast_tree(comm, sendbuff, recvbuff, count, dt, root);
     case hvdlBcastScatter: return hvdl_broadcast_scatter(comm, sendbuff, recvbuff, count, dt, root);
+    case hvdlBcastShm: return hvdl_broadcast_shm(comm, sendbuff, recvbuff, count, dt, root);
     default:
       return hvdl_fail(comm, hvdlInternalError, "broadcast algorithm %d (%s) is not available",
                        (int)algo, hvdl_bcast_algo_name(algo));

@@ -100,24 +100,13 @@ double hvdl_select_predict_reducescatter(hvdlComm_t comm, hvdlReduceScatterAlgor
   }
 }
 
-/* Why the shared-memory forms cannot run here (their single copy), or NULL. */
-static const char *shm_cannot_run(hvdlComm_t comm) {
-  if (comm->shm && comm->shm->cma) return NULL;
-  if (!comm->shm)
-    return comm->config.disableShm ? "it works through the shared-memory path, which is off "
-                                     "(HVD_LITE_SHM=0)"
-                                   : "no two ranks share a host's segment";
-  if (comm->shm->hosts > 1) return "the ranks are on more than one host";
-  return hvdl_cma_off_reason(comm);
-}
-
 const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo) {
-  return algo == hvdlAllGatherShm ? shm_cannot_run(comm) : NULL;
+  return algo == hvdlAllGatherShm ? hvdl_cma_off_reason(comm) : NULL;
 }
 
 const char *hvdl_select_reducescatter_cannot_run(hvdlComm_t comm,
                                                  hvdlReduceScatterAlgorithm_t algo) {
-  return algo == hvdlReduceScatterShm ? shm_cannot_run(comm) : NULL;
+  return algo == hvdlReduceScatterShm ? hvdl_cma_off_reason(comm) : NULL;
 }
 
 hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes) {

@@ -156,6 +156,9 @@ hvdlResult_t hvdl_cma_write(hvdlComm_t comm, int q, const void *here, uint64_t a
  * (the read then made at address 0). */
 hvdlResult_t hvdl_cma_read(hvdlComm_t comm, int q, uint64_t addr, size_t bytes,
                            const char **at);
+/* As hvdl_cma_read, but into dst (at most an area's bytes): a plain copy from the view, or
+ * process_vm_readv straight into dst (through scratch where that copy would crawl). */
+hvdlResult_t hvdl_cma_read_into(hvdlComm_t comm, int q, uint64_t addr, size_t bytes, void *dst);
 
 /* Whether a local rank failed call k: a collective's loop looks between chunks
  * and stops writing (its close then fails, by the alarm or the data timeout). */

@@ -166,6 +166,22 @@ hvdlResult_t hvdl_cma_read(hvdlComm_t comm, int q, uint64_t addr, size_t bytes,
   return kernel_copy(comm, q, to, addr, bytes, 0, fault);
 }
 
+hvdlResult_t hvdl_cma_read_into(hvdlComm_t comm, int q, uint64_t addr, size_t bytes, void *dst) {
+  const int fault = fault_hit(comm, 0);
+  const char *there = fault ? NULL : reach(comm->shm, q, addr, bytes);
+  if (there) {
+    hvdl_copy(dst, there, bytes);
+    return hvdlSuccess;
+  }
+  if (!fault && hvdl_copy_crawls((uintptr_t)dst, addr)) { /* the kernel's copy would crawl */
+    const char *at;
+    HVDL_CHECK(hvdl_cma_read(comm, q, addr, bytes, &at)); /* at the source's place in a page */
+    hvdl_copy(dst, at, bytes);
+    return hvdlSuccess;
+  }
+  return kernel_copy(comm, q, dst, addr, bytes, 0, fault);
+}
+
 /* Whether plain buffers are worth a stand-in: at least half of their pages
  * small (hvdl_mem_small), which the kernel would pin one by one; the rest it pins
  * 512 at a time. The answer for the last buffers asked is kept, since a loop
@@ -323,6 +339,11 @@ static int cma_works(struct hvdl_shm *s) {
 
 const char *hvdl_cma_off_reason(const hvdlComm_t comm) {
   if (comm->shm && comm->shm->cma) return NULL;
+  if (!comm->shm)
+    return comm->config.disableShm ? "it works through the shared-memory path, which is off "
+                                     "(HVD_LITE_SHM=0)"
+                                   : "no two ranks share a host's segment";
+  if (comm->shm->hosts > 1) return "the ranks are on more than one host";
   if (comm->config.disableShmCma) return "its single copy is off (HVD_LITE_SHM_CMA=0)";
   return "the ranks cannot reach each other's memory (process_vm_readv/writev: a seccomp "
          "filter, Yama's ptrace scope, pid namespaces or users)";

@@ -1,21 +1,26 @@
 """Every broadcast algorithm forced through HVD_LITE_BROADCAST_ALGO (the C API's bare `_core.Comm`)
 under mpirun at 1-4 ranks: the root's bytes on every rank for every dtype and root, in place and out
 of place, counts around the scatter's block boundaries and 16-byte segments that cross every pipeline
-boundary, NaN payloads verbatim; the selector's choices, the forced choice, rank 0's choice agreed,
-and an unknown name refused."""
+boundary (64-byte chunks for the single copy), NaN payloads verbatim; a failed read of the root's
+buffer in the single copy; the selector's choices (the single copy on one host above its minimum), the
+forced choice, rank 0's choice agreed, an unknown name refused, and a forced single copy refused
+where it cannot run, saying why."""
+
+import time
 
 import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import agree, make_comm, raises_on_every_rank, world
+from conftest import agree, make_comm, raises_on_every_rank, reinit, world
 from helpers import MOVE_DTYPES, exact_inputs, same_bits
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
 
 pytestmark = pytest.mark.mpi
 
-ALGOS = ["chain", "tree", "scatter"]
+ALGOS = ["chain", "tree", "scatter", "shm"]
+MODELLED = ["chain", "tree", "scatter"]
 
 
 def code(dtype) -> int:
@@ -27,6 +32,19 @@ def counts(n: int):
     """0, every count up to 2n+1 (empty and uneven blocks of the scatter's n-block cut), larger odd
     ones (many 16-byte segments)."""
     return sorted(set(range(0, 2 * n + 2)) | {4 * n - 1, 4 * n + 1, 1009})
+
+
+def single_copy_runs() -> bool:
+    """Whether the single-copy broadcast can run: every rank on one host (so 2 ranks or more), each
+    able to read the others' memory (the shared-memory path's probe, Comm.shm_cma)."""
+    with make_comm() as c:
+        return c.shm_cma()
+
+
+def skip_unless_runs(algo):
+    if algo == "shm" and not single_copy_runs():
+        pytest.skip("the single copy needs 2 ranks or more that can read each other's memory "
+                    "(process_vm_readv)")
 
 
 def check(c, dtype, count, root, inplace, seed):
@@ -46,9 +64,11 @@ def check(c, dtype, count, root, inplace, seed):
 
 @pytest.mark.parametrize("algo", ALGOS)
 def test_every_broadcast_algorithm_gives_every_rank_the_roots_bytes(algo):
+    skip_unless_runs(algo)
     n = hvd.size()
     bad = []
-    with make_comm(HVD_LITE_BROADCAST_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16) as c:
+    with make_comm(HVD_LITE_BROADCAST_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16,
+                   HVD_LITE_SHM_BYTES=64) as c:
         for dtype in MOVE_DTYPES:
             for count in counts(n):
                 for root in range(n):
@@ -61,7 +81,8 @@ def test_every_broadcast_algorithm_gives_every_rank_the_roots_bytes(algo):
 @pytest.mark.parametrize("algo", ALGOS)
 def test_every_broadcast_algorithm_moves_large_buffers_and_nan_payloads_verbatim(algo):
     # 3 MiB + 2 B of random bytes seen as float16 (NaNs with payloads, signed zeros): 12 default
-    # segments and more, blocks of uneven length for the scatter.
+    # segments and more, blocks of uneven length for the scatter, 13 chunks of the single copy.
+    skip_unless_runs(algo)
     n, r = hvd.size(), hvd.rank()
     with make_comm(HVD_LITE_BROADCAST_ALGO=algo) as c:
         for root in {0, n - 1, n // 2}:
@@ -75,18 +96,67 @@ def test_every_broadcast_algorithm_moves_large_buffers_and_nan_payloads_verbatim
 
 def test_the_selector_takes_the_tree_for_small_buffers_from_4_ranks_and_else_the_chain():
     n = hvd.size()
-    with make_comm() as c:
+    with make_comm(HVD_LITE_SHM=0) as c:  # the model's picks (the single copy is not modelled)
         small, large = c.broadcast_plan(4096), c.broadcast_plan(64 << 20)
-        agree(set(small["predicted"]) == set(ALGOS), f"{small}")
+        agree(set(small["predicted"]) == set(ALGOS) and small["predicted"]["shm"] is None,
+              f"{small}")
         # 2 and 3 ranks: the tree's steps are the chain's hops (one message at 2), the tie goes to
         # the chain; from 4, 4 KiB pays log2(n) latencies in the tree, n-1 in the chain; 64 MiB:
         # the chain sends it once per rank, the tree up to log2(n) times
         want_small = "tree" if n >= 4 else "chain"
         agree(n == 1 or (small["algorithm"] == want_small and large["algorithm"] == "chain"),
               f"{small} {large}")
-        best = min(small["predicted"], key=lambda a: small["predicted"][a])
+        best = min(MODELLED, key=lambda a: small["predicted"][a])
         agree(n == 1 or small["predicted"][best] == small["predicted"][small["algorithm"]],
               f"{small}")
+
+
+def test_the_selector_takes_the_single_copy_on_one_host_between_its_bounds():
+    runs, least, most = single_copy_runs(), _core.SHM_BROADCAST_MIN, _core.SHM_BROADCAST_MAX
+    for cma in ("1", "0"):
+        with make_comm(HVD_LITE_SHM_CMA=cma) as c:
+            outside = {c.broadcast_plan(b)["algorithm"] for b in (4, least, most + 1, 1 << 30)}
+            inside = {c.broadcast_plan(b)["algorithm"] for b in (least + 1, most)}
+        want_inside = {"shm"} if runs and cma == "1" else None
+        agree(outside <= set(MODELLED)
+              and (inside == want_inside if want_inside else inside <= set(MODELLED)),
+              f"HVD_LITE_SHM_CMA={cma}, single copy runs: {runs}; picks in ({least}, {most}] B "
+              f"{inside}, outside {outside}")
+
+
+def test_a_failed_read_of_the_roots_buffer_fails_the_broadcast_on_every_rank_and_the_next_works():
+    # The recv fault point's second hit on a reader, after step 1's, is its first read of the
+    # root's buffer (process_vm_readv), made at address 0: the kernel's own EFAULT. Through the
+    # engine, whose alarm tells every rank.
+    n, r = hvd.size(), hvd.rank()
+    skip_unless_runs("shm")
+    root, victim, count = 0, n - 1, 300_001
+    with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=1, HVD_LITE_BROADCAST_ALGO="shm"):
+        if r == victim:
+            hvd.basics.inject_fault("recv", 2)
+        t0, err = time.monotonic(), None
+        try:
+            hvd.broadcast(np.full(count, 5.0 if r == root else 0.0, np.float32), root, name="b.read")
+        except hvd.HvdLiteError as e:
+            err = e
+        took = time.monotonic() - t0
+        if r == victim:
+            hvd.basics.inject_fault("recv", 0)
+        agree(err is not None and "shared-memory path: reading" in str(err)
+              and "Bad address" in str(err) and took < 5, f"{err!r} after {took:.2f} s")
+        y = hvd.broadcast(np.full(count, 7.0 if r == root else 0.0, np.float32), root,
+                          name="b.read.next")
+        agree(np.all(y == 7.0), f"the next broadcast: {np.unique(y)[:4]}")
+
+
+def test_a_forced_single_copy_broadcast_that_cannot_run_is_refused_saying_why():
+    n = hvd.size()
+    reason = ("no two ranks share a host's segment" if n == 1
+              else "its single copy is off \\(HVD_LITE_SHM_CMA=0\\)")
+    raises_on_every_rank(
+        hvd.InvalidArgumentError,
+        f"HVD_LITE_BROADCAST_ALGO=shm cannot run on this communicator of {n} ranks: {reason}",
+        lambda: make_comm(HVD_LITE_BROADCAST_ALGO="shm", HVD_LITE_SHM_CMA="0").__enter__())
 
 
 def test_a_forced_broadcast_algorithm_is_chosen_at_every_size():
