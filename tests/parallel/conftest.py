@@ -190,3 +190,18 @@ def make_comm(**env):
         yield comm
     finally:
         comm.destroy()
+
+
+def single_copy_runs() -> bool:
+    """Whether the shared-memory path's single copy can run (its all-gather, reduce-scatter and
+    broadcast forms): every rank on one host (so 2 ranks or more), each able to read and write the
+    others' memory (the path's probe, Comm.shm_cma; collective)."""
+    with make_comm() as c:
+        return c.shm_cma()
+
+
+def skip_unless_single_copy(algo: str) -> None:
+    """Skips a test of a forced algorithm `shm` where the single copy cannot run."""
+    if algo == "shm" and not single_copy_runs():
+        pytest.skip("the single copy needs 2 ranks or more that can reach each other's memory "
+                    "(process_vm_readv/writev)")

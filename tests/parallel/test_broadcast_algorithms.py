@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import agree, make_comm, raises_on_every_rank, reinit, world
+from conftest import (agree, make_comm, raises_on_every_rank, reinit, single_copy_runs,
+                      skip_unless_single_copy, world)
 from helpers import MOVE_DTYPES, exact_inputs, same_bits
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
@@ -34,19 +35,6 @@ def counts(n: int):
     return sorted(set(range(0, 2 * n + 2)) | {4 * n - 1, 4 * n + 1, 1009})
 
 
-def single_copy_runs() -> bool:
-    """Whether the single-copy broadcast can run: every rank on one host (so 2 ranks or more), each
-    able to read the others' memory (the shared-memory path's probe, Comm.shm_cma)."""
-    with make_comm() as c:
-        return c.shm_cma()
-
-
-def skip_unless_runs(algo):
-    if algo == "shm" and not single_copy_runs():
-        pytest.skip("the single copy needs 2 ranks or more that can read each other's memory "
-                    "(process_vm_readv)")
-
-
 def check(c, dtype, count, root, inplace, seed):
     """One broadcast from root; True when every rank holds the root's bytes and the root's input is
     untouched."""
@@ -64,7 +52,7 @@ def check(c, dtype, count, root, inplace, seed):
 
 @pytest.mark.parametrize("algo", ALGOS)
 def test_every_broadcast_algorithm_gives_every_rank_the_roots_bytes(algo):
-    skip_unless_runs(algo)
+    skip_unless_single_copy(algo)
     n = hvd.size()
     bad = []
     with make_comm(HVD_LITE_BROADCAST_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16,
@@ -82,7 +70,7 @@ def test_every_broadcast_algorithm_gives_every_rank_the_roots_bytes(algo):
 def test_every_broadcast_algorithm_moves_large_buffers_and_nan_payloads_verbatim(algo):
     # 3 MiB + 2 B of random bytes seen as float16 (NaNs with payloads, signed zeros): 12 default
     # segments and more, blocks of uneven length for the scatter, 13 chunks of the single copy.
-    skip_unless_runs(algo)
+    skip_unless_single_copy(algo)
     n, r = hvd.size(), hvd.rank()
     with make_comm(HVD_LITE_BROADCAST_ALGO=algo) as c:
         for root in {0, n - 1, n // 2}:
@@ -129,7 +117,7 @@ def test_a_failed_read_of_the_roots_buffer_fails_the_broadcast_on_every_rank_and
     # root's buffer (process_vm_readv), made at address 0: the kernel's own EFAULT. Through the
     # engine, whose alarm tells every rank.
     n, r = hvd.size(), hvd.rank()
-    skip_unless_runs("shm")
+    skip_unless_single_copy("shm")
     root, victim, count = 0, n - 1, 300_001
     with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=1, HVD_LITE_BROADCAST_ALGO="shm"):
         if r == victim:

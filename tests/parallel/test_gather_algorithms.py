@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import agree, make_comm, raises_on_every_rank, reinit
+from conftest import (agree, make_comm, raises_on_every_rank, reinit, single_copy_runs,
+                      skip_unless_single_copy)
 from helpers import ALL_DTYPES, MOVE_DTYPES, exact_inputs, fold, same_bits
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
@@ -32,20 +33,6 @@ def counts(n: int):
     """Elements per rank: 0, 1, around n (blocks of the fold's pairs), and a few larger ones that
     cross many 16-byte segments of the rings."""
     return sorted({0, 1, 2, n - 1, n, n + 1, 2 * n + 1, 37, 1009})
-
-
-def single_copy_runs() -> bool:
-    """Whether the single-copy all-gather and reduce-scatter can run: every rank on one host (so 2
-    ranks or more), each able to reach the others' memory (the shared-memory path's probe,
-    Comm.shm_cma)."""
-    with make_comm() as c:
-        return c.shm_cma()
-
-
-def skip_unless_runs(algo):
-    if algo == "shm" and not single_copy_runs():
-        pytest.skip("the single copy needs 2 ranks or more that can reach each other's memory "
-                    "(process_vm_readv/writev)")
 
 
 def allgather_ok(c, dtype, count, inplace, seed):
@@ -79,7 +66,7 @@ def reducescatter_ok(c, dtype, op, count, inplace, seed):
 @pytest.mark.parametrize("algo", GATHER)
 def test_every_allgather_algorithm_gathers_every_dtype_exactly_in_place_and_not(algo):
     # 16-byte segments for the rings, 64-byte chunks for the single copy's writes.
-    skip_unless_runs(algo)
+    skip_unless_single_copy(algo)
     bad = []
     with make_comm(HVD_LITE_ALLGATHER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16,
                    HVD_LITE_SHM_BYTES=64) as c:
@@ -97,7 +84,7 @@ def test_the_shared_memory_allgather_takes_one_step_up_to_its_minimum_and_the_si
     bytes in all goes through the segment in one step (no single copy needed), above through the
     single copy: exact either side of the boundary, many calls in a row (the areas alternate),
     in place and not."""
-    skip_unless_runs("shm")
+    skip_unless_single_copy("shm")
     n, least, bad = hvd.size(), _core.SHM_ALLGATHER_MIN, []
     with make_comm(HVD_LITE_ALLGATHER_ALGO="shm") as c:
         for dtype in MOVE_DTYPES:
@@ -113,7 +100,7 @@ def test_the_shared_memory_allgather_takes_one_step_up_to_its_minimum_and_the_si
 @pytest.mark.parametrize("algo", SCATTER)
 def test_every_reducescatter_algorithm_reduces_every_dtype_and_op_exactly_in_place_and_not(algo):
     # 16-byte segments for the rings, 64-byte chunks for the single copy's reads.
-    skip_unless_runs(algo)
+    skip_unless_single_copy(algo)
     bad = []
     with make_comm(HVD_LITE_REDUCESCATTER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16,
                    HVD_LITE_SHM_BYTES=64) as c:
@@ -136,7 +123,7 @@ def rows_of(r: int, pattern: int) -> int:
 
 @pytest.mark.parametrize("algo", GATHER)
 def test_every_allgather_algorithm_gathers_uneven_and_empty_blocks_through_the_engine(algo):
-    skip_unless_runs(algo)
+    skip_unless_single_copy(algo)
     n, r = hvd.size(), hvd.rank()
     bad = []
     with reinit(HVD_LITE_ALLGATHER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SHM_BYTES=64):
@@ -157,7 +144,7 @@ def test_every_allgather_algorithm_gathers_uneven_and_empty_blocks_through_the_e
 def test_every_reducescatter_algorithm_reduces_uneven_and_empty_blocks_through_the_engine(algo):
     # The engine cuts the rows as evenly as it can, the first ranks taking one more: with fewer
     # rows than ranks the last blocks are empty.
-    skip_unless_runs(algo)
+    skip_unless_single_copy(algo)
     n, r = hvd.size(), hvd.rank()
     bad = []
     with reinit(HVD_LITE_REDUCESCATTER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SHM_BYTES=64):
@@ -188,7 +175,7 @@ def test_the_reducescatter_gives_its_allreduces_bits_reruns_and_in_place_alike(r
     # reduce-scatter's blocks, and both combine block k in the order k+1, k+2, ..., k; so does the
     # single copy (shm), chunk by chunk of 4 KiB. Halving, rd and rab all build the balanced tree
     # over the ranks in order, element by element.
-    skip_unless_runs(reducescatter)
+    skip_unless_single_copy(reducescatter)
     n, r = hvd.size(), hvd.rank()
     with make_comm(HVD_LITE_SEGMENT_BYTES=4096, HVD_LITE_REDUCESCATTER_ALGO=reducescatter,
                    HVD_LITE_ALLREDUCE_ALGO=allreduce, HVD_LITE_SHM_BYTES=4096) as c:
