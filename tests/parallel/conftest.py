@@ -9,6 +9,7 @@ instead of leaving the others waiting in the next collective. A bare `assert` or
 import contextlib
 import os
 import re
+import time
 from typing import Optional
 
 import pytest
@@ -205,3 +206,24 @@ def skip_unless_single_copy(algo: str) -> None:
     if algo == "shm" and not single_copy_runs():
         pytest.skip("the single copy needs 2 ranks or more that can reach each other's memory "
                     "(process_vm_readv/writev)")
+
+
+def fails_everywhere_at_the_fault(call, point: str, victim: int, verb: str) -> None:
+    """Arms fault point `point` on rank `victim` for its second hit (after step 1's: the single
+    copy's first read or write of a peer's memory, then made at address 0), runs `call` on every
+    rank through the engine, disarms it, and checks that every rank raised within 5 s, naming
+    the shared-memory path's `verb` ("reading", "writing") and the kernel's "Bad address"."""
+    import hvd_lite as hvd
+
+    if hvd.rank() == victim:
+        hvd.basics.inject_fault(point, 2)
+    t0, err = time.monotonic(), None
+    try:
+        call()
+    except hvd.HvdLiteError as e:
+        err = e
+    took = time.monotonic() - t0
+    if hvd.rank() == victim:
+        hvd.basics.inject_fault(point, 0)
+    agree(err is not None and f"shared-memory path: {verb}" in str(err)
+          and "Bad address" in str(err) and took < 5, f"{err!r} after {took:.2f} s")

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import agree, make_comm, reinit, stand_in_everywhere, world
+from conftest import (agree, fails_everywhere_at_the_fault, make_comm, reinit, stand_in_everywhere,
+                      world)
 from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
@@ -357,19 +358,9 @@ def test_a_failed_read_or_write_of_a_peers_buffer_fails_the_allreduce_on_every_r
     with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_SHM_BYTES=4096):
         with make_comm() as c:
             single_copy_or_skip(c)
-        if r == victim:
-            hvd.basics.inject_fault(point, 2)
-        t0 = time.monotonic()
-        err = None
-        try:
-            hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name=verb)
-        except hvd.HvdLiteError as e:
-            err = e
-        took = time.monotonic() - t0
-        if r == victim:
-            hvd.basics.inject_fault(point, 0)
-        agree(err is not None and f"shared-memory path: {verb}" in str(err) and "Bad address" in str(err)
-              and took < 5, f"{err!r} after {took:.2f} s")
+        fails_everywhere_at_the_fault(
+            lambda: hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name=verb),
+            point, victim, verb)
         nxt = hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name=f"{verb}.next")
         agree(np.all(nxt == n * (n + 1) / 2), f"the next all-reduce: {nxt[:4]}")
 
@@ -414,19 +405,9 @@ def test_a_failed_write_in_the_single_copy_allgather_fails_it_on_every_rank_and_
         pytest.skip("needs 2 ranks")
     victim = n - 1
     with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_ALLGATHER_ALGO="shm"):
-        if r == victim:
-            hvd.basics.inject_fault("send", 2)
-        t0 = time.monotonic()
-        err = None
-        try:
-            hvd.allgather(np.full(count, r + 1.0, np.float32), name="ag.write")
-        except hvd.HvdLiteError as e:
-            err = e
-        took = time.monotonic() - t0
-        if r == victim:
-            hvd.basics.inject_fault("send", 0)
-        agree(err is not None and "shared-memory path: writing" in str(err)
-              and "Bad address" in str(err) and took < 5, f"{err!r} after {took:.2f} s")
+        fails_everywhere_at_the_fault(
+            lambda: hvd.allgather(np.full(count, r + 1.0, np.float32), name="ag.write"),
+            "send", victim, "writing")
         nxt = hvd.allgather(np.full(count, r + 1.0, np.float32), name="ag.write.next")
         agree(same_bits(nxt, np.repeat(np.arange(1, n + 1, dtype=np.float32), count)),
               f"the next all-gather: {np.unique(nxt)[:4]}")
@@ -443,19 +424,10 @@ def test_a_failed_read_in_the_single_copy_reducescatter_fails_it_on_every_rank_a
         pytest.skip("needs 2 ranks")
     victim = n - 1
     with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_REDUCESCATTER_ALGO="shm"):
-        if r == victim:
-            hvd.basics.inject_fault("recv", 2)
-        t0 = time.monotonic()
-        err = None
-        try:
-            hvd.reducescatter(np.full((rows, 2), r + 1.0, np.float32), op=hvd.Sum, name="rs.read")
-        except hvd.HvdLiteError as e:
-            err = e
-        took = time.monotonic() - t0
-        if r == victim:
-            hvd.basics.inject_fault("recv", 0)
-        agree(err is not None and "shared-memory path: reading" in str(err)
-              and "Bad address" in str(err) and took < 5, f"{err!r} after {took:.2f} s")
+        fails_everywhere_at_the_fault(
+            lambda: hvd.reducescatter(np.full((rows, 2), r + 1.0, np.float32), op=hvd.Sum,
+                                      name="rs.read"),
+            "recv", victim, "reading")
         nxt = hvd.reducescatter(np.full((rows, 2), r + 1.0, np.float32), op=hvd.Sum,
                                 name="rs.read.next")
         mine = rows // n + (r < rows % n)
