@@ -19,8 +19,8 @@
  * Only rank r reads block r of the others' buffers, and nobody writes into them:
  * in place is safe with no step between. In place with 3 ranks or more, rank r
  * copies its own chunk to scratch first, since the fold writes its destination
- * before it reads its own input last. Per rank: (n-1) B / n read, B / n reduced,
- * 2 steps whatever the size, where the ring takes n-1 steps of B / n through
+ * before it reads its own input last. Per rank: (n-1) B / n read, n-1 folds of
+ * B / n (as the ring), 2 steps whatever the size, where the ring takes n-1 steps of B / n through
  * MPI's messages (docs/benchmarks.md, "The single-copy reduce-scatter").
  */
 #include "reduce.h"

@@ -173,13 +173,13 @@ hvdlResult_t hvdl_cma_read_into(hvdlComm_t comm, int q, uint64_t addr, size_t by
     hvdl_copy(dst, there, bytes);
     return hvdlSuccess;
   }
-  if (!fault && hvdl_copy_crawls((uintptr_t)dst, addr)) { /* the kernel's copy would crawl */
-    const char *at;
-    HVDL_CHECK(hvdl_cma_read(comm, q, addr, bytes, &at)); /* at the source's place in a page */
-    hvdl_copy(dst, at, bytes);
-    return hvdlSuccess;
-  }
-  return kernel_copy(comm, q, dst, addr, bytes, 0, fault);
+  if (fault || !hvdl_copy_crawls((uintptr_t)dst, addr))
+    return kernel_copy(comm, q, dst, addr, bytes, 0, fault);
+  /* The kernel's copy would crawl: into scratch at the source's place in a page, then here. */
+  char *to = hvdl_cma_scratch(comm->shm, q, addr);
+  HVDL_CHECK(kernel_copy(comm, q, to, addr, bytes, 0, 0));
+  hvdl_copy(dst, to, bytes);
+  return hvdlSuccess;
 }
 
 /* Whether plain buffers are worth a stand-in: at least half of their pages

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import hvd_lite as hvd
-from conftest import (agree, fails_everywhere_at_the_fault, make_comm, reinit, stand_in_everywhere,
-                      world)
+from conftest import (agree, fails_everywhere_at_the_fault, make_comm, reinit,
+                      skip_unless_single_copy, stand_in_everywhere, world)
 from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
@@ -400,9 +400,8 @@ def test_a_rank_that_comes_late_to_a_failed_single_copy_call_writes_into_no_peer
 def test_a_failed_write_in_the_single_copy_allgather_fails_it_on_every_rank_and_the_next_works(count):
     # The send fault point's second hit, after step 1's, is the all-gather's first write into a
     # peer's result (process_vm_writev), made at address 0: the kernel's own EFAULT.
+    skip_unless_single_copy("shm")
     n, r = hvd.size(), hvd.rank()
-    if n < 2:
-        pytest.skip("needs 2 ranks")
     victim = n - 1
     with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_ALLGATHER_ALGO="shm"):
         fails_everywhere_at_the_fault(
@@ -419,9 +418,8 @@ def test_a_failed_read_in_the_single_copy_reducescatter_fails_it_on_every_rank_a
     # The recv fault point's second hit, after step 1's, is the reduce-scatter's first read of a
     # peer's send buffer (process_vm_readv), made at address 0: the kernel's own EFAULT. Nobody
     # writes into another's buffers, so nothing more is at stake: the next call must be whole.
+    skip_unless_single_copy("shm")
     n, r = hvd.size(), hvd.rank()
-    if n < 2:
-        pytest.skip("needs 2 ranks")
     victim = n - 1
     with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_REDUCESCATTER_ALGO="shm"):
         fails_everywhere_at_the_fault(
