@@ -243,18 +243,8 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
                        "hier_p2p, shm or small", algo);
     config->allReduceAlgorithm = a;
   }
-  const char *bcast = getenv("HVD_LITE_BROADCAST_ALGO");
-  config->broadcastAlgorithm = hvdlBcastAuto;
-  if (bcast && *bcast) {
-    int b = -1;
-    for (int i = 0; i < hvdlNumBcastAlgos; i++)
-      if (strcasecmp(bcast, bcast_names[i]) == 0) b = i;
-    if (b < 0)
-      return hvdl_fail(NULL, hvdlInvalidArgument,
-                       "HVD_LITE_BROADCAST_ALGO=%s is not valid: expected auto, chain, tree, "
-                       "scatter or shm", bcast);
-    config->broadcastAlgorithm = b;
-  }
+  HVDL_CHECK(env_choice("HVD_LITE_BROADCAST_ALGO", bcast_names, hvdlNumBcastAlgos,
+                        "auto, chain, tree, scatter or shm", &config->broadcastAlgorithm));
   HVDL_CHECK(env_choice("HVD_LITE_ALLGATHER_ALGO", allgather_names, hvdlNumAllGatherAlgos,
                         "auto, ring, rd, rd_far or shm", &config->allGatherAlgorithm));
   HVDL_CHECK(env_choice("HVD_LITE_REDUCESCATTER_ALGO", reducescatter_names,

@@ -152,6 +152,11 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
   HVDL_MPI(comm, MPI_Bcast(&a, (int)sizeof a, MPI_BYTE, 0, comm->mpi));
   if (a.res != hvdlSuccess)
     return hvdl_fail(comm, (hvdlResult_t)a.res, "%s%s", comm->rank == 0 ? "" : "on rank 0: ", a.msg);
+  if (comm->size == 1) { /* one rank runs anything, a copy (as the all-reduce): no segment there */
+    if (a.bcast == hvdlBcastShm) a.bcast = hvdlBcastChain;
+    if (a.gather == hvdlAllGatherShm) a.gather = hvdlAllGatherRing;
+    if (a.scatter == hvdlReduceScatterShm) a.scatter = hvdlReduceScatterRing;
+  }
   comm->config.smallAllReduceBytes = (size_t)a.small;
   comm->config.allReduceAlgorithm = a.algo;
   comm->config.broadcastAlgorithm = a.bcast;

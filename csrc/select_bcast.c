@@ -62,15 +62,13 @@ double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t a
   }
 }
 
-/* One rank runs anything (a copy: the selector then takes the chain), as the all-reduce. */
 const char *hvdl_select_broadcast_cannot_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo) {
-  return algo == hvdlBcastShm && comm->size > 1 ? hvdl_cma_off_reason(comm) : NULL;
+  return algo == hvdlBcastShm ? hvdl_cma_off_reason(comm) : NULL;
 }
 
 hvdlBroadcastAlgorithm_t hvdl_select_broadcast(hvdlComm_t comm, size_t bytes) {
-  const int forced = comm->config.broadcastAlgorithm;
-  if (forced != hvdlBcastAuto) /* shm, forced on one rank (no segment): the chain's copy */
-    return forced == hvdlBcastShm && !comm->shm ? hvdlBcastChain : (hvdlBroadcastAlgorithm_t)forced;
+  if (comm->config.broadcastAlgorithm != hvdlBcastAuto)
+    return (hvdlBroadcastAlgorithm_t)comm->config.broadcastAlgorithm;
   if (comm->shm && comm->shm->cma && bytes > SHM_BROADCAST_MIN && bytes <= SHM_BROADCAST_MAX)
     return hvdlBcastShm; /* its single copy */
   const hvdlBroadcastAlgorithm_t best = hvdlBcastChain;

@@ -100,21 +100,18 @@ double hvdl_select_predict_reducescatter(hvdlComm_t comm, hvdlReduceScatterAlgor
   }
 }
 
-/* One rank runs anything (a copy: the selectors then take the ring), as the all-reduce. */
 const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo) {
-  return algo == hvdlAllGatherShm && comm->size > 1 ? hvdl_cma_off_reason(comm) : NULL;
+  return algo == hvdlAllGatherShm ? hvdl_cma_off_reason(comm) : NULL;
 }
 
 const char *hvdl_select_reducescatter_cannot_run(hvdlComm_t comm,
                                                  hvdlReduceScatterAlgorithm_t algo) {
-  return algo == hvdlReduceScatterShm && comm->size > 1 ? hvdl_cma_off_reason(comm) : NULL;
+  return algo == hvdlReduceScatterShm ? hvdl_cma_off_reason(comm) : NULL;
 }
 
 hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes) {
-  const int forced = comm->config.allGatherAlgorithm;
-  if (forced != hvdlAllGatherAuto) /* shm, forced on one rank (no segment): the ring's copy */
-    return forced == hvdlAllGatherShm && !comm->shm ? hvdlAllGatherRing
-                                                    : (hvdlAllGatherAlgorithm_t)forced;
+  if (comm->config.allGatherAlgorithm != hvdlAllGatherAuto)
+    return (hvdlAllGatherAlgorithm_t)comm->config.allGatherAlgorithm;
   const struct hvdl_shm *sh = comm->shm;
   if (sh && sh->hosts == 1 && bytes <= SHM_ALLGATHER_MIN && bytes <= sh->area)
     return hvdlAllGatherShm; /* its one step through the segment */
@@ -129,10 +126,8 @@ hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes) {
 }
 
 hvdlReduceScatterAlgorithm_t hvdl_select_reducescatter(hvdlComm_t comm, size_t bytes) {
-  const int forced = comm->config.reduceScatterAlgorithm;
-  if (forced != hvdlReduceScatterAuto) /* shm, forced on one rank (no segment): the ring's copy */
-    return forced == hvdlReduceScatterShm && !comm->shm ? hvdlReduceScatterRing
-                                                        : (hvdlReduceScatterAlgorithm_t)forced;
+  if (comm->config.reduceScatterAlgorithm != hvdlReduceScatterAuto)
+    return (hvdlReduceScatterAlgorithm_t)comm->config.reduceScatterAlgorithm;
   const struct hvdl_shm *sh = comm->shm;
   if (sh && sh->cma && bytes > SHM_REDUCESCATTER_MIN) return hvdlReduceScatterShm; /* single copy */
   const double ring_t = hvdl_select_predict_reducescatter(comm, hvdlReduceScatterRing, bytes);
