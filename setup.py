@@ -119,7 +119,7 @@ def add_cuda(ext, build_temp):
     os.makedirs(build_temp, exist_ok=True)
     obj = os.path.join(build_temp, "cuda_kernels.o")
     subprocess.run([nvcc, "-O3", "-std=c++17", "-Xcompiler", "-fPIC", *CUDA_ARCHS, "-c",
-                    "csrc/cuda_kernels.cu", "-o", obj], check=True)
+                    "csrc/cuda/cuda_kernels.cu", "-I", "csrc", "-o", obj], check=True)
     lib = next(d for d in (os.path.join(root, "lib64"), os.path.join(root, "lib"))
                if os.path.isdir(d))
     ext.extra_objects.append(obj)
@@ -212,8 +212,8 @@ class BuildExt(build_ext):
 
 core = Extension(
     "hvd_lite._core",
-    sources=sorted(glob.glob("csrc/*.c")),
-    depends=sorted(glob.glob("csrc/*.h")) + ["csrc/cuda_kernels.cu"],
+    sources=sorted(glob.glob("csrc/**/*.c", recursive=True)),
+    depends=sorted(glob.glob("csrc/**/*.h", recursive=True)) + ["csrc/cuda/cuda_kernels.cu"],
     include_dirs=["csrc"],
     extra_compile_args=["-std=c11", "-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
                         "-D_GNU_SOURCE", "-fno-math-errno", "-fno-trapping-math"],

@@ -141,7 +141,7 @@ typedef struct {
                                  all-reduces to the ring, all-gathers to the model's choice
                                  (HVD_LITE_SHM_CMA=0) */
   int allReduceAlgorithm;     /* an hvdlAlgorithm_t (HVD_LITE_ALLREDUCE_ALGO); hvdlAlgoAuto:
-                                 the selector's choice (csrc/select.c) */
+                                 the selector's choice (csrc/select/select_allreduce.c) */
   int broadcastAlgorithm;     /* an hvdlBroadcastAlgorithm_t (HVD_LITE_BROADCAST_ALGO);
                                  hvdlBcastAuto: the cost model's choice */
   int allGatherAlgorithm;     /* an hvdlAllGatherAlgorithm_t (HVD_LITE_ALLGATHER_ALGO);

@@ -61,9 +61,9 @@ HVDL_DTYPES = {
     np.dtype(np.bool_): _core.hvdlBool,
 }
 
-# The longest name the engine takes, in UTF-8 bytes: csrc/request.h's HVDL_MAX_NAME less its NUL.
+# The longest name the engine takes, in UTF-8 bytes: csrc/request/request.h's HVDL_MAX_NAME less its NUL.
 MAX_NAME_BYTES = 511
-# The most dimensions an array may have: csrc/request.h's HVDL_MAX_DIMS.
+# The most dimensions an array may have: csrc/request/request.h's HVDL_MAX_DIMS.
 MAX_DIMS = 16
 
 
@@ -181,7 +181,7 @@ def check_op(fn: str, op) -> int:
 
 def check_scale(fn: str, label: str, factor) -> float:
     """A scale factor as a float (integer arrays are scaled in float64 and truncated toward
-    zero, as Horovod does: csrc/reduce.h)."""
+    zero, as Horovod does: csrc/kernels/kernels.h)."""
     if factor == 1.0 and type(factor) in (float, int):  # the common case, quickly
         return 1.0
     if isinstance(factor, bool) or not isinstance(factor, numbers.Real):
@@ -279,7 +279,7 @@ class Handle:
 def engine_args(coll: int, send, recv, dtype: int, name: str, shape, op: int = 0, pre: float = 1.0,
                 post: float = 1.0, root: int = 0, splits: Optional[list] = None,
                 error: str = "") -> list:
-    """What the engine's submit takes for one collective (csrc/py_engine.c, Engine.submit): send
+    """What the engine's submit takes for one collective (csrc/python/py_engine.c, Engine.submit): send
     the input buffer (None: no data), recv the output buffer (None: the engine allocates it),
     error a problem this rank found, which fails the collective on every rank."""
     return [coll, send, recv, dtype, op, pre, post, name, tuple(shape), root, splits, error]

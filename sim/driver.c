@@ -39,7 +39,7 @@
 
 #include "hvdl.h"
 
-/* The selectors' view (csrc/select.c, select_bcast.c, select_gather.c, internal.h): the simulation reports which
+/* The selectors' view (csrc/select/select_allreduce.c, select_broadcast.c, select_gather.c, select.h): the simulation reports which
  * algorithm ran and the cost model's time for it next to the simulated one. */
 hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes);
 double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
@@ -191,7 +191,7 @@ int main(int argc, char **argv) {
   }
   const int verify = getenv("SIM_NO_CHECK") == NULL;
   /* No shared-memory path: simulated ranks are contexts of one process that take turns, so
-   * a rank spinning on a peer's counter in shm.c would never let that peer run. */
+   * a rank spinning on a peer's counter in segment.c would never let that peer run. */
   hvdlConfig_t cfg;
   hvdlResult_t res = use_hvdl ? hvdlConfigDefault(&cfg) : hvdlSuccess;
   if (use_hvdl && res == hvdlSuccess) {

@@ -8,7 +8,7 @@
  *                 simulation would be charged as simulated computation when
  *                 computation is simulated. Simulated ranks have nothing to
  *                 yield to: it does nothing.
- *   posix_memalign the scratch allocator (base.c); SMPI intercepts malloc, so
+ *   posix_memalign the scratch allocator (memory.c); SMPI intercepts malloc, so
  *                 that large buffers can be shared between simulated ranks
  *                 (--cfg=smpi/auto-shared-malloc-thresh, for the runs whose
  *                 results are not checked); through malloc, scratch is too.

@@ -24,6 +24,7 @@ of the machine running the simulation). Runs whose buffers would take more than 
 SMPI's shared buffers, and their results are not checked (wrong = -1).
 """
 import argparse
+import glob
 import json
 import os
 import re
@@ -83,13 +84,13 @@ def fmt_time(seconds: float) -> str:
 
 
 def build(verbose: bool = False) -> str:
-    """Builds sim/build/driver with smpicc (every csrc/*.c but the Python binding's py_*.c)."""
+    """Builds sim/build/driver with smpicc (every csrc/**/*.c but the Python binding's, csrc/python/)."""
     if not shutil.which("smpicc"):
         sys.exit("smpicc not found: install SimGrid (Debian/Ubuntu: apt-get install libsimgrid-dev)")
     os.makedirs(BUILD, exist_ok=True)
     csrc = os.path.join(ROOT, "csrc")
-    sources = sorted(os.path.join(csrc, f) for f in os.listdir(csrc)
-                     if f.endswith(".c") and not f.startswith("py_"))
+    sources = sorted(p for p in glob.glob(os.path.join(csrc, "**", "*.c"), recursive=True)
+                     if os.path.relpath(p, csrc).split(os.sep)[0] != "python")
     out = os.path.join(BUILD, "driver")
     cmd = ["smpicc", "-O2", "-std=gnu11", "-I" + csrc, "-include", os.path.join(HERE, "sim_shim.h"),
            os.path.join(HERE, "driver.c"), *sources, "-o", out, "-lpthread"]

@@ -8,7 +8,7 @@ Contenders, each called back to back after a barrier:
   core         hvdlAllReduce through the C binding, no engine: what the data costs hvd_lite
   round        MPI_Allgather of one negotiation header (2 x uint64 per rank): what the round's
                collective costs through MPI (across hosts, or with HVD_LITE_SHM=0; on one host the
-               engine's round goes through the shared segment instead, csrc/shm.c)
+               engine's round goes through the shared segment instead, csrc/transport/shm/segment.c)
   alone        hvd.allreduce_ in a process set of this rank alone: the Python API, submission, the
                engine's turn (round and execution on one rank) and completion, with nobody to wait for
   engine       hvd.allreduce_ on both ranks: the whole call

@@ -8,7 +8,7 @@ as other work on the machine would be; then every rank calls hvd.allreduce_ on o
 back to back, and prints per repeat the mean, median, 99th percentile and maximum time of a call,
 the calls over 1 ms and the time they took, and the engine's rounds and caller turns (the fast
 path). A thread that waits by sched_yield on such a machine gets its core back a time slice later
-(ms): csrc/wait.c.
+(ms): csrc/base/wait.c.
 """
 import argparse
 import multiprocessing as mp

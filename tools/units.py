@@ -1,16 +1,20 @@
-"""The C core's units and who calls whom, read from the compiled objects.
+"""The C core's layers and units, and who calls whom, read from the compiled objects.
 
-Each csrc/*.c file is a unit. An arrow A -> B means an object file of A uses a symbol that B
+csrc/ is a stack of layers, one folder each (LAYERS, bottom first; docs/design.md says what
+each holds). Each csrc/<layer>/<name>.c file is a unit, named by its path without ".c"
+(`algorithms/allreduce_ring`). An arrow A -> B means an object file of A uses a symbol that B
 defines (a function call or a global), found with `nm` on objects compiled here, so the picture
-is the code's own. Arrows must point down: the graph has no cycle. Used by
+is the code's own. Arrows must point down: no unit uses one of a higher layer, no two units call
+each other, and no file includes the header of a higher layer. Used by
 tests/unit/test_structure.py and to draw docs/img/units.svg:
 
-    python tools/units.py --svg docs/img/units.svg     # needs matplotlib
-    python tools/units.py                              # the arrows as text
+    python tools/units.py --svg docs/img/units.svg     # the layers' arrows; needs matplotlib
+    python tools/units.py                              # the units' arrows as text
 """
 import argparse
 import glob
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -18,6 +22,20 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CSRC = os.path.join(ROOT, "csrc")
+# The layers, bottom first: a unit may use its own layer and those before it.
+LAYERS = ["base", "kernels", "cuda", "transport", "transport/shm", "algorithms", "select", "api",
+          "request", "negotiate", "execute", "engine", "python"]
+
+
+def sources(ext=(".c",)):
+    """Every C source under csrc/ (recursively), as paths relative to csrc/."""
+    return sorted(os.path.relpath(p, CSRC) for p in glob.glob(os.path.join(CSRC, "**", "*"), recursive=True)
+                  if p.endswith(ext))
+
+
+def layer(path):
+    """The layer of a unit or file (its folder under csrc/; "" for csrc/ itself)."""
+    return os.path.dirname(path)
 
 
 def mpi_include_dirs():
@@ -43,13 +61,14 @@ def mpi_include_dirs():
 
 
 def symbols(cc="cc"):
-    """{unit: (defined symbols, used symbols)} for every csrc/*.c."""
+    """{unit: (defined symbols, used symbols)} for every csrc/**/*.c."""
     inc = ["-I" + CSRC, "-I" + sysconfig.get_paths()["include"]] + ["-I" + d for d in mpi_include_dirs()]
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for src in sorted(glob.glob(os.path.join(CSRC, "*.c"))):
-            unit = os.path.basename(src)[:-2]
-            obj = os.path.join(tmp, unit + ".o")
+        for rel in sources():
+            src = os.path.join(CSRC, rel)
+            unit = rel[:-2]
+            obj = os.path.join(tmp, unit.replace(os.sep, "__") + ".o")
             subprocess.run([cc, "-c", "-O0", "-std=c11", "-D_GNU_SOURCE", "-w", *inc, src, "-o", obj],
                            check=True)
             nm = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
@@ -106,6 +125,47 @@ def cycles(graph):
     return out
 
 
+def upward_calls(graph):
+    """Every arrow from a unit to a unit of a higher layer, as (caller, callee)."""
+    return [(u, w) for u, ws in graph.items() for w in ws if LAYERS.index(layer(w)) > LAYERS.index(layer(u))]
+
+
+def includes():
+    """{file: [the project headers it includes, relative to csrc/]} for every .c, .h and .cu."""
+    out = {}
+    for rel in sources((".c", ".h", ".cu")):
+        with open(os.path.join(CSRC, rel), encoding="utf-8") as f:
+            out[rel] = re.findall(r'^\s*#\s*include\s+"([^"]+)"', f.read(), re.M)
+    return out
+
+
+def upward_includes(incs=None):
+    """Every include of a header of a higher layer (or of one that is not there), as (file, header)."""
+    incs = incs if incs is not None else includes()
+    bad = []
+    for f, hs in incs.items():
+        for h in hs:
+            if h == "hvdl.h":  # the public header, at the top of csrc/, is everyone's
+                continue
+            if not os.path.exists(os.path.join(CSRC, h)) or layer(h) not in LAYERS \
+                    or LAYERS.index(layer(h)) > LAYERS.index(layer(f)):
+                bad.append((f, h))
+    return bad
+
+
+def unknown_folders():
+    """Sources in a folder that is not a layer (a new folder must be placed in LAYERS)."""
+    return [p for p in sources((".c", ".h", ".cu")) if p != "hvdl.h" and layer(p) not in LAYERS]
+
+
+def layer_arrows(graph):
+    """{layer: sorted layers it uses} (within a layer left out)."""
+    out = {lay: set() for lay in LAYERS}
+    for u, ws in graph.items():
+        out[layer(u)].update(layer(w) for w in ws if layer(w) != layer(u))
+    return {lay: sorted(ws, key=LAYERS.index) for lay, ws in out.items()}
+
+
 def levels(graph):
     """Height of each unit: 0 for one that calls nothing, else 1 + the highest it calls."""
     memo = {}
@@ -145,7 +205,7 @@ def draw(graph, path):
             place()
     fig, ax = plt.subplots(figsize=(max(8, 1.45 * width), 1.1 * (top + 1) + 0.6))
     callers = [v for v in graph if graph[v]]
-    # a unit every caller calls (base.c) is drawn without its arrows, which would hide the rest
+    # a layer every caller calls (base) is drawn without its arrows, which would hide the rest
     everyone = {w for w in graph if all(w in graph[v] for v in callers if v != w)}
     for v, ws in graph.items():
         for w in ws:
@@ -155,12 +215,12 @@ def draw(graph, path):
                         arrowprops=dict(arrowstyle="-|>", color="#7a869a", lw=0.7,
                                         shrinkA=11, shrinkB=11, connectionstyle="arc3,rad=0.04"))
     for u, (x, y) in pos.items():
-        ax.text(x, y, u + (" (called by every unit above)" if u in everyone else ""), ha="center", va="center", fontsize=9, family="monospace",
+        ax.text(x, y, u + "/" + (" (called by every layer above)" if u in everyone else ""), ha="center", va="center", fontsize=9, family="monospace",
                 bbox=dict(boxstyle="round,pad=0.3", fc="#eef3fb", ec="#3b5b8c", lw=0.8))
     ax.set_xlim(-0.2, width + 0.2)
     ax.set_ylim(-top - 0.6, 0.6)
     ax.axis("off")
-    ax.set_title("csrc/: who calls whom (each arrow: a call into the unit below; python tools/units.py)",
+    ax.set_title("csrc/'s layers: who calls whom (each arrow: calls into the layer below; python tools/units.py)",
                  fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
@@ -172,14 +232,17 @@ def main(argv=None):
     args = ap.parse_args(argv)
     graph = arrows()
     lv = levels(graph)
-    for u in sorted(graph, key=lambda v: (-lv[v], v)):
-        print(f"{u:16} -> {', '.join(graph[u]) or '-'}")
+    for u in sorted(graph, key=lambda v: (-LAYERS.index(layer(v)), -lv[v], v)):
+        print(f"{u:34} -> {', '.join(graph[u]) or '-'}")
     bad = cycles(graph)
     for group in bad:
         print("CYCLE (an arrow points up):", " <-> ".join(group))
+    up = upward_calls(graph) + upward_includes()
+    for a, b in up:
+        print(f"UP A LAYER: {a} -> {b}")
     if args.svg:
-        draw(graph, args.svg)
-    return 1 if bad else 0
+        draw(layer_arrows(graph), args.svg)
+    return 1 if bad or up else 0
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ is fitted as alpha + bytes * beta through the smallest and the largest size (the
 to show how well a line fits). gamma is the C core's float32 sum kernel
 (dst = a op b) on --gamma-bytes per operand, seconds per operand byte, the median of --repeats. The
 terms across hosts are not measured here (one host): --inter-alpha and --inter-beta, if given, are
-written too; otherwise the file leaves them to the defaults (csrc/config.c).
+written too; otherwise the file leaves them to the defaults (csrc/base/config.c).
 
     mpirun -np 2 python -m hvd_lite.bench fit --out cost_model.conf
     HVD_LITE_COST_MODEL_FILE=cost_model.conf mpirun -np 2 python train.py

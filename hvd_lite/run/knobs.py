@@ -4,7 +4,7 @@ from typing import Dict, Optional
 from ..exceptions import LauncherError
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
-# The ranges the engine accepts (csrc/config.c).
+# The ranges the engine accepts (csrc/base/config.c).
 MAX_FUSION_MB = 1024
 MAX_CYCLE_MS = 1e4
 MAX_STALL_S = 10_000_000

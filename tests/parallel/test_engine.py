@@ -309,7 +309,7 @@ def test_unnamed_synchronous_calls_from_two_threads_at_once_complete():
                          ids=["disabled", "small", "churn"])
 def test_a_small_or_disabled_cache_stays_consistent(capacity, names):
     """Names beyond the capacity are evicted and their ids reused every step; with 100 names in
-    40 entries the cache's name index (csrc/negotiate.c) is also rebuilt as it fills."""
+    40 entries the cache's name index (csrc/negotiate/negotiate.c) is also rebuilt as it fills."""
     with reinit(HVD_LITE_CACHE_CAPACITY=capacity):
         bad = []
         for step in range(4):
@@ -388,7 +388,7 @@ def test_a_group_with_a_repeated_name_is_refused_whole():
 
 
 def test_in_flight_names_are_refused_and_freed_by_name_with_thousands_in_flight():
-    """The in-flight names are kept in buckets (csrc/request.h): with 3,000 in flight (several a
+    """The in-flight names are kept in buckets (csrc/request/request.h): with 3,000 in flight (several a
     bucket) every one of a sample is refused again, a refused group leaves its earlier entries
     free, and once all have completed every name can be submitted again."""
     engine = basics._engine()

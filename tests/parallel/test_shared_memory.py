@@ -1,4 +1,4 @@
-"""Memory the peers reach (csrc/shm_mem.c: hvdlMemAlloc, hvd_lite.empty) under mpirun at 1-4 ranks:
+"""Memory the peers reach (csrc/transport/shm/peer_memory.c: hvdlMemAlloc, hvd_lite.empty) under mpirun at 1-4 ranks:
 the single-copy all-reduce and all-gather on such buffers read and write the peers' buffers through
 views of their regions (Comm.shm_views counts them; exact values for every dtype and op across chunk
 and lane edges: test_shm.py's single-copy test with memory=hvd.empty), in and out of place, the
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.mpi
 
 OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 F32 = 7  # the hvdl code of float32
-MAPS = 8  # HVDL_MEM_MAPS (csrc/shm.h): views kept of each peer's regions
+MAPS = 8  # HVDL_MEM_MAPS (csrc/transport/shm/shm.h): views kept of each peer's regions
 TIMEOUT = 1  # HVD_LITE_DATA_TIMEOUT_SECONDS in the failure test
 
 

@@ -1,4 +1,4 @@
-"""The shared-memory all-reduce (csrc/shm.c) and the hierarchical one (csrc/allreduce_hier.c) under
+"""The shared-memory all-reduce (csrc/transport/shm/segment.c) and the hierarchical one (csrc/algorithms/allreduce_hier.c) under
 mpirun at 1-4 ranks: the layout each communicator sets up, exact values for every dtype and op in
 and out of place with tiny chunks that cross every boundary, the bits of the message-passing paths,
 bitwise identity across ranks, emulated hosts (HVD_LITE_RANKS_PER_HOST), and a rank that stops
@@ -224,7 +224,7 @@ def placed(raw: np.ndarray, offset: int, count: int, dtype) -> np.ndarray:
 
 # Each rank's buffers at their own place in their pages: the single copy reads a peer's chunk into
 # scratch at the same place in a page as its source, and stages a write into a peer whose buffer lies
-# 1-31 bytes further into its page (csrc/shm_cma.c: the distances where the kernel's `rep movsb`
+# 1-31 bytes further into its page (csrc/transport/shm/single_copy.c: the distances where the kernel's `rep movsb`
 # crawls). Rank r's offset: alike (0, 0), 16 and 4 bytes apart both ways round (in the window), 28,
 # 32, 2 KiB apart.
 PAGE_OFFSETS = [(0, 0, 0, 0), (0, 16, 4, 28), (16, 0, 32, 4), (0, 32, 2048, 16)]
@@ -288,7 +288,7 @@ def test_the_engines_info_line_says_how_the_shared_memory_path_runs(cma, capfd):
 
 
 def in_shared_memory(a: np.ndarray) -> np.ndarray:
-    """a's copy in hvd.empty's memory, which the peers reach through views (csrc/shm_mem.c)."""
+    """a's copy in hvd.empty's memory, which the peers reach through views (csrc/transport/shm/peer_memory.c)."""
     out = hvd.empty(a.shape, a.dtype)
     out[...] = a
     return out

@@ -46,12 +46,12 @@ JOB = f"""
 HEADER = ["kind", "sample", "round", "fusion_threshold", "segment_bytes", "batch_time_ms", "cycle_time_ms",
           "steps", "bytes", "seconds", "score"]
 PARAMS = ["fusion_threshold", "segment_bytes", "batch_time_ms", "cycle_time_ms"]
-# The grids of csrc/autotune.c and the defaults the search starts from.
+# The grids of csrc/engine/autotune.c and the defaults the search starts from.
 GRIDS = {"fusion_threshold": [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20],
          "segment_bytes": [64 << 10, 256 << 10, 1 << 20, 4 << 20],
          "batch_time_ms": [0.0, 0.5, 1.0, 2.0, 5.0],
          "cycle_time_ms": [0.0, 1.0, 5.0]}
-CONFIRM_PAIRS = 3  # csrc/autotune.h, HVDL_TUNE_CONFIRM_PAIRS
+CONFIRM_PAIRS = 3  # csrc/engine/engine.h, HVDL_TUNE_CONFIRM_PAIRS
 DEFAULTS = {"fusion_threshold": 256 << 10, "segment_bytes": 256 << 10, "batch_time_ms": 1.0,
             "cycle_time_ms": 0.0}
 

@@ -133,7 +133,7 @@ def test_a_fault_on_one_rank_fails_the_collective_on_every_rank_and_the_next_one
 
 def test_a_fault_while_a_send_step_has_segments_waiting_fails_it_on_every_rank_and_the_next_one_works():
     # 1 KiB segments by messages only: the ring all-reduce's, the reduce-scatter's and the chain
-    # broadcast's pieces take the 64-segment cap, so a send step posts 32 (pipe.h's window) and the
+    # broadcast's pieces take the 64-segment cap, so a send step posts 32 (transport.h's window) and the
     # rest while the next steps receive; the 40th send fails among those, with segments waiting.
     n = 3
     case_list = ["allreduce_ring:send#40:0", "allreduce_ring:send#40:2", "allreduce_ring:recv#40:1",
@@ -172,7 +172,7 @@ def test_a_fault_in_a_tree_broadcast_fails_it_on_every_rank_and_the_next_one_wor
 @pytest.mark.parametrize("n", [3, 4])
 def test_a_fault_in_a_log_step_allgather_or_reducescatter_fails_it_on_every_rank_and_the_next_one_works(n):
     # rd_far and halving: at 4 ranks rd_far's first step and halving's last send two messages each
-    # way (pair.c's hvdl_pair_exchange_many); at 3 ranks ranks 0 and 1 fold first.
+    # way (pair_exchange.c's hvdl_pair_exchange_many); at 3 ranks ranks 0 and 1 fold first.
     case_list = ["allgather:send:0", f"allgather:recv:{n - 1}", "allgather:stall:1",
                  f"reducescatter:send:{n - 1}", "reducescatter:recv:0", "reducescatter:stall:2"]
     env = {"HVD_LITE_ALLGATHER_ALGO": "rd_far", "HVD_LITE_REDUCESCATTER_ALGO": "halving"}

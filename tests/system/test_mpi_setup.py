@@ -81,8 +81,8 @@ def test_launcher_of_a_different_mpi_gives_a_clear_error():
 
 def test_ranks_know_when_their_host_is_oversubscribed():
     """More ranks on the host than the CPUs they may run on: every wait's spins yield
-    (csrc/wait.c). The ranks count their host's CPUs together (the union of their affinity
-    masks, csrc/topology.c), so a launcher held to one CPU (taskset, a container's cpuset)
+    (csrc/base/wait.c). The ranks count their host's CPUs together (the union of their affinity
+    masks, csrc/base/topology.c), so a launcher held to one CPU (taskset, a container's cpuset)
     counts too; as many ranks as CPUs, or one rank alone: not."""
     cpus = len(os.sched_getaffinity(0))
     if cpus > 8:

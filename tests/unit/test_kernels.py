@@ -243,7 +243,7 @@ def test_numbers_between_and_beyond_the_type_ranges_are_no_types(dtype):
 @pytest.mark.parametrize("nbytes", [1, 2048, 2049, 4096, 10_000, 65_536, 65_536 + 7])
 def test_a_copy_gives_the_bytes_at_every_distance_between_its_buffers(nbytes):
     """hvdl_copy (through hvdl_scale with factor 1, the fusion copies' route) copies in 2 KiB
-    pieces where the destination lies 1-31 bytes past the source modulo 4 KiB (base.c): the
+    pieces where the destination lies 1-31 bytes past the source modulo 4 KiB (errors.c): the
     bytes must be the same whichever way it went, for sizes on each side of a piece and whole
     pieces; and overlapping buffers move as memmove moves them."""
     rng = np.random.default_rng(nbytes)

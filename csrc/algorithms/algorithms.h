@@ -1,0 +1,165 @@
+/*
+ * algorithms.h -- the algorithms layer's contract: each collective's algorithms,
+ * one file per collective and schedule (allreduce_ring.c, broadcast_chain.c, ...).
+ * Arguments are validated above (api/collectives.c); the selectors (select/) choose.
+ */
+#ifndef HVDL_ALGORITHMS_ALGORITHMS_H_
+#define HVDL_ALGORITHMS_ALGORITHMS_H_
+
+#include "base/base.h"
+
+/* Algorithms behind hvdlAllReduce; arguments already validated, count > 0. */
+hvdlResult_t hvdl_allreduce_ring(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_small(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                  size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+/* Through the host's shared segment (segment.c), when comm->shm says one host; and the
+ * hierarchical all-reduce (allreduce_hier.c), when it says several. */
+hvdlResult_t hvdl_allreduce_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+/* An all-reduce on a communicator: what the hierarchical all-reduce runs on each lane
+ * across hosts (the selector's choice for the lane, passed down by its caller). */
+typedef hvdlResult_t (*hvdl_allreduce_fn)(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                          size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 size_t count, hvdlDataType_t dt, hvdlRedOp_t op,
+                                 hvdl_allreduce_fn lane_allreduce);
+hvdlResult_t hvdl_allreduce_rd(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                               size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_tree(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+
+/* allreduce_hier_p2p.c: the hierarchical all-reduce over point-to-point
+ * messages (HVD_LITE_ALLREDUCE_ALGO=hier_p2p). hvdl_hier_p2p_init (collective
+ * over comm, at communicator creation, called by select_allreduce.c where every host has
+ * the same number of ranks) makes *out, this rank's groups, from `local` (this
+ * rank's host, topology.c's hvdl_local_comm); freed with hvdl_hier_p2p_free. The
+ * algorithm cuts the buffer into `lanes` lanes (1 to the ranks on a host) and
+ * all-reduces each across hosts with `across` (rd or rab). */
+struct hvdl_hier_p2p;
+hvdlResult_t hvdl_hier_p2p_init(hvdlComm_t comm, MPI_Comm local, struct hvdl_hier_p2p **out);
+void hvdl_hier_p2p_free(struct hvdl_hier_p2p *h);
+hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t across,
+                                     const void *sendbuff, void *recvbuff, size_t count,
+                                     hvdlDataType_t dt, hvdlRedOp_t op);
+
+
+/* The selector takes the shared-memory path on one host up to SHM_ALLREDUCE_MAX bytes per
+ * rank. Shared memory beats the ring on a buffer that is in the cache (tools/shm_vs_ring.py,
+ * 2 ranks: 0.68-0.81x its time from 64 KiB to 1 MiB) and loses from 2 MiB (1.04-1.64x); on
+ * a buffer that is not (ResNet-50's fused step, whose buffers come from memory) it saves
+ * less, as it copies more than the ring does through MPI's single copy. Measured through the
+ * engine, builds alternating (docs/benchmarks.md, "Shared memory against the ring"): up to
+ * 1 MiB the numpy API's 1 MiB all-reduce went from 1.15-1.28x MPI's time to 0.82-0.95x (8
+ * rounds) and the fused step's median stayed at 1.04x the best MPI's (10 rounds); up to 2 MiB
+ * the 2 MiB all-reduce went from 1.08-1.13x to 1.34-1.55x. */
+#ifndef SHM_ALLREDUCE_MAX /* settable at build time (-DSHM_ALLREDUCE_MAX=...), to measure it again */
+#define SHM_ALLREDUCE_MAX ((size_t)1 << 20)
+#endif
+/* Above SHM_CMA_MIN bytes per rank the shared-memory path takes its single-copy form
+ * (allreduce_shm.c: reads the peers' own buffers, writes the result into them) where every
+ * local rank can (hvdl_shm.cma); the selector then takes the path at every size on one host.
+ * At 2 ranks (tools/shm_vs_ring.py, docs/benchmarks.md "The single-copy form"): at 32 KiB it
+ * and the areas were alike (0.49-0.54x MPI's time, in the cache and from the L3); at 64 KiB -
+ * 1 MiB in the cache it took 0.38-0.44x against the areas' 0.60-0.77x, from the L3 0.67-0.72x
+ * against 0.59-0.76x (the areas ahead at 64-128 KiB); through the engine, with 32 KiB instead
+ * of 1 MiB, ResNet-50's step went from 0.74-0.75x MPI's time to 0.68-0.72x and the numpy API's
+ * 64 KiB - 1 MiB from 0.83-0.97x to 0.38-0.57x. */
+#ifndef SHM_CMA_MIN /* settable at build time, to measure it again */
+#define SHM_CMA_MIN ((size_t)32 << 10)
+#endif
+/* Above SHM_ALLGATHER_MIN bytes in all (the result) the all-gather's selector takes the
+ * single-copy all-gather (allgather_shm.c) where it can run; up to it, with every rank on
+ * one host, the one-step all-gather through the segment's areas. At 2 ranks, C API, against
+ * the ring in the same window (docs/benchmarks.md, "The single-copy all-gather"): the single
+ * copy at 8 B - 1 KiB took 1.2-1.8x the ring's time under Open MPI, 1.0-1.2x under MPICH (its
+ * two steps and a system call against one message); at 4 KiB 0.96-1.02x and 0.94-1.01x; at
+ * 16 KiB 0.61-0.67x and 0.60x; above, 0.73-0.99x and 0.63-0.99x. The one step took about
+ * 0.5-0.6x the ring's time at 8 B - 4 KiB ("The one-step all-gather"). */
+#ifndef SHM_ALLGATHER_MIN /* settable at build time, to measure it again */
+#define SHM_ALLGATHER_MIN ((size_t)4 << 10)
+#endif
+
+/* Above SHM_REDUCESCATTER_MIN bytes in all (the input) the reduce-scatter's selector takes
+ * the single-copy reduce-scatter (reducescatter_shm.c) where it can run. At 2 ranks, C API,
+ * Open MPI, against the ring forced in the same window, four runs (docs/benchmarks.md, "The
+ * single-copy reduce-scatter"): 1.2-1.6x the ring's time at 1-2 KiB (two steps and a system
+ * call against one message), 0.96-1.39x at 4 KiB, 0.62-0.95x at 8-64 KiB, 0.89-1.09x at
+ * 128-512 KiB, 0.66-1.07x from 1 MiB to 16 MiB, and 0.90-1.30x at 32-64 MiB. */
+#ifndef SHM_REDUCESCATTER_MIN /* settable at build time, to measure it again */
+#define SHM_REDUCESCATTER_MIN ((size_t)4 << 10)
+#endif
+
+/* Above SHM_BROADCAST_MIN bytes and up to SHM_BROADCAST_MAX the broadcast's selector takes
+ * the single-copy broadcast (broadcast_shm.c) where it can run. At 2 ranks, C API, Open MPI,
+ * against the chain forced in the same window, four runs (docs/benchmarks.md, "The
+ * single-copy broadcast"): 1.05-1.24x the chain's time at 1-2 KiB, 0.68-0.91x at 4-32 KiB,
+ * 0.79-1.08x at 64-512 KiB, and 0.79-1.38x from 1 MiB to 64 MiB, where the chain's one
+ * message is itself a single copy (Open MPI's smsc/cma) and the two take turns. */
+#ifndef SHM_BROADCAST_MIN /* settable at build time, to measure it again */
+#define SHM_BROADCAST_MIN ((size_t)2 << 10)
+#endif
+#ifndef SHM_BROADCAST_MAX
+#define SHM_BROADCAST_MAX ((size_t)512 << 10)
+#endif
+
+/* Variable-size ring collectives (allgather_ring.c, reducescatter_ring.c). Rank k's block
+ * has counts[k] elements (any may be 0) and starts at element counts[0] + ... +
+ * counts[k-1] of the whole buffer; every rank passes the same counts.
+ * allgatherv: rank r contributes counts[r] elements from sendbuff; every rank
+ * receives all blocks in recvbuff. In-place when sendbuff is rank r's block of
+ * recvbuff.
+ * reducescatterv: sendbuff holds the whole buffer on every rank; rank r receives
+ * the reduction of block r in recvbuff (counts[r] elements; Avg divides by the
+ * number of ranks). In-place when recvbuff is block r of sendbuff.
+ * Any other overlap of the buffers is the caller's error. */
+hvdlResult_t hvdl_allgatherv(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                             const size_t *counts, hvdlDataType_t dt);
+hvdlResult_t hvdl_reducescatterv(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op);
+/* The same calls by recursive doubling (allgather_rd.c; far_first: rd_far) and
+ * recursive halving (reducescatter_halving.c). */
+hvdlResult_t hvdl_allgatherv_rd(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                const size_t *counts, hvdlDataType_t dt, int far_first);
+hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                         const size_t *counts, hvdlDataType_t dt,
+                                         hvdlRedOp_t op);
+/* The all-gather of ranks all on one host (allgather_shm.c): in one step through the
+ * segment's areas up to SHM_ALLGATHER_MIN bytes in all where that fits an area, else the
+ * single copy, which needs comm->shm->cma (the selector's to check). */
+hvdlResult_t hvdl_allgatherv_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 const size_t *counts, hvdlDataType_t dt);
+/* The reduce-scatter of ranks all on one host (reducescatter_shm.c): the single copy,
+ * which needs comm->shm->cma (the selector's to check). */
+hvdlResult_t hvdl_reducescatterv_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                     const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op);
+
+/* Algorithms behind hvdlBroadcast and hvdlReduce; arguments already validated,
+ * count > 0, more than one rank. recvbuff of hvdl_reduce_root is used on root only;
+ * `latency` picks the latency path's gather (as the all-reduce's latency path
+ * would reduce), else the ring's reduce-scatter + gather (as the ring would). */
+hvdlResult_t hvdl_broadcast_chain(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                  size_t count, hvdlDataType_t dt, int root);
+hvdlResult_t hvdl_broadcast_tree(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 size_t count, hvdlDataType_t dt, int root);
+hvdlResult_t hvdl_broadcast_scatter(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                    size_t count, hvdlDataType_t dt, int root);
+/* The broadcast of ranks all on one host (broadcast_shm.c): the single copy, which
+ * needs comm->shm->cma (the selector's to check). */
+hvdlResult_t hvdl_broadcast_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                size_t count, hvdlDataType_t dt, int root);
+
+hvdlResult_t hvdl_reduce_root(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                              size_t count, hvdlDataType_t dt, hvdlRedOp_t op, int root,
+                              int latency);
+
+/* All-to-all with byte counts and displacements per rank (alltoall_pairwise.c); the
+ * buffers must not overlap. */
+hvdlResult_t hvdl_alltoallv(hvdlComm_t comm, const void *send, const int *scounts,
+                            const int *sdispls, void *recv, const int *rcounts,
+                            const int *rdispls);
+
+
+#endif /* HVDL_ALGORITHMS_ALGORITHMS_H_ */

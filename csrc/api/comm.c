@@ -1,0 +1,195 @@
+/*
+ * comm.c -- communicators: made from an MPI communicator (its private
+ * duplicate, the host layout, the shared segment, the lanes across hosts),
+ * renewed after a failure, destroyed or aborted, and their queries. The
+ * collectives' entry points are collectives.c's.
+ */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "algorithms/algorithms.h"
+#include "base/base.h"
+#include "cuda/cuda.h"
+#include "select/select.h"
+#include "transport/shm/shm.h"
+
+
+/* Frees comm's memory; `collective` also frees what every rank frees together
+ * (the shared segment, the cross-host communicator). */
+static void free_comm(hvdlComm_t comm, int collective) {
+  if (comm->cross) {
+    if (collective) hvdlCommDestroy(comm->cross);
+    else hvdlCommAbort(comm->cross);
+  }
+  if (comm->shm) hvdl_cma_free(comm->shm); /* its stand-in, before the segment goes */
+  hvdl_shm_free(comm, collective);
+  hvdl_cuda_free(comm);
+  free(comm->rank_names);
+  free(comm->parked);
+  free(comm->scratch.tmp);
+  free(comm->scratch.gather);
+  free(comm->scratch.sreq);
+  free(comm->scratch.stage);
+  free(comm->scratch.block);
+  free(comm->scratch.counts);
+  free(comm->scratch.work);
+  hvdl_hier_p2p_free(comm->hier_p2p);
+  free(comm);
+}
+
+/* The communicator of this rank's lane across hosts (allreduce_hier.c), from
+ * `from` (collective over it; MPI_COMM_NULL for a local rank without a lane). */
+static hvdlResult_t split_lanes(hvdlComm_t comm, MPI_Comm from, MPI_Comm *out) {
+  const struct hvdl_shm *s = comm->shm;
+  const int color = s->local_rank < s->lanes ? s->local_rank : MPI_UNDEFINED;
+  HVDL_MPI(comm, MPI_Comm_split(from, color, comm->rank, out));
+  return hvdlSuccess;
+}
+
+/* sub->rank_names: the rank in comm of each of sub's ranks (collective over sub). */
+static hvdlResult_t name_ranks(hvdlComm_t comm, hvdlComm_t sub) {
+  sub->rank_names = malloc(sizeof(int) * (size_t)sub->size);
+  if (!sub->rank_names) return hvdl_fail(comm, hvdlSystemError, "hvdlCommInitMpi: out of memory");
+  HVDL_MPI(comm, MPI_Allgather(&comm->rank, 1, MPI_INT, sub->rank_names, 1, MPI_INT, sub->mpi));
+  return hvdlSuccess;
+}
+
+/* one_per_host: mpi_comm has one rank on each host (a lane across hosts). */
+static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfig_t *cfg,
+                             int one_per_host) {
+  hvdlComm_t comm = calloc(1, sizeof *comm);
+  if (!comm) return hvdl_fail(NULL, hvdlSystemError, "hvdlCommInitMpi: out of memory");
+  comm->config = *cfg;
+  int err = MPI_Comm_dup(mpi_comm, &comm->mpi);
+  if (err != MPI_SUCCESS) {
+    free_comm(comm, 0);
+    return hvdl_fail_mpi(NULL, err, "MPI_Comm_dup in hvdlCommInitMpi");
+  }
+  /* Errors on our communicator come back as codes; they never abort the job. */
+  MPI_Comm_set_errhandler(comm->mpi, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm->mpi, &comm->rank);
+  MPI_Comm_size(comm->mpi, &comm->size);
+  int host_ranks = 1, host_cpus = 1; /* a lane across hosts has one rank on each */
+  hvdlResult_t res = one_per_host ? hvdlSuccess : hvdl_host_cpus(comm->mpi, &host_ranks, &host_cpus);
+  if (res != hvdlSuccess) hvdl_fail(comm, res, "%s", hvdlGetLastError(NULL));
+  hvdl_note_host_cpus(host_ranks, host_cpus);
+  if (res == hvdlSuccess) res = hvdl_shm_init(comm);
+  if (res == hvdlSuccess) res = hvdl_shm_cma_init(comm);
+  /* The selector sees what the shared-memory unit made possible. */
+  if (res == hvdlSuccess) res = hvdl_select_init(comm, one_per_host);
+  if (res == hvdlSuccess && comm->config.smallAllReduceBytes == HVDL_SMALL_BYTES_AUTO)
+    comm->config.smallAllReduceBytes = hvdl_small_bytes_default(comm->size, comm->hosts);
+  if (res == hvdlSuccess && comm->shm && comm->shm->hosts > 1) {
+    MPI_Comm lane = MPI_COMM_NULL;
+    hvdlConfig_t across = *cfg;
+    across.disableShm = 1; /* one rank per host: nothing to share */
+    if (across.allReduceAlgorithm == hvdlAlgoHierarchical ||
+        across.allReduceAlgorithm == hvdlAlgoHierP2p) /* the lanes: the selector's choice */
+      across.allReduceAlgorithm = hvdlAlgoAuto;
+    res = split_lanes(comm, comm->mpi, &lane);
+    if (res == hvdlSuccess && lane != MPI_COMM_NULL) {
+      res = new_comm(&comm->cross, lane, &across, 1);
+      MPI_Comm_free(&lane);
+      if (res == hvdlSuccess) res = name_ranks(comm, comm->cross);
+    }
+  }
+  if (res != hvdlSuccess) {
+    hvdl_fail(NULL, res, "hvdlCommInitMpi: %s", comm->last_error);
+    free_comm(comm, 0);
+    return res;
+  }
+  *out = comm;
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdlCommInitMpi(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfig_t *config) {
+  if (!out) return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlCommInitMpi: comm is NULL");
+  *out = NULL;
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized)
+    return hvdl_fail(NULL, hvdlInvalidUsage,
+                     "hvdlCommInitMpi: MPI is %s; initialise MPI first",
+                     finalized ? "already finalized" : "not initialised");
+  if (mpi_comm == MPI_COMM_NULL)
+    return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlCommInitMpi: the MPI communicator is MPI_COMM_NULL");
+
+  hvdlConfig_t cfg;
+  if (config) {
+    cfg = *config;
+  } else {
+    HVDL_CHECK(hvdlConfigDefault(&cfg));
+  }
+  HVDL_CHECK(hvdl_config_check(&cfg));
+  return new_comm(out, mpi_comm, &cfg, 0);
+}
+
+hvdlResult_t hvdl_comm_renew(hvdlComm_t comm, MPI_Comm from) {
+  MPI_Comm fresh;
+  HVDL_MPI(comm, MPI_Comm_dup(from, &fresh)); /* not of the old one: it may hold a collective */
+  MPI_Comm_set_errhandler(fresh, MPI_ERRORS_RETURN);
+  /* The old communicator is dropped, not freed: messages abandoned on it may still
+   * sit in a peer's queue, and a freed communicator's context id can be given to a
+   * later one, whose receives would then match them. One handle per failure. */
+  comm->mpi = fresh;
+  comm->broken = 0;
+  /* Every rank has left the failed collectives: nobody can match a parked send now.
+   * One that is still moving its message gets a moment to finish (an unmatched one
+   * never will: this is not waited for long). */
+  const double until = hvdl_now() + 0.05;
+  int done = 0;
+  while (comm->nparked > 0 &&
+         MPI_Testall(comm->nparked, comm->parked, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
+         !done && hvdl_now() < until)
+    hvdl_sleep(1e-4);
+  for (int i = 0; i < comm->nparked; i++)
+    if (comm->parked[i] != MPI_REQUEST_NULL) MPI_Request_free(&comm->parked[i]);
+  comm->nparked = 0;
+  /* The shared segment's counters and the lanes' communicators start afresh too. */
+  HVDL_CHECK(hvdl_shm_renew(comm));
+  if (comm->shm && comm->shm->hosts > 1) {
+    MPI_Comm lane = MPI_COMM_NULL;
+    HVDL_CHECK(split_lanes(comm, fresh, &lane));
+    if (lane != MPI_COMM_NULL) {
+      hvdlResult_t res = hvdl_comm_renew(comm->cross, lane);
+      MPI_Comm_free(&lane);
+      if (res != hvdlSuccess) return hvdl_fail(comm, res, "%s", comm->cross->last_error);
+    }
+  }
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdlCommDestroy(hvdlComm_t comm) {
+  if (!comm) return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlCommDestroy: comm is NULL");
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&comm->mpi);
+  free_comm(comm, !finalized);
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdlCommAbort(hvdlComm_t comm) {
+  if (!comm) return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlCommAbort: comm is NULL");
+  /* MPI_Comm_free is local in practice but formally collective; after a failure
+   * the peers may be gone, so the handle is dropped rather than freed (the shared window too). */
+  free_comm(comm, 0);
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdlCommCount(const hvdlComm_t comm, int *count) {
+  if (!comm || !count) return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlCommCount: NULL argument");
+  *count = comm->size;
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdlCommUserRank(const hvdlComm_t comm, int *rank) {
+  if (!comm || !rank)
+    return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlCommUserRank: NULL argument");
+  *rank = comm->rank;
+  return hvdlSuccess;
+}

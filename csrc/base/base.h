@@ -1,0 +1,314 @@
+/*
+ * base.h -- the base layer's contract, below every other: the communicator struct,
+ * results and the checking macros (errors.c), fault points, the clock, types and
+ * scratch memory, the bulk copy, the one way to wait (wait.c), every HVD_LITE_*
+ * variable (config.c) and the host layout (topology.c).
+ */
+#ifndef HVDL_BASE_BASE_H_
+#define HVDL_BASE_BASE_H_
+
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <time.h>
+
+#include "hvdl.h"
+
+#define HVDL_ERRMSG_LEN 512
+
+/* Scratch that lives as long as the communicator, grown on demand and reused. */
+struct hvdl_scratch {
+  char *tmp;            /* pipeline.c: PIPE_WINDOW receive segments of the reducing verbs */
+  size_t tmp_bytes;
+  char *gather;         /* latency path: n * small_bytes */
+  size_t gather_bytes;
+  char *sreq;           /* pipeline.c: MPI_Request[2][cap], sends of the two most recent steps */
+  size_t sreq_bytes;
+  char *stage;          /* reduce-scatter: the partials being forwarded, two blocks (the
+                         * ring), or the partial of the whole buffer (halving) */
+  size_t stage_bytes;
+  char *block;          /* reduce: a non-root rank's reduced block */
+  size_t block_bytes;
+  char *counts;         /* reduce, scatter broadcast: size_t[n], the blocks */
+  size_t counts_bytes;
+  char *work;           /* pairwise all-reduces (allreduce_rd.c, allreduce_rab.c) and the
+                         * halving reduce-scatter: the partner's data */
+  size_t work_bytes;
+};
+
+/* The all-reduce cost model (select_allreduce.c): per link class, a message's latency
+ * alpha (s) and the time per byte beta (s/B); gamma, the time per byte reduced.
+ * Filled by config.c (defaults, HVD_LITE_COST_MODEL_FILE); rank 0's is everyone's. */
+enum hvdl_link { HVDL_LINK_INTRA = 0, HVDL_LINK_INTER = 1 };
+struct hvdl_cost_model {
+  double alpha[2], beta[2], gamma;
+};
+
+/* Fault injection, a testing aid (docs/design.md, "Failures"): where a rank can be
+ * made to fail. armed[p] = n > 0 fails the n-th next time point p is reached. */
+enum hvdl_fault_point {
+  HVDL_FAULT_ALLOC, HVDL_FAULT_SEND, HVDL_FAULT_RECV, HVDL_FAULT_NEGOTIATE, HVDL_FAULT_STALL,
+  HVDL_FAULT_EXIT, HVDL_FAULT_ADAPTER, HVDL_FAULT_POINTS
+};
+struct hvdl_faults {
+  atomic_int armed[HVDL_FAULT_POINTS];
+};
+
+struct hvdlComm {
+  MPI_Comm mpi;         /* private duplicate of the caller's communicator */
+  int rank;
+  int size;
+  int broken;           /* set after a failure mid-collective */
+  hvdlConfig_t config;
+  struct hvdl_scratch scratch;
+  double phase_time[3];  /* last ring: start, end of reduce-scatter, end (for the timeline) */
+  /* Called while wait.c polls, with the seconds the wait has lasted; a result other
+   * than hvdlSuccess ends the wait with it (the engine: notifications, and alarms
+   * from other ranks). */
+  hvdlResult_t (*watch)(void *arg, double waited);
+  void *watch_arg;
+  double data_timeout;   /* a wait in which nothing completes for this long fails (0: never) */
+  int wait_peer;         /* the rank the current wait is for, where the algorithm knows (-1) */
+  int *rank_names;       /* for messages: each rank's number in the communicator this one
+                          * serves (a lane's, allreduce_hier.c), or NULL: its own */
+  struct hvdl_faults *faults; /* NULL unless faults are injected */
+  struct hvdl_shm *shm;  /* segment.c: the segment shared with this host's ranks; NULL when there is
+                          * none (HVD_LITE_SHM=0, or no host has two ranks) */
+  hvdlComm_t cross;      /* allreduce_hier.c: this local rank's peers on the other hosts (a
+                          * lane); NULL on one host and on local ranks that carry no lane */
+  struct hvdl_cost_model model; /* select_allreduce.c: agreed by every rank at init */
+  int hosts, local_size;  /* select_allreduce.c: hosts, and the most ranks on one of them (the host
+                          * layout of topology.c, emulated hosts included) */
+  struct hvdl_hier_p2p *hier_p2p; /* allreduce_hier_p2p.c: this rank's groups within and across
+                          * hosts; NULL unless several hosts have the same number of ranks */
+  struct hvdl_cuda_stage *cuda_stage; /* cuda.c: pinned chunks for device buffers, or NULL */
+  MPI_Request *parked;   /* sends of failed collectives, released when the communicator is renewed */
+  int nparked, parked_cap;
+  char last_error[HVDL_ERRMSG_LEN];
+};
+
+/* Records a formatted message on comm (or the thread's own slot if comm is NULL)
+ * and returns res, so that a failure site reads `return hvdl_fail(...)`. */
+hvdlResult_t hvdl_fail(hvdlComm_t comm, hvdlResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Converts an MPI error code into hvdlSystemError with MPI's own text. */
+hvdlResult_t hvdl_fail_mpi(hvdlComm_t comm, int mpi_err, const char *what);
+
+/* Propagates a failing result code. */
+#define HVDL_CHECK(call)                     \
+  do {                                       \
+    hvdlResult_t hvdl_res_ = (call);         \
+    if (hvdl_res_ != hvdlSuccess) return hvdl_res_; \
+  } while (0)
+
+/* Runs an MPI call; on failure records the call's text and returns hvdlSystemError. */
+#define HVDL_MPI(comm, call)                                 \
+  do {                                                       \
+    int hvdl_mpi_err_ = (call);                              \
+    if (hvdl_mpi_err_ != MPI_SUCCESS)                        \
+      return hvdl_fail_mpi((comm), hvdl_mpi_err_, #call);    \
+  } while (0)
+
+/* Everything the engine is tuned by; filled from HVD_LITE_* by config.c. */
+struct hvdl_engine_config {
+  hvdlConfig_t comm;          /* ring segment, latency-path crossover */
+  size_t fusion_threshold;    /* HVD_LITE_FUSION_THRESHOLD, bytes; 0 disables fusion */
+  double cycle_time_ms;       /* HVD_LITE_CYCLE_TIME: least time between two rounds */
+  double batch_time_ms;       /* HVD_LITE_BATCH_TIME: how long a burst of submissions may pause */
+  double notify_time_ms;      /* HVD_LITE_NOTIFY_TIME: how long a completion may go unannounced */
+  double stall_check_s;       /* HVD_LITE_STALL_CHECK_TIME_SECONDS; 0 disables the warning */
+  double stall_shutdown_s;    /* HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS; 0 = wait forever */
+  size_t cache_capacity;      /* HVD_LITE_CACHE_CAPACITY: response cache entries; 0 disables */
+  char timeline[4096];        /* HVD_LITE_TIMELINE: Chrome-trace file written by rank 0 */
+  double data_timeout_s;      /* HVD_LITE_DATA_TIMEOUT_SECONDS; 0 = a data phase may wait forever */
+  size_t fast_path_bytes;     /* HVD_LITE_FAST_PATH_BYTES: the most a waiting caller executes itself; 0: never */
+  /* HVD_LITE_FAULT (a testing aid): point@rank#n, up to 16 of them */
+  struct { int point, rank, n; } faults[16];
+  int nfaults;
+  int log_level;              /* HVD_LITE_LOG_LEVEL: enum hvdl_log_level */
+  /* HVD_LITE_AUTOTUNE (csrc/engine/autotune.c): rank 0 tunes the parameters below online */
+  int autotune;
+  unsigned autotune_fixed;    /* bit p (enum hvdl_tune_param): the user set it, so it stays as set */
+  int autotune_warmup;        /* HVD_LITE_AUTOTUNE_WARMUP_SAMPLES: samples measured and dropped first */
+  int autotune_steps;         /* HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE: training steps in a sample */
+  char autotune_log[4096];    /* HVD_LITE_AUTOTUNE_LOG: rank 0's CSV of samples and the choice */
+};
+
+/* The parameters the autotuner may change, in the order it tunes them. */
+enum hvdl_tune_param {
+  HVDL_TUNE_FUSION, HVDL_TUNE_SEGMENT, HVDL_TUNE_BATCH, HVDL_TUNE_CYCLE, HVDL_TUNE_PARAMS
+};
+
+enum hvdl_log_level {
+  HVDL_LOG_TRACE = 0, HVDL_LOG_DEBUG, HVDL_LOG_INFO, HVDL_LOG_WARNING, HVDL_LOG_ERROR, HVDL_LOG_FATAL
+};
+
+hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c);
+/* At info level, the configuration on stderr (rank 0, at the engine's start). */
+void hvdl_engine_config_print(const struct hvdl_engine_config *cfg, int nranks, const hvdlConfig_t *comm);
+/* Parses one HVD_LITE_FAULT-style spec ("point@rank#n,...") into c->faults. */
+hvdlResult_t hvdl_config_faults(struct hvdl_engine_config *c, const char *spec);
+hvdlResult_t hvdl_config_check(const hvdlConfig_t *c);
+/* The shared-memory path's chunk when hvdlConfig_t.shmBytes is 0. */
+size_t hvdl_shm_bytes_default(void);
+/* HVD_LITE_RANKS_PER_HOST (a testing aid): k > 0 splits each host's ranks into
+ * hosts of k consecutive ranks (topology.c); 0 when unset. */
+hvdlResult_t hvdl_config_ranks_per_host(int *k);
+/* The most bytes per rank the latency path takes (HVD_LITE_SMALL_ALLREDUCE_BYTES's
+ * maximum; its all-gather holds n times as much). */
+#define HVDL_SMALL_BYTES_MAX ((size_t)1 << 26)
+/* The latency-path crossover for this many ranks on this many hosts. */
+size_t hvdl_small_bytes_default(int nranks, int hosts);
+/* The cost model: the defaults, then HVD_LITE_COST_MODEL_FILE's values over them. */
+hvdlResult_t hvdl_config_cost_model(struct hvdl_cost_model *m);
+/* HVD_LITE_ALLREDUCE_ALGO's spelling of an algorithm, and back (-1 if none). */
+const char *hvdl_algo_name(int algo);
+int hvdl_algo_parse(const char *name);
+/* The same for HVD_LITE_BROADCAST_ALGO's (an hvdlBroadcastAlgorithm_t). */
+const char *hvdl_bcast_algo_name(int algo);
+/* And HVD_LITE_ALLGATHER_ALGO's, HVD_LITE_REDUCESCATTER_ALGO's. */
+const char *hvdl_allgather_algo_name(int algo);
+const char *hvdl_reducescatter_algo_name(int algo);
+
+/* wait.c: how a waiter polls MPI requests. It spins for `spin` seconds (with
+ * sched_yield between polls if `yield` and the thread yields in spins: see
+ * hvdl_wait_yield_in_spins), then sleeps between polls, from
+ * `first_sleep` doubling up to `max_sleep`, or up to `long_sleep` once it has
+ * waited `long_after` (0: never), and past that up to 2 % of the time waited
+ * (at most 50 ms); `waited_before` counts as time waited already (no spin then). A `bounded` wait fails when nothing completes
+ * for comm->data_timeout (the data phases: every rank is inside the collective). */
+struct hvdl_wait_limits {
+  double spin;
+  int yield;
+  double first_sleep, max_sleep;
+  double long_after, long_sleep;
+  int bounded;
+  double waited_before; /* a wait that goes on with an earlier one: counted as waited already */
+};
+/* Whether the calling thread's spins yield the core (limits with `yield`): only the
+ * engine thread's do (engine.c), which shares a core with its process's training
+ * thread. A thread waiting in a synchronous call is that training thread; its yield
+ * would give the core to another process, and on a loaded machine sched_yield
+ * returns a time slice later (ms). Off by default. */
+void hvdl_wait_yield_in_spins(int on);
+/* Whether this host runs more ranks than the CPUs they may run on: then every waiting
+ * thread's spins yield, since the peer it waits for may be waiting for its core (as MPI's
+ * own waits do then). Each communicator made tells it its host's ranks and CPUs
+ * (hvdl_host_cpus); once one had more ranks than CPUs it stays set for the process. */
+void hvdl_note_host_cpus(int ranks, int cpus);
+int hvdl_oversubscribed(void);
+/* A condition to wait for. test sets *done (an error it returns ends the wait);
+ * progress is a count that grows whenever the wait moves on (requests completed, a
+ * peer's step or heartbeat), start its value when the wait begins; progress may
+ * set comm->wait_peer to the peer the wait is for. */
+struct hvdl_poll {
+  hvdlResult_t (*test)(hvdlComm_t comm, void *arg, int *done);
+  uint64_t (*progress)(hvdlComm_t comm, void *arg);
+  void *arg;
+  uint64_t start;
+};
+/* Polls p until it is done, with comm->watch between polls and the limits' sleeps;
+ * hvdlRemoteError when its progress has not grown for comm->data_timeout (bounded
+ * limits), or what test or comm->watch returned. hvdl_wait_data: with the data
+ * phases' limits. */
+hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
+                             const struct hvdl_wait_limits *limits);
+hvdlResult_t hvdl_wait_data(hvdlComm_t comm, const struct hvdl_poll *p);
+/* Polls until all n requests are done (comm->watch between polls); returns
+ * hvdlSystemError on an MPI error, hvdlRemoteError when nothing completes for
+ * comm->data_timeout, or what comm->watch returned. On failure the requests are
+ * left as they are: a caller that owns point-to-point requests abandons them. */
+hvdlResult_t hvdl_wait_requests(hvdlComm_t comm, int n, MPI_Request *reqs,
+                                const struct hvdl_wait_limits *limits);
+/* The same with the data phases' limits (every rank is inside the collective);
+ * hvdl_wait_peer when every request is with one peer (named if it stays silent). */
+hvdlResult_t hvdl_wait_all(hvdlComm_t comm, int n, MPI_Request *reqs);
+hvdlResult_t hvdl_wait_peer(hvdlComm_t comm, int peer, int n, MPI_Request *reqs);
+/* Releases the point-to-point requests of a failed collective. Receives
+ * (`receives`) are cancelled, then given until `until` (hvdl_now() time;
+ * HVDL_ABANDON_GRACE from the failure) to finish (a matched message finishes),
+ * then freed. Sends cannot be cancelled, and a late peer may still match one and
+ * read its buffer, so they are parked on the communicator until hvdl_comm_renew,
+ * when every rank has left the failed collective. Never for collective requests:
+ * MPI forbids cancelling them; they are left to the old communicator. */
+#define HVDL_ABANDON_GRACE 1.0
+void hvdl_abandon(hvdlComm_t comm, int n, MPI_Request *reqs, int receives, double until);
+/* The sleep after `sleep` (0: before the first one), `waited` seconds into a wait. */
+double hvdl_wait_next_sleep(const struct hvdl_wait_limits *limits, double sleep, double waited);
+void hvdl_sleep(double seconds);
+
+/* errors.c: 1 when an armed fault at point p fires now (f may be NULL); its name. */
+int hvdl_fault_hit(struct hvdl_faults *f, enum hvdl_fault_point p);
+/* The stall fault point, armed: this rank stops for three data timeouts (wait.c). */
+void hvdl_fault_stall(hvdlComm_t comm);
+const char *hvdl_fault_name(int p);
+
+/* clock.c: monotonic time in seconds; types.c: type and op names; memory.c: scratch and the bulk copy. */
+double hvdl_now(void);
+/* memmove for the collectives' data, off the path where glibc's `rep movsb` crawls: a copy
+ * between buffers apart whose destination lies 1-31 bytes past its source modulo 4 KiB goes in
+ * pieces small enough for glibc's vector loop (memory.c says why). */
+void hvdl_copy(void *dst, const void *src, size_t n);
+/* Whether a `rep movsb` from src to dst would be in that window. The kernel's copies for
+ * process_vm_readv/writev are `rep movsb` too: single_copy.c places and stages around it. */
+int hvdl_copy_crawls(uint64_t dst, uint64_t src);
+/* The CLOCK_REALTIME moment `seconds_from_now` ahead, for pthread_cond_timedwait. */
+void hvdl_deadline(struct timespec *ts, double seconds_from_now);
+
+/* Types by a dense index, for tables: NCCL's keep their numbers (0 .. 9) and
+ * hvd_lite's follow them (int16 10, uint16 11, bool 12); -1 for a number that is
+ * no type. */
+#define HVDL_TYPE_SLOTS (hvdlNumTypes + hvdlExtTypesEnd - hvdlExtTypesBegin)
+static inline int hvdl_type_slot(int t) {
+  if (t >= 0 && t < hvdlNumTypes) return t;
+  if (t >= hvdlExtTypesBegin && t < hvdlExtTypesEnd) return hvdlNumTypes + t - hvdlExtTypesBegin;
+  return -1;
+}
+/* 1 when t is a data type; 1 when reduction ops apply to it (every type but bool). */
+static inline int hvdl_type_valid(int t) { return hvdl_type_slot(t) >= 0; }
+static inline int hvdl_type_reducible(int t) { return hvdl_type_valid(t) && t != hvdlBool; }
+/* The size and name of a valid type ("unknown" names any other number). */
+size_t hvdl_type_size(hvdlDataType_t t);
+const char *hvdl_type_name(hvdlDataType_t t);
+const char *hvdl_op_name(hvdlRedOp_t op);
+
+/* Grows a scratch allocation to at least `bytes` (64-byte aligned). */
+hvdlResult_t hvdl_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes);
+
+/* ---- topology.c: the host layout ------------------------------------------ */
+
+/* This rank's place in a communicator: among all ranks, among the ranks of its
+ * host (local), and among the ranks with its local rank, one per host (cross). */
+struct hvdl_topology {
+  int rank, size;
+  int local_rank, local_size;
+  int cross_rank, cross_size;
+  int homogeneous; /* 1 when every host has the same number of ranks */
+};
+
+/* Fills *out for the calling rank (collective over comm: every rank calls it).
+ * hvdlSystemError with MPI's text if MPI fails. */
+hvdlResult_t hvdl_topology(MPI_Comm comm, struct hvdl_topology *out);
+
+/* Makes *local, the communicator of the ranks of comm on this rank's host, in
+ * rank order (collective over comm; the caller frees it). */
+hvdlResult_t hvdl_local_comm(MPI_Comm comm, MPI_Comm *local);
+
+/* *ranks, the ranks of comm on this rank's host (the real one: HVD_LITE_RANKS_PER_HOST
+ * aside), and *cpus, how many CPUs they may run on between them: the union of their
+ * affinity masks (Linux; elsewhere the online CPUs). Collective over comm. More ranks
+ * than CPUs means an oversubscribed host (a launcher's --oversubscribe, taskset or a
+ * container's cpuset), where every wait's spins must yield (wait.c). hvdlSystemError
+ * with MPI's text if MPI fails. */
+hvdlResult_t hvdl_host_cpus(MPI_Comm comm, int *ranks, int *cpus);
+
+/* Makes *out, the communicator of ranks[0 .. n-1] of base, in that order. Only
+ * the listed ranks call it (MPI_Comm_create_group). hvdlInvalidArgument, before
+ * any MPI traffic, for a rank outside [0, size of base) or a caller that is not
+ * in the list; hvdlSystemError if MPI fails. The caller frees *out. */
+hvdlResult_t hvdl_comm_subset(MPI_Comm base, const long long *ranks, int n, MPI_Comm *out);
+
+
+#endif /* HVDL_BASE_BASE_H_ */

@@ -1,0 +1,34 @@
+#ifndef HVDL_KERNELS_KERNELS_H
+#define HVDL_KERNELS_KERNELS_H
+
+#include "hvdl.h"
+
+/*
+ * kernels.h -- element-wise reduction kernels for every data type but bool x 5 ops,
+ * Avg's division and the scale factors' multiplication.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+
+/* dst[i] = a[i] op b[i] for i < n, with `a` as the left operand.
+ * dst may be the same pointer as a or b (not a partial overlap).
+ * hvdlAvg reduces with Sum; the division is hvdl_divide's job. dt is not bool
+ * (callers refuse reductions of bool). */
+void hvdl_reduce(void *dst, const void *a, const void *b, size_t n, hvdlDataType_t dt,
+                 hvdlRedOp_t op);
+
+/* buf[i] = buf[i] / divisor: a truncating division for integers (of the
+ * two's-complement value), a correctly rounded one for floats (float16 and
+ * bfloat16 divide in float32 and round to nearest-even). dt is not bool. */
+void hvdl_divide(void *buf, size_t n, hvdlDataType_t dt, uint64_t divisor);
+
+/* dst[i] = src[i] * factor; a plain copy when factor is 1. dst may be src.
+ * Floats: float16 and bfloat16 in float32, rounded to nearest-even; float32 with
+ * a float32 factor. Integers as Horovod scales them: the product in float64,
+ * truncated toward zero; a product outside the type's range is clamped to it and
+ * NaN gives 0. bool is copied (no reduction takes it, so nothing scales it). */
+void hvdl_scale(void *dst, const void *src, size_t n, hvdlDataType_t dt, double factor);
+
+#endif /* HVDL_KERNELS_KERNELS_H */

@@ -1,0 +1,421 @@
+/*
+ * py_testing.c -- what hvd_lite._core offers only to tests and benchmarks.
+ *
+ *   Comm(fhandle=None).allreduce(send, recv, dtype, op), .broadcast(send, recv, dtype, root),
+ *     .reduce(send, recv, dtype, op, root), .allgather(send, recv, dtype),
+ *     .reducescatter(send, recv, dtype, op), .alltoall(send, recv, dtype), .destroy()
+ *                                        the bare C API (hvdl.h)
+ *   Comm.shm_layout() -> None or (hosts, lanes, local_rank, local_size)
+ *                                        its shared-memory path (shm.h)
+ *   Comm.shm_cma() -> bool               whether that path has its single-copy form
+ *   Comm.shm_views() -> int              the peers' hvdlMemAlloc regions (stand-ins too) mapped
+ *   Comm.shm_stand_ins() -> int          all-reduces that took this rank's stand-in
+ *   Comm.allreduce_plan(nbytes)          the all-reduce selector's choice and model (select_allreduce.c)
+ *   Comm.broadcast_plan(nbytes)          the broadcast selector's choice and model (select_broadcast.c)
+ *   Comm.gather_plan(coll, nbytes)       the all-gather's or reduce-scatter's (select_gather.c)
+ * (The local kernels and their benchmark are py_kernels.c's.)
+ *
+ * hvd_lite's collectives never use these: they go through the Engine.
+ */
+#include "python/binding.h"
+#include "algorithms/algorithms.h"
+#include "api/api.h"
+#include "base/base.h"
+#include "kernels/kernels.h"
+#include "select/select.h"
+#include "transport/shm/shm.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+/* ---- Comm: the NCCL-shaped C API on its own ------------------------------ */
+
+/* A bare hvdlComm over a duplicate of the world (or of a given communicator),
+ * for benchmarks and tests of the C API. hvd_lite's collectives never use it:
+ * they go through the Engine, whose thread owns their traffic. */
+typedef struct {
+  PyObject_HEAD hvdlComm_t comm;
+  struct hvdl_faults faults; /* _inject_fault's (the engine's come from HVD_LITE_FAULT) */
+} CommObject;
+
+static int Comm_init(CommObject *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"fhandle", NULL};
+  PyObject *fobj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O", kwlist, &fobj)) return -1;
+  MPI_Comm base;
+  if (hvdl_py_base_comm(fobj, &base)) return -1;
+  hvdlResult_t res;
+  Py_BEGIN_ALLOW_THREADS res = hvdlCommInitMpi(&self->comm, base, NULL);
+  Py_END_ALLOW_THREADS if (res != hvdlSuccess) return hvdl_py_raise(res, NULL), -1;
+  return 0;
+}
+
+static void Comm_dealloc(CommObject *self) {
+  if (self->comm) hvdlCommAbort(self->comm);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The stream a device call runs on: the producer's (the CUDA array interface's),
+ * where it names one; else NULL, the legacy default stream. */
+static hvdlStream_t stream_of(const struct hvdl_py_memory *a, const struct hvdl_py_memory *b) {
+  return (hvdlStream_t)(a->stream ? a->stream : b->stream);
+}
+
+static PyObject *Comm_allreduce(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype, op;
+  if (!PyArg_ParseTuple(args, "OOii", &sendobj, &recvobj, &dtype, &op)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  if (hvdl_py_check_dtype(dtype) || hvdl_py_check_op(op)) return NULL;
+  struct hvdl_py_memory sm, rm;
+  size_t scount, rcount;
+  if (hvdl_py_get_memory(sendobj, &sm, 0, dtype, &scount, 1, "sendbuf")) return NULL;
+  if (hvdl_py_get_memory(recvobj, &rm, 1, dtype, &rcount, 1, "recvbuf")) {
+    PyBuffer_Release(&sm.view);
+    return NULL;
+  }
+  hvdlResult_t res = hvdlInvalidArgument;
+  hvdlComm_t c = self->comm;
+  hvdlStream_t stream = stream_of(&rm, &sm);
+  if (scount != rcount) {
+    hvdl_fail(c, res, "allreduce: sendbuf has %zu elements, recvbuf %zu", scount, rcount);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlAllReduce(sm.view.buf, rm.view.buf, scount,
+                                               (hvdlDataType_t)dtype, (hvdlRedOp_t)op, c, stream);
+    Py_END_ALLOW_THREADS
+  }
+  PyBuffer_Release(&sm.view);
+  PyBuffer_Release(&rm.view);
+  if (res != hvdlSuccess) return hvdl_py_raise(res, c);
+  Py_RETURN_NONE;
+}
+
+/* The other collectives of the C API. A buffer may be None (NULL), so that
+ * callers can pass what NCCL lets them leave out (a non-root's sendbuf in
+ * broadcast, its recvbuf in reduce) and tests can check the NULL rules.
+ * Sizes are bytes / element size; a size that does not fit the call's rule
+ * is refused here with InvalidArgumentError, before any traffic. */
+
+/* Exports obj (or None: NULL, 0 elements). */
+static int get_opt_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype,
+                          size_t *count, const char *what) {
+  if (obj == Py_None) {
+    memset(view, 0, sizeof *view);
+    *count = 0;
+    return 0;
+  }
+  return hvdl_py_get_buffer(obj, view, writable, dtype, count, what);
+}
+
+static void release_opt(Py_buffer *view) {
+  if (view->obj) PyBuffer_Release(view);
+}
+
+/* Exports both buffers; -1 with an exception set on failure. */
+static int get_pair(PyObject *sendobj, PyObject *recvobj, int dtype, Py_buffer *sv,
+                    Py_buffer *rv, size_t *scount, size_t *rcount) {
+  if (hvdl_py_check_dtype(dtype)) return -1;
+  if (get_opt_buffer(sendobj, sv, 0, dtype, scount, "sendbuf")) return -1;
+  if (get_opt_buffer(recvobj, rv, 1, dtype, rcount, "recvbuf")) {
+    release_opt(sv);
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *finish_call(hvdlResult_t res, hvdlComm_t c, Py_buffer *sv, Py_buffer *rv) {
+  release_opt(sv);
+  release_opt(rv);
+  if (res != hvdlSuccess) return hvdl_py_raise(res, c);
+  Py_RETURN_NONE;
+}
+
+static PyObject *Comm_broadcast(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype, root;
+  if (!PyArg_ParseTuple(args, "OOii", &sendobj, &recvobj, &dtype, &root)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  if (hvdl_py_check_dtype(dtype)) return NULL;
+  struct hvdl_py_memory sm = {.device_type = 0}, rm;
+  size_t scount = 0, rcount;
+  if (sendobj != Py_None && hvdl_py_get_memory(sendobj, &sm, 0, dtype, &scount, 1, "sendbuf"))
+    return NULL;
+  if (hvdl_py_get_memory(recvobj, &rm, 1, dtype, &rcount, 1, "recvbuf")) {
+    if (sm.view.obj) PyBuffer_Release(&sm.view);
+    return NULL;
+  }
+  hvdlComm_t c = self->comm;
+  hvdlResult_t res = hvdlInvalidArgument;
+  hvdlStream_t stream = stream_of(&rm, &sm);
+  if (sm.view.obj && scount != rcount) {
+    hvdl_fail(c, res, "broadcast: sendbuf has %zu elements, recvbuf %zu", scount, rcount);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlBroadcast(sm.view.buf, rm.view.buf, rcount,
+                                               (hvdlDataType_t)dtype, root, c, stream);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sm.view, &rm.view);
+}
+
+static PyObject *Comm_reduce(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype, op, root;
+  if (!PyArg_ParseTuple(args, "OOiii", &sendobj, &recvobj, &dtype, &op, &root)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  hvdlComm_t c = self->comm;
+  hvdlResult_t res = hvdlInvalidArgument;
+  size_t count = sv.obj ? scount : rcount;
+  if (sv.obj && rv.obj && scount != rcount) {
+    hvdl_fail(c, res, "reduce: sendbuf has %zu elements, recvbuf %zu", scount, rcount);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlReduce(sv.buf, rv.buf, count, (hvdlDataType_t)dtype,
+                                            (hvdlRedOp_t)op, root, c, NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sv, &rv);
+}
+
+static PyObject *Comm_allgather(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype;
+  if (!PyArg_ParseTuple(args, "OOi", &sendobj, &recvobj, &dtype)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  hvdlComm_t c = self->comm;
+  const size_t n = (size_t)c->size;
+  hvdlResult_t res = hvdlInvalidArgument;
+  size_t count = sv.obj ? scount : rcount / n;
+  if (rv.obj && rcount != count * n) {
+    hvdl_fail(c, res, "allgather: recvbuf has %zu elements, not %zu ranks x sendbuf's %zu",
+              rcount, n, count);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlAllGather(sv.buf, rv.buf, count, (hvdlDataType_t)dtype, c,
+                                               NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sv, &rv);
+}
+
+static PyObject *Comm_alltoall(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype;
+  if (!PyArg_ParseTuple(args, "OOi", &sendobj, &recvobj, &dtype)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  hvdlComm_t c = self->comm;
+  const size_t n = (size_t)c->size;
+  hvdlResult_t res = hvdlInvalidArgument;
+  if (scount != rcount || scount % n != 0) {
+    hvdl_fail(c, res,
+              "alltoall: sendbuf has %zu elements and recvbuf %zu; both need ranks (%zu) x count",
+              scount, rcount, n);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlAllToAll(sv.buf, rv.buf, scount / n, (hvdlDataType_t)dtype,
+                                              c, NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sv, &rv);
+}
+
+static PyObject *Comm_reducescatter(CommObject *self, PyObject *args) {
+  PyObject *sendobj, *recvobj;
+  int dtype, op;
+  if (!PyArg_ParseTuple(args, "OOii", &sendobj, &recvobj, &dtype, &op)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  Py_buffer sv, rv;
+  size_t scount, rcount;
+  if (get_pair(sendobj, recvobj, dtype, &sv, &rv, &scount, &rcount)) return NULL;
+  hvdlComm_t c = self->comm;
+  const size_t n = (size_t)c->size;
+  hvdlResult_t res = hvdlInvalidArgument;
+  size_t count = rv.obj ? rcount : scount / n;
+  if (sv.obj && scount != count * n) {
+    hvdl_fail(c, res, "reducescatter: sendbuf has %zu elements, not %zu ranks x recvbuf's %zu",
+              scount, n, count);
+  } else {
+    Py_BEGIN_ALLOW_THREADS res = hvdlReduceScatter(sv.buf, rv.buf, count, (hvdlDataType_t)dtype,
+                                                   (hvdlRedOp_t)op, c, NULL);
+    Py_END_ALLOW_THREADS
+  }
+  return finish_call(res, c, &sv, &rv);
+}
+
+static PyObject *Comm_destroy(CommObject *self, PyObject *noargs) {
+  (void)noargs;
+  if (self->comm) {
+    hvdlComm_t c = self->comm;
+    self->comm = NULL;
+    hvdlResult_t res;
+    Py_BEGIN_ALLOW_THREADS res = hvdlCommDestroy(c);
+    Py_END_ALLOW_THREADS if (res != hvdlSuccess) return hvdl_py_raise(res, NULL);
+  }
+  Py_RETURN_NONE;
+}
+
+/* Arms a fault on this rank and bounds the communicator's data waits (a bare
+ * communicator's are unbounded), for tests of failures in the C API's calls. */
+static PyObject *Comm_inject_fault(CommObject *self, PyObject *args) {
+  PyObject *name;
+  int n;
+  double timeout;
+  if (!PyArg_ParseTuple(args, "Uid", &name, &n, &timeout)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  const int point = hvdl_py_fault_point(name);
+  if (point < 0) return NULL;
+  atomic_store(&self->faults.armed[point], n > 0 ? n : 0);
+  self->comm->faults = &self->faults;
+  self->comm->data_timeout = timeout;
+  Py_RETURN_NONE;
+}
+
+static PyObject *Comm_shm_layout(CommObject *self, PyObject *unused) {
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  const struct hvdl_shm *s = self->comm->shm;
+  if (!s) Py_RETURN_NONE;
+  return Py_BuildValue("(iiii)", s->hosts, s->lanes, s->local_rank, s->local_size);
+}
+
+static PyObject *Comm_shm_cma(CommObject *self, PyObject *unused) {
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  return PyBool_FromLong(self->comm->shm && self->comm->shm->cma);
+}
+
+static PyObject *Comm_shm_views(CommObject *self, PyObject *unused) {
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  return PyLong_FromLong(self->comm->shm ? hvdl_mem_views(self->comm->shm) : 0);
+}
+
+static PyObject *Comm_shm_stand_ins(CommObject *self, PyObject *unused) {
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  return PyLong_FromUnsignedLongLong(self->comm->shm ? hvdl_cma_stand_ins(self->comm->shm) : 0);
+}
+
+/* The all-reduce selector's view of a call of nbytes per rank (select_allreduce.c). */
+static PyObject *Comm_allreduce_plan(CommObject *self, PyObject *args) {
+  unsigned long long nbytes;
+  if (!PyArg_ParseTuple(args, "K", &nbytes)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  PyObject *pred = PyDict_New();
+  if (!pred) return NULL;
+  for (int a = hvdlAlgoRing; a < hvdlNumAlgos; a++) {
+    const double t = hvdl_select_predict(self->comm, (hvdlAlgorithm_t)a, (size_t)nbytes);
+    PyObject *v = t >= 0 ? PyFloat_FromDouble(t) : (Py_INCREF(Py_None), Py_None);
+    if (!v || PyDict_SetItemString(pred, hvdl_algo_name(a), v) < 0) {
+      Py_XDECREF(v);
+      Py_DECREF(pred);
+      return NULL;
+    }
+    Py_DECREF(v);
+  }
+  const char *chosen = hvdl_algo_name(hvdl_select_allreduce(self->comm, (size_t)nbytes));
+  return Py_BuildValue("{s:s,s:N,s:i,s:i}", "algorithm", chosen, "predicted", pred, "hosts",
+                       self->comm->hosts, "local_size", self->comm->local_size);
+}
+
+/* The broadcast selector's view of a call of nbytes (select_broadcast.c). */
+static PyObject *Comm_broadcast_plan(CommObject *self, PyObject *args) {
+  unsigned long long nbytes;
+  if (!PyArg_ParseTuple(args, "K", &nbytes)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  PyObject *pred = PyDict_New();
+  if (!pred) return NULL;
+  for (int a = hvdlBcastChain; a < hvdlNumBcastAlgos; a++) {
+    const double t =
+        hvdl_select_predict_broadcast(self->comm, (hvdlBroadcastAlgorithm_t)a, (size_t)nbytes);
+    PyObject *v = t < 0 ? (Py_INCREF(Py_None), Py_None) : PyFloat_FromDouble(t);
+    if (!v || PyDict_SetItemString(pred, hvdl_bcast_algo_name(a), v) < 0) {
+      Py_XDECREF(v);
+      Py_DECREF(pred);
+      return NULL;
+    }
+    Py_DECREF(v);
+  }
+  const char *chosen = hvdl_bcast_algo_name(hvdl_select_broadcast(self->comm, (size_t)nbytes));
+  return Py_BuildValue("{s:s,s:N}", "algorithm", chosen, "predicted", pred);
+}
+
+/* The all-gather's (coll "allgather") or reduce-scatter's ("reducescatter") selector's
+ * view of a call of nbytes in all (select_gather.c). */
+static PyObject *Comm_gather_plan(CommObject *self, PyObject *args) {
+  const char *coll;
+  unsigned long long nbytes;
+  if (!PyArg_ParseTuple(args, "sK", &coll, &nbytes)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  const int gather = strcmp(coll, "allgather") == 0;
+  if (!gather && strcmp(coll, "reducescatter") != 0)
+    return PyErr_Format(PyExc_ValueError, "gather_plan: coll %s is not allgather or reducescatter",
+                        coll);
+  const hvdlComm_t c = self->comm;
+  const size_t b = (size_t)nbytes;
+  PyObject *pred = PyDict_New();
+  for (int a = 1; pred && a < (gather ? hvdlNumAllGatherAlgos : hvdlNumReduceScatterAlgos); a++) {
+    const double t = gather ? hvdl_select_predict_allgather(c, (hvdlAllGatherAlgorithm_t)a, b)
+                            : hvdl_select_predict_reducescatter(c, (hvdlReduceScatterAlgorithm_t)a, b);
+    PyObject *v = t < 0 ? (Py_INCREF(Py_None), Py_None) : PyFloat_FromDouble(t);
+    const char *name = gather ? hvdl_allgather_algo_name(a) : hvdl_reducescatter_algo_name(a);
+    if (!v || PyDict_SetItemString(pred, name, v) < 0) Py_CLEAR(pred);
+    Py_XDECREF(v);
+  }
+  if (!pred) return NULL;
+  const char *chosen = gather ? hvdl_allgather_algo_name(hvdl_select_allgather(c, b))
+                              : hvdl_reducescatter_algo_name(hvdl_select_reducescatter(c, b));
+  return Py_BuildValue("{s:s,s:N}", "algorithm", chosen, "predicted", pred);
+}
+
+static PyMethodDef Comm_methods[] = {
+    {"gather_plan", (PyCFunction)Comm_gather_plan, METH_VARARGS,
+     "gather_plan(coll, nbytes) -> {'algorithm', 'predicted': {name: seconds or None}}: the "
+     "all-gather's or reduce-scatter's selector's choice and the cost model's times (None: not "
+     "modelled, the all-gather's shm)"},
+    {"broadcast_plan", (PyCFunction)Comm_broadcast_plan, METH_VARARGS,
+     "broadcast_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds or None}}: the "
+     "selector's choice and the cost model's times (None: not modelled, shm)"},
+    {"allreduce_plan", (PyCFunction)Comm_allreduce_plan, METH_VARARGS,
+     "allreduce_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds or None}, 'hosts', "
+     "'local_size'}: the selector's choice and the cost model's times"},
+    {"allreduce", (PyCFunction)Comm_allreduce, METH_VARARGS,
+     "allreduce(sendbuf, recvbuf, dtype, op): hvdlAllReduce on byte buffers (GIL released)"},
+    {"broadcast", (PyCFunction)Comm_broadcast, METH_VARARGS,
+     "broadcast(sendbuf, recvbuf, dtype, root): hvdlBroadcast (sendbuf may be None off the root)"},
+    {"reduce", (PyCFunction)Comm_reduce, METH_VARARGS,
+     "reduce(sendbuf, recvbuf, dtype, op, root): hvdlReduce (recvbuf may be None off the root)"},
+    {"allgather", (PyCFunction)Comm_allgather, METH_VARARGS,
+     "allgather(sendbuf, recvbuf, dtype): hvdlAllGather; recvbuf holds size x sendbuf"},
+    {"reducescatter", (PyCFunction)Comm_reducescatter, METH_VARARGS,
+     "reducescatter(sendbuf, recvbuf, dtype, op): hvdlReduceScatter; sendbuf holds size x recvbuf"},
+    {"alltoall", (PyCFunction)Comm_alltoall, METH_VARARGS,
+     "alltoall(sendbuf, recvbuf, dtype): hvdlAllToAll, ranks x count elements each"},
+    {"destroy", (PyCFunction)Comm_destroy, METH_NOARGS, "hvdlCommDestroy (collective)"},
+    {"_inject_fault", (PyCFunction)Comm_inject_fault, METH_VARARGS,
+     "_inject_fault(point, n, data_timeout): this rank fails the n-th next time it reaches point "
+     "(n=0: none), and the data waits end after data_timeout seconds without progress (testing)"},
+    {"shm_layout", (PyCFunction)Comm_shm_layout, METH_NOARGS,
+     "None without a shared-memory path, else (hosts, lanes, local_rank, local_size)"},
+    {"shm_cma", (PyCFunction)Comm_shm_cma, METH_NOARGS,
+     "whether the shared-memory path reads the peers' own buffers above SHM_CMA_MIN bytes"},
+    {"shm_views", (PyCFunction)Comm_shm_views, METH_NOARGS,
+     "how many of the peers' hvdlMemAlloc regions (stand-ins too) this rank has mapped (peer_memory.c)"},
+    {"shm_stand_ins", (PyCFunction)Comm_shm_stand_ins, METH_NOARGS,
+     "how many all-reduces took this rank's stand-in for plain buffers (single_copy.c)"},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject hvdl_py_comm_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hvd_lite._core.Comm",
+    .tp_basicsize = sizeof(CommObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A bare hvdlComm (the C API), for benchmarks and tests.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Comm_init,
+    .tp_dealloc = (destructor)Comm_dealloc,
+    .tp_methods = Comm_methods,
+};

@@ -1,0 +1,64 @@
+/*
+ * select.h -- the selection layer's contract: which algorithm runs a call (the
+ * forced one, shared memory on one host, the crossover or the cost model), and
+ * the run of the choice.
+ */
+#ifndef HVDL_SELECT_SELECT_H_
+#define HVDL_SELECT_SELECT_H_
+
+#include "algorithms/algorithms.h"
+
+/* select_allreduce.c: the one all-reduce selector. hvdl_select_init (collective, at
+ * communicator creation, after the shared-memory unit's) learns the host layout
+ * (one_per_host: every rank is on its own host, as on a lane across hosts),
+ * agrees on rank 0's cost model, crossover and forced algorithm, and refuses a
+ * forced one this layout cannot run; hvdl_select_allreduce picks the algorithm
+ * for bytes per rank (the same on every rank). hvdl_allreduce_run runs one of
+ * the message-passing algorithms (ring, rd, rab, small, hier_p2p); collectives.c runs
+ * shm and hier itself. */
+hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host);
+hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes);
+hvdlResult_t hvdl_allreduce_run(hvdlComm_t comm, hvdlAlgorithm_t algo, const void *sendbuff,
+                                void *recvbuff, size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+/* The model's time for algo at bytes per rank on comm (seconds), or a negative
+ * value when algo is not a candidate there or not modelled (shm). */
+double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
+/* The selector's message-passing choice for the call, run (an hvdl_allreduce_fn: the
+ * hierarchical all-reduce's lanes across hosts). */
+hvdlResult_t hvdl_allreduce_selected(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                     size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+
+/* select_gather.c: the choice for a call of `bytes` in all (the all-gather's
+ * result, the reduce-scatter's input; the same on every rank), the model's time
+ * for one (negative if not modelled), and the run. hvdlAllGather,
+ * hvdlReduceScatter and the engine's calls go through these; the scatter
+ * broadcast and the ring reduce run the rings above directly. */
+hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes);
+/* Why this communicator cannot run the all-gather algorithm algo (the reason,
+ * for select_allreduce.c's refusal of a forced one at init), or NULL if it can. */
+const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo);
+const char *hvdl_select_reducescatter_cannot_run(hvdlComm_t comm,
+                                                 hvdlReduceScatterAlgorithm_t algo);
+double hvdl_select_predict_allgather(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo, size_t bytes);
+hvdlResult_t hvdl_allgather_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
+                                const void *sendbuff, void *recvbuff, const size_t *counts,
+                                hvdlDataType_t dt);
+hvdlReduceScatterAlgorithm_t hvdl_select_reducescatter(hvdlComm_t comm, size_t bytes);
+double hvdl_select_predict_reducescatter(hvdlComm_t comm, hvdlReduceScatterAlgorithm_t algo,
+                                         size_t bytes);
+hvdlResult_t hvdl_reducescatter_run(hvdlComm_t comm, hvdlReduceScatterAlgorithm_t algo,
+                                    const void *sendbuff, void *recvbuff, const size_t *counts,
+                                    hvdlDataType_t dt, hvdlRedOp_t op);
+
+
+/* select_broadcast.c: the broadcast's choice for bytes (the same on every rank), the
+ * model's time for one (negative if not a candidate), why this communicator cannot
+ * run a forced one (NULL if it can), and the run. */
+hvdlBroadcastAlgorithm_t hvdl_select_broadcast(hvdlComm_t comm, size_t bytes);
+const char *hvdl_select_broadcast_cannot_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo);
+double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo, size_t bytes);
+hvdlResult_t hvdl_broadcast_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo,
+                                const void *sendbuff, void *recvbuff, size_t count,
+                                hvdlDataType_t dt, int root);
+
+#endif /* HVDL_SELECT_SELECT_H_ */

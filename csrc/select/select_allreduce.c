@@ -1,0 +1,369 @@
+/*
+ * select_allreduce.c -- the one all-reduce selector: which algorithm runs for a call of
+ * B bytes per rank on n ranks over H hosts (at most L ranks on one).
+ *
+ *   1. HVD_LITE_ALLREDUCE_ALGO forced (config.allReduceAlgorithm): that one, at
+ *      every size. One the layout cannot run is refused at init, saying why
+ *      (cannot_run: shm without one shared segment on one host, hier without
+ *      one on each of several hosts, hier_p2p without several hosts of one
+ *      size).
+ *   2. One host whose ranks share a segment (comm->shm, segment.c): the shared-memory
+ *      path up to SHM_ALLREDUCE_MAX bytes, 1 MiB (measured, algorithms.h: the model
+ *      has no shared-memory term), and at every size where its single-copy form
+ *      runs (shm->cma); otherwise, above it, 3 and 4 as without the segment.
+ *   3. B <= config.smallAllReduceBytes: the latency path (allreduce_small.c).
+ *      Its default is the crossover measured on one host (128 KiB at 2 ranks,
+ *      2 KiB beyond) and 0 across hosts (config.c).
+ *   4. Otherwise the cheapest by the alpha-beta-gamma model below among ring,
+ *      rd, rab and the two hierarchical all-reduces where they can run: hier
+ *      (shared memory within each host, allreduce_hier.c) where ranks of
+ *      several hosts share a segment on each (comm->shm with more than one
+ *      host), hier_p2p (messages within each host, allreduce_hier_p2p.c) on
+ *      more than one host of the same size with more than one rank each
+ *      (comm->hier_p2p). Both may be candidates; without the shared-memory
+ *      path (HVD_LITE_SHM=0, or the simulation) only hier_p2p is. A tie goes
+ *      to the earlier of ring, rab, rd, hier, hier_p2p.
+ *
+ * The model. A message of s bytes over a link of class c costs alpha[c] +
+ * s * beta[c]; reducing s bytes costs s * gamma. Ranks are assumed placed by
+ * host (L consecutive ranks share one), so a pairwise step with mask m < L
+ * stays within a host; a step across hosts has all L ranks of a host sending
+ * through its one NIC at once, so it pays L * s * beta. With B bytes per rank,
+ * p the largest power of two <= n:
+ *
+ *   ring  2(n-1) alpha + (n-1)/n * B * (beta + max(beta, gamma)), the link the
+ *         slowest on the ring (across hosts when H > 1); its reduce-scatter
+ *         overlaps reducing with receiving, segment by segment
+ *   rd    sum over m = 1 .. p/2 of  alpha + B * beta * contention + B * gamma
+ *   rab   sum over m of  2 alpha + 2 * B/2m * beta * contention + B/2m * gamma
+ *   (rd, rab: n > p adds 2 (alpha + B beta) + B gamma, within a host; across
+ *   when L = 1)
+ *   hier  within a host, priced as a ring reduce-scatter and all-gather there;
+ *         L all-reduces of B/L across hosts at once (ring: each NIC carries L
+ *         of them)
+ *   hier_p2p  with `lanes` lanes (hier_lanes: L, fewer for small B): within a
+ *         host one step in which each lane's holder receives its lane, B/lanes,
+ *         from the other L-1 ranks at once and reduces them, priced as the
+ *         holder's receiving (alpha + (L-1) * B/lanes * beta, as if it took the
+ *         messages one after the other); across the H hosts, rd or rab (below)
+ *         on B/lanes bytes with `lanes` ranks of a host sending at once (every
+ *         step across, the fold's too); within a host again, the same step
+ *         without gamma. Across: rd for lanes up to 8 KiB, rab above (a
+ *         crossover measured in the simulation: hier_across)
+ *
+ * The broadcast's selector (select_broadcast.c) and the all-gather's and
+ * reduce-scatter's (select_gather.c) use the same terms and layout.
+ *
+ * The terms come from config.c (defaults, or HVD_LITE_COST_MODEL_FILE). Every
+ * rank must choose the same algorithm, so at init rank 0's terms, forced
+ * algorithms (all-reduce, broadcast, all-gather, reduce-scatter) and crossover
+ * are agreed by all (one broadcast), and so is the layout: the hosts of topology.c (emulated ones
+ * included) by small all-reduces, and whether a shared segment exists by
+ * segment.c's own agreement. The one host split made here also gives hier_p2p its
+ * groups (hvdl_hier_p2p_init). A lane of the shared-memory hierarchical path
+ * (comm->cross) has one rank per host and chooses its own algorithm here, like
+ * any communicator.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "select/select.h"
+#include "algorithms/algorithms.h"
+#include "base/base.h"
+#include "transport/shm/shm.h"
+
+static hvdlResult_t hier_p2p_allreduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                       size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+
+/* The message-passing algorithms; collectives.c runs shm and hier itself. */
+static hvdl_allreduce_fn algorithm(hvdlAlgorithm_t a) {
+  switch (a) {
+    case hvdlAlgoRing: return hvdl_allreduce_ring;
+    case hvdlAlgoRecursiveDoubling: return hvdl_allreduce_rd;
+    case hvdlAlgoRabenseifner: return hvdl_allreduce_rab;
+    case hvdlAlgoTree: return hvdl_allreduce_tree;
+    case hvdlAlgoLatency: return hvdl_allreduce_small;
+    case hvdlAlgoHierP2p: return hier_p2p_allreduce;
+    default: return NULL;
+  }
+}
+
+/* Why the forced algorithm cannot run on comm's layout, or NULL when it can;
+ * fewest: the fewest ranks on one host. why_buf holds a composed reason. */
+static const char *cannot_run(const hvdlComm_t comm, int algo, int fewest, char *why_buf,
+                              size_t why_len) {
+  const struct hvdl_shm *s = comm->shm;
+  if (comm->size == 1) return NULL; /* nothing runs: the call is a copy */
+  if (algo == hvdlAlgoShm && !s)
+    return comm->config.disableShm ? "the shared-memory path is off (HVD_LITE_SHM=0)"
+                                   : "no two ranks share a host's segment";
+  if (algo == hvdlAlgoShm && s->hosts > 1)
+    return "the ranks are on more than one host (use hier or hier_p2p)";
+  if (algo == hvdlAlgoHierarchical && !s)
+    return comm->config.disableShm ? "it works through the shared-memory path, which is off "
+                                     "(HVD_LITE_SHM=0; hier_p2p needs none)"
+                                   : "no two ranks share a host's segment (hier_p2p needs none)";
+  if (algo == hvdlAlgoHierarchical && s->hosts == 1)
+    return "every rank is on one host (use shm)";
+  if (algo == hvdlAlgoHierP2p && comm->hosts <= 1) {
+    snprintf(why_buf, why_len, "all %d ranks are on one host (hosts from MPI_COMM_TYPE_SHARED, "
+             "or HVD_LITE_RANKS_PER_HOST)", comm->size);
+    return why_buf;
+  }
+  if (algo == hvdlAlgoHierP2p && fewest != comm->local_size) {
+    snprintf(why_buf, why_len, "the %d hosts have different numbers of ranks (%d to %d); it "
+             "needs the same on each", comm->hosts, fewest, comm->local_size);
+    return why_buf;
+  }
+  if (algo == hvdlAlgoHierP2p && !comm->hier_p2p)
+    return "this is a lane of the shared-memory hierarchical path";
+  return NULL;
+}
+
+/* What rank 0 tells every rank at init, so that all choose alike. */
+struct agreed {
+  double terms[5];              /* the cost model: alpha intra, inter; beta intra, inter; gamma */
+  unsigned long long small;     /* config.smallAllReduceBytes */
+  int algo;                     /* config.allReduceAlgorithm */
+  int bcast;                    /* config.broadcastAlgorithm */
+  int gather, scatter;          /* config.allGatherAlgorithm, reduceScatterAlgorithm */
+  int res;                      /* rank 0's result reading the model */
+  char msg[HVDL_ERRMSG_LEN];    /* and its message */
+};
+
+hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
+  struct agreed a;
+  memset(&a, 0, sizeof a);
+  if (comm->rank == 0) {
+    struct hvdl_cost_model m;
+    a.res = hvdl_config_cost_model(&m);
+    if (a.res != hvdlSuccess) snprintf(a.msg, sizeof a.msg, "%s", hvdlGetLastError(NULL));
+    const double terms[5] = {m.alpha[0], m.alpha[1], m.beta[0], m.beta[1], m.gamma};
+    memcpy(a.terms, terms, sizeof terms);
+    a.small = comm->config.smallAllReduceBytes;
+    a.algo = comm->config.allReduceAlgorithm;
+    a.bcast = comm->config.broadcastAlgorithm;
+    a.gather = comm->config.allGatherAlgorithm;
+    a.scatter = comm->config.reduceScatterAlgorithm;
+  }
+  /* Rank 0's model file, algorithm and crossover are everyone's: a choice made differently on
+   * two ranks would pair them in different algorithms. */
+  HVDL_MPI(comm, MPI_Bcast(&a, (int)sizeof a, MPI_BYTE, 0, comm->mpi));
+  if (a.res != hvdlSuccess)
+    return hvdl_fail(comm, (hvdlResult_t)a.res, "%s%s", comm->rank == 0 ? "" : "on rank 0: ", a.msg);
+  if (comm->size == 1) { /* one rank runs anything, a copy (as the all-reduce): no segment there */
+    if (a.bcast == hvdlBcastShm) a.bcast = hvdlBcastChain;
+    if (a.gather == hvdlAllGatherShm) a.gather = hvdlAllGatherRing;
+    if (a.scatter == hvdlReduceScatterShm) a.scatter = hvdlReduceScatterRing;
+  }
+  comm->config.smallAllReduceBytes = (size_t)a.small;
+  comm->config.allReduceAlgorithm = a.algo;
+  comm->config.broadcastAlgorithm = a.bcast;
+  comm->config.allGatherAlgorithm = a.gather;
+  comm->config.reduceScatterAlgorithm = a.scatter;
+  comm->model = (struct hvdl_cost_model){.alpha = {a.terms[0], a.terms[1]},
+                                         .beta = {a.terms[2], a.terms[3]}, .gamma = a.terms[4]};
+  /* The host layout: how many hosts, the most and the fewest ranks on one; with
+   * several hosts of one size, hier_p2p's groups from the same host split. */
+  MPI_Comm local = MPI_COMM_NULL;
+  int local_rank = 0, local_size = 1;
+  if (!one_per_host) {
+    const hvdlResult_t r = hvdl_local_comm(comm->mpi, &local);
+    if (r != hvdlSuccess) return hvdl_fail(comm, r, "%s", hvdlGetLastError(NULL));
+    MPI_Comm_rank(local, &local_rank);
+    MPI_Comm_size(local, &local_size);
+  }
+  int leaders = local_rank == 0, sizes[2] = {local_size, -local_size};
+  hvdlResult_t res = hvdlSuccess;
+  int err = MPI_Allreduce(MPI_IN_PLACE, &leaders, 1, MPI_INT, MPI_SUM, comm->mpi);
+  if (err == MPI_SUCCESS) err = MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, comm->mpi);
+  if (err != MPI_SUCCESS) res = hvdl_fail_mpi(comm, err, "MPI_Allreduce of the host layout");
+  comm->hosts = leaders;
+  comm->local_size = sizes[0];
+  const int fewest = -sizes[1];
+  if (res == hvdlSuccess && local != MPI_COMM_NULL && leaders > 1 && fewest == sizes[0])
+    res = hvdl_hier_p2p_init(comm, local, &comm->hier_p2p);
+  if (local != MPI_COMM_NULL) MPI_Comm_free(&local);
+  HVDL_CHECK(res);
+  /* Every rank sees the same layout and comm->shm (segment.c agrees on it), so every rank
+   * refuses alike. */
+  char buf[160];
+  const struct {
+    const char *variable, *algo, *why;
+  } forced[] = {
+      {"HVD_LITE_ALLREDUCE_ALGO", hvdl_algo_name(a.algo),
+       a.algo == hvdlAlgoAuto ? NULL : cannot_run(comm, a.algo, fewest, buf, sizeof buf)},
+      {"HVD_LITE_ALLGATHER_ALGO", hvdl_allgather_algo_name(a.gather),
+       hvdl_select_allgather_cannot_run(comm, (hvdlAllGatherAlgorithm_t)a.gather)},
+      {"HVD_LITE_BROADCAST_ALGO", hvdl_bcast_algo_name(a.bcast),
+       hvdl_select_broadcast_cannot_run(comm, (hvdlBroadcastAlgorithm_t)a.bcast)},
+      {"HVD_LITE_REDUCESCATTER_ALGO", hvdl_reducescatter_algo_name(a.scatter),
+       hvdl_select_reducescatter_cannot_run(comm, (hvdlReduceScatterAlgorithm_t)a.scatter)},
+  };
+  for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++)
+    if (forced[i].why)
+      return hvdl_fail(comm, hvdlInvalidArgument,
+                       "%s=%s cannot run on this communicator of %d ranks: %s", forced[i].variable,
+                       forced[i].algo, comm->size, forced[i].why);
+  return hvdlSuccess;
+}
+
+/* A pairwise step of s bytes each way: within a host, or across, with `share`
+ * ranks of a host sending through its NIC at once. */
+static double step(const struct hvdl_cost_model *c, int across, int share, double s) {
+  if (!across) return c->alpha[HVDL_LINK_INTRA] + s * c->beta[HVDL_LINK_INTRA];
+  return c->alpha[HVDL_LINK_INTER] + s * c->beta[HVDL_LINK_INTER] * share;
+}
+
+/* rd or rab among n ranks, B bytes each; a step with mask m < within stays in a
+ * host (the fold's pairs too when within > 1), the others cross hosts with
+ * `share` ranks of a host at once. */
+enum pairwise { PW_RD, PW_RAB };
+static double pairwise_cost(const struct hvdl_cost_model *c, enum pairwise kind, int n, int within,
+                            int share, double b) {
+  int p = 1;
+  while (p <= n / 2) p *= 2;
+  double t = 0;
+  for (int m = 1; m < p; m *= 2) {
+    const int across = m >= within;
+    const double piece = kind == PW_RD ? b : b / (2.0 * m);
+    t += step(c, across, share, piece) + piece * c->gamma;
+    if (kind == PW_RAB) t += step(c, across, share, piece);
+  }
+  if (p == n) return t;
+  const int fold_across = within <= 1;
+  return t + 2 * step(c, fold_across, share, b) + b * c->gamma;
+}
+
+/* hier_p2p's lanes for B bytes: L, or fewer (B / HIER_LANE_BYTES, at least 1)
+ * when a lane would carry less than HIER_LANE_BYTES. A message across hosts
+ * costs about the same from 256 B to 4 KiB in the simulation (4.0-4.7 us an
+ * exchange, SMPI's size-dependent factors; docs/scale.md), so lanes smaller than
+ * that buy nothing across hosts, and every lane adds a message within the host
+ * to each rank. At 64 simulated ranks (hosts of 8) on 1, 2, 4 and 8 lanes: 4 KiB
+ * took 19.4, 18.1, 22.1 and 23.4 us; 16 KiB 34.0, 24.4, 23.9 and 25.1; 64 KiB
+ * 70.0, 53.1, 43.3 and 36.6. */
+#define HIER_LANE_BYTES 2048.0
+static int hier_lanes(const hvdlComm_t comm, double b) {
+  const double most = b / HIER_LANE_BYTES;
+  if (most >= comm->local_size) return comm->local_size;
+  return most >= 1 ? (int)most : 1;
+}
+
+/* What hier_p2p runs across the hosts on lanes of B/lanes bytes, and the model's
+ * time for it: recursive doubling up to HIER_RD_LANE_BYTES a lane, Rabenseifner
+ * above. The model's one latency across hosts (10 us in sim/model.conf, between
+ * SMPI's 4 us for small messages and 23 us for large ones) put the crossover at
+ * 35 KiB lanes; the simulation at 64 ranks has it between 8 and 16 KiB (rd
+ * against rab across: 16 KiB per rank 27.6 against 42.0 us, 64 KiB 45.2 against
+ * 54.9, 128 KiB 97.5 against 73.8, 256 KiB 157.6 against 121.1; docs/scale.md;
+ * with hier_p2p's earlier halving steps within the host, the same for both). */
+#define HIER_RD_LANE_BYTES 8192.0
+static hvdlAlgorithm_t hier_across(const hvdlComm_t comm, int lanes, double b, double *cost) {
+  const double lane = b / lanes;
+  const hvdlAlgorithm_t a = lane <= HIER_RD_LANE_BYTES ? hvdlAlgoRecursiveDoubling
+                                                       : hvdlAlgoRabenseifner;
+  if (cost)
+    *cost = pairwise_cost(&comm->model, a == hvdlAlgoRabenseifner ? PW_RAB : PW_RD, comm->hosts, 1,
+                          lanes, lane);
+  return a;
+}
+
+/* hier_p2p within a host, one way (phase 1 with gamma, phase 3 without): one
+ * step, a holder receiving or sending L-1 messages of B/lanes. */
+static double hier_within(const struct hvdl_cost_model *c, int L, int lanes, double b, int reduce) {
+  const double moved = (L - 1) * b / lanes;
+  return c->alpha[HVDL_LINK_INTRA] + moved * c->beta[HVDL_LINK_INTRA] + (reduce ? moved * c->gamma : 0);
+}
+
+static hvdlResult_t hier_p2p_allreduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                       size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
+  const double b = (double)count * hvdl_type_size(dt);
+  const int lanes = hier_lanes(comm, b);
+  const hvdlAlgorithm_t across = hier_across(comm, lanes, b, NULL);
+  return hvdl_allreduce_hier_p2p(comm, lanes, across, sendbuff, recvbuff, count, dt, op);
+}
+
+static double ring_cost(int n, double alpha, double beta, double gamma, double b) {
+  const double moved = (double)(n - 1) / n * b;
+  return 2.0 * (n - 1) * alpha + moved * (beta + (gamma > beta ? gamma : beta));
+}
+
+double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) {
+  const struct hvdl_cost_model *c = &comm->model;
+  const int n = comm->size, L = comm->local_size, H = comm->hosts;
+  const double b = (double)bytes;
+  const int link = H > 1 ? HVDL_LINK_INTER : HVDL_LINK_INTRA;
+  switch (algo) {
+    case hvdlAlgoRing:
+      return ring_cost(n, c->alpha[link], c->beta[link], c->gamma, b);
+    case hvdlAlgoRecursiveDoubling:
+    case hvdlAlgoRabenseifner:
+      /* ranks placed by host: steps with mask < L stay within one */
+      return pairwise_cost(c, algo == hvdlAlgoRabenseifner ? PW_RAB : PW_RD, n, H > 1 ? L : n, L, b);
+    case hvdlAlgoHierarchical:
+      if (!comm->shm || comm->shm->hosts <= 1) return -1;
+      /* within: a ring reduce-scatter and all-gather; across: L rings of B/L at once */
+      return ring_cost(L, c->alpha[HVDL_LINK_INTRA], c->beta[HVDL_LINK_INTRA], c->gamma, b) +
+             ring_cost(H, c->alpha[HVDL_LINK_INTER], c->beta[HVDL_LINK_INTER] * L, c->gamma,
+                       b / L);
+    case hvdlAlgoHierP2p: {
+      if (!comm->hier_p2p || L <= 1) return -1;
+      const int lanes = hier_lanes(comm, b);
+      double across;
+      hier_across(comm, lanes, b, &across);
+      return hier_within(c, L, lanes, b, 1) + across + hier_within(c, L, lanes, b, 0);
+    }
+    case hvdlAlgoTree: {
+      /* up and down the binomial tree: rank 0 receives, reduces and sends B per level */
+      int levels = 0;
+      for (int m = 1; m < n; m *= 2) levels++;
+      return levels * (2 * c->alpha[link] + b * (2 * c->beta[link] + c->gamma));
+    }
+    case hvdlAlgoLatency: {
+      /* MPI's all-gather: about log2(n) rounds, (n-1) * B received; then (n-1) * B reduced */
+      int rounds = 0;
+      for (int m = 1; m < n; m *= 2) rounds++;
+      return rounds * c->alpha[link] + (n - 1) * b * (c->beta[link] + c->gamma);
+    }
+    default:
+      return -1;
+  }
+}
+
+
+hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes) {
+  if (comm->config.allReduceAlgorithm != hvdlAlgoAuto)
+    return (hvdlAlgorithm_t)comm->config.allReduceAlgorithm;
+  if (comm->shm && comm->shm->hosts == 1 && (bytes <= SHM_ALLREDUCE_MAX || comm->shm->cma))
+    return hvdlAlgoShm;
+  if (bytes <= comm->config.smallAllReduceBytes) return hvdlAlgoLatency;
+  static const hvdlAlgorithm_t order[] = {hvdlAlgoRing, hvdlAlgoRabenseifner,
+                                          hvdlAlgoRecursiveDoubling, hvdlAlgoHierarchical,
+                                          hvdlAlgoHierP2p, hvdlAlgoTree};
+  hvdlAlgorithm_t best = hvdlAlgoRing;
+  double best_t = -1;
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    const double t = hvdl_select_predict(comm, order[i], bytes);
+    if (t >= 0 && (best_t < 0 || t < best_t)) {
+      best = order[i];
+      best_t = t;
+    }
+  }
+  return best;
+}
+
+hvdlResult_t hvdl_allreduce_run(hvdlComm_t comm, hvdlAlgorithm_t algo, const void *sendbuff,
+                                void *recvbuff, size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
+  const hvdl_allreduce_fn fn = algorithm(algo);
+  if (!fn)
+    return hvdl_fail(comm, hvdlInternalError, "all-reduce algorithm %d (%s) is not available",
+                     (int)algo, hvdl_algo_name(algo));
+  return fn(comm, sendbuff, recvbuff, count, dt, op);
+}
+
+hvdlResult_t hvdl_allreduce_selected(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                     size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
+  return hvdl_allreduce_run(comm, hvdl_select_allreduce(comm, count * hvdl_type_size(dt)), sendbuff,
+                            recvbuff, count, dt, op);
+}
