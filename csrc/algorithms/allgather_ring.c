@@ -34,18 +34,12 @@
 
 #define ALLGATHER_TAG 0x4847 /* "HG" */
 
-static size_t block_offset(const size_t *counts, int k) {
-  size_t off = 0;
-  for (int i = 0; i < k; i++) off += counts[i];
-  return off;
-}
-
 hvdlResult_t hvdl_allgatherv(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                              const size_t *counts, hvdlDataType_t dt) {
   const int n = comm->size, r = comm->rank;
   const size_t esize = hvdl_type_size(dt);
   char *recv = recvbuff;
-  char *own = recv + block_offset(counts, r) * esize;
+  char *own = recv + hvdl_before(counts, r) * esize;
   size_t max_count = 0;
   for (int k = 0; k < n; k++)
     if (counts[k] > max_count) max_count = counts[k];
@@ -61,7 +55,7 @@ hvdlResult_t hvdl_allgatherv(hvdlComm_t comm, const void *sendbuff, void *recvbu
 
   for (int t = 1; t < n; t++) {
     const int b = ((r - t) % n + n) % n;
-    char *dst = recv + block_offset(counts, b) * esize;
+    char *dst = recv + hvdl_before(counts, b) * esize;
     if (t < n - 1)
       HVDL_CHECK(hvdl_pipe_recv_copy_send(&p, dst, counts[b]));
     else

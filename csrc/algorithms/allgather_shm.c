@@ -37,6 +37,7 @@
 
 #include "algorithms/algorithms.h"
 #include "transport/shm/shm.h"
+#include "transport/transport.h"
 
 /* The small form (above): every block fits the areas; the same choice on every rank. */
 static hvdlResult_t one_step(hvdlComm_t comm, struct hvdl_shm *s, const void *sendbuff,
@@ -61,11 +62,7 @@ hvdlResult_t hvdl_allgatherv_shm(hvdlComm_t comm, const void *sendbuff, void *re
   struct hvdl_shm *s = comm->shm;
   const size_t esize = hvdl_type_size(dt);
   const int L = s->local_size, me = s->local_rank;
-  size_t total = 0, off = 0;
-  for (int q = 0; q < comm->size; q++) {
-    if (q == comm->rank) off = total * esize;
-    total += counts[q];
-  }
+  const size_t total = hvdl_before(counts, comm->size), off = hvdl_before(counts, comm->rank) * esize;
   if (total == 0) return hvdlSuccess; /* alike on every rank */
   if (total * esize <= SHM_ALLGATHER_MIN && total * esize <= s->area)
     return one_step(comm, s, sendbuff, recvbuff, counts, esize);

@@ -3,7 +3,7 @@
  * ranks sit on several hosts (comm->shm says how many).
  *
  * The layout. H hosts, L_h ranks on host h, m = min L_h lanes. The buffer is
- * cut into m near-equal lanes (hvdl_shm_lane); local rank j < m of every host
+ * cut into m near-equal lanes (hvdl_block_start); local rank j < m of every host
  * carries lane j across hosts, on comm->cross: the ranks with local rank j, one
  * per host, in rank order. Local ranks j >= m (a host with more ranks than the
  * smallest) take part within their host only.
@@ -65,8 +65,8 @@ hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *re
   const size_t esize = hvdl_type_size(dt);
   const hvdlRedOp_t across = op == hvdlAvg ? hvdlSum : op;
   const int carrier = s->local_rank < s->lanes;
-  size_t lo = 0, hi = 0;
-  if (carrier) hvdl_shm_lane(count, s->lanes, s->local_rank, &lo, &hi);
+  const size_t lo = carrier ? hvdl_block_start(count, s->lanes, s->local_rank) : 0;
+  const size_t hi = carrier ? hvdl_block_start(count, s->lanes, s->local_rank + 1) : 0;
 
   const struct hvdl_shm_fold f = {dt, across, 0, 0};
   HVDL_CHECK(hvdl_shm_reduce(comm, sendbuff, recvbuff, count, &f, lo, hi));

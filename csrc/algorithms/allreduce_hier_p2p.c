@@ -14,7 +14,7 @@
  * hosts must hold the same range on every host.
  *
  * The schedule at local rank j of a host of L (any L >= 1), B bytes, the
- * buffer cut into `lanes` blocks (allreduce_rab.c's cut, hvdl_rab_block; 1 <=
+ * buffer cut into `lanes` blocks (base.h's even cut, hvdl_block_start; 1 <=
  * lanes <= L, chosen by select_allreduce.c: L, or fewer when a lane would be small).
  * Local rank k < lanes holds lane k:
  *
@@ -161,8 +161,8 @@ static hvdlResult_t gather_lanes(hvdlComm_t comm, struct hvdl_hier_p2p *h, int l
   const struct hvdl_group *g = &h->local;
   const int L = g->size, j = g->rank, holds = j < lanes;
   const size_t esize = hvdl_type_size(dt);
-  const size_t b0 = holds ? hvdl_rab_block(count, lanes, j) : 0;
-  const size_t n = holds ? hvdl_rab_block(count, lanes, j + 1) - b0 : 0, mine = n * esize;
+  const size_t b0 = holds ? hvdl_block_start(count, lanes, j) : 0;
+  const size_t n = holds ? hvdl_block_start(count, lanes, j + 1) - b0 : 0, mine = n * esize;
   char *work = NULL;
   if (holds) {
     HVDL_CHECK(hvdl_reserve(comm, &comm->scratch.work, &comm->scratch.work_bytes, (size_t)L * mine));
@@ -173,7 +173,7 @@ static hvdlResult_t gather_lanes(hvdlComm_t comm, struct hvdl_hier_p2p *h, int l
     if (i != j) h->msgs[nm++] = (struct hvdl_msg){hvdl_group_peer(g, i), 1, work + (size_t)i * mine, mine};
   for (int k = 0; k < lanes; k++) {
     if (k == j) continue;
-    const size_t k0 = hvdl_rab_block(count, lanes, k), k1 = hvdl_rab_block(count, lanes, k + 1);
+    const size_t k0 = hvdl_block_start(count, lanes, k), k1 = hvdl_block_start(count, lanes, k + 1);
     h->msgs[nm++] = (struct hvdl_msg){hvdl_group_peer(g, k), 0, (char *)in + k0 * esize,
                                       (k1 - k0) * esize};
   }
@@ -206,11 +206,11 @@ static hvdlResult_t spread_lanes(hvdlComm_t comm, struct hvdl_hier_p2p *h, int l
   int nm = 0;
   for (int k = 0; k < lanes; k++) {
     if (k == j) continue;
-    const size_t k0 = hvdl_rab_block(count, lanes, k), k1 = hvdl_rab_block(count, lanes, k + 1);
+    const size_t k0 = hvdl_block_start(count, lanes, k), k1 = hvdl_block_start(count, lanes, k + 1);
     h->msgs[nm++] = (struct hvdl_msg){hvdl_group_peer(g, k), 1, out + k0 * esize, (k1 - k0) * esize};
   }
   if (j < lanes) {
-    const size_t b0 = hvdl_rab_block(count, lanes, j), b1 = hvdl_rab_block(count, lanes, j + 1);
+    const size_t b0 = hvdl_block_start(count, lanes, j), b1 = hvdl_block_start(count, lanes, j + 1);
     for (int i = 0; i < L; i++)
       if (i != j)
         h->msgs[nm++] = (struct hvdl_msg){hvdl_group_peer(g, i), 0, out + b0 * esize, (b1 - b0) * esize};
@@ -229,7 +229,7 @@ hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t
   if (lanes < 1 || lanes > L) lanes = L;
   HVDL_CHECK(gather_lanes(comm, h, lanes, sendbuff, recvbuff, count, dt, op));
   if (j < lanes) {
-    const size_t b0 = hvdl_rab_block(count, lanes, j), b1 = hvdl_rab_block(count, lanes, j + 1);
+    const size_t b0 = hvdl_block_start(count, lanes, j), b1 = hvdl_block_start(count, lanes, j + 1);
     char *lane = (char *)recvbuff + b0 * hvdl_type_size(dt);
     if (b1 > b0)
       HVDL_CHECK(across == hvdlAlgoRabenseifner

@@ -3,8 +3,8 @@
  * halving, then an all-gather by recursive doubling, for mid sizes on many
  * ranks.
  *
- * The buffer is cut into p blocks as allreduce_ring.c cuts its chunks (count/p
- * elements, one more for the first count%p); every range below is a run of
+ * The buffer is cut into p blocks as allreduce_ring.c cuts its chunks (base.h's
+ * hvdl_block_start: count/p elements, one more for the first count%p); every range below is a run of
  * whole blocks. The fold, virtual ranks v and the combining rule are transport.h's
  * (p = largest power of two <= n, rem = n - p). At rank r:
  *
@@ -50,11 +50,6 @@
 #include "transport/transport.h"
 
 #define RAB_TAG 0x4842 /* "HB" */
-
-size_t hvdl_rab_block(size_t count, int p, int k) {
-  const size_t base = count / (size_t)p, rem = count % (size_t)p, uk = (size_t)k;
-  return uk * base + (uk < rem ? uk : rem);
-}
 
 hvdlResult_t hvdl_rab_reduce_scatter(hvdlComm_t comm, const struct hvdl_group *g,
                                      const void *sendbuff, void *recvbuff, size_t count,
@@ -102,10 +97,10 @@ hvdlResult_t hvdl_rab_reduce_scatter(hvdlComm_t comm, const struct hvdl_group *g
     const int mid = (lo[steps] + hi[steps]) / 2;
     const int keep_lo = lower ? lo[steps] : mid, keep_hi = lower ? mid : hi[steps];
     const int send_lo = lower ? mid : lo[steps], send_hi = lower ? hi[steps] : mid;
-    const size_t k0 = hvdl_rab_block(count, h->blocks, keep_lo);
-    const size_t k1 = hvdl_rab_block(count, h->blocks, keep_hi);
-    const size_t s0 = hvdl_rab_block(count, h->blocks, send_lo);
-    const size_t s1 = hvdl_rab_block(count, h->blocks, send_hi);
+    const size_t k0 = hvdl_block_start(count, h->blocks, keep_lo);
+    const size_t k1 = hvdl_block_start(count, h->blocks, keep_hi);
+    const size_t s0 = hvdl_block_start(count, h->blocks, send_lo);
+    const size_t s1 = hvdl_block_start(count, h->blocks, send_hi);
     HVDL_CHECK(hvdl_pair_exchange(comm, peer, RAB_TAG, cur + s0 * esize, (s1 - s0) * esize,
                                   s->work, (k1 - k0) * esize));
     hvdl_pair_combine(out + k0 * esize, cur + k0 * esize, s->work, lower, k1 - k0, dt, op);
@@ -137,13 +132,13 @@ hvdlResult_t hvdl_rab_all_gather(hvdlComm_t comm, const struct hvdl_group *g, vo
                                     gets ? out : NULL, gets ? bytes : 0));
       continue;
     }
-    const size_t h0 = hvdl_rab_block(count, h->blocks, lo[j + 1]);
-    const size_t h1 = hvdl_rab_block(count, h->blocks, hi[j + 1]);
+    const size_t h0 = hvdl_block_start(count, h->blocks, lo[j + 1]);
+    const size_t h1 = hvdl_block_start(count, h->blocks, hi[j + 1]);
     /* The partner holds the half of [lo[j], hi[j]) that this rank gave away. */
     const int other_lo = lo[j + 1] == lo[j] ? hi[j + 1] : lo[j];
     const int other_hi = lo[j + 1] == lo[j] ? hi[j] : lo[j + 1];
-    const size_t o0 = hvdl_rab_block(count, h->blocks, other_lo);
-    const size_t o1 = hvdl_rab_block(count, h->blocks, other_hi);
+    const size_t o0 = hvdl_block_start(count, h->blocks, other_lo);
+    const size_t o1 = hvdl_block_start(count, h->blocks, other_hi);
     HVDL_CHECK(hvdl_pair_exchange(comm, peer, RAB_TAG, out + h0 * esize, (h1 - h0) * esize,
                                   out + o0 * esize, (o1 - o0) * esize));
   }
@@ -158,8 +153,8 @@ hvdlResult_t hvdl_allreduce_rab_group(hvdlComm_t comm, const struct hvdl_group *
   struct hvdl_halving h = {.blocks = 0}; /* p blocks: every step halves */
   HVDL_CHECK(hvdl_rab_reduce_scatter(comm, g, sendbuff, recvbuff, count, dt, op, &h));
   if (op == hvdlAvg && h.holds) { /* the one block left is final: divide it */
-    const size_t b0 = hvdl_rab_block(count, h.blocks, h.lo[h.steps]);
-    const size_t b1 = hvdl_rab_block(count, h.blocks, h.hi[h.steps]);
+    const size_t b0 = hvdl_block_start(count, h.blocks, h.lo[h.steps]);
+    const size_t b1 = hvdl_block_start(count, h.blocks, h.hi[h.steps]);
     hvdl_divide((char *)recvbuff + b0 * hvdl_type_size(dt), b1 - b0, dt, g->divisor);
   }
   return hvdl_rab_all_gather(comm, g, recvbuff, count, dt, &h);

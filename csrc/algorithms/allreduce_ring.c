@@ -5,8 +5,8 @@
  * left = r-1 (mod n), on the communicator's private MPI communicator.
  *
  * The chunks. The count elements are cut into n chunks as evenly as possible
- * (chunk k has count/n elements, plus one for the first count%n chunks; some
- * are empty when count < n). Rank c owns chunk c: it finishes its reduction.
+ * (base.h's hvdl_block_start: chunk k has count/n elements, plus one for the
+ * first count%n chunks; some are empty when count < n). Rank c owns chunk c: it finishes its reduction.
  *
  * The schedule at rank r: one initial send, then 2(n-1) receive steps. At step
  * t rank r receives chunk k(t) = r - t - 2 (mod n) from the left, and forwards
@@ -48,12 +48,6 @@
 
 #define RING_TAG 0x4856 /* "HV" */
 
-static void chunk_range(size_t count, int n, int k, size_t *off, size_t *len) {
-  const size_t base = count / (size_t)n, rem = count % (size_t)n, uk = (size_t)k;
-  *off = uk * base + (uk < rem ? uk : rem);
-  *len = base + (uk < rem ? 1 : 0);
-}
-
 hvdlResult_t hvdl_allreduce_ring(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                  size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
   const int n = comm->size, r = comm->rank;
@@ -61,17 +55,22 @@ hvdlResult_t hvdl_allreduce_ring(hvdlComm_t comm, const void *sendbuff, void *re
   const char *send = sendbuff;
   char *recv = recvbuff;
   size_t off, len;
+  int k;
   struct hvdl_pipe p;
   HVDL_CHECK(hvdl_pipe_init(&p, comm, RING_TAG, count / (size_t)n + 1, dt, op));
 
   /* start: our own contribution to chunk r-1 goes right. */
-  chunk_range(count, n, (r - 1 + n) % n, &off, &len);
+  k = (r - 1 + n) % n;
+  off = hvdl_block_start(count, n, k);
+  len = hvdl_block_len(count, n, k);
   HVDL_CHECK(hvdl_pipe_send(&p, send + off * esize, len));
 
   comm->phase_time[0] = hvdl_now();
   for (int t = 0; t < 2 * (n - 1); t++) {
     if (t == n - 1) comm->phase_time[1] = hvdl_now();
-    chunk_range(count, n, ((r - t - 2) % n + n) % n, &off, &len);
+    k = ((r - t - 2) % n + n) % n;
+    off = hvdl_block_start(count, n, k);
+    len = hvdl_block_len(count, n, k);
     const char *src = send + off * esize;
     char *dst = recv + off * esize;
     if (t < n - 2)

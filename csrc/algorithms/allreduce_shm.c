@@ -16,7 +16,7 @@
  * attach, as Open MPI's smsc/cma uses for large messages); or, for a buffer in
  * hvdlMemAlloc's memory, through its view of the peer's region with plain loads
  * and stores (single_copy.c's hvdl_cma_read and hvdl_cma_write). Lane q
- * (hvdl_shm_lane: count cut into L near-equal lanes) is local rank q's. Rank r:
+ * (hvdl_block_start: count cut into L near-equal lanes) is local rank q's. Rank r:
  *
  *   before   with a stand-in (below): copy every lane but r of sendbuff into it
  *   step 1   single_copy.c's open: every rank is in the call, the addresses of
@@ -75,7 +75,8 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
   const char *send = sendbuff;
   char *recv = recvbuff;
   size_t a, b;
-  hvdl_shm_lane(count, L, me, &a, &b);
+  a = hvdl_block_start(count, L, me);
+  b = hvdl_block_start(count, L, me + 1);
   /* The peers read and write only the other lanes: only those pass through a stand-in. */
   char *stand_in = hvdl_cma_stand_in(comm, sendbuff, recvbuff, count * esize);
   if (stand_in) other_lanes(stand_in, send, a, b, count, esize);

@@ -85,12 +85,6 @@ hvdlResult_t hvdl_broadcast_tree(hvdlComm_t comm, const void *sendbuff, void *re
   return hvdlSuccess;
 }
 
-/* Element offset of block k of count elements cut into n blocks (allreduce_ring.c's cut). */
-static size_t block_start(size_t count, int n, int k) {
-  const size_t base = count / (size_t)n, extra = count % (size_t)n;
-  return base * (size_t)k + ((size_t)k < extra ? (size_t)k : extra);
-}
-
 /* Sends (to != 0) or receives the blocks of the relative ranks v .. v+span-1 to
  * or from peer: one run of the buffer, or two where it passes rank n-1. */
 static hvdlResult_t move_blocks(hvdlComm_t comm, int to, int peer, char *buf, size_t count,
@@ -99,8 +93,8 @@ static hvdlResult_t move_blocks(hvdlComm_t comm, int to, int peer, char *buf, si
   int first = (v + root) % n, left = span;
   while (left > 0) {
     const int run = first + left <= n ? left : n - first;
-    const size_t at = block_start(count, n, first) * esize;
-    const size_t len = block_start(count, n, first + run) * esize - at;
+    const size_t at = hvdl_block_start(count, n, first) * esize;
+    const size_t len = hvdl_block_start(count, n, first + run) * esize - at;
     if (len > 0)
       HVDL_CHECK(hvdl_pair_exchange(comm, peer, SCATTER_TAG, to ? buf + at : NULL, to ? len : 0,
                                     to ? NULL : buf + at, to ? 0 : len));
@@ -129,6 +123,6 @@ hvdlResult_t hvdl_broadcast_scatter(hvdlComm_t comm, const void *sendbuff, void 
     }
   HVDL_CHECK(hvdl_reserve(comm, &s->counts, &s->counts_bytes, (size_t)n * sizeof(size_t)));
   size_t *counts = (size_t *)(void *)s->counts;
-  for (int k = 0; k < n; k++) counts[k] = block_start(count, n, k + 1) - block_start(count, n, k);
-  return hvdl_allgatherv(comm, buf + block_start(count, n, r) * esize, buf, counts, dt);
+  for (int k = 0; k < n; k++) counts[k] = hvdl_block_len(count, n, k);
+  return hvdl_allgatherv(comm, buf + hvdl_block_start(count, n, r) * esize, buf, counts, dt);
 }

@@ -16,7 +16,7 @@
  * as allreduce_small.c does on every rank.
  *
  * Ring path: the count elements are cut into n blocks as allreduce_ring.c cuts its
- * chunks (count/n each, one more for the first count%n). Then
+ * chunks (base.h's hvdl_block_start: count/n each, one more for the first count%n). Then
  *
  *   1. ring reduce-scatter (reducescatter_ring.c), n-1 receiving steps: rank k ends
  *      with block k reduced in ring order, x[k+1] op x[k+2] op ... op x[k],
@@ -92,14 +92,11 @@ hvdlResult_t hvdl_reduce_root(hvdlComm_t comm, const void *sendbuff, void *recvb
   struct hvdl_scratch *s = &comm->scratch;
   HVDL_CHECK(hvdl_reserve(comm, &s->counts, &s->counts_bytes, (size_t)n * sizeof(size_t)));
   size_t *counts = (size_t *)(void *)s->counts;
-  const size_t base = count / (size_t)n, rem = count % (size_t)n;
-  for (int k = 0; k < n; k++) counts[k] = base + ((size_t)k < rem ? 1 : 0);
-  /* Block k starts at element k*base + min(k, rem). */
-#define BLOCK_AT(k) (((size_t)(k) * base + ((size_t)(k) < rem ? (size_t)(k) : rem)) * esize)
+  for (int k = 0; k < n; k++) counts[k] = hvdl_block_len(count, n, k);
 
   char *mine;
   if (r == root) {
-    mine = (char *)recvbuff + BLOCK_AT(r);
+    mine = (char *)recvbuff + hvdl_block_start(count, n, r) * esize;
   } else {
     HVDL_CHECK(hvdl_reserve(comm, &s->block, &s->block_bytes, counts[r] * esize + 1));
     mine = s->block;
@@ -115,12 +112,11 @@ hvdlResult_t hvdl_reduce_root(hvdlComm_t comm, const void *sendbuff, void *recvb
   if (r == root) {
     for (int k = 0; k < n; k++)
       if (k != root)
-        HVDL_CHECK(post_block(comm, 0, (char *)recvbuff + BLOCK_AT(k), counts[k] * esize, k, reqs,
-                              &nreq));
+        HVDL_CHECK(post_block(comm, 0, (char *)recvbuff + hvdl_block_start(count, n, k) * esize,
+                              counts[k] * esize, k, reqs, &nreq));
   } else {
     HVDL_CHECK(post_block(comm, 1, mine, counts[r] * esize, root, reqs, &nreq));
   }
-#undef BLOCK_AT
   if (nreq > 0) HVDL_CHECK(hvdl_wait_all(comm, nreq, reqs));
   return hvdlSuccess;
 }

@@ -43,12 +43,6 @@
 
 #define REDUCESCATTER_TAG 0x4853 /* "HS" */
 
-static size_t block_offset(const size_t *counts, int k) {
-  size_t off = 0;
-  for (int i = 0; i < k; i++) off += counts[i];
-  return off;
-}
-
 hvdlResult_t hvdl_reducescatterv(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                  const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op) {
   const int n = comm->size, r = comm->rank;
@@ -70,13 +64,13 @@ hvdlResult_t hvdl_reducescatterv(hvdlComm_t comm, const void *sendbuff, void *re
   HVDL_CHECK(hvdl_pipe_init(&p, comm, REDUCESCATTER_TAG, max_count, dt, op));
 
   int k = (r - 1 + n) % n;
-  HVDL_CHECK(hvdl_pipe_send(&p, send + block_offset(counts, k) * esize, counts[k]));
+  HVDL_CHECK(hvdl_pipe_send(&p, send + hvdl_before(counts, k) * esize, counts[k]));
   for (int t = 1; t < n - 1; t++) {
     k = ((r - t - 1) % n + n) % n;
-    HVDL_CHECK(hvdl_pipe_recv_reduce_send(&p, send + block_offset(counts, k) * esize,
+    HVDL_CHECK(hvdl_pipe_recv_reduce_send(&p, send + hvdl_before(counts, k) * esize,
                                           stage[t & 1], counts[k]));
   }
-  HVDL_CHECK(hvdl_pipe_recv_reduce(&p, send + block_offset(counts, r) * esize, recvbuff,
+  HVDL_CHECK(hvdl_pipe_recv_reduce(&p, send + hvdl_before(counts, r) * esize, recvbuff,
                                    counts[r]));
   return hvdl_pipe_finish(&p);
 }

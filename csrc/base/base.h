@@ -274,6 +274,26 @@ size_t hvdl_type_size(hvdlDataType_t t);
 const char *hvdl_type_name(hvdlDataType_t t);
 const char *hvdl_op_name(hvdlRedOp_t op);
 
+/* The even cut of count elements into n blocks, the one every split of a buffer uses (the
+ * rings, the halvings, the shared-memory lanes, the tree's scatter, the ring reduce): block k
+ * holds count / n elements, one more for the first count % n, and starts at element
+ * k * (count / n) + min(k, count % n); block n "starts" at count, so block k is
+ * [hvdl_block_start(k), hvdl_block_start(k + 1)). hvdl_block_of inverts it: the block
+ * holding element g < count, and in *end the element after that block. */
+static inline size_t hvdl_block_start(size_t count, int n, int k) {
+  const size_t base = count / (size_t)n, rem = count % (size_t)n, uk = (size_t)k;
+  return uk * base + (uk < rem ? uk : rem);
+}
+static inline size_t hvdl_block_len(size_t count, int n, int k) {
+  return count / (size_t)n + ((size_t)k < count % (size_t)n ? 1 : 0);
+}
+static inline int hvdl_block_of(size_t count, int n, size_t g, size_t *end) {
+  const size_t base = count / (size_t)n, rem = count % (size_t)n, wide = rem * (base + 1);
+  const size_t c = g < wide ? g / (base + 1) : rem + (g - wide) / base;
+  *end = c < rem ? (c + 1) * (base + 1) : wide + (c + 1 - rem) * base;
+  return (int)c;
+}
+
 /* Grows a scratch allocation to at least `bytes` (64-byte aligned). */
 hvdlResult_t hvdl_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes);
 

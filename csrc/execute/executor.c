@@ -302,7 +302,7 @@ static hvdlResult_t run_reducescatter(struct hvdl_executor *x, struct hvdl_reque
   const hvdlRedOp_t op = reduction(x, r, &post);
   if (!counts) return hvdl_fail(x->data, hvdlSystemError, "reducescatter: out of memory");
   for (int q = 0; q < n; q++)  /* as even as possible; the first ranks take the extra rows */
-    counts[q] = (size_t)(rows / n + (q < rows % n ? 1 : 0)) * row_elems(&r->desc);
+    counts[q] = hvdl_block_len((size_t)rows, n, q) * row_elems(&r->desc);
   if (r->desc.prescale != 1.0) {
     scaled = malloc(r->nbytes ? r->nbytes : 1);
     if (!scaled) res = hvdl_fail(x->data, hvdlSystemError, "reducescatter: out of memory");

@@ -234,8 +234,6 @@ hvdlResult_t hvdl_rab_reduce_scatter(hvdlComm_t comm, const struct hvdl_group *g
                                      hvdlDataType_t dt, hvdlRedOp_t op, struct hvdl_halving *h);
 hvdlResult_t hvdl_rab_all_gather(hvdlComm_t comm, const struct hvdl_group *g, void *recvbuff,
                                  size_t count, hvdlDataType_t dt, const struct hvdl_halving *h);
-/* Element offset of block k of p blocks of count. */
-size_t hvdl_rab_block(size_t count, int p, int k);
 
 /* rd and rab over a group (Avg divides by g->divisor). */
 hvdlResult_t hvdl_allreduce_rd_group(hvdlComm_t comm, const struct hvdl_group *g,

@@ -111,12 +111,6 @@ static char *out_area(const struct hvdl_shm *s, int q, uint64_t k) {
   return s->seg[q] + HEAD + (size_t)(2u + (k & 1u)) * s->area;
 }
 
-void hvdl_shm_lane(size_t count, int lanes, int j, size_t *lo, size_t *hi) {
-  const size_t base = count / (size_t)lanes, rem = count % (size_t)lanes, uj = (size_t)j;
-  *lo = uj * base + (uj < rem ? uj : rem);
-  *hi = *lo + base + (uj < rem ? 1 : 0);
-}
-
 /* ---- steps ---------------------------------------------------------------- */
 
 struct arrival {
@@ -233,15 +227,6 @@ void hvdl_shm_round_read(const struct hvdl_shm *s, uint64_t *all, int words) {
 
 /* ---- the verbs ------------------------------------------------------------ */
 
-/* The ring chunk (allreduce_ring.c's cut of count elements into n) holding element g, and
- * the element after that chunk's end. */
-static int ring_chunk(size_t count, int n, size_t g, size_t *end) {
-  const size_t base = count / (size_t)n, rem = count % (size_t)n, wide = rem * (base + 1);
-  const size_t c = g < wide ? g / (base + 1) : rem + (g - wide) / base;
-  *end = c < rem ? (c + 1) * (base + 1) : wide + (c + 1 - rem) * base;
-  return (int)c;
-}
-
 void hvdl_shm_fold_inputs(const struct hvdl_shm *s, const char **in, void *dst, size_t g, size_t n,
                           size_t count, const struct hvdl_shm_fold *f) {
   const int L = s->local_size;
@@ -251,7 +236,7 @@ void hvdl_shm_fold_inputs(const struct hvdl_shm *s, const char **in, void *dst, 
     size_t run = n, end;
     int first = 0;
     if (f->ring_order) {
-      first = (ring_chunk(count, L, g, &end) + 1) % L;
+      first = (hvdl_block_of(count, L, g, &end) + 1) % L;
       run = end - g < n ? end - g : n;
     }
     hvdl_reduce(d, in[first], in[(first + 1) % L], run, f->dt, f->op);
@@ -292,7 +277,8 @@ hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbu
       const size_t len = count - t * chunk < chunk ? count - t * chunk : chunk;
       const char *from = send + t * chunk * esize;
       size_t a, b;
-      hvdl_shm_lane(len, L, me, &a, &b);
+      a = hvdl_block_start(len, L, me);
+      b = hvdl_block_start(len, L, me + 1);
       hvdl_copy(in_area(s, me, k), from, a * esize);
       hvdl_copy(in_area(s, me, k) + b * esize, from + b * esize, (len - b) * esize);
     }
@@ -301,7 +287,8 @@ hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbu
       base = (t - 1) * chunk;
       len = count - base < chunk ? count - base : chunk;
       size_t a, b;
-      hvdl_shm_lane(len, L, me, &a, &b);
+      a = hvdl_block_start(len, L, me);
+      b = hvdl_block_start(len, L, me + 1);
       if (b > a)
         fold(s, k - 1, a * esize, out_area(s, me, k - 1) + a * esize, base + a, b - a, count, f,
              send + (base + a) * esize);
@@ -310,7 +297,8 @@ hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbu
     if (t == 0) continue;
     for (int q = 0; q < L; q++) { /* slice q, clipped to [lo, hi) */
       size_t a, b;
-      hvdl_shm_lane(len, L, q, &a, &b);
+      a = hvdl_block_start(len, L, q);
+      b = hvdl_block_start(len, L, q + 1);
       a = base + a > lo ? base + a : lo;
       b = base + b < hi ? base + b : hi;
       if (b > a) hvdl_copy(recv + a * esize, out_area(s, q, k - 1) + (a - base) * esize, (b - a) * esize);
@@ -330,7 +318,8 @@ hvdlResult_t hvdl_shm_share(hvdlComm_t comm, void *buf, size_t count, hvdlDataTy
     const uint64_t k = s->step + 1;
     size_t lo, hi;
     if (me < s->lanes) {
-      hvdl_shm_lane(count, s->lanes, me, &lo, &hi);
+      lo = hvdl_block_start(count, s->lanes, me);
+      hi = hvdl_block_start(count, s->lanes, me + 1);
       lo = lo > base ? lo : base;
       hi = hi < end ? hi : end;
       if (hi > lo) hvdl_copy(in_area(s, me, k) + (lo - base) * esize, b + lo * esize, (hi - lo) * esize);
@@ -338,7 +327,8 @@ hvdlResult_t hvdl_shm_share(hvdlComm_t comm, void *buf, size_t count, hvdlDataTy
     HVDL_CHECK(hvdl_shm_step(comm, s));
     for (int j = 0; j < s->lanes; j++) {
       if (j == me) continue;
-      hvdl_shm_lane(count, s->lanes, j, &lo, &hi);
+      lo = hvdl_block_start(count, s->lanes, j);
+      hi = hvdl_block_start(count, s->lanes, j + 1);
       lo = lo > base ? lo : base;
       hi = hi < end ? hi : end;
       if (hi > lo) hvdl_copy(b + lo * esize, in_area(s, j, k) + (lo - base) * esize, (hi - lo) * esize);

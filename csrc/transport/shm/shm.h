@@ -227,7 +227,7 @@ uint64_t hvdl_shm_published(const struct hvdl_shm *s, int q);
 hvdlResult_t hvdl_shm_reduce_one_step(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                       size_t count, const struct hvdl_shm_fold *f);
 
-/* Local rank j < lanes holds lane j (hvdl_shm_lane) of buf; afterwards every local
+/* Local rank j < lanes holds lane j (hvdl_block_start's cut into lanes) of buf; afterwards every local
  * rank holds all of buf: an all-gather through the segment. */
 hvdlResult_t hvdl_shm_share(hvdlComm_t comm, void *buf, size_t count, hvdlDataType_t dt);
 
@@ -254,9 +254,5 @@ int hvdl_shm_round_arrived(const struct hvdl_shm *s);
 hvdlResult_t hvdl_shm_round_wait(hvdlComm_t comm, const struct hvdl_wait_limits *limits);
 /* Every rank's words of the round just waited for, at all + its rank * words. */
 void hvdl_shm_round_read(const struct hvdl_shm *s, uint64_t *all, int words);
-
-/* Lane j's elements [*lo, *hi) of a count-element buffer cut into `lanes` near-equal
- * pieces (the first count % lanes one longer). */
-void hvdl_shm_lane(size_t count, int lanes, int j, size_t *lo, size_t *hi);
 
 #endif /* HVDL_SHM_H_ */
