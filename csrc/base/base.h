@@ -243,6 +243,16 @@ void hvdl_sleep(double seconds);
 int hvdl_fault_hit(struct hvdl_faults *f, enum hvdl_fault_point p);
 /* The stall fault point, armed: this rank stops for three data timeouts (wait.c). */
 void hvdl_fault_stall(hvdlComm_t comm);
+/* wait.c: the transports' one fault point (HVD_LITE_FAULT), called before each message
+ * (pair_exchange.c, pipeline.c) or shared-memory step (segment.c) with at SEND or RECV:
+ * hvdlSuccess at once where comm->faults is NULL; before a send, the stall point first
+ * (hvdl_fault_stall); then, where `at` fires, the failure recorded on comm,
+ * hvdlSystemError "injected fault (HVD_LITE_FAULT): a send to rank <peer> failed" ("a recv
+ * from rank <peer>"), or with peer HVDL_FAULT_NO_PEER (the segment's step, which waits for
+ * every local rank) "... a shared-memory publish failed" ("wait"). The single copy
+ * (single_copy.c) takes hvdl_fault_hit alone: its fault makes the kernel's copy fail. */
+#define HVDL_FAULT_NO_PEER (-1)
+hvdlResult_t hvdl_fault(hvdlComm_t comm, enum hvdl_fault_point at, int peer);
 const char *hvdl_fault_name(int p);
 
 /* clock.c: monotonic time in seconds; types.c: type and op names; memory.c: scratch and the bulk copy. */

@@ -76,6 +76,19 @@ void hvdl_fault_stall(hvdlComm_t comm) {
     hvdl_sleep(comm->data_timeout > 0 ? 3 * comm->data_timeout : 1.0);
 }
 
+hvdlResult_t hvdl_fault(hvdlComm_t comm, enum hvdl_fault_point at, int peer) {
+  if (!comm->faults) return hvdlSuccess;
+  if (at == HVDL_FAULT_SEND) hvdl_fault_stall(comm);
+  if (!hvdl_fault_hit(comm->faults, at)) return hvdlSuccess;
+  const int send = at == HVDL_FAULT_SEND;
+  if (peer == HVDL_FAULT_NO_PEER)
+    return hvdl_fail(comm, hvdlSystemError,
+                     "injected fault (HVD_LITE_FAULT): a shared-memory %s failed",
+                     send ? "publish" : "wait");
+  return hvdl_fail(comm, hvdlSystemError, "injected fault (HVD_LITE_FAULT): a %s %s rank %d failed",
+                   hvdl_fault_name(at), send ? "to" : "from", peer);
+}
+
 /* A long wait (past long_after) sleeps up to long_sleep, or up to LATE_SHARE of the
  * time it has waited so far if that is more, never over LATE_SLEEP_MAX: a peer late
  * by t is answered at most t / 50 later, and a rank blocked for seconds wakes 20 times

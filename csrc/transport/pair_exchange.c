@@ -36,16 +36,6 @@ void hvdl_pair_combine(void *out, const void *mine, const void *theirs, int mine
     hvdl_reduce(out, theirs, mine, count, dt, op);
 }
 
-/* Injected faults (HVD_LITE_FAULT), at the same points as the pipe's: a failing
- * send or receive, or a rank that stops sending (hvdl_fault_stall). */
-static hvdlResult_t fault(hvdlComm_t comm, int peer, enum hvdl_fault_point at) {
-  if (at == HVDL_FAULT_SEND) hvdl_fault_stall(comm);
-  if (hvdl_fault_hit(comm->faults, at))
-    return hvdl_fail(comm, hvdlSystemError, "injected fault (HVD_LITE_FAULT): a %s %s rank %d failed",
-                     hvdl_fault_name(at), at == HVDL_FAULT_SEND ? "to" : "from", peer);
-  return hvdlSuccess;
-}
-
 /* The data phases' limits (wait.c), with sleeps capped at 10 us instead of 50: the next
  * step cannot start before this one is seen to end, and a step that outlasts the spin
  * (large pieces across hosts) loses up to one sleep. 64 simulated ranks, 64 MiB,
@@ -60,12 +50,12 @@ static hvdlResult_t exchange_once(hvdlComm_t comm, int peer, int tag, const char
   hvdlResult_t res = hvdlSuccess;
   int err = MPI_SUCCESS;
   if (recvbytes > 0) {
-    if (comm->faults) res = fault(comm, peer, HVDL_FAULT_RECV);
+    res = hvdl_fault(comm, HVDL_FAULT_RECV, peer);
     if (res == hvdlSuccess)
       err = MPI_Irecv(recv, (int)recvbytes, MPI_BYTE, peer, tag, comm->mpi, &req[0]);
   }
   if (res == hvdlSuccess && err == MPI_SUCCESS && sendbytes > 0) {
-    if (comm->faults) res = fault(comm, peer, HVDL_FAULT_SEND);
+    res = hvdl_fault(comm, HVDL_FAULT_SEND, peer);
     if (res == hvdlSuccess)
       err = MPI_Isend(send, (int)sendbytes, MPI_BYTE, peer, tag, comm->mpi, &req[1]);
   }
@@ -150,7 +140,7 @@ static hvdlResult_t set_round(hvdlComm_t comm, int tag, int n, const struct hvdl
       const int len = (int)(left < PAIR_MAX_MESSAGE_BYTES ? left : PAIR_MAX_MESSAGE_BYTES);
       MPI_Request *r = &reqs[posted++];
       *r = MPI_REQUEST_NULL;
-      if (comm->faults) res = fault(comm, m[i].peer, pass ? HVDL_FAULT_RECV : HVDL_FAULT_SEND);
+      res = hvdl_fault(comm, pass ? HVDL_FAULT_RECV : HVDL_FAULT_SEND, m[i].peer);
       if (res == hvdlSuccess)
         err = pass ? MPI_Irecv(m[i].buf + off, len, MPI_BYTE, m[i].peer, tag, comm->mpi, r)
                    : MPI_Isend(m[i].buf + off, len, MPI_BYTE, m[i].peer, tag, comm->mpi, r);

@@ -112,17 +112,6 @@ static hvdlResult_t begin_step(struct hvdl_pipe *p, int *gen) {
   return wait_sends(p, *gen);
 }
 
-/* Injected faults (HVD_LITE_FAULT): a failing send or receive, or a rank that
- * stops sending (hvdl_fault_stall). */
-static hvdlResult_t fault(struct hvdl_pipe *p, enum hvdl_fault_point at) {
-  hvdlComm_t c = p->comm;
-  if (at == HVDL_FAULT_SEND) hvdl_fault_stall(c);
-  if (hvdl_fault_hit(c->faults, at))
-    return hvdl_fail(c, hvdlSystemError, "injected fault (HVD_LITE_FAULT): a %s to rank %d failed",
-                     hvdl_fault_name(at), at == HVDL_FAULT_SEND ? p->right : p->left);
-  return hvdlSuccess;
-}
-
 /* The tag of the k-th piece a rank sends, which is the k-th piece its right
  * neighbour receives: a send step's pending segments go out while the next
  * step forwards, and the two pieces must not match each other's receives. */
@@ -133,7 +122,7 @@ static int piece_tag(const struct hvdl_pipe *p, unsigned k) {
 /* send: one segment to the right. */
 static hvdlResult_t send_segment(struct hvdl_pipe *p, int gen, int tag, const char *buf,
                                  size_t elems) {
-  if (p->comm->faults) HVDL_CHECK(fault(p, HVDL_FAULT_SEND));
+  HVDL_CHECK(hvdl_fault(p->comm, HVDL_FAULT_SEND, p->right));
   MPI_Request *req = &p->sreq[gen][p->nsreq[gen]];
   HVDL_MPI(p->comm, MPI_Isend(buf, (int)(elems * p->esize), MPI_BYTE, p->right, tag,
                               p->comm->mpi, req));
@@ -210,7 +199,7 @@ static hvdlResult_t wait_recv(struct hvdl_pipe *p, MPI_Request *req) {
 
 static hvdlResult_t post_recv(struct hvdl_pipe *p, unsigned what, int tag, char *dst,
                               size_t count, size_t j, MPI_Request *req) {
-  if (p->comm->faults) HVDL_CHECK(fault(p, HVDL_FAULT_RECV));
+  HVDL_CHECK(hvdl_fault(p->comm, HVDL_FAULT_RECV, p->left));
   char *into = (what & PIPE_REDUCE) ? p->tmp + (j % PIPE_WINDOW) * p->seg * p->esize
                                     : dst + j * p->seg * p->esize;
   HVDL_MPI(p->comm, MPI_Irecv(into, (int)(seg_elems(p, count, j) * p->esize), MPI_BYTE, p->left,

@@ -130,10 +130,6 @@ static hvdlResult_t kernel_copy(hvdlComm_t comm, int q, char *d, uint64_t addr, 
   return hvdlSuccess;
 }
 
-static int fault_hit(hvdlComm_t comm, int write) {
-  return comm->faults && hvdl_fault_hit(comm->faults, write ? HVDL_FAULT_SEND : HVDL_FAULT_RECV);
-}
-
 /* Through this rank's view of the peer's region where it has one: hvdl_copy, which
  * avoids the crawling distances itself. Else through the kernel. An injected fault
  * (HVD_LITE_FAULT: the recv point for a read, send for a write) takes the kernel's
@@ -146,7 +142,7 @@ static int fault_hit(hvdlComm_t comm, int write) {
  * 0,0; docs/benchmarks.md, "Buffers at their own place in a page"). */
 hvdlResult_t hvdl_cma_write(hvdlComm_t comm, int q, const void *here, uint64_t addr,
                             size_t bytes) {
-  const int fault = fault_hit(comm, 1);
+  const int fault = hvdl_fault_hit(comm->faults, HVDL_FAULT_SEND);
   char *there = fault ? NULL : reach(comm->shm, q, addr, bytes);
   if (!there) return kernel_copy(comm, q, (char *)here, addr, bytes, 1, fault);
   hvdl_copy(there, here, bytes);
@@ -155,7 +151,7 @@ hvdlResult_t hvdl_cma_write(hvdlComm_t comm, int q, const void *here, uint64_t a
 
 hvdlResult_t hvdl_cma_read(hvdlComm_t comm, int q, uint64_t addr, size_t bytes,
                            const char **at) {
-  const int fault = fault_hit(comm, 0);
+  const int fault = hvdl_fault_hit(comm->faults, HVDL_FAULT_RECV);
   char *there = fault ? NULL : reach(comm->shm, q, addr, bytes);
   if (there) {
     *at = there;
@@ -167,7 +163,7 @@ hvdlResult_t hvdl_cma_read(hvdlComm_t comm, int q, uint64_t addr, size_t bytes,
 }
 
 hvdlResult_t hvdl_cma_read_into(hvdlComm_t comm, int q, uint64_t addr, size_t bytes, void *dst) {
-  const int fault = fault_hit(comm, 0);
+  const int fault = hvdl_fault_hit(comm->faults, HVDL_FAULT_RECV);
   const char *there = fault ? NULL : reach(comm->shm, q, addr, bytes);
   if (there) {
     hvdl_copy(dst, there, bytes);
