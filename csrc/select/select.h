@@ -23,6 +23,16 @@ hvdlResult_t hvdl_allreduce_run(hvdlComm_t comm, hvdlAlgorithm_t algo, const voi
 /* The model's time for algo at bytes per rank on comm (seconds), or a negative
  * value when algo is not a candidate there or not modelled (shm). */
 double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
+/* The model's one step cost, for every collective's prediction (select_allreduce.c,
+ * select_gather.c, select_broadcast.c): a message of s bytes each way, within a host
+ * (alpha + s beta of the intra-host link) or across (alpha + s beta share of the
+ * inter-host link: `share` ranks of a host sending through its NIC at once). Inline:
+ * the three selectors share it without calling one another. */
+static inline double hvdl_select_step(const struct hvdl_cost_model *c, int across, int share,
+                                      double s) {
+  if (!across) return c->alpha[HVDL_LINK_INTRA] + s * c->beta[HVDL_LINK_INTRA];
+  return c->alpha[HVDL_LINK_INTER] + s * c->beta[HVDL_LINK_INTER] * share;
+}
 /* The selector's message-passing choice for the call, run (an hvdl_allreduce_fn: the
  * hierarchical all-reduce's lanes across hosts). */
 hvdlResult_t hvdl_allreduce_selected(hvdlComm_t comm, const void *sendbuff, void *recvbuff,

@@ -208,13 +208,6 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
   return hvdlSuccess;
 }
 
-/* A pairwise step of s bytes each way: within a host, or across, with `share`
- * ranks of a host sending through its NIC at once. */
-static double step(const struct hvdl_cost_model *c, int across, int share, double s) {
-  if (!across) return c->alpha[HVDL_LINK_INTRA] + s * c->beta[HVDL_LINK_INTRA];
-  return c->alpha[HVDL_LINK_INTER] + s * c->beta[HVDL_LINK_INTER] * share;
-}
-
 /* rd or rab among n ranks, B bytes each; a step with mask m < within stays in a
  * host (the fold's pairs too when within > 1), the others cross hosts with
  * `share` ranks of a host at once. */
@@ -227,12 +220,12 @@ static double pairwise_cost(const struct hvdl_cost_model *c, enum pairwise kind,
   for (int m = 1; m < p; m *= 2) {
     const int across = m >= within;
     const double piece = kind == PW_RD ? b : b / (2.0 * m);
-    t += step(c, across, share, piece) + piece * c->gamma;
-    if (kind == PW_RAB) t += step(c, across, share, piece);
+    t += hvdl_select_step(c, across, share, piece) + piece * c->gamma;
+    if (kind == PW_RAB) t += hvdl_select_step(c, across, share, piece);
   }
   if (p == n) return t;
   const int fold_across = within <= 1;
-  return t + 2 * step(c, fold_across, share, b) + b * c->gamma;
+  return t + 2 * hvdl_select_step(c, fold_across, share, b) + b * c->gamma;
 }
 
 /* hier_p2p's lanes for B bytes: L, or fewer (B / HIER_LANE_BYTES, at least 1)

@@ -32,9 +32,7 @@
  * model's 10, and it lost to the tree at 4 MiB (2.26 ms against 1.45), as
  * SMPI's own scatter + ring all-gather did to its binomial tree. */
 static double hop(const hvdlComm_t comm, int inter, double s) {
-  const struct hvdl_cost_model *c = &comm->model;
-  const int k = inter && comm->hosts > 1 ? HVDL_LINK_INTER : HVDL_LINK_INTRA;
-  return c->alpha[k] + s * c->beta[k];
+  return hvdl_select_step(&comm->model, inter && comm->hosts > 1, 1, s);
 }
 
 double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo,

@@ -39,9 +39,7 @@
  *   and a(B/n) for the reduce-scatter; within a host, across when L = 1)
  */
 static double step(const hvdlComm_t comm, int across, double s) {
-  const struct hvdl_cost_model *c = &comm->model;
-  if (!across) return c->alpha[HVDL_LINK_INTRA] + s * c->beta[HVDL_LINK_INTRA];
-  return c->alpha[HVDL_LINK_INTER] + s * c->beta[HVDL_LINK_INTER] * comm->local_size;
+  return hvdl_select_step(&comm->model, across, comm->local_size, s);
 }
 
 /* rd_far's first step and halving's last: two blocks of B/p out and in (one on
