@@ -1,9 +1,14 @@
 /*
- * collectives.c -- the public collective entry points (hvdl.h): validation
- * (hvdlInvalidArgument before any traffic), then dispatch to an algorithm file;
- * device buffers go through cuda.c's staged form, whose steps are the host
- * algorithms. It calls the algorithms, cuda.c, config.c and errors.c; none of them
- * calls it.
+ * collectives.c -- the public collective entry points (hvdl.h). Each fills one
+ * call (struct call, NCCL's ncclInfo), then: check_args, the one checker
+ * (hvdlInvalidArgument or hvdlInvalidUsage before any traffic: the communicator,
+ * type, count, root, buffers, where the memory is, op, each in that order where the
+ * collective has it); a zero count and a communicator of one rank end there; then
+ * dispatch by memory kind: host buffers go to the collective's host path, device
+ * buffers (hvdlAllReduce and hvdlBroadcast) to cuda.c's staged form, whose steps
+ * are the same host path on pinned chunks; the host path selects the algorithm
+ * (select/) and runs it. It calls the algorithms, the selectors, cuda.c, memory.c
+ * and errors.c; none of them calls it.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -17,7 +22,44 @@
 #include "select/select.h"
 #include "transport/shm/shm.h"
 
-/* ---- collectives --------------------------------------------------------- */
+/* ---- one call ------------------------------------------------------------ */
+
+/* What a collective is, for check_args. */
+enum {
+  TAKES_OP = 1,        /* a reduction: op checked */
+  TAKES_ROOT = 2,      /* root checked */
+  ROOT_SENDS = 4,      /* only the root reads sendbuff (broadcast) */
+  ROOT_RECEIVES = 8,   /* only the root writes recvbuff (reduce) */
+  SEND_PER_RANK = 16,  /* sendbuff holds count for each rank (reduce-scatter, all-to-all) */
+  RECV_PER_RANK = 32,  /* recvbuff holds count for each rank (all-gather, all-to-all) */
+  TAKES_DEVICE = 64    /* device buffers go through cuda.c's staged form */
+};
+
+struct call;
+/* A collective's host path: select its algorithm for count elements per rank's block
+ * of send / recv (host memory) and run it. */
+typedef hvdlResult_t (*host_path)(const struct call *c, const void *send, void *recv,
+                                  size_t count);
+
+/* One call, as its entry point fills it; check_args fills the rest. */
+struct call {
+  const char *fn;
+  hvdlComm_t comm;
+  const void *send;
+  void *recv;
+  size_t count;        /* the count argument: one rank's block */
+  hvdlDataType_t dt;
+  hvdlRedOp_t op;
+  int root;
+  hvdlStream_t stream;
+  int what;            /* TAKES_OP | ... */
+  host_path host;
+  /* check_args: */
+  size_t sendbytes, recvbytes; /* 0 for a buffer this rank does not use */
+  int device;                  /* the buffers' CUDA device, or -1: host memory */
+};
+
+/* ---- the checks ----------------------------------------------------------- */
 
 /* n copies of count, in the communicator's scratch: the blocks of the
  * fixed-size allgather and reduce-scatter. */
@@ -140,6 +182,51 @@ static hvdlResult_t check_latency_bytes(hvdlComm_t comm, const char *fn, hvdlAlg
   return hvdlSuccess;
 }
 
+/* The one checker: every check a collective makes before sending anything, in one
+ * order (the communicator, type and stream; the count; the root; the buffers; where
+ * the memory is; the op), each where c->what has it. */
+static hvdlResult_t check_args(struct call *c) {
+  hvdlComm_t comm = c->comm;
+  const int what = c->what;
+  const size_t n = (size_t)(comm ? comm->size : 1);
+  const int per_rank = what & (SEND_PER_RANK | RECV_PER_RANK);
+  size_t total = 0;
+  HVDL_CHECK(check_call(comm, c->fn, c->dt, c->stream));
+  HVDL_CHECK(check_bytes(comm, c->fn, c->count, per_rank ? n : 1, c->dt, &total));
+  if (what & TAKES_ROOT) HVDL_CHECK(check_root(comm, c->fn, c->root));
+  const size_t block = per_rank ? total / n : total;
+  c->sendbytes = what & SEND_PER_RANK ? total : block;
+  c->recvbytes = what & RECV_PER_RANK ? total : block;
+  if ((what & ROOT_SENDS) && comm->rank != c->root) c->sendbytes = 0;
+  if ((what & ROOT_RECEIVES) && comm->rank != c->root) c->recvbytes = 0;
+  const uintptr_t s = (uintptr_t)c->send, r = (uintptr_t)c->recv;
+  const uintptr_t at = (size_t)comm->rank * block;
+  if (per_rank == (SEND_PER_RANK | RECV_PER_RANK))
+    HVDL_CHECK(check_buffers(comm, c->fn, c->send, c->sendbytes, c->recv, c->recvbytes, 0,
+                             "(no in-place form)"));
+  else if (per_rank == RECV_PER_RANK)
+    HVDL_CHECK(check_buffers(comm, c->fn, c->send, c->sendbytes, c->recv, c->recvbytes,
+                             s == r + at,
+                             "being in place (sendbuff == recvbuff + rank * sendcount)"));
+  else if (per_rank == SEND_PER_RANK)
+    HVDL_CHECK(check_buffers(comm, c->fn, c->send, c->sendbytes, c->recv, c->recvbytes,
+                             r == s + at,
+                             "being in place (recvbuff == sendbuff + rank * recvcount)"));
+  else
+    HVDL_CHECK(check_buffers(comm, c->fn, c->send, c->sendbytes, c->recv, c->recvbytes, s == r,
+                             "being identical"));
+  c->device = -1;
+  if (what & TAKES_DEVICE)
+    HVDL_CHECK(check_memory(comm, c->fn, (what & ROOT_SENDS) && !c->sendbytes ? NULL : c->send,
+                            c->recv, c->stream, &c->device));
+  else
+    HVDL_CHECK(check_host(comm, c->fn, c->send, c->recv, c->stream));
+  if (what & TAKES_OP) HVDL_CHECK(check_op(comm, c->fn, c->op, c->dt));
+  return hvdlSuccess;
+}
+
+/* ---- running -------------------------------------------------------------- */
+
 /* Runs the selector's choice: the paths through the shared segment here, the
  * message-passing ones through select_allreduce.c. */
 static hvdlResult_t run_allreduce(hvdlComm_t comm, hvdlAlgorithm_t algo, const void *sendbuff,
@@ -150,183 +237,182 @@ static hvdlResult_t run_allreduce(hvdlComm_t comm, hvdlAlgorithm_t algo, const v
   return hvdl_allreduce_run(comm, algo, sendbuff, recvbuff, count, dt, op);
 }
 
-/* A communicator of one rank: the result is the input (bytes of it), on the host or,
+/* A communicator of one rank: the result is the input (one block), on the host or,
  * queued on the stream, on the device. */
-static hvdlResult_t copy_alone(hvdlComm_t comm, int device, void *recvbuff, const void *sendbuff,
-                               size_t bytes, hvdlStream_t stream) {
-  if (device >= 0) return hvdl_cuda_copy(comm, recvbuff, sendbuff, bytes, stream);
-  if (sendbuff != recvbuff) hvdl_copy(recvbuff, sendbuff, bytes);
+static hvdlResult_t copy_alone(const struct call *c) {
+  const size_t bytes = c->count * hvdl_type_size(c->dt);
+  if (c->device >= 0) return hvdl_cuda_copy(c->comm, c->recv, c->send, bytes, c->stream);
+  if (c->send != c->recv) hvdl_copy(c->recv, c->send, bytes);
   return hvdlSuccess;
 }
 
-/* A staged call's step arguments (cuda.c runs the steps on pinned host chunks). */
-struct staged_call {
-  hvdlDataType_t dt;
-  hvdlRedOp_t op;
-  int root;
-};
-
-static hvdlResult_t allreduce_chunk(hvdlComm_t comm, void *host, size_t bytes, size_t offset,
-                                    void *arg) {
-  const struct staged_call *c = arg;
-  return run_allreduce(comm, hvdl_select_allreduce(comm, bytes), host, host,
-                       bytes / hvdl_type_size(c->dt), c->dt, c->op);
+/* A staged chunk's step: the host path on the pinned chunk, in place. */
+static hvdlResult_t staged_step(hvdlComm_t comm, void *host, size_t bytes, size_t offset,
+                                void *arg) {
+  (void)comm;
+  (void)offset;
+  const struct call *c = arg;
+  return c->host(c, host, host, bytes / hvdl_type_size(c->dt));
 }
 
-static hvdlResult_t broadcast_chunk(hvdlComm_t comm, void *host, size_t bytes, size_t offset,
-                                    void *arg) {
-  const struct staged_call *c = arg;
-  return hvdl_broadcast_run(comm, hvdl_select_broadcast(comm, bytes), host, host,
-                            bytes / hvdl_type_size(c->dt), c->dt, c->root);
+/* The call on its memory kind: host buffers through its host path; device buffers
+ * through cuda.c's staged form, whose steps are the host path on each chunk (the
+ * first the largest; sendbuff only where this rank reads it). */
+static hvdlResult_t dispatch(struct call *c) {
+  if (c->device < 0) return c->host(c, c->send, c->recv, c->count);
+  return hvdl_cuda_staged(c->comm, c->sendbytes ? c->send : NULL, c->recv, c->recvbytes,
+                          hvdl_type_size(c->dt), c->stream, staged_step, c);
 }
+
+/* The bytes of the call's largest step: the call's, or on device buffers the first
+ * staged chunk's. */
+static size_t largest_step(const struct call *c) {
+  const size_t bytes = c->count * hvdl_type_size(c->dt);
+  const size_t chunk = hvdl_cuda_chunk_bytes(hvdl_type_size(c->dt));
+  return c->device < 0 || bytes < chunk ? bytes : chunk;
+}
+
+/* ---- the host paths: select, then run -------------------------------------- */
+
+static hvdlResult_t allreduce_host(const struct call *c, const void *send, void *recv,
+                                   size_t count) {
+  const size_t bytes = count * hvdl_type_size(c->dt);
+  return run_allreduce(c->comm, hvdl_select_allreduce(c->comm, bytes), send, recv, count, c->dt,
+                       c->op);
+}
+
+static hvdlResult_t broadcast_host(const struct call *c, const void *send, void *recv,
+                                   size_t count) {
+  const size_t bytes = count * hvdl_type_size(c->dt);
+  return hvdl_broadcast_run(c->comm, hvdl_select_broadcast(c->comm, bytes), send, recv, count,
+                            c->dt, c->root);
+}
+
+static hvdlResult_t reduce_host(const struct call *c, const void *send, void *recv,
+                                size_t count) {
+  hvdlComm_t comm = c->comm;
+  const size_t bytes = count * hvdl_type_size(c->dt);
+  const hvdlAlgorithm_t algo = hvdl_select_allreduce(comm, bytes);
+  HVDL_CHECK(check_latency_bytes(comm, c->fn, algo, bytes));
+  /* The shared-memory path reduces in the latency path's order up to the crossover and
+   * in the ring's above (segment.c): reduce_ring.c's two paths give the same bits. */
+  if (algo == hvdlAlgoLatency || algo == hvdlAlgoRing || algo == hvdlAlgoShm)
+    return hvdl_reduce_root(comm, send, recv, count, c->dt, c->op, c->root,
+                            algo == hvdlAlgoShm ? bytes <= comm->config.smallAllReduceBytes
+                                                : algo == hvdlAlgoLatency);
+  /* Any other algorithm: run that all-reduce (a rank other than the root into
+   * scratch), so that the root gets hvdlAllReduce's bits. */
+  void *into = recv;
+  if (comm->rank != c->root) {
+    struct hvdl_scratch *s = &comm->scratch;
+    HVDL_CHECK(hvdl_reserve(comm, &s->block, &s->block_bytes, bytes));
+    into = s->block;
+  }
+  return run_allreduce(comm, algo, send, into, count, c->dt, c->op);
+}
+
+static hvdlResult_t allgather_host(const struct call *c, const void *send, void *recv,
+                                   size_t count) {
+  size_t *counts = NULL;
+  HVDL_CHECK(equal_counts(c->comm, count, &counts));
+  const size_t bytes = count * hvdl_type_size(c->dt) * (size_t)c->comm->size;
+  return hvdl_allgather_run(c->comm, hvdl_select_allgather(c->comm, bytes), send, recv, counts,
+                            c->dt);
+}
+
+static hvdlResult_t reducescatter_host(const struct call *c, const void *send, void *recv,
+                                       size_t count) {
+  size_t *counts = NULL;
+  HVDL_CHECK(equal_counts(c->comm, count, &counts));
+  const size_t bytes = count * hvdl_type_size(c->dt) * (size_t)c->comm->size;
+  return hvdl_reducescatter_run(c->comm, hvdl_select_reducescatter(c->comm, bytes), send, recv,
+                                counts, c->dt, c->op);
+}
+
+/* The pairwise exchange takes MPI's int counts and displacements: one block each way per
+ * rank (the caller has refused more than 2 GiB). */
+static hvdlResult_t alltoall_host(const struct call *c, const void *send, void *recv,
+                                  size_t count) {
+  hvdlComm_t comm = c->comm;
+  const size_t block = count * hvdl_type_size(c->dt);
+  int *ints = malloc(sizeof *ints * 2 * (size_t)comm->size);
+  if (!ints) return hvdl_fail(comm, hvdlSystemError, "%s: out of memory", c->fn);
+  for (int q = 0; q < comm->size; q++) {
+    ints[q] = (int)block;
+    ints[comm->size + q] = (int)(block * (size_t)q);
+  }
+  hvdlResult_t res = hvdl_alltoallv(comm, send, ints, ints + comm->size, recv, ints,
+                                    ints + comm->size);
+  free(ints);
+  return res;
+}
+
+/* ---- the entry points: check, then dispatch -------------------------------- */
 
 hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                            hvdlStream_t stream) {
-  const char *fn = "hvdlAllReduce";
-  size_t bytes = 0;
-  HVDL_CHECK(check_call(comm, fn, datatype, stream));
-  HVDL_CHECK(check_bytes(comm, fn, count, 1, datatype, &bytes));
-  HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, bytes, sendbuff == recvbuff,
-                           "being identical"));
-  HVDL_CHECK(check_op(comm, fn, op, datatype));
-  int device = -1;
-  HVDL_CHECK(check_memory(comm, fn, sendbuff, recvbuff, stream, &device));
+  struct call c = {"hvdlAllReduce", comm, sendbuff, recvbuff, count, datatype, op, 0, stream,
+                   TAKES_OP | TAKES_DEVICE, allreduce_host, 0, 0, -1};
+  HVDL_CHECK(check_args(&c));
   if (count == 0) return hvdlSuccess;
-  if (comm->size == 1) return copy_alone(comm, device, recvbuff, sendbuff, bytes, stream);
-  /* Device buffers: the same algorithm on each staged chunk (the first is the largest). */
-  const size_t esize = hvdl_type_size(datatype);
-  const size_t first = device < 0 || bytes < HVDL_CUDA_STAGE_BYTES / esize * esize
-                           ? bytes : HVDL_CUDA_STAGE_BYTES / esize * esize;
-  HVDL_CHECK(check_latency_bytes(comm, fn, hvdl_select_allreduce(comm, first), first));
-  if (device >= 0) {
-    struct staged_call call = {datatype, op, 0};
-    return hvdl_cuda_staged(comm, sendbuff, recvbuff, bytes, esize, stream, allreduce_chunk, &call);
-  }
-  return run_allreduce(comm, hvdl_select_allreduce(comm, bytes), sendbuff, recvbuff, count,
-                       datatype, op);
+  if (comm->size == 1) return copy_alone(&c);
+  const size_t step = largest_step(&c);
+  HVDL_CHECK(check_latency_bytes(comm, c.fn, hvdl_select_allreduce(comm, step), step));
+  return dispatch(&c);
 }
 
 hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, int root, hvdlComm_t comm,
                            hvdlStream_t stream) {
-  const char *fn = "hvdlBroadcast";
-  size_t bytes = 0;
-  HVDL_CHECK(check_call(comm, fn, datatype, stream));
-  HVDL_CHECK(check_bytes(comm, fn, count, 1, datatype, &bytes));
-  HVDL_CHECK(check_root(comm, fn, root));
-  /* Only the root reads sendbuff. */
-  const size_t sendbytes = comm->rank == root ? bytes : 0;
-  HVDL_CHECK(check_buffers(comm, fn, sendbuff, sendbytes, recvbuff, bytes, sendbuff == recvbuff,
-                           "being identical"));
-  int device = -1;
-  HVDL_CHECK(check_memory(comm, fn, sendbytes ? sendbuff : NULL, recvbuff, stream, &device));
+  struct call c = {"hvdlBroadcast", comm, sendbuff, recvbuff, count, datatype, hvdlSum, root,
+                   stream, TAKES_ROOT | ROOT_SENDS | TAKES_DEVICE, broadcast_host, 0, 0, -1};
+  HVDL_CHECK(check_args(&c));
   if (count == 0) return hvdlSuccess;
-  if (comm->size == 1) return copy_alone(comm, device, recvbuff, sendbuff, bytes, stream);
-  if (device >= 0) {
-    struct staged_call call = {datatype, hvdlSum, root};
-    return hvdl_cuda_staged(comm, comm->rank == root ? sendbuff : NULL, recvbuff, bytes,
-                            hvdl_type_size(datatype), stream, broadcast_chunk, &call);
-  }
-  return hvdl_broadcast_run(comm, hvdl_select_broadcast(comm, bytes), sendbuff, recvbuff, count,
-                            datatype, root);
+  if (comm->size == 1) return copy_alone(&c);
+  return dispatch(&c);
 }
 
 hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
                         hvdlDataType_t datatype, hvdlRedOp_t op, int root, hvdlComm_t comm,
                         hvdlStream_t stream) {
-  const char *fn = "hvdlReduce";
-  size_t bytes = 0;
-  HVDL_CHECK(check_call(comm, fn, datatype, stream));
-  HVDL_CHECK(check_bytes(comm, fn, count, 1, datatype, &bytes));
-  HVDL_CHECK(check_root(comm, fn, root));
-  /* Only the root writes recvbuff. */
-  const size_t recvbytes = comm->rank == root ? bytes : 0;
-  HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, recvbytes, sendbuff == recvbuff,
-                           "being identical"));
-  HVDL_CHECK(check_host(comm, fn, sendbuff, recvbuff, stream));
-  HVDL_CHECK(check_op(comm, fn, op, datatype));
+  struct call c = {"hvdlReduce", comm, sendbuff, recvbuff, count, datatype, op, root, stream,
+                   TAKES_OP | TAKES_ROOT | ROOT_RECEIVES, reduce_host, 0, 0, -1};
+  HVDL_CHECK(check_args(&c));
   if (count == 0) return hvdlSuccess;
-  if (comm->size == 1) return copy_alone(comm, -1, recvbuff, sendbuff, bytes, NULL);
-  const hvdlAlgorithm_t algo = hvdl_select_allreduce(comm, bytes);
-  HVDL_CHECK(check_latency_bytes(comm, fn, algo, bytes));
-  /* The shared-memory path reduces in the latency path's order up to the crossover and
-   * in the ring's above (segment.c): reduce_ring.c's two paths give the same bits. */
-  if (algo == hvdlAlgoLatency || algo == hvdlAlgoRing || algo == hvdlAlgoShm)
-    return hvdl_reduce_root(comm, sendbuff, recvbuff, count, datatype, op, root,
-                            algo == hvdlAlgoShm ? bytes <= comm->config.smallAllReduceBytes
-                                                : algo == hvdlAlgoLatency);
-  /* Any other algorithm: run that all-reduce (a rank other than the root into
-   * scratch), so that the root gets hvdlAllReduce's bits. */
-  void *into = recvbuff;
-  if (comm->rank != root) {
-    struct hvdl_scratch *s = &comm->scratch;
-    HVDL_CHECK(hvdl_reserve(comm, &s->block, &s->block_bytes, bytes));
-    into = s->block;
-  }
-  return run_allreduce(comm, algo, sendbuff, into, count, datatype, op);
+  if (comm->size == 1) return copy_alone(&c);
+  return dispatch(&c);
 }
 
 hvdlResult_t hvdlAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                            hvdlDataType_t datatype, hvdlComm_t comm, hvdlStream_t stream) {
-  const char *fn = "hvdlAllGather";
-  size_t sendbytes = 0, recvbytes = 0;
-  HVDL_CHECK(check_call(comm, fn, datatype, stream));
-  HVDL_CHECK(check_bytes(comm, fn, sendcount, (size_t)comm->size, datatype, &recvbytes));
-  sendbytes = recvbytes / (size_t)comm->size;
-  const int inplace = (uintptr_t)sendbuff == (uintptr_t)recvbuff + (size_t)comm->rank * sendbytes;
-  HVDL_CHECK(check_buffers(comm, fn, sendbuff, sendbytes, recvbuff, recvbytes, inplace,
-                           "being in place (sendbuff == recvbuff + rank * sendcount)"));
-  HVDL_CHECK(check_host(comm, fn, sendbuff, recvbuff, stream));
+  struct call c = {"hvdlAllGather", comm, sendbuff, recvbuff, sendcount, datatype, hvdlSum, 0,
+                   stream, RECV_PER_RANK, allgather_host, 0, 0, -1};
+  HVDL_CHECK(check_args(&c));
   if (sendcount == 0) return hvdlSuccess;
-  if (comm->size == 1) return copy_alone(comm, -1, recvbuff, sendbuff, sendbytes, NULL);
-  size_t *counts = NULL;
-  HVDL_CHECK(equal_counts(comm, sendcount, &counts));
-  return hvdl_allgather_run(comm, hvdl_select_allgather(comm, recvbytes), sendbuff, recvbuff,
-                            counts, datatype);
+  if (comm->size == 1) return copy_alone(&c);
+  return dispatch(&c);
 }
 
 hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                                hvdlStream_t stream) {
-  const char *fn = "hvdlReduceScatter";
-  size_t sendbytes = 0, recvbytes = 0;
-  HVDL_CHECK(check_call(comm, fn, datatype, stream));
-  HVDL_CHECK(check_bytes(comm, fn, recvcount, (size_t)comm->size, datatype, &sendbytes));
-  recvbytes = sendbytes / (size_t)comm->size;
-  const int inplace = (uintptr_t)recvbuff == (uintptr_t)sendbuff + (size_t)comm->rank * recvbytes;
-  HVDL_CHECK(check_buffers(comm, fn, sendbuff, sendbytes, recvbuff, recvbytes, inplace,
-                           "being in place (recvbuff == sendbuff + rank * recvcount)"));
-  HVDL_CHECK(check_host(comm, fn, sendbuff, recvbuff, stream));
-  HVDL_CHECK(check_op(comm, fn, op, datatype));
+  struct call c = {"hvdlReduceScatter", comm, sendbuff, recvbuff, recvcount, datatype, op, 0,
+                   stream, TAKES_OP | SEND_PER_RANK, reducescatter_host, 0, 0, -1};
+  HVDL_CHECK(check_args(&c));
   if (recvcount == 0) return hvdlSuccess;
-  if (comm->size == 1) return copy_alone(comm, -1, recvbuff, sendbuff, recvbytes, NULL);
-  size_t *counts = NULL;
-  HVDL_CHECK(equal_counts(comm, recvcount, &counts));
-  return hvdl_reducescatter_run(comm, hvdl_select_reducescatter(comm, sendbytes), sendbuff,
-                                recvbuff, counts, datatype, op);
+  if (comm->size == 1) return copy_alone(&c);
+  return dispatch(&c);
 }
 
 hvdlResult_t hvdlAllToAll(const void *sendbuff, void *recvbuff, size_t count,
                           hvdlDataType_t datatype, hvdlComm_t comm, hvdlStream_t stream) {
-  const char *fn = "hvdlAllToAll";
-  size_t bytes = 0;
-  HVDL_CHECK(check_call(comm, fn, datatype, stream));
-  HVDL_CHECK(check_bytes(comm, fn, count, (size_t)comm->size, datatype, &bytes));
-  HVDL_CHECK(check_buffers(comm, fn, sendbuff, bytes, recvbuff, bytes, 0, "(no in-place form)"));
-  HVDL_CHECK(check_host(comm, fn, sendbuff, recvbuff, stream));
-  const size_t block = bytes / (size_t)comm->size;
-  if (block > 0x7fffffff || bytes > 0x7fffffff)
-    return hvdl_fail(comm, hvdlInvalidArgument, "%s: more than 2 GiB per rank is not supported", fn);
+  struct call c = {"hvdlAllToAll", comm, sendbuff, recvbuff, count, datatype, hvdlSum, 0, stream,
+                   SEND_PER_RANK | RECV_PER_RANK, alltoall_host, 0, 0, -1};
+  HVDL_CHECK(check_args(&c));
+  if (c.sendbytes / (size_t)comm->size > 0x7fffffff || c.sendbytes > 0x7fffffff)
+    return hvdl_fail(comm, hvdlInvalidArgument, "%s: more than 2 GiB per rank is not supported",
+                     c.fn);
   if (count == 0) return hvdlSuccess;
-  int *ints = malloc(sizeof *ints * 2 * (size_t)comm->size);
-  if (!ints) return hvdl_fail(comm, hvdlSystemError, "%s: out of memory", fn);
-  for (int q = 0; q < comm->size; q++) {
-    ints[q] = (int)block;
-    ints[comm->size + q] = (int)(block * (size_t)q);
-  }
-  hvdlResult_t res =
-      hvdl_alltoallv(comm, sendbuff, ints, ints + comm->size, recvbuff, ints, ints + comm->size);
-  free(ints);
-  return res;
+  return dispatch(&c);
 }

@@ -34,6 +34,11 @@
  * every thread's spins yield, as MPI's own waits do then. Without it, 4 ranks on 2
  * cores took about 1 ms for a 4-byte all-reduce, the length of a scheduler tick
  * (docs/benchmarks.md, "Small calls on an oversubscribed host").
+ *
+ * It also holds the transports' one fault point (hvdl_fault, HVD_LITE_FAULT, a testing
+ * aid): the stall point, which makes a rank stop as a late peer would, and the failing
+ * send or recv, which pair_exchange.c, pipeline.c and segment.c call before each message
+ * or step.
  */
 #include <sched.h>
 #include <stdatomic.h>
