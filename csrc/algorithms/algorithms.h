@@ -13,6 +13,11 @@ hvdlResult_t hvdl_allreduce_ring(hvdlComm_t comm, const void *sendbuff, void *re
                                  size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 hvdlResult_t hvdl_allreduce_small(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                   size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+/* The latency path's fold (allreduce_small.c; reduce_ring.c's latency gather too): the n
+ * inputs of count elements at gather, in rank order, into recvbuff,
+ * ((x0 op x1) op x2) ... op x(n-1), Avg then divided by n. n >= 2. */
+void hvdl_small_fold(void *recvbuff, const char *gather, size_t count, int n, hvdlDataType_t dt,
+                     hvdlRedOp_t op);
 /* Through the host's shared segment (segment.c), when comm->shm says one host; and the
  * hierarchical all-reduce (allreduce_hier.c), when it says several. */
 hvdlResult_t hvdl_allreduce_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,

@@ -19,6 +19,15 @@
 #include "base/base.h"
 #include "kernels/kernels.h"
 
+void hvdl_small_fold(void *recvbuff, const char *gather, size_t count, int n, hvdlDataType_t dt,
+                     hvdlRedOp_t op) {
+  const size_t bytes = count * hvdl_type_size(dt);
+  hvdl_reduce(recvbuff, gather, gather + bytes, count, dt, op);
+  for (int i = 2; i < n; i++)
+    hvdl_reduce(recvbuff, recvbuff, gather + (size_t)i * bytes, count, dt, op);
+  if (op == hvdlAvg) hvdl_divide(recvbuff, count, dt, (uint64_t)n);
+}
+
 hvdlResult_t hvdl_allreduce_small(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                   size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
   const size_t bytes = count * hvdl_type_size(dt);
@@ -38,9 +47,6 @@ hvdlResult_t hvdl_allreduce_small(hvdlComm_t comm, const void *sendbuff, void *r
     s->gather_bytes = 0;
     return res;
   }
-  hvdl_reduce(recvbuff, s->gather, s->gather + bytes, count, dt, op);
-  for (int i = 2; i < n; i++)
-    hvdl_reduce(recvbuff, recvbuff, s->gather + (size_t)i * bytes, count, dt, op);
-  if (op == hvdlAvg) hvdl_divide(recvbuff, count, dt, (uint64_t)n);
+  hvdl_small_fold(recvbuff, s->gather, count, n, dt, op);
   return hvdlSuccess;
 }

@@ -13,7 +13,7 @@
  *
  *   recvbuff = ((x0 op x1) op x2) ... op x(n-1)      [Avg: then / n]
  *
- * as allreduce_small.c does on every rank.
+ * as allreduce_small.c does on every rank (its fold, hvdl_small_fold).
  *
  * Ring path: the count elements are cut into n blocks as allreduce_ring.c cuts its
  * chunks (base.h's hvdl_block_start: count/n each, one more for the first count%n). Then
@@ -57,10 +57,7 @@ static hvdlResult_t reduce_small(hvdlComm_t comm, const void *sendbuff, void *re
                              root, comm->mpi, &req));
   HVDL_CHECK(hvdl_wait_all(comm, 1, &req));
   if (comm->rank != root) return hvdlSuccess;
-  hvdl_reduce(recvbuff, s->gather, s->gather + bytes, count, dt, op);
-  for (int i = 2; i < n; i++)
-    hvdl_reduce(recvbuff, recvbuff, s->gather + (size_t)i * bytes, count, dt, op);
-  if (op == hvdlAvg) hvdl_divide(recvbuff, count, dt, (uint64_t)n);
+  hvdl_small_fold(recvbuff, s->gather, count, n, dt, op);
   return hvdlSuccess;
 }
 

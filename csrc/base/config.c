@@ -85,6 +85,17 @@ static int env_set(const char *name) {
   return s && *s;
 }
 
+/* A path variable into buf (cap bytes with the NUL): unset or empty keeps buf; a longer
+ * value is refused. */
+static hvdlResult_t env_path(const char *name, char *buf, size_t cap) {
+  const char *v = getenv(name);
+  if (!v || !*v) return hvdlSuccess;
+  if (strlen(v) >= cap)
+    return hvdl_fail(NULL, hvdlInvalidArgument, "%s is longer than %zu bytes", name, cap - 1);
+  strcpy(buf, v);
+  return hvdlSuccess;
+}
+
 static hvdlResult_t env_seconds(const char *name, double dflt, double max, double *out) {
   const char *s = getenv(name);
   *out = dflt;
@@ -273,14 +284,7 @@ static hvdlResult_t config_autotune(struct hvdl_engine_config *c) {
                                                 "HVD_LITE_BATCH_TIME", "HVD_LITE_CYCLE_TIME"};
   for (int p = 0; p < HVDL_TUNE_PARAMS; p++)
     if (env_set(tuned[p])) c->autotune_fixed |= 1u << p;
-  const char *log = getenv("HVD_LITE_AUTOTUNE_LOG");
-  if (log && *log) {
-    if (strlen(log) >= sizeof c->autotune_log)
-      return hvdl_fail(NULL, hvdlInvalidArgument, "HVD_LITE_AUTOTUNE_LOG is longer than %zu bytes",
-                       sizeof c->autotune_log - 1);
-    strcpy(c->autotune_log, log);
-  }
-  return hvdlSuccess;
+  return env_path("HVD_LITE_AUTOTUNE_LOG", c->autotune_log, sizeof c->autotune_log);
 }
 
 /* HVD_LITE_COST_MODEL_FILE: lines `key value` (seconds, seconds per byte), '#'
@@ -354,14 +358,7 @@ hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c) {
                       &c->fast_path_bytes));
   HVDL_CHECK(hvdl_config_faults(c, getenv("HVD_LITE_FAULT")));
   HVDL_CHECK(config_autotune(c));
-  const char *tl = getenv("HVD_LITE_TIMELINE");
-  if (tl && *tl) {
-    if (strlen(tl) >= sizeof c->timeline)
-      return hvdl_fail(NULL, hvdlInvalidArgument, "HVD_LITE_TIMELINE is longer than %zu bytes",
-                       sizeof c->timeline - 1);
-    strcpy(c->timeline, tl);
-  }
-  return hvdlSuccess;
+  return env_path("HVD_LITE_TIMELINE", c->timeline, sizeof c->timeline);
 }
 
 void hvdl_engine_config_print(const struct hvdl_engine_config *cfg, int nranks, const hvdlConfig_t *comm) {
