@@ -153,6 +153,24 @@ def upward_includes(incs=None):
     return bad
 
 
+def foreign_declarations(syms=None):
+    """Every function a layer's header declares but a unit of another layer defines, as
+    (header, function): a contract holds only its own layer's functions (hvdl.h, the public
+    API, is every layer's)."""
+    syms = syms or symbols()
+    owner = {name: unit for unit, (defined, _) in syms.items() for name in defined}
+    bad = []
+    for rel in sources((".h",)):
+        if rel == "hvdl.h":
+            continue
+        with open(os.path.join(CSRC, rel), encoding="utf-8") as f:
+            text = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+        for name in re.findall(r"^(?!static|#|typedef|\s)[\w\s\*]*?\b(hvdl_\w+)\s*\(", text, re.M):
+            if name in owner and layer(owner[name]) != layer(rel):
+                bad.append((rel, name))
+    return bad
+
+
 def unknown_folders():
     """Sources in a folder that is not a layer (a new folder must be placed in LAYERS)."""
     return [p for p in sources((".c", ".h", ".cu")) if p != "hvdl.h" and layer(p) not in LAYERS]
@@ -237,7 +255,7 @@ def main(argv=None):
     bad = cycles(graph)
     for group in bad:
         print("CYCLE (an arrow points up):", " <-> ".join(group))
-    up = upward_calls(graph) + upward_includes()
+    up = upward_calls(graph) + upward_includes() + foreign_declarations()
     for a, b in up:
         print(f"UP A LAYER: {a} -> {b}")
     if args.svg:

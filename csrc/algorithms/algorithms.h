@@ -7,6 +7,7 @@
 #define HVDL_ALGORITHMS_ALGORITHMS_H_
 
 #include "base/base.h"
+#include "transport/transport.h"
 
 /* Algorithms behind hvdlAllReduce; arguments already validated, count > 0. */
 hvdlResult_t hvdl_allreduce_ring(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
@@ -166,5 +167,40 @@ hvdlResult_t hvdl_alltoallv(hvdlComm_t comm, const void *send, const int *scount
                             const int *sdispls, void *recv, const int *rcounts,
                             const int *rdispls);
 
+
+/* ---- allreduce_rab.c and allreduce_rd.c over a group (transport.h's struct hvdl_group),
+ * for the hierarchical all-reduce over messages (allreduce_hier_p2p.c) ---- */
+
+/* Recursive halving and doubling (allreduce_rab.c) in two halves, for the
+ * hierarchical all-reduce. count is cut into `blocks` blocks (base.h's even cut, hvdl_block_start; a
+ * power of two <= f.p, set by the caller; 0 or more than f.p: f.p). The steps
+ * with mask m < f.p / blocks move whole buffers, a binomial reduce: the rank
+ * with bit m set hands its partial to its partner and stops (holds = 0); the
+ * others halve as rab does. hvdl_rab_reduce_scatter leaves a holding rank's
+ * range of blocks, [lo[steps], hi[steps]), reduced over the group (Avg not
+ * divided) in recvbuff; a rank folded out (f.vrank < 0) only hands its input
+ * over. hvdl_rab_all_gather (the same plan) undoes every step, bringing every
+ * block to every member. Between the two a caller may change the held range's
+ * bytes (all holders of it alike). Every block's reduction is the same
+ * balanced tree whatever `blocks` is. */
+struct hvdl_halving {
+  int blocks;  /* in: how many blocks, out: as used */
+  struct hvdl_fold f;
+  int steps, holds;
+  int lo[PAIR_MAX_STEPS + 1], hi[PAIR_MAX_STEPS + 1];
+};
+hvdlResult_t hvdl_rab_reduce_scatter(hvdlComm_t comm, const struct hvdl_group *g,
+                                     const void *sendbuff, void *recvbuff, size_t count,
+                                     hvdlDataType_t dt, hvdlRedOp_t op, struct hvdl_halving *h);
+hvdlResult_t hvdl_rab_all_gather(hvdlComm_t comm, const struct hvdl_group *g, void *recvbuff,
+                                 size_t count, hvdlDataType_t dt, const struct hvdl_halving *h);
+
+/* rd and rab over a group (Avg divides by g->divisor). */
+hvdlResult_t hvdl_allreduce_rd_group(hvdlComm_t comm, const struct hvdl_group *g,
+                                     const void *sendbuff, void *recvbuff, size_t count,
+                                     hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_rab_group(hvdlComm_t comm, const struct hvdl_group *g,
+                                      const void *sendbuff, void *recvbuff, size_t count,
+                                      hvdlDataType_t dt, hvdlRedOp_t op);
 
 #endif /* HVDL_ALGORITHMS_ALGORITHMS_H_ */

@@ -37,7 +37,6 @@
 
 #include "algorithms/algorithms.h"
 #include "transport/shm/shm.h"
-#include "transport/transport.h"
 
 /* The small form (above): every block fits the areas; the same choice on every rank. */
 static hvdlResult_t one_step(hvdlComm_t comm, struct hvdl_shm *s, const void *sendbuff,

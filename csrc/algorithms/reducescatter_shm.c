@@ -32,11 +32,7 @@ hvdlResult_t hvdl_reducescatterv_shm(hvdlComm_t comm, const void *sendbuff, void
   struct hvdl_shm *s = comm->shm;
   const size_t esize = hvdl_type_size(dt), chunk = s->area / esize;
   const int L = s->local_size, me = s->local_rank; /* local rank q is rank q */
-  size_t off = 0, total = 0;
-  for (int q = 0; q < L; q++) {
-    if (q == me) off = total;
-    total += counts[q];
-  }
+  const size_t off = hvdl_before(counts, me), total = hvdl_before(counts, L);
   if (total == 0) return hvdlSuccess; /* alike on every rank */
   const size_t mine = counts[me];
   const char *send = sendbuff;

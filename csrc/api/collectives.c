@@ -2,13 +2,13 @@
  * collectives.c -- the public collective entry points (hvdl.h). Each fills one
  * call (struct call, NCCL's ncclInfo), then: check_args, the one checker
  * (hvdlInvalidArgument or hvdlInvalidUsage before any traffic: the communicator,
- * type, count, root, buffers, where the memory is, op, each in that order where the
+ * type, count, root, buffers, then where the memory is and the op, each where the
  * collective has it); a zero count and a communicator of one rank end there; then
  * dispatch by memory kind: host buffers go to the collective's host path, device
  * buffers (hvdlAllReduce and hvdlBroadcast) to cuda.c's staged form, whose steps
  * are the same host path on pinned chunks; the host path selects the algorithm
- * (select/) and runs it. It calls the algorithms, the selectors, cuda.c, memory.c
- * and errors.c; none of them calls it.
+ * (select/) and runs it. It calls the algorithms, the selectors, cuda.c and base/;
+ * none of them calls it.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -184,7 +184,8 @@ static hvdlResult_t check_latency_bytes(hvdlComm_t comm, const char *fn, hvdlAlg
 
 /* The one checker: every check a collective makes before sending anything, in one
  * order (the communicator, type and stream; the count; the root; the buffers; where
- * the memory is; the op), each where c->what has it. */
+ * the memory is and the op, the op first for a reduction that takes device memory),
+ * each where c->what has it. */
 static hvdlResult_t check_args(struct call *c) {
   hvdlComm_t comm = c->comm;
   const int what = c->what;
@@ -216,12 +217,16 @@ static hvdlResult_t check_args(struct call *c) {
     HVDL_CHECK(check_buffers(comm, c->fn, c->send, c->sendbytes, c->recv, c->recvbytes, s == r,
                              "being identical"));
   c->device = -1;
+  /* A reduction that takes device memory (hvdlAllReduce) checks its op before probing where
+   * the memory is; the host-only ones check the memory first. */
+  const int op_first = (what & TAKES_OP) && (what & TAKES_DEVICE);
+  if (op_first) HVDL_CHECK(check_op(comm, c->fn, c->op, c->dt));
   if (what & TAKES_DEVICE)
     HVDL_CHECK(check_memory(comm, c->fn, (what & ROOT_SENDS) && !c->sendbytes ? NULL : c->send,
                             c->recv, c->stream, &c->device));
   else
     HVDL_CHECK(check_host(comm, c->fn, c->send, c->recv, c->stream));
-  if (what & TAKES_OP) HVDL_CHECK(check_op(comm, c->fn, c->op, c->dt));
+  if ((what & TAKES_OP) && !op_first) HVDL_CHECK(check_op(comm, c->fn, c->op, c->dt));
   return hvdlSuccess;
 }
 

@@ -284,6 +284,14 @@ size_t hvdl_type_size(hvdlDataType_t t);
 const char *hvdl_type_name(hvdlDataType_t t);
 const char *hvdl_op_name(hvdlRedOp_t op);
 
+/* Elements before block k of per-rank counts (counts[0] + ... + counts[k-1]): where
+ * block k starts in a buffer of per-rank blocks. */
+static inline size_t hvdl_before(const size_t *counts, int k) {
+  size_t off = 0;
+  for (int i = 0; i < k; i++) off += counts[i];
+  return off;
+}
+
 /* The even cut of count elements into n blocks, the one every split of a buffer uses (the
  * rings, the halvings, the shared-memory lanes, the tree's scatter, the ring reduce): block k
  * holds count / n elements, one more for the first count % n, and starts at element

@@ -8,8 +8,10 @@
 
 #include "request/request.h"
 
+/* ---- autotune.c ---------------------------------------------------------------------------- */
+
 /*
- * engine.h -- the autotuner (HVD_LITE_AUTOTUNE): rank 0 measures the engine's
+ * The autotuner (HVD_LITE_AUTOTUNE): rank 0 measures the engine's
  * throughput and searches for the fusion threshold, the ring segment size and the
  * batch and cycle times; its choice travels in its round header (request.h, the
  * autotune word) and every rank applies it after the same round (autotune.c has
@@ -94,8 +96,10 @@ int hvdl_autotune_state(struct hvdl_autotune *t, struct hvdl_tune_values *now, i
                         struct hvdl_tune_change *changes, int cap);
 void hvdl_autotune_free(struct hvdl_autotune *t);
 
+/* ---- engine.c ------------------------------------------------------------------------------ */
+
 /*
- * engine.h -- the background engine: the queue of submitted requests, the
+ * The background engine: the queue of submitted requests, the
  * thread that runs rounds (negotiate.c) and executions (executor.c), and the
  * communicators. engine.c calls those parts and request.c, autotune.c,
  * timeline.c, config and comm.c; only the Python binding calls it. docs/design.md, "The engine", has
@@ -197,8 +201,10 @@ hvdlResult_t hvdl_engine_stop(struct hvdl_engine *e);
 int hvdl_engine_stop_for(struct hvdl_engine *e, double seconds);
 void hvdl_engine_free(struct hvdl_engine *e);
 
+/* ---- engine_turn.c ------------------------------------------------------------------------- */
+
 /*
- * engine.h -- one turn of the engine's work, by the engine thread or by a waiting
+ * One turn of the engine's work, by the engine thread or by a waiting
  * caller (engine_turn.c).
  */
 

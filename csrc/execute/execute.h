@@ -7,8 +7,10 @@
 
 #include "request/request.h"
 
+/* ---- executor.c ---------------------------------------------------------------------------- */
+
 /*
- * execute.h -- running a round's ready list on the data communicator: fusion of
+ * Running a round's ready list on the data communicator: fusion of
  * small allreduces, every other collective one call each, then completion of
  * each request. executor.c calls the public C API (collectives.c), cuda.c (requests of
  * device memory), reduce.c, request.c,
@@ -53,8 +55,10 @@ hvdlResult_t hvdl_execute(struct hvdl_executor *x, struct hvdl_request **ready, 
 void hvdl_executor_unpin(struct hvdl_executor *x, int all);
 void hvdl_executor_free(struct hvdl_executor *x);
 
+/* ---- executor_device.c --------------------------------------------------------------------- */
+
 /*
- * execute.h -- the executor's steps on CUDA memory (requests whose descriptor says
+ * The executor's steps on CUDA memory (requests whose descriptor says
  * device = HVDL_MEM_CUDA): an all-reduce alone, a fused group of them, a broadcast.
  * executor.c calls these; executor_device.c calls cuda.c, the public C API (collectives.c),
  * reduce.c (the host scaling of a fused group) and base/, never the executor back.

@@ -1,12 +1,12 @@
+/*
+ * kernels.h -- the kernels layer's contract (reduce.c): element-wise reduction kernels
+ * for every data type but bool x 5 ops, Avg's division and the scale factors'
+ * multiplication.
+ */
 #ifndef HVDL_KERNELS_KERNELS_H
 #define HVDL_KERNELS_KERNELS_H
 
 #include "hvdl.h"
-
-/*
- * kernels.h -- element-wise reduction kernels for every data type but bool x 5 ops,
- * Avg's division and the scale factors' multiplication.
- */
 
 #include <stddef.h>
 #include <stdint.h>

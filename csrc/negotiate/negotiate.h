@@ -8,8 +8,10 @@
 
 #include "request/request.h"
 
+/* ---- response_cache.c ---------------------------------------------------------------------- */
+
 /*
- * negotiate.h -- the response cache: descriptors already negotiated, by id, found
+ * The response cache: descriptors already negotiated, by id, found
  * by name through a hash index. Identical on every rank, because it changes only
  * as the coordinator's broadcast responses say. response_cache.c calls only base/; the
  * negotiation and the coordinator use it.
@@ -39,8 +41,10 @@ int hvdl_cache_find(const struct hvdl_cache *c, const char *name, uint64_t hash)
 hvdlResult_t hvdl_cache_set(struct hvdl_cache *c, int id, const struct hvdl_desc *d);
 void hvdl_cache_free(struct hvdl_cache *c);
 
+/* ---- coordinator.c ------------------------------------------------------------------------- */
+
 /*
- * negotiate.h -- rank 0's part of a negotiation round: the table of names
+ * Rank 0's part of a negotiation round: the table of names
  * some ranks have announced, their validation (a mismatch becomes an error
  * response naming both values), cache ids for the ready ones, and the stall
  * inspector. coordinator.c calls response_cache.c, wire.c and errors.c; negotiate.c calls
@@ -86,8 +90,10 @@ hvdlResult_t hvdl_coordinate(struct hvdl_coordinator *co, const char *gathered, 
 void hvdl_stall_inspect(struct hvdl_coordinator *co, const uint64_t *all, int words, int cache_n);
 void hvdl_coordinator_free(struct hvdl_coordinator *co);
 
+/* ---- negotiate.c --------------------------------------------------------------------------- */
+
 /*
- * negotiate.h -- one negotiation round: which requests are ready on every rank,
+ * One negotiation round: which requests are ready on every rank,
  * in what order, and which are in error (negotiate.c has the protocol). It calls
  * response_cache.c, coordinator.c (rank 0), wire.c, request.c, wait.c and errors.c; the
  * engine's loop calls it.

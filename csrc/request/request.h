@@ -9,8 +9,10 @@
 
 #include "base/base.h"
 
+/* ---- output_pool.c ------------------------------------------------------------------------- */
+
 /*
- * request.h -- recycled engine-allocated outputs (allgather, alltoall); see
+ * Recycled engine-allocated outputs (allgather, alltoall); see
  * output_pool.c. Thread-safe: the executor takes buffers, the Python side's release
  * of a request gives them back.
  */
@@ -31,8 +33,10 @@ void *hvdl_outpool_get(struct hvdl_outpool *p, size_t bytes, size_t *cap);
 void hvdl_outpool_put(struct hvdl_outpool *p, void *buf, size_t cap);
 void hvdl_outpool_free(struct hvdl_outpool *p);
 
+/* ---- request.c ----------------------------------------------------------------------------- */
+
 /*
- * request.h -- one submitted collective and its life: what describes it
+ * One submitted collective and its life: what describes it
  * (struct hvdl_desc, compared across ranks), the request itself, and the set of
  * requests in flight with the lock and condition variable its waiters sleep on.
  *
@@ -196,8 +200,10 @@ int hvdl_request_wait_for(struct hvdl_request *r, double seconds);
 void hvdl_request_wait(struct hvdl_request *r);
 void hvdl_request_release(struct hvdl_request *r);
 
+/* ---- wire.c -------------------------------------------------------------------------------- */
+
 /*
- * request.h -- the bytes a negotiation round sends: descriptors, responses and the
+ * The bytes a negotiation round sends: descriptors, responses and the
  * layout of each rank's header and bit vector. wire.c writes them, and reads
  * them back checking every field against the message's end and its range, so
  * a malformed message from a peer is an error, never a read past the buffer. It
@@ -318,8 +324,10 @@ int hvdl_tune_get(struct hvdl_reader *r, const int sizes[HVDL_TUNE_PARAMS], stru
 /* A collective's name in messages: "ALLREDUCE", "ALLGATHER", ... */
 const char *hvdl_coll_name(int coll);
 
+/* ---- failure_alarm.c ----------------------------------------------------------------------- */
+
 /*
- * request.h -- alarms: how one rank's failure reaches the others (docs/design.md,
+ * Alarms: how one rank's failure reaches the others (docs/design.md,
  * "Failures"). A rank whose part of a collective fails sends a data alarm to every
  * other rank; a rank whose engine fails sends an engine alarm. Both travel on the
  * control communicator, point to point, with tags of their own. failure_alarm.c calls
@@ -376,8 +384,10 @@ static inline int hvdl_alarm_failed(const struct hvdl_alarm *a, uint64_t step) {
  * them. */
 hvdlResult_t hvdl_alarm_settle(struct hvdl_alarm *a, const unsigned char *alarmed);
 
+/* ---- timeline.c ---------------------------------------------------------------------------- */
+
 /*
- * request.h -- Chrome-trace events written by rank 0 (timeline.c); every call
+ * Chrome-trace events written by rank 0 (timeline.c); every call
  * is a no-op when tl is NULL. Called by the engine and the executor.
  */
 

@@ -9,8 +9,10 @@
 #include "base/base.h"
 #include "kernels/kernels.h"
 
+/* ---- pipeline.c ---------------------------------------------------------------------------- */
+
 /*
- * transport.h -- the segment pipeline that every ring and chain collective shares
+ * The segment pipeline that every ring and chain collective shares
  * (allreduce_ring.c, allgather_ring.c, reducescatter_ring.c, broadcast_chain.c, and through
  * reduce-scatter reduce_ring.c).
  *
@@ -126,8 +128,10 @@ hvdlResult_t hvdl_pipe_recv_reduce_copy_send(struct hvdl_pipe *p, const void *sr
 /* Waits for every send still in flight. */
 hvdlResult_t hvdl_pipe_finish(struct hvdl_pipe *p);
 
+/* ---- pair_exchange.c ----------------------------------------------------------------------- */
+
 /*
- * transport.h -- what the pairwise all-reduces share (allreduce_rd.c,
+ * What the pairwise all-reduces share (allreduce_rd.c,
  * allreduce_rab.c): the fold of n ranks onto a power of two, the order in
  * which two partial results are combined, and one exchange with a partner
  * (the tree broadcasts of broadcast_tree.c use that too), or with several
@@ -175,13 +179,8 @@ void hvdl_fold_plan(int n, int r, struct hvdl_fold *f);
 /* The group member of virtual rank v. */
 int hvdl_fold_rank(const struct hvdl_fold *f, int v);
 
-/* Elements before block k of per-rank counts, and before virtual block v of the
- * fold (v = p: all of them): the v-form all-gather's and reduce-scatter's offsets. */
-static inline size_t hvdl_before(const size_t *counts, int k) {
-  size_t off = 0;
-  for (int i = 0; i < k; i++) off += counts[i];
-  return off;
-}
+/* Elements before virtual block v of the fold (v = p: all of them; base.h's
+ * hvdl_before of the per-rank counts): the v-form all-gather's and reduce-scatter's offsets. */
 static inline size_t hvdl_vbefore(const struct hvdl_fold *f, const size_t *counts, int v) {
   return hvdl_before(counts, v < f->rem ? 2 * v : v + f->rem);
 }
@@ -210,38 +209,6 @@ struct hvdl_group hvdl_group_all(hvdlComm_t comm);
 static inline int hvdl_group_peer(const struct hvdl_group *g, int i) {
   return g->ranks ? g->ranks[i] : i;
 }
-
-/* Recursive halving and doubling (allreduce_rab.c) in two halves, for the
- * hierarchical all-reduce. count is cut into `blocks` blocks (allreduce_ring.c's cut; a
- * power of two <= f.p, set by the caller; 0 or more than f.p: f.p). The steps
- * with mask m < f.p / blocks move whole buffers, a binomial reduce: the rank
- * with bit m set hands its partial to its partner and stops (holds = 0); the
- * others halve as rab does. hvdl_rab_reduce_scatter leaves a holding rank's
- * range of blocks, [lo[steps], hi[steps]), reduced over the group (Avg not
- * divided) in recvbuff; a rank folded out (f.vrank < 0) only hands its input
- * over. hvdl_rab_all_gather (the same plan) undoes every step, bringing every
- * block to every member. Between the two a caller may change the held range's
- * bytes (all holders of it alike). Every block's reduction is the same
- * balanced tree whatever `blocks` is. */
-struct hvdl_halving {
-  int blocks;  /* in: how many blocks, out: as used */
-  struct hvdl_fold f;
-  int steps, holds;
-  int lo[PAIR_MAX_STEPS + 1], hi[PAIR_MAX_STEPS + 1];
-};
-hvdlResult_t hvdl_rab_reduce_scatter(hvdlComm_t comm, const struct hvdl_group *g,
-                                     const void *sendbuff, void *recvbuff, size_t count,
-                                     hvdlDataType_t dt, hvdlRedOp_t op, struct hvdl_halving *h);
-hvdlResult_t hvdl_rab_all_gather(hvdlComm_t comm, const struct hvdl_group *g, void *recvbuff,
-                                 size_t count, hvdlDataType_t dt, const struct hvdl_halving *h);
-
-/* rd and rab over a group (Avg divides by g->divisor). */
-hvdlResult_t hvdl_allreduce_rd_group(hvdlComm_t comm, const struct hvdl_group *g,
-                                     const void *sendbuff, void *recvbuff, size_t count,
-                                     hvdlDataType_t dt, hvdlRedOp_t op);
-hvdlResult_t hvdl_allreduce_rab_group(hvdlComm_t comm, const struct hvdl_group *g,
-                                      const void *sendbuff, void *recvbuff, size_t count,
-                                      hvdlDataType_t dt, hvdlRedOp_t op);
 
 /* out = a op b with a the lower ranks' partial when `mine_is_lower`, else
  * out = b op a (mine = a); out may alias either operand. */

@@ -49,6 +49,13 @@ def test_no_file_includes_a_header_of_a_higher_layer():
     assert not up, "these includes point up a layer (or name no header): " + "; ".join(f"{a} -> {b}" for a, b in up)
 
 
+@needs_cc
+def test_each_layers_header_declares_only_its_own_layers_functions():
+    bad = units.foreign_declarations()
+    assert not bad, "move these declarations to the header of the layer that defines them: " + "; ".join(
+        f"{h}: {f}" for h, f in bad)
+
+
 def test_the_checks_find_what_points_up():
     assert units.cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
     assert units.cycles({"a": ["b"], "b": []}) == []
