@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from . import basics
+from ._submission import Submission
 from .exceptions import UnsupportedDtypeError
 
 _core = basics._core
@@ -276,44 +277,35 @@ class Handle:
         return f"<hvd_lite.Handle {self.name!r} {state}>"
 
 
-def engine_args(coll: int, send, recv, dtype: int, name: str, shape, op: int = 0, pre: float = 1.0,
-                post: float = 1.0, root: int = 0, splits: Optional[list] = None,
-                error: str = "") -> list:
-    """What the engine's submit takes for one collective (csrc/python/py_engine.c, Engine.submit): send
-    the input buffer (None: no data), recv the output buffer (None: the engine allocates it),
-    error a problem this rank found, which fails the collective on every rank."""
-    return [coll, send, recv, dtype, op, pre, post, name, tuple(shape), root, splits, error]
-
-
 class Request(NamedTuple):
     """One collective, checked and named: what the engine is given, and what its Handle returns."""
 
-    args: list  # engine_args(...)
+    submission: Submission
     output: Any = None  # the Handle's output until it is finished
     finish: Optional[Callable] = None  # C handle -> output, once done
     where: Any = None  # the process set it runs in (basics.set_for); None: the global set
-    auto: Optional[str] = None  # its kind if it is named automatically (name_or_auto); args has a stand-in
+    auto: Optional[str] = None  # its kind if it is named automatically (name_or_auto); the
+    # submission's name is a stand-in until then
 
     @property
-    def name(self) -> str:
-        return self.args[7]
+    def name(self) -> Optional[str]:
+        return self.submission.name
 
 
-def _engine_args(r: Request) -> list:
-    """r's engine arguments (a request is submitted once: they are completed in place), named:
-    for an automatic name, the set's next one."""
-    args = r.args
+def _named(r: Request) -> Submission:
+    """r's submission (a request is submitted once: it is completed in place), named: for an
+    automatic name, the set's next one."""
+    s = r.submission
     if r.auto is not None:
-        args[7] = basics.auto_name(r.auto, r.where)
-    return _armed(args)
+        s.name = basics.auto_name(r.auto, r.where)
+    return _armed(s)
 
 
-def _armed(args: list) -> list:
-    """args, with the error an armed adapter fault gives them (a testing aid:
-    basics.inject_fault)."""
-    if basics._state.adapter_faults and not args[11]:
-        args[11] = basics.adapter_fault()
-    return args
+def _armed(s: Submission) -> Submission:
+    """s, with the error an armed adapter fault gives it (a testing aid: basics.inject_fault)."""
+    if basics._state.adapter_faults and not s.error:
+        s.error = basics.adapter_fault()
+    return s
 
 
 def _engine_of(where):
@@ -323,41 +315,42 @@ def _engine_of(where):
 
 def submit(request: Request) -> Handle:
     """Hands a checked request to its process set's engine."""
-    return start(request.where, request.auto, _armed(request.args), request.output,
+    return start(request.where, request.auto, _armed(request.submission), request.output,
                  request.finish)
 
 
-def start(where, kind: Optional[str], args: list, output, finish=None) -> Handle:
-    """An asynchronous call's engine part: `args` (engine_args, complete, armed) submitted to the
-    engine of `where` (basics.set_for's set; None: the global set); its Handle returned, with
-    `output` and `finish` (see Request). `kind` not None: the call is named automatically, the
-    set's next counter name of that kind, put in args."""
+def start(where, kind: Optional[str], s: Submission, output, finish=None) -> Handle:
+    """An asynchronous call's engine part: `s` (complete, armed) submitted to the engine of
+    `where` (basics.set_for's set; None: the global set); its Handle returned, with `output` and
+    `finish` (see Request). `kind` not None: the call is named automatically, the set's next
+    counter name of that kind, put in s."""
     if kind is not None:
-        args[7] = basics.auto_name(kind, where)
-    c = _engine_of(where).submit(*args, _this_thread.at_once)
-    return Handle(c, output, args[7], finish)
+        s.name = basics.auto_name(kind, where)
+    c = _engine_of(where).submit(*s.entry(), _this_thread.at_once)
+    return Handle(c, output, s.name, finish)
 
 
 def submit_group(requests: Sequence[Request]) -> List[Handle]:
     """Hands checked requests to the engine together, in one round (so they can be fused): all
     of them, or none if the engine refuses one (a name in flight, the engine shut down). They
     run in the first one's process set (the callers build them all for the same set)."""
-    args = [tuple(_engine_args(r)) for r in requests]
-    cs = _engine_of(requests[0].where if requests else None).submit_group(args, _this_thread.at_once)
-    return [Handle(c, r.output, a[7], r.finish) for c, r, a in zip(cs, requests, args)]
+    subs = [_named(r) for r in requests]
+    cs = _engine_of(requests[0].where if requests else None).submit_group(
+        [s.entry() for s in subs], _this_thread.at_once)
+    return [Handle(c, r.output, s.name, r.finish) for c, r, s in zip(cs, requests, subs)]
 
 
-def run(where, kind: Optional[str], args: list):
-    """A synchronous call's engine part: `args` (engine_args, complete) submitted as waited on at
-    once (see at_once()) to the engine of `where` (basics.set_for's set; None: the global set),
-    waited for (GIL released); its C handle returned, or its error raised. `kind` not None (and
-    `where` then a set): the call is named automatically and runs under the set's synchronous
-    name for its kind (basics._Set.sync_name), put in args."""
+def run(where, kind: Optional[str], s: Submission):
+    """A synchronous call's engine part: `s` (complete) submitted as waited on at once (see
+    at_once()) to the engine of `where` (basics.set_for's set; None: the global set), waited for
+    (GIL released); its C handle returned, or its error raised. `kind` not None (and `where` then
+    a set): the call is named automatically and runs under the set's synchronous name for its
+    kind (basics._Set.sync_name), put in s."""
     if kind is not None:
-        args[7] = where.sync_name(kind)
+        s.name = where.sync_name(kind)
     c = done = None
     try:
-        c = _engine_of(where).submit(*args, True)
+        c = _engine_of(where).submit(*s.entry(), True)
         c.wait()
         done = True
     finally:
@@ -371,7 +364,7 @@ def run_now(request: Request):
     submit() + synchronize() without a Handle in between: the Python part of a small call is most
     of its cost (docs/benchmarks.md). Named automatically, it runs under its set's synchronous
     name, where submit() takes the set's next counter name."""
-    c = run(request.where, request.auto, _armed(request.args))
+    c = run(request.where, request.auto, _armed(request.submission))
     return request.output if request.finish is None else request.finish(c)
 
 

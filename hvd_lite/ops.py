@@ -5,9 +5,10 @@ import numpy as np
 
 from . import basics
 from .process_sets import ProcessSet, global_process_set
+from ._submission import Submission
 from ._submit import (HVDL_DTYPES, HVDL_OPS, MAX_DIMS, MAX_NAME_BYTES, Average, Handle, Max, Min,
                       Product, ReduceOp, Request, Sum, at_once, check_array, check_op,
-                      check_reducible, check_scale, empty_like, engine_args, engine_buffer,
+                      check_reducible, check_scale, empty_like, engine_buffer,
                       group_names, held, hvdl_dtype, name_or_auto, poll, run, run_now, start,
                       submit, submit_group, synchronize)
 
@@ -22,11 +23,11 @@ def allreduce_request(fn: str, array, inplace: bool, op, prescale_factor, postsc
     `process_set` (None: the global set), checked: plain_args' common case at a glance, anything
     else in full (checked_request), which raises for what the engine cannot take."""
     where = basics.set_for(fn, process_set)  # not initialized, not a member: say so first
-    args = plain_args(array, inplace, op, prescale_factor, postscale_factor, name)
-    if args is None:
+    s = plain_args(array, inplace, op, prescale_factor, postscale_factor, name)
+    if s is None:
         return checked_request(fn, array, inplace, op, prescale_factor, postscale_factor, name,
                                where)
-    return Request(args, args[2], None, where, _KIND if name is None else None)
+    return Request(s, s.recv, None, where, _KIND if name is None else None)
 
 
 def checked_request(fn: str, array, inplace: bool, op, prescale_factor, postscale_factor, name,
@@ -44,8 +45,8 @@ def checked_request(fn: str, array, inplace: bool, op, prescale_factor, postscal
     # array interface, on the stream it names: the result is ready where that stream reaches it).
     send = engine_buffer(array)
     recv = send if inplace else engine_buffer(out)
-    return Request(engine_args(_core.COLL_ALLREDUCE, send, recv, code, name, array.shape, hop, pre,
-                               post), out, None, where, auto)
+    return Request(Submission(_core.COLL_ALLREDUCE, send, recv, code, name, array.shape, hop, pre,
+                              post), out, None, where, auto)
 
 
 def allreduce_async(array: np.ndarray, op: ReduceOp = Average, prescale_factor: float = 1.0,
@@ -85,10 +86,10 @@ def _allreduce_start(fn: str, array, inplace: bool, op, pre, post, name, process
     a Request, anything else through checked_request's checks (submit). Unnamed, both take the
     set's next counter name (tests/unit/test_plain_args.py)."""
     where = basics.set_for(fn, process_set)  # not initialized, not a member: say so first
-    args = plain_args(array, inplace, op, pre, post, name)
-    if args is None:
+    s = plain_args(array, inplace, op, pre, post, name)
+    if s is None:
         return submit(checked_request(fn, array, inplace, op, pre, post, name, where))
-    return start(where, _KIND if name is None else None, args, args[2])
+    return start(where, _KIND if name is None else None, s, s.recv)
 
 
 def _allreduce_now(fn: str, array, inplace: bool, op, pre, post, name, process_set):
@@ -97,11 +98,11 @@ def _allreduce_now(fn: str, array, inplace: bool, op, pre, post, name, process_s
     engine cannot take. The two give the engine the same arguments
     (tests/unit/test_plain_args.py)."""
     where = basics.set_for(fn, process_set)  # not initialized, not a member: say so first
-    args = plain_args(array, inplace, op, pre, post, name)
-    if args is None:
+    s = plain_args(array, inplace, op, pre, post, name)
+    if s is None:
         return run_now(checked_request(fn, array, inplace, op, pre, post, name, where))
-    run(where, _KIND if name is None else None, args)
-    return args[2]
+    run(where, _KIND if name is None else None, s)
+    return s.recv
 
 
 # The dtypes a reduction takes: HVDL_DTYPES but bool (check_reducible).
@@ -122,8 +123,8 @@ def plain_op(op, pre, post, name) -> Optional[int]:
     return HVDL_OPS.get(op)
 
 
-def plain_args(array, inplace: bool, op, pre, post, name) -> Optional[list]:
-    """The engine arguments of an allreduce whose arguments pass checked_request's checks at a
+def plain_args(array, inplace: bool, op, pre, post, name) -> Optional[Submission]:
+    """The Submission of an allreduce whose arguments pass checked_request's checks at a
     glance, or None: a C-contiguous numpy.ndarray (writable in place) of a reducible dtype, and
     what plain_op takes. Automatically named, the name is left for run(), start() or submit() to
     set. Whatever this declines, checked_request checks in full, so each error is written once;
@@ -135,8 +136,7 @@ def plain_args(array, inplace: bool, op, pre, post, name) -> Optional[list]:
             or (inplace and not flags.writeable)):
         return None
     out = array if inplace else np.empty_like(array, order="C")
-    # engine_args' layout, written out: a call saves the function's frame and tuple(shape)
-    return [_core.COLL_ALLREDUCE, array, out, code, hop, pre, post, name, array.shape, 0, None, ""]
+    return Submission(_core.COLL_ALLREDUCE, array, out, code, name, array.shape, hop, pre, post)
 
 
 def allreduce_group(fn: str, arrays: Sequence[np.ndarray], names: Sequence[str], inplace: bool,

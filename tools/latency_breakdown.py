@@ -39,6 +39,7 @@ from mpi4py import MPI
 
 import hvd_lite as hvd
 from hvd_lite import _submit, basics, ops
+from hvd_lite._submission import Submission
 
 
 def main() -> None:
@@ -61,7 +62,7 @@ def main() -> None:
         core.allreduce(x, x, 7, 0)  # float32 sum
 
     engine = basics._engine()
-    bare_args = [basics._core.COLL_ALLREDUCE, x, x, 7, 0, 1.0, 1.0, "lat.bare", tuple(x.shape), 0, None, ""]
+    bare_args = Submission(basics._core.COLL_ALLREDUCE, x, x, 7, "lat.bare", tuple(x.shape), op=0).entry()
 
     contenders = {
         "mpi": lambda: world.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM),

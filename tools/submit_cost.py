@@ -30,8 +30,8 @@ def main() -> None:
     counts = [int(c) for c in args.counts.split(",")]
     arrays = [np.ones(16, np.float32) for _ in range(max(counts))]
     names = [f"submit_cost.{i}" for i in range(len(arrays))]
-    built = [ops.plain_args(a, True, hvd.Sum, 1.0, 1.0, n) or
-             ops.allreduce_request("f", a, True, hvd.Sum, 1.0, 1.0, n).args
+    built = [(ops.plain_args(a, True, hvd.Sum, 1.0, 1.0, n) or
+              ops.allreduce_request("f", a, True, hvd.Sum, 1.0, 1.0, n).submission).entry()
              for a, n in zip(arrays, names)]
 
     def public(i):

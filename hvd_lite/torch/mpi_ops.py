@@ -18,6 +18,7 @@ import torch.autograd.forward_ad as _forward_ad
 
 from .. import basics, collectives, ops
 from .._build import cuda_built
+from .._submission import Submission
 from .._submit import (MAX_DIMS, Adasum, Average, Max, Min, Product, ReduceOp, Request, Sum,
                        at_once, check_name, group_names, run, start, submit_group)
 from ..process_sets import global_process_set
@@ -72,8 +73,8 @@ _REDUCIBLE = {t: ops._REDUCIBLE[np.dtype(n)] for t, n in _NUMPY_DTYPES.items() i
 _REDUCIBLE[torch.bfloat16] = ops._REDUCIBLE[np.dtype(ml_dtypes.bfloat16)]
 
 
-def _plain_args(tensor, inplace: bool, op, pre, post, name) -> Optional[list]:
-    """ops.plain_args for a tensor: the engine arguments of an allreduce whose arguments the full
+def _plain_args(tensor, inplace: bool, op, pre, post, name) -> Optional[Submission]:
+    """ops.plain_args for a tensor: the Submission of an allreduce whose arguments the full
     route (a numpy view through the numpy API) would accept at once, or None. A dense, contiguous,
     non-empty CPU torch.Tensor (not a subclass) of a reducible dtype, and what ops.plain_op takes
     (the op, factors and name). Its memory goes to the engine by
@@ -93,8 +94,8 @@ def _plain_args(tensor, inplace: bool, op, pre, post, name) -> Optional[list]:
     # The engine holds the tensor's storage, not the tensor: a tensor given other memory while the
     # call is in flight (set_, .data =) leaves the engine writing memory still alive.
     send = (tensor.untyped_storage(), address, count * tensor.element_size()) + where
-    return [basics._core.COLL_ALLREDUCE, send, send if inplace else _output(tensor, send), code,
-            hop, pre, post, name, tuple(tensor.shape), 0, None, ""]
+    return Submission(basics._core.COLL_ALLREDUCE, send, send if inplace else _output(tensor, send),
+                      code, name, tuple(tensor.shape), hop, pre, post)
 
 
 def _memory(tensor: torch.Tensor) -> Optional[tuple]:
@@ -262,11 +263,11 @@ def allreduce_async_(tensor: torch.Tensor, average=None, name: Optional[str] = N
 def _allreduce_start(fn: str, tensor, inplace: bool, op, pre, post, name, process_set) -> Handle:
     """An asynchronous allreduce: _plain_args' route by address straight to the engine, anything
     else through a CPU tensor's numpy view and the numpy API."""
-    args = _plain_args(tensor, inplace, op, pre, post, name)
-    if args is not None:
+    s = _plain_args(tensor, inplace, op, pre, post, name)
+    if s is not None:
         where = basics.set_for(fn, process_set)
-        return Handle(start(where, ops._KIND if name is None else None, args, None),
-                      _in_place(tensor, tensor) if inplace else _given(args[2][0]))
+        return Handle(start(where, ops._KIND if name is None else None, s, None),
+                      _in_place(tensor, tensor) if inplace else _given(s.recv[0]))
     if inplace:
         cpu = cpu_inplace(fn, tensor)
         return Handle(ops.allreduce_async_(numpy_view(cpu), op, pre, post, name, process_set),
@@ -280,13 +281,13 @@ def _allreduce_now(tensor: torch.Tensor, op, pre, post, name, process_set) -> to
     """A synchronous allreduce into a new tensor through the numpy API's synchronous call (no
     handle; unnamed, it takes the set's one synchronous name instead of a new counter name that
     rank 0's coordinator must match). _plain_args' common case goes to the engine directly."""
-    args = _plain_args(tensor, False, op, pre, post, name)
-    if args is None:
+    s = _plain_args(tensor, False, op, pre, post, name)
+    if s is None:
         src = cpu_input("allreduce", tensor)
         return _out_of_place(tensor)(ops.allreduce(numpy_view(src), op, pre, post, name,
                                                    process_set))
-    run(basics.set_for("allreduce", process_set), ops._KIND if name is None else None, args)
-    return args[2][0]
+    run(basics.set_for("allreduce", process_set), ops._KIND if name is None else None, s)
+    return s.recv[0]
 
 
 class _Allreduce(torch.autograd.Function):
@@ -323,12 +324,12 @@ def allreduce_(tensor: torch.Tensor, average=None, name: Optional[str] = None, o
                process_set=global_process_set) -> torch.Tensor:
     """Reduces `tensor` across ranks in place and returns it."""
     op = _op(op, average, "allreduce_")
-    args = _plain_args(tensor, True, op, prescale_factor, postscale_factor, name)
-    if args is None:
+    s = _plain_args(tensor, True, op, prescale_factor, postscale_factor, name)
+    if s is None:
         cpu = cpu_inplace("allreduce_", tensor)
         ops.allreduce_(numpy_view(cpu), op, prescale_factor, postscale_factor, name, process_set)
         return _in_place(tensor, cpu)(None)
-    run(basics.set_for("allreduce_", process_set), ops._KIND if name is None else None, args)
+    run(basics.set_for("allreduce_", process_set), ops._KIND if name is None else None, s)
     return tensor
 
 
@@ -343,11 +344,11 @@ def allreduce_group(fn: str, tensors: Sequence[torch.Tensor], names: Sequence[st
     if plain and None not in plain:  # every one by address (the optimizer's gradients)
         where = basics.set_for(fn, process_set)
         if not inplace:
-            for args, t in zip(plain, tensors):
-                args[2] = _output(t, args[1])
-        handles = submit_group([Request(args, None, None, where) for args in plain])
-        return [Handle(h, _in_place(t, t) if inplace else _given(args[2][0]))
-                for h, t, args in zip(handles, tensors, plain)]
+            for s, t in zip(plain, tensors):
+                s.recv = _output(t, s.send)
+        handles = submit_group([Request(s, None, None, where) for s in plain])
+        return [Handle(h, _in_place(t, t) if inplace else _given(s.recv[0]))
+                for h, t, s in zip(handles, tensors, plain)]
     cpus = [cpu_inplace(fn, t) if inplace else cpu_input(fn, t) for t in tensors]
     handles = ops.allreduce_group(fn, [numpy_view(c) for c in cpus], names, inplace, op,
                                   prescale_factor, postscale_factor, process_set)
@@ -730,8 +731,9 @@ class _Reducescatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        g = _reducescatter_grad(grad, *ctx.args)
-        out = synchronize(at_once(allgather_async, g, None, ctx.args[3]))
+        op, pre, post, process_set = ctx.args
+        g = _reducescatter_grad(grad, op, pre, post, process_set)
+        out = synchronize(at_once(allgather_async, g, None, process_set))
         return out, None, None, None, None, None
 
 

@@ -43,11 +43,11 @@ _NAMES = [None, "loss", "é" * 127, "x" * 128, "é" * 300, "a\0b", 3, b"loss"]
 
 
 def _full(array, inplace, op, pre, post, name):
-    """checked_request's engine arguments and automatic kind, or the exception it raises."""
+    """checked_request's Submission and automatic kind, or the exception it raises."""
     try:
         where = basics.set_for("allreduce", None)
         request = ops.checked_request("allreduce", array, inplace, op, pre, post, name, where)
-        return request.args, request.auto
+        return request.submission, request.auto
     except Exception as exc:  # pylint: disable=broad-except
         return exc
 
@@ -59,15 +59,14 @@ def _same(quick, full, inplace):
     assert isinstance(full, tuple), f"the quick route took arguments the checks refuse: {full!r}"
     full, auto = full
     if auto is not None:
-        assert quick[7] is None and auto == ops._KIND
-        quick, full = quick[:7] + quick[8:], full[:7] + full[8:]
-    assert quick[1] is full[1]
+        assert quick.name is None and auto == ops._KIND
+    assert quick.send is full.send
     if inplace:
-        assert quick[2] is full[2] is quick[1]
+        assert quick.recv is full.recv is quick.send
     else:
-        assert quick[2] is not quick[1]
-        assert (quick[2].shape, quick[2].dtype) == (full[2].shape, full[2].dtype)
-    route_matrix.assert_same_past_buffers(quick, full)
+        assert quick.recv is not quick.send
+        assert (quick.recv.shape, quick.recv.dtype) == (full.recv.shape, full.recv.dtype)
+    route_matrix.assert_same_past_buffers(quick, full, unnamed=auto is not None)
 
 
 def test_the_quick_route_takes_only_what_the_checks_accept_and_gives_the_same_args(initialized):

@@ -57,21 +57,20 @@ def _full(tensor, inplace, op, pre, post, name):
 def _same(quick, full, tensor, inplace):
     assert isinstance(full, tuple), f"the quick route took a tensor the full one refuses: {full!r}"
     array, request = full
-    owner, address, nbytes = quick[1]
+    owner, address, nbytes = quick.send
     assert isinstance(owner, torch.UntypedStorage) and owner.data_ptr() <= address
     assert address == tensor.data_ptr() == array.ctypes.data
     assert nbytes == array.nbytes
     if inplace:
-        assert quick[2] is quick[1]
+        assert quick.recv is quick.send
     else:
-        out, out_address, out_bytes = quick[2]
+        out, out_address, out_bytes = quick.recv
         assert out is not tensor and out.is_contiguous() and out_address == out.data_ptr()
         assert (out.shape, out.dtype, out_bytes) == (tensor.shape, tensor.dtype, nbytes)
-    full_args = request.args
     if request.auto is not None:
-        assert quick[7] is None and request.auto == ops._KIND
-        full_args = full_args[:7] + [None] + full_args[8:]
-    route_matrix.assert_same_past_buffers(quick, full_args)
+        assert quick.name is None and request.auto == ops._KIND
+    route_matrix.assert_same_past_buffers(quick, request.submission,
+                                          unnamed=request.auto is not None)
 
 
 def test_the_quick_route_takes_only_what_the_full_one_accepts_and_gives_the_same_args(initialized):
