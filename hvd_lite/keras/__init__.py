@@ -26,38 +26,60 @@ def _check_backend() -> None:
 
 _check_backend()
 
-from ..basics import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,  # noqa: E402
-                      mpi_threads_supported, rank, shutdown, size)
+import tensorflow as tf  # noqa: E402
+
+from ..basics import (  # noqa: E402
+    cross_rank,
+    cross_size,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_threads_supported,
+    rank,
+    shutdown,
+    size,
+)
+from ..process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set  # noqa: E402
 from ..state import allgather_object, broadcast_object  # noqa: E402
+from ..tensorflow import functions as _tf_functions  # noqa: E402
 from ..tensorflow import mpi_ops as _ops  # noqa: E402
-from ..tensorflow.basics import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: E402
-                                 mpi_built, mpi_enabled, nccl_built, rocm_built, start_timeline,
-                                 stop_timeline)
+from ..tensorflow.basics import (  # noqa: E402
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    mpi_built,
+    mpi_enabled,
+    nccl_built,
+    rocm_built,
+    start_timeline,
+    stop_timeline,
+)
 from ..tensorflow.compression import Compression  # noqa: E402
 from ..tensorflow.functions import broadcast_variables  # noqa: E402
 from ..tensorflow.mpi_ops import Adasum, Average, Max, Min, Product, Sum, graph_safe  # noqa: E402
-from ..process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: E402
-                            remove_process_set)
 from . import callbacks  # noqa: E402
-from .callbacks import (BroadcastGlobalVariablesCallback, LearningRateScheduleCallback,  # noqa: E402
-                        LearningRateWarmupCallback, MetricAverageCallback)
+from .callbacks import (  # noqa: E402
+    BroadcastGlobalVariablesCallback,
+    LearningRateScheduleCallback,
+    LearningRateWarmupCallback,
+    MetricAverageCallback,
+)
 from .optimizer import DistributedOptimizer, PartialDistributedOptimizer  # noqa: E402
 
 
 @graph_safe
 def broadcast_global_variables(root_rank):
     """Horovod's TF1 call: refused under eager TensorFlow 2, as Horovod refuses it."""
-    from ..tensorflow.functions import broadcast_global_variables as refuse
-
-    return refuse(root_rank)
+    return _tf_functions.broadcast_global_variables(root_rank)
 
 
 @graph_safe
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0, op=None,
               compression=Compression.none):
     """`value` (anything tf.constant takes) reduced across ranks, Average by default."""
-    import tensorflow as tf
-
     return _ops.allreduce(tf.constant(value, name=name), average=average,
                           prescale_factor=prescale_factor, postscale_factor=postscale_factor,
                           op=op, compression=compression)
@@ -66,24 +88,18 @@ def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_fac
 @graph_safe
 def allgather(value, name=None):
     """Every rank's `value` concatenated along dim 0."""
-    import tensorflow as tf
-
     return _ops.allgather(tf.constant(value, name=name))
 
 
 @graph_safe
 def broadcast(value, root_rank, name=None):
     """Rank `root_rank`'s `value` on every rank."""
-    import tensorflow as tf
-
     return _ops.broadcast(tf.constant(value, name=name), root_rank)
 
 
 @graph_safe
 def reducescatter(value, name=None, op=Average):
     """`value` reduced across ranks; rank r keeps its block of dim 0."""
-    import tensorflow as tf
-
     return _ops.reducescatter(tf.constant(value, name=name), op=op)
 
 

@@ -13,10 +13,10 @@ the mean is then scaled back by n, as a prescale factor of the same reduction.
 """
 import keras
 
+from ..process_sets import global_process_set
 from ..tensorflow.compression import Compression
 from ..tensorflow.functions import GradientReduction
 from ..tensorflow.mpi_ops import Adasum, Average, Sum, graph_safe
-from ..process_sets import global_process_set
 
 
 class _DistributedOptimizer:

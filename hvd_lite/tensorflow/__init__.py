@@ -1,4 +1,5 @@
-"""hvd_lite for TensorFlow: `import hvd_lite.tensorflow as hvd` in place of `import horovod.tensorflow as hvd`.
+"""hvd_lite for TensorFlow: `import hvd_lite.tensorflow as hvd` in place of
+`import horovod.tensorflow as hvd`.
 
     hvd.init()
     with tf.GradientTape() as tape:
@@ -16,23 +17,73 @@ except ImportError as exc:
     raise ImportError("hvd_lite.tensorflow needs TensorFlow: pip install 'hvd_lite[tensorflow]' "
                       "(or pip install 'tensorflow-cpu==2.21.*')") from exc
 
-from ..basics import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
-                      mpi_threads_supported, rank, shutdown, size)
+from ..basics import (
+    cross_rank,
+    cross_size,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_threads_supported,
+    rank,
+    shutdown,
+    size,
+)
 from ..exceptions import HvdLiteError
-from .basics import (ccl_built, check_num_rank_power_of_2, cuda_built, ddl_built, gloo_built,
-                     gloo_enabled, handle_average_backwards_compatibility, is_homogeneous,
-                     mpi_built, mpi_enabled, nccl_built, rocm_built, start_timeline,
-                     stop_timeline)
+from .basics import (
+    ccl_built,
+    check_num_rank_power_of_2,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    handle_average_backwards_compatibility,
+    is_homogeneous,
+    mpi_built,
+    mpi_enabled,
+    nccl_built,
+    rocm_built,
+    start_timeline,
+    stop_timeline,
+)
 from .compression import Compression
-from .functions import (DistributedGradientTape, PartialDistributedGradientTape,
-                        allgather_object, broadcast_global_variables, broadcast_object,
-                        broadcast_object_fn, broadcast_variables)
-from .mpi_ops import (Adasum, Average, CollectiveArgumentError, CollectiveFailedError,
-                      CollectiveMismatchError, Max, Min,
-                      Product, ReduceOp, Sum, allgather, allreduce, alltoall, barrier, broadcast,
-                      broadcast_, grouped_allgather, grouped_allreduce, grouped_reducescatter,
-                      join, local_rank_op, local_size_op, process_set_included_op, rank_op,
-                      reducescatter, size_op)
+from .functions import (
+    DistributedGradientTape,
+    PartialDistributedGradientTape,
+    allgather_object,
+    broadcast_,
+    broadcast_global_variables,
+    broadcast_object,
+    broadcast_object_fn,
+    broadcast_variables,
+)
+from .mpi_ops import (
+    Adasum,
+    Average,
+    CollectiveArgumentError,
+    CollectiveFailedError,
+    CollectiveMismatchError,
+    Max,
+    Min,
+    Product,
+    ReduceOp,
+    Sum,
+    allgather,
+    allreduce,
+    alltoall,
+    barrier,
+    broadcast,
+    grouped_allgather,
+    grouped_allreduce,
+    grouped_reducescatter,
+    join,
+    local_rank_op,
+    local_size_op,
+    process_set_included_op,
+    rank_op,
+    reducescatter,
+    size_op,
+)
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 
 

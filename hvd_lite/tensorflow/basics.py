@@ -1,8 +1,20 @@
 """horovod.tensorflow's queries about the build and the job, answered for hvd_lite (an MPI build
 on the CPU; the build and timeline queries are hvd_lite._build's, shared with hvd_lite.torch)."""
-from .._build import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
-                      is_homogeneous, mpi_built, mpi_enabled, nccl_built, rocm_built,
-                      start_timeline, stop_timeline)
+from .._build import (  # noqa: F401
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    is_homogeneous,
+    mpi_built,
+    mpi_enabled,
+    nccl_built,
+    rocm_built,
+    start_timeline,
+    stop_timeline,
+)
+from .._horovod_args import resolve_op
 from ..ops import Average, Sum
 
 
@@ -12,10 +24,8 @@ def check_num_rank_power_of_2(num_rank: int) -> bool:
 
 
 def handle_average_backwards_compatibility(op, average):
-    """Horovod's (op, average) pair as one op: op=None means Average."""
-    from .mpi_ops import reduce_op
-
-    return reduce_op("handle_average_backwards_compatibility", op, average)
+    """Horovod's (op, average) pair as one op, as Horovod resolves it: op=None means Average."""
+    return resolve_op("handle_average_backwards_compatibility", op, average)
 
 
 __all__ = ["mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built",

@@ -1,19 +1,27 @@
 """Gradient reduction (DistributedGradientTape, and the Keras DistributedOptimizer's), variable
 and object broadcasts, with horovod.tensorflow's signatures."""
-import warnings
 from typing import Iterable
 
 import numpy as np
 import tensorflow as tf
 
 from .. import basics, ops, state
+from .._horovod_args import resolve_groups, split_list
 from .._submit import group_names
 from ..collectives import broadcast_group_
 from .compression import Compression
-from .mpi_ops import (Average, _grouped_allreduce, _reduce_slices, broadcast, check_device,
-                      check_dtype, graph_safe, reduce_op, user_stacklevel)
+from .mpi_ops import (
+    TF_DIR,
+    Average,
+    _grouped_allreduce,
+    _reduce_slices,
+    broadcast,
+    check_device,
+    check_dtype,
+    graph_safe,
+    reduce_op,
+)
 from .process_sets import global_process_set, member_set, registered_set
-
 
 # ---------------------------------------------------------------------------- broadcasts
 
@@ -39,6 +47,19 @@ def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int,
         return None
     return tf.group([v.assign(broadcast(v, root_rank, process_set=process_set))
                      for v in variables])
+
+
+@graph_safe
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Assigns rank `root_rank`'s values to `variables` on every rank (in place); returns their
+    new values."""
+    variables = list(variables)
+    op = broadcast_variables(variables, root_rank, process_set, inplace=True)
+    if tf.executing_eagerly():
+        return [v.read_value() if hasattr(v, "read_value") else tf.convert_to_tensor(v)
+                for v in variables]
+    with tf.control_dependencies([op]):
+        return [tf.identity(v) for v in variables]
 
 
 @graph_safe
@@ -93,10 +114,7 @@ class GradientReduction:
         registered_set(fn, process_set)  # a non-member may build one: it reduces nothing
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
-        if num_groups != 0:
-            warnings.warn("num_groups is deprecated (as in Horovod); use groups", DeprecationWarning,
-                          stacklevel=user_stacklevel())
-            groups = num_groups if groups is None else groups
+        groups = resolve_groups(fn, groups, num_groups, TF_DIR)
         if groups is not None and not (isinstance(groups, list) or
                                        (isinstance(groups, int) and groups > 0)):
             raise ValueError("groups should be a non-negative integer or a list of list of "
@@ -118,8 +136,7 @@ class GradientReduction:
         if self.groups is None:
             return [idx]
         if isinstance(self.groups, int):
-            k = min(self.groups, len(idx)) or 1
-            return [chunk.tolist() for chunk in np.array_split(np.array(idx, int), k) if len(chunk)]
+            return split_list(idx, self.groups)
         where = {_key(variables[i]): i for i in idx}
         parts = []
         for group in self.groups:

@@ -7,7 +7,8 @@ model whose `distribute_strategy` is an hvd_lite strategy, and leaves every othe
 
 - `Trainer.get_metrics_result` (the logs of every step, of fit's epochs and of evaluate): the
   metric states (Keras metric variables with aggregation "sum" or "mean") are reduced across
-  ranks in one call (one per op: Sum, and Average for "mean" states), the results computed from the global states, and the local states put
+  ranks in one call (one per op: Sum, and Average for "mean" states), the results computed from the
+  global states, and the local states put
   back: every rank reports the metrics of the whole global batch or data set;
 - `reduce_per_replica(..., "concat")` (what predict does with each step's outputs): one allgather
   per step: each rank predicts its share of the batch, every rank gets the whole batch in input
@@ -27,26 +28,25 @@ import tempfile
 import tensorflow as tf
 
 from .. import basics
+from ..ops import Average, Sum
+from .mpi_ops import _grouped_allreduce, grouped_allgather
+from .strategy_extended import is_hvd_lite_strategy
 
 _installed = False
 
 
 def _ours(model) -> bool:
-    from .strategy import MultiWorkerMirroredStrategy
-
     try:
         strategy = model.distribute_strategy
     except AttributeError:
         return False
-    return isinstance(strategy, MultiWorkerMirroredStrategy)
+    return is_hvd_lite_strategy(strategy)
 
 
 # ---------------------------------------------------------------------------- metrics
 
 def _metric_variables(model):
     """The model's metric state variables by the reduction that makes them global."""
-    from ..ops import Average, Sum
-
     by_op = {Sum: [], Average: []}
     seen = set()
     for metric in model.metrics:
@@ -63,8 +63,6 @@ def _global_metrics_result(get_metrics_result):
     def wrapper(self):
         if not _ours(self) or basics.size() == 1:
             return get_metrics_result(self)
-        from .mpi_ops import _grouped_allreduce
-
         saved = []
         for op, variables in _metric_variables(self).items():
             if not variables:
@@ -88,13 +86,8 @@ def _global_metrics_result(get_metrics_result):
 def _gathering(reduce_per_replica):
     @functools.wraps(reduce_per_replica)
     def wrapper(values, strategy, reduction):
-        from .strategy import MultiWorkerMirroredStrategy
-
-        if reduction != "concat" or not isinstance(strategy, MultiWorkerMirroredStrategy) or \
-                basics.size() == 1:
+        if reduction != "concat" or not is_hvd_lite_strategy(strategy) or basics.size() == 1:
             return reduce_per_replica(values, strategy, reduction)
-        from .mpi_ops import grouped_allgather
-
         flat = tf.nest.flatten(values)
         tensors = [tf.convert_to_tensor(v) for v in flat]
         scalars = [t.shape.rank == 0 for t in tensors]

@@ -21,13 +21,13 @@ Horovod's type, and `hvd_lite.CollectiveError`); inside a graph TF turns it into
 """
 import os
 import time
-import warnings
 from typing import List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from .. import basics, collectives, ops
+from .._horovod_args import resolve_op
 from .._submit import HVDL_DTYPES, check_name, wait_for
 from ..exceptions import CollectiveError, InvalidArgumentError, UnsupportedDtypeError
 from ..ops import Average, Max, Min, Product, ReduceOp, Sum
@@ -38,18 +38,9 @@ from .process_sets import global_process_set, member_set, set_by_id
 Adasum = 2
 
 
-def user_stacklevel() -> int:
-    """warnings.warn's stacklevel, for the function calling this one, that names the first line
-    outside hvd_lite and TensorFlow: the user's, however many wrappers (graph_safe's, an entry
-    point calling another) lie between."""
-    import sys
-
-    inside = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
-              os.path.dirname(os.path.abspath(tf.__file__)) + os.sep)  # not hvd_lite_x/, tensorflow_io/
-    frame, level = sys._getframe(2), 2  # the caller of our caller, counted from our caller
-    while frame is not None and frame.f_code.co_filename.startswith(inside):
-        frame, level = frame.f_back, level + 1
-    return level
+# TensorFlow's own folder: its frames (tf.function's, AutoGraph's) may lie between a user's line
+# and hvd_lite's warning, and are skipped with hvd_lite's (_horovod_args.user_stacklevel).
+TF_DIR = os.path.dirname(os.path.abspath(tf.__file__))
 
 
 def graph_safe(fn):
@@ -124,16 +115,10 @@ def check_dtype(fn: str, dtype: tf.DType) -> None:
 
 
 def reduce_op(fn: str, op, average=None) -> ReduceOp:
-    """The ReduceOp for Horovod's (op, average) pair: op=None means Average; `average` is
-    Horovod's deprecated spelling; Adasum raises NotImplementedError."""
-    if op is not None and average is not None:
-        raise ValueError(f"{fn}: the op parameter supersedes average; pass only one of them")
-    if average is not None:
-        warnings.warn("average is deprecated (as in Horovod); use op=Average or op=Sum",
-                      DeprecationWarning, stacklevel=user_stacklevel())
-        return Average if average else Sum
-    if op is None:
-        return Average
+    """The ReduceOp for Horovod's (op, average) pair (_horovod_args.resolve_op: op=None means
+    Average, `average` is Horovod's deprecated spelling); Adasum raises NotImplementedError,
+    anything else that is no ReduceOp ValueError."""
+    op = resolve_op(fn, op, average, TF_DIR)
     if isinstance(op, int) and not isinstance(op, ReduceOp) and op == Adasum:
         raise NotImplementedError(f"{fn}: op=Adasum is not implemented in hvd_lite; use Average or "
                                   "Sum")
@@ -378,21 +363,6 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
 
 
 @graph_safe
-def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """Assigns rank `root_rank`'s values to `variables` on every rank (in place); returns their
-    new values."""
-    from .functions import broadcast_variables
-
-    variables = list(variables)
-    op = broadcast_variables(variables, root_rank, process_set, inplace=True)
-    if tf.executing_eagerly():
-        return [v.read_value() if hasattr(v, "read_value") else tf.convert_to_tensor(v)
-                for v in variables]
-    with tf.control_dependencies([op]):
-        return [tf.identity(v) for v in variables]
-
-
-@graph_safe
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
              process_set=global_process_set):
     """Rows splits[i] of `tensor` go to rank i (as evenly as possible without splits, the first
@@ -549,7 +519,7 @@ def process_set_included_op(process_set_id=0, name=None) -> tf.Tensor:
 
 
 __all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
-           "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "join", "barrier",
+           "alltoall", "reducescatter", "grouped_reducescatter", "join", "barrier",
            "size_op", "local_size_op", "rank_op", "local_rank_op", "process_set_included_op",
            "wait", "supported_dtypes", "check_dtype", "Average", "Sum", "Min", "Max", "Product",
            "Adasum", "ReduceOp", "CollectiveFailedError", "CollectiveArgumentError",

@@ -13,24 +13,75 @@ except ImportError as exc:  # pragma: no cover
     raise ImportError("hvd_lite.torch needs PyTorch: pip install 'hvd_lite[torch]' "
                       "(or pip install torch)") from exc
 
-from ..basics import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
-                      mpi_threads_supported, rank, shutdown, size)
+from .._build import (
+    ccl_built,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
+    is_homogeneous,
+    mpi_built,
+    mpi_enabled,
+    nccl_built,
+    rocm_built,
+    start_timeline,
+    stop_timeline,
+)
+from ..basics import (
+    cross_rank,
+    cross_size,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_threads_supported,
+    rank,
+    shutdown,
+    size,
+)
 from ..exceptions import HvdLiteError
 from ..process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from . import elastic
-from .._build import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled, is_homogeneous,
-                    mpi_built, mpi_enabled, nccl_built, rocm_built, start_timeline, stop_timeline)
 from .compression import Compression
-from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
-                        broadcast_parameters)
-from .mpi_ops import (Adasum, Average, Handle, HorovodInternalError, Max, Min, Product, ReduceOp,
-                      Sum, allgather, allgather_async, allreduce, allreduce_, allreduce_async,
-                      allreduce_async_, alltoall, alltoall_async, barrier, broadcast, broadcast_,
-                      broadcast_async, broadcast_async_, grouped_allgather,
-                      grouped_allgather_async, grouped_allreduce, grouped_allreduce_,
-                      grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
-                      grouped_reducescatter_async, join, poll, reducescatter,
-                      reducescatter_async, sparse_allreduce_async, synchronize)
+from .functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from .mpi_ops import (
+    Adasum,
+    Average,
+    Handle,
+    HorovodInternalError,
+    Max,
+    Min,
+    Product,
+    ReduceOp,
+    Sum,
+    allgather,
+    allgather_async,
+    allreduce,
+    allreduce_,
+    allreduce_async,
+    allreduce_async_,
+    alltoall,
+    alltoall_async,
+    barrier,
+    broadcast,
+    broadcast_,
+    broadcast_async,
+    broadcast_async_,
+    grouped_allgather,
+    grouped_allgather_async,
+    grouped_allreduce,
+    grouped_allreduce_,
+    grouped_allreduce_async,
+    grouped_allreduce_async_,
+    grouped_reducescatter,
+    grouped_reducescatter_async,
+    join,
+    poll,
+    reducescatter,
+    reducescatter_async,
+    sparse_allreduce_async,
+    synchronize,
+)
 from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm
 

@@ -8,7 +8,6 @@ to the engine by address too, on torch's current stream (_memory). Any other cal
 another device goes through a CPU copy and its result comes back to that device.
 """
 import functools
-import warnings
 from typing import Callable, List, Optional, Sequence
 
 import ml_dtypes
@@ -18,11 +17,27 @@ import torch.autograd.forward_ad as _forward_ad
 
 from .. import basics, collectives, ops
 from .._build import cuda_built
+from .._horovod_args import resolve_op
 from .._submission import Submission
-from .._submit import (MAX_DIMS, Adasum, Average, Max, Min, Product, ReduceOp, Request, Sum,
-                       at_once, check_name, group_names, run, start, submit_group)
-from ..process_sets import global_process_set
+from .._submit import (
+    MAX_DIMS,
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    ReduceOp,
+    Request,
+    Sum,
+    at_once,
+    check_name,
+    group_names,
+    run,
+    start,
+    submit_group,
+)
 from ..exceptions import CollectiveError, UnsupportedDtypeError
+from ..process_sets import global_process_set
 from .compression import Compression
 
 # horovod.torch's name for a failed collective.
@@ -220,16 +235,6 @@ def _check_handle(fn: str, handle) -> None:
                         f"{type(handle).__name__}")
 
 
-def _op(op, average, fn: str) -> ReduceOp:
-    if average is not None:
-        if op is not None:
-            raise ValueError(f"{fn}: the op parameter supersedes average; give only one of them")
-        warnings.warn(f"{fn}: the average argument is deprecated (as in Horovod); use op=Average or "
-                      "op=Sum", DeprecationWarning, stacklevel=3)
-        return Average if average else Sum
-    return Average if op is None else op
-
-
 def _differentiable(function, tensors, *args):
     """function.apply(*args) when autograd would act on the call (grad mode on and one of
     `tensors` requiring grad, or a forward-mode level open: the Functions define no jvp, so
@@ -248,16 +253,18 @@ def allreduce_async(tensor: torch.Tensor, average=None, name: Optional[str] = No
                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     process_set=global_process_set) -> Handle:
     """Starts reducing `tensor` across ranks into a new tensor; returns a handle."""
-    return _allreduce_start("allreduce_async", tensor, False, _op(op, average, "allreduce_async"),
-                            prescale_factor, postscale_factor, name, process_set)
+    op = resolve_op("allreduce_async", op, average)
+    return _allreduce_start("allreduce_async", tensor, False, op, prescale_factor, postscale_factor,
+                            name, process_set)
 
 
 def allreduce_async_(tensor: torch.Tensor, average=None, name: Optional[str] = None, op=None,
                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                      process_set=global_process_set) -> Handle:
     """Starts reducing `tensor` across ranks in place; returns a handle."""
-    return _allreduce_start("allreduce_async_", tensor, True, _op(op, average, "allreduce_async_"),
-                            prescale_factor, postscale_factor, name, process_set)
+    op = resolve_op("allreduce_async_", op, average)
+    return _allreduce_start("allreduce_async_", tensor, True, op, prescale_factor, postscale_factor,
+                            name, process_set)
 
 
 def _allreduce_start(fn: str, tensor, inplace: bool, op, pre, post, name, process_set) -> Handle:
@@ -312,7 +319,7 @@ def allreduce(tensor: torch.Tensor, average=None, name: Optional[str] = None,
               compression=Compression.none, op=None, prescale_factor: float = 1.0,
               postscale_factor: float = 1.0, process_set=global_process_set) -> torch.Tensor:
     """Reduces `tensor` across ranks into a new tensor (Average by default); differentiable."""
-    op = _op(op, average, "allreduce")
+    op = resolve_op("allreduce", op, average)
     compressed, ctx = compression.compress(tensor)
     out = _differentiable(_Allreduce, (compressed,), compressed, name, op, prescale_factor,
                           postscale_factor, process_set)
@@ -323,7 +330,7 @@ def allreduce_(tensor: torch.Tensor, average=None, name: Optional[str] = None, o
                prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set=global_process_set) -> torch.Tensor:
     """Reduces `tensor` across ranks in place and returns it."""
-    op = _op(op, average, "allreduce_")
+    op = resolve_op("allreduce_", op, average)
     s = _plain_args(tensor, True, op, prescale_factor, postscale_factor, name)
     if s is None:
         cpu = cpu_inplace("allreduce_", tensor)
@@ -358,7 +365,7 @@ def allreduce_group(fn: str, tensors: Sequence[torch.Tensor], names: Sequence[st
 
 def _grouped(fn, tensors, inplace, average, name, op, prescale_factor, postscale_factor,
              process_set) -> Handle:
-    op = _op(op, average, fn)
+    op = resolve_op(fn, op, average)
     names = group_names(fn, "grouped_allreduce", tensors, name, "tensors",
                         basics.set_for(fn, process_set))
     handles = allreduce_group(fn, tensors, names, inplace, op, prescale_factor, postscale_factor,
@@ -419,7 +426,7 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average=None, name: Optio
                       process_set=global_process_set) -> List[torch.Tensor]:
     """Reduces a list of tensors into new tensors (submitted together, so they can be fused);
     differentiable."""
-    op = _op(op, average, "grouped_allreduce")
+    op = resolve_op("grouped_allreduce", op, average)
     _check_list("grouped_allreduce", tensors)
     packed = [compression.compress(t) for t in tensors]
     compressed = [c for c, _ in packed]
@@ -502,7 +509,8 @@ class _Allgather(torch.autograd.Function):
         return averaged.narrow(0, _rows_before_me([ctx.rows], ps)[0], ctx.rows), None, None
 
 
-def allgather(tensor: torch.Tensor, name: Optional[str] = None, process_set=global_process_set) -> torch.Tensor:
+def allgather(tensor: torch.Tensor, name: Optional[str] = None,
+              process_set=global_process_set) -> torch.Tensor:
     """Every rank's tensor concatenated along dim 0, in rank order; differentiable."""
     return _differentiable(_Allgather, (tensor,), tensor, name, process_set)
 

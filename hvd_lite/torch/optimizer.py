@@ -21,6 +21,7 @@ from typing import Dict
 
 import torch
 
+from .._horovod_args import resolve_groups, split_list
 from .._submit import check_name, check_op
 from ..process_sets import ProcessSet, global_process_set
 from .compression import Compression
@@ -103,7 +104,7 @@ class _DistributedOptimizer:
         if isinstance(groups, int) and not isinstance(groups, bool):
             if groups < 1:
                 raise ValueError(f"groups must be a positive int or a list of lists, got {groups}")
-            lists = [ps[i::groups] for i in range(groups)]
+            lists = split_list(ps, groups)  # contiguous runs, as Horovod cuts them
         else:
             if not isinstance(groups, list) or any(
                     not isinstance(g, (list, tuple)) or any(not isinstance(p, torch.Tensor) for p in g)
@@ -128,7 +129,8 @@ class _DistributedOptimizer:
         if p in self._hvd_handles:
             raise AssertionError(
                 "Gradients were computed more than backward_passes_per_step "
-                f"({self.backward_passes_per_step}) times before step(); increase backward_passes_per_step to "
+                f"({self.backward_passes_per_step}) times before step(); increase "
+                "backward_passes_per_step to "
                 "accumulate gradients locally, or call step() (or synchronize()) after each backward")
         self._hvd_delay[p] -= 1
         if self._hvd_delay[p] > 0:
@@ -279,11 +281,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
                         f"{type(optimizer).__name__}")
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("the optimizer is already a DistributedOptimizer")
-    if num_groups != 0:
-        warnings.warn("DistributedOptimizer: num_groups is deprecated (as in Horovod); use groups",
-                      DeprecationWarning, stacklevel=2)
-        if groups is None:
-            groups = num_groups
+    groups = resolve_groups("DistributedOptimizer", groups, num_groups)
     base = type(optimizer)
     cls = type(base.__name__, (_DistributedOptimizer, base),
                {"__module__": base.__module__, "__qualname__": base.__qualname__})
