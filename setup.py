@@ -230,6 +230,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
     packages=find_packages(include=["hvd_lite", "hvd_lite.*"]),
+    package_data={"hvd_lite": ["py.typed", "_core.pyi"]},
     ext_modules=[core],
     cmdclass={"build_ext": BuildExt},
     # Build-time requirement chosen at install time (setuptools' build backend
