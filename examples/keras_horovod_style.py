@@ -10,8 +10,8 @@ up and average the epoch's metrics over the ranks.
 import argparse
 
 import _tf_setup
-import numpy as np
 import keras
+import numpy as np
 
 import hvd_lite.keras as hvd
 

@@ -10,9 +10,9 @@ model.evaluate / model.predict answer for the whole test set on every rank.
 import argparse
 
 import _tf_setup
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 import hvd_lite.tensorflow as hvd
 

@@ -9,8 +9,8 @@ are summed with strategy.reduce, and the optimizer all-reduces the gradients in 
 import argparse
 
 import _tf_setup
-import tensorflow as tf
 import keras
+import tensorflow as tf
 
 import hvd_lite.tensorflow as hvd
 

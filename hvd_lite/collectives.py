@@ -5,11 +5,28 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from . import basics
-from .process_sets import ProcessSet, global_process_set
 from ._submission import Submission
-from ._submit import (Average, Handle, ReduceOp, Request, at_once, check_array, check_op,
-                      check_reducible, check_scale, empty_like, engine_buffer,
-                      group_names, name_of, name_or_auto, run_now, submit, submit_group, synchronize)
+from ._submit import (
+    Average,
+    Handle,
+    ReduceOp,
+    Request,
+    at_once,
+    check_array,
+    check_op,
+    check_reducible,
+    check_scale,
+    empty_like,
+    engine_buffer,
+    group_names,
+    name_of,
+    name_or_auto,
+    run_now,
+    submit,
+    submit_group,
+    synchronize,
+)
+from .process_sets import ProcessSet, global_process_set
 
 _core = basics._core
 

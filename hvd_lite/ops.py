@@ -4,13 +4,40 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from . import basics
-from .process_sets import ProcessSet, global_process_set
 from ._submission import Submission
-from ._submit import (HVDL_DTYPES, HVDL_OPS, MAX_DIMS, MAX_NAME_BYTES, Average, Handle, Max, Min,
-                      Product, ReduceOp, Request, Sum, at_once, check_array, check_op,
-                      check_reducible, check_scale, empty_like, engine_buffer,
-                      group_names, held, hvdl_dtype, name_or_auto, poll, run, run_now, start,
-                      submit, submit_group, synchronize)
+from ._submit import (
+    HVDL_DTYPES,
+    HVDL_OPS,
+    MAX_DIMS,
+    MAX_NAME_BYTES,
+    Average,
+    Handle,
+    Max,
+    Min,
+    Product,
+    ReduceOp,
+    Request,
+    Sum,
+    at_once,
+    check_array,
+    check_op,
+    check_reducible,
+    check_scale,
+    empty_like,
+    engine_buffer,
+    group_names,
+    held,
+    hvdl_dtype,
+    name_or_auto,
+    poll,
+    run,
+    run_now,
+    start,
+    submit,
+    submit_group,
+    synchronize,
+)
+from .process_sets import ProcessSet, global_process_set
 
 _core = basics._core
 # The kind of an allreduce's automatic names (both routes: a synchronous call's is "allreduce.sync").

@@ -9,10 +9,10 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 
 from . import basics
-from .process_sets import ProcessSet, global_process_set
 from ._submit import check_name, name_of, synchronize
 from .collectives import allgather, broadcast_, broadcast_group_
 from .exceptions import CollectiveError
+from .process_sets import ProcessSet, global_process_set
 
 _core = basics._core
 

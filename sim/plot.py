@@ -31,7 +31,8 @@ def merged(paths):
 def series(rec, first):
     """(sizes, hvd_lite times, best MPI times, best MPI names) over the sizes both sides have."""
     hv = rec["hvdl"][first]
-    usable = lambda r: r and not r.get("failed") and r.get("wrong", 0) <= 0
+    def usable(r):
+        return r and not r.get("failed") and r.get("wrong", 0) <= 0
     sizes, ht, mt, mn = [], [], [], []
     for size in sorted(hv, key=int):
         best = [(r[size]["time_s"], name) for name, r in rec["mpi"].items() if usable(r.get(size))]

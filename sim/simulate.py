@@ -13,8 +13,8 @@ time of each, the best SMPI algorithm, and hvd_lite / best (docs/scale.md).
     python sim/simulate.py --coll broadcast --platform 8x8 --sizes 4K,256K,4M --hvdl auto,chain,tree,scatter
     python sim/simulate.py --coll allgather --platform 8x8 --sizes 4K,256K,4M --hvdl auto,ring,rd,rd_far
     python sim/simulate.py --check --platform 8x8 --ranks 60 --sizes 4,1028,65540,262148 --reps 1
-                                                               # the CI correctness run (exit 1 on a wrong bit)
-                                                               # (hier_p2p: on hosts of 4, and 8 hosts of 6)
+                                                          # the CI correctness run (exit 1 on a wrong bit)
+                                                          # (hier_p2p: on hosts of 4, and 8 hosts of 6)
 
 Needs Debian's libsimgrid-dev (smpicc, smpirun). The simulation settings, and why (docs/scale.md):
 MPI_Test and MPI_Iprobe cost 0.1 us of simulated time, without SMPI's growth of that cost over failed

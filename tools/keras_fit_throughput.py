@@ -17,9 +17,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import _tf_setup  # noqa: E402
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-import keras  # noqa: E402
 
 import hvd_lite.tensorflow as hvd  # noqa: E402
 from hvd_lite import basics as core  # noqa: E402

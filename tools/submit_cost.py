@@ -51,6 +51,7 @@ def main() -> None:
     contenders = {"public": public, "engine": bare}
     try:
         import torch
+
         import hvd_lite.torch as hvd_torch
     except ImportError:
         pass

@@ -95,8 +95,8 @@ def main() -> None:
               f"{args.runs} fresh processes, backend {args.backend})")
         print("  first: " + " ".join(f"{r['first'] * 1e3:.1f}" for r in rs))
         print("  later: " + " ".join(f"{r['later'] * 1e3:.2f}" for r in rs))
-        print(f"  eager allreduce_ of 4 bytes, untraced / undecorated (best of 7 batches of 5,000 "
-              f"each, in turn): " + " ".join(f"{r['eager']:.3f}" for r in rs))
+        print("  eager allreduce_ of 4 bytes, untraced / undecorated (best of 7 batches of 5,000 "
+              "each, in turn): " + " ".join(f"{r['eager']:.3f}" for r in rs))
         print("    us a call, untraced against undecorated: " + " ".join(
             f"{r['eager_us']:.2f}/{r['eager_plain_us']:.2f}" for r in rs))
     u, t = med["untraced"], med["traced"]

@@ -236,8 +236,8 @@ def main(args) -> int:
         return cuda.main(args)
     import hvd_lite as hvd
     hvd.init()
-    from mpi4py import MPI
     import mpi4py
+    from mpi4py import MPI
 
     world = MPI.COMM_WORLD
     rank, n = world.Get_rank(), world.Get_size()

@@ -170,7 +170,8 @@ def _pick_iters(args, calls: List[Callable], world, MPI) -> int:
 def run(name: str, args) -> int:
     """Runs one collective's benchmark; rank 0 prints and writes --json."""
     import hvd_lite as hvd
-    from hvd_lite import basics, ops as hops
+    from hvd_lite import basics
+    from hvd_lite import ops as hops
     hvd.init()
     from mpi4py import MPI
 

@@ -59,7 +59,8 @@ def main(args) -> int:
     comm = _core.Comm()
     stream = cupy.cuda.get_current_stream()
     if rank == 0:
-        print(f"# {n} ranks, {dtype.name} {args.op}, device {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
+        device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        print(f"# {n} ranks, {dtype.name} {args.op}, device {device}")
         print(f"{'size':>6} {'count':>10} {'hvd us':>10} {'engine us':>10} {'naive us':>10} "
               f"{'d2h+h2d us':>11} {'d2d us':>9} {'naive/hvd':>9} {'naive/eng':>9} "
               f"{'hvd/copy':>8} {'busbw GB/s':>10} {'#wrong':>6}",
@@ -127,7 +128,7 @@ def main(args) -> int:
                   f"{med['copy'] * 1e6:>11.1f} {med['d2d'] * 1e6:>9.1f} "
                   f"{med['naive'] / med['hvd']:>9.2f} {med['naive'] / med['engine']:>9.2f} "
                   f"{med['hvd'] / med['copy']:>8.2f} {busbw:>10.2f} {wrong:>6}", flush=True)
-        del send, recv, scratch, pinned, staged
+        send = recv = scratch = pinned = staged = None  # let go of this size's memory before the next
     comm.destroy()
     hvd.shutdown()
     return 0

@@ -158,9 +158,10 @@ def main(args) -> int:
     """Runs the fusion benchmark; rank 0 prints and writes --json."""
     import hvd_lite as hvd
     hvd.init()
-    from mpi4py import MPI
-    import mpi4py
     import time
+
+    import mpi4py
+    from mpi4py import MPI
 
     world = MPI.COMM_WORLD
     rank, n = world.Get_rank(), world.Get_size()

@@ -42,7 +42,8 @@ def _iters(core, dt, op, nbytes, args) -> int:
 
 def main(args) -> int:
     """Prints one row per dtype and op with kernel and memcpy GB/s for each size."""
-    from hvd_lite import basics, ops as hops
+    from hvd_lite import basics
+    from hvd_lite import ops as hops
 
     core = basics._core
     dtypes = [common.dtype_from_name(d) for d in (args.dtype or list(common.DTYPES))]

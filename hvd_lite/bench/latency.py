@@ -24,7 +24,7 @@ call of each batch, summed over ranks.
 import argparse
 import sys
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict
 
 import numpy as np
 
@@ -55,10 +55,11 @@ def main(args) -> int:
     """Runs the latency benchmark; rank 0 prints and writes --json."""
     import hvd_lite as hvd
     hvd.init()
+    import mpi4py
+    from mpi4py import MPI
+
     from hvd_lite import basics
     from hvd_lite import ops as hops
-    from mpi4py import MPI
-    import mpi4py
 
     world = MPI.COMM_WORLD
     rank, n = world.Get_rank(), world.Get_size()
@@ -72,6 +73,7 @@ def main(args) -> int:
     fcode, scode = hops.HVDL_DTYPES[dtype], hops.HVDL_OPS[hvd.Sum]
     if "torch" in kinds or "torch_new" in kinds:
         import torch
+
         import hvd_lite.torch as htorch
 
     if root:

@@ -9,7 +9,8 @@ import json
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The plot options."""
-    p.add_argument("records", nargs="+", metavar="FILE.json", help="--json records (allreduce, or allgather, reducescatter, broadcast, alltoall)")
+    p.add_argument("records", nargs="+", metavar="FILE.json",
+                   help="--json records (allreduce, or allgather, reducescatter, broadcast, alltoall)")
     p.add_argument("-o", "--output", required=True, metavar="FILE.png", help="figure to write")
     p.add_argument("--ratio", metavar="A/B",
                    help="draw median time of contender A over contender B, one line per record")

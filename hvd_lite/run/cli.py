@@ -6,8 +6,8 @@ import sys
 from typing import Callable, List, Optional
 
 from ..exceptions import HvdLiteError
-from .knobs import LOG_LEVELS, MAX_AUTOTUNE_STEPS, MAX_AUTOTUNE_WARMUP, MAX_STALL_S, knob_env
 from .job import JobResult
+from .knobs import LOG_LEVELS, MAX_AUTOTUNE_STEPS, MAX_AUTOTUNE_WARMUP, MAX_STALL_S, knob_env
 from .launch import default_start_timeout, execute, make_plan
 from .values import MAX_RANKS, parse_float, parse_int
 

@@ -97,7 +97,8 @@ def _autotune_env(autotune, log_file, warmup, steps) -> Dict[str, str]:
         env["HVD_LITE_AUTOTUNE_LOG"] = log_file
     for flag, var, value, lo, hi in (
             ("--autotune-warmup-samples", "HVD_LITE_AUTOTUNE_WARMUP_SAMPLES", warmup, 0, MAX_AUTOTUNE_WARMUP),
-            ("--autotune-steps-per-sample", "HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", steps, 1, MAX_AUTOTUNE_STEPS)):
+            ("--autotune-steps-per-sample", "HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", steps, 1,
+             MAX_AUTOTUNE_STEPS)):
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise LauncherError(f"{flag} must be a whole number in [{lo}, {hi}], got {value!r}")

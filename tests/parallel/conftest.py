@@ -51,7 +51,6 @@ def stand_in_everywhere() -> bool:
     """Whether every rank's kernel says that a fresh 64 KiB numpy array lies on small pages, so that
     plain buffers take the stand-in (collective)."""
     import numpy as np
-
     from mpi4py import MPI
 
     return world().allreduce(int(small_pages(np.ones(1 << 14, np.float32)) > 0), op=MPI.MIN) == 1

@@ -4,10 +4,10 @@ ring or the latency path turn the shared-memory path off (tests/parallel/test_sh
 import ml_dtypes
 import numpy as np
 import pytest
-
-import hvd_lite as hvd
 from conftest import agree, everywhere, raises_before_submitting, raises_on_every_rank, reinit, world
 from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
+
+import hvd_lite as hvd
 
 pytestmark = pytest.mark.mpi
 

@@ -8,10 +8,10 @@ import os
 
 import numpy as np
 import pytest
-
-import hvd_lite as hvd
 from conftest import agree, make_comm, raises_on_every_rank, world
 from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
+
+import hvd_lite as hvd
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
 

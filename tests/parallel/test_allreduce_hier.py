@@ -5,11 +5,11 @@ order-dependent floats, and their order (each host's ranks in turn, then the hos
 tree); the layouts it refuses at init."""
 import numpy as np
 import pytest
-
-import hvd_lite as hvd
 from conftest import agree, raises_on_every_rank, world
 from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
 from test_allreduce_algorithms import F32, OPS, code, make_comm, order_dependent
+
+import hvd_lite as hvd
 
 pytestmark = pytest.mark.mpi
 

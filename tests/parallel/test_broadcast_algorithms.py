@@ -8,11 +8,19 @@ where it cannot run, saying why."""
 
 import numpy as np
 import pytest
+from conftest import (
+    agree,
+    fails_everywhere_at_the_fault,
+    make_comm,
+    raises_on_every_rank,
+    reinit,
+    single_copy_runs,
+    skip_unless_single_copy,
+    world,
+)
+from helpers import MOVE_DTYPES, exact_inputs, same_bits
 
 import hvd_lite as hvd
-from conftest import (agree, fails_everywhere_at_the_fault, make_comm, raises_on_every_rank, reinit,
-                      single_copy_runs, skip_unless_single_copy, world)
-from helpers import MOVE_DTYPES, exact_inputs, same_bits
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
 

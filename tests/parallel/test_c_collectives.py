@@ -6,10 +6,10 @@ import re
 
 import numpy as np
 import pytest
-
-import hvd_lite as hvd
 from conftest import agree, make_comm, raises_on_every_rank, world
 from helpers import ALL_DTYPES, MOVE_DTYPES, exact_inputs, fold, same_bits
+
+import hvd_lite as hvd
 from hvd_lite import _core
 from hvd_lite.ops import HVDL_DTYPES
 

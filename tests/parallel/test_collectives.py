@@ -5,10 +5,10 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import agree, raised, raises_before_submitting, raises_on_every_rank
+from helpers import MOVE_DTYPES, exact_inputs, fold, same_bits
 
 import hvd_lite as hvd
-from conftest import agree, raised, raises_before_submitting, raises_on_every_rank, world
-from helpers import MOVE_DTYPES, exact_inputs, fold, same_bits
 
 pytestmark = pytest.mark.mpi
 
@@ -23,7 +23,8 @@ def rows_of(r: int) -> int:
 def test_allgather_concatenates_uneven_rows_in_rank_order(dtype):
     n, r = hvd.size(), hvd.rank()
     for rest in ((), (3,), (2, 2)):
-        mine = exact_inputs(dtype, rows_of(r) * int(np.prod(rest, dtype=int)), r).reshape((rows_of(r),) + rest)
+        mine = exact_inputs(dtype, rows_of(r) * int(np.prod(rest, dtype=int)), r).reshape(
+            (rows_of(r),) + rest)
         want = np.concatenate([exact_inputs(dtype, rows_of(q) * int(np.prod(rest, dtype=int)), q)
                                .reshape((rows_of(q),) + rest) for q in range(n)])
         got = hvd.allgather(mine)
@@ -45,7 +46,8 @@ def test_broadcast_from_every_root(dtype, shape):
         x = exact_inputs(dtype, count, hvd.rank(), seed=root).reshape(shape)
         want = exact_inputs(dtype, count, root, seed=root).reshape(shape)
         got = hvd.broadcast(x, root)
-        agree(same_bits(got, want) and same_bits(x, exact_inputs(dtype, count, hvd.rank(), seed=root).reshape(shape)),
+        agree(same_bits(got, want)
+              and same_bits(x, exact_inputs(dtype, count, hvd.rank(), seed=root).reshape(shape)),
               f"root {root}")
         hvd.broadcast_(x, root)
         agree(same_bits(x, want), f"in place, root {root}")
@@ -130,7 +132,8 @@ def test_errors_on_every_rank():
                       lambda: hvd.alltoall(np.ones(4), splits=[99] + [0] * (hvd.size() - 1)
                                            if r == 0 else [4] + [0] * (hvd.size() - 1)))
     raises_everywhere("has 1 entries; it needs one per rank",
-                      lambda: hvd.alltoall(np.ones(4), splits=[4] if r == 1 else [4] + [0] * (hvd.size() - 1)))
+                      lambda: hvd.alltoall(np.ones(4),
+                                           splits=[4] if r == 1 else [4] + [0] * (hvd.size() - 1)))
     raises_everywhere("allgather needs an array with at least one dimension",
                       lambda: hvd.allgather(np.array(1.0) if r == 0 else np.ones(1)))
     raises_everywhere("reducescatter needs an array with at least one dimension",

@@ -12,11 +12,10 @@ import zlib
 
 import numpy as np
 import pytest
+from conftest import agree, cupy_or_skip, make_comm, raised, world
+from helpers import ALL_DTYPES, exact_inputs, fold, random_bits, same_bits, same_or_both_nan, to_device
 
 import hvd_lite as hvd
-from conftest import agree, cupy_or_skip, make_comm, raised, world
-from helpers import (ALL_DTYPES, exact_inputs, fold, random_bits, same_bits, same_or_both_nan,
-                     to_device)
 from hvd_lite import _core
 from hvd_lite.ops import HVDL_DTYPES
 

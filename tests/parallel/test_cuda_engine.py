@@ -14,10 +14,10 @@ Skipped, with the reason, where the build has no CUDA, no device is seen or CuPy
 """
 import numpy as np
 import pytest
-
-import hvd_lite as hvd
 from conftest import agree, cupy_or_skip, raised, world
 from helpers import ALL_DTYPES, exact_inputs, random_bits, same_bits, same_or_both_nan, to_device
+
+import hvd_lite as hvd
 from hvd_lite import _core, basics
 from hvd_lite._submit import held
 from hvd_lite.ops import HVDL_DTYPES

@@ -8,10 +8,10 @@ import os
 
 import numpy as np
 import pytest
-
-import hvd_lite as hvd
 from conftest import agree, raises_before_submitting, raises_on_every_rank
 from helpers import INT_DTYPES, exact_inputs, fold, horovod_scale, same_bits
+
+import hvd_lite as hvd
 
 pytestmark = pytest.mark.mpi
 

@@ -5,11 +5,11 @@ import struct
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import agree, raised, raises_on_every_rank, reinit, world
+from helpers import exact_inputs, fold, same_bits
 
 import hvd_lite as hvd
 from hvd_lite import _core, basics, ops
-from conftest import agree, raised, raises_on_every_rank, reinit, world
-from helpers import exact_inputs, fold, same_bits
 
 pytestmark = pytest.mark.mpi
 

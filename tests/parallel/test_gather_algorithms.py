@@ -8,11 +8,10 @@ unknown name refused, and a forced shm refused where it cannot run, saying why. 
 all-gather's failures: test_shm.py.)"""
 import numpy as np
 import pytest
+from conftest import agree, make_comm, raises_on_every_rank, reinit, single_copy_runs, skip_unless_single_copy
+from helpers import ALL_DTYPES, MOVE_DTYPES, exact_inputs, fold, same_bits
 
 import hvd_lite as hvd
-from conftest import (agree, make_comm, raises_on_every_rank, reinit, single_copy_runs,
-                      skip_unless_single_copy)
-from helpers import ALL_DTYPES, MOVE_DTYPES, exact_inputs, fold, same_bits
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
 
@@ -208,7 +207,7 @@ def test_the_halving_reducescatter_of_uneven_blocks_gives_the_rab_allreduces_bit
                   f"rows {rows}: reduce-scatter differs from the rab all-reduce's rows")
 
 
-def test_the_allgather_selector_takes_shm_on_one_host_in_one_step_up_to_its_minimum_and_the_single_copy_above():
+def test_the_allgather_selector_takes_shm_on_one_host_in_one_step_up_to_its_minimum_and_the_single_copy_above():  # noqa: E501
     runs, least = single_copy_runs(), _core.SHM_ALLGATHER_MIN
     model = {"ring", "rd", "rd_far"}
     for cma in ("1", "0"):

@@ -16,8 +16,9 @@ tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
                                               "(pip install -e '.[tensorflow]')")
 keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip install -e '.[tensorflow]')")
 
-import hvd_lite.tensorflow as hvd  # noqa: E402
 from conftest import agree, world  # noqa: E402
+
+import hvd_lite.tensorflow as hvd  # noqa: E402
 
 pytestmark = pytest.mark.mpi
 
@@ -125,7 +126,8 @@ def test_model_checkpoint_and_save_leave_only_rank_0s_files(pair):
     x, y = data(rows=36)
     r = hvd.rank()
     tmp = hvd.broadcast_object(tempfile.mkdtemp(prefix="hvdl_ckpt_") if r == 0 else None)
-    leftovers = lambda: glob.glob(os.path.join(tempfile.gettempdir(), f"hvd_lite_rank{r}_*"))
+    def leftovers():
+        return glob.glob(os.path.join(tempfile.gettempdir(), f"hvd_lite_rank{r}_*"))
     before = leftovers()
     ckpt = keras.callbacks.ModelCheckpoint(os.path.join(tmp, "sub", "w{epoch}.weights.h5"),
                                            save_weights_only=True)

@@ -6,10 +6,10 @@ import contextlib
 
 import numpy as np
 import pytest
+from conftest import agree, everywhere, raised, raises_before_submitting, raises_on_every_rank, world
 
 import hvd_lite as hvd
 from hvd_lite import basics
-from conftest import agree, everywhere, raised, raises_before_submitting, raises_on_every_rank, world
 
 pytestmark = pytest.mark.mpi
 
@@ -47,7 +47,8 @@ def test_the_global_set_has_id_0_and_every_rank():
     n, r = hvd.size(), hvd.rank()
     g = hvd.global_process_set
     with everywhere():
-        assert (g.process_set_id, g.ranks, g.size(), g.rank(), g.included()) == (0, list(range(n)), n, r, True)
+        assert (g.process_set_id, g.ranks, g.size(), g.rank(), g.included()) == (
+            0, list(range(n)), n, r, True)
         assert str(g) == f"ProcessSet(process_set_id=0, ranks={list(range(n))}, mpi_comm=None)"
         assert not hvd.remove_process_set(g)
     y = hvd.allreduce(np.array([r], np.int64), op=hvd.Sum, process_set=g)
@@ -203,7 +204,8 @@ def exercise(ps) -> list:
     got = hvd.synchronize(h)
     check("allreduce_async", np.array_equal(got, want), got)
     got = hvd.allgather(np.full((r + 1, 2), r, np.int32), process_set=ps)
-    check("allgather", np.array_equal(got, np.concatenate([np.full((q + 1, 2), q, np.int32) for q in R])), got)
+    check("allgather",
+          np.array_equal(got, np.concatenate([np.full((q + 1, 2), q, np.int32) for q in R])), got)
     got = hvd.grouped_allgather([np.array([r]), np.array([r, r])], process_set=ps)
     check("grouped_allgather", list(got[0]) == R and list(got[1]) == [q for q in R for _ in (0, 1)], got)
     for root in R:
@@ -364,11 +366,12 @@ def test_sets_that_are_not_registered_are_refused_before_anything_is_sent():
     if n >= 2:
         ps = hvd.add_process_set([0])
         hvd.remove_process_set(ps)
-        raises_before_submitting(ValueError, "is not registered", lambda: hvd.allreduce(np.ones(1), process_set=ps))
+        raises_before_submitting(ValueError, "is not registered",
+                                 lambda: hvd.allreduce(np.ones(1), process_set=ps))
 
 
 def test_a_broadcast_root_outside_the_set_is_a_value_error_on_every_member():
-    n, r = hvd.size(), hvd.rank()
+    n = hvd.size()
     if n < 2:
         pytest.skip("needs a rank outside the set")
     with added(list(range(n - 1))) as (ps,):
@@ -444,7 +447,8 @@ def test_torch_collectives_and_gradients_in_a_set():
             t = torch.full((3,), float(r), requires_grad=True)
             y = ht.allreduce(t, op=ht.Sum, process_set=ps)
             y.sum().backward()
-            if not (torch.equal(y, torch.full((3,), float(sum(R)))) and torch.equal(t.grad, torch.full((3,), float(m)))):
+            if not (torch.equal(y, torch.full((3,), float(sum(R))))
+                    and torch.equal(t.grad, torch.full((3,), float(m)))):
                 bad.append(f"{R} allreduce {y} grad {t.grad}")
             got = ht.grouped_allreduce([torch.tensor([r]), torch.tensor([2 * r])], op=ht.Sum, process_set=ps)
             if [int(g) for g in got] != [sum(R), 2 * sum(R)]:
@@ -593,13 +597,17 @@ def test_every_torch_call_by_a_non_member_is_a_value_error_before_anything_is_se
         t = torch.ones(4)
         calls = [
             lambda: ht.allreduce(t, process_set=ps), lambda: ht.allreduce_(t.clone(), process_set=ps),
-            lambda: ht.allreduce_async(t, process_set=ps), lambda: ht.allreduce_async_(t.clone(), process_set=ps),
-            lambda: ht.grouped_allreduce([t], process_set=ps), lambda: ht.grouped_allreduce_([t.clone()], process_set=ps),
+            lambda: ht.allreduce_async(t, process_set=ps),
+            lambda: ht.allreduce_async_(t.clone(), process_set=ps),
+            lambda: ht.grouped_allreduce([t], process_set=ps),
+            lambda: ht.grouped_allreduce_([t.clone()], process_set=ps),
             lambda: ht.grouped_allreduce_async([t], process_set=ps),
             lambda: ht.grouped_allreduce_async_([t.clone()], process_set=ps),
             lambda: ht.allgather(t, process_set=ps), lambda: ht.allgather_async(t, process_set=ps),
-            lambda: ht.grouped_allgather([t], process_set=ps), lambda: ht.grouped_allgather_async([t], process_set=ps),
-            lambda: ht.broadcast(t, root, process_set=ps), lambda: ht.broadcast_(t.clone(), root, process_set=ps),
+            lambda: ht.grouped_allgather([t], process_set=ps),
+            lambda: ht.grouped_allgather_async([t], process_set=ps),
+            lambda: ht.broadcast(t, root, process_set=ps),
+            lambda: ht.broadcast_(t.clone(), root, process_set=ps),
             lambda: ht.broadcast_async(t, root, process_set=ps),
             lambda: ht.broadcast_async_(t.clone(), root, process_set=ps),
             lambda: ht.alltoall(t, process_set=ps), lambda: ht.alltoall_async(t, process_set=ps),
@@ -609,7 +617,8 @@ def test_every_torch_call_by_a_non_member_is_a_value_error_before_anything_is_se
             lambda: ht.alltoall(t, splits=[4], process_set=ps),
             lambda: ht.sparse_allreduce_async(t.to_sparse(), "sparse", process_set=ps),
             lambda: ht.barrier(process_set=ps),
-            lambda: ht.broadcast_object(1, root, process_set=ps), lambda: ht.allgather_object(1, process_set=ps),
+            lambda: ht.broadcast_object(1, root, process_set=ps),
+            lambda: ht.allgather_object(1, process_set=ps),
             lambda: ht.broadcast_parameters({"t": t}, root, process_set=ps),
             lambda: ht.broadcast_optimizer_state(torch.optim.SGD([torch.nn.Parameter(t)], lr=1.0), root,
                                                  process_set=ps),

@@ -12,12 +12,11 @@ import time
 
 import numpy as np
 import pytest
-
-import hvd_lite as hvd
-from mpi4py import MPI
-
 from conftest import agree, make_comm, reinit, small_pages, stand_in_everywhere, world
 from helpers import exact_inputs, fold, same_bits
+from mpi4py import MPI
+
+import hvd_lite as hvd
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
 

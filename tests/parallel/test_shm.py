@@ -13,11 +13,18 @@ import time
 
 import numpy as np
 import pytest
+from conftest import (
+    agree,
+    fails_everywhere_at_the_fault,
+    make_comm,
+    reinit,
+    skip_unless_single_copy,
+    stand_in_everywhere,
+    world,
+)
+from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
 
 import hvd_lite as hvd
-from conftest import (agree, fails_everywhere_at_the_fault, make_comm, reinit,
-                      skip_unless_single_copy, stand_in_everywhere, world)
-from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
 from hvd_lite import _core
 from hvd_lite._submit import HVDL_DTYPES
 
@@ -465,7 +472,8 @@ def test_emulated_hosts_give_the_layout_and_the_topology(per_host):
     n, r = hvd.size(), hvd.rank()
     hosts, lanes = emulated(n, per_host)
     with make_comm(HVD_LITE_RANKS_PER_HOST=per_host) as c:
-        want = None if per_host == 1 or n == 1 else (hosts, lanes, r % per_host, min(per_host, n - r // per_host * per_host))
+        want = None if per_host == 1 or n == 1 else (hosts, lanes, r % per_host,
+                                                     min(per_host, n - r // per_host * per_host))
         agree(c.shm_layout() == want, f"layout {c.shm_layout()}, want {want}")
     with reinit(HVD_LITE_RANKS_PER_HOST=per_host):
         got = (hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())

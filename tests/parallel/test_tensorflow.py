@@ -14,10 +14,10 @@ tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
                                               "(pip install -e '.[tensorflow]')")
 keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip install -e '.[tensorflow]')")
 
+from conftest import agree, everywhere, raises_before_submitting, raises_on_every_rank, world  # noqa: E402
+
 import hvd_lite.keras as hvdk  # noqa: E402
 import hvd_lite.tensorflow as hvd  # noqa: E402
-from conftest import (agree, everywhere, raises_before_submitting, raises_on_every_rank,  # noqa: E402
-                      world)
 
 pytestmark = pytest.mark.mpi
 
@@ -132,6 +132,7 @@ def test_a_reduction_with_a_timeout_raises_collective_error_when_a_rank_never_su
     CollectiveError within the timeout (plus a little) and carry on; the collective they left
     in flight completes when rank 0 submits it at last."""
     import time
+
     from hvd_lite.exceptions import CollectiveError
     from hvd_lite.tensorflow.mpi_ops import _grouped_allreduce
 
@@ -199,7 +200,7 @@ def test_keras_distributed_optimizer_and_callbacks_match_one_process_fit():
     ref.fit(x, y, batch_size=G, epochs=2, shuffle=False, verbose=0)
     ok, detail = close(weights(model), weights(ref), 1e-4)
     losses = hvd.allgather_object(hist.history["loss"])
-    agree(ok and all(np.allclose(l, losses[0]) for l in losses), f"{detail}; losses {losses}")
+    agree(ok and all(np.allclose(ln, losses[0]) for ln in losses), f"{detail}; losses {losses}")
 
 
 def test_learning_rate_warmup_ramps_from_lr_over_size_to_lr_batch_by_batch():

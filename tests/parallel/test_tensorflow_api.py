@@ -14,11 +14,12 @@ tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
                                               "(pip install -e '.[tensorflow]')")
 keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip install -e '.[tensorflow]')")
 
+from conftest import agree, everywhere, raises_before_submitting, raises_on_every_rank  # noqa: E402
+
 import hvd_lite  # noqa: E402
 import hvd_lite.keras as hvdk  # noqa: E402
 import hvd_lite.tensorflow as hvd  # noqa: E402
 from hvd_lite.tensorflow.compression import Compressor  # noqa: E402
-from conftest import agree, everywhere, raises_before_submitting, raises_on_every_rank  # noqa: E402
 
 pytestmark = pytest.mark.mpi
 
@@ -223,7 +224,7 @@ def test_the_build_queries_answer_for_an_mpi_cpu_build():
 def test_every_dtype_the_core_has_is_reduced_gathered_and_broadcast_and_the_others_refused():
     """Horovod's dtypes: those hvd_lite's core has work; the rest raise TypeError naming the dtype
     and send nothing (the table is the core's: adding a dtype there adds it here)."""
-    r, n = hvd.rank(), hvd.size()
+    n = hvd.size()
     from hvd_lite.tensorflow.mpi_ops import supported_dtypes
 
     supported = set(supported_dtypes())

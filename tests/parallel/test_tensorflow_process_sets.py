@@ -17,10 +17,11 @@ tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
                                               "(pip install -e '.[tensorflow]')")
 keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip install -e '.[tensorflow]')")
 
+from conftest import agree, everywhere, raises_before_submitting  # noqa: E402
+
 import hvd_lite  # noqa: E402
 import hvd_lite.keras as hvdk  # noqa: E402
 import hvd_lite.tensorflow as hvd  # noqa: E402
-from conftest import agree, everywhere, raises_before_submitting  # noqa: E402
 
 pytestmark = pytest.mark.mpi
 

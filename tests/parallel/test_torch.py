@@ -1,6 +1,5 @@
 """hvd_lite.torch at 1-4 ranks: the collectives on tensors, autograd, DistributedOptimizer against one
 process and against DDP, and the state helpers."""
-import copy
 import socket
 
 import numpy as np
@@ -8,9 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
 
+from conftest import agree, raised, raises_before_submitting, raises_on_every_rank, world  # noqa: E402
+
 import hvd_lite.torch as hvd  # noqa: E402
-from conftest import (agree, everywhere, raised, raises_before_submitting,  # noqa: E402
-                      raises_on_every_rank, world)
 
 pytestmark = pytest.mark.mpi
 
@@ -427,8 +426,8 @@ _GLOO_KEPT = []
 
 
 def test_distributed_optimizer_matches_ddp():
-    from mpi4py import MPI
     import torch.distributed as dist
+    from mpi4py import MPI
 
     comm = world()
     port = None

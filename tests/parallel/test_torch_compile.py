@@ -9,8 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
 
-import hvd_lite.torch as hvd  # noqa: E402
 from conftest import agree, world  # noqa: E402
+
+import hvd_lite.torch as hvd  # noqa: E402
 
 pytestmark = pytest.mark.mpi
 

@@ -10,14 +10,14 @@ import inspect
 import time
 import warnings
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
 
+from conftest import agree, raised, raises_on_every_rank  # noqa: E402
+
 import hvd_lite  # noqa: E402
 import hvd_lite.torch as hvd  # noqa: E402
-from conftest import agree, everywhere, raised, raises_on_every_rank, world  # noqa: E402
 
 pytestmark = pytest.mark.mpi
 

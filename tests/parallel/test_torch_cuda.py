@@ -17,8 +17,9 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 if not torch.cuda.is_available():
     pytest.skip("torch sees no CUDA device", allow_module_level=True)
 
-import hvd_lite.torch as hvd  # noqa: E402
 from conftest import agree, world  # noqa: E402
+
+import hvd_lite.torch as hvd  # noqa: E402
 
 pytestmark = pytest.mark.mpi
 
@@ -79,7 +80,8 @@ def make_model():
 
 def batch(step):
     g = torch.Generator().manual_seed(1000 + step)
-    return torch.randn(GLOBAL_BATCH, 8, generator=g).to(CUDA), torch.randn(GLOBAL_BATCH, 4, generator=g).to(CUDA)
+    return (torch.randn(GLOBAL_BATCH, 8, generator=g).to(CUDA),
+            torch.randn(GLOBAL_BATCH, 4, generator=g).to(CUDA))
 
 
 def weights(model):

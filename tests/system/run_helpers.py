@@ -21,8 +21,9 @@ import tempfile
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Tuple
 
-from hvd_lite.run.flavour import MPICH, OPENMPI, find
 from mpi_cmd import run_job
+
+from hvd_lite.run.flavour import MPICH, OPENMPI, find
 
 TIMEOUT = 90
 BIN = os.path.dirname(sys.executable)

@@ -9,7 +9,6 @@ import sys
 import textwrap
 
 import pytest
-
 from mpi_cmd import job_env, mpirun_cmd, run_job
 
 STEPS = 160        # enough for the longest search below (about 4 steps a sample) and 30 steps more

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from mpi_cmd import run_job
 
 MPIRUN = shutil.which("mpirun", path=os.path.dirname(sys.executable)) or shutil.which("mpirun")

@@ -1,12 +1,10 @@
 """Whole jobs that exercise the engine's failure paths, stall inspector, timeline and idle cost."""
 import json
-import os
 import sys
 import textwrap
 import time
 
 import pytest
-
 from mpi_cmd import job_env, mpirun_cmd, run_job
 
 TIMEOUT = 120
@@ -37,7 +35,8 @@ def test_a_rank_that_leaves_early_fails_the_others_with_a_clear_error():
     """)
     assert res.returncode != 0
     for r in (0, 2):
-        assert f"rank {r} caught: hvd_lite has been shut down on rank 1" in res.stdout, res.stdout + res.stderr
+        assert f"rank {r} caught: hvd_lite has been shut down on rank 1" in res.stdout, (
+            res.stdout + res.stderr)
     assert took < 60
 
 
@@ -183,7 +182,7 @@ def test_an_idle_or_waiting_engine_uses_almost_no_cpu():
         print(f"rank {hvd.rank()} idle_cpu {idle:.4f} waiting_cpu {waiting:.4f}", flush=True)
     """)
     assert res.returncode == 0, res.stderr
-    lines = [l.split() for l in res.stdout.splitlines() if l.startswith("rank")]
+    lines = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("rank")]
     assert len(lines) == 2
     for line in lines:
         idle, waiting = float(line[3]), float(line[5])
@@ -286,7 +285,7 @@ def test_synchronous_calls_run_their_rounds_in_the_calling_thread_and_stay_right
     res, _ = job(n, FAST_PATH_JOB, env={"HVD_LITE_FAST_PATH_BYTES": "4096"})
     assert res.returncode == 0, res.stdout + res.stderr
     for r in range(n):
-        line = next(l for l in res.stdout.splitlines() if l.startswith(f"rank {r} wrong"))
+        line = next(ln for ln in res.stdout.splitlines() if ln.startswith(f"rank {r} wrong"))
         assert line.split()[3] == "0", res.stdout
         assert int(line.split()[5]) > 0, res.stdout  # the fast path ran
 

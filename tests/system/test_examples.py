@@ -3,7 +3,6 @@ import os
 import sys
 
 import pytest
-
 from mpi_cmd import job_env, mpirun_cmd, run_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -13,7 +12,7 @@ def test_allreduce_numpy_example_at_three_ranks():
     res = run_job(mpirun_cmd(3) + [sys.executable, os.path.join(ROOT, "examples", "allreduce_numpy.py")],
                   timeout=120, env=job_env())
     assert res.returncode == 0, res.stderr
-    lines = sorted(l for l in res.stdout.splitlines() if l.startswith("rank"))
+    lines = sorted(ln for ln in res.stdout.splitlines() if ln.startswith("rank"))
     assert lines == [f"rank {r}/3: sum 6, average 2, max 3: ok" for r in range(3)]
 
 
@@ -23,7 +22,7 @@ def test_pytorch_digits_example_reaches_95_percent_with_identical_weights_at_two
     res = run_job(mpirun_cmd(2) + [sys.executable, os.path.join(ROOT, "examples", "pytorch_digits.py")],
                   timeout=240, env=job_env())
     assert res.returncode == 0, res.stdout + res.stderr
-    final = [l for l in res.stdout.splitlines() if l.startswith("final test accuracy")]
+    final = [ln for ln in res.stdout.splitlines() if ln.startswith("final test accuracy")]
     assert len(final) == 1 and final[0].endswith("weights identical on all 2 ranks: yes"), res.stdout
     assert float(final[0].split()[3].rstrip(";")) >= 0.95, final[0]
 
@@ -40,11 +39,11 @@ def test_pytorch_synthetic_benchmark_runs_every_contender_at_two_ranks():
         assert f"Model: {model}" in res.stdout, res.stdout
     assert res.stdout.count("hvd_lite / DDP:") == 2, res.stdout
     # the one process trains rank 0's copy on the global batch (2 x 32) with both ranks' threads
-    singles = [l for l in res.stdout.splitlines() if l.strip().startswith("one process")]
+    singles = [ln for ln in res.stdout.splitlines() if ln.strip().startswith("one process")]
     assert len(singles) == 2, res.stdout
-    assert all("(rank 0, batch 64, 2 torch threads on " in l for l in singles), res.stdout
-    ratios = [float(l.split()[-1].rstrip("x")) for l in res.stdout.splitlines()
-              if l.strip().startswith("hvd_lite / one process")]
+    assert all("(rank 0, batch 64, 2 torch threads on " in ln for ln in singles), res.stdout
+    ratios = [float(ln.split()[-1].rstrip("x")) for ln in res.stdout.splitlines()
+              if ln.strip().startswith("hvd_lite / one process")]
     assert len(ratios) == 2 and all(r > 0 for r in ratios), res.stdout
 
 
@@ -59,6 +58,6 @@ def test_tensorflow_example_reaches_95_percent_with_identical_weights_at_two_ran
     res = run_job(mpirun_cmd(2) + [sys.executable, os.path.join(ROOT, "examples", script)],
                   timeout=240, env=env)
     assert res.returncode == 0, res.stdout + res.stderr
-    final = [l for l in res.stdout.splitlines() if l.startswith("final test accuracy")]
+    final = [ln for ln in res.stdout.splitlines() if ln.startswith("final test accuracy")]
     assert len(final) == 1 and final[0].endswith("weights identical on all 2 ranks: yes"), res.stdout
     assert float(final[0].split()[3].rstrip(";")) >= 0.95, final[0]

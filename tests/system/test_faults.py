@@ -15,7 +15,6 @@ import textwrap
 import time
 
 import pytest
-
 from mpi_cmd import job_env, mpirun_cmd, run_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -6,7 +6,6 @@ import textwrap
 import time
 
 import pytest
-
 from mpi_cmd import job_env, mpirun_cmd, run_job
 
 TIMEOUT = 120

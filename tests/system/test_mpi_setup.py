@@ -5,7 +5,6 @@ import sys
 import textwrap
 
 import pytest
-
 from mpi_cmd import job_env, mpirun_cmd, mpirun_path, run_job
 
 TIMEOUT = 120

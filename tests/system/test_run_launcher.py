@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-
 from run_helpers import MPI, env, hvdrun, pid_alive, py, remove_leaked_shm, tagged
+
 from hvd_lite.run.command import SHIM
 from hvd_lite.run.flavour import MPICH, OPENMPI
 from hvd_lite.run.rank import TOKEN_VAR

@@ -6,7 +6,6 @@ import re
 import sys
 
 import pytest
-
 from mpi_cmd import job_env, mpirun_cmd, run_job
 
 pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[tensorflow]')")
@@ -20,10 +19,10 @@ def job(*args, timeout=240):
 
 
 def final_weights(res):
-    lines = [l for l in res.stdout.splitlines() if l.startswith("rank ")]
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("rank ")]
     assert len(lines) == 2, res.stdout + res.stderr
-    return {int(l.split()[1]): (int(l.split()[3]), [float(v) for v in l.split()[5:]])
-            for l in lines}
+    return {int(ln.split()[1]): (int(ln.split()[3]), [float(v) for v in ln.split()[5:]])
+            for ln in lines}
 
 
 def test_a_job_killed_mid_epoch_resumes_from_backup_and_restore_and_ends_like_an_unbroken_one(
@@ -46,7 +45,7 @@ def test_a_job_killed_mid_epoch_resumes_from_backup_and_restore_and_ends_like_an
 def test_fit_raises_on_every_rank_within_the_communication_timeout_when_a_peer_never_arrives():
     t = 2.0
     res = job("timeout", t)
-    lines = sorted(l for l in res.stdout.splitlines() if l.startswith("rank "))
+    lines = sorted(ln for ln in res.stdout.splitlines() if ln.startswith("rank "))
     assert len(lines) == 2, res.stdout + res.stderr
     waiting, stalled = lines  # rank 0 waits for rank 1, which stalls for 3t
     m = re.match(r"rank 0 raised (\w+) after ([\d.]+) s: .*CollectiveError: allreduce: \d+ "

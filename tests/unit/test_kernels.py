@@ -2,10 +2,10 @@
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import ALL_DTYPES, FLOAT16ISH, INT_DTYPES, horovod_scale
 
 from hvd_lite import _core
 from hvd_lite.ops import HVDL_DTYPES
-from helpers import ALL_DTYPES, FLOAT16ISH, INT_DTYPES, horovod_scale
 
 OPS = {"sum": _core.hvdlSum, "prod": _core.hvdlProd, "max": _core.hvdlMax, "min": _core.hvdlMin,
        "avg": _core.hvdlAvg}
@@ -56,7 +56,8 @@ def assert_same(got, want):
         assert np.array_equal(nan_g, nan_w), "NaN positions differ"
         g, w = g[~nan_g], w[~nan_w]
     bad = np.nonzero(g != w)[0]
-    assert bad.size == 0, f"{bad.size} elements differ, first at {bad[:5]}: got {g[bad[:5]]}, want {w[bad[:5]]}"
+    assert bad.size == 0, (f"{bad.size} elements differ, first at {bad[:5]}: got {g[bad[:5]]}, "
+                           f"want {w[bad[:5]]}")
 
 
 @pytest.mark.parametrize("op", list(OPS))

@@ -4,10 +4,10 @@ checks accept, and gives the engine the same ones they would."""
 import ml_dtypes
 import numpy as np
 import pytest
+import route_matrix
 
 import hvd_lite as hvd
 from hvd_lite import basics, ops
-import route_matrix
 
 
 @pytest.fixture

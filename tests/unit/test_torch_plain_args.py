@@ -6,10 +6,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import route_matrix  # noqa: E402
+
 import hvd_lite as hvd  # noqa: E402
 from hvd_lite import basics, ops  # noqa: E402
 from hvd_lite.torch import mpi_ops  # noqa: E402
-import route_matrix  # noqa: E402
 
 
 @pytest.fixture
