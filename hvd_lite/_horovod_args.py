@@ -6,7 +6,8 @@ spec: horovod/common/util.py)."""
 import os
 import sys
 import warnings
-from typing import Any, List, Sequence, TypeVar
+from types import FrameType
+from typing import Any, List, Optional, Sequence, TypeVar
 
 from ._submit import Average, Sum
 
@@ -20,7 +21,8 @@ def user_stacklevel(*also_inside: str) -> int:
     names the first line outside hvd_lite (and outside the folders `also_inside`: a framework
     whose code may lie between, as TensorFlow's): the user's, however many wrappers lie between."""
     inside = (_HERE,) + tuple(os.path.join(os.path.abspath(d), "") for d in also_inside)
-    frame, level = sys._getframe(1), 1  # the function that warns, at level 1
+    frame: Optional[FrameType] = sys._getframe(1)  # the function that warns, at level 1
+    level = 1
     while frame is not None and frame.f_code.co_filename.startswith(inside):
         frame, level = frame.f_back, level + 1
     return level

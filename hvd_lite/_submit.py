@@ -11,7 +11,7 @@ import enum
 import numbers
 import sys
 import threading
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import ml_dtypes
 import numpy as np
@@ -37,7 +37,7 @@ class ReduceOp(enum.IntEnum):
 Average, Sum, Adasum, Min, Max, Product = (ReduceOp.Average, ReduceOp.Sum, ReduceOp.Adasum,
                                            ReduceOp.Min, ReduceOp.Max, ReduceOp.Product)
 
-HVDL_OPS = {
+HVDL_OPS: Dict[int, int] = {  # ReduceOp -> hvdlRedOp_t
     ReduceOp.Average: _core.hvdlAvg,
     ReduceOp.Sum: _core.hvdlSum,
     ReduceOp.Min: _core.hvdlMin,
@@ -145,7 +145,7 @@ def check_array(fn: str, array, inplace: bool, device_ok: bool = False) -> int:
     code = HVDL_DTYPES.get(np.dtype(array.dtype))
     if code is None:
         try:
-            hvdl_dtype(array.dtype)
+            code = hvdl_dtype(array.dtype)  # raises: the message lists the dtypes
         except TypeError as exc:
             raise TypeError(f"{fn}: {exc}") from None
     if array.ndim > MAX_DIMS:
@@ -266,7 +266,7 @@ class Handle:
 
     __slots__ = ("_c", "output", "name", "_finish")
 
-    def __init__(self, c_handle, output, name: str, finish=None):
+    def __init__(self, c_handle, output, name: Optional[str], finish=None):
         self._c = c_handle
         self.output = output
         self.name = name

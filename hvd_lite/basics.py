@@ -316,9 +316,10 @@ def add_set(process_set) -> int:
     ranks = _check_set_ranks(fn, process_set.ranks, size())
     with _state.sets_lock:
         _agree(fn, f"add {ranks}")
-        if _find(ranks) is not None:
+        found = _find(ranks)
+        if found is not None:
             raise ValueError(f"{fn}: a process set with ranks {ranks} exists already (id "
-                             f"{_find(ranks).id}); remove it first or use that one")
+                             f"{found.id}); remove it first or use that one")
         return _new_set(ranks, process_set)
 
 
@@ -354,7 +355,7 @@ def set_for(fn: str, process_set, member: bool = True) -> _Set:
         raise TypeError(f"{fn}: process_set must be a hvd_lite.ProcessSet, got "
                         f"{type(process_set).__name__}")
     _engine()
-    s = _state.sets.get(set_id) if set_id is not None else None
+    s = _state.sets.get(set_id) if isinstance(set_id, int) else None
     if s is None or process_set not in s.owners:
         raise ValueError(f"{fn}: {process_set} is not registered (or was removed); pass it to "
                          "hvd_lite.init(process_sets=[...]) or hvd_lite.add_process_set() first")

@@ -44,4 +44,6 @@ def empty(shape: Union[int, Sequence[int]], dtype=np.float32) -> np.ndarray:
     if nbytes > sys.maxsize // 2:
         raise ValueError(f"hvd_lite.empty: shape {dims} of {dt} is {nbytes} bytes, too many")
     memory = _loader._core.SharedMemory(max(nbytes, 1))
-    return np.frombuffer(memory, np.uint8, count=nbytes).view(dt).reshape(dims)
+    # numpy's stubs before Python 3.12 list the buffer types frombuffer takes; this one has __buffer__
+    return np.frombuffer(memory, np.uint8,  # type: ignore[call-overload]
+                         count=nbytes).view(dt).reshape(dims)

@@ -73,7 +73,7 @@ class _GlobalProcessSet(ProcessSet):
         pass
 
     @property
-    def ranks(self) -> Optional[List[int]]:
+    def ranks(self) -> Optional[List[int]]:  # type: ignore[override]  # read-only: follows init()
         return list(range(basics.size())) if basics.is_initialized() else None
 
 

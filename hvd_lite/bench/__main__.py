@@ -1,12 +1,20 @@
 """Command line of hvd_lite.bench: one subcommand per benchmark module."""
 import argparse
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional, Protocol
 
 from . import allreduce, collectives, fit, fusion, kernels, latency, model, replot
 
-# name -> module with add_arguments(parser) and main(args) -> exit status.
-COMMANDS = {
+
+class Command(Protocol):
+    """A benchmark: a module (or collectives.Command) with these two functions."""
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None: ...
+
+    def main(self, args: argparse.Namespace) -> Optional[int]: ...
+
+
+COMMANDS: Dict[str, Command] = {
     "allreduce": allreduce,
     "fusion": fusion,
     "allgather": collectives.Command("allgather"),

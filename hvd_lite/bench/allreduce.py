@@ -23,7 +23,7 @@ import argparse
 import math
 import os
 import sys
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -312,7 +312,7 @@ def main(args) -> int:
         world.Allreduce(MPI.IN_PLACE, wrong, op=MPI.SUM)
         if not root:
             continue
-        entry: Dict[str, object] = {"bytes": count * dtype.itemsize, "count": count,
+        entry: Dict[str, Any] = {"bytes": count * dtype.itemsize, "count": count,
                                     "iters": iters, "libs": {}}
         row: List[object] = [entry["bytes"], count]
         for i, c in enumerate(contenders):

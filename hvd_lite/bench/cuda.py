@@ -20,7 +20,7 @@ hvd_lite (the C API's and the engine's) whose bits differ from the exact answer 
 every order gives it).
 """
 import time
-from typing import Callable, Dict, List
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 
@@ -75,7 +75,7 @@ def main(args) -> int:
         recv = cupy.zeros_like(send)
         scratch = send.copy()  # the engine's in-place call (its values change: timing only)
         pinned = cupy.cuda.alloc_pinned_memory(count * dtype.itemsize)
-        staged = np.frombuffer(pinned, dtype, count)
+        staged: Any = np.frombuffer(pinned, dtype, count)  # None once the size is done
         out = np.empty_like(host)
 
         def run_hvd():

@@ -34,7 +34,7 @@ import argparse
 import math
 import os
 import sys
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -224,7 +224,7 @@ def main(args) -> int:
         contenders[-1].step = mpi_per_tensor
         contenders.append(Contender("MPI flat", "mpi"))
         contenders[-1].step = mpi_flat
-    core = None
+    core: Any = None  # a _core.Comm when --core asks for one (its contenders use it)
     if args.core:
         from hvd_lite import basics
         from hvd_lite import ops as hops

@@ -24,7 +24,7 @@ call of each batch, summed over ranks.
 import argparse
 import sys
 import time
-from typing import Callable, Dict
+from typing import Any, Callable, Dict
 
 import numpy as np
 
@@ -69,7 +69,8 @@ def main(args) -> int:
     dtype = np.dtype(np.float32)
     expected = exact.expected_pattern(dtype, "sum", n)
     pattern = exact.rank_pattern(dtype, "sum", rank)
-    comm = basics._core.Comm() if "core" in kinds else None
+    # a _core.Comm when "core" is one of the kinds (the only one that calls it)
+    comm: Any = basics._core.Comm() if "core" in kinds else None
     fcode, scode = hops.HVDL_DTYPES[dtype], hops.HVDL_OPS[hvd.Sum]
     if "torch" in kinds or "torch_new" in kinds:
         import torch
@@ -129,6 +130,7 @@ def main(args) -> int:
         world.Allreduce(MPI.IN_PLACE, wrong, op=MPI.SUM)
         if not root:
             continue
+        assert gathered is not None  # the root's
         allr = np.stack(gathered)  # rank, kind, repeat, iter
         entry = {"bytes": count * dtype.itemsize, "libs": {}}
         mpi_median = None

@@ -1,5 +1,7 @@
 """Horovod's Keras callbacks: broadcast the initial state, average the epoch's metrics, schedule
 and warm up the learning rate."""
+from typing import Set
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -19,7 +21,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self.root_rank = root_rank
         self.device = device
         self.broadcast_done = False
-        self._local_vars = set()
+        self._local_vars: Set[int] = set()  # id()s
         if local_variables is None:
             local_variables = []
         elif isinstance(local_variables, (tf.Variable, keras.Variable)):

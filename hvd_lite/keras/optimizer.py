@@ -11,6 +11,8 @@ reduction runs in that update, from `_clip_gradients`, the first thing Keras doe
 accumulated gradients. Horovod's default sums the n passes (average_aggregated_gradients=False):
 the mean is then scaled back by n, as a prescale factor of the same reduction.
 """
+from typing import Any
+
 import keras
 
 from ..process_sets import global_process_set
@@ -86,7 +88,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     if name is not None:
         config["name"] = name
     base = type(optimizer)
-    cls = type(base.__name__, (_DistributedOptimizer, base), {"__module__": base.__module__})
+    cls: Any = type(base.__name__, (_DistributedOptimizer, base),  # made at run time
+               {"__module__": base.__module__})
     dist = cls.from_config(config)
     dist._hvd_reduction = reduction
     dist._hvd_average_aggregated = bool(average_aggregated_gradients)

@@ -2,7 +2,7 @@
 import os
 import re
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..exceptions import LauncherError
 from .values import MAX_RANKS, parse_int
@@ -43,7 +43,7 @@ def _check_slots(text: str, where: str) -> int:
 
 
 def _no_duplicates(hosts: List[Host], where: str) -> List[Host]:
-    seen = {}
+    seen: Dict[str, str] = {}
     for h in hosts:
         key = h.name.lower()  # host names are case-insensitive
         if key in seen:

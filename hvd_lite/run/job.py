@@ -179,6 +179,8 @@ class Job:
         remote daemon, run in their own session)."""
         if self._ending_since is None:
             self._ending_since = time.monotonic()
+        if self.proc is None:  # not started: nothing to signal
+            return
         self._tree.update(_descendants(self.proc.pid))
         try:
             os.killpg(self.proc.pid, sig)
@@ -246,9 +248,10 @@ class Job:
                     self._end()
                 elif failed_at is not None and now - failed_at > FAILURE_GRACE_S:
                     so_far = markers.result(exit_code=0, mpirun_code=0)
-                    self._note(f"{so_far.describe(so_far.first_failure()[0])} and the job is "
-                               f"still running {FAILURE_GRACE_S:g} s later; ending the other "
-                               "ranks.")
+                    failure = so_far.first_failure()
+                    if failure is not None:  # the markers' failure (failed_at is its time)
+                        self._note(f"{so_far.describe(failure[0])} and the job is still running "
+                                   f"{FAILURE_GRACE_S:g} s later; ending the other ranks.")
                     self._end()
         finally:
             for sig, old in handlers.items():
@@ -271,8 +274,8 @@ class Job:
         elif error is not None:
             result.exit_code = START_TIMEOUT_EXIT
             result.error_printed = not self.quiet
-        elif result.first_failure() is not None:
-            result.exit_code = result.first_failure()[1]
+        elif (failure := result.first_failure()) is not None:
+            result.exit_code = failure[1]
         else:
             result.exit_code = rc if rc >= 0 else 128 - rc
             if rc < 0 or (rc != 0 and len(result.started) < self.np):

@@ -1,6 +1,6 @@
 """Gradient reduction (DistributedGradientTape, and the Keras DistributedOptimizer's), variable
 and object broadcasts, with horovod.tensorflow's signatures."""
-from typing import Iterable
+from typing import Any, Iterable, List, Set
 
 import numpy as np
 import tensorflow as tf
@@ -123,7 +123,7 @@ class GradientReduction:
         self.op, self.compression, self.sparse_as_dense = op, compression, sparse_as_dense
         self.groups = groups
         self.scale_local_gradients = scale_local_gradients
-        self.local = set()
+        self.local: Set[Any] = set()  # _key()s
         # Average's 1/size is applied by the core: predividing splits it around the sum
         self.pre = 1.0 / gradient_predivide_factor
         self.post = gradient_predivide_factor
@@ -156,7 +156,8 @@ class GradientReduction:
         where = registered_set(self.fn, self.process_set)
         n = where.size
         reduces = n > 1 and basics.rank() in where.ranks
-        dense, sparse = [], []
+        dense: List[int] = []
+        sparse: List[int] = []
         for i, (g, v) in enumerate(zip(grads, variables)):
             if g is None:
                 continue

@@ -16,6 +16,7 @@ multi-worker metric path (broken on Keras 3, keras-team/keras#20585) on that cla
 import json
 import os
 import socket
+from typing import Optional
 
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_lib
@@ -77,7 +78,8 @@ class MultiWorkerMirroredStrategy(tf.distribute.OneDeviceStrategy):
     """Data parallelism over the hvd_lite ranks (one replica per rank) under mpirun; a stand-in for
     tf.distribute.MultiWorkerMirroredStrategy on which Keras 3 model.fit works."""
 
-    def __init__(self, communication_options=None, cluster_resolver=None, device: str = None):
+    def __init__(self, communication_options=None, cluster_resolver=None,
+                 device: Optional[str] = None):
         if not basics.is_initialized():
             basics.init()
         if cluster_resolver is not None:

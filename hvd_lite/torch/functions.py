@@ -1,5 +1,5 @@
 """Moving training state between ranks: parameters, optimizer state, Python objects."""
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -68,7 +68,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
     if not optimizer.state_dict()["state"]:
         _zero_missing_grads(optimizer, model)
     is_root = basics.rank() == root_rank
-    sd = optimizer.state_dict() if is_root else None
+    sd: Dict[str, Any] = optimizer.state_dict() if is_root else {}  # read on the root only
     layout = None
     if is_root:
         layout = {
@@ -78,7 +78,9 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
         }
     layout = state.broadcast_object(layout, root_rank, name="broadcast_optimizer_state.layout",
                                     process_set=process_set)
-    new_state, tensors, names = {}, [], []
+    new_state: Dict[Any, Dict[str, Any]] = {}
+    tensors: List[torch.Tensor] = []
+    names: List[str] = []
     for idx in sorted(layout["state"]):
         new_state[idx] = {}
         for key in sorted(layout["state"][idx]):

@@ -134,7 +134,7 @@ def _cuda() -> bool:
     return _CUDA
 
 
-_CUDA = None
+_CUDA: Optional[bool] = None
 
 
 def _output(like: torch.Tensor, send: tuple) -> tuple:
@@ -177,7 +177,8 @@ class Handle:
 
     def __init__(self, handles, finish: Callable, group: bool = False):
         self._hs = handles if group else [handles]
-        self._finish = finish  # numpy output (a list of them for a group) -> torch result
+        # numpy output (a list of them for a group) -> torch result; None once finished
+        self._finish: Optional[Callable] = finish
         self._group = group
         self._done = False
         self._result = None
@@ -222,9 +223,10 @@ def synchronize(handle: Handle):
     """Waits for `handle` and returns its output tensor (a list of them for a grouped call), or
     raises its error."""
     _check_handle("synchronize", handle)
-    if not handle._done:
+    finish = handle._finish
+    if finish is not None:  # not finished yet; once it is, the finish (and what it holds) goes
         outs = [ops.synchronize(h) for h in handle._hs]
-        result = handle._finish(outs if handle._group else outs[0])
+        result = finish(outs if handle._group else outs[0])
         handle._result, handle._finish, handle._done = result, None, True
     return handle._result
 
@@ -346,9 +348,10 @@ def allreduce_group(fn: str, tensors: Sequence[torch.Tensor], names: Sequence[st
     """Allreduces of `tensors` under `names`, in place or into new tensors: every one checked
     before any is submitted (a bad one raises and sends nothing), then all submitted in one
     engine round, so they can be fused. One handle each."""
-    plain = [_plain_args(t, True, op, prescale_factor, postscale_factor, n)  # no output yet
+    maybe = [_plain_args(t, True, op, prescale_factor, postscale_factor, n)  # no output yet
              for t, n in zip(tensors, names)]
-    if plain and None not in plain:  # every one by address (the optimizer's gradients)
+    plain = [s for s in maybe if s is not None]
+    if plain and len(plain) == len(maybe):  # every one by address (the optimizer's gradients)
         where = basics.set_for(fn, process_set)
         if not inplace:
             for s, t in zip(plain, tensors):
@@ -655,8 +658,9 @@ def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None
     divide evenly by the set's size); synchronize() gives the rows received, and with `splits`
     given also the rows received from each rank."""
     h = _alltoall(tensor, splits, name, process_set)
-    given, finish = splits is not None, h._finish
-    h._finish = lambda out: finish(out) if given else finish(out)[0]
+    finish = h._finish
+    if splits is None and finish is not None:  # without splits: the rows received only
+        h._finish = lambda out: finish(out)[0]
     return h
 
 

@@ -17,7 +17,7 @@ it with `set_backward_passes_per_step`), `op`, `gradient_predivide_factor`, `spa
 """
 import contextlib
 import warnings
-from typing import Dict
+from typing import TYPE_CHECKING, Any, Dict
 
 import torch
 
@@ -27,8 +27,13 @@ from ..process_sets import ProcessSet, global_process_set
 from .compression import Compression
 from .mpi_ops import Adasum, Average, Sum, allreduce_group, sparse_allreduce_async, synchronize
 
+if TYPE_CHECKING:  # the class it is mixed in front of, for the checker: made at run time
+    from torch.optim import Optimizer as _WrappedOptimizer
+else:
+    _WrappedOptimizer = object
 
-class _DistributedOptimizer:
+
+class _DistributedOptimizer(_WrappedOptimizer):
     """Mixed in front of the wrapped optimizer's class (see DistributedOptimizer)."""
 
     def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op,
@@ -252,7 +257,7 @@ class _DistributedOptimizer:
         self._hvd_synchronized = False
         return super().step(closure)
 
-    step.hooked = True  # the base class's step already runs the optimizer's step hooks
+    step.hooked = True  # type: ignore[attr-defined]  # torch reads it: the base class's step already runs the optimizer's step hooks
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clears the gradients; refuses while their allreduces are in flight."""
@@ -283,7 +288,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         raise ValueError("the optimizer is already a DistributedOptimizer")
     groups = resolve_groups("DistributedOptimizer", groups, num_groups)
     base = type(optimizer)
-    cls = type(base.__name__, (_DistributedOptimizer, base),
+    cls: Any = type(base.__name__, (_DistributedOptimizer, base),  # made at run time
                {"__module__": base.__module__, "__qualname__": base.__qualname__})
     wrapped = cls.__new__(cls)
     # Share everything but instance attributes bound to the old object (an LR scheduler built
