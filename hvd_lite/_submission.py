@@ -1,42 +1,57 @@
-"""What the engine is given for one collective: a Submission, by field, and the one place that
-turns it into the argument tuple the C binding takes (csrc/py_engine.c, Engine.submit). It
-imports nothing of hvd_lite's, so every layer (basics, _submit, the adapters) may build one."""
+"""What the engine is given for one collective: a Submission, by field. It imports nothing of
+hvd_lite's, so every layer (basics, _submit, the adapters) may build one."""
+from operator import itemgetter
 from typing import Any, Optional
 
+# The fields in the order Engine.submit takes them (csrc/py_engine.c), which is a Submission's.
+FIELDS = ("coll", "send", "recv", "dtype", "op", "pre", "post", "name", "shape", "root", "splits",
+          "error")
 
-class Submission:
-    """One collective as the engine's submit takes it (csrc/py_engine.c, Engine.submit), by
-    field: coll the collective, send the input buffer (None: no data), recv the output buffer
-    (None: the engine allocates it), dtype and op the hvdl codes, pre and post the scale
-    factors, name, shape, root, splits (alltoall's rows per rank), error a problem this rank
-    found, which fails the collective on every rank. Filled in once (the name of an automatic
-    call, an armed fault's error) before it is handed over; entry() is the one place that
-    knows the binding's order."""
 
-    __slots__ = ("coll", "send", "recv", "dtype", "op", "pre", "post", "name", "shape", "root",
-                 "splits", "error")
+def _field(index: int, doc: str) -> Any:
+    """A Submission's field: a property over its list item `index`."""
 
-    def __init__(self, coll: int, send: Any, recv: Any, dtype: int, name: Optional[str],
-                 shape: tuple, op: int = 0, pre: float = 1.0, post: float = 1.0, root: int = 0,
-                 splits: Optional[list] = None, error: str = ""):
-        self.coll = coll
-        self.send = send
-        self.recv = recv
-        self.dtype = dtype
-        self.op = op
-        self.pre = pre
-        self.post = post
-        self.name = name
-        self.shape = shape
-        self.root = root
-        self.splits = splits
-        self.error = error
+    def set_item(s: list, value: Any) -> None:
+        s[index] = value
+
+    return property(itemgetter(index), set_item, doc=doc)
+
+
+class Submission(list):
+    """One collective as the engine's submit takes it (csrc/py_engine.c, Engine.submit): a list of
+    the FIELDS in the binding's order, so that handing it over is `submit(*s, at_once)`, read and
+    written by field name. Built by field with Submission.of; a small call's quick route
+    (ops.plain_args, hvd_lite.torch's _plain_args) builds it from a list in FIELDS order, a list
+    literal and one C call (docs/benchmarks.md, "Through the numpy API"), and
+    tests/unit/test_plain_args.py holds that route's fields to the checked route's. Filled in
+    once (the name of an automatic call, an armed fault's error) before it is handed over."""
+
+    __slots__ = ()
+
+    coll = _field(0, "the collective (_core.COLL_*)")
+    send = _field(1, "the input buffer (None: no data)")
+    recv = _field(2, "the output buffer (None: the engine allocates it)")
+    dtype = _field(3, "the hvdl dtype code")
+    op = _field(4, "the hvdl op code")
+    pre = _field(5, "the prescale factor")
+    post = _field(6, "the postscale factor")
+    name = _field(7, "the name (None, or a stand-in, until an automatic call is named)")
+    shape = _field(8, "the shape (a tuple)")
+    root = _field(9, "the broadcast's root")
+    splits = _field(10, "alltoall's rows per rank (None: even)")
+    error = _field(11, "a problem this rank found, which fails the collective on every rank")
+
+    @classmethod
+    def of(cls, coll: int, send: Any, recv: Any, dtype: int, name: Optional[str], shape: tuple,
+           op: int = 0, pre: float = 1.0, post: float = 1.0, root: int = 0,
+           splits: Optional[list] = None, error: str = "") -> "Submission":
+        """A Submission by field (the fields but the first six have their defaults)."""
+        return cls([coll, send, recv, dtype, op, pre, post, name, shape, root, splits, error])
 
     def entry(self) -> tuple:
-        """The argument tuple Engine.submit and Engine.submit_group take."""
-        return (self.coll, self.send, self.recv, self.dtype, self.op, self.pre, self.post,
-                self.name, self.shape, self.root, self.splits, self.error)
+        """The argument tuple Engine.submit_group takes for one collective."""
+        return tuple(self)
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
+        fields = ", ".join(f"{k}={v!r}" for k, v in zip(FIELDS, self))
         return f"Submission({fields})"

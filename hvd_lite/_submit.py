@@ -326,7 +326,7 @@ def start(where, kind: Optional[str], s: Submission, output, finish=None) -> Han
     counter name of that kind, put in s."""
     if kind is not None:
         s.name = basics.auto_name(kind, where)
-    c = _engine_of(where).submit(*s.entry(), _this_thread.at_once)
+    c = _engine_of(where).submit(*s, _this_thread.at_once)
     return Handle(c, output, s.name, finish)
 
 
@@ -350,7 +350,7 @@ def run(where, kind: Optional[str], s: Submission):
         s.name = where.sync_name(kind)
     c = done = None
     try:
-        c = _engine_of(where).submit(*s.entry(), True)
+        c = _engine_of(where).submit(*s, True)
         c.wait()
         done = True
     finally:

@@ -250,9 +250,9 @@ def _agree(fn: str, change: str) -> None:
     """Checks that every rank of the global set makes this process-set change now: an allgather
     of its digest through the global engine; ValueError on every rank if they differ."""
     mine = np.frombuffer(hashlib.blake2b(change.encode(), digest_size=16).digest(), np.uint8)
-    change_digests = Submission(_core.COLL_ALLGATHER, mine, None, _core.hvdlUint8,
+    change_digests = Submission.of(_core.COLL_ALLGATHER, mine, None, _core.hvdlUint8,
                                 "hvd_lite.process_set_change", (16,))
-    handle = _engine().submit(*change_digests.entry(), True)
+    handle = _engine().submit(*change_digests, True)
     handle.wait()
     digests = np.frombuffer(handle, np.uint8).reshape(-1, 16)
     differ = [r for r in range(len(digests)) if not np.array_equal(digests[r], mine)]

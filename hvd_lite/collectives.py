@@ -48,7 +48,7 @@ def allgather_request(fn: str, array, name, process_set=None) -> Request:
     name, auto = name_or_auto(fn, "allgather", name)
     error = "" if array.ndim else "allgather needs an array with at least one dimension, got a 0-d array"
     shape = array.shape if array.ndim else (1,)
-    return Request(Submission(_core.COLL_ALLGATHER, array, None, code, name, shape, error=error),
+    return Request(Submission.of(_core.COLL_ALLGATHER, array, None, code, name, shape, error=error),
                    finish=_gathered(array.dtype, tuple(shape[1:])), where=where, auto=auto)
 
 
@@ -81,7 +81,7 @@ def broadcast_request(fn: str, array, inplace: bool, root_rank, name,
     out = array if inplace else empty_like(array)
     send = engine_buffer(array)
     recv = send if inplace else engine_buffer(out)
-    return Request(Submission(_core.COLL_BROADCAST, send, recv, code, name, array.shape,
+    return Request(Submission.of(_core.COLL_BROADCAST, send, recv, code, name, array.shape,
                               root=root), output=out, where=where, auto=auto)
 
 
@@ -159,7 +159,7 @@ def alltoall_async(array: np.ndarray, splits=None, name: Optional[str] = None,
     def finish(handle_c):
         out = gathered(handle_c)
         return (out, np.array(handle_c.recv_splits(), dtype=np.int64)) if given else out
-    return submit(Request(Submission(_core.COLL_ALLTOALL, array, None, code, name, shape,
+    return submit(Request(Submission.of(_core.COLL_ALLTOALL, array, None, code, name, shape,
                                      splits=split_list, error=error), finish=finish, where=where))
 
 
@@ -187,7 +187,7 @@ def reducescatter_request(fn: str, array, op, name, prescale_factor, postscale_f
     rows = shape[0] // n + (1 if r < shape[0] % n else 0)
     out = np.empty((rows,) + tuple(shape[1:]), array.dtype)
     send = array if array.ndim else array.reshape(1)
-    return Request(Submission(_core.COLL_REDUCESCATTER, send, out, code, name, shape, op=hop,
+    return Request(Submission.of(_core.COLL_REDUCESCATTER, send, out, code, name, shape, op=hop,
                               pre=pre, post=post, error=error), output=out, where=where,
                    auto=auto)
 
@@ -255,7 +255,7 @@ def grouped_reducescatter(arrays: Sequence[np.ndarray], op: ReduceOp = Average,
 def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Returns once every rank of the set has called barrier()."""
     where = basics.set_for("barrier", process_set)
-    request = Request(Submission(_core.COLL_BARRIER, None, None, _core.hvdlUint8, "barrier", ()),
+    request = Request(Submission.of(_core.COLL_BARRIER, None, None, _core.hvdlUint8, "barrier", ()),
                       where=where, auto="barrier")
     run_now(request)
 
@@ -263,6 +263,6 @@ def barrier(process_set: ProcessSet = global_process_set) -> None:
 def join() -> int:
     """This rank has no more data: until every rank has joined, it takes part in the others'
     allreduces with zeros (Average still divides by size()). Returns the last rank to join."""
-    request = Request(Submission(_core.COLL_JOIN, None, None, _core.hvdlUint8, "join", ()),
+    request = Request(Submission.of(_core.COLL_JOIN, None, None, _core.hvdlUint8, "join", ()),
                       finish=lambda c: c.value())
     return run_now(request)

@@ -72,7 +72,7 @@ def checked_request(fn: str, array, inplace: bool, op, prescale_factor, postscal
     # array interface, on the stream it names: the result is ready where that stream reaches it).
     send = engine_buffer(array)
     recv = send if inplace else engine_buffer(out)
-    return Request(Submission(_core.COLL_ALLREDUCE, send, recv, code, name, array.shape, hop, pre,
+    return Request(Submission.of(_core.COLL_ALLREDUCE, send, recv, code, name, array.shape, hop, pre,
                               post), out, None, where, auto)
 
 
@@ -163,7 +163,10 @@ def plain_args(array, inplace: bool, op, pre, post, name) -> Optional[Submission
             or (inplace and not flags.writeable)):
         return None
     out = array if inplace else np.empty_like(array, order="C")
-    return Submission(_core.COLL_ALLREDUCE, array, out, code, name, array.shape, hop, pre, post)
+    # Submission's FIELDS, in order: coll, send, recv, dtype, op, pre, post, name, shape, root,
+    # splits, error (a list, not Submission.of: a call saves the function's frame)
+    return Submission([_core.COLL_ALLREDUCE, array, out, code, hop, pre, post, name, array.shape, 0,
+                       None, ""])
 
 
 def allreduce_group(fn: str, arrays: Sequence[np.ndarray], names: Sequence[str], inplace: bool,

@@ -62,7 +62,7 @@ def main() -> None:
         core.allreduce(x, x, 7, 0)  # float32 sum
 
     engine = basics._engine()
-    bare_args = Submission(basics._core.COLL_ALLREDUCE, x, x, 7, "lat.bare", tuple(x.shape), op=0).entry()
+    bare_args = Submission.of(basics._core.COLL_ALLREDUCE, x, x, 7, "lat.bare", tuple(x.shape), op=0).entry()
 
     contenders = {
         "mpi": lambda: world.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM),

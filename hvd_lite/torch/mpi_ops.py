@@ -109,8 +109,10 @@ def _plain_args(tensor, inplace: bool, op, pre, post, name) -> Optional[Submissi
     # The engine holds the tensor's storage, not the tensor: a tensor given other memory while the
     # call is in flight (set_, .data =) leaves the engine writing memory still alive.
     send = (tensor.untyped_storage(), address, count * tensor.element_size()) + where
-    return Submission(basics._core.COLL_ALLREDUCE, send, send if inplace else _output(tensor, send),
-                      code, name, tuple(tensor.shape), hop, pre, post)
+    recv = send if inplace else _output(tensor, send)
+    # Submission's FIELDS, in order (a list, not Submission.of: as ops.plain_args)
+    return Submission([basics._core.COLL_ALLREDUCE, send, recv, code, hop, pre, post, name,
+                       tuple(tensor.shape), 0, None, ""])
 
 
 def _memory(tensor: torch.Tensor) -> Optional[tuple]:

@@ -2,7 +2,7 @@
 for torch tensors): the matrix of call arguments, and the comparison of two routes' engine
 Submissions past the buffers."""
 import hvd_lite as hvd
-from hvd_lite._submission import Submission
+from hvd_lite._submission import FIELDS
 
 
 def cases(ops, factors, names):
@@ -14,7 +14,7 @@ def cases(ops, factors, names):
 def past_buffers(submission, unnamed: bool = False) -> dict:
     """A Submission's fields but the buffers (send, recv), and but the name when `unnamed`."""
     left_out = ("send", "recv") + (("name",) if unnamed else ())
-    return {k: getattr(submission, k) for k in Submission.__slots__ if k not in left_out}
+    return {k: getattr(submission, k) for k in FIELDS if k not in left_out}
 
 
 def assert_same_past_buffers(quick, full, unnamed: bool = False):
