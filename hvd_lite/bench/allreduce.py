@@ -346,17 +346,11 @@ def main(args) -> int:
                   "knobs": knobs,
                   "sweep": {"var": sweep[0], "values": sweep[1]} if sweep else None,
                   "contenders": [c.label for c in contenders], "mpi_baseline": mpi_why is None,
-                  "build_info": info, "mpi4py": mpi4py.__version__,
-                  "machine": common.machine_summary(),
-                  "loadavg": {"start": load_start, "end": common.loadavg()},
-                  "results": results}
+                  **common.provenance(load_start, common.loadavg()), "results": results}
         if args.json:
             common.write_json(args.json, record)
         if args.plot:
             from . import plot
             plot.busbw_vs_size(record, args.plot)
         print(f"# load average (1, 5, 15 min) at start {load_start}, at end {common.loadavg()}")
-        if total_wrong:
-            print(f"# {total_wrong} wrong elements", file=sys.stderr)
-    total_wrong = world.bcast(total_wrong, root=0)
-    return 1 if total_wrong else 0
+    return common.verdict(world, total_wrong)

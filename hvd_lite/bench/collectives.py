@@ -239,13 +239,10 @@ def run(name: str, args) -> int:
     if root and args.json:
         common.write_json(args.json, {"benchmark": name, "argv": sys.argv, "ranks": n,
                                       "dtype": common.dtype_name(dtype), "busbw_factor": factor,
-                                      "contenders": labels, "build_info": hvd.build_info(),
-                                      "machine": common.machine_summary(), "api": args.api,
-                                      "loadavg": {"start": load_start, "end": load_end},
+                                      "contenders": labels, "api": args.api,
+                                      **common.provenance(load_start, load_end),
                                       "results": results})
-    if root and total_wrong:
-        print(f"# {total_wrong} wrong elements", file=sys.stderr)
-    return 1 if world.bcast(total_wrong, root=0) else 0
+    return common.verdict(world, total_wrong)
 
 
 class Command:

@@ -120,6 +120,25 @@ def loadavg() -> List[float]:
         return []
 
 
+def provenance(load_start: List[float], load_end: List[float]) -> dict:
+    """What a benchmark's JSON record says about where it ran: the build, mpi4py, the machine
+    and its load averages at the start and the end."""
+    import mpi4py
+
+    import hvd_lite as hvd
+
+    return {"build_info": hvd.build_info(), "mpi4py": mpi4py.__version__,
+            "machine": machine_summary(), "loadavg": {"start": load_start, "end": load_end}}
+
+
+def verdict(world, total_wrong: int) -> int:
+    """The exit status on every rank (collective over `world`): 1 if the root counted wrong
+    elements, which it says on stderr, else 0; only the root's count matters."""
+    if total_wrong:
+        print(f"# {total_wrong} wrong elements", file=sys.stderr)
+    return 1 if world.bcast(total_wrong, root=0) else 0
+
+
 def write_json(path: str, record: dict) -> None:
     """Writes a benchmark record as indented JSON."""
     with open(path, "w", encoding="utf-8") as f:

@@ -313,10 +313,5 @@ def main(args) -> int:
                 "tensors": len(shapes), "elements": total, "shrink": args.shrink,
                 "op": args.op, "steps": args.steps, "warmup": args.warmup,
                 "knobs": {k2: os.environ.get(k2, "default") for k2 in SWEEP_KNOBS},
-                "build_info": hvd.build_info(), "mpi4py": mpi4py.__version__,
-                "machine": common.machine_summary(),
-                "loadavg": {"start": load_start, "end": load_end}, "results": rows})
-        if total_wrong:
-            print(f"# {total_wrong} wrong elements", file=sys.stderr)
-    total_wrong = world.bcast(total_wrong, root=0)
-    return 1 if total_wrong else 0
+                **common.provenance(load_start, load_end), "results": rows})
+    return common.verdict(world, total_wrong)

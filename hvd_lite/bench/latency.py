@@ -160,10 +160,5 @@ def main(args) -> int:
                 "benchmark": "latency", "argv": sys.argv, "ranks": n, "dtype": "float32",
                 "op": "sum", "iters": args.iters, "repeats": args.repeats,
                 "warmup": args.warmup, "contenders": [LABELS[k] for k in kinds],
-                "build_info": hvd.build_info(), "mpi4py": mpi4py.__version__,
-                "machine": common.machine_summary(),
-                "loadavg": {"start": load_start, "end": load_end}, "results": results})
-        if total_wrong:
-            print(f"# {total_wrong} wrong elements", file=sys.stderr)
-    total_wrong = world.bcast(total_wrong, root=0)
-    return 1 if total_wrong else 0
+                **common.provenance(load_start, load_end), "results": results})
+    return common.verdict(world, total_wrong)
