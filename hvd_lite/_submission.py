@@ -3,7 +3,7 @@ hvd_lite's, so every layer (basics, _submit, the adapters) may build one."""
 from operator import itemgetter
 from typing import Any, Optional
 
-# The fields in the order Engine.submit takes them (csrc/py_engine.c), which is a Submission's.
+# The fields in the order Engine.submit takes them (csrc/python/py_engine.c), which is a Submission's.
 FIELDS = ("coll", "send", "recv", "dtype", "op", "pre", "post", "name", "shape", "root", "splits",
           "error")
 
@@ -18,7 +18,7 @@ def _field(index: int, doc: str) -> Any:
 
 
 class Submission(list):
-    """One collective as the engine's submit takes it (csrc/py_engine.c, Engine.submit): a list of
+    """One collective as the engine's submit takes it (csrc/python/py_engine.c, Engine.submit): a list of
     the FIELDS in the binding's order, so that handing it over is `submit(*s, at_once)`, read and
     written by field name. Built by field with Submission.of; a small call's quick route
     (ops.plain_args, hvd_lite.torch's _plain_args) builds it from a list in FIELDS order, a list
