@@ -6,7 +6,8 @@ Which MPI (read at install time, see README "Choosing the MPI"):
   MPICC=/path/to/mpicc  a system MPI: its compiler wrapper gives the flags; no MPI wheel
 
 CUDA (device buffers, README "GPUs"): HVD_LITE_CUDA=1 builds it with nvcc (PATH, or
-$CUDA_HOME/bin); unset or 0 leaves it out. Opt-in: the CPU build must not depend on which toolkits a machine has.
+$CUDA_HOME/bin); unset or 0 leaves it out. Opt-in: the CPU build must not depend on which toolkits a
+machine has.
 No framework header either way.
 """
 import glob

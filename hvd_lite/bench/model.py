@@ -1,12 +1,12 @@
 """The all-reduce cost model against measured times: each algorithm's predicted and measured time.
 
 Run under mpirun; rank 0 prints. For each size (-b .. -e, step -f; float32 sum, out of place), each
-algorithm forced through HVD_LITE_ALLREDUCE_ALGO on its own bare communicator (_core.Comm): the cost
-model's time (csrc/select/select_allreduce.c, with HVD_LITE_COST_MODEL_FILE's terms if set) and the measured one (the
-median of --repeats batches of -n calls, each batch's time the slowest rank's), and which algorithm the
-selector picks (`auto`). `*` marks the fastest measured; a row where the pick is not the fastest is
-where the model and the machine disagree. The shared-memory path (shm) has no model term (`-`); it,
-hier and hier_p2p are timed where the layout lets them run (hier: several hosts, or emulated ones with
+algorithm forced through HVD_LITE_ALLREDUCE_ALGO on its own bare communicator (_core.Comm): the cost model's
+time (csrc/select/select_allreduce.c, with HVD_LITE_COST_MODEL_FILE's terms if set) and the measured one
+(the median of --repeats batches of -n calls, each batch's time the slowest rank's), and which algorithm the
+selector picks (`auto`). `*` marks the fastest measured; a row where the pick is not the fastest is where
+the model and the machine disagree. The shared-memory path (shm) has no model term (`-`); it, hier and
+hier_p2p are timed where the layout lets them run (hier: several hosts, or emulated ones with
 HVD_LITE_RANKS_PER_HOST; hier_p2p: several hosts with the same number of ranks each).
 """
 import argparse

@@ -37,7 +37,8 @@ def agree(ok: bool, detail: str = "") -> None:
 
 def small_pages(x) -> int:
     """Bytes of numpy array x on small pages, not huge ones, as the single-copy all-reduce's
-    stand-in asks the kernel (csrc/transport/shm/peer_memory.c, hvdl_mem_small: 0 where the kernel cannot say)."""
+    stand-in asks the kernel (csrc/transport/shm/peer_memory.c, hvdl_mem_small: 0 where the kernel
+    cannot say)."""
     import ctypes
 
     from hvd_lite import _core

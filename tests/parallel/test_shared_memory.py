@@ -1,13 +1,12 @@
-"""Memory the peers reach (csrc/transport/shm/peer_memory.c: hvdlMemAlloc, hvd_lite.empty) under mpirun at 1-4 ranks:
-the single-copy all-reduce and all-gather on such buffers read and write the peers' buffers through
-views of their regions (Comm.shm_views counts them; exact values for every dtype and op across chunk
-and lane edges: test_shm.py's single-copy test with memory=hvd.empty), in and out of place, the
-bits of plain buffers and of the ring on every rank, ranks that mix both kinds of buffer, buffers
-made and freed past the views kept per peer, the engine's calls (its fusion buffer is such memory:
-Engine.stats()["shm_views"]; the stand-ins each rank takes, Engine.stats()["shm_stand_ins"]), a
-torch tensor over such memory, memory that lives as long as a view
-of it, a failed call that writes into no peer's buffer afterwards, a failed read, and the argument
-errors of hvd_lite.empty and hvdlMemFree."""
+"""Memory the peers reach (csrc/transport/shm/peer_memory.c: hvdlMemAlloc, hvd_lite.empty) under mpirun at
+1-4 ranks: the single-copy all-reduce and all-gather on such buffers read and write the peers' buffers
+through views of their regions (Comm.shm_views counts them; exact values for every dtype and op across chunk
+and lane edges: test_shm.py's single-copy test with memory=hvd.empty), in and out of place, the bits of
+plain buffers and of the ring on every rank, ranks that mix both kinds of buffer, buffers made and freed
+past the views kept per peer, the engine's calls (its fusion buffer is such memory:
+Engine.stats()["shm_views"]; the stand-ins each rank takes, Engine.stats()["shm_stand_ins"]), a torch tensor
+over such memory, memory that lives as long as a view of it, a failed call that writes into no peer's buffer
+afterwards, a failed read, and the argument errors of hvd_lite.empty and hvdlMemFree."""
 import time
 
 import numpy as np

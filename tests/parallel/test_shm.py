@@ -1,12 +1,12 @@
-"""The shared-memory all-reduce (csrc/transport/shm/segment.c) and the hierarchical one (csrc/algorithms/allreduce_hier.c) under
-mpirun at 1-4 ranks: the layout each communicator sets up, exact values for every dtype and op in
-and out of place with tiny chunks that cross every boundary, the bits of the message-passing paths,
-bitwise identity across ranks, emulated hosts (HVD_LITE_RANKS_PER_HOST), and a rank that stops
-taking part: an error on every rank within the data timeout, and the next all-reduce right. The
-single-copy form (process_vm_readv from the peers' own buffers and process_vm_writev into them, above
-SHM_CMA_MIN): on exactly where a probe of its own can read and write a peer, the same exact values and
-bits, failed reads and writes, and no write into a peer's buffer after that peer's call failed; the same
-two failures for the single-copy all-gather (its results: test_gather_algorithms.py)."""
+"""The shared-memory all-reduce (csrc/transport/shm/segment.c) and the hierarchical one
+(csrc/algorithms/allreduce_hier.c) under mpirun at 1-4 ranks: the layout each communicator sets up, exact
+values for every dtype and op in and out of place with tiny chunks that cross every boundary, the bits of
+the message-passing paths, bitwise identity across ranks, emulated hosts (HVD_LITE_RANKS_PER_HOST), and a
+rank that stops taking part: an error on every rank within the data timeout, and the next all-reduce right.
+The single-copy form (process_vm_readv from the peers' own buffers and process_vm_writev into them, above
+SHM_CMA_MIN): on exactly where a probe of its own can read and write a peer, the same exact values and bits,
+failed reads and writes, and no write into a peer's buffer after that peer's call failed; the same two
+failures for the single-copy all-gather (its results: test_gather_algorithms.py)."""
 import ctypes
 import os
 import time
@@ -229,11 +229,11 @@ def placed(raw: np.ndarray, offset: int, count: int, dtype) -> np.ndarray:
     return raw[start:start + count * np.dtype(dtype).itemsize].view(dtype)
 
 
-# Each rank's buffers at their own place in their pages: the single copy reads a peer's chunk into
-# scratch at the same place in a page as its source, and stages a write into a peer whose buffer lies
-# 1-31 bytes further into its page (csrc/transport/shm/single_copy.c: the distances where the kernel's `rep movsb`
-# crawls). Rank r's offset: alike (0, 0), 16 and 4 bytes apart both ways round (in the window), 28,
-# 32, 2 KiB apart.
+# Each rank's buffers at their own place in their pages: the single copy reads a peer's chunk into scratch
+# at the same place in a page as its source, and stages a write into a peer whose buffer lies 1-31 bytes
+# further into its page (csrc/transport/shm/single_copy.c: the distances where the kernel's `rep movsb`
+# crawls). Rank r's offset: alike (0, 0), 16 and 4 bytes apart both ways round (in the window), 28, 32, 2
+# KiB apart.
 PAGE_OFFSETS = [(0, 0, 0, 0), (0, 16, 4, 28), (16, 0, 32, 4), (0, 32, 2048, 16)]
 
 
@@ -295,7 +295,8 @@ def test_the_engines_info_line_says_how_the_shared_memory_path_runs(cma, capfd):
 
 
 def in_shared_memory(a: np.ndarray) -> np.ndarray:
-    """a's copy in hvd.empty's memory, which the peers reach through views (csrc/transport/shm/peer_memory.c)."""
+    """a's copy in hvd.empty's memory, which the peers reach through views
+    (csrc/transport/shm/peer_memory.c)."""
     out = hvd.empty(a.shape, a.dtype)
     out[...] = a
     return out

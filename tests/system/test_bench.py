@@ -188,6 +188,7 @@ def test_fit_writes_a_cost_model_file_that_init_accepts_and_the_selector_uses(tm
     assert res.returncode == 0, res.stdout + res.stderr
     a, b, g = (float(terms[k]) for k in ("intra_alpha", "intra_beta", "gamma"))
     b_ = 1 << 20
-    want = 2 * a + 0.5 * b_ * (b + max(b, g))  # csrc/select/select_allreduce.c's ring: 2(n-1) alpha + (n-1)/n B (...)
+    # csrc/select/select_allreduce.c's ring: 2(n-1) alpha + (n-1)/n B (...)
+    want = 2 * a + 0.5 * b_ * (b + max(b, g))
     got = float(res.stdout.split("ring", 1)[1].split()[0])
     assert got == pytest.approx(want, rel=1e-6), (got, want)
