@@ -22,6 +22,7 @@
  * view is released.
  */
 #include "python/binding.h"
+
 #include "algorithms/algorithms.h"
 #include "api/api.h"
 #include "base/base.h"

@@ -9,6 +9,7 @@
  * (hvd_lite.exceptions.error_from_code); without one they are RuntimeErrors.
  */
 #include "python/binding.h"
+
 #include "algorithms/algorithms.h"
 #include "api/api.h"
 #include "base/base.h"

@@ -15,6 +15,7 @@
  * Nothing waits for the request, so dropping a handle never blocks.
  */
 #include "python/binding.h"
+
 #include "algorithms/algorithms.h"
 #include "api/api.h"
 #include "base/base.h"

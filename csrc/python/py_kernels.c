@@ -10,6 +10,7 @@
  *   kernel_bench(dtype, op, nbytes, iters) -> (kernel_s, memcpy_s)
  */
 #include "python/binding.h"
+
 #include "algorithms/algorithms.h"
 #include "api/api.h"
 #include "base/base.h"

@@ -10,6 +10,7 @@
  */
 
 #include "python/binding.h"
+
 #include <stdint.h>
 
 typedef struct {

@@ -22,6 +22,7 @@
  *   hvdlInt8 ... hvdlInProgress, COLL_*  (the public enums' values)
  */
 #include "python/binding.h"
+
 #include "algorithms/algorithms.h"
 #include "api/api.h"
 #include "base/base.h"

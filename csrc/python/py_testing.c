@@ -18,6 +18,7 @@
  * hvd_lite's collectives never use these: they go through the Engine.
  */
 #include "python/binding.h"
+
 #include "algorithms/algorithms.h"
 #include "api/api.h"
 #include "base/base.h"
