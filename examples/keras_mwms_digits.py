@@ -7,6 +7,7 @@ MultiWorkerMirroredStrategy (the cluster comes from mpirun, no TF_CONFIG). The d
 with the global batch size; the strategy gives each rank its share of every batch, and
 model.evaluate / model.predict answer for the whole test set on every rank.
 """
+
 import argparse
 
 import _tf_setup
@@ -19,8 +20,11 @@ import hvd_lite.tensorflow as hvd
 
 def build_and_compile_cnn_model(lr):
     model = _tf_setup.cnn()  # Conv2D 32, Conv2D 64, MaxPool, Dense 64, Dense 10
-    model.compile(loss="sparse_categorical_crossentropy",
-                  optimizer=keras.optimizers.Adam(learning_rate=lr), metrics=["accuracy"])
+    model.compile(
+        loss="sparse_categorical_crossentropy",
+        optimizer=keras.optimizers.Adam(learning_rate=lr),
+        metrics=["accuracy"],
+    )
     return model
 
 
@@ -33,11 +37,14 @@ def main():
     _tf_setup.threads()
     keras.utils.set_random_seed(42)
 
-    strategy = hvd.MultiWorkerMirroredStrategy()   # was: tf.distribute.MultiWorkerMirroredStrategy()
+    strategy = hvd.MultiWorkerMirroredStrategy()  # was: tf.distribute.MultiWorkerMirroredStrategy()
     global_batch = args.per_worker_batch * strategy.num_replicas_in_sync
     x_train, x_test, y_train, y_test = _tf_setup.digits()
-    train = (tf.data.Dataset.from_tensor_slices((x_train, y_train))
-             .shuffle(len(x_train), seed=42).batch(global_batch))
+    train = (
+        tf.data.Dataset.from_tensor_slices((x_train, y_train))
+        .shuffle(len(x_train), seed=42)
+        .batch(global_batch)
+    )
 
     with strategy.scope():
         model = build_and_compile_cnn_model(args.lr)
@@ -50,8 +57,10 @@ def main():
     flat = np.concatenate([w.ravel() for w in model.get_weights()])
     same = all(np.array_equal(flat, w) for w in hvd.allgather_object(flat))
     if strategy.extended.should_checkpoint:
-        print(f"final test accuracy {accuracy:.4f}; weights identical on all "
-              f"{strategy.num_replicas_in_sync} ranks: {'yes' if same else 'NO'}")
+        print(
+            f"final test accuracy {accuracy:.4f}; weights identical on all "
+            f"{strategy.num_replicas_in_sync} ranks: {'yes' if same else 'NO'}"
+        )
 
 
 if __name__ == "__main__":

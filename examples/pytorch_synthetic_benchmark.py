@@ -17,6 +17,7 @@ run instead of in two runs at different times.
 
     mpirun -np 2 python examples/pytorch_synthetic_benchmark.py --single --model cnn
 """
+
 import argparse
 import os
 import socket
@@ -57,8 +58,9 @@ class MLP(nn.Module):
 
     def __init__(self, classes=10):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                                 nn.Linear(1024, classes))
+        self.net = nn.Sequential(
+            nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, classes)
+        )
 
     def forward(self, x):
         return self.net(x)
@@ -74,13 +76,20 @@ def parse_args(argv=None):
     p.add_argument("--num-warmup-batches", type=int, default=10)
     p.add_argument("--num-batches-per-iter", type=int, default=10)
     p.add_argument("--num-iters", type=int, default=10)
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch threads per rank (default: cores / local ranks, at least 1)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads per rank (default: cores / local ranks, at least 1)",
+    )
     p.add_argument("--fp16-allreduce", action="store_true")
     p.add_argument("--ddp", action="store_true", help="also run torch DDP (Gloo), interleaved")
-    p.add_argument("--single", action="store_true",
-                   help="also run one process (rank 0, the global batch, every rank's threads), "
-                        "interleaved, the other ranks waiting")
+    p.add_argument(
+        "--single",
+        action="store_true",
+        help="also run one process (rank 0, the global batch, every rank's threads), "
+        "interleaved, the other ranks waiting",
+    )
     return p.parse_args(argv)
 
 
@@ -94,8 +103,9 @@ def init_ddp():
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
     port = hvd.broadcast_object(port, root_rank=0, name="bench.ddp_port")
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=hvd.rank(),
-                            world_size=hvd.size())
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=hvd.rank(), world_size=hvd.size()
+    )
 
 
 class Contender:
@@ -166,8 +176,7 @@ def contenders(name, args):
     model = cls()
     opt = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size(), momentum=0.9)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
-    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
-                                   compression=compression)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), compression=compression)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     out = [Contender("hvd_lite", model, opt, data, target)]
@@ -179,8 +188,16 @@ def contenders(name, args):
         # the same global batch: the per-rank batch of every rank, in one process
         one = cls()
         one_opt = torch.optim.SGD(one.parameters(), lr=0.01 * hvd.size(), momentum=0.9)
-        out.append(SingleProcess("one process", one, one_opt, data.repeat(hvd.size(), *[1] * len(cls.shape)),
-                                 target.repeat(hvd.size()), torch.get_num_threads() * hvd.size()))
+        out.append(
+            SingleProcess(
+                "one process",
+                one,
+                one_opt,
+                data.repeat(hvd.size(), *[1] * len(cls.shape)),
+                target.repeat(hvd.size()),
+                torch.get_num_threads() * hvd.size(),
+            )
+        )
     return out
 
 
@@ -192,8 +209,10 @@ def log(*words):
 def bench(name, args):
     runners = contenders(name, args)
     params = sum(p.numel() for p in runners[0].model.parameters())
-    log(f"\nModel: {name} ({params:,} parameters), batch size {args.batch_size} per rank, "
-        f"{hvd.size()} ranks, {torch.get_num_threads()} torch thread(s) per rank")
+    log(
+        f"\nModel: {name} ({params:,} parameters), batch size {args.batch_size} per rank, "
+        f"{hvd.size()} ranks, {torch.get_num_threads()} torch thread(s) per rank"
+    )
     for r in runners:
         r.run(args.num_warmup_batches)
     for it in range(args.num_iters):
@@ -211,19 +230,25 @@ def bench(name, args):
         if isinstance(r, SingleProcess):
             waits = hvd.allgather_object(r.waited, name=f"bench.{name}.waited")[1:]
             busiest = max((cpu / wall for cpu, wall in waits if wall > 0), default=0.0)
-            log(f"  {r.label:<11} img/sec: {per_iter.mean():.1f} +- {1.96 * per_iter.std():.1f} "
+            log(
+                f"  {r.label:<11} img/sec: {per_iter.mean():.1f} +- {1.96 * per_iter.std():.1f} "
                 f"(rank 0, batch {r.data.shape[0]}, {r.threads} torch threads on {len(r.cpus)} cpus); "
                 f"median {medians[r.label]:.1f}; the waiting ranks used at most "
-                f"{100 * busiest:.1f} % of a core")
+                f"{100 * busiest:.1f} % of a core"
+            )
         else:
             mean, conf = rates.mean(), 1.96 * rates.std()
-            log(f"  {r.label:<11} img/sec per rank: {mean:.1f} +- {conf:.1f};  total on {hvd.size()} "
-                f"ranks: {results[r.label]:.1f} +- {conf * hvd.size():.1f}; median {medians[r.label]:.1f}")
+            log(
+                f"  {r.label:<11} img/sec per rank: {mean:.1f} +- {conf:.1f};  total on {hvd.size()} "
+                f"ranks: {results[r.label]:.1f} +- {conf * hvd.size():.1f}; median {medians[r.label]:.1f}"
+            )
     if "DDP (Gloo)" in results:
         log(f"  hvd_lite / DDP: {results['hvd_lite'] / results['DDP (Gloo)']:.2f}x")
     if "one process" in results:
-        log(f"  hvd_lite / one process (ratio of medians over {args.num_iters} iterations): "
-            f"{medians['hvd_lite'] / medians['one process']:.3f}x")
+        log(
+            f"  hvd_lite / one process (ratio of medians over {args.num_iters} iterations): "
+            f"{medians['hvd_lite'] / medians['one process']:.3f}x"
+        )
     return results
 
 
@@ -231,8 +256,10 @@ def main(argv=None):
     args = parse_args(argv)
     hvd.init()
     if args.single and hvd.local_size() != hvd.size():
-        raise SystemExit(f"--single compares with one process on one host; the {hvd.size()} ranks are on "
-                         f"more than one host ({hvd.local_size()} on this one)")
+        raise SystemExit(
+            f"--single compares with one process on one host; the {hvd.size()} ranks are on "
+            f"more than one host ({hvd.local_size()} on this one)"
+        )
     if args.threads:
         torch.set_num_threads(args.threads)
     else:
@@ -244,6 +271,7 @@ def main(argv=None):
         bench(name, args)
     if args.ddp:
         import torch.distributed as dist
+
         dist.destroy_process_group()
     hvd.shutdown()
     return 0

@@ -6,6 +6,7 @@ The tf.distribute custom-loop pattern unchanged but for the strategy's line: the
 loss is averaged over the *global* batch with tf.nn.compute_average_loss, the replicas' losses
 are summed with strategy.reduce, and the optimizer all-reduces the gradients in one fused call.
 """
+
 import argparse
 
 import _tf_setup
@@ -23,15 +24,24 @@ def main():
     _tf_setup.threads()
     keras.utils.set_random_seed(42)
 
-    strategy = hvd.MultiWorkerMirroredStrategy()   # was: tf.distribute.MultiWorkerMirroredStrategy()
+    strategy = hvd.MultiWorkerMirroredStrategy()  # was: tf.distribute.MultiWorkerMirroredStrategy()
     x_train, x_test, y_train, y_test = _tf_setup.digits()
-    dataset = (tf.data.Dataset.from_tensor_slices((x_train, y_train))
-               .shuffle(len(x_train), seed=1).batch(args.global_batch))
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((x_train, y_train))
+        .shuffle(len(x_train), seed=1)
+        .batch(args.global_batch)
+    )
     dist_dataset = strategy.experimental_distribute_dataset(dataset)
 
     with strategy.scope():
-        model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(),
-                                  keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
+        model = keras.Sequential(
+            [
+                keras.Input((8, 8, 1)),
+                keras.layers.Flatten(),
+                keras.layers.Dense(64, activation="relu"),
+                keras.layers.Dense(10),
+            ]
+        )
         optimizer = keras.optimizers.Adam(0.005)
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 

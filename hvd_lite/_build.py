@@ -1,6 +1,7 @@
 """Horovod's queries about the build (which backends it has) and its timeline calls, as they are
 for hvd_lite: MPI only, CUDA where the build has it, the timeline set by HVD_LITE_TIMELINE. One
 module for hvd_lite.torch, hvd_lite.tensorflow and hvd_lite.keras."""
+
 from . import basics
 
 
@@ -58,11 +59,15 @@ def is_homogeneous() -> bool:
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     """Not supported: hvd_lite's timeline is set before init() by HVD_LITE_TIMELINE=<file>."""
-    raise NotImplementedError("hvd_lite does not start a timeline at run time; set "
-                              "HVD_LITE_TIMELINE=<file> before init() (README, knobs)")
+    raise NotImplementedError(
+        "hvd_lite does not start a timeline at run time; set "
+        "HVD_LITE_TIMELINE=<file> before init() (README, knobs)"
+    )
 
 
 def stop_timeline() -> None:
     """Not supported: hvd_lite's timeline runs from init() to shutdown() (HVD_LITE_TIMELINE)."""
-    raise NotImplementedError("hvd_lite does not stop a timeline at run time; its timeline "
-                              "(HVD_LITE_TIMELINE) runs from init() to shutdown()")
+    raise NotImplementedError(
+        "hvd_lite does not stop a timeline at run time; its timeline "
+        "(HVD_LITE_TIMELINE) runs from init() to shutdown()"
+    )

@@ -1,6 +1,7 @@
 """Gradient compression for the framework adapters' allreduce, written once: Horovod's
 Compression.none and Compression.fp16. Each adapter's compression.py says how its tensors are
 cast; the logic here does not know the framework."""
+
 from typing import Any, Tuple
 
 

@@ -1,5 +1,6 @@
 """Types of the C extension hvd_lite._core (csrc/py_*.c): the engine, its handles, the bare C
 communicator, host-shared memory, the module's functions and its constants."""
+
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, final
 
 # A buffer the core takes (csrc/py_buffer.c): an object with the buffer protocol or the CUDA
@@ -7,8 +8,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, final
 _Buffer = Any
 # One submission as Engine.submit takes it (hvd_lite._submission.Submission.entry()):
 # (coll, send, recv, dtype, op, prescale, postscale, name, shape, root, splits, error).
-_Entry = Tuple[int, _Buffer, _Buffer, int, int, float, float, str, Tuple[int, ...], int,
-               Optional[Sequence[int]], str]
+_Entry = Tuple[
+    int, _Buffer, _Buffer, int, int, float, float, str, Tuple[int, ...], int, Optional[Sequence[int]], str
+]
 
 @final
 class Handle:
@@ -27,8 +29,9 @@ class Handle:
 class Engine:
     """The background engine over a communicator, with its host layout."""
 
-    def __init__(self, fhandle: Any = None, ranks: Optional[Sequence[int]] = None,
-                 set_id: int = 0) -> None: ...
+    def __init__(
+        self, fhandle: Any = None, ranks: Optional[Sequence[int]] = None, set_id: int = 0
+    ) -> None: ...
     @property
     def rank(self) -> int: ...
     @property
@@ -43,9 +46,23 @@ class Engine:
     def cross_size(self) -> int: ...
     @property
     def homogeneous(self) -> int: ...
-    def submit(self, coll: int, send: _Buffer, recv: _Buffer, dtype: int, op: int,
-               prescale: float, postscale: float, name: str, shape: Tuple[int, ...], root: int,
-               splits: Optional[Sequence[int]], error: str, at_once: bool = ..., /) -> Handle: ...
+    def submit(
+        self,
+        coll: int,
+        send: _Buffer,
+        recv: _Buffer,
+        dtype: int,
+        op: int,
+        prescale: float,
+        postscale: float,
+        name: str,
+        shape: Tuple[int, ...],
+        root: int,
+        splits: Optional[Sequence[int]],
+        error: str,
+        at_once: bool = ...,
+        /,
+    ) -> Handle: ...
     def submit_group(self, entries: Sequence[_Entry], at_once: bool = ..., /) -> List[Handle]: ...
     def stats(self) -> Dict[str, Any]: ...
     def autotune(self) -> Dict[str, Any]: ...
@@ -64,11 +81,9 @@ class Comm:
     def allreduce_plan(self, nbytes: int, /) -> Dict[str, Any]: ...
     def allreduce(self, sendbuf: _Buffer, recvbuf: _Buffer, dtype: int, op: int, /) -> None: ...
     def broadcast(self, sendbuf: _Buffer, recvbuf: _Buffer, dtype: int, root: int, /) -> None: ...
-    def reduce(self, sendbuf: _Buffer, recvbuf: _Buffer, dtype: int, op: int, root: int,
-               /) -> None: ...
+    def reduce(self, sendbuf: _Buffer, recvbuf: _Buffer, dtype: int, op: int, root: int, /) -> None: ...
     def allgather(self, sendbuf: _Buffer, recvbuf: _Buffer, dtype: int, /) -> None: ...
-    def reducescatter(self, sendbuf: _Buffer, recvbuf: _Buffer, dtype: int, op: int,
-                      /) -> None: ...
+    def reducescatter(self, sendbuf: _Buffer, recvbuf: _Buffer, dtype: int, op: int, /) -> None: ...
     def alltoall(self, sendbuf: _Buffer, recvbuf: _Buffer, dtype: int, /) -> None: ...
     def destroy(self) -> None: ...
     def _inject_fault(self, point: str, n: int, data_timeout: float, /) -> None: ...

@@ -3,6 +3,7 @@
 cuts a list of gradients into k fused calls. Framework-free: hvd_lite.torch, hvd_lite.tensorflow
 and hvd_lite.keras all call these, so the adapters cannot drift apart (Horovod 0.28.1 is the
 spec: horovod/common/util.py)."""
+
 import os
 import sys
 import warnings
@@ -35,13 +36,15 @@ def resolve_op(fn: str, op: Any, average: Any, *also_inside: str) -> Any:
     it is (the caller checks it). `also_inside`: see user_stacklevel."""
     if op is not None:
         if average is not None:
-            raise ValueError(f"{fn}: the op parameter supersedes average; please provide only one "
-                             "of them")
+            raise ValueError(f"{fn}: the op parameter supersedes average; please provide only one of them")
         return op
     if average is not None:
-        warnings.warn(f"{fn}: parameter `average` has been replaced with `op` (as in Horovod, where "
-                      "it is to be removed in v1.0); use op=Average or op=Sum",
-                      DeprecationWarning, stacklevel=user_stacklevel(*also_inside))
+        warnings.warn(
+            f"{fn}: parameter `average` has been replaced with `op` (as in Horovod, where "
+            "it is to be removed in v1.0); use op=Average or op=Sum",
+            DeprecationWarning,
+            stacklevel=user_stacklevel(*also_inside),
+        )
         return Average if average else Sum
     return Average
 
@@ -50,8 +53,11 @@ def resolve_groups(fn: str, groups: Any, num_groups: int, *also_inside: str) -> 
     """`groups`, or Horovod's deprecated `num_groups` in its place (with a DeprecationWarning)
     when it is not 0 and `groups` is None."""
     if num_groups != 0:
-        warnings.warn(f"{fn}: num_groups is deprecated (as in Horovod); use groups",
-                      DeprecationWarning, stacklevel=user_stacklevel(*also_inside))
+        warnings.warn(
+            f"{fn}: num_groups is deprecated (as in Horovod); use groups",
+            DeprecationWarning,
+            stacklevel=user_stacklevel(*also_inside),
+        )
         if groups is None:
             return num_groups
     return groups

@@ -1,4 +1,5 @@
 """Imports the C extension, turning a missing or different MPI into a clear error."""
+
 from .exceptions import MPIMismatchError, error_from_code
 
 try:

@@ -1,11 +1,11 @@
 """What the engine is given for one collective: a Submission, by field. It imports nothing of
 hvd_lite's, so every layer (basics, _submit, the adapters) may build one."""
+
 from operator import itemgetter
 from typing import Any, Optional
 
 # The fields in the order Engine.submit takes them (csrc/python/py_engine.c), which is a Submission's.
-FIELDS = ("coll", "send", "recv", "dtype", "op", "pre", "post", "name", "shape", "root", "splits",
-          "error")
+FIELDS = ("coll", "send", "recv", "dtype", "op", "pre", "post", "name", "shape", "root", "splits", "error")
 
 
 def _field(index: int, doc: str) -> Any:
@@ -42,9 +42,21 @@ class Submission(list):
     error = _field(11, "a problem this rank found, which fails the collective on every rank")
 
     @classmethod
-    def of(cls, coll: int, send: Any, recv: Any, dtype: int, name: Optional[str], shape: tuple,
-           op: int = 0, pre: float = 1.0, post: float = 1.0, root: int = 0,
-           splits: Optional[list] = None, error: str = "") -> "Submission":
+    def of(
+        cls,
+        coll: int,
+        send: Any,
+        recv: Any,
+        dtype: int,
+        name: Optional[str],
+        shape: tuple,
+        op: int = 0,
+        pre: float = 1.0,
+        post: float = 1.0,
+        root: int = 0,
+        splits: Optional[list] = None,
+        error: str = "",
+    ) -> "Submission":
         """A Submission by field (the fields but the first six have their defaults)."""
         return cls([coll, send, recv, dtype, op, pre, post, name, shape, root, splits, error])
 

@@ -6,6 +6,7 @@ it.
 ops.py (allreduce), collectives.py (the others), state.py and the framework adapters build on
 this module; it calls nothing above it.
 """
+
 import contextlib
 import enum
 import numbers
@@ -34,8 +35,14 @@ class ReduceOp(enum.IntEnum):
     Product = 5
 
 
-Average, Sum, Adasum, Min, Max, Product = (ReduceOp.Average, ReduceOp.Sum, ReduceOp.Adasum,
-                                           ReduceOp.Min, ReduceOp.Max, ReduceOp.Product)
+Average, Sum, Adasum, Min, Max, Product = (
+    ReduceOp.Average,
+    ReduceOp.Sum,
+    ReduceOp.Adasum,
+    ReduceOp.Min,
+    ReduceOp.Max,
+    ReduceOp.Product,
+)
 
 HVDL_OPS: Dict[int, int] = {  # ReduceOp -> hvdlRedOp_t
     ReduceOp.Average: _core.hvdlAvg,
@@ -69,6 +76,7 @@ MAX_DIMS = 16
 
 
 # ---------------------------------------------------------------------------- argument checks
+
 
 def hvdl_dtype(dtype) -> int:
     """The hvdlDataType_t of a numpy dtype; UnsupportedDtypeError (a TypeError) if it has none."""
@@ -111,6 +119,7 @@ def empty_like(array):
     if type(array) is np.ndarray or not is_device_array(array):
         return np.empty_like(array, order="C")
     import cupy  # the array is CuPy's: it is installed
+
     with array.device:
         return cupy.empty_like(array, order="C")
 
@@ -126,15 +135,20 @@ def _not_an_array(fn: str, obj, device_ok: bool) -> TypeError:
     except Exception:  # noqa: BLE001 - then where its memory is stays unsaid
         on_device = False
     if on_device and device_ok:
-        where = (": its memory is on a CUDA device, and of device arrays this call takes CuPy's "
-                 "only; copy it into one (cupy.asarray) or to the host first. hvd_lite.torch "
-                 "moves CUDA tensors itself")
+        where = (
+            ": its memory is on a CUDA device, and of device arrays this call takes CuPy's "
+            "only; copy it into one (cupy.asarray) or to the host first. hvd_lite.torch "
+            "moves CUDA tensors itself"
+        )
     elif on_device:
-        where = (": its memory is on a CUDA device, and this call takes host memory (of the "
-                 "numpy API's calls, allreduce and broadcast take CuPy arrays); copy it to the "
-                 "host first (for CuPy: cupy.asnumpy). hvd_lite.torch moves CUDA tensors itself")
-    return TypeError(f"{fn} expects a numpy.ndarray{' or a cupy.ndarray' if device_ok else ''}, "
-                     f"got {name}{where}")
+        where = (
+            ": its memory is on a CUDA device, and this call takes host memory (of the "
+            "numpy API's calls, allreduce and broadcast take CuPy arrays); copy it to the "
+            "host first (for CuPy: cupy.asnumpy). hvd_lite.torch moves CUDA tensors itself"
+        )
+    return TypeError(
+        f"{fn} expects a numpy.ndarray{' or a cupy.ndarray' if device_ok else ''}, got {name}{where}"
+    )
 
 
 def check_array(fn: str, array, inplace: bool, device_ok: bool = False) -> int:
@@ -149,24 +163,32 @@ def check_array(fn: str, array, inplace: bool, device_ok: bool = False) -> int:
         except TypeError as exc:
             raise TypeError(f"{fn}: {exc}") from None
     if array.ndim > MAX_DIMS:
-        raise ValueError(f"{fn}: arrays of more than {MAX_DIMS} dimensions are not supported "
-                         f"(got {array.ndim}); reshape it")
+        raise ValueError(
+            f"{fn}: arrays of more than {MAX_DIMS} dimensions are not supported "
+            f"(got {array.ndim}); reshape it"
+        )
     flags = array.flags
     if not flags.c_contiguous:
-        raise ValueError(f"{fn}: the array is not C-contiguous (shape {list(array.shape)}, strides "
-                         f"{list(array.strides)}); pass a C-contiguous copy "
-                         "(numpy.ascontiguousarray or cupy.ascontiguousarray)")
+        raise ValueError(
+            f"{fn}: the array is not C-contiguous (shape {list(array.shape)}, strides "
+            f"{list(array.strides)}); pass a C-contiguous copy "
+            "(numpy.ascontiguousarray or cupy.ascontiguousarray)"
+        )
     if inplace and not getattr(flags, "writeable", True):  # CuPy's arrays are always writable
-        raise ValueError(f"{fn}: the array is read-only and cannot be reduced in place; "
-                         "use the out-of-place call or pass a writable copy")
+        raise ValueError(
+            f"{fn}: the array is read-only and cannot be reduced in place; "
+            "use the out-of-place call or pass a writable copy"
+        )
     return code
 
 
 def check_reducible(fn: str, array: np.ndarray) -> None:
     """TypeError for an array no reduction op applies to (bool)."""
     if array.dtype.kind == "b":
-        raise TypeError(f"{fn}: bool arrays cannot be reduced (bool takes allgather, broadcast "
-                        "and alltoall only, as in Horovod); cast to an integer type to reduce")
+        raise TypeError(
+            f"{fn}: bool arrays cannot be reduced (bool takes allgather, broadcast "
+            "and alltoall only, as in Horovod); cast to an integer type to reduce"
+        )
 
 
 def check_op(fn: str, op) -> int:
@@ -191,6 +213,7 @@ def check_scale(fn: str, label: str, factor) -> float:
 
 
 # ---------------------------------------------------------------------------- names
+
 
 def check_name(fn: str, name) -> str:
     """`name` if the engine can take it: a str without NUL, at most MAX_NAME_BYTES in UTF-8."""
@@ -217,8 +240,9 @@ def name_or_auto(fn: str, kind: str, name: Optional[str]) -> tuple:
     return (kind, kind) if name is None else (check_name(fn, name), None)
 
 
-def group_names(fn: str, kind: str, items, name: Optional[str],
-                of: str = "numpy arrays", where=None) -> List[str]:
+def group_names(
+    fn: str, kind: str, items, name: Optional[str], of: str = "numpy arrays", where=None
+) -> List[str]:
     """The names of a grouped call's entries: `<name>.<i>`, or an automatic base name of this
     kind (in the process set `where`); TypeError unless `items` is a list or tuple (of `of`)."""
     if not isinstance(items, (list, tuple)):
@@ -231,6 +255,7 @@ def group_names(fn: str, kind: str, items, name: Optional[str],
 
 
 # ---------------------------------------------------------------------------- at once, held
+
 
 class _ThisThread(threading.local):
     at_once = False  # this thread's submissions are waited on at once (see at_once())
@@ -260,6 +285,7 @@ def held(engine):
 
 
 # ---------------------------------------------------------------------------- requests, handles
+
 
 class Handle:
     """A collective in flight: pass it to poll() or synchronize()."""
@@ -315,8 +341,7 @@ def _engine_of(where):
 
 def submit(request: Request) -> Handle:
     """Hands a checked request to its process set's engine."""
-    return start(request.where, request.auto, _armed(request.submission), request.output,
-                 request.finish)
+    return start(request.where, request.auto, _armed(request.submission), request.output, request.finish)
 
 
 def start(where, kind: Optional[str], s: Submission, output, finish=None) -> Handle:
@@ -336,7 +361,8 @@ def submit_group(requests: Sequence[Request]) -> List[Handle]:
     run in the first one's process set (the callers build them all for the same set)."""
     subs = [_named(r) for r in requests]
     cs = _engine_of(requests[0].where if requests else None).submit_group(
-        [s.entry() for s in subs], _this_thread.at_once)
+        [s.entry() for s in subs], _this_thread.at_once
+    )
     return [Handle(c, r.output, s.name, r.finish) for c, r, s in zip(cs, requests, subs)]
 
 

@@ -1,4 +1,5 @@
 """Process-level state: init, shutdown, the rank/size queries, and the process sets' engines."""
+
 import atexit
 import collections
 import hashlib
@@ -85,8 +86,10 @@ class _Set:
         try:
             return self.ranks.index(global_rank)
         except ValueError:
-            raise ValueError(f"{fn}: root rank {global_rank} is not in the process set (ranks "
-                             f"{self.ranks}); give a global rank of one of its members") from None
+            raise ValueError(
+                f"{fn}: root rank {global_rank} is not in the process set (ranks "
+                f"{self.ranks}); give a global rank of one of its members"
+            ) from None
 
 
 class _State:
@@ -139,8 +142,12 @@ def _check_launcher_before_init() -> None:
     built = _core.build_info()["mpi_vendor"]
     for var, launcher, vendor in _LAUNCHER_SIZE_VARS:
         value = os.environ.get(var, "")
-        if value and vendor != built and built in ("openmpi", "mpich") and not any(
-                os.environ.get(v) for v, _, vend in _LAUNCHER_SIZE_VARS if vend == built):
+        if (
+            value
+            and vendor != built
+            and built in ("openmpi", "mpich")
+            and not any(os.environ.get(v) for v, _, vend in _LAUNCHER_SIZE_VARS if vend == built)
+        ):
             raise _launcher_mismatch(launcher, var, value)
 
 
@@ -166,8 +173,10 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     add_process_set works either way)."""
     if _state.engine is not None:
         if _static_sets(process_sets):
-            raise ValueError("init(process_sets=...): hvd_lite is initialized already; add the "
-                             "sets with add_process_set(), or shutdown() first")
+            raise ValueError(
+                "init(process_sets=...): hvd_lite is initialized already; add the "
+                "sets with add_process_set(), or shutdown() first"
+            )
         return
     if comm is None:
         fhandle, ranks = None, None
@@ -175,12 +184,15 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
         fhandle, ranks = int(comm.py2f()), None
     elif isinstance(comm, (list, tuple)) and all(isinstance(r, int) for r in comm):
         if len(set(comm)) != len(comm) or not comm:
-            raise ValueError(f"init(comm=...): the list of ranks must be non-empty and without "
-                             f"duplicates, got {list(comm)}")
+            raise ValueError(
+                f"init(comm=...): the list of ranks must be non-empty and without "
+                f"duplicates, got {list(comm)}"
+            )
         fhandle, ranks = None, list(comm)
     else:
-        raise TypeError("init(comm=...) takes None, an mpi4py communicator or a list of ranks, "
-                        f"got {type(comm).__name__}")
+        raise TypeError(
+            f"init(comm=...) takes None, an mpi4py communicator or a list of ranks, got {type(comm).__name__}"
+        )
     static = _static_sets(process_sets)
     _check_runtime_mpi()
     _check_launcher_before_init()
@@ -217,13 +229,13 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
 # engine checks that before any member builds or stops the set's engine, so a mismatch is a
 # ValueError on every rank instead of a hang in MPI.
 
+
 def _check_set_ranks(fn: str, ranks: Sequence[int], size: int) -> List[int]:
     """The ranks of a set as a sorted list; ValueError if out of range, repeated or empty."""
     out = sorted(int(r) for r in ranks)
     bad = [r for r in out if not 0 <= r < size]
     if bad:
-        raise ValueError(f"{fn}: rank(s) {bad} are out of range; the global set has ranks "
-                         f"0..{size - 1}")
+        raise ValueError(f"{fn}: rank(s) {bad} are out of range; the global set has ranks 0..{size - 1}")
     if len(set(out)) != len(out):
         raise ValueError(f"{fn}: the ranks {out} repeat a rank")
     if not out:
@@ -236,13 +248,16 @@ def _static_sets(process_sets) -> list:
     if process_sets is None or (isinstance(process_sets, str) and process_sets.lower() == "dynamic"):
         return []
     if isinstance(process_sets, (str, bytes)) or not hasattr(process_sets, "__iter__"):
-        raise TypeError("init(process_sets=...) takes a list of hvd_lite.ProcessSet or "
-                        f"\"dynamic\", got {process_sets!r}")
+        raise TypeError(
+            f'init(process_sets=...) takes a list of hvd_lite.ProcessSet or "dynamic", got {process_sets!r}'
+        )
     out = list(process_sets)
     for i, ps in enumerate(out):
         if not hasattr(ps, "process_set_id") or getattr(ps, "ranks", None) is None:
-            raise TypeError(f"init(process_sets=...): entry {i} is not a hvd_lite.ProcessSet "
-                            f"built from a list of ranks: {ps!r}")
+            raise TypeError(
+                f"init(process_sets=...): entry {i} is not a hvd_lite.ProcessSet "
+                f"built from a list of ranks: {ps!r}"
+            )
     return out
 
 
@@ -250,16 +265,19 @@ def _agree(fn: str, change: str) -> None:
     """Checks that every rank of the global set makes this process-set change now: an allgather
     of its digest through the global engine; ValueError on every rank if they differ."""
     mine = np.frombuffer(hashlib.blake2b(change.encode(), digest_size=16).digest(), np.uint8)
-    change_digests = Submission.of(_core.COLL_ALLGATHER, mine, None, _core.hvdlUint8,
-                                "hvd_lite.process_set_change", (16,))
+    change_digests = Submission.of(
+        _core.COLL_ALLGATHER, mine, None, _core.hvdlUint8, "hvd_lite.process_set_change", (16,)
+    )
     handle = _engine().submit(*change_digests, True)
     handle.wait()
     digests = np.frombuffer(handle, np.uint8).reshape(-1, 16)
     differ = [r for r in range(len(digests)) if not np.array_equal(digests[r], mine)]
     if differ:
-        raise ValueError(f"{fn}: rank(s) {differ} made a different process-set change than rank "
-                         f"{rank()} ({change}); every rank must add and remove the same process "
-                         "sets in the same order")
+        raise ValueError(
+            f"{fn}: rank(s) {differ} made a different process-set change than rank "
+            f"{rank()} ({change}); every rank must add and remove the same process "
+            "sets in the same order"
+        )
 
 
 def _set_engine(set_id: int, ranks: List[int]):
@@ -273,8 +291,10 @@ def _set_engine(set_id: int, ranks: List[int]):
 
 def _check_threads(fn: str) -> None:
     if _state.thread_level != _core.MPI_THREAD_MULTIPLE:
-        raise ValueError(f"{fn}: process sets need MPI_THREAD_MULTIPLE (each set's engine has its "
-                         "own thread), but MPI was initialised with a lower thread level")
+        raise ValueError(
+            f"{fn}: process sets need MPI_THREAD_MULTIPLE (each set's engine has its "
+            "own thread), but MPI was initialised with a lower thread level"
+        )
 
 
 def _new_set(ranks: List[int], owner) -> int:
@@ -296,12 +316,16 @@ def _find(ranks: List[int]) -> Optional[_Set]:
 def _register_static(process_sets: list) -> None:
     _check_threads("init(process_sets=...)")
     n = size()
-    lists = [_check_set_ranks(f"init(process_sets=...): entry {i}", ps.ranks, n)
-             for i, ps in enumerate(process_sets)]
+    lists = [
+        _check_set_ranks(f"init(process_sets=...): entry {i}", ps.ranks, n)
+        for i, ps in enumerate(process_sets)
+    ]
     for i, ranks in enumerate(lists):
         if ranks == _state.sets[0].ranks or ranks in lists[:i]:
-            raise ValueError(f"init(process_sets=...): entry {i} is a duplicate "
-                             f"(ranks {ranks}); every process set must have different ranks")
+            raise ValueError(
+                f"init(process_sets=...): entry {i} is a duplicate "
+                f"(ranks {ranks}); every process set must have different ranks"
+            )
     with _state.sets_lock:
         _agree("init(process_sets=...)", f"init {lists}")
         for ps, ranks in zip(process_sets, lists):
@@ -318,8 +342,10 @@ def add_set(process_set) -> int:
         _agree(fn, f"add {ranks}")
         found = _find(ranks)
         if found is not None:
-            raise ValueError(f"{fn}: a process set with ranks {ranks} exists already (id "
-                             f"{found.id}); remove it first or use that one")
+            raise ValueError(
+                f"{fn}: a process set with ranks {ranks} exists already (id "
+                f"{found.id}); remove it first or use that one"
+            )
         return _new_set(ranks, process_set)
 
 
@@ -352,16 +378,16 @@ def set_for(fn: str, process_set, member: bool = True) -> _Set:
         _engine()
         return _state.sets[0]
     if set_id is _NOT_A_SET:
-        raise TypeError(f"{fn}: process_set must be a hvd_lite.ProcessSet, got "
-                        f"{type(process_set).__name__}")
+        raise TypeError(f"{fn}: process_set must be a hvd_lite.ProcessSet, got {type(process_set).__name__}")
     _engine()
     s = _state.sets.get(set_id) if isinstance(set_id, int) else None
     if s is None or process_set not in s.owners:
-        raise ValueError(f"{fn}: {process_set} is not registered (or was removed); pass it to "
-                         "hvd_lite.init(process_sets=[...]) or hvd_lite.add_process_set() first")
+        raise ValueError(
+            f"{fn}: {process_set} is not registered (or was removed); pass it to "
+            "hvd_lite.init(process_sets=[...]) or hvd_lite.add_process_set() first"
+        )
     if member and s.engine is None:
-        raise ValueError(f"{fn}: rank {rank()} is not a member of the provided process set "
-                         f"(ranks {s.ranks})")
+        raise ValueError(f"{fn}: rank {rank()} is not a member of the provided process set (ranks {s.ranks})")
     return s
 
 

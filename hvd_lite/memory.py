@@ -16,6 +16,7 @@ pages stay in use that long. Each array holds a file descriptor while it lives (
 how many there may be at once), and its memory is shared, not copied on write, with processes forked
 from this one (multiprocessing, DataLoader workers): a child's writes into it are the parent's too.
 """
+
 import math
 import sys
 from typing import Sequence, Union
@@ -32,10 +33,8 @@ def empty(shape: Union[int, Sequence[int]], dtype=np.float32) -> np.ndarray:
         dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     except TypeError:
         dims = None
-    if dims is None or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool)
-                               for d in dims):
-        raise TypeError(f"hvd_lite.empty: shape must be an int or a sequence of ints "
-                        f"(got {shape!r})")
+    if dims is None or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims):
+        raise TypeError(f"hvd_lite.empty: shape must be an int or a sequence of ints (got {shape!r})")
     if any(d < 0 for d in dims):
         raise ValueError(f"hvd_lite.empty: negative dimension in shape {dims}")
     if dt.hasobject or dt.itemsize == 0:
@@ -45,5 +44,12 @@ def empty(shape: Union[int, Sequence[int]], dtype=np.float32) -> np.ndarray:
         raise ValueError(f"hvd_lite.empty: shape {dims} of {dt} is {nbytes} bytes, too many")
     memory = _loader._core.SharedMemory(max(nbytes, 1))
     # numpy's stubs before Python 3.12 list the buffer types frombuffer takes; this one has __buffer__
-    return np.frombuffer(memory, np.uint8,  # type: ignore[call-overload]
-                         count=nbytes).view(dt).reshape(dims)
+    return (
+        np.frombuffer(
+            memory,
+            np.uint8,  # type: ignore[call-overload]
+            count=nbytes,
+        )
+        .view(dt)
+        .reshape(dims)
+    )

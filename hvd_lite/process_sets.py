@@ -10,6 +10,7 @@ ranks (hvd.rank()) everywhere, broadcast's root_rank included; ProcessSet.rank()
 place in the set. Sets may be added and removed at any time (Horovod needs
 HOROVOD_DYNAMIC_PROCESS_SETS=1 for that; hvd_lite needs nothing).
 """
+
 import numbers
 from typing import List, Optional, Sequence, Union
 
@@ -26,8 +27,10 @@ class ProcessSet:
 
     def __init__(self, ranks: Sequence[int]):
         if hasattr(ranks, "py2f"):
-            raise NotImplementedError("hvd_lite builds process sets from lists of ranks, not from "
-                                      "MPI communicators; pass the communicator's global ranks")
+            raise NotImplementedError(
+                "hvd_lite builds process sets from lists of ranks, not from "
+                "MPI communicators; pass the communicator's global ranks"
+            )
         if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
             raise ValueError(f"ProcessSet takes a list of ranks, got {ranks!r}")
         ranks = list(ranks)
@@ -58,8 +61,9 @@ class ProcessSet:
         return basics.rank() in self.ranks
 
     def __str__(self) -> str:
-        return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
-                f"mpi_comm={self.mpi_comm})")
+        return (
+            f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, mpi_comm={self.mpi_comm})"
+        )
 
     __repr__ = __str__
 

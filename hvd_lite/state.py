@@ -3,6 +3,7 @@
 Objects travel pickled: broadcast_object and allgather_object unpickle what other ranks sent, so
 use them only between processes you trust as much as your own code (the ranks of your own job).
 """
+
 import pickle
 from typing import Any, List, Optional, Tuple
 
@@ -29,13 +30,15 @@ def _object_names(fn: str, name: Optional[str], process_set) -> Tuple[str, str]:
 
 
 def _unpicklable(fn: str, ranks: List[int]) -> CollectiveError:
-    return CollectiveError(_core.hvdlRemoteError,
-                           f"{fn}: rank(s) {ranks} could not pickle their object (see the error "
-                           "there); nothing was sent")
+    return CollectiveError(
+        _core.hvdlRemoteError,
+        f"{fn}: rank(s) {ranks} could not pickle their object (see the error there); nothing was sent",
+    )
 
 
-def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
-                     process_set: ProcessSet = global_process_set) -> Any:
+def broadcast_object(
+    obj: Any, root_rank: int = 0, name: Optional[str] = None, process_set: ProcessSet = global_process_set
+) -> Any:
     """root_rank's `obj` on every rank (of the set; pickled, see the module's trust note). An
     object the root cannot pickle raises there, and CollectiveError on the other ranks."""
     fn = "broadcast_object"
@@ -58,8 +61,9 @@ def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
     return obj if is_root else pickle.loads(data.tobytes())
 
 
-def allgather_object(obj: Any, name: Optional[str] = None,
-                     process_set: ProcessSet = global_process_set) -> List[Any]:
+def allgather_object(
+    obj: Any, name: Optional[str] = None, process_set: ProcessSet = global_process_set
+) -> List[Any]:
     """Every rank's `obj` (of the set), as a list in rank order (pickled; see the module's trust
     note). An object a rank cannot pickle raises there, and CollectiveError on the others."""
     fn = "allgather_object"
@@ -69,8 +73,9 @@ def allgather_object(obj: Any, name: Optional[str] = None,
         data = _pickled(obj)
     except Exception as exc:  # noqa: BLE001 - raised below, after telling the others
         failure = exc
-    sizes = allgather(np.array([-1 if failure else data.size], np.int64), name=size_name,
-                      process_set=process_set)
+    sizes = allgather(
+        np.array([-1 if failure else data.size], np.int64), name=size_name, process_set=process_set
+    )
     if (sizes < 0).any():
         if failure is not None:
             raise failure
@@ -78,11 +83,10 @@ def allgather_object(obj: Any, name: Optional[str] = None,
         raise _unpicklable(fn, [ranks[int(r)] for r in np.flatnonzero(sizes < 0)])
     gathered = allgather(data, name=data_name, process_set=process_set)
     ends = np.cumsum(sizes)
-    return [pickle.loads(gathered[end - size:end].tobytes()) for size, end in zip(sizes, ends)]
+    return [pickle.loads(gathered[end - size : end].tobytes()) for size, end in zip(sizes, ends)]
 
 
-def parameter_items(params, noun: str, takes: str, kind: type,
-                    kind_name: str) -> List[Tuple[str, Any]]:
+def parameter_items(params, noun: str, takes: str, kind: type, kind_name: str) -> List[Tuple[str, Any]]:
     """broadcast_parameters' (name, value) pairs: a dict's by sorted key, a list of (name, value)
     pairs as given, or a list of values named by their index; every value of type `kind`."""
     if isinstance(params, dict):
@@ -99,21 +103,29 @@ def parameter_items(params, noun: str, takes: str, kind: type,
         raise TypeError(f"broadcast_parameters takes {takes}, got {type(params).__name__}")
     for key, value in items:
         if not isinstance(value, kind):
-            raise TypeError(f"broadcast_parameters: parameter {key!r} is a {type(value).__name__}, "
-                            f"not a {kind_name}")
+            raise TypeError(
+                f"broadcast_parameters: parameter {key!r} is a {type(value).__name__}, not a {kind_name}"
+            )
     return items
 
 
-def broadcast_parameters(params, root_rank: int = 0,
-                         process_set: ProcessSet = global_process_set) -> None:
+def broadcast_parameters(params, root_rank: int = 0, process_set: ProcessSet = global_process_set) -> None:
     """Overwrites every rank's parameters (of the set's ranks) with root_rank's, in place: a dict
     (by sorted key), a list of (name, array) pairs, or a list of arrays. Every array is checked
     before any is sent."""
-    items = parameter_items(params, "array",
-                            "a dict, a list of (name, array) pairs or a list of arrays",
-                            np.ndarray, "numpy.ndarray")
-    handles = broadcast_group_("broadcast_parameters", [a for _, a in items],
-                               [f"broadcast_parameters.{key}" for key, _ in items], root_rank,
-                               process_set)
+    items = parameter_items(
+        params,
+        "array",
+        "a dict, a list of (name, array) pairs or a list of arrays",
+        np.ndarray,
+        "numpy.ndarray",
+    )
+    handles = broadcast_group_(
+        "broadcast_parameters",
+        [a for _, a in items],
+        [f"broadcast_parameters.{key}" for key, _ in items],
+        root_rank,
+        process_set,
+    )
     for h in handles:
         synchronize(h)

@@ -80,8 +80,7 @@ static int allreduce(const float *send, float *recv, size_t count) {
 static int collective(enum coll c, const float *send, float *recv, size_t count, int n) {
   const size_t block = count / (size_t)n;
   switch (c) {
-    case ALLREDUCE:
-      return allreduce(send, recv, count);
+    case ALLREDUCE: return allreduce(send, recv, count);
     case BROADCAST:
       if (use_hvdl)
         return failed_call("hvdlBroadcast",
@@ -95,10 +94,10 @@ static int collective(enum coll c, const float *send, float *recv, size_t count,
                            MPI_COMM_WORLD) != MPI_SUCCESS;
     case REDUCESCATTER:
       if (use_hvdl)
-        return failed_call("hvdlReduceScatter", hvdlReduceScatter(send, recv, block, hvdlFloat32,
-                                                                  hvdlSum, comm, NULL));
-      return MPI_Reduce_scatter_block(send, recv, (int)block, MPI_FLOAT, MPI_SUM,
-                                      MPI_COMM_WORLD) != MPI_SUCCESS;
+        return failed_call("hvdlReduceScatter",
+                           hvdlReduceScatter(send, recv, block, hvdlFloat32, hvdlSum, comm, NULL));
+      return MPI_Reduce_scatter_block(send, recv, (int)block, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) !=
+             MPI_SUCCESS;
   }
   return 1;
 }
@@ -179,13 +178,14 @@ int main(int argc, char **argv) {
       sizes[nsizes++] = strtoull(argv[i], NULL, 10);
     }
   }
-  for (int s = 0; s < nsizes; s++)  /* all-gather, reduce-scatter: n equal blocks of float32 */
+  for (int s = 0; s < nsizes; s++) /* all-gather, reduce-scatter: n equal blocks of float32 */
     if ((c == ALLGATHER || c == REDUCESCATTER) && sizes[s] % (4 * (size_t)n) != 0) bad_args = 1;
   if (bad_args) {
     if (rank == 0)
-      fprintf(stderr, "usage: driver hvdl|mpi [--coll allreduce|broadcast|allgather|reducescatter] "
-                      "[--check] [--reps N] BYTES... (all-gather, reduce-scatter: BYTES a multiple "
-                      "of 4 x ranks)\n");
+      fprintf(stderr,
+              "usage: driver hvdl|mpi [--coll allreduce|broadcast|allgather|reducescatter] "
+              "[--check] [--reps N] BYTES... (all-gather, reduce-scatter: BYTES a multiple "
+              "of 4 x ranks)\n");
     MPI_Finalize();
     return 2;
   }
@@ -213,8 +213,10 @@ int main(int argc, char **argv) {
     long long wrong = 0;
     for (int k = 0; k < reps && !failed; k++) {
       if (c == BROADCAST) { /* in place: the root's data, nothing elsewhere */
-        if (rank == 0) memcpy(recv, send, count * sizeof(float));
-        else memset(recv, 0, count * sizeof(float));
+        if (rank == 0)
+          memcpy(recv, send, count * sizeof(float));
+        else
+          memset(recv, 0, count * sizeof(float));
       }
       MPI_Barrier(MPI_COMM_WORLD);
       const double t0 = MPI_Wtime();
@@ -246,7 +248,8 @@ int main(int argc, char **argv) {
       if (c == ALLGATHER) {
         memset(recv, 0, count * sizeof(float));
         fill(mine, block, rank);
-        failed |= failed_call("hvdlAllGather", hvdlAllGather(mine, recv, block, hvdlFloat32, comm, NULL));
+        failed |=
+            failed_call("hvdlAllGather", hvdlAllGather(mine, recv, block, hvdlFloat32, comm, NULL));
         if (verify) wrong += wrong_result(c, recv, count, rank, n);
       } else {
         memcpy(recv, send, count * sizeof(float));

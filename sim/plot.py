@@ -7,6 +7,7 @@ each size, and their ratio.
 
 Needs matplotlib (pip install hvd_lite[plot]).
 """
+
 import argparse
 import json
 
@@ -18,8 +19,13 @@ def merged(paths):
         with open(path) as f:
             rec = json.load(f)
         if out is None:
-            out = {"platform": rec["platform"], "ranks": rec["ranks"], "coll": rec.get("coll", "allreduce"),
-                   "hvdl": {}, "mpi": {}}
+            out = {
+                "platform": rec["platform"],
+                "ranks": rec["ranks"],
+                "coll": rec.get("coll", "allreduce"),
+                "hvdl": {},
+                "mpi": {},
+            }
         elif (rec["platform"], rec.get("coll", "allreduce")) != (out["platform"], out["coll"]):
             raise SystemExit(f"{path}: another platform or collective than {paths[0]}")
         for side in ("hvdl", "mpi"):
@@ -31,8 +37,10 @@ def merged(paths):
 def series(rec, first):
     """(sizes, hvd_lite times, best MPI times, best MPI names) over the sizes both sides have."""
     hv = rec["hvdl"][first]
+
     def usable(r):
         return r and not r.get("failed") and r.get("wrong", 0) <= 0
+
     sizes, ht, mt, mn = [], [], [], []
     for size in sorted(hv, key=int):
         best = [(r[size]["time_s"], name) for name, r in rec["mpi"].items() if usable(r.get(size))]
@@ -50,13 +58,13 @@ def main() -> None:
     p.add_argument("--hvdl", default="auto", help="hvd_lite contender to plot (default auto)")
     args = p.parse_args()
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rec = merged(args.json)
     sizes, ht, mt, mn = series(rec, args.hvdl)
-    fig, (ax, bx) = plt.subplots(2, 1, figsize=(6.4, 5.6), sharex=True,
-                                 gridspec_kw={"height_ratios": [2, 1]})
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(6.4, 5.6), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
     ax.loglog(sizes, [t * 1e6 for t in ht], "o-", label=f"hvd_lite {args.hvdl}")
     ax.loglog(sizes, [t * 1e6 for t in mt], "s--", label="best SMPI algorithm")
     for s, t, name in zip(sizes, mt, mn):

@@ -23,7 +23,7 @@
 #include <mm_malloc.h> /* declares posix_memalign again (reduce.c's intrinsics include it) */
 #endif
 
-#define sched_yield() 0
+#define sched_yield()                0
 #define posix_memalign(pp, align, n) ((*(pp) = malloc(n)) != NULL ? 0 : 12 /* ENOMEM */)
 
 #endif /* HVDL_SIM_SHIM_H_ */

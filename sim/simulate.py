@@ -23,6 +23,7 @@ the simulator for free, so hvd_lite's are not charged either (--charge-compute c
 of the machine running the simulation). Runs whose buffers would take more than --memory-gib are made with
 SMPI's shared buffers, and their results are not checked (wrong = -1).
 """
+
 import argparse
 import glob
 import json
@@ -40,28 +41,98 @@ RANKS_PER_HOST = 8
 # The platforms of sim/platforms: name -> hosts (RANKS_PER_HOST ranks each).
 PLATFORMS = {"host1x8": 1, "8x8": 8, "32x8": 32, "128x8": 128, "512x8": 512}
 # SMPI's all-reduce algorithms worth racing (its list: smpirun --cfg=smpi/allreduce:help).
-MPI_ALGOS = ["ompi", "mpich", "mvapich2", "impi", "rab_rdb", "rdb", "lr", "ompi_ring_segmented",
-             "rab1", "rab2", "redbcast", "smp_rsag", "smp_rsag_rab", "smp_rdb", "smp_binomial"]
+MPI_ALGOS = [
+    "ompi",
+    "mpich",
+    "mvapich2",
+    "impi",
+    "rab_rdb",
+    "rdb",
+    "lr",
+    "ompi_ring_segmented",
+    "rab1",
+    "rab2",
+    "redbcast",
+    "smp_rsag",
+    "smp_rsag_rab",
+    "smp_rdb",
+    "smp_binomial",
+]
 # hier (shared memory within hosts) is not here: the driver runs without the shared-memory path.
 HVDL_ALGOS = ["auto", "ring", "rd", "rab", "tree", "hier_p2p", "small"]
 # Per collective: SMPI's --cfg name, hvd_lite's knob and algorithms, the SMPI algorithms raced by
 # default (SMPI's lists: smpirun ... --cfg=smpi/bcast:help names them in its error).
 COLLS = {
     "allreduce": ("allreduce", "HVD_LITE_ALLREDUCE_ALGO", HVDL_ALGOS, MPI_ALGOS),
-    "broadcast": ("bcast", "HVD_LITE_BROADCAST_ALGO", ["auto", "chain", "tree", "scatter"],
-                  ["ompi", "mpich", "mvapich2", "impi", "binomial_tree", "scatter_rdb_allgather",
-                   "scatter_LR_allgather", "ompi_pipeline", "ompi_split_bintree", "SMP_binomial",
-                   "SMP_binary", "SMP_linear", "NTSL", "NTSB", "arrival_scatter", "flattree_pipeline",
-                   "mvapich2_inter_node"]),
-    "allgather": ("allgather", "HVD_LITE_ALLGATHER_ALGO", ["auto", "ring", "rd", "rd_far"],
-                  ["ompi", "mpich", "mvapich2", "impi", "ring", "rdb", "bruck", "pair",
-                   "ompi_neighborexchange", "smp_simple", "SMP_NTS", "loosely_lr", "2dmesh"]),
-    "reducescatter": ("reduce_scatter", "HVD_LITE_REDUCESCATTER_ALGO", ["auto", "ring", "halving"],
-                      ["ompi", "mpich", "mvapich2", "impi", "ompi_basic_recursivehalving",
-                       "ompi_ring", "ompi_butterfly", "mpich_pair", "mpich_rdb", "mpich_noncomm"]),
+    "broadcast": (
+        "bcast",
+        "HVD_LITE_BROADCAST_ALGO",
+        ["auto", "chain", "tree", "scatter"],
+        [
+            "ompi",
+            "mpich",
+            "mvapich2",
+            "impi",
+            "binomial_tree",
+            "scatter_rdb_allgather",
+            "scatter_LR_allgather",
+            "ompi_pipeline",
+            "ompi_split_bintree",
+            "SMP_binomial",
+            "SMP_binary",
+            "SMP_linear",
+            "NTSL",
+            "NTSB",
+            "arrival_scatter",
+            "flattree_pipeline",
+            "mvapich2_inter_node",
+        ],
+    ),
+    "allgather": (
+        "allgather",
+        "HVD_LITE_ALLGATHER_ALGO",
+        ["auto", "ring", "rd", "rd_far"],
+        [
+            "ompi",
+            "mpich",
+            "mvapich2",
+            "impi",
+            "ring",
+            "rdb",
+            "bruck",
+            "pair",
+            "ompi_neighborexchange",
+            "smp_simple",
+            "SMP_NTS",
+            "loosely_lr",
+            "2dmesh",
+        ],
+    ),
+    "reducescatter": (
+        "reduce_scatter",
+        "HVD_LITE_REDUCESCATTER_ALGO",
+        ["auto", "ring", "halving"],
+        [
+            "ompi",
+            "mpich",
+            "mvapich2",
+            "impi",
+            "ompi_basic_recursivehalving",
+            "ompi_ring",
+            "ompi_butterfly",
+            "mpich_pair",
+            "mpich_rdb",
+            "mpich_noncomm",
+        ],
+    ),
 }
-SIM_CFG = ["--cfg=smpi/host-speed:100Gf", "--cfg=smpi/test:1e-7", "--cfg=smpi/iprobe:1e-7",
-           "--cfg=smpi/grow-injected-times:no", "--log=root.thres:critical"]
+SIM_CFG = [
+    "--cfg=smpi/host-speed:100Gf",
+    "--cfg=smpi/test:1e-7",
+    "--cfg=smpi/iprobe:1e-7",
+    "--cfg=smpi/grow-injected-times:no",
+    "--log=root.thres:critical",
+]
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -89,11 +160,25 @@ def build(verbose: bool = False) -> str:
         sys.exit("smpicc not found: install SimGrid (Debian/Ubuntu: apt-get install libsimgrid-dev)")
     os.makedirs(BUILD, exist_ok=True)
     csrc = os.path.join(ROOT, "csrc")
-    sources = sorted(p for p in glob.glob(os.path.join(csrc, "**", "*.c"), recursive=True)
-                     if os.path.relpath(p, csrc).split(os.sep)[0] != "python")
+    sources = sorted(
+        p
+        for p in glob.glob(os.path.join(csrc, "**", "*.c"), recursive=True)
+        if os.path.relpath(p, csrc).split(os.sep)[0] != "python"
+    )
     out = os.path.join(BUILD, "driver")
-    cmd = ["smpicc", "-O2", "-std=gnu11", "-I" + csrc, "-include", os.path.join(HERE, "sim_shim.h"),
-           os.path.join(HERE, "driver.c"), *sources, "-o", out, "-lpthread"]
+    cmd = [
+        "smpicc",
+        "-O2",
+        "-std=gnu11",
+        "-I" + csrc,
+        "-include",
+        os.path.join(HERE, "sim_shim.h"),
+        os.path.join(HERE, "driver.c"),
+        *sources,
+        "-o",
+        out,
+        "-lpthread",
+    ]
     if verbose:
         print(" ".join(cmd), file=sys.stderr)
     subprocess.run(cmd, check=True, cwd=BUILD)
@@ -107,8 +192,18 @@ def hostfile(hosts: int, per_host: int = RANKS_PER_HOST) -> str:
     return path
 
 
-def run_driver(driver: str, platform: str, side: str, algo: str, sizes, args, check=False,
-               per_host=RANKS_PER_HOST, ranks=None, env_extra=None):
+def run_driver(
+    driver: str,
+    platform: str,
+    side: str,
+    algo: str,
+    sizes,
+    args,
+    check=False,
+    per_host=RANKS_PER_HOST,
+    ranks=None,
+    env_extra=None,
+):
     """One smpirun: {bytes: parsed output line} for the sizes, run in one or two groups (buffers
     that fit --memory-gib are checked; larger ones share memory and are not). per_host ranks are
     placed on a host (ranks: how many in all, default --ranks or every slot); env_extra: more
@@ -136,21 +231,38 @@ def run_driver(driver: str, platform: str, side: str, algo: str, sizes, args, ch
         if shared:
             env["SIM_NO_CHECK"] = "1"
             cfg.append(f"--cfg=smpi/auto-shared-malloc-thresh:{min(group) // 2}")
-        cmd = ["smpirun", "-np", str(ranks), "-platform",
-               os.path.join(HERE, "platforms", platform + ".xml"), "-hostfile", hostfile(hosts, per_host),
-               *cfg, driver, side, "--coll", args.coll, "--reps", str(args.reps)]
+        cmd = [
+            "smpirun",
+            "-np",
+            str(ranks),
+            "-platform",
+            os.path.join(HERE, "platforms", platform + ".xml"),
+            "-hostfile",
+            hostfile(hosts, per_host),
+            *cfg,
+            driver,
+            side,
+            "--coll",
+            args.coll,
+            "--reps",
+            str(args.reps),
+        ]
         if check:
             cmd.append("--check")
         cmd += [str(s) for s in group]
         with tempfile.TemporaryDirectory() as tmp:  # smpirun writes its temporary files in cwd
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp,
-                                  timeout=args.timeout)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp, timeout=args.timeout)
         for line in proc.stdout.splitlines():
             f = line.split()
             if len(f) >= 12 and f[0] == "bytes":
-                results[int(f[1])] = {"time_s": float(f[3]), "wrong": int(f[5]),
-                                      "identical": f[7] == "1", "algo": f[9],
-                                      "model_s": float(f[11]), "failed": "FAILED" in f}
+                results[int(f[1])] = {
+                    "time_s": float(f[3]),
+                    "wrong": int(f[5]),
+                    "identical": f[7] == "1",
+                    "algo": f[9],
+                    "model_s": float(f[11]),
+                    "failed": "FAILED" in f,
+                }
         if proc.returncode != 0 or any(s not in results for s in group):
             tail = (proc.stdout + proc.stderr)[-2000:]
             raise RuntimeError(f"{side}:{algo} on {platform} failed (exit {proc.returncode}):\n{tail}")
@@ -159,11 +271,16 @@ def run_driver(driver: str, platform: str, side: str, algo: str, sizes, args, ch
 
 def table(platform, ranks, sizes, hvdl, mpi, coll="allreduce", out=sys.stdout):
     """The nccl-tests-style table: hvd_lite's contenders, the best SMPI algorithm, the ratio."""
-    print(f"\n{ranks} ranks ({platform}: {PLATFORMS[platform]} host(s) of {RANKS_PER_HOST}), "
-          f"simulated time of one {coll} (float32), slowest rank's best", file=out)
+    print(
+        f"\n{ranks} ranks ({platform}: {PLATFORMS[platform]} host(s) of {RANKS_PER_HOST}), "
+        f"simulated time of one {coll} (float32), slowest rank's best",
+        file=out,
+    )
     cols = [f"hvd_lite {a}" for a in hvdl]
-    print("| bytes per rank | " + " | ".join(cols) + " | model (auto's pick) | best MPI algorithm | "
-          "ratio |", file=out)
+    print(
+        "| bytes per rank | " + " | ".join(cols) + " | model (auto's pick) | best MPI algorithm | ratio |",
+        file=out,
+    )
     print("|---" * (len(cols) + 4) + "|", file=out)
     for s in sizes:
         right = [a for a in mpi if mpi[a][s]["wrong"] <= 0] or list(mpi)  # a wrong result never wins
@@ -174,37 +291,66 @@ def table(platform, ranks, sizes, hvdl, mpi, coll="allreduce", out=sys.stdout):
             r = hvdl[a][s]
             cells.append(fmt_time(r["time_s"]) + (f" ({r['algo']})" if a == "auto" else ""))
         ratio = first["time_s"] / mpi[best][s]["time_s"]
-        print(f"| {human(s)} | " + " | ".join(cells) + f" | {fmt_time(first['model_s'])} | "
-              f"{fmt_time(mpi[best][s]['time_s'])} ({best}) | {ratio:.2f}x |", file=out)
+        print(
+            f"| {human(s)} | " + " | ".join(cells) + f" | {fmt_time(first['model_s'])} | "
+            f"{fmt_time(mpi[best][s]['time_s'])} ({best}) | {ratio:.2f}x |",
+            file=out,
+        )
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--platform", choices=list(PLATFORMS), default="8x8")
-    p.add_argument("--ranks", type=int,
-                   help="use only the first RANKS ranks of the platform (default: all, 8 a host)")
-    p.add_argument("--coll", choices=list(COLLS), default="allreduce",
-                   help="the collective (default allreduce; broadcast from rank 0, in place)")
-    p.add_argument("--sizes", default="4K,256K,4M,64M",
-                   help="bytes per rank's buffer, comma-separated (default 4K,256K,4M,64M; the "
-                        "all-gather's result, the reduce-scatter's input)")
-    p.add_argument("--hvdl", default="auto",
-                   help="hvd_lite's algorithms to run, comma-separated ("
-                        + "; ".join(f"{c}: {','.join(v[2])}" for c, v in COLLS.items())
-                        + "); the first is the one compared")
-    p.add_argument("--mpi", default=None,
-                   help="SMPI algorithms of the collective, comma-separated ('' for none; default: "
-                        "the list in COLLS)")
+    p.add_argument(
+        "--ranks", type=int, help="use only the first RANKS ranks of the platform (default: all, 8 a host)"
+    )
+    p.add_argument(
+        "--coll",
+        choices=list(COLLS),
+        default="allreduce",
+        help="the collective (default allreduce; broadcast from rank 0, in place)",
+    )
+    p.add_argument(
+        "--sizes",
+        default="4K,256K,4M,64M",
+        help="bytes per rank's buffer, comma-separated (default 4K,256K,4M,64M; the "
+        "all-gather's result, the reduce-scatter's input)",
+    )
+    p.add_argument(
+        "--hvdl",
+        default="auto",
+        help="hvd_lite's algorithms to run, comma-separated ("
+        + "; ".join(f"{c}: {','.join(v[2])}" for c, v in COLLS.items())
+        + "); the first is the one compared",
+    )
+    p.add_argument(
+        "--mpi",
+        default=None,
+        help="SMPI algorithms of the collective, comma-separated ('' for none; default: the list in COLLS)",
+    )
     p.add_argument("--reps", type=int, default=3, help="calls timed per size (the best counts)")
-    p.add_argument("--check", action="store_true",
-                   help="correctness run: every hvd_lite algorithm, in place too, random floats' bytes "
-                        "identical on every rank; exit 1 on any wrong element")
-    p.add_argument("--charge-compute", action="store_true",
-                   help="simulate hvd_lite's computation (the reductions) at the host's real speed")
-    p.add_argument("--model-file", help="HVD_LITE_COST_MODEL_FILE for hvd_lite (default sim/model.conf)",
-                   default=os.path.join(HERE, "model.conf"))
-    p.add_argument("--memory-gib", type=float, default=4.0,
-                   help="buffers larger than this in all (3 x bytes x ranks) are shared and unchecked")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="correctness run: every hvd_lite algorithm, in place too, random floats' bytes "
+        "identical on every rank; exit 1 on any wrong element",
+    )
+    p.add_argument(
+        "--charge-compute",
+        action="store_true",
+        help="simulate hvd_lite's computation (the reductions) at the host's real speed",
+    )
+    p.add_argument(
+        "--model-file",
+        help="HVD_LITE_COST_MODEL_FILE for hvd_lite (default sim/model.conf)",
+        default=os.path.join(HERE, "model.conf"),
+    )
+    p.add_argument(
+        "--memory-gib",
+        type=float,
+        default=4.0,
+        help="buffers larger than this in all (3 x bytes x ranks) are shared and unchecked",
+    )
     p.add_argument("--timeout", type=float, default=3600, help="seconds per smpirun")
     p.add_argument("--json", help="write every result to this file")
     args = p.parse_args(argv)
@@ -215,17 +361,23 @@ def main(argv=None) -> int:
     mpi_algos = [a for a in args.mpi.split(",") if a]
     unknown = [a for a in hvdl_algos if a not in COLLS[args.coll][2]]
     if unknown:
-        p.error(f"--coll {args.coll}: hvd_lite has no algorithm {unknown[0]!r} "
-                f"(valid: {','.join(COLLS[args.coll][2])})")
+        p.error(
+            f"--coll {args.coll}: hvd_lite has no algorithm {unknown[0]!r} "
+            f"(valid: {','.join(COLLS[args.coll][2])})"
+        )
     ranks = args.ranks or PLATFORMS[args.platform] * RANKS_PER_HOST
     if not 1 <= ranks <= PLATFORMS[args.platform] * RANKS_PER_HOST:
-        p.error(f"--ranks {ranks}: the platform {args.platform} has "
-                f"{PLATFORMS[args.platform] * RANKS_PER_HOST} slots")
+        p.error(
+            f"--ranks {ranks}: the platform {args.platform} has "
+            f"{PLATFORMS[args.platform] * RANKS_PER_HOST} slots"
+        )
     unchecked = [s for s in sizes if 3 * s * ranks > args.memory_gib * (1 << 30)]
     if args.check and unchecked:
-        p.error(f"--check: {human(unchecked[0])} on {ranks} ranks needs more than --memory-gib "
-                f"{args.memory_gib:g} for its buffers, whose results could not be checked; pass "
-                "smaller --sizes (CI: 4,1028,65540,262148) or a larger --memory-gib")
+        p.error(
+            f"--check: {human(unchecked[0])} on {ranks} ranks needs more than --memory-gib "
+            f"{args.memory_gib:g} for its buffers, whose results could not be checked; pass "
+            "smaller --sizes (CI: 4,1028,65540,262148) or a larger --memory-gib"
+        )
     driver = build()
 
     if args.check:  # every algorithm of every collective
@@ -233,10 +385,10 @@ def main(argv=None) -> int:
         hosts = PLATFORMS[args.platform]
         runs = [("allreduce", a, a, {}) for a in HVDL_ALGOS if a != "hier_p2p"]
         if hosts > 1:  # hier_p2p needs hosts of one size: emulated hosts of 4, and 6 ranks a host
-            runs += [("allreduce", "hier_p2p", "hier_p2p/4",
-                      {"env_extra": {"HVD_LITE_RANKS_PER_HOST": "4"}}),
-                     ("allreduce", "hier_p2p", "hier_p2p/6",
-                      {"per_host": 6, "ranks": 6 * min(hosts, ranks // 6)})]
+            runs += [
+                ("allreduce", "hier_p2p", "hier_p2p/4", {"env_extra": {"HVD_LITE_RANKS_PER_HOST": "4"}}),
+                ("allreduce", "hier_p2p", "hier_p2p/6", {"per_host": 6, "ranks": 6 * min(hosts, ranks // 6)}),
+            ]
         runs += [("broadcast", a, a, {}) for a in COLLS["broadcast"][2]]
         runs += [(c, a, a, {}) for c in ("allgather", "reducescatter") for a in COLLS[c][2]]
         # The all-gather's and reduce-scatter's buffers are n equal float32 blocks: sizes rounded down
@@ -244,15 +396,24 @@ def main(argv=None) -> int:
         blocks = sorted({max(s - s % (4 * ranks), 4 * ranks) for s in sizes})
         for coll, a, label, how in runs:
             args.coll = coll
-            res = run_driver(driver, args.platform, "hvdl", a,
-                             blocks if coll in ("allgather", "reducescatter") else sizes, args,
-                             check=True, **how)
+            res = run_driver(
+                driver,
+                args.platform,
+                "hvdl",
+                a,
+                blocks if coll in ("allgather", "reducescatter") else sizes,
+                args,
+                check=True,
+                **how,
+            )
             for s, r in sorted(res.items()):
                 ok = r["wrong"] == 0 and r["identical"] and not r["failed"]
                 bad += not ok
-                print(f"{args.platform} {coll} hvdl {label:10s} {human(s):>8s}: {r['algo']:8s} "
-                      f"{fmt_time(r['time_s']):>10s} wrong {r['wrong']} identical {int(r['identical'])}"
-                      f"{'' if ok else '  <-- FAILED'}")
+                print(
+                    f"{args.platform} {coll} hvdl {label:10s} {human(s):>8s}: {r['algo']:8s} "
+                    f"{fmt_time(r['time_s']):>10s} wrong {r['wrong']} identical {int(r['identical'])}"
+                    f"{'' if ok else '  <-- FAILED'}"
+                )
         return 1 if bad else 0
 
     hvdl = {a: run_driver(driver, args.platform, "hvdl", a, sizes, args) for a in hvdl_algos}
@@ -267,8 +428,18 @@ def main(argv=None) -> int:
         table(args.platform, ranks, sizes, hvdl, mpi, args.coll)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"platform": args.platform, "ranks": ranks, "coll": args.coll,
-                       "charge_compute": args.charge_compute, "hvdl": hvdl, "mpi": mpi}, f, indent=1)
+            json.dump(
+                {
+                    "platform": args.platform,
+                    "ranks": ranks,
+                    "coll": args.coll,
+                    "charge_compute": args.charge_compute,
+                    "hvdl": hvdl,
+                    "mpi": mpi,
+                },
+                f,
+                indent=1,
+            )
     if wrong:
         print(f"wrong results: {wrong}", file=sys.stderr)
     return 1 if wrong else 0

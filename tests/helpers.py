@@ -1,10 +1,23 @@
 """Test helpers shared by the unit and parallel suites (no MPI here)."""
+
 import ml_dtypes
 import numpy as np
 
 # Every dtype the reductions take (bool aside, every one hvd_lite takes).
-ALL_DTYPES = [np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16,
-              np.float32, np.float64, ml_dtypes.bfloat16, np.int16, np.uint16]
+ALL_DTYPES = [
+    np.int8,
+    np.uint8,
+    np.int32,
+    np.uint32,
+    np.int64,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+    ml_dtypes.bfloat16,
+    np.int16,
+    np.uint16,
+]
 # ... and the ones only allgather, broadcast and alltoall take.
 MOVE_DTYPES = ALL_DTYPES + [np.bool_]
 FLOAT16ISH = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
@@ -111,6 +124,7 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 # ---- device buffers (the CUDA tests; CuPy is imported where a test asks for it) ----------------
+
 
 def random_bits(dtype, n, seed):
     """Every bit pattern of the type: NaNs, infinities, subnormals and wrapping integers."""

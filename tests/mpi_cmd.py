@@ -1,4 +1,5 @@
 """How tests start MPI jobs: the mpirun next to the running Python, with the flags its flavour needs."""
+
 import os
 import shutil
 import subprocess
@@ -45,8 +46,9 @@ LAUNCH_ATTEMPTS = 3
 
 def launcher_failed(res: subprocess.CompletedProcess) -> bool:
     """True if `res` (a job run with text output captured) died in the MPI launcher's own start."""
-    return res.returncode != 0 and any(m in (res.stdout or "") + (res.stderr or "")
-                                       for m in LAUNCHER_FAILURES)
+    return res.returncode != 0 and any(
+        m in (res.stdout or "") + (res.stderr or "") for m in LAUNCHER_FAILURES
+    )
 
 
 def run_job(cmd: List[str], **kw) -> subprocess.CompletedProcess:
@@ -56,8 +58,9 @@ def run_job(cmd: List[str], **kw) -> subprocess.CompletedProcess:
         res = subprocess.run(cmd, capture_output=True, text=True, **kw)
         if not launcher_failed(res) or attempt == LAUNCH_ATTEMPTS:
             return res
-        sys.stderr.write(f"mpi_cmd: the MPI launcher failed to start (attempt {attempt}); "
-                         f"launching again:\n{res.stderr}\n")
+        sys.stderr.write(
+            f"mpi_cmd: the MPI launcher failed to start (attempt {attempt}); launching again:\n{res.stderr}\n"
+        )
     raise AssertionError("unreachable")
 
 

@@ -10,6 +10,7 @@ The communicator is the library's own (`_core.Comm`, what `bench allreduce --api
 float32 and summed in place. Rank 0 prints the mean time per call; run it without the profiler for the
 profiler's own cost.
 """
+
 import argparse
 import time
 
@@ -25,19 +26,30 @@ def main(argv=None):
     p.add_argument("--bytes", type=int, default=1 << 20, help="per rank (a multiple of 4)")
     p.add_argument("--calls", type=int, default=20000)
     p.add_argument("--warmup", type=int, default=50)
-    p.add_argument("--allgather", action="store_true",
-                   help="time the all-gather instead: each rank's block is --bytes, its result n times that")
-    p.add_argument("--offset", default=None,
-                   help="place the buffer this many bytes past a 4 KiB boundary (a multiple of 4 below 4096; "
-                        "a comma-separated list gives rank r the entry r modulo its length; default: where "
-                        "numpy puts it, and --allgather's result at a page)")
-    p.add_argument("--shared", action="store_true",
-                   help="take the buffers from hvdlMemAlloc (hvd_lite.empty), which the peers reach "
-                        "directly (docs/benchmarks.md, \"Memory the peers reach\")")
+    p.add_argument(
+        "--allgather",
+        action="store_true",
+        help="time the all-gather instead: each rank's block is --bytes, its result n times that",
+    )
+    p.add_argument(
+        "--offset",
+        default=None,
+        help="place the buffer this many bytes past a 4 KiB boundary (a multiple of 4 below 4096; "
+        "a comma-separated list gives rank r the entry r modulo its length; default: where "
+        "numpy puts it, and --allgather's result at a page)",
+    )
+    p.add_argument(
+        "--shared",
+        action="store_true",
+        help="take the buffers from hvdlMemAlloc (hvd_lite.empty), which the peers reach "
+        'directly (docs/benchmarks.md, "Memory the peers reach")',
+    )
     args = p.parse_args(argv)
     if args.bytes <= 0 or args.bytes % 4 or args.calls <= 0 or args.warmup < 0:
-        p.error(f"--bytes must be a positive multiple of 4 and --calls positive (got --bytes {args.bytes}, "
-                f"--calls {args.calls}, --warmup {args.warmup})")
+        p.error(
+            f"--bytes must be a positive multiple of 4 and --calls positive (got --bytes {args.bytes}, "
+            f"--calls {args.calls}, --warmup {args.warmup})"
+        )
     offsets = None
     if args.offset is not None:
         try:
@@ -55,17 +67,23 @@ def main(argv=None):
             buf = np.frombuffer(basics._core.SharedMemory(args.bytes), np.uint8)
             buf.view(np.float32)[:] = 1
     else:
-        raw = (np.frombuffer(basics._core.SharedMemory(args.bytes + 8192), np.uint8) if args.shared
-               else np.empty(args.bytes + 8192, np.uint8))
+        raw = (
+            np.frombuffer(basics._core.SharedMemory(args.bytes + 8192), np.uint8)
+            if args.shared
+            else np.empty(args.bytes + 8192, np.uint8)
+        )
         start = (-raw.ctypes.data) % 4096 + offset
-        buf = raw[start:start + args.bytes]
+        buf = raw[start : start + args.bytes]
         buf.view(np.float32)[:] = 1
     code, op = hops.HVDL_DTYPES[np.dtype(np.float32)], hops.HVDL_OPS[hvd.Sum]
     if args.allgather:
-        out = (np.frombuffer(basics._core.SharedMemory(hvd.size() * args.bytes + 8192), np.uint8)
-               if args.shared else np.empty(hvd.size() * args.bytes + 8192, np.uint8))
+        out = (
+            np.frombuffer(basics._core.SharedMemory(hvd.size() * args.bytes + 8192), np.uint8)
+            if args.shared
+            else np.empty(hvd.size() * args.bytes + 8192, np.uint8)
+        )
         start = (-out.ctypes.data) % 4096 + (0 if offset is None else offset)
-        out = out[start:start + hvd.size() * args.bytes]
+        out = out[start : start + hvd.size() * args.bytes]
         call = lambda: comm.allgather(buf, out, code)  # noqa: E731
     else:
         call = lambda: comm.allreduce(buf, buf, code, op)  # noqa: E731

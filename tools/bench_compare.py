@@ -8,6 +8,7 @@ issue's bar for a restructuring is within +-5 %.
     python tools/bench_compare.py --before old/fusion_*.json --after new/fusion_*.json
     python tools/bench_compare.py --table new/fusion_*.json     # one build's figures, as markdown
 """
+
 import argparse
 import json
 import statistics
@@ -28,8 +29,10 @@ def points(rec):
             libs = row["libs"]
             for label, r in libs.items():
                 if label != "MPI_Allreduce":
-                    out[f"{row['bytes']} B {label} / MPI"] = (r["median_us"] * 1e-6,
-                                                           libs["MPI_Allreduce"]["median_us"] * 1e-6)
+                    out[f"{row['bytes']} B {label} / MPI"] = (
+                        r["median_us"] * 1e-6,
+                        libs["MPI_Allreduce"]["median_us"] * 1e-6,
+                    )
     else:  # allreduce and the other collectives: hvd_lite (or a sweep's contenders) against MPI
         for row in rec["results"]:
             libs = row["libs"]
@@ -61,8 +64,10 @@ def table(paths):
         hvd = statistics.median(r[k][0] for r in runs)
         base = statistics.median(r[k][1] for r in runs)
         ratios = [r[k][0] / r[k][1] for r in runs]
-        print(f"| {k} | {fmt(hvd)} | {fmt(base)} | {statistics.median(ratios):.2f} "
-              f"({min(ratios):.2f}-{max(ratios):.2f}) |")
+        print(
+            f"| {k} | {fmt(hvd)} | {fmt(base)} | {statistics.median(ratios):.2f} "
+            f"({min(ratios):.2f}-{max(ratios):.2f}) |"
+        )
 
 
 def fmt(seconds):
@@ -73,12 +78,19 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", nargs="+")
     ap.add_argument("--after", nargs="+")
-    ap.add_argument("--table", nargs="+", metavar="RECORD",
-                    help="instead: a markdown table of these runs (one build), medians over runs")
+    ap.add_argument(
+        "--table",
+        nargs="+",
+        metavar="RECORD",
+        help="instead: a markdown table of these runs (one build), medians over runs",
+    )
     ap.add_argument("--tolerance", type=float, default=0.05)
-    ap.add_argument("--absolute", action="store_true",
-                    help="compare hvd_lite's own times (us), not its ratio to the baseline: for "
-                         "interleaved before/after runs whose baseline is noisier than hvd_lite")
+    ap.add_argument(
+        "--absolute",
+        action="store_true",
+        help="compare hvd_lite's own times (us), not its ratio to the baseline: for "
+        "interleaved before/after runs whose baseline is noisier than hvd_lite",
+    )
     a = ap.parse_args(argv)
     if a.table:
         table(a.table)
@@ -88,8 +100,10 @@ def main(argv=None):
     before, nb = medians(a.before, a.absolute)
     after, na = medians(a.after, a.absolute)
     what = "hvd_lite's time, us" if a.absolute else "time relative to the baseline of the same run"
-    print(f"{'point':40} {'before':>8} {'after':>8} {'after/before':>13}   ({nb} and {na} runs; "
-          f"{what}, median over runs)")
+    print(
+        f"{'point':40} {'before':>8} {'after':>8} {'after/before':>13}   ({nb} and {na} runs; "
+        f"{what}, median over runs)"
+    )
     worst = 1.0
     for k in before:
         if k in after:

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #define BATCHES 15
-#define COPIES 5
+#define COPIES  5
 
 static double now(void) {
   struct timespec t;
@@ -62,10 +62,14 @@ static void run(int p, int procs, size_t n, pthread_barrier_t *bar) {
       pthread_barrier_wait(bar);
       const double t0 = now();
       for (int k = 0; k < COPIES; k++) {
-        if (m == 0) memcpy(b, a, n);
-        else if (m == 1) streamed(b, a, n);
-        else if (m == 2) movsb(b, a, n);
-        else stored(b, a, n);
+        if (m == 0)
+          memcpy(b, a, n);
+        else if (m == 1)
+          streamed(b, a, n);
+        else if (m == 2)
+          movsb(b, a, n);
+        else
+          stored(b, a, n);
       }
       t[r] = (now() - t0) / COPIES;
     }

@@ -6,6 +6,7 @@ submitted yet: process CPU time (every thread: caller, engine, MPI's) over wall 
 Both ranks sleep SECONDS (idle); then rank 1 calls hvd.allreduce while rank 0 sleeps SECONDS more
 before joining it (blocked). Issue 14's bar: idle ~0 %, blocked <= 1 % of a core.
 """
+
 import sys
 import time
 

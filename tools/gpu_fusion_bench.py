@@ -12,6 +12,7 @@ and its ratio to the first:
              buffer, a few device steps a round
   alone      HVD_LITE_FUSION_THRESHOLD=0: every gradient its own device step (cuda.c's staged form)
 """
+
 import argparse
 import os
 import statistics
@@ -31,8 +32,9 @@ def step_times(args) -> list:
     dev = torch.device("cuda", 0)
     layers = [torch.nn.Linear(args.width, args.width) for _ in range(args.layers)]
     model = torch.nn.Sequential(*layers).to(dev)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-3),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=1e-3), named_parameters=model.named_parameters()
+    )
     x = torch.randn(args.batch, args.width, device=dev)
     times = []
     for s in range(args.warmup + args.steps):
@@ -74,14 +76,18 @@ def main() -> None:
                     os.environ[k] = v
     if MPI.COMM_WORLD.Get_rank() == 0:
         first = statistics.median(medians["fused"])
-        print(f"# {MPI.COMM_WORLD.Get_size()} ranks, {args.layers} layers of "
-              f"{args.width}x{args.width} ({2 * args.layers} gradients), batch {args.batch}, "
-              f"{args.steps} steps x {args.rounds} rounds")
+        print(
+            f"# {MPI.COMM_WORLD.Get_size()} ranks, {args.layers} layers of "
+            f"{args.width}x{args.width} ({2 * args.layers} gradients), batch {args.batch}, "
+            f"{args.steps} steps x {args.rounds} rounds"
+        )
         for name in CONFIGS:
             m = statistics.median(medians[name])
             rounds = [round(v * 1e3, 2) for v in medians[name]]
-            print(f"{name:>6}: step {m * 1e3:8.2f} ms (rounds {rounds}), device steps in the "
-                  f"last round {steps[name]}, / fused {m / first:.2f}")
+            print(
+                f"{name:>6}: step {m * 1e3:8.2f} ms (rounds {rounds}), device steps in the "
+                f"last round {steps[name]}, / fused {m / first:.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ threads in all: set TF_NUM_INTRAOP_THREADS=2 for the one-process run to compare 
 threads. Prints global samples per second over the epochs after the first (which builds the graph),
 and the engine's negotiation rounds per step.
 """
+
 import argparse
 import os
 import sys
@@ -50,12 +51,21 @@ def main():
     y = rng.integers(0, 10, args.samples)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.global_batch)
     with strategy.scope():
-        model = keras.Sequential([
-            keras.Input((28, 28, 1)), keras.layers.Conv2D(32, 3, activation="relu"),
-            keras.layers.MaxPooling2D(), keras.layers.Flatten(),
-            keras.layers.Dense(128, activation="relu"), keras.layers.Dense(10)])
-        model.compile(optimizer=keras.optimizers.SGD(0.01), metrics=["accuracy"],
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model = keras.Sequential(
+            [
+                keras.Input((28, 28, 1)),
+                keras.layers.Conv2D(32, 3, activation="relu"),
+                keras.layers.MaxPooling2D(),
+                keras.layers.Flatten(),
+                keras.layers.Dense(128, activation="relu"),
+                keras.layers.Dense(10),
+            ]
+        )
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.01),
+            metrics=["accuracy"],
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
     timer = Timer()
     engine = core._engine()
     model.fit(data, epochs=1, verbose=0, callbacks=[timer])  # builds the step
@@ -65,9 +75,11 @@ def main():
     rounds = engine.stats()["rounds"] - before
     secs = sorted(timer.epochs)[len(timer.epochs) // 2]
     if hvd.rank() == 0:
-        print(f"ranks {hvd.size()} global batch {args.global_batch}: "
-              f"{args.samples / secs:.0f} samples/s (median epoch {secs:.3f} s), "
-              f"{rounds / steps:.2f} rounds per step")
+        print(
+            f"ranks {hvd.size()} global batch {args.global_batch}: "
+            f"{args.samples / secs:.0f} samples/s (median epoch {secs:.3f} s), "
+            f"{rounds / steps:.2f} rounds per step"
+        )
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ and one more contender:
   alone after core   alone's call timed right after a core call (untimed) each time: the same
               work as alone, on the caches a collective of this size leaves
 """
+
 import argparse
 import statistics
 import time
@@ -71,9 +72,11 @@ def main() -> None:
         "alone": lambda: hvd.allreduce_(x, op=hvd.Sum, name="lat.alone", process_set=mine),
         "engine": lambda: hvd.allreduce_(x, op=hvd.Sum, name="lat.engine"),
         "bare": lambda: engine.submit(*bare_args, True).wait(),
-        "plain": lambda: _submit.run(basics._state.sets[0], None,
-                                     ops.plain_args(x, True, hvd.Sum, 1.0, 1.0, "lat.plain")),
+        "plain": lambda: _submit.run(
+            basics._state.sets[0], None, ops.plain_args(x, True, hvd.Sum, 1.0, 1.0, "lat.plain")
+        ),
     }
+
     def alone_after_core() -> float:
         spent = 0.0
         for _ in range(args.iters):
@@ -87,7 +90,7 @@ def main() -> None:
     in_step, after = [], []
     for rep in range(args.repeats):
         order = list(contenders)
-        order = order[rep % len(order):] + order[:rep % len(order)]
+        order = order[rep % len(order) :] + order[: rep % len(order)]
         for k in order:
             fn = contenders[k]
             for _ in range(50):
@@ -107,15 +110,19 @@ def main() -> None:
         x[:] = 1
     if r == 0:
         med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
-        print(f"# {n} ranks, {count * 4} B float32 sum, {args.iters} calls x {args.repeats} repeats; "
-              "median round trip (us), slowest rank")
+        print(
+            f"# {n} ranks, {count * 4} B float32 sum, {args.iters} calls x {args.repeats} repeats; "
+            "median round trip (us), slowest rank"
+        )
         for k, v in med.items():
             print(f"{k:>8} {v:8.2f}   (range {min(times[k]) * 1e6:.2f}-{max(times[k]) * 1e6:.2f})")
         rest = med["engine"] - med["alone"] - med["round"] - med["core"]
         print(f"{'rest':>8} {rest:8.2f}   engine - alone - round - core: waiting for the peer")
         step = statistics.median(in_step) * 1e6
-        print(f"{'in step':>8} {step:8.2f}   (range {min(in_step) * 1e6:.2f}-{max(in_step) * 1e6:.2f}) "
-              "the engine's collective, by its own clock")
+        print(
+            f"{'in step':>8} {step:8.2f}   (range {min(in_step) * 1e6:.2f}-{max(in_step) * 1e6:.2f}) "
+            "the engine's collective, by its own clock"
+        )
         print(f"{'around':>8} {med['engine'] - step:8.2f}   engine - in step: the rest of the call")
         cold = statistics.median(after) * 1e6
         print(f"alone after core {cold:8.2f}   (range {min(after) * 1e6:.2f}-{max(after) * 1e6:.2f})")

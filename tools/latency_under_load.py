@@ -10,6 +10,7 @@ the calls over 1 ms and the time they took, and the engine's rounds and caller t
 path). A thread that waits by sched_yield on such a machine gets its core back a time slice later
 (ms): csrc/base/wait.c.
 """
+
 import argparse
 import multiprocessing as mp
 import os
@@ -55,10 +56,13 @@ def main() -> None:
             after = engine.stats()
             ts *= 1e6
             slow = ts[ts > 1000]
-            print(f"rank {hvd.rank()} repeat {rep}: mean {ts.mean():.1f} us, p50 {np.median(ts):.1f}, "
-                  f"p99 {np.percentile(ts, 99):.1f}, max {ts.max():.0f}; {len(slow)} calls over 1 ms "
-                  f"({slow.sum() / 1e3:.0f} ms); rounds {after['rounds'] - before['rounds']}, "
-                  f"caller turns {after['caller_turns'] - before['caller_turns']}", flush=True)
+            print(
+                f"rank {hvd.rank()} repeat {rep}: mean {ts.mean():.1f} us, p50 {np.median(ts):.1f}, "
+                f"p99 {np.percentile(ts, 99):.1f}, max {ts.max():.0f}; {len(slow)} calls over 1 ms "
+                f"({slow.sum() / 1e3:.0f} ms); rounds {after['rounds'] - before['rounds']}, "
+                f"caller turns {after['caller_turns'] - before['caller_turns']}",
+                flush=True,
+            )
     finally:
         for h in hogs:
             h.terminate()

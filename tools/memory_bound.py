@@ -11,6 +11,7 @@ from below, shared memory or not. `sum` is the same for the reduction kernel's p
 B bytes. Printed per size: the medians over the repeats, and copy / MPI: an all-reduce at twice MPI's bus
 bandwidth must take at most MPI / 2, which no algorithm can where copy / MPI is above 0.5.
 """
+
 import argparse
 import statistics
 import time
@@ -36,25 +37,32 @@ def main() -> None:
     args = p.parse_args()
     world = MPI.COMM_WORLD
     if world.rank == 0:
-        print(f"# {world.size} ranks, float32; medians over {args.repeats} repeats of a ~50 ms batch, "
-              "slowest rank; us")
+        print(
+            f"# {world.size} ranks, float32; medians over {args.repeats} repeats of a ~50 ms batch, "
+            "slowest rank; us"
+        )
         print(f"# {'bytes':>9} {'MPI':>9} {'copy':>9} {'sum':>9}  copy/MPI  sum/MPI")
     for nbytes in SIZES:
         x = np.ones(nbytes // 4, np.float32)
         a, b = np.ones_like(x), np.empty_like(x)
         iters = max(2, min(2000, int(0.05 / (nbytes / 2e9 + 5e-6))))
-        fns = {"mpi": lambda: world.Allreduce(MPI.IN_PLACE, x),
-               "copy": lambda: np.copyto(b, a),
-               "sum": lambda: np.add(a, x, out=b)}
+        fns = {
+            "mpi": lambda: world.Allreduce(MPI.IN_PLACE, x),
+            "copy": lambda: np.copyto(b, a),
+            "sum": lambda: np.add(a, x, out=b),
+        }
         res = {k: [] for k in fns}
         for rep in range(args.repeats):
-            for k in (list(fns) if rep % 2 == 0 else list(fns)[::-1]):
+            for k in list(fns) if rep % 2 == 0 else list(fns)[::-1]:
                 res[k].append(timed(world, fns[k], iters))
                 x[:] = 1
         if world.rank == 0:
             m = {k: statistics.median(v) * 1e6 for k, v in res.items()}
-            print(f"  {nbytes:>9} {m['mpi']:9.1f} {m['copy']:9.1f} {m['sum']:9.1f}  "
-                  f"{m['copy'] / m['mpi']:8.2f} {m['sum'] / m['mpi']:8.2f}", flush=True)
+            print(
+                f"  {nbytes:>9} {m['mpi']:9.1f} {m['copy']:9.1f} {m['sum']:9.1f}  "
+                f"{m['copy'] / m['mpi']:8.2f} {m['sum'] / m['mpi']:8.2f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

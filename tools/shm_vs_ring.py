@@ -9,6 +9,7 @@ stays in the cache (as a benchmark's does). With --cold M the calls go round buf
 MiB per rank (more than the last-level cache: each call's buffer then comes from memory, as a
 training step's gradients do).
 """
+
 import argparse
 import os
 import statistics
@@ -42,8 +43,11 @@ def main():
     w = MPI.COMM_WORLD
     # shm: its single-copy form above SHM_CMA_MIN where the host allows it; areas: every size
     # through the segment's areas (HVD_LITE_SHM_CMA=0)
-    comms = {"shm": make_comm("shm"), "areas": make_comm("shm", HVD_LITE_SHM_CMA="0"),
-             "ring": make_comm("ring")}
+    comms = {
+        "shm": make_comm("shm"),
+        "areas": make_comm("shm", HVD_LITE_SHM_CMA="0"),
+        "ring": make_comm("ring"),
+    }
     for nbytes in [int(s) for s in args.sizes.split(",")]:
         nbufs = max(1, (args.cold << 20) // nbytes)
         bufs = [np.ones(nbytes // 4, np.float32) for _ in range(nbufs)]
@@ -54,11 +58,14 @@ def main():
             order = order if rep % 2 == 0 else order[::-1]
             for k in order:
                 if k == "mpi":
+
                     def f(x):
                         w.Allreduce(MPI.IN_PLACE, x)
                 else:
+
                     def f(x, c=comms[k]):
                         c.allreduce(x, x, 7, 0)
+
                 f(bufs[0])
                 w.Barrier()
                 t0 = time.perf_counter()
@@ -69,10 +76,13 @@ def main():
                     x[:] = 1
         if w.rank == 0:
             m = {k: statistics.median(v) * 1e6 for k, v in res.items()}
-            print(f"{nbytes:>9} shm {m['shm']:9.1f} areas {m['areas']:9.1f} ring {m['ring']:9.1f} "
-                  f"mpi {m['mpi']:9.1f}  shm/ring {m['shm'] / m['ring']:.2f}  "
-                  f"areas/mpi {m['areas'] / m['mpi']:.2f}  shm/mpi {m['shm'] / m['mpi']:.2f}"
-                  + (f"  ({nbufs} buffers)" if nbufs > 1 else ""), flush=True)
+            print(
+                f"{nbytes:>9} shm {m['shm']:9.1f} areas {m['areas']:9.1f} ring {m['ring']:9.1f} "
+                f"mpi {m['mpi']:9.1f}  shm/ring {m['shm'] / m['ring']:.2f}  "
+                f"areas/mpi {m['areas'] / m['mpi']:.2f}  shm/mpi {m['shm'] / m['mpi']:.2f}"
+                + (f"  ({nbufs} buffers)" if nbufs > 1 else ""),
+                flush=True,
+            )
         del bufs
     for c in comms.values():
         c.destroy()

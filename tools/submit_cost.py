@@ -10,6 +10,7 @@ Contenders, interleaved within each repeat:
   torch    hvd_lite.torch.allreduce_async_ on a float32 tensor (when torch is installed)
 One process is enough (a rank of its own); under mpirun rank 0 prints.
 """
+
 import argparse
 import statistics
 import time
@@ -30,9 +31,13 @@ def main() -> None:
     counts = [int(c) for c in args.counts.split(",")]
     arrays = [np.ones(16, np.float32) for _ in range(max(counts))]
     names = [f"submit_cost.{i}" for i in range(len(arrays))]
-    built = [(ops.plain_args(a, True, hvd.Sum, 1.0, 1.0, n) or
-              ops.allreduce_request("f", a, True, hvd.Sum, 1.0, 1.0, n).submission).entry()
-             for a, n in zip(arrays, names)]
+    built = [
+        (
+            ops.plain_args(a, True, hvd.Sum, 1.0, 1.0, n)
+            or ops.allreduce_request("f", a, True, hvd.Sum, 1.0, 1.0, n).submission
+        ).entry()
+        for a, n in zip(arrays, names)
+    ]
 
     def public(i):
         return hvd.allreduce_async_(arrays[i], op=hvd.Sum, name=names[i])
@@ -68,8 +73,8 @@ def main() -> None:
             for k, fn in contenders.items():
                 with _submit.held(engine):
                     settle = time.perf_counter() + 0.002  # the engine thread done with the last
-                    while time.perf_counter() < settle:   # turn (a spin: a sleep leaves the core
-                        pass                              # cold for the first call)
+                    while time.perf_counter() < settle:  # turn (a spin: a sleep leaves the core
+                        pass  # cold for the first call)
                     t0 = time.perf_counter()
                     handles = [fn(i) for i in range(n)]
                     t = (time.perf_counter() - t0) / n
@@ -81,8 +86,10 @@ def main() -> None:
     if hvd.rank() == 0:
         print(f"# us a submission, median of {args.repeats - 3} repeats")
         for n in counts:
-            print(f"{n:>6} in flight  " + "  ".join(
-                f"{k} {statistics.median(times[(k, n)]) * 1e6:6.2f}" for k in contenders))
+            print(
+                f"{n:>6} in flight  "
+                + "  ".join(f"{k} {statistics.median(times[(k, n)]) * 1e6:6.2f}" for k in contenders)
+            )
 
 
 if __name__ == "__main__":

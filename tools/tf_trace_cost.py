@@ -11,6 +11,7 @@ in turn; the tool prints the medians and their ratio. What on costs over off is 
 converting code: the step's own, and before hvd_lite's entry points were marked
 (mpi_ops.graph_safe), all of hvd_lite's code they reach (docs/tensorflow.md, "Tracing").
 """
+
 import argparse
 import json
 import os
@@ -53,8 +54,7 @@ print(json.dumps({"seconds": time.perf_counter() - t0}))
 
 
 def one(script: str, step: str, mode: str) -> float:
-    out = subprocess.run([sys.executable, script, step, mode], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, script, step, mode], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
 
 
@@ -73,10 +73,13 @@ def main() -> None:
                 for mode in ("on", "off"):
                     times[mode].append(one(script, step, mode))
             on, off = statistics.median(times["on"]), statistics.median(times["off"])
-            print(f"{step}: first trace, median of {args.runs} fresh processes: AutoGraph on "
-                  f"{on * 1e3:.1f} ms, off {off * 1e3:.1f} ms, on/off {on / off:.2f}")
+            print(
+                f"{step}: first trace, median of {args.runs} fresh processes: AutoGraph on "
+                f"{on * 1e3:.1f} ms, off {off * 1e3:.1f} ms, on/off {on / off:.2f}"
+            )
             print("  on:  " + " ".join(f"{t * 1e3:.1f}" for t in times["on"]))
             print("  off: " + " ".join(f"{t * 1e3:.1f}" for t in times["off"]))
+
 
 if __name__ == "__main__":
     main()

@@ -15,6 +15,7 @@ eager 4-byte `allreduce_` calls, hvd_lite.torch's and the undecorated function i
 process (the best of 7 batches of 5,000 each), as a ratio and in microseconds.
 docs/pytorch.md, "torch.compile".
 """
+
 import argparse
 import json
 import statistics
@@ -72,37 +73,51 @@ print(json.dumps({"first": first, "later": later[len(later) // 2],
 
 
 def one(mode: str, backend: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, mode, backend], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, backend], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="fresh processes per mode (default 5)")
-    ap.add_argument("--backend", default="aot_eager", help="torch.compile's backend (default "
-                    "aot_eager: no C++ build; inductor is torch.compile's default)")
+    ap.add_argument(
+        "--backend",
+        default="aot_eager",
+        help="torch.compile's backend (default aot_eager: no C++ build; inductor is torch.compile's default)",
+    )
     args = ap.parse_args()
     got = {"untraced": [], "traced": []}
     for _ in range(args.runs):
         for mode in got:
             got[mode].append(one(mode, args.backend))
-    med = {m: {k: statistics.median(r[k] for r in rs)
-               for k in ("first", "later", "eager", "graphs")} for m, rs in got.items()}
+    med = {
+        m: {k: statistics.median(r[k] for r in rs) for k in ("first", "later", "eager", "graphs")}
+        for m, rs in got.items()
+    }
     for m, rs in got.items():
-        print(f"{m:8s} first call {med[m]['first'] * 1e3:8.1f} ms, later calls "
-              f"{med[m]['later'] * 1e3:6.2f} ms, graphs {med[m]['graphs']:.0f} (medians of "
-              f"{args.runs} fresh processes, backend {args.backend})")
+        print(
+            f"{m:8s} first call {med[m]['first'] * 1e3:8.1f} ms, later calls "
+            f"{med[m]['later'] * 1e3:6.2f} ms, graphs {med[m]['graphs']:.0f} (medians of "
+            f"{args.runs} fresh processes, backend {args.backend})"
+        )
         print("  first: " + " ".join(f"{r['first'] * 1e3:.1f}" for r in rs))
         print("  later: " + " ".join(f"{r['later'] * 1e3:.2f}" for r in rs))
-        print("  eager allreduce_ of 4 bytes, untraced / undecorated (best of 7 batches of 5,000 "
-              "each, in turn): " + " ".join(f"{r['eager']:.3f}" for r in rs))
-        print("    us a call, untraced against undecorated: " + " ".join(
-            f"{r['eager_us']:.2f}/{r['eager_plain_us']:.2f}" for r in rs))
+        print(
+            "  eager allreduce_ of 4 bytes, untraced / undecorated (best of 7 batches of 5,000 "
+            "each, in turn): " + " ".join(f"{r['eager']:.3f}" for r in rs)
+        )
+        print(
+            "    us a call, untraced against undecorated: "
+            + " ".join(f"{r['eager_us']:.2f}/{r['eager_plain_us']:.2f}" for r in rs)
+        )
     u, t = med["untraced"], med["traced"]
-    print(f"traced / untraced: first call {t['first'] / u['first']:.2f}, later calls "
-          f"{t['later'] / u['later']:.2f}; eager calls, untraced / undecorated: median "
-          f"{statistics.median(r['eager'] for rs in got.values() for r in rs):.3f}")
+    print(
+        f"traced / untraced: first call {t['first'] / u['first']:.2f}, later calls "
+        f"{t['later'] / u['later']:.2f}; eager calls, untraced / undecorated: median "
+        f"{statistics.median(r['eager'] for rs in got.values() for r in rs):.3f}"
+    )
 
 
 if __name__ == "__main__":

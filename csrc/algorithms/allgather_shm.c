@@ -61,7 +61,8 @@ hvdlResult_t hvdl_allgatherv_shm(hvdlComm_t comm, const void *sendbuff, void *re
   struct hvdl_shm *s = comm->shm;
   const size_t esize = hvdl_type_size(dt);
   const int L = s->local_size, me = s->local_rank;
-  const size_t total = hvdl_before(counts, comm->size), off = hvdl_before(counts, comm->rank) * esize;
+  const size_t total = hvdl_before(counts, comm->size),
+               off = hvdl_before(counts, comm->rank) * esize;
   if (total == 0) return hvdlSuccess; /* alike on every rank */
   if (total * esize <= SHM_ALLGATHER_MIN && total * esize <= s->area)
     return one_step(comm, s, sendbuff, recvbuff, counts, esize);

@@ -76,14 +76,14 @@
 #include "kernels/kernels.h"
 #include "transport/transport.h"
 
-#define GATHER_TAG 0x4850  /* "HP": phase 1 */
-#define SPREAD_TAG 0x4851  /* phase 3 */
+#define GATHER_TAG 0x4850 /* "HP": phase 1 */
+#define SPREAD_TAG 0x4851 /* phase 3 */
 
 struct hvdl_hier_p2p {
   struct hvdl_group local, cross;
-  struct hvdl_msg *msgs;  /* one phase's messages within the host: at most 2(L-1) */
-  MPI_Request *reqs;      /* and their requests */
-  int ranks[];            /* the local group's ranks, then the cross group's */
+  struct hvdl_msg *msgs; /* one phase's messages within the host: at most 2(L-1) */
+  MPI_Request *reqs;     /* and their requests */
+  int ranks[];           /* the local group's ranks, then the cross group's */
 };
 
 void hvdl_hier_p2p_free(struct hvdl_hier_p2p *h) {
@@ -133,9 +133,10 @@ static hvdlResult_t build(hvdlComm_t comm, MPI_Comm local, MPI_Comm cross,
     hvdl_hier_p2p_free(h);
     return res;
   }
-  h->local = (struct hvdl_group){.size = ls, .rank = lr, .ranks = h->ranks, .divisor = (uint64_t)ls};
-  h->cross = (struct hvdl_group){.size = cs, .rank = cr, .ranks = h->ranks + ls,
-                                 .divisor = (uint64_t)comm->size};
+  h->local =
+      (struct hvdl_group){.size = ls, .rank = lr, .ranks = h->ranks, .divisor = (uint64_t)ls};
+  h->cross = (struct hvdl_group){
+      .size = cs, .rank = cr, .ranks = h->ranks + ls, .divisor = (uint64_t)comm->size};
   *out = h;
   return hvdlSuccess;
 }
@@ -165,17 +166,19 @@ static hvdlResult_t gather_lanes(hvdlComm_t comm, struct hvdl_hier_p2p *h, int l
   const size_t n = holds ? hvdl_block_start(count, lanes, j + 1) - b0 : 0, mine = n * esize;
   char *work = NULL;
   if (holds) {
-    HVDL_CHECK(hvdl_reserve(comm, &comm->scratch.work, &comm->scratch.work_bytes, (size_t)L * mine));
+    HVDL_CHECK(
+        hvdl_reserve(comm, &comm->scratch.work, &comm->scratch.work_bytes, (size_t)L * mine));
     work = comm->scratch.work;
   }
   int nm = 0;
   for (int i = 0; holds && i < L; i++)
-    if (i != j) h->msgs[nm++] = (struct hvdl_msg){hvdl_group_peer(g, i), 1, work + (size_t)i * mine, mine};
+    if (i != j)
+      h->msgs[nm++] = (struct hvdl_msg){hvdl_group_peer(g, i), 1, work + (size_t)i * mine, mine};
   for (int k = 0; k < lanes; k++) {
     if (k == j) continue;
     const size_t k0 = hvdl_block_start(count, lanes, k), k1 = hvdl_block_start(count, lanes, k + 1);
-    h->msgs[nm++] = (struct hvdl_msg){hvdl_group_peer(g, k), 0, (char *)in + k0 * esize,
-                                      (k1 - k0) * esize};
+    h->msgs[nm++] =
+        (struct hvdl_msg){hvdl_group_peer(g, k), 0, (char *)in + k0 * esize, (k1 - k0) * esize};
   }
   HVDL_CHECK(hvdl_pair_exchange_set(comm, GATHER_TAG, nm, h->msgs, h->reqs));
   if (!holds || n == 0) return hvdlSuccess;
@@ -207,13 +210,15 @@ static hvdlResult_t spread_lanes(hvdlComm_t comm, struct hvdl_hier_p2p *h, int l
   for (int k = 0; k < lanes; k++) {
     if (k == j) continue;
     const size_t k0 = hvdl_block_start(count, lanes, k), k1 = hvdl_block_start(count, lanes, k + 1);
-    h->msgs[nm++] = (struct hvdl_msg){hvdl_group_peer(g, k), 1, out + k0 * esize, (k1 - k0) * esize};
+    h->msgs[nm++] =
+        (struct hvdl_msg){hvdl_group_peer(g, k), 1, out + k0 * esize, (k1 - k0) * esize};
   }
   if (j < lanes) {
     const size_t b0 = hvdl_block_start(count, lanes, j), b1 = hvdl_block_start(count, lanes, j + 1);
     for (int i = 0; i < L; i++)
       if (i != j)
-        h->msgs[nm++] = (struct hvdl_msg){hvdl_group_peer(g, i), 0, out + b0 * esize, (b1 - b0) * esize};
+        h->msgs[nm++] =
+            (struct hvdl_msg){hvdl_group_peer(g, i), 0, out + b0 * esize, (b1 - b0) * esize};
   }
   return hvdl_pair_exchange_set(comm, SPREAD_TAG, nm, h->msgs, h->reqs);
 }

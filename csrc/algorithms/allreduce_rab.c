@@ -72,14 +72,16 @@ hvdlResult_t hvdl_rab_reduce_scatter(hvdlComm_t comm, const struct hvdl_group *g
     return hvdl_pair_exchange(comm, hvdl_group_peer(g, r + 1), RAB_TAG, sendbuff, bytes, NULL, 0);
   HVDL_CHECK(hvdl_reserve(comm, &s->work, &s->work_bytes, bytes));
   if (r < 2 * f->rem) {
-    HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), RAB_TAG, NULL, 0, s->work, bytes));
+    HVDL_CHECK(
+        hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), RAB_TAG, NULL, 0, s->work, bytes));
     hvdl_pair_combine(out, cur, s->work, 0, count, dt, op);
     cur = out;
   }
   /* lo[j], hi[j] is the block range held before step j. */
   int *lo = h->lo, *hi = h->hi, steps = 0;
   for (int m = 1; m < f->p; m *= 2, steps++) {
-    const int peer = hvdl_group_peer(g, hvdl_fold_rank(f, f->vrank ^ m)), lower = (f->vrank & m) == 0;
+    const int peer = hvdl_group_peer(g, hvdl_fold_rank(f, f->vrank ^ m)),
+              lower = (f->vrank & m) == 0;
     lo[steps + 1] = lo[steps];
     hi[steps + 1] = hi[steps];
     if (m < whole && !lower) { /* hand the whole partial to the lower partner, and stop */
@@ -101,8 +103,8 @@ hvdlResult_t hvdl_rab_reduce_scatter(hvdlComm_t comm, const struct hvdl_group *g
     const size_t k1 = hvdl_block_start(count, h->blocks, keep_hi);
     const size_t s0 = hvdl_block_start(count, h->blocks, send_lo);
     const size_t s1 = hvdl_block_start(count, h->blocks, send_hi);
-    HVDL_CHECK(hvdl_pair_exchange(comm, peer, RAB_TAG, cur + s0 * esize, (s1 - s0) * esize,
-                                  s->work, (k1 - k0) * esize));
+    HVDL_CHECK(hvdl_pair_exchange(comm, peer, RAB_TAG, cur + s0 * esize, (s1 - s0) * esize, s->work,
+                                  (k1 - k0) * esize));
     hvdl_pair_combine(out + k0 * esize, cur + k0 * esize, s->work, lower, k1 - k0, dt, op);
     cur = out;
     lo[steps + 1] = keep_lo;
@@ -160,8 +162,8 @@ hvdlResult_t hvdl_allreduce_rab_group(hvdlComm_t comm, const struct hvdl_group *
   return hvdl_rab_all_gather(comm, g, recvbuff, count, dt, &h);
 }
 
-hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                                size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
+hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
+                                hvdlDataType_t dt, hvdlRedOp_t op) {
   const struct hvdl_group all = hvdl_group_all(comm);
   return hvdl_allreduce_rab_group(comm, &all, sendbuff, recvbuff, count, dt, op);
 }

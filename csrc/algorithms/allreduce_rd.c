@@ -59,7 +59,8 @@ hvdlResult_t hvdl_allreduce_rd_group(hvdlComm_t comm, const struct hvdl_group *g
     return hvdl_pair_exchange(comm, odd, RD_TAG, NULL, 0, recvbuff, bytes);
   }
   if (r < 2 * f.rem) {
-    HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), RD_TAG, NULL, 0, s->work, bytes));
+    HVDL_CHECK(
+        hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), RD_TAG, NULL, 0, s->work, bytes));
     hvdl_pair_combine(recvbuff, cur, s->work, 0, count, dt, op);
     cur = recvbuff;
   }
@@ -72,12 +73,13 @@ hvdlResult_t hvdl_allreduce_rd_group(hvdlComm_t comm, const struct hvdl_group *g
   if (cur != recvbuff) hvdl_copy(recvbuff, cur, bytes); /* a group of one */
   if (op == hvdlAvg) hvdl_divide(recvbuff, count, dt, g->divisor);
   if (r < 2 * f.rem)
-    HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), RD_TAG, recvbuff, bytes, NULL, 0));
+    HVDL_CHECK(
+        hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), RD_TAG, recvbuff, bytes, NULL, 0));
   return hvdlSuccess;
 }
 
-hvdlResult_t hvdl_allreduce_rd(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                               size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
+hvdlResult_t hvdl_allreduce_rd(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
+                               hvdlDataType_t dt, hvdlRedOp_t op) {
   const struct hvdl_group all = hvdl_group_all(comm);
   return hvdl_allreduce_rd_group(comm, &all, sendbuff, recvbuff, count, dt, op);
 }

@@ -67,8 +67,8 @@ static void other_lanes(char *to, const char *from, size_t a, size_t b, size_t c
   hvdl_copy(to + b * esize, from + b * esize, (count - b) * esize);
 }
 
-static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                               size_t count, const struct hvdl_shm_fold *f) {
+static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
+                               const struct hvdl_shm_fold *f) {
   struct hvdl_shm *s = comm->shm;
   const size_t esize = hvdl_type_size(f->dt), chunk = s->area / esize;
   const int L = s->local_size, me = s->local_rank;
@@ -92,8 +92,7 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
     const size_t n = b - g < chunk ? b - g : chunk;
     for (int q = 0; q < L && res == hvdlSuccess; q++) {
       if (q != me) {
-        res = hvdl_cma_read(comm, q, hvdl_cma_sendbuff(s, q) + g * esize, n * esize,
-                            &s->inputs[q]);
+        res = hvdl_cma_read(comm, q, hvdl_cma_sendbuff(s, q) + g * esize, n * esize, &s->inputs[q]);
       } else if (send == recv && L > 2) { /* the fold writes recv before it has read it all */
         char *to = hvdl_cma_scratch(s, q, (uintptr_t)(send + g * esize));
         hvdl_copy(to, send + g * esize, n * esize);
@@ -110,13 +109,15 @@ static hvdlResult_t reduce_cma(hvdlComm_t comm, const void *sendbuff, void *recv
                              n * esize);
   }
   res = hvdl_cma_close(comm, k, res);
-  if (stand_in && res == hvdlSuccess) other_lanes(recv, stand_in, a, b, count, esize);
-  else if (stand_in) hvdl_cma_free(s); /* a late peer may still write into it: a new one next */
+  if (stand_in && res == hvdlSuccess)
+    other_lanes(recv, stand_in, a, b, count, esize);
+  else if (stand_in)
+    hvdl_cma_free(s); /* a late peer may still write into it: a new one next */
   return res;
 }
 
-hvdlResult_t hvdl_allreduce_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                                size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
+hvdlResult_t hvdl_allreduce_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
+                                hvdlDataType_t dt, hvdlRedOp_t op) {
   struct hvdl_shm *s = comm->shm;
   const size_t bytes = count * hvdl_type_size(dt);
   const struct hvdl_shm_fold f = {dt, op, op == hvdlAvg ? (uint64_t)s->local_size : 0,

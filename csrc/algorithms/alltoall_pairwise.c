@@ -29,7 +29,8 @@ hvdlResult_t hvdl_alltoallv(hvdlComm_t comm, const void *send, const int *scount
   hvdlResult_t res = hvdlSuccess;
   for (int i = 1; i < n && res == hvdlSuccess; i++) {
     const int from = (me - i + n) % n, to = (me + i) % n;
-    if (hvdl_fault_hit(comm->faults, HVDL_FAULT_RECV) || hvdl_fault_hit(comm->faults, HVDL_FAULT_SEND)) {
+    if (hvdl_fault_hit(comm->faults, HVDL_FAULT_RECV) ||
+        hvdl_fault_hit(comm->faults, HVDL_FAULT_SEND)) {
       res = hvdl_fail(comm, hvdlSystemError, "alltoall: injected fault (HVD_LITE_FAULT)");
       break;
     }

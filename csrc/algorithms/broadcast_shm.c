@@ -24,8 +24,8 @@
 #include "algorithms/algorithms.h"
 #include "transport/shm/shm.h"
 
-hvdlResult_t hvdl_broadcast_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                                size_t count, hvdlDataType_t dt, int root) {
+hvdlResult_t hvdl_broadcast_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
+                                hvdlDataType_t dt, int root) {
   struct hvdl_shm *s = comm->shm;
   const size_t bytes = count * hvdl_type_size(dt);
   if (bytes == 0) return hvdlSuccess; /* alike on every rank */

@@ -53,7 +53,7 @@
 #include "base/base.h"
 #include "transport/transport.h"
 
-#define TREE_TAG 0x4854    /* "HT" */
+#define TREE_TAG    0x4854 /* "HT" */
 #define SCATTER_TAG 0x4853 /* "HS" */
 
 static int lowbit(int v) { return v & -v; }

@@ -53,8 +53,8 @@ static hvdlResult_t reduce_small(hvdlComm_t comm, const void *sendbuff, void *re
     HVDL_CHECK(hvdl_reserve(comm, &s->gather, &s->gather_bytes, (size_t)n * bytes));
 
   MPI_Request req;
-  HVDL_MPI(comm, MPI_Igather(sendbuff, (int)bytes, MPI_BYTE, s->gather, (int)bytes, MPI_BYTE,
-                             root, comm->mpi, &req));
+  HVDL_MPI(comm, MPI_Igather(sendbuff, (int)bytes, MPI_BYTE, s->gather, (int)bytes, MPI_BYTE, root,
+                             comm->mpi, &req));
   HVDL_CHECK(hvdl_wait_all(comm, 1, &req));
   if (comm->rank != root) return hvdlSuccess;
   hvdl_small_fold(recvbuff, s->gather, count, n, dt, op);
@@ -62,7 +62,9 @@ static hvdlResult_t reduce_small(hvdlComm_t comm, const void *sendbuff, void *re
 }
 
 /* Number of messages a block of `bytes` is sent as. */
-static size_t messages(size_t bytes) { return (bytes + GATHER_MAX_MESSAGE - 1) / GATHER_MAX_MESSAGE; }
+static size_t messages(size_t bytes) {
+  return (bytes + GATHER_MAX_MESSAGE - 1) / GATHER_MAX_MESSAGE;
+}
 
 /* Posts the sends (or receives) of one block to (or from) `peer`. */
 static hvdlResult_t post_block(hvdlComm_t comm, int is_send, char *buf, size_t bytes, int peer,
@@ -78,12 +80,10 @@ static hvdlResult_t post_block(hvdlComm_t comm, int is_send, char *buf, size_t b
   return hvdlSuccess;
 }
 
-hvdlResult_t hvdl_reduce_root(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                              size_t count, hvdlDataType_t dt, hvdlRedOp_t op, int root,
-                              int latency) {
+hvdlResult_t hvdl_reduce_root(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
+                              hvdlDataType_t dt, hvdlRedOp_t op, int root, int latency) {
   const size_t esize = hvdl_type_size(dt);
-  if (latency)
-    return reduce_small(comm, sendbuff, recvbuff, count, dt, op, root);
+  if (latency) return reduce_small(comm, sendbuff, recvbuff, count, dt, op, root);
 
   const int n = comm->size, r = comm->rank;
   struct hvdl_scratch *s = &comm->scratch;

@@ -72,8 +72,7 @@
 #define RS_HALVING_TAG 0x4849 /* "HI" */
 
 hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                                         const size_t *counts, hvdlDataType_t dt,
-                                         hvdlRedOp_t op) {
+                                         const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op) {
   const int n = comm->size, r = comm->rank;
   const size_t esize = hvdl_type_size(dt), total = hvdl_before(counts, n), bytes = total * esize;
   char *out = recvbuff;
@@ -108,8 +107,8 @@ hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, 
     const int give_lo = w < mid ? mid : lo, give_hi = w < mid ? hi : mid;
     const size_t k0 = hvdl_vbefore(&f, counts, keep_lo), k1 = hvdl_vbefore(&f, counts, keep_hi);
     const size_t g0 = hvdl_vbefore(&f, counts, give_lo), g1 = hvdl_vbefore(&f, counts, give_hi);
-    HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_fold_rank(&f, v ^ m), RS_HALVING_TAG,
-                                  cur + g0 * esize, (g1 - g0) * esize, s->work, (k1 - k0) * esize));
+    HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_fold_rank(&f, v ^ m), RS_HALVING_TAG, cur + g0 * esize,
+                                  (g1 - g0) * esize, s->work, (k1 - k0) * esize));
     hvdl_pair_combine(partial + k0 * esize, cur + k0 * esize, s->work, lower, k1 - k0, dt, op);
     cur = partial;
     lo = keep_lo;
@@ -133,8 +132,8 @@ hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, 
       from_holder[k] = cur + v0 * esize;
     } else {
       from_holder[k] = got + k * vn * esize;
-      msg[nm++] = (struct hvdl_msg){hvdl_fold_rank(&f, holder), 1, got + k * vn * esize,
-                                    vn * esize};
+      msg[nm++] =
+          (struct hvdl_msg){hvdl_fold_rank(&f, holder), 1, got + k * vn * esize, vn * esize};
     }
   }
   HVDL_CHECK(hvdl_pair_exchange_set(comm, RS_HALVING_TAG, nm, msg, reqs));
@@ -146,8 +145,8 @@ hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, 
   if (op == hvdlAvg) hvdl_divide(result, vn, dt, (uint64_t)n);
   if (r < 2 * f.rem) {
     hvdl_copy(out, result + counts[r - 1] * esize, counts[r] * esize);
-    HVDL_CHECK(hvdl_pair_exchange(comm, r - 1, RS_HALVING_TAG, result, counts[r - 1] * esize,
-                                  NULL, 0));
+    HVDL_CHECK(
+        hvdl_pair_exchange(comm, r - 1, RS_HALVING_TAG, result, counts[r - 1] * esize, NULL, 0));
   }
   return hvdlSuccess;
 }

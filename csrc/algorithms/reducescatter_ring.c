@@ -54,7 +54,7 @@ hvdlResult_t hvdl_reducescatterv(hvdlComm_t comm, const void *sendbuff, void *re
   if (max_count == 0) return hvdlSuccess;
   if (n == 1) {
     if (recvbuff != sendbuff) hvdl_copy(recvbuff, sendbuff, counts[0] * esize);
-    return hvdlSuccess;  /* Avg: a division by 1 */
+    return hvdlSuccess; /* Avg: a division by 1 */
   }
 
   struct hvdl_scratch *s = &comm->scratch;
@@ -67,10 +67,9 @@ hvdlResult_t hvdl_reducescatterv(hvdlComm_t comm, const void *sendbuff, void *re
   HVDL_CHECK(hvdl_pipe_send(&p, send + hvdl_before(counts, k) * esize, counts[k]));
   for (int t = 1; t < n - 1; t++) {
     k = ((r - t - 1) % n + n) % n;
-    HVDL_CHECK(hvdl_pipe_recv_reduce_send(&p, send + hvdl_before(counts, k) * esize,
-                                          stage[t & 1], counts[k]));
+    HVDL_CHECK(hvdl_pipe_recv_reduce_send(&p, send + hvdl_before(counts, k) * esize, stage[t & 1],
+                                          counts[k]));
   }
-  HVDL_CHECK(hvdl_pipe_recv_reduce(&p, send + hvdl_before(counts, r) * esize, recvbuff,
-                                   counts[r]));
+  HVDL_CHECK(hvdl_pipe_recv_reduce(&p, send + hvdl_before(counts, r) * esize, recvbuff, counts[r]));
   return hvdl_pipe_finish(&p);
 }

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api.h"
 #include "algorithms/algorithms.h"
+#include "api/api.h"
 #include "base/base.h"
 #include "cuda/cuda.h"
 #include "select/select.h"
@@ -26,20 +26,19 @@
 
 /* What a collective is, for check_args. */
 enum {
-  TAKES_OP = 1,        /* a reduction: op checked */
-  TAKES_ROOT = 2,      /* root checked */
-  ROOT_SENDS = 4,      /* only the root reads sendbuff (broadcast) */
-  ROOT_RECEIVES = 8,   /* only the root writes recvbuff (reduce) */
-  SEND_PER_RANK = 16,  /* sendbuff holds count for each rank (reduce-scatter, all-to-all) */
-  RECV_PER_RANK = 32,  /* recvbuff holds count for each rank (all-gather, all-to-all) */
-  TAKES_DEVICE = 64    /* device buffers go through cuda.c's staged form */
+  TAKES_OP = 1,       /* a reduction: op checked */
+  TAKES_ROOT = 2,     /* root checked */
+  ROOT_SENDS = 4,     /* only the root reads sendbuff (broadcast) */
+  ROOT_RECEIVES = 8,  /* only the root writes recvbuff (reduce) */
+  SEND_PER_RANK = 16, /* sendbuff holds count for each rank (reduce-scatter, all-to-all) */
+  RECV_PER_RANK = 32, /* recvbuff holds count for each rank (all-gather, all-to-all) */
+  TAKES_DEVICE = 64   /* device buffers go through cuda.c's staged form */
 };
 
 struct call;
 /* A collective's host path: select its algorithm for count elements per rank's block
  * of send / recv (host memory) and run it. */
-typedef hvdlResult_t (*host_path)(const struct call *c, const void *send, void *recv,
-                                  size_t count);
+typedef hvdlResult_t (*host_path)(const struct call *c, const void *send, void *recv, size_t count);
 
 /* One call, as its entry point fills it; check_args fills the rest. */
 struct call {
@@ -47,12 +46,12 @@ struct call {
   hvdlComm_t comm;
   const void *send;
   void *recv;
-  size_t count;        /* the count argument: one rank's block */
+  size_t count; /* the count argument: one rank's block */
   hvdlDataType_t dt;
   hvdlRedOp_t op;
   int root;
   hvdlStream_t stream;
-  int what;            /* TAKES_OP | ... */
+  int what; /* TAKES_OP | ... */
   host_path host;
   /* check_args: */
   size_t sendbytes, recvbytes; /* 0 for a buffer this rank does not use */
@@ -87,7 +86,8 @@ static hvdlResult_t check_call(hvdlComm_t comm, const char *fn, hvdlDataType_t d
   if (stream != NULL && !hvdl_cuda_built())
     return hvdl_fail(comm, hvdlInvalidUsage,
                      "%s: stream must be NULL: this hvd_lite was built without CUDA "
-                     "(build_info()['cuda'] is False) and takes host memory only", fn);
+                     "(build_info()['cuda'] is False) and takes host memory only",
+                     fn);
   return hvdlSuccess;
 }
 
@@ -102,13 +102,15 @@ static hvdlResult_t check_memory(hvdlComm_t comm, const char *fn, const void *se
     if (dr >= 0) snprintf(rw, sizeof rw, "CUDA device %d", dr);
     return hvdl_fail(comm, hvdlInvalidArgument,
                      "%s: sendbuff is in %s memory and recvbuff in %s memory; both must be on "
-                     "one device, or both in host memory", fn, sw, rw);
+                     "one device, or both in host memory",
+                     fn, sw, rw);
   }
   *device = sendbuff ? ds : dr;
   if (stream != NULL && *device < 0)
     return hvdl_fail(comm, hvdlInvalidArgument,
                      "%s: a stream was given but the buffers are in host memory; pass NULL "
-                     "for host buffers", fn);
+                     "for host buffers",
+                     fn);
   return hvdlSuccess;
 }
 
@@ -143,7 +145,8 @@ static hvdlResult_t check_op(hvdlComm_t comm, const char *fn, hvdlRedOp_t op, hv
   if (!hvdl_type_reducible(dt))
     return hvdl_fail(comm, hvdlInvalidArgument,
                      "%s: %s data has no reduction ops (it moves with hvdlBroadcast, "
-                     "hvdlAllGather and hvdlAllToAll)", fn, hvdl_type_name(dt));
+                     "hvdlAllGather and hvdlAllToAll)",
+                     fn, hvdl_type_name(dt));
   return hvdlSuccess;
 }
 
@@ -165,8 +168,8 @@ static hvdlResult_t check_buffers(hvdlComm_t comm, const char *fn, const void *s
                      sendbytes && !sendbuff ? "sendbuff" : "recvbuff");
   uintptr_t s = (uintptr_t)sendbuff, r = (uintptr_t)recvbuff;
   if (sendbytes && recvbytes && !inplace && s < r + recvbytes && r < s + sendbytes)
-    return hvdl_fail(comm, hvdlInvalidArgument, "%s: sendbuff and recvbuff overlap without %s",
-                     fn, rule);
+    return hvdl_fail(comm, hvdlInvalidArgument, "%s: sendbuff and recvbuff overlap without %s", fn,
+                     rule);
   return hvdlSuccess;
 }
 
@@ -206,12 +209,10 @@ static hvdlResult_t check_args(struct call *c) {
     HVDL_CHECK(check_buffers(comm, c->fn, c->send, c->sendbytes, c->recv, c->recvbytes, 0,
                              "(no in-place form)"));
   else if (per_rank == RECV_PER_RANK)
-    HVDL_CHECK(check_buffers(comm, c->fn, c->send, c->sendbytes, c->recv, c->recvbytes,
-                             s == r + at,
+    HVDL_CHECK(check_buffers(comm, c->fn, c->send, c->sendbytes, c->recv, c->recvbytes, s == r + at,
                              "being in place (sendbuff == recvbuff + rank * sendcount)"));
   else if (per_rank == SEND_PER_RANK)
-    HVDL_CHECK(check_buffers(comm, c->fn, c->send, c->sendbytes, c->recv, c->recvbytes,
-                             r == s + at,
+    HVDL_CHECK(check_buffers(comm, c->fn, c->send, c->sendbytes, c->recv, c->recvbytes, r == s + at,
                              "being in place (recvbuff == sendbuff + rank * recvcount)"));
   else
     HVDL_CHECK(check_buffers(comm, c->fn, c->send, c->sendbytes, c->recv, c->recvbytes, s == r,
@@ -293,8 +294,7 @@ static hvdlResult_t broadcast_host(const struct call *c, const void *send, void 
                             c->dt, c->root);
 }
 
-static hvdlResult_t reduce_host(const struct call *c, const void *send, void *recv,
-                                size_t count) {
+static hvdlResult_t reduce_host(const struct call *c, const void *send, void *recv, size_t count) {
   hvdlComm_t comm = c->comm;
   const size_t bytes = count * hvdl_type_size(c->dt);
   const hvdlAlgorithm_t algo = hvdl_select_allreduce(comm, bytes);
@@ -302,9 +302,9 @@ static hvdlResult_t reduce_host(const struct call *c, const void *send, void *re
   /* The shared-memory path reduces in the latency path's order up to the crossover and
    * in the ring's above (segment.c): reduce_ring.c's two paths give the same bits. */
   if (algo == hvdlAlgoLatency || algo == hvdlAlgoRing || algo == hvdlAlgoShm)
-    return hvdl_reduce_root(comm, send, recv, count, c->dt, c->op, c->root,
-                            algo == hvdlAlgoShm ? bytes <= comm->config.smallAllReduceBytes
-                                                : algo == hvdlAlgoLatency);
+    return hvdl_reduce_root(
+        comm, send, recv, count, c->dt, c->op, c->root,
+        algo == hvdlAlgoShm ? bytes <= comm->config.smallAllReduceBytes : algo == hvdlAlgoLatency);
   /* Any other algorithm: run that all-reduce (a rank other than the root into
    * scratch), so that the root gets hvdlAllReduce's bits. */
   void *into = recv;
@@ -346,8 +346,8 @@ static hvdlResult_t alltoall_host(const struct call *c, const void *send, void *
     ints[q] = (int)block;
     ints[comm->size + q] = (int)(block * (size_t)q);
   }
-  hvdlResult_t res = hvdl_alltoallv(comm, send, ints, ints + comm->size, recv, ints,
-                                    ints + comm->size);
+  hvdlResult_t res =
+      hvdl_alltoallv(comm, send, ints, ints + comm->size, recv, ints, ints + comm->size);
   free(ints);
   return res;
 }
@@ -357,8 +357,9 @@ static hvdlResult_t alltoall_host(const struct call *c, const void *send, void *
 hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                            hvdlStream_t stream) {
-  struct call c = {"hvdlAllReduce", comm, sendbuff, recvbuff, count, datatype, op, 0, stream,
-                   TAKES_OP | TAKES_DEVICE, allreduce_host, 0, 0, -1};
+  struct call c = {"hvdlAllReduce", comm, sendbuff, recvbuff, count,
+                   datatype,        op,   0,        stream,   TAKES_OP | TAKES_DEVICE,
+                   allreduce_host,  0,    0,        -1};
   HVDL_CHECK(check_args(&c));
   if (count == 0) return hvdlSuccess;
   if (comm->size == 1) return copy_alone(&c);
@@ -370,19 +371,21 @@ hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
 hvdlResult_t hvdlBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, int root, hvdlComm_t comm,
                            hvdlStream_t stream) {
-  struct call c = {"hvdlBroadcast", comm, sendbuff, recvbuff, count, datatype, hvdlSum, root,
-                   stream, TAKES_ROOT | ROOT_SENDS | TAKES_DEVICE, broadcast_host, 0, 0, -1};
+  struct call c = {
+      "hvdlBroadcast", comm,    sendbuff, recvbuff, count,
+      datatype,        hvdlSum, root,     stream,   TAKES_ROOT | ROOT_SENDS | TAKES_DEVICE,
+      broadcast_host,  0,       0,        -1};
   HVDL_CHECK(check_args(&c));
   if (count == 0) return hvdlSuccess;
   if (comm->size == 1) return copy_alone(&c);
   return dispatch(&c);
 }
 
-hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
-                        hvdlDataType_t datatype, hvdlRedOp_t op, int root, hvdlComm_t comm,
-                        hvdlStream_t stream) {
-  struct call c = {"hvdlReduce", comm, sendbuff, recvbuff, count, datatype, op, root, stream,
-                   TAKES_OP | TAKES_ROOT | ROOT_RECEIVES, reduce_host, 0, 0, -1};
+hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count, hvdlDataType_t datatype,
+                        hvdlRedOp_t op, int root, hvdlComm_t comm, hvdlStream_t stream) {
+  struct call c = {"hvdlReduce", comm, sendbuff, recvbuff, count,
+                   datatype,     op,   root,     stream,   TAKES_OP | TAKES_ROOT | ROOT_RECEIVES,
+                   reduce_host,  0,    0,        -1};
   HVDL_CHECK(check_args(&c));
   if (count == 0) return hvdlSuccess;
   if (comm->size == 1) return copy_alone(&c);
@@ -391,8 +394,9 @@ hvdlResult_t hvdlReduce(const void *sendbuff, void *recvbuff, size_t count,
 
 hvdlResult_t hvdlAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                            hvdlDataType_t datatype, hvdlComm_t comm, hvdlStream_t stream) {
-  struct call c = {"hvdlAllGather", comm, sendbuff, recvbuff, sendcount, datatype, hvdlSum, 0,
-                   stream, RECV_PER_RANK, allgather_host, 0, 0, -1};
+  struct call c = {"hvdlAllGather", comm,    sendbuff, recvbuff, sendcount,
+                   datatype,        hvdlSum, 0,        stream,   RECV_PER_RANK,
+                   allgather_host,  0,       0,        -1};
   HVDL_CHECK(check_args(&c));
   if (sendcount == 0) return hvdlSuccess;
   if (comm->size == 1) return copy_alone(&c);
@@ -402,8 +406,20 @@ hvdlResult_t hvdlAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
 hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
                                hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                                hvdlStream_t stream) {
-  struct call c = {"hvdlReduceScatter", comm, sendbuff, recvbuff, recvcount, datatype, op, 0,
-                   stream, TAKES_OP | SEND_PER_RANK, reducescatter_host, 0, 0, -1};
+  struct call c = {"hvdlReduceScatter",
+                   comm,
+                   sendbuff,
+                   recvbuff,
+                   recvcount,
+                   datatype,
+                   op,
+                   0,
+                   stream,
+                   TAKES_OP | SEND_PER_RANK,
+                   reducescatter_host,
+                   0,
+                   0,
+                   -1};
   HVDL_CHECK(check_args(&c));
   if (recvcount == 0) return hvdlSuccess;
   if (comm->size == 1) return copy_alone(&c);
@@ -412,8 +428,9 @@ hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
 
 hvdlResult_t hvdlAllToAll(const void *sendbuff, void *recvbuff, size_t count,
                           hvdlDataType_t datatype, hvdlComm_t comm, hvdlStream_t stream) {
-  struct call c = {"hvdlAllToAll", comm, sendbuff, recvbuff, count, datatype, hvdlSum, 0, stream,
-                   SEND_PER_RANK | RECV_PER_RANK, alltoall_host, 0, 0, -1};
+  struct call c = {"hvdlAllToAll", comm,    sendbuff, recvbuff, count,
+                   datatype,       hvdlSum, 0,        stream,   SEND_PER_RANK | RECV_PER_RANK,
+                   alltoall_host,  0,       0,        -1};
   HVDL_CHECK(check_args(&c));
   if (c.sendbytes / (size_t)comm->size > 0x7fffffff || c.sendbytes > 0x7fffffff)
     return hvdl_fail(comm, hvdlInvalidArgument, "%s: more than 2 GiB per rank is not supported",

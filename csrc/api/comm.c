@@ -10,20 +10,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api.h"
 #include "algorithms/algorithms.h"
+#include "api/api.h"
 #include "base/base.h"
 #include "cuda/cuda.h"
 #include "select/select.h"
 #include "transport/shm/shm.h"
 
-
 /* Frees comm's memory; `collective` also frees what every rank frees together
  * (the shared segment, the cross-host communicator). */
 static void free_comm(hvdlComm_t comm, int collective) {
   if (comm->cross) {
-    if (collective) hvdlCommDestroy(comm->cross);
-    else hvdlCommAbort(comm->cross);
+    if (collective)
+      hvdlCommDestroy(comm->cross);
+    else
+      hvdlCommAbort(comm->cross);
   }
   if (comm->shm) hvdl_cma_free(comm->shm); /* its stand-in, before the segment goes */
   hvdl_shm_free(comm, collective);
@@ -74,7 +75,8 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
   MPI_Comm_rank(comm->mpi, &comm->rank);
   MPI_Comm_size(comm->mpi, &comm->size);
   int host_ranks = 1, host_cpus = 1; /* a lane across hosts has one rank on each */
-  hvdlResult_t res = one_per_host ? hvdlSuccess : hvdl_host_cpus(comm->mpi, &host_ranks, &host_cpus);
+  hvdlResult_t res =
+      one_per_host ? hvdlSuccess : hvdl_host_cpus(comm->mpi, &host_ranks, &host_cpus);
   if (res != hvdlSuccess) hvdl_fail(comm, res, "%s", hvdlGetLastError(NULL));
   hvdl_note_host_cpus(host_ranks, host_cpus);
   if (res == hvdlSuccess) res = hvdl_shm_init(comm);
@@ -113,11 +115,11 @@ hvdlResult_t hvdlCommInitMpi(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (!initialized || finalized)
-    return hvdl_fail(NULL, hvdlInvalidUsage,
-                     "hvdlCommInitMpi: MPI is %s; initialise MPI first",
+    return hvdl_fail(NULL, hvdlInvalidUsage, "hvdlCommInitMpi: MPI is %s; initialise MPI first",
                      finalized ? "already finalized" : "not initialised");
   if (mpi_comm == MPI_COMM_NULL)
-    return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlCommInitMpi: the MPI communicator is MPI_COMM_NULL");
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "hvdlCommInitMpi: the MPI communicator is MPI_COMM_NULL");
 
   hvdlConfig_t cfg;
   if (config) {

@@ -7,10 +7,9 @@
 #ifndef HVDL_BASE_BASE_H_
 #define HVDL_BASE_BASE_H_
 
-
 #include <stdatomic.h>
-#include <stdint.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 #include "hvdl.h"
@@ -19,20 +18,20 @@
 
 /* Scratch that lives as long as the communicator, grown on demand and reused. */
 struct hvdl_scratch {
-  char *tmp;            /* pipeline.c: PIPE_WINDOW receive segments of the reducing verbs */
+  char *tmp; /* pipeline.c: PIPE_WINDOW receive segments of the reducing verbs */
   size_t tmp_bytes;
-  char *gather;         /* latency path: n * small_bytes */
+  char *gather; /* latency path: n * small_bytes */
   size_t gather_bytes;
-  char *sreq;           /* pipeline.c: MPI_Request[2][cap], sends of the two most recent steps */
+  char *sreq; /* pipeline.c: MPI_Request[2][cap], sends of the two most recent steps */
   size_t sreq_bytes;
-  char *stage;          /* reduce-scatter: the partials being forwarded, two blocks (the
+  char *stage; /* reduce-scatter: the partials being forwarded, two blocks (the
                          * ring), or the partial of the whole buffer (halving) */
   size_t stage_bytes;
-  char *block;          /* reduce: a non-root rank's reduced block */
+  char *block; /* reduce: a non-root rank's reduced block */
   size_t block_bytes;
-  char *counts;         /* reduce, scatter broadcast: size_t[n], the blocks */
+  char *counts; /* reduce, scatter broadcast: size_t[n], the blocks */
   size_t counts_bytes;
-  char *work;           /* pairwise all-reduces (allreduce_rd.c, allreduce_rab.c) and the
+  char *work; /* pairwise all-reduces (allreduce_rd.c, allreduce_rab.c) and the
                          * halving reduce-scatter: the partner's data */
   size_t work_bytes;
 };
@@ -48,42 +47,48 @@ struct hvdl_cost_model {
 /* Fault injection, a testing aid (docs/design.md, "Failures"): where a rank can be
  * made to fail. armed[p] = n > 0 fails the n-th next time point p is reached. */
 enum hvdl_fault_point {
-  HVDL_FAULT_ALLOC, HVDL_FAULT_SEND, HVDL_FAULT_RECV, HVDL_FAULT_NEGOTIATE, HVDL_FAULT_STALL,
-  HVDL_FAULT_EXIT, HVDL_FAULT_ADAPTER, HVDL_FAULT_POINTS
+  HVDL_FAULT_ALLOC,
+  HVDL_FAULT_SEND,
+  HVDL_FAULT_RECV,
+  HVDL_FAULT_NEGOTIATE,
+  HVDL_FAULT_STALL,
+  HVDL_FAULT_EXIT,
+  HVDL_FAULT_ADAPTER,
+  HVDL_FAULT_POINTS
 };
 struct hvdl_faults {
   atomic_int armed[HVDL_FAULT_POINTS];
 };
 
 struct hvdlComm {
-  MPI_Comm mpi;         /* private duplicate of the caller's communicator */
+  MPI_Comm mpi; /* private duplicate of the caller's communicator */
   int rank;
   int size;
-  int broken;           /* set after a failure mid-collective */
+  int broken; /* set after a failure mid-collective */
   hvdlConfig_t config;
   struct hvdl_scratch scratch;
-  double phase_time[3];  /* last ring: start, end of reduce-scatter, end (for the timeline) */
+  double phase_time[3]; /* last ring: start, end of reduce-scatter, end (for the timeline) */
   /* Called while wait.c polls, with the seconds the wait has lasted; a result other
    * than hvdlSuccess ends the wait with it (the engine: notifications, and alarms
    * from other ranks). */
   hvdlResult_t (*watch)(void *arg, double waited);
   void *watch_arg;
-  double data_timeout;   /* a wait in which nothing completes for this long fails (0: never) */
-  int wait_peer;         /* the rank the current wait is for, where the algorithm knows (-1) */
-  int *rank_names;       /* for messages: each rank's number in the communicator this one
+  double data_timeout;        /* a wait in which nothing completes for this long fails (0: never) */
+  int wait_peer;              /* the rank the current wait is for, where the algorithm knows (-1) */
+  int *rank_names;            /* for messages: each rank's number in the communicator this one
                           * serves (a lane's, allreduce_hier.c), or NULL: its own */
   struct hvdl_faults *faults; /* NULL unless faults are injected */
-  struct hvdl_shm *shm;  /* segment.c: the segment shared with this host's ranks; NULL when there is
+  struct hvdl_shm *shm; /* segment.c: the segment shared with this host's ranks; NULL when there is
                           * none (HVD_LITE_SHM=0, or no host has two ranks) */
-  hvdlComm_t cross;      /* allreduce_hier.c: this local rank's peers on the other hosts (a
+  hvdlComm_t cross;     /* allreduce_hier.c: this local rank's peers on the other hosts (a
                           * lane); NULL on one host and on local ranks that carry no lane */
   struct hvdl_cost_model model; /* select_allreduce.c: agreed by every rank at init */
-  int hosts, local_size;  /* select_allreduce.c: hosts, and the most ranks on one of them (the host
+  int hosts, local_size; /* select_allreduce.c: hosts, and the most ranks on one of them (the host
                           * layout of topology.c, emulated hosts included) */
-  struct hvdl_hier_p2p *hier_p2p; /* allreduce_hier_p2p.c: this rank's groups within and across
+  struct hvdl_hier_p2p *hier_p2p;     /* allreduce_hier_p2p.c: this rank's groups within and across
                           * hosts; NULL unless several hosts have the same number of ranks */
   struct hvdl_cuda_stage *cuda_stage; /* cuda.c: pinned chunks for device buffers, or NULL */
-  MPI_Request *parked;   /* sends of failed collectives, released when the communicator is renewed */
+  MPI_Request *parked; /* sends of failed collectives, released when the communicator is renewed */
   int nparked, parked_cap;
   char last_error[HVDL_ERRMSG_LEN];
 };
@@ -97,57 +102,69 @@ hvdlResult_t hvdl_fail(hvdlComm_t comm, hvdlResult_t res, const char *fmt, ...)
 hvdlResult_t hvdl_fail_mpi(hvdlComm_t comm, int mpi_err, const char *what);
 
 /* Propagates a failing result code. */
-#define HVDL_CHECK(call)                     \
-  do {                                       \
-    hvdlResult_t hvdl_res_ = (call);         \
+#define HVDL_CHECK(call)                            \
+  do {                                              \
+    hvdlResult_t hvdl_res_ = (call);                \
     if (hvdl_res_ != hvdlSuccess) return hvdl_res_; \
   } while (0)
 
 /* Runs an MPI call; on failure records the call's text and returns hvdlSystemError. */
-#define HVDL_MPI(comm, call)                                 \
-  do {                                                       \
-    int hvdl_mpi_err_ = (call);                              \
-    if (hvdl_mpi_err_ != MPI_SUCCESS)                        \
-      return hvdl_fail_mpi((comm), hvdl_mpi_err_, #call);    \
+#define HVDL_MPI(comm, call)                                                              \
+  do {                                                                                    \
+    int hvdl_mpi_err_ = (call);                                                           \
+    if (hvdl_mpi_err_ != MPI_SUCCESS) return hvdl_fail_mpi((comm), hvdl_mpi_err_, #call); \
   } while (0)
 
 /* Everything the engine is tuned by; filled from HVD_LITE_* by config.c. */
 struct hvdl_engine_config {
-  hvdlConfig_t comm;          /* ring segment, latency-path crossover */
-  size_t fusion_threshold;    /* HVD_LITE_FUSION_THRESHOLD, bytes; 0 disables fusion */
-  double cycle_time_ms;       /* HVD_LITE_CYCLE_TIME: least time between two rounds */
-  double batch_time_ms;       /* HVD_LITE_BATCH_TIME: how long a burst of submissions may pause */
-  double notify_time_ms;      /* HVD_LITE_NOTIFY_TIME: how long a completion may go unannounced */
-  double stall_check_s;       /* HVD_LITE_STALL_CHECK_TIME_SECONDS; 0 disables the warning */
-  double stall_shutdown_s;    /* HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS; 0 = wait forever */
-  size_t cache_capacity;      /* HVD_LITE_CACHE_CAPACITY: response cache entries; 0 disables */
-  char timeline[4096];        /* HVD_LITE_TIMELINE: Chrome-trace file written by rank 0 */
-  double data_timeout_s;      /* HVD_LITE_DATA_TIMEOUT_SECONDS; 0 = a data phase may wait forever */
-  size_t fast_path_bytes;     /* HVD_LITE_FAST_PATH_BYTES: the most a waiting caller executes itself; 0: never */
+  hvdlConfig_t comm;       /* ring segment, latency-path crossover */
+  size_t fusion_threshold; /* HVD_LITE_FUSION_THRESHOLD, bytes; 0 disables fusion */
+  double cycle_time_ms;    /* HVD_LITE_CYCLE_TIME: least time between two rounds */
+  double batch_time_ms;    /* HVD_LITE_BATCH_TIME: how long a burst of submissions may pause */
+  double notify_time_ms;   /* HVD_LITE_NOTIFY_TIME: how long a completion may go unannounced */
+  double stall_check_s;    /* HVD_LITE_STALL_CHECK_TIME_SECONDS; 0 disables the warning */
+  double stall_shutdown_s; /* HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS; 0 = wait forever */
+  size_t cache_capacity;   /* HVD_LITE_CACHE_CAPACITY: response cache entries; 0 disables */
+  char timeline[4096];     /* HVD_LITE_TIMELINE: Chrome-trace file written by rank 0 */
+  double data_timeout_s;   /* HVD_LITE_DATA_TIMEOUT_SECONDS; 0 = a data phase may wait forever */
+  size_t
+      fast_path_bytes; /* HVD_LITE_FAST_PATH_BYTES: the most a waiting caller executes itself; 0: never */
   /* HVD_LITE_FAULT (a testing aid): point@rank#n, up to 16 of them */
-  struct { int point, rank, n; } faults[16];
+  struct {
+    int point, rank, n;
+  } faults[16];
   int nfaults;
-  int log_level;              /* HVD_LITE_LOG_LEVEL: enum hvdl_log_level */
+  int log_level; /* HVD_LITE_LOG_LEVEL: enum hvdl_log_level */
   /* HVD_LITE_AUTOTUNE (csrc/engine/autotune.c): rank 0 tunes the parameters below online */
   int autotune;
-  unsigned autotune_fixed;    /* bit p (enum hvdl_tune_param): the user set it, so it stays as set */
-  int autotune_warmup;        /* HVD_LITE_AUTOTUNE_WARMUP_SAMPLES: samples measured and dropped first */
-  int autotune_steps;         /* HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE: training steps in a sample */
-  char autotune_log[4096];    /* HVD_LITE_AUTOTUNE_LOG: rank 0's CSV of samples and the choice */
+  unsigned autotune_fixed; /* bit p (enum hvdl_tune_param): the user set it, so it stays as set */
+  int autotune_warmup; /* HVD_LITE_AUTOTUNE_WARMUP_SAMPLES: samples measured and dropped first */
+  int autotune_steps;  /* HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE: training steps in a sample */
+  char autotune_log[4096]; /* HVD_LITE_AUTOTUNE_LOG: rank 0's CSV of samples and the choice */
 };
 
 /* The parameters the autotuner may change, in the order it tunes them. */
 enum hvdl_tune_param {
-  HVDL_TUNE_FUSION, HVDL_TUNE_SEGMENT, HVDL_TUNE_BATCH, HVDL_TUNE_CYCLE, HVDL_TUNE_PARAMS
+  HVDL_TUNE_FUSION,
+  HVDL_TUNE_SEGMENT,
+  HVDL_TUNE_BATCH,
+  HVDL_TUNE_CYCLE,
+  HVDL_TUNE_PARAMS
 };
 
 enum hvdl_log_level {
-  HVDL_LOG_TRACE = 0, HVDL_LOG_DEBUG, HVDL_LOG_INFO, HVDL_LOG_WARNING, HVDL_LOG_ERROR, HVDL_LOG_FATAL
+  HVDL_LOG_TRACE = 0,
+  HVDL_LOG_DEBUG,
+  HVDL_LOG_INFO,
+  HVDL_LOG_WARNING,
+  HVDL_LOG_ERROR,
+  HVDL_LOG_FATAL
 };
 
 hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c);
 /* At info level, the configuration on stderr (rank 0, at the engine's start). */
-void hvdl_engine_config_print(const struct hvdl_engine_config *cfg, int nranks, const hvdlConfig_t *comm);
+void hvdl_engine_config_print(const struct hvdl_engine_config *cfg, int nranks,
+                              const hvdlConfig_t *comm);
 /* Parses one HVD_LITE_FAULT-style spec ("point@rank#n,...") into c->faults. */
 hvdlResult_t hvdl_config_faults(struct hvdl_engine_config *c, const char *spec);
 hvdlResult_t hvdl_config_check(const hvdlConfig_t *c);
@@ -347,6 +364,5 @@ hvdlResult_t hvdl_host_cpus(MPI_Comm comm, int *ranks, int *cpus);
  * any MPI traffic, for a rank outside [0, size of base) or a caller that is not
  * in the list; hvdlSystemError if MPI fails. The caller frees *out. */
 hvdlResult_t hvdl_comm_subset(MPI_Comm base, const long long *ranks, int n, MPI_Comm *out);
-
 
 #endif /* HVDL_BASE_BASE_H_ */

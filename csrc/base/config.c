@@ -15,8 +15,8 @@
  * were as good or better than 512 KiB from 4 to 256 MiB (section 12; 512 KiB had been
  * best in the older section 5); the latency path beat the ring up to 128 KiB at 2
  * ranks but only up to 2 KiB at 3 and 4. */
-#define DEFAULT_SEGMENT_BYTES ((size_t)256 * 1024)
-#define DEFAULT_SMALL_BYTES_2_RANKS ((size_t)128 * 1024)
+#define DEFAULT_SEGMENT_BYTES          ((size_t)256 * 1024)
+#define DEFAULT_SMALL_BYTES_2_RANKS    ((size_t)128 * 1024)
 #define DEFAULT_SMALL_BYTES_MORE_RANKS ((size_t)2 * 1024)
 /* 256 KiB fusion buffers stay in cache: a ResNet-50 step at 2 ranks took 22.6 ms with
  * them, 31 ms with 4 MiB (the packing copies fall out of L2), 24.8 ms unfused. */
@@ -26,7 +26,7 @@
  * 0.98-0.99x to 0.96-0.97x MPI per tensor. Letting the 161 submissions gather for 1 ms
  * (one round instead of three, no engine competing with the submitting thread) left the
  * median alike but the spread narrower: 0.95-0.98x in 8 runs, against 0.95-1.02x. */
-#define DEFAULT_BATCH_MS 1.0
+#define DEFAULT_BATCH_MS  1.0
 #define DEFAULT_NOTIFY_MS 2.0
 /* A waiting caller runs the round and the collective itself (engine.c's fast path) up to
  * this many bytes; larger ready lists go to the engine thread, whose caller waits
@@ -44,12 +44,12 @@
  * to 4 MiB (1.06-1.95x), was mixed at 8 MiB (0.82-1.07x) and took more from 16 MiB; each
  * communicator's stand-in is a region of this size, whose pages count once touched. */
 #define DEFAULT_SHM_STAND_IN_BYTES ((size_t)4 << 20)
-#define MIN_SHM_BYTES ((size_t)64)
-#define MAX_SHM_BYTES ((size_t)1 << 30)
+#define MIN_SHM_BYTES              ((size_t)64)
+#define MAX_SHM_BYTES              ((size_t)1 << 30)
 /* Limits keep every MPI message count within an int. */
 #define MAX_SEGMENT_BYTES ((size_t)1 << 30)
-#define MAX_SMALL_BYTES HVDL_SMALL_BYTES_MAX
-#define MAX_FUSION_BYTES ((size_t)1 << 30)
+#define MAX_SMALL_BYTES   HVDL_SMALL_BYTES_MAX
+#define MAX_FUSION_BYTES  ((size_t)1 << 30)
 
 static hvdlResult_t env_size(const char *name, size_t dflt, size_t min, size_t max, size_t *out) {
   const char *s = getenv(name);
@@ -60,8 +60,8 @@ static hvdlResult_t env_size(const char *name, size_t dflt, size_t min, size_t m
   unsigned long long v = strtoull(s, &end, 10);
   if (errno || *end != '\0' || s[0] == '-' || v < min || v > max)
     return hvdl_fail(NULL, hvdlInvalidArgument,
-                     "%s=%s is not valid: expected an integer number of bytes in [%zu, %zu]",
-                     name, s, min, max);
+                     "%s=%s is not valid: expected an integer number of bytes in [%zu, %zu]", name,
+                     s, min, max);
   *out = (size_t)v;
   return hvdlSuccess;
 }
@@ -74,8 +74,8 @@ static hvdlResult_t env_int(const char *name, int dflt, int min, int max, int *o
   errno = 0;
   long v = strtol(s, &end, 10);
   if (errno || *end != '\0' || v < min || v > max)
-    return hvdl_fail(NULL, hvdlInvalidArgument, "%s=%s is not valid: expected an integer in [%d, %d]",
-                     name, s, min, max);
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "%s=%s is not valid: expected an integer in [%d, %d]", name, s, min, max);
   *out = (int)v;
   return hvdlSuccess;
 }
@@ -104,8 +104,8 @@ static hvdlResult_t env_seconds(const char *name, double dflt, double max, doubl
   errno = 0;
   double v = strtod(s, &end);
   if (errno || *end != '\0' || !(v >= 0.0) || v > max)
-    return hvdl_fail(NULL, hvdlInvalidArgument,
-                     "%s=%s is not valid: expected a number in [0, %g]", name, s, max);
+    return hvdl_fail(NULL, hvdlInvalidArgument, "%s=%s is not valid: expected a number in [0, %g]",
+                     name, s, max);
   *out = v;
   return hvdlSuccess;
 }
@@ -139,8 +139,8 @@ size_t hvdl_small_bytes_default(int nranks, int hosts) {
 }
 
 /* HVD_LITE_ALLREDUCE_ALGO's names, indexed by hvdlAlgorithm_t. */
-static const char *const algo_names[hvdlNumAlgos] = {"auto", "ring", "rd", "rab", "hier", "small",
-                                                     "shm", "hier_p2p", "tree"};
+static const char *const algo_names[hvdlNumAlgos] = {"auto",  "ring", "rd",       "rab", "hier",
+                                                     "small", "shm",  "hier_p2p", "tree"};
 
 const char *hvdl_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumAlgos ? algo_names[algo] : "?";
@@ -154,7 +154,7 @@ int hvdl_algo_parse(const char *name) {
 
 /* HVD_LITE_BROADCAST_ALGO's names, indexed by hvdlBroadcastAlgorithm_t. */
 static const char *const bcast_names[hvdlNumBcastAlgos] = {"auto", "chain", "tree", "scatter",
-                                                            "shm"};
+                                                           "shm"};
 
 const char *hvdl_bcast_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumBcastAlgos ? bcast_names[algo] : "?";
@@ -249,9 +249,11 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
   if (algo && *algo) {
     const int a = hvdl_algo_parse(algo);
     if (a < 0)
-      return hvdl_fail(NULL, hvdlInvalidArgument,
-                       "HVD_LITE_ALLREDUCE_ALGO=%s is not valid: expected auto, ring, rd, rab, hier, "
-                       "hier_p2p, shm or small", algo);
+      return hvdl_fail(
+          NULL, hvdlInvalidArgument,
+          "HVD_LITE_ALLREDUCE_ALGO=%s is not valid: expected auto, ring, rd, rab, hier, "
+          "hier_p2p, shm or small",
+          algo);
     config->allReduceAlgorithm = a;
   }
   HVDL_CHECK(env_choice("HVD_LITE_BROADCAST_ALGO", bcast_names, hvdlNumBcastAlgos,
@@ -262,7 +264,8 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
                         hvdlNumReduceScatterAlgos, "auto, ring, halving or shm",
                         &config->reduceScatterAlgorithm));
   int k;
-  HVDL_CHECK(hvdl_config_ranks_per_host(&k)); /* read by topology.c: refused here, before any traffic */
+  HVDL_CHECK(
+      hvdl_config_ranks_per_host(&k)); /* read by topology.c: refused here, before any traffic */
   return hvdlSuccess;
 }
 
@@ -273,15 +276,17 @@ static hvdlResult_t config_autotune(struct hvdl_engine_config *c) {
   HVDL_CHECK(env_int("HVD_LITE_AUTOTUNE", 0, 0, 1, &c->autotune));
   HVDL_CHECK(env_int("HVD_LITE_AUTOTUNE_WARMUP_SAMPLES", 3, 0, 1000, &c->autotune_warmup));
   HVDL_CHECK(env_int("HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", 10, 1, 1000000, &c->autotune_steps));
-  static const char *others[] = {"HVD_LITE_AUTOTUNE_WARMUP_SAMPLES", "HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE",
-                                 "HVD_LITE_AUTOTUNE_LOG"};
+  static const char *others[] = {"HVD_LITE_AUTOTUNE_WARMUP_SAMPLES",
+                                 "HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", "HVD_LITE_AUTOTUNE_LOG"};
   for (int i = 0; i < 3 && !c->autotune; i++)
     if (env_set(others[i]))
-      return hvdl_fail(NULL, hvdlInvalidArgument,
-                       "%s is set but HVD_LITE_AUTOTUNE is not 1: set HVD_LITE_AUTOTUNE=1 to tune, or unset it",
-                       others[i]);
-  static const char *tuned[HVDL_TUNE_PARAMS] = {"HVD_LITE_FUSION_THRESHOLD", "HVD_LITE_SEGMENT_BYTES",
-                                                "HVD_LITE_BATCH_TIME", "HVD_LITE_CYCLE_TIME"};
+      return hvdl_fail(
+          NULL, hvdlInvalidArgument,
+          "%s is set but HVD_LITE_AUTOTUNE is not 1: set HVD_LITE_AUTOTUNE=1 to tune, or unset it",
+          others[i]);
+  static const char *tuned[HVDL_TUNE_PARAMS] = {"HVD_LITE_FUSION_THRESHOLD",
+                                                "HVD_LITE_SEGMENT_BYTES", "HVD_LITE_BATCH_TIME",
+                                                "HVD_LITE_CYCLE_TIME"};
   for (int p = 0; p < HVDL_TUNE_PARAMS; p++)
     if (env_set(tuned[p])) c->autotune_fixed |= 1u << p;
   return env_path("HVD_LITE_AUTOTUNE_LOG", c->autotune_log, sizeof c->autotune_log);
@@ -350,7 +355,8 @@ hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c) {
     if (found < 0)
       return hvdl_fail(NULL, hvdlInvalidArgument,
                        "HVD_LITE_LOG_LEVEL=%s is not valid: expected trace, debug, info, warning, "
-                       "error or fatal", lv);
+                       "error or fatal",
+                       lv);
     c->log_level = found;
   }
   HVDL_CHECK(env_seconds("HVD_LITE_DATA_TIMEOUT_SECONDS", 60.0, 1e7, &c->data_timeout_s));
@@ -361,16 +367,17 @@ hvdlResult_t hvdl_engine_config_default(struct hvdl_engine_config *c) {
   return env_path("HVD_LITE_TIMELINE", c->timeline, sizeof c->timeline);
 }
 
-void hvdl_engine_config_print(const struct hvdl_engine_config *cfg, int nranks, const hvdlConfig_t *comm) {
+void hvdl_engine_config_print(const struct hvdl_engine_config *cfg, int nranks,
+                              const hvdlConfig_t *comm) {
   if (cfg->log_level > HVDL_LOG_INFO) return;
   fprintf(stderr,
           "hvd_lite: engine on %d ranks: fusion threshold %zu B, cycle time %g ms, batch time "
           "%g ms, notify time %g ms, stall check %g s, stall shutdown %g s, cache %zu, segment "
           "%zu B, latency path up to %zu B%s%s%s\n",
-          nranks, cfg->fusion_threshold, cfg->cycle_time_ms, cfg->batch_time_ms, cfg->notify_time_ms,
-          cfg->stall_check_s, cfg->stall_shutdown_s, cfg->cache_capacity, comm->segmentBytes,
-          comm->smallAllReduceBytes, cfg->autotune ? ", autotune" : "", cfg->timeline[0] ? ", timeline " : "",
-          cfg->timeline);
+          nranks, cfg->fusion_threshold, cfg->cycle_time_ms, cfg->batch_time_ms,
+          cfg->notify_time_ms, cfg->stall_check_s, cfg->stall_shutdown_s, cfg->cache_capacity,
+          comm->segmentBytes, comm->smallAllReduceBytes, cfg->autotune ? ", autotune" : "",
+          cfg->timeline[0] ? ", timeline " : "", cfg->timeline);
   fflush(stderr);
 }
 
@@ -384,7 +391,8 @@ hvdlResult_t hvdl_config_faults(struct hvdl_engine_config *c, const char *spec) 
     if (!at || at > end || c->nfaults == 16) goto bad;
     int point = -1;
     for (int i = 0; i < HVDL_FAULT_POINTS; i++)
-      if (strlen(hvdl_fault_name(i)) == (size_t)(at - p) && strncmp(p, hvdl_fault_name(i), (size_t)(at - p)) == 0)
+      if (strlen(hvdl_fault_name(i)) == (size_t)(at - p) &&
+          strncmp(p, hvdl_fault_name(i), (size_t)(at - p)) == 0)
         point = i;
     char *q;
     if (point < 0 || at[1] < '0' || at[1] > '9') goto bad;
@@ -402,8 +410,9 @@ hvdlResult_t hvdl_config_faults(struct hvdl_engine_config *c, const char *spec) 
   }
   return hvdlSuccess;
 bad:
-  return hvdl_fail(NULL, hvdlInvalidArgument,
-                   "HVD_LITE_FAULT=%s is not valid: expected point@rank or point@rank#n, comma-separated "
-                   "(at most 16), point one of alloc, send, recv, negotiate, stall, exit, adapter",
-                   spec);
+  return hvdl_fail(
+      NULL, hvdlInvalidArgument,
+      "HVD_LITE_FAULT=%s is not valid: expected point@rank or point@rank#n, comma-separated "
+      "(at most 16), point one of alloc, send, recv, negotiate, stall, exit, adapter",
+      spec);
 }

@@ -23,7 +23,6 @@ hvdlResult_t hvdl_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes
   return hvdlSuccess;
 }
 
-
 /* ---- the bulk copy -------------------------------------------------------- */
 
 /* glibc (2.36, AVX2) copies more than 4 KiB with `rep movsb`, which on AMD EPYC (the 2-core
@@ -33,7 +32,7 @@ hvdlResult_t hvdl_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes
  * area copied into a NumPy buffer 16 bytes past a page is that case. Such copies go in pieces
  * that glibc copies with its vector loop (2 KiB: below its threshold for every vector width).
  * Overlapping buffers are moved as memmove moves them. */
-#define HVDL_COPY_PIECE 2048
+#define HVDL_COPY_PIECE  2048
 #define HVDL_COPY_WINDOW 32 /* distances 1 .. this - 1 crawled; 32 .. 72 did not */
 
 int hvdl_copy_crawls(uint64_t dst, uint64_t src) {

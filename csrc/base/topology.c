@@ -34,7 +34,8 @@ hvdlResult_t hvdl_local_comm(MPI_Comm comm, MPI_Comm *local) {
   /* Emulated hosts of k ranks, inside the real ones: memory is still shared. */
   err = MPI_Comm_split(shared, rank / k, rank, local);
   MPI_Comm_free(&shared);
-  if (err != MPI_SUCCESS) return hvdl_fail_mpi(NULL, err, "MPI_Comm_split (HVD_LITE_RANKS_PER_HOST)");
+  if (err != MPI_SUCCESS)
+    return hvdl_fail_mpi(NULL, err, "MPI_Comm_split (HVD_LITE_RANKS_PER_HOST)");
   return hvdlSuccess;
 }
 
@@ -89,7 +90,8 @@ static void my_cpus(uint64_t *mask) {
 hvdlResult_t hvdl_host_cpus(MPI_Comm comm, int *ranks, int *cpus) {
   MPI_Comm host;
   int rank, err = MPI_Comm_rank(comm, &rank);
-  if (err == MPI_SUCCESS) err = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host);
+  if (err == MPI_SUCCESS)
+    err = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host);
   if (err != MPI_SUCCESS) return hvdl_fail_mpi(NULL, err, "MPI_Comm_split_type (the host's CPUs)");
   uint64_t mask[CPU_WORDS];
   my_cpus(mask);

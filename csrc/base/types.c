@@ -10,10 +10,9 @@ size_t hvdl_type_size(hvdlDataType_t t) {
 }
 
 const char *hvdl_type_name(hvdlDataType_t t) {
-  static const char *names[HVDL_TYPE_SLOTS] = {"int8",    "uint8",   "int32",    "uint32",
-                                               "int64",   "uint64",  "float16",  "float32",
-                                               "float64", "bfloat16", "int16",   "uint16",
-                                               "bool"};
+  static const char *names[HVDL_TYPE_SLOTS] = {
+      "int8",    "uint8",   "int32",    "uint32", "int64",  "uint64", "float16",
+      "float32", "float64", "bfloat16", "int16",  "uint16", "bool"};
   const int slot = hvdl_type_slot(t);
   return slot >= 0 ? names[slot] : "unknown";
 }

@@ -61,7 +61,9 @@ void hvdl_note_host_cpus(int ranks, int cpus) {
   if (cpus > 0 && ranks > cpus) atomic_store_explicit(&oversubscribed, 1, memory_order_relaxed);
 }
 
-int hvdl_oversubscribed(void) { return atomic_load_explicit(&oversubscribed, memory_order_relaxed); }
+int hvdl_oversubscribed(void) {
+  return atomic_load_explicit(&oversubscribed, memory_order_relaxed);
+}
 
 void hvdl_sleep(double seconds) {
   if (seconds <= 0) return;
@@ -100,7 +102,7 @@ hvdlResult_t hvdl_fault(hvdlComm_t comm, enum hvdl_fault_point at, int peer) {
  * a second. A rank blocked 10 s in synchronize on a peer that had not submitted took
  * 0.70-0.74 % of a core with long_sleep alone (10 ms), 0.31-0.36 % with this
  * (tools/cpu_while_waiting.py; docs/benchmarks.md, "A waiting rank's CPU"). */
-#define LATE_SHARE 0.02
+#define LATE_SHARE     0.02
 #define LATE_SLEEP_MAX 50e-3
 
 double hvdl_wait_next_sleep(const struct hvdl_wait_limits *w, double sleep, double waited) {
@@ -133,7 +135,8 @@ static hvdlResult_t no_progress(hvdlComm_t comm, double waited) {
     return hvdl_fail(comm, hvdlRemoteError,
                      "no message from rank %d for %g s (HVD_LITE_DATA_TIMEOUT_SECONDS): it is not "
                      "taking part in the collective",
-                     comm->rank_names ? comm->rank_names[comm->wait_peer] : comm->wait_peer, waited);
+                     comm->rank_names ? comm->rank_names[comm->wait_peer] : comm->wait_peer,
+                     waited);
   return hvdl_fail(comm, hvdlRemoteError,
                    "no progress for %g s (HVD_LITE_DATA_TIMEOUT_SECONDS) waiting for other ranks: "
                    "one of them is not taking part in the collective",

@@ -56,9 +56,9 @@ static hvdlResult_t cuda_fail(hvdlComm_t comm, cudaError_t err, const char *what
                    cudaGetErrorString(err), (int)err);
 }
 
-#define CUDA_CHECK(comm, call, what)                       \
-  do {                                                     \
-    cudaError_t e_ = (call);                               \
+#define CUDA_CHECK(comm, call, what)                         \
+  do {                                                       \
+    cudaError_t e_ = (call);                                 \
     if (e_ != cudaSuccess) return cuda_fail(comm, e_, what); \
   } while (0)
 
@@ -215,8 +215,8 @@ hvdlResult_t hvdl_cuda_wait_stream(hvdlComm_t comm, hvdlStream_t stream, const c
   cudaEvent_t ev;
   CUDA_CHECK(comm, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
   cudaError_t e = cudaEventRecord(ev, (cudaStream_t)stream);
-  const hvdlResult_t res = e == cudaSuccess ? wait_event(comm, ev, what)
-                                            : cuda_fail(comm, e, "cudaEventRecord");
+  const hvdlResult_t res =
+      e == cudaSuccess ? wait_event(comm, ev, what) : cuda_fail(comm, e, "cudaEventRecord");
   (void)cudaEventDestroy(ev);
   return res;
 }
@@ -287,7 +287,8 @@ hvdlResult_t hvdl_cuda_staged(hvdlComm_t comm, const void *send, void *recv, siz
                      "a communicator stages the memory of one CUDA device, device %d (the current "
                      "one at its first device call); this buffer is on device %d: make it the "
                      "current device first, and use one device per process, as NCCL's "
-                     "communicators have one each", s->device, device);
+                     "communicators have one each",
+                     s->device, device);
   cudaStream_t st = (cudaStream_t)stream;
   if (s->pending) HVDL_CHECK(wait_event(comm, s->done, "the last call's copies up"));
   s->pending = 0;
@@ -310,9 +311,12 @@ hvdlResult_t hvdl_cuda_staged(hvdlComm_t comm, const void *send, void *recv, siz
   }
   /* The slots are free again once the stream passes this point, failure or not. */
   cudaError_t e = cudaEventRecord(s->done, st);
-  if (e == cudaSuccess) s->pending = 1;
-  else if (res == hvdlSuccess) res = cuda_fail(comm, e, "cudaEventRecord");
-  else if (cudaStreamSynchronize(st) != cudaSuccess) (void)cudaGetLastError();
+  if (e == cudaSuccess)
+    s->pending = 1;
+  else if (res == hvdlSuccess)
+    res = cuda_fail(comm, e, "cudaEventRecord");
+  else if (cudaStreamSynchronize(st) != cudaSuccess)
+    (void)cudaGetLastError();
   return res;
 }
 

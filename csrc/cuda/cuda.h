@@ -18,9 +18,9 @@
 #include "base/base.h"
 
 /* Device types, DLPack's numbers (kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged). */
-#define HVDL_DEVICE_CPU 1
-#define HVDL_DEVICE_CUDA 2
-#define HVDL_DEVICE_CUDA_HOST 3
+#define HVDL_DEVICE_CPU          1
+#define HVDL_DEVICE_CUDA         2
+#define HVDL_DEVICE_CUDA_HOST    3
 #define HVDL_DEVICE_CUDA_MANAGED 13
 
 /* Bytes of each of the two pinned host chunks a communicator stages through. */

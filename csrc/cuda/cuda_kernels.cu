@@ -55,8 +55,9 @@ __device__ __forceinline__ uint16_t h16_op(uint16_t xb, uint16_t yb) {
   return BF16 ? float_to_bf16(r) : float_to_half(r);
 }
 
-#define GRID_LOOP for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; \
-                       i += (size_t)gridDim.x * blockDim.x)
+#define GRID_LOOP                                                       \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; \
+       i += (size_t)gridDim.x * blockDim.x)
 
 template <int OP, typename T, typename U>
 __global__ void reduce_int(T *d, const T *a, const T *b, size_t n) {
@@ -131,10 +132,8 @@ unsigned blocks_for(size_t n) {
 template <int OP>
 cudaError_t launch_reduce(void *d, const void *a, const void *b, size_t n, int dt, cudaStream_t s) {
   const unsigned g = blocks_for(n);
-#define INT_CASE(num, T, U)                                                                   \
-  case num:                                                                                \
-    reduce_int<OP, T, U><<<g, 256, 0, s>>>((T *)d, (const T *)a, (const T *)b, n);         \
-    break;
+#define INT_CASE(num, T, U) \
+  case num: reduce_int<OP, T, U><<<g, 256, 0, s>>>((T *)d, (const T *)a, (const T *)b, n); break;
   switch (dt) {
     INT_CASE(0, int8_t, uint32_t)
     INT_CASE(1, uint8_t, uint32_t)
@@ -144,21 +143,28 @@ cudaError_t launch_reduce(void *d, const void *a, const void *b, size_t n, int d
     INT_CASE(5, uint64_t, uint64_t)
     INT_CASE(32, int16_t, uint32_t)
     INT_CASE(33, uint16_t, uint32_t)
-    case 6: reduce_h16<OP, false><<<g, 256, 0, s>>>((uint16_t *)d, (const uint16_t *)a,
-                                                    (const uint16_t *)b, n); break;
-    case 9: reduce_h16<OP, true><<<g, 256, 0, s>>>((uint16_t *)d, (const uint16_t *)a,
-                                                   (const uint16_t *)b, n); break;
-    case 7: reduce_flt<OP, float><<<g, 256, 0, s>>>((float *)d, (const float *)a,
-                                                    (const float *)b, n); break;
-    case 8: reduce_flt<OP, double><<<g, 256, 0, s>>>((double *)d, (const double *)a,
-                                                     (const double *)b, n); break;
+    case 6:
+      reduce_h16<OP, false>
+          <<<g, 256, 0, s>>>((uint16_t *)d, (const uint16_t *)a, (const uint16_t *)b, n);
+      break;
+    case 9:
+      reduce_h16<OP, true>
+          <<<g, 256, 0, s>>>((uint16_t *)d, (const uint16_t *)a, (const uint16_t *)b, n);
+      break;
+    case 7:
+      reduce_flt<OP, float><<<g, 256, 0, s>>>((float *)d, (const float *)a, (const float *)b, n);
+      break;
+    case 8:
+      reduce_flt<OP, double>
+          <<<g, 256, 0, s>>>((double *)d, (const double *)a, (const double *)b, n);
+      break;
     default: return cudaErrorInvalidValue;
   }
 #undef INT_CASE
   return cudaGetLastError();
 }
 
-}  // namespace
+} // namespace
 
 /* dst = a op b on device memory, on `stream`; op is 0..3 (Avg's sum is Sum). dt is an
  * hvdlDataType_t other than bool. Returns the launch's cudaError_t. */
@@ -207,10 +213,10 @@ extern "C" int hvdl_cuda_kernel_scale(void *dst, const void *src, size_t n, int 
   cudaStream_t s = (cudaStream_t)stream;
   const unsigned g = blocks_for(n);
   const float ff = (float)factor;
-#define SCALE_INT(num, T, LO, HI, TMIN, TMAX)                                              \
-  case num:                                                                              \
-    scale_int<T><<<g, 256, 0, s>>>((T *)dst, (const T *)src, n, factor, LO, HI, (T)(TMIN), \
-                                   (T)(TMAX));                                           \
+#define SCALE_INT(num, T, LO, HI, TMIN, TMAX)                                                  \
+  case num:                                                                                    \
+    scale_int<T>                                                                               \
+        <<<g, 256, 0, s>>>((T *)dst, (const T *)src, n, factor, LO, HI, (T)(TMIN), (T)(TMAX)); \
     break;
   switch (dt) {
     SCALE_INT(0, int8_t, -128.0, 128.0, INT8_MIN, INT8_MAX)
@@ -221,7 +227,9 @@ extern "C" int hvdl_cuda_kernel_scale(void *dst, const void *src, size_t n, int 
     SCALE_INT(5, uint64_t, 0.0, 18446744073709551616.0, 0, UINT64_MAX)
     SCALE_INT(32, int16_t, -32768.0, 32768.0, INT16_MIN, INT16_MAX)
     SCALE_INT(33, uint16_t, 0.0, 65536.0, 0, UINT16_MAX)
-    case 6: scale_h16<false><<<g, 256, 0, s>>>((uint16_t *)dst, (const uint16_t *)src, n, ff); break;
+    case 6:
+      scale_h16<false><<<g, 256, 0, s>>>((uint16_t *)dst, (const uint16_t *)src, n, ff);
+      break;
     case 9: scale_h16<true><<<g, 256, 0, s>>>((uint16_t *)dst, (const uint16_t *)src, n, ff); break;
     case 7: scale_f32<<<g, 256, 0, s>>>((float *)dst, (const float *)src, n, ff); break;
     case 8: scale_f64<<<g, 256, 0, s>>>((double *)dst, (const double *)src, n, factor); break;

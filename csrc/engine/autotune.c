@@ -76,11 +76,14 @@ static void read_values(const struct hvdl_autotune *t, struct hvdl_tune_values *
 }
 
 /* The values word w sets, the others as they are now. */
-static void values_of(const struct hvdl_autotune *t, const struct hvdl_tune_word *w, struct hvdl_tune_values *v) {
+static void values_of(const struct hvdl_autotune *t, const struct hvdl_tune_word *w,
+                      struct hvdl_tune_values *v) {
   read_values(t, v);
   const int *i = w->idx;
-  if (i[HVDL_TUNE_FUSION] >= 0) v->fusion_threshold = (size_t)grid[HVDL_TUNE_FUSION][i[HVDL_TUNE_FUSION]];
-  if (i[HVDL_TUNE_SEGMENT] >= 0) v->segment_bytes = (size_t)grid[HVDL_TUNE_SEGMENT][i[HVDL_TUNE_SEGMENT]];
+  if (i[HVDL_TUNE_FUSION] >= 0)
+    v->fusion_threshold = (size_t)grid[HVDL_TUNE_FUSION][i[HVDL_TUNE_FUSION]];
+  if (i[HVDL_TUNE_SEGMENT] >= 0)
+    v->segment_bytes = (size_t)grid[HVDL_TUNE_SEGMENT][i[HVDL_TUNE_SEGMENT]];
   if (i[HVDL_TUNE_BATCH] >= 0) v->batch_time_ms = grid[HVDL_TUNE_BATCH][i[HVDL_TUNE_BATCH]];
   if (i[HVDL_TUNE_CYCLE] >= 0) v->cycle_time_ms = grid[HVDL_TUNE_CYCLE][i[HVDL_TUNE_CYCLE]];
 }
@@ -96,7 +99,8 @@ static void apply(struct hvdl_autotune *t, const struct hvdl_tune_word *w, long 
   *t->at.batch_time_ms = v.batch_time_ms;
   *t->at.cycle_time_ms = v.cycle_time_ms;
   if (t->nchanges < HVDL_TUNE_HISTORY)
-    t->history[t->nchanges] = (struct hvdl_tune_change){.round = round, .v = v, .settled = w->settled};
+    t->history[t->nchanges] =
+        (struct hvdl_tune_change){.round = round, .v = v, .settled = w->settled};
   t->nchanges++;
   pthread_mutex_unlock(t->at.mu);
 }
@@ -140,15 +144,18 @@ static hvdlResult_t seen_add(struct hvdl_autotune *t, uint64_t h) {
 /* ---- the log ------------------------------------------------------------------ */
 
 /* A line of the CSV (steps 0: the final choice, without a window) and of stderr at info level. */
-static void log_row(struct hvdl_autotune *t, const char *kind, int no, long round, const struct hvdl_tune_word *w,
-                    int steps, double bytes, double seconds, double score) {
+static void log_row(struct hvdl_autotune *t, const char *kind, int no, long round,
+                    const struct hvdl_tune_word *w, int steps, double bytes, double seconds,
+                    double score) {
   struct hvdl_tune_values v;
   values_of(t, w, &v);
   if (t->log) {
-    fprintf(t->log, "%s,%d,%ld,%zu,%zu,%g,%g,", kind, no, round, v.fusion_threshold, v.segment_bytes,
-            v.batch_time_ms, v.cycle_time_ms);
-    if (steps > 0) fprintf(t->log, "%d,%.0f,%.9g,%.9g\n", steps, bytes, seconds, score);
-    else fprintf(t->log, ",,,%.9g\n", score);
+    fprintf(t->log, "%s,%d,%ld,%zu,%zu,%g,%g,", kind, no, round, v.fusion_threshold,
+            v.segment_bytes, v.batch_time_ms, v.cycle_time_ms);
+    if (steps > 0)
+      fprintf(t->log, "%d,%.0f,%.9g,%.9g\n", steps, bytes, seconds, score);
+    else
+      fprintf(t->log, ",,,%.9g\n", score);
     fflush(t->log);
   }
   if (t->log_level > HVDL_LOG_INFO) return;
@@ -161,10 +168,11 @@ static void log_row(struct hvdl_autotune *t, const char *kind, int no, long roun
     snprintf(what, sizeof what, "sample %d of %d (confirming)", no, t->planned);
   else
     snprintf(what, sizeof what, "sample %d of %d", no, t->planned);
-  fprintf(stderr,
-          "hvd_lite: autotune %s: fusion threshold %zu B, segment %zu B, batch time %g ms, cycle time %g ms: "
-          "%.4g B/s\n",
-          what, v.fusion_threshold, v.segment_bytes, v.batch_time_ms, v.cycle_time_ms, score);
+  fprintf(
+      stderr,
+      "hvd_lite: autotune %s: fusion threshold %zu B, segment %zu B, batch time %g ms, cycle time %g ms: "
+      "%.4g B/s\n",
+      what, v.fusion_threshold, v.segment_bytes, v.batch_time_ms, v.cycle_time_ms, score);
   fflush(stderr);
 }
 
@@ -189,7 +197,8 @@ static double median(const double *v) {
 }
 
 /* The final choice: w, sent once more marked settled; the search is over. */
-static void settle(struct hvdl_autotune *t, const struct hvdl_tune_word *w, int sample, double score, long round) {
+static void settle(struct hvdl_autotune *t, const struct hvdl_tune_word *w, int sample,
+                   double score, long round) {
   t->proposed = *w;
   t->proposed.settled = 1;
   t->searching = 0;
@@ -210,8 +219,10 @@ static void advance(struct hvdl_autotune *t, double score, long round) {
       return;
     }
     const double start = median(t->confirm_score[0]), best = median(t->confirm_score[1]);
-    if (best > start * (1 + CONFIRM_MARGIN)) settle(t, &t->best, t->best_sample, best, round);
-    else settle(t, &t->start, 1, start, round);
+    if (best > start * (1 + CONFIRM_MARGIN))
+      settle(t, &t->best, t->best_sample, best, round);
+    else
+      settle(t, &t->start, 1, start, round);
     return;
   }
   const int n = atomic_load(&t->samples);
@@ -243,17 +254,19 @@ static void sample_done(struct hvdl_autotune *t, long round, double now) {
   const double seconds = now - t->t0 > 1e-9 ? now - t->t0 : 1e-9, score = t->bytes / seconds;
   if (t->warmup_left > 0) {
     t->warmup_left--;
-    log_row(t, "warmup", t->warmups - t->warmup_left, round, &t->proposed, t->steps, t->bytes, seconds, score);
+    log_row(t, "warmup", t->warmups - t->warmup_left, round, &t->proposed, t->steps, t->bytes,
+            seconds, score);
     return;
   }
   atomic_fetch_add(&t->samples, 1);
-  log_row(t, t->confirm_done >= 0 ? "confirm" : "sample", atomic_load(&t->samples), round, &t->proposed, t->steps,
-          t->bytes, seconds, score);
+  log_row(t, t->confirm_done >= 0 ? "confirm" : "sample", atomic_load(&t->samples), round,
+          &t->proposed, t->steps, t->bytes, seconds, score);
   advance(t, score, round);
 }
 
 /* Rank 0: one round's ready list, measured. */
-static hvdlResult_t measure(struct hvdl_autotune *t, long round, struct hvdl_request *const *ready, int n) {
+static hvdlResult_t measure(struct hvdl_autotune *t, long round, struct hvdl_request *const *ready,
+                            int n) {
   double bytes = 0;
   int boundary = 0;
   for (int i = 0; i < n; i++) {
@@ -267,7 +280,8 @@ static hvdlResult_t measure(struct hvdl_autotune *t, long round, struct hvdl_req
   }
   for (int i = 0; i < n; i++)
     if (!ready[i]->zeros) HVDL_CHECK(seen_add(t, ready[i]->name_hash));
-  if (!same_word(&t->applied, &t->proposed)) return hvdlSuccess; /* its values are not in effect yet */
+  if (!same_word(&t->applied, &t->proposed))
+    return hvdlSuccess; /* its values are not in effect yet */
   const double now = hvdl_now();
   if (boundary && t->started && ++t->steps == t->steps_per_sample) {
     sample_done(t, round, now);
@@ -288,11 +302,11 @@ static hvdlResult_t measure(struct hvdl_autotune *t, long round, struct hvdl_req
 
 /* ---- the unit's interface ------------------------------------------------------- */
 
-static const char *const param_names[HVDL_TUNE_PARAMS] = {"fusion threshold", "segment size", "batch time",
-                                                          "cycle time"};
+static const char *const param_names[HVDL_TUNE_PARAMS] = {"fusion threshold", "segment size",
+                                                          "batch time", "cycle time"};
 
-hvdlResult_t hvdl_autotune_init(struct hvdl_autotune *t, const struct hvdl_engine_config *cfg, int rank,
-                                hvdlComm_t comm, const struct hvdl_tune_targets *at) {
+hvdlResult_t hvdl_autotune_init(struct hvdl_autotune *t, const struct hvdl_engine_config *cfg,
+                                int rank, hvdlComm_t comm, const struct hvdl_tune_targets *at) {
   memset(t, 0, sizeof *t);
   t->confirm_done = -1;
   t->at = *at;
@@ -308,8 +322,8 @@ hvdlResult_t hvdl_autotune_init(struct hvdl_autotune *t, const struct hvdl_engin
   t->k = -1;
   struct hvdl_tune_values v;
   read_values(t, &v);
-  const double now[HVDL_TUNE_PARAMS] = {(double)v.fusion_threshold, (double)v.segment_bytes, v.batch_time_ms,
-                                        v.cycle_time_ms};
+  const double now[HVDL_TUNE_PARAMS] = {(double)v.fusion_threshold, (double)v.segment_bytes,
+                                        v.batch_time_ms, v.cycle_time_ms};
   char names[128] = "";
   size_t len = 0;
   for (int p = 0; p < HVDL_TUNE_PARAMS; p++) {
@@ -320,24 +334,28 @@ hvdlResult_t hvdl_autotune_init(struct hvdl_autotune *t, const struct hvdl_engin
     t->order[t->nparams++] = p;
     t->proposed.idx[p] = at_idx;
     t->planned += grid_len[p] - 1;
-    len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", param_names[p]);
+    len +=
+        (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", param_names[p]);
   }
   t->start = t->proposed;
   if (cfg->autotune_log[0]) {
     t->log = fopen(cfg->autotune_log, "w");
     if (!t->log)
-      return hvdl_fail(NULL, hvdlInvalidArgument, "HVD_LITE_AUTOTUNE_LOG=%s: cannot create the file",
-                       cfg->autotune_log);
-    fprintf(t->log, "kind,sample,round,fusion_threshold,segment_bytes,batch_time_ms,cycle_time_ms,steps,bytes,"
-                    "seconds,score\n");
+      return hvdl_fail(NULL, hvdlInvalidArgument,
+                       "HVD_LITE_AUTOTUNE_LOG=%s: cannot create the file", cfg->autotune_log);
+    fprintf(
+        t->log,
+        "kind,sample,round,fusion_threshold,segment_bytes,batch_time_ms,cycle_time_ms,steps,bytes,"
+        "seconds,score\n");
     fflush(t->log);
   }
   if (t->log_level <= HVDL_LOG_INFO) {
-    fprintf(stderr,
-            "hvd_lite: autotune: tuning %s in %d samples of %d steps (%d more to confirm a change), "
-            "after %d warm-up samples\n",
-            t->nparams ? names : "nothing (every parameter is set)", t->planned, t->steps_per_sample,
-            2 * HVDL_TUNE_CONFIRM_PAIRS, t->warmup_left);
+    fprintf(
+        stderr,
+        "hvd_lite: autotune: tuning %s in %d samples of %d steps (%d more to confirm a change), "
+        "after %d warm-up samples\n",
+        t->nparams ? names : "nothing (every parameter is set)", t->planned, t->steps_per_sample,
+        2 * HVDL_TUNE_CONFIRM_PAIRS, t->warmup_left);
     fflush(stderr);
   }
   return hvdlSuccess;
@@ -361,8 +379,8 @@ hvdlResult_t hvdl_autotune_round(struct hvdl_autotune *t, uint64_t word, long ro
   return hvdlSuccess;
 }
 
-int hvdl_autotune_state(struct hvdl_autotune *t, struct hvdl_tune_values *now, int *settled, int *samples,
-                        struct hvdl_tune_change *changes, int cap) {
+int hvdl_autotune_state(struct hvdl_autotune *t, struct hvdl_tune_values *now, int *settled,
+                        int *samples, struct hvdl_tune_change *changes, int cap) {
   pthread_mutex_lock(t->at.mu);
   read_values(t, now);
   *settled = t->applied.settled;

@@ -65,10 +65,11 @@ static void print_shm(const struct hvdl_engine *e) {
   const struct hvdl_shm *s = e->data->shm;
   const char *why = s && s->hosts == 1 ? hvdl_cma_off_reason(e->data) : NULL;
   fprintf(stderr, "hvd_lite: shared memory: %s%s\n",
-          !s               ? "off (HVD_LITE_SHM=0, no host with two ranks, or no segment)"
-          : s->hosts > 1   ? "on within each host"
-          : !why           ? "on, with its single-copy form"
-                           : "on, without its single-copy form: ", why ? why : "");
+          !s             ? "off (HVD_LITE_SHM=0, no host with two ranks, or no segment)"
+          : s->hosts > 1 ? "on within each host"
+          : !why         ? "on, with its single-copy form"
+                         : "on, without its single-copy form: ",
+          why ? why : "");
   fflush(stderr);
 }
 
@@ -95,7 +96,8 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&e->requests.mu);
     int backoff_done = 0;
     for (;;) {
-      const double now = hvdl_now(), batch = e->cfg.batch_time_ms * 1e-3; /* the tuner may change it */
+      const double now = hvdl_now(),
+                   batch = e->cfg.batch_time_ms * 1e-3; /* the tuner may change it */
       if (e->over || e->handed) break;
       if (e->turn == HVDL_TURN_CALLER || (e->caller_expected && now < e->caller_deadline)) {
         /* A caller runs the round, or is about to (the fast path): wait for it. */
@@ -155,7 +157,8 @@ static void *engine_main(void *arg) {
     hvdlResult_t res = hvdlSuccess;
     int finished = 0;
     if (stage == HVDL_HANDED_NONE) {
-      if (e->cfg.cycle_time_ms > 0) hvdl_sleep(e->last_round + e->cfg.cycle_time_ms * 1e-3 - hvdl_now());
+      if (e->cfg.cycle_time_ms > 0)
+        hvdl_sleep(e->last_round + e->cfg.cycle_time_ms * 1e-3 - hvdl_now());
       e->last_round = hvdl_now();
       res = hvdl_round_post(e->negotiator, e->pending, e->npending, e->leaving);
     }
@@ -220,7 +223,8 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
   e->data->data_timeout = cfg->data_timeout_s;
   e->data->faults = &e->faults;
   for (int i = 0; i < cfg->nfaults; i++)
-    if (cfg->faults[i].rank == e->rank) atomic_store(&e->faults.armed[cfg->faults[i].point], cfg->faults[i].n);
+    if (cfg->faults[i].rank == e->rank)
+      atomic_store(&e->faults.armed[cfg->faults[i].point], cfg->faults[i].n);
   e->negotiator = malloc(sizeof *e->negotiator);
   e->executor = calloc(1, sizeof *e->executor);
   if (!e->negotiator || !e->executor) {
@@ -247,8 +251,9 @@ hvdlResult_t hvdl_engine_start(struct hvdl_engine **out, MPI_Comm base,
                        cfg->timeline);
     }
   }
-  const struct hvdl_tune_targets at = {&e->executor->fusion_threshold, &e->data->config.segmentBytes,
-                                       &e->cfg.batch_time_ms, &e->cfg.cycle_time_ms, &e->requests.mu};
+  const struct hvdl_tune_targets at = {&e->executor->fusion_threshold,
+                                       &e->data->config.segmentBytes, &e->cfg.batch_time_ms,
+                                       &e->cfg.cycle_time_ms, &e->requests.mu};
   if ((res = hvdl_autotune_init(&e->tuner, cfg, e->rank, e->data, &at)) != hvdlSuccess) {
     hvdl_engine_free(e);
     return res;
@@ -279,14 +284,16 @@ hvdlResult_t hvdl_engine_submit_group(struct hvdl_engine *e, struct hvdl_request
     rs[i]->t_submit = now;
   }
   pthread_mutex_lock(&e->requests.mu);
-  hvdlResult_t res = e->stop_requested && !e->requests.dead
-                         ? hvdl_fail(NULL, hvdlInvalidUsage, "hvd_lite is shutting down on this rank")
-                         : hvdl_requests_add_all_locked(&e->requests, rs, n);
+  hvdlResult_t res =
+      e->stop_requested && !e->requests.dead
+          ? hvdl_fail(NULL, hvdlInvalidUsage, "hvd_lite is shutting down on this rank")
+          : hvdl_requests_add_all_locked(&e->requests, rs, n);
   if (res == hvdlSuccess && n > 0) {
     if (e->nnew == 0) e->first_new = now;
     e->nnew += n;
     e->at_once |= at_once;
-    if (at_once && e->cfg.fast_path_bytes > 0 && e->cfg.cycle_time_ms <= 0 && e->turn == HVDL_TURN_FREE) {
+    if (at_once && e->cfg.fast_path_bytes > 0 && e->cfg.cycle_time_ms <= 0 &&
+        e->turn == HVDL_TURN_FREE) {
       /* its caller will run the round (hvdl_turn_run_for): no hand-off */
       e->caller_expected = 1;
       e->caller_deadline = now + CALLER_GRACE;
@@ -317,7 +324,8 @@ void hvdl_engine_get_stats(struct hvdl_engine *e, struct hvdl_engine_stats *out)
   out->cached_ready = atomic_load_explicit(&st->cached_ready, memory_order_relaxed);
   out->caller_turns = atomic_load_explicit(&e->caller_turns, memory_order_relaxed);
   out->device_steps = atomic_load_explicit(&e->executor->device_steps, memory_order_relaxed);
-  out->step_seconds = 1e-9 * (double)atomic_load_explicit(&e->executor->busy_ns, memory_order_relaxed);
+  out->step_seconds =
+      1e-9 * (double)atomic_load_explicit(&e->executor->busy_ns, memory_order_relaxed);
   out->shm_views = e->data->shm ? hvdl_mem_views(e->data->shm) : 0;
   out->shm_stand_ins = e->data->shm ? hvdl_cma_stand_ins(e->data->shm) : 0;
 }
@@ -364,8 +372,10 @@ void hvdl_engine_free(struct hvdl_engine *e) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (e->data) {
-    if (finalized) hvdlCommAbort(e->data);
-    else hvdlCommDestroy(e->data);
+    if (finalized)
+      hvdlCommAbort(e->data);
+    else
+      hvdlCommDestroy(e->data);
   }
   if (e->ctrl != MPI_COMM_NULL && !finalized) MPI_Comm_free(&e->ctrl);
   hvdl_timeline_close(e->timeline);

@@ -22,7 +22,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-
 /* The values of the tunable parameters. */
 struct hvdl_tune_values {
   size_t fusion_threshold, segment_bytes;
@@ -51,36 +50,36 @@ struct hvdl_tune_targets {
 
 struct hvdl_autotune {
   struct hvdl_tune_targets at;
-  hvdlComm_t comm;               /* where a malformed word is recorded */
+  hvdlComm_t comm; /* where a malformed word is recorded */
   int rank, log_level;
   struct hvdl_tune_word applied; /* the last word applied (every idx -1: none yet) */
   struct hvdl_tune_change history[HVDL_TUNE_HISTORY]; /* the words applied, under *at.mu */
-  int nchanges;                  /* under *at.mu; past HVDL_TUNE_HISTORY only counted */
-  _Atomic int samples;           /* rank 0: samples scored so far (warm-up ones not counted) */
+  int nchanges;        /* under *at.mu; past HVDL_TUNE_HISTORY only counted */
+  _Atomic int samples; /* rank 0: samples scored so far (warm-up ones not counted) */
 
   /* Rank 0's search; owned by the turn holder. */
   int searching;
   int warmups, warmup_left, steps_per_sample, planned;
   int order[HVDL_TUNE_PARAMS], nparams; /* the tuned parameters, in the order they are tuned */
-  int param, scan_from, k;       /* the parameter being scanned, its value before, the one tried */
+  int param, scan_from, k; /* the parameter being scanned, its value before, the one tried */
   struct hvdl_tune_word proposed, best, start;
   double best_score;
   int best_sample;
   /* the confirmation: the starting values and the pass's best, sampled in turn */
-  int confirm_done;              /* confirmation samples scored so far (-1: none planned) */
+  int confirm_done; /* confirmation samples scored so far (-1: none planned) */
   double confirm_score[2][HVDL_TUNE_CONFIRM_PAIRS]; /* [0] the starting values, [1] the best */
   /* the sample being measured: steps counted from t0, bytes executed since */
   int started, steps;
   double t0, bytes;
-  uint64_t *seen;                /* hashes of the names ready since the last step began */
+  uint64_t *seen; /* hashes of the names ready since the last step began */
   size_t seen_cap, nseen;
-  FILE *log;                     /* HVD_LITE_AUTOTUNE_LOG */
+  FILE *log; /* HVD_LITE_AUTOTUNE_LOG */
 };
 
 /* Sets the tuner up; on rank 0 with cfg->autotune, starts the search from the
  * targets' values (and opens the log). */
-hvdlResult_t hvdl_autotune_init(struct hvdl_autotune *t, const struct hvdl_engine_config *cfg, int rank,
-                                hvdlComm_t comm, const struct hvdl_tune_targets *at);
+hvdlResult_t hvdl_autotune_init(struct hvdl_autotune *t, const struct hvdl_engine_config *cfg,
+                                int rank, hvdlComm_t comm, const struct hvdl_tune_targets *at);
 /* Every rank, after each round and before its ready list runs: applies rank 0's
  * autotune word of the round (`word`, checked: hvdlInternalError when malformed);
  * on rank 0 also measures the round's ready list and moves the search on. *next:
@@ -92,8 +91,8 @@ uint64_t hvdl_autotune_word(const struct hvdl_autotune *t);
 /* Any thread: the values in effect, whether the last word applied was the final
  * choice, the samples scored (rank 0), and the first `cap` changes applied;
  * returns the number of changes. */
-int hvdl_autotune_state(struct hvdl_autotune *t, struct hvdl_tune_values *now, int *settled, int *samples,
-                        struct hvdl_tune_change *changes, int cap);
+int hvdl_autotune_state(struct hvdl_autotune *t, struct hvdl_tune_values *now, int *settled,
+                        int *samples, struct hvdl_tune_change *changes, int cap);
 void hvdl_autotune_free(struct hvdl_autotune *t);
 
 /* ---- engine.c ------------------------------------------------------------------------------ */
@@ -109,15 +108,14 @@ void hvdl_autotune_free(struct hvdl_autotune *t);
 #include <pthread.h>
 #include <stdint.h>
 
-
 struct hvdl_negotiator;
 struct hvdl_executor;
 struct hvdl_timeline;
 
 struct hvdl_engine {
   struct hvdl_engine_config cfg;
-  hvdlComm_t data;               /* collectives */
-  MPI_Comm ctrl;                 /* negotiation rounds */
+  hvdlComm_t data; /* collectives */
+  MPI_Comm ctrl;   /* negotiation rounds */
   int rank, size;
 
   pthread_t thread;
@@ -125,31 +123,31 @@ struct hvdl_engine {
   struct hvdl_requests requests; /* in flight; its mu also guards the queue state below */
   pthread_cond_t work_cv;        /* the engine thread sleeps here */
   /* the queue, under requests.mu */
-  int nnew;                      /* submitted since the engine last looked */
-  int hold;                      /* > 0: a group is being submitted; start no round yet */
-  double first_new;              /* when the first request since the last round was submitted */
-  int batching;                  /* the engine lets a burst of submissions gather */
-  int at_once;                   /* a new request will be waited on at once: no batching */
+  int nnew;         /* submitted since the engine last looked */
+  int hold;         /* > 0: a group is being submitted; start no round yet */
+  double first_new; /* when the first request since the last round was submitted */
+  int batching;     /* the engine lets a burst of submissions gather */
+  int at_once;      /* a new request will be waited on at once: no batching */
   int stop_requested;
 
   /* the parts (engine thread only, but for the outpool, which is thread-safe) */
   struct hvdl_negotiator *negotiator;
   struct hvdl_executor *executor;
   struct hvdl_timeline *timeline; /* rank 0's, or NULL */
-  struct hvdl_outpool outpool;   /* outputs of allgather/alltoall, recycled */
+  struct hvdl_outpool outpool;    /* outputs of allgather/alltoall, recycled */
   double last_round;
-  struct hvdl_alarm alarm;       /* failures to and from the other ranks (engine thread) */
-  int in_data;                   /* the engine thread is executing a ready list */
-  struct hvdl_faults faults;     /* injected faults (any thread arms them) */
-  struct hvdl_autotune tuner;    /* HVD_LITE_AUTOTUNE; applies rank 0's choice after every round */
+  struct hvdl_alarm alarm;    /* failures to and from the other ranks (engine thread) */
+  int in_data;                /* the engine thread is executing a ready list */
+  struct hvdl_faults faults;  /* injected faults (any thread arms them) */
+  struct hvdl_autotune tuner; /* HVD_LITE_AUTOTUNE; applies rank 0's choice after every round */
 
   /* Whose turn it is to run the loop's work, the engine thread's or a waiting caller's
    * (engine_turn.c: hvdl_turn_run_for), and what a caller handed back; under requests.mu. */
-  int turn;                      /* enum hvdl_turn */
-  int handed;                    /* enum hvdl_handed */
-  int caller_expected;           /* a synchronous submission's caller is coming to run the round */
-  double caller_deadline;        /* ... unless it has not come by then */
-  int over;                      /* the loop has ended: a failure, or this rank's last round */
+  int turn;               /* enum hvdl_turn */
+  int handed;             /* enum hvdl_handed */
+  int caller_expected;    /* a synchronous submission's caller is coming to run the round */
+  double caller_deadline; /* ... unless it has not come by then */
+  int over;               /* the loop has ended: a failure, or this rank's last round */
   /* The work of the turn in progress, owned by whoever has the turn. */
   struct hvdl_request **pending, **ready;
   int npending, pending_cap, nready, ready_cap;
@@ -162,17 +160,17 @@ enum hvdl_handed { HVDL_HANDED_NONE = 0, HVDL_HANDED_ROUND, HVDL_HANDED_READY };
 
 /* What the engine has done so far; hvdl_engine_get_stats may be called from any thread. */
 struct hvdl_engine_stats {
-  uint64_t rounds;               /* negotiation rounds run */
-  uint64_t slow_rounds;          /* rounds that gathered descriptors at the coordinator */
-  uint64_t shm_rounds;           /* rounds whose all-gather went through the host's segment */
-  uint64_t announced;            /* descriptors this rank announced (names not in the cache) */
-  uint64_t cached_ready;         /* requests made ready by their cache bit alone, no name sent */
-  uint64_t caller_turns;         /* rounds run by a waiting caller (the fast path) */
-  uint64_t device_steps;         /* steps on CUDA memory: a request alone or a fused group */
-  double step_seconds;           /* time spent running collectives (fusion copies included) */
-  int shm_views;                 /* the peers' hvdlMemAlloc regions the data communicator maps
+  uint64_t rounds;        /* negotiation rounds run */
+  uint64_t slow_rounds;   /* rounds that gathered descriptors at the coordinator */
+  uint64_t shm_rounds;    /* rounds whose all-gather went through the host's segment */
+  uint64_t announced;     /* descriptors this rank announced (names not in the cache) */
+  uint64_t cached_ready;  /* requests made ready by their cache bit alone, no name sent */
+  uint64_t caller_turns;  /* rounds run by a waiting caller (the fast path) */
+  uint64_t device_steps;  /* steps on CUDA memory: a request alone or a fused group */
+  double step_seconds;    /* time spent running collectives (fusion copies included) */
+  int shm_views;          /* the peers' hvdlMemAlloc regions the data communicator maps
                                   * (fusion buffers, hvd.empty arrays, stand-ins) */
-  uint64_t shm_stand_ins;        /* single-copy all-reduces on the data communicator that took
+  uint64_t shm_stand_ins; /* single-copy all-reduces on the data communicator that took
                                   * this rank's stand-in for plain buffers (single_copy.c) */
 };
 
@@ -207,7 +205,6 @@ void hvdl_engine_free(struct hvdl_engine *e);
  * One turn of the engine's work, by the engine thread or by a waiting
  * caller (engine_turn.c).
  */
-
 
 /* Under requests.mu: the requests in flight become this turn's pending list, each
  * held for the turn; -1 when out of memory. */

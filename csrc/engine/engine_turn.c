@@ -49,7 +49,8 @@ hvdlResult_t hvdl_turn_finish_round(struct hvdl_engine *e, hvdlResult_t res, int
   if (res == hvdlSuccess)
     res = hvdl_round_finish(e->negotiator, e->pending, e->npending, e->leaving, &e->ready,
                             &e->ready_cap, &e->nready, finished);
-  if (res == hvdlSuccess) /* rank 0's autotune word of the round, applied before the ready list runs */
+  if (res ==
+      hvdlSuccess) /* rank 0's autotune word of the round, applied before the ready list runs */
     res = hvdl_autotune_round(&e->tuner, e->negotiator->tune_in, e->negotiator->round_no, e->ready,
                               e->nready, &e->negotiator->tune_out);
   hvdl_executor_unpin(e->executor, res != hvdlSuccess);
@@ -182,4 +183,3 @@ int hvdl_turn_run_for(struct hvdl_engine *e, struct hvdl_request *r) {
   }
   return hvdl_request_poll(r);
 }
-

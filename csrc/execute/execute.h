@@ -19,25 +19,24 @@
 
 #include <stdatomic.h>
 
-
 struct hvdl_timeline;
 struct hvdl_alarm;
 
 struct hvdl_executor {
-  hvdlComm_t data;               /* the collectives' communicator */
-  size_t fusion_threshold;       /* HVD_LITE_FUSION_THRESHOLD, bytes; 0 disables fusion */
+  hvdlComm_t data;                /* the collectives' communicator */
+  size_t fusion_threshold;        /* HVD_LITE_FUSION_THRESHOLD, bytes; 0 disables fusion */
   struct hvdl_requests *requests; /* whose waiters it wakes while it runs */
-  struct hvdl_outpool *outpool;  /* outputs of allgather/alltoall */
+  struct hvdl_outpool *outpool;   /* outputs of allgather/alltoall */
   struct hvdl_timeline *timeline; /* rank 0's, or NULL */
-  struct hvdl_alarm *alarm;      /* how a step's failure reaches the other ranks */
-  uint64_t step;                 /* steps run so far: one per collective call, the same on every rank */
-  char *fusion;                  /* the fusion buffer */
+  struct hvdl_alarm *alarm;       /* how a step's failure reaches the other ranks */
+  uint64_t step; /* steps run so far: one per collective call, the same on every rank */
+  char *fusion;  /* the fusion buffer */
   size_t fusion_bytes;
-  int fusion_shared;             /* fusion is hvdlMemAlloc's (ranks sharing a host), not malloc's */
-  char *device_fusion;           /* the pinned host buffer of fused device groups (executor_device.c) */
+  int fusion_shared;   /* fusion is hvdlMemAlloc's (ranks sharing a host), not malloc's */
+  char *device_fusion; /* the pinned host buffer of fused device groups (executor_device.c) */
   size_t device_fusion_bytes;
-  int device_fusion_device;      /* the CUDA device current when it was made (and is freed) */
-  struct hvdl_request **pinned;  /* requests of failed steps, pinned until the next settle */
+  int device_fusion_device;     /* the CUDA device current when it was made (and is freed) */
+  struct hvdl_request **pinned; /* requests of failed steps, pinned until the next settle */
   int npinned, pinned_cap;
   unsigned pinned_epoch;         /* the alarm epoch they failed in */
   _Atomic uint64_t busy_ns;      /* time spent running steps, fusion copies included (statistics) */
@@ -68,7 +67,6 @@ void hvdl_executor_free(struct hvdl_executor *x);
  * device ranks run theirs: alone, in cuda.c's staged chunks; fused, in the one host
  * all-reduce of the group.
  */
-
 
 /* r's all-reduce: its prescale, cuda.c's staged form and its postscale queued on its
  * stream, on its device (the thread's own given back after). Done when the last copy

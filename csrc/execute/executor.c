@@ -31,17 +31,17 @@
 #include <unistd.h>
 
 #include "execute/execute.h"
-#include "select/select.h"
 #include "kernels/kernels.h"
 #include "request/request.h"
+#include "select/select.h"
 #include "transport/shm/shm.h"
 
 /* The op a request's reduction runs with, and *post its postscale factor. */
 static hvdlRedOp_t reduction(const struct hvdl_executor *x, const struct hvdl_request *r,
                              double *post) {
   const int dt = r->desc.dtype;
-  const int is_float = dt == hvdlFloat16 || dt == hvdlFloat32 || dt == hvdlFloat64 ||
-                       dt == hvdlBfloat16;
+  const int is_float =
+      dt == hvdlFloat16 || dt == hvdlFloat32 || dt == hvdlFloat64 || dt == hvdlBfloat16;
   *post = r->desc.postscale;
   if (r->desc.op != hvdlAvg || is_float) return (hvdlRedOp_t)r->desc.op;
   *post = r->desc.postscale / (double)x->data->size;
@@ -50,8 +50,7 @@ static hvdlRedOp_t reduction(const struct hvdl_executor *x, const struct hvdl_re
 
 static int same_key(const struct hvdl_request *a, const struct hvdl_request *b) {
   return b->desc.coll == HVDL_COLL_ALLREDUCE && a->desc.device == b->desc.device &&
-         a->desc.dtype == b->desc.dtype &&
-         a->desc.op == b->desc.op &&
+         a->desc.dtype == b->desc.dtype && a->desc.op == b->desc.op &&
          a->desc.prescale == b->desc.prescale && a->desc.postscale == b->desc.postscale;
 }
 
@@ -161,11 +160,12 @@ static hvdlResult_t run_fused(struct hvdl_executor *x, struct hvdl_request **gro
     }
     return res;
   }
-  hvdlResult_t res =
-      hvdl_fault_hit(x->data->faults, HVDL_FAULT_ALLOC)
-          ? hvdl_fail(x->data, hvdlSystemError, "injected fault (HVD_LITE_FAULT): out of memory "
-                      "for a %zu-byte fusion buffer", total)
-          : reserve_fusion(x, total);
+  hvdlResult_t res = hvdl_fault_hit(x->data->faults, HVDL_FAULT_ALLOC)
+                         ? hvdl_fail(x->data, hvdlSystemError,
+                                     "injected fault (HVD_LITE_FAULT): out of memory "
+                                     "for a %zu-byte fusion buffer",
+                                     total)
+                         : reserve_fusion(x, total);
   const double t0 = hvdl_now();
   size_t off = 0;
   for (int i = 0; i < m && res == hvdlSuccess; i++) {
@@ -194,7 +194,6 @@ static hvdlResult_t run_fused(struct hvdl_executor *x, struct hvdl_request **gro
   return res;
 }
 
-
 /* ---- the other collectives: one call each, no fusion ---------------------- */
 
 static size_t row_elems(const struct hvdl_desc *d) {
@@ -205,7 +204,8 @@ static size_t row_elems(const struct hvdl_desc *d) {
 
 /* Allocates the request's output (rows x the other dims), recycled (output_pool.c). */
 static hvdlResult_t alloc_out(struct hvdl_executor *x, struct hvdl_request *r, int64_t rows) {
-  const size_t bytes = (size_t)rows * row_elems(&r->desc) * hvdl_type_size((hvdlDataType_t)r->desc.dtype);
+  const size_t bytes =
+      (size_t)rows * row_elems(&r->desc) * hvdl_type_size((hvdlDataType_t)r->desc.dtype);
   const int injected = hvdl_fault_hit(x->data->faults, HVDL_FAULT_ALLOC);
   r->out = injected ? NULL : hvdl_outpool_get(x->outpool, bytes, &r->out_cap);
   if (!r->out)
@@ -221,7 +221,8 @@ static hvdlResult_t alloc_out(struct hvdl_executor *x, struct hvdl_request *r, i
  * failure *vals is left to the abandoned collective, which may still write it. */
 static hvdlResult_t gather_int64(struct hvdl_executor *x, int64_t *mine, int64_t **vals) {
   MPI_Request req;
-  HVDL_MPI(x->data, MPI_Iallgather(mine, 1, MPI_INT64_T, *vals, 1, MPI_INT64_T, x->data->mpi, &req));
+  HVDL_MPI(x->data,
+           MPI_Iallgather(mine, 1, MPI_INT64_T, *vals, 1, MPI_INT64_T, x->data->mpi, &req));
   hvdlResult_t res = hvdl_wait_all(x->data, 1, &req);
   if (res != hvdlSuccess) *vals = NULL;
   return res;
@@ -260,11 +261,14 @@ static hvdlResult_t run_alltoall(struct hvdl_executor *x, struct hvdl_request *r
   hvdlResult_t res = hvdlSuccess;
   int *ints = calloc((size_t)n * 4, sizeof *ints);
   r->recv_splits = calloc((size_t)n, sizeof *r->recv_splits);
-  if (!ints || !r->recv_splits) res = hvdl_fail(x->data, hvdlSystemError, "alltoall: out of memory");
+  if (!ints || !r->recv_splits)
+    res = hvdl_fail(x->data, hvdlSystemError, "alltoall: out of memory");
   MPI_Request req;
   if (res == hvdlSuccess) {
-    int err = MPI_Ialltoall(r->splits, 1, MPI_INT64_T, r->recv_splits, 1, MPI_INT64_T, x->data->mpi, &req);
-    res = err == MPI_SUCCESS ? hvdl_wait_all(x->data, 1, &req) : hvdl_fail_mpi(x->data, err, "MPI_Ialltoall");
+    int err = MPI_Ialltoall(r->splits, 1, MPI_INT64_T, r->recv_splits, 1, MPI_INT64_T, x->data->mpi,
+                            &req);
+    res = err == MPI_SUCCESS ? hvdl_wait_all(x->data, 1, &req)
+                             : hvdl_fail_mpi(x->data, err, "MPI_Ialltoall");
     if (res != hvdlSuccess && err == MPI_SUCCESS) /* left to the abandoned exchange */
       r->splits = r->recv_splits = NULL;
   }
@@ -274,7 +278,8 @@ static hvdlResult_t run_alltoall(struct hvdl_executor *x, struct hvdl_request *r
   for (int q = 0; q < n && res == hvdlSuccess; q++) {
     size_t sb = (size_t)r->splits[q] * row_bytes, rb = (size_t)r->recv_splits[q] * row_bytes;
     if (sb > 0x7fffffff || rb > 0x7fffffff || soff + sb > 0x7fffffff || roff + rb > 0x7fffffff)
-      res = hvdl_fail(x->data, hvdlInvalidArgument, "alltoall: more than 2 GiB per rank is not supported");
+      res = hvdl_fail(x->data, hvdlInvalidArgument,
+                      "alltoall: more than 2 GiB per rank is not supported");
     scounts[q] = (int)sb;
     sdispls[q] = (int)soff;
     rcounts[q] = (int)rb;
@@ -301,12 +306,14 @@ static hvdlResult_t run_reducescatter(struct hvdl_executor *x, struct hvdl_reque
   double post;
   const hvdlRedOp_t op = reduction(x, r, &post);
   if (!counts) return hvdl_fail(x->data, hvdlSystemError, "reducescatter: out of memory");
-  for (int q = 0; q < n; q++)  /* as even as possible; the first ranks take the extra rows */
+  for (int q = 0; q < n; q++) /* as even as possible; the first ranks take the extra rows */
     counts[q] = hvdl_block_len((size_t)rows, n, q) * row_elems(&r->desc);
   if (r->desc.prescale != 1.0) {
     scaled = malloc(r->nbytes ? r->nbytes : 1);
-    if (!scaled) res = hvdl_fail(x->data, hvdlSystemError, "reducescatter: out of memory");
-    else hvdl_scale(scaled, r->send, r->count, dt, r->desc.prescale);
+    if (!scaled)
+      res = hvdl_fail(x->data, hvdlSystemError, "reducescatter: out of memory");
+    else
+      hvdl_scale(scaled, r->send, r->count, dt, r->desc.prescale);
     src = scaled;
   }
   if (res == hvdlSuccess)
@@ -351,7 +358,8 @@ static hvdlResult_t run_other(struct hvdl_executor *x, struct hvdl_request *r) {
 /* "ALLREDUCE 'a'" or "ALLREDUCE 'a' (fused with 3 more)". */
 static void describe(char *out, size_t cap, struct hvdl_request **group, int m) {
   int k = snprintf(out, cap, "%s '%s'", hvdl_coll_name(group[0]->desc.coll), group[0]->desc.name);
-  if (m > 1 && k > 0 && (size_t)k < cap) snprintf(out + k, cap - (size_t)k, " (fused with %d more)", m - 1);
+  if (m > 1 && k > 0 && (size_t)k < cap)
+    snprintf(out + k, cap - (size_t)k, " (fused with %d more)", m - 1);
 }
 
 static void pin(struct hvdl_executor *x, struct hvdl_request *r) {
@@ -418,7 +426,8 @@ static void fail_step(struct hvdl_executor *x, struct hvdl_request **group, int 
 }
 
 /* One step: the request r, or the fused group starting at r. */
-static hvdlResult_t run_step(struct hvdl_executor *x, struct hvdl_request **group, int m, size_t total) {
+static hvdlResult_t run_step(struct hvdl_executor *x, struct hvdl_request **group, int m,
+                             size_t total) {
   const uint64_t step = x->step++;
   if (hvdl_alarm_failed(x->alarm, step)) {
     fail_step(x, group, m, step, hvdlSuccess);
@@ -432,7 +441,8 @@ static hvdlResult_t run_step(struct hvdl_executor *x, struct hvdl_request **grou
                      : m == 1                            ? run_one(x, group[0])
                                                          : run_fused(x, group, m, total);
   if (res != hvdlSuccess && x->alarm->engine_down) { /* another rank's engine has stopped */
-    for (int i = 0; i < m; i++) hvdl_request_complete(group[i], hvdlRemoteError, x->alarm->engine.msg);
+    for (int i = 0; i < m; i++)
+      hvdl_request_complete(group[i], hvdlRemoteError, x->alarm->engine.msg);
     return hvdl_fail(x->data, hvdlRemoteError, "%s", x->alarm->engine.msg);
   }
   if (res != hvdlSuccess) fail_step(x, group, m, step, res);
@@ -457,7 +467,8 @@ hvdlResult_t hvdl_execute(struct hvdl_executor *x, struct hvdl_request **ready, 
     int m = 0;
     size_t total = r->nbytes;
     group[m++] = r;
-    const int fusable = r->desc.coll == HVDL_COLL_ALLREDUCE && threshold > 0 && r->nbytes < threshold;
+    const int fusable =
+        r->desc.coll == HVDL_COLL_ALLREDUCE && threshold > 0 && r->nbytes < threshold;
     for (int j = i + 1; j < n && fusable; j++) {
       struct hvdl_request *q = ready[j];
       if (taken[j] || !same_key(r, q) || q->nbytes >= threshold || total + q->nbytes > threshold)
@@ -468,7 +479,8 @@ hvdlResult_t hvdl_execute(struct hvdl_executor *x, struct hvdl_request **ready, 
     }
     const double t0 = hvdl_now();
     res = run_step(x, group, m, total);
-    atomic_fetch_add_explicit(&x->busy_ns, (uint64_t)((hvdl_now() - t0) * 1e9), memory_order_relaxed);
+    atomic_fetch_add_explicit(&x->busy_ns, (uint64_t)((hvdl_now() - t0) * 1e9),
+                              memory_order_relaxed);
     if (res != hvdlSuccess) break; /* the engine stops: it fails what is left */
   }
   hvdl_timeline_flush(NULL);

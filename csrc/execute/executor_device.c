@@ -9,22 +9,22 @@
 
 /* Returns `call`, run on r's device, the calling thread's own context given back after (a
  * waiting caller's thread may run a round's steps: csrc/engine/engine_turn.c). */
-#define ON_DEVICE(x, r, call)                                          \
-  do {                                                                 \
-    struct hvdl_cuda_saved saved_;                                     \
-    HVDL_CHECK(hvdl_cuda_enter((x)->data, (r)->device_id, &saved_));   \
-    const hvdlResult_t res_ = (call);                                  \
-    hvdl_cuda_leave(&saved_);                                          \
-    return res_;                                                       \
+#define ON_DEVICE(x, r, call)                                        \
+  do {                                                               \
+    struct hvdl_cuda_saved saved_;                                   \
+    HVDL_CHECK(hvdl_cuda_enter((x)->data, (r)->device_id, &saved_)); \
+    const hvdlResult_t res_ = (call);                                \
+    hvdl_cuda_leave(&saved_);                                        \
+    return res_;                                                     \
   } while (0)
 
-static hvdlResult_t allreduce_here(struct hvdl_executor *x, struct hvdl_request *r,
-                                   hvdlRedOp_t op, double post) {
+static hvdlResult_t allreduce_here(struct hvdl_executor *x, struct hvdl_request *r, hvdlRedOp_t op,
+                                   double post) {
   const hvdlDataType_t dt = (hvdlDataType_t)r->desc.dtype;
   const void *src = r->send;
   if (r->desc.prescale != 1.0) {
-    HVDL_CHECK(hvdl_cuda_scale(x->data, r->recv, r->send, r->count, dt, r->desc.prescale,
-                               r->stream));
+    HVDL_CHECK(
+        hvdl_cuda_scale(x->data, r->recv, r->send, r->count, dt, r->desc.prescale, r->stream));
     src = r->recv;
   }
   HVDL_CHECK(hvdlAllReduce(src, r->recv, r->count, dt, op, x->data, r->stream));
@@ -41,8 +41,8 @@ hvdlResult_t hvdl_exec_allreduce_device(struct hvdl_executor *x, struct hvdl_req
     const size_t es = hvdl_type_size(dt), chunk = hvdl_cuda_chunk_bytes(es);
     for (size_t off = 0; off < r->nbytes; off += chunk) {
       const size_t len = r->nbytes - off < chunk ? r->nbytes - off : chunk;
-      HVDL_CHECK(hvdlAllReduce((const char *)r->send + off, (char *)r->recv + off, len / es, dt,
-                               op, x->data, NULL));
+      HVDL_CHECK(hvdlAllReduce((const char *)r->send + off, (char *)r->recv + off, len / es, dt, op,
+                               x->data, NULL));
     }
     return hvdlSuccess;
   }
@@ -51,8 +51,9 @@ hvdlResult_t hvdl_exec_allreduce_device(struct hvdl_executor *x, struct hvdl_req
 
 hvdlResult_t hvdl_exec_broadcast_device(struct hvdl_executor *x, struct hvdl_request *r) {
   if (r->nbytes == 0) return hvdlSuccess; /* the same shape on every rank: none sends */
-  ON_DEVICE(x, r, hvdlBroadcast(r->send, r->recv, r->count, (hvdlDataType_t)r->desc.dtype,
-                                r->desc.root, x->data, r->stream));
+  ON_DEVICE(x, r,
+            hvdlBroadcast(r->send, r->recv, r->count, (hvdlDataType_t)r->desc.dtype, r->desc.root,
+                          x->data, r->stream));
 }
 
 /* Queues r's copy between its device memory and `host` (down: into host), on its stream
@@ -62,12 +63,15 @@ static hvdlResult_t queue_copy(struct hvdl_executor *x, struct hvdl_request *r, 
                                int down) {
   if (r->nbytes == 0) return hvdlSuccess;
   if (r->zeros) {
-    if (down) hvdl_copy(host, r->send, r->nbytes);
-    else hvdl_copy(r->recv, host, r->nbytes);
+    if (down)
+      hvdl_copy(host, r->send, r->nbytes);
+    else
+      hvdl_copy(r->recv, host, r->nbytes);
     return hvdlSuccess;
   }
-  ON_DEVICE(x, r, down ? hvdl_cuda_copy(x->data, host, r->send, r->nbytes, r->stream)
-                       : hvdl_cuda_copy(x->data, r->recv, host, r->nbytes, r->stream));
+  ON_DEVICE(x, r,
+            down ? hvdl_cuda_copy(x->data, host, r->send, r->nbytes, r->stream)
+                 : hvdl_cuda_copy(x->data, r->recv, host, r->nbytes, r->stream));
 }
 
 /* Waits for what group[0..m) queued on their streams (a stream once for a run of members

@@ -11,7 +11,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-
 /* dst[i] = a[i] op b[i] for i < n, with `a` as the left operand.
  * dst may be the same pointer as a or b (not a partial overlap).
  * hvdlAvg reduces with Sum; the division is hvdl_divide's job. dt is not bool

@@ -25,7 +25,6 @@
 
 #include <string.h>
 
-
 /* On x86-64 each kernel is also compiled for AVX2 (x86-64-v3), picked at load
  * time by the CPU: wider vectors, and 64-bit integer min/max that SSE2 lacks. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
@@ -36,8 +35,8 @@
 
 /* ---- element operations -------------------------------------------------- */
 
-#define OP_SUM(x, y) ((x) + (y))
-#define OP_PROD(x, y) ((x) * (y))
+#define OP_SUM(x, y)     ((x) + (y))
+#define OP_PROD(x, y)    ((x) * (y))
 #define OP_MAX_INT(x, y) ((x) > (y) ? (x) : (y))
 #define OP_MIN_INT(x, y) ((x) < (y) ? (x) : (y))
 /* IEEE fmax/fmin: NaN loses to a number. */
@@ -45,21 +44,21 @@
 #define OP_MIN_FLT(x, y) (((x) < (y) || (y) != (y)) ? (x) : (y))
 
 /* Integer kernel: T storage type, U the unsigned type arithmetic wraps in. */
-#define INT_KERNEL(name, T, U, EXPR)                                          \
-  KERNEL static void name(void *dst, const void *a, const void *b, size_t n) {       \
-    T *d = (T *)dst;                                                          \
-    const T *x = (const T *)a, *y = (const T *)b;                             \
-    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                     \
-      T xi = x[i], yi = y[i];                                                 \
-      (void)sizeof(U);                                                        \
-      d[i] = (T)(EXPR);                                                       \
-    }                                                                         \
+#define INT_KERNEL(name, T, U, EXPR)                                           \
+  KERNEL static void name(void *dst, const void *a, const void *b, size_t n) { \
+    T *d = (T *)dst;                                                           \
+    const T *x = (const T *)a, *y = (const T *)b;                              \
+    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                      \
+      T xi = x[i], yi = y[i];                                                  \
+      (void)sizeof(U);                                                         \
+      d[i] = (T)(EXPR);                                                        \
+    }                                                                          \
   }
 
-#define INT_KERNELS(tag, T, U)                                                \
-  INT_KERNEL(reduce_sum_##tag, T, U, (U)xi + (U)yi)                            \
-  INT_KERNEL(reduce_prod_##tag, T, U, (U)xi * (U)yi)                           \
-  INT_KERNEL(reduce_max_##tag, T, U, OP_MAX_INT(xi, yi))                       \
+#define INT_KERNELS(tag, T, U)                           \
+  INT_KERNEL(reduce_sum_##tag, T, U, (U)xi + (U)yi)      \
+  INT_KERNEL(reduce_prod_##tag, T, U, (U)xi *(U)yi)      \
+  INT_KERNEL(reduce_max_##tag, T, U, OP_MAX_INT(xi, yi)) \
   INT_KERNEL(reduce_min_##tag, T, U, OP_MIN_INT(xi, yi))
 
 INT_KERNELS(i8, int8_t, uint32_t)
@@ -72,52 +71,52 @@ INT_KERNELS(i64, int64_t, uint64_t)
 INT_KERNELS(u64, uint64_t, uint64_t)
 
 /* Native float kernel. */
-#define FLT_KERNEL(name, T, OP)                                               \
-  KERNEL static void name(void *dst, const void *a, const void *b, size_t n) {       \
-    T *d = (T *)dst;                                                          \
-    const T *x = (const T *)a, *y = (const T *)b;                             \
-    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                     \
-      T xi = x[i], yi = y[i];                                                 \
-      d[i] = OP(xi, yi);                                                      \
-    }                                                                         \
+#define FLT_KERNEL(name, T, OP)                                                \
+  KERNEL static void name(void *dst, const void *a, const void *b, size_t n) { \
+    T *d = (T *)dst;                                                           \
+    const T *x = (const T *)a, *y = (const T *)b;                              \
+    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                      \
+      T xi = x[i], yi = y[i];                                                  \
+      d[i] = OP(xi, yi);                                                       \
+    }                                                                          \
   }
 
-#define FLT_KERNELS(tag, T)                                                   \
-  FLT_KERNEL(reduce_sum_##tag, T, OP_SUM)                                      \
-  FLT_KERNEL(reduce_prod_##tag, T, OP_PROD)                                    \
-  FLT_KERNEL(reduce_max_##tag, T, OP_MAX_FLT)                                  \
+#define FLT_KERNELS(tag, T)                   \
+  FLT_KERNEL(reduce_sum_##tag, T, OP_SUM)     \
+  FLT_KERNEL(reduce_prod_##tag, T, OP_PROD)   \
+  FLT_KERNEL(reduce_max_##tag, T, OP_MAX_FLT) \
   FLT_KERNEL(reduce_min_##tag, T, OP_MIN_FLT)
 
 FLT_KERNELS(f32, float)
 FLT_KERNELS(f64, double)
 
 /* 16-bit float kernel: widen, combine, round back. */
-#define H16_ARITH_KERNEL(name, TO_F, FROM_F, OP)                              \
-  KERNEL static void name(void *dst, const void *a, const void *b, size_t n) {       \
-    uint16_t *d = (uint16_t *)dst;                                            \
-    const uint16_t *x = (const uint16_t *)a, *y = (const uint16_t *)b;        \
-    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                     \
-      float xi = TO_F(x[i]), yi = TO_F(y[i]);                                 \
-      d[i] = FROM_F(OP(xi, yi));                                              \
-    }                                                                         \
+#define H16_ARITH_KERNEL(name, TO_F, FROM_F, OP)                               \
+  KERNEL static void name(void *dst, const void *a, const void *b, size_t n) { \
+    uint16_t *d = (uint16_t *)dst;                                             \
+    const uint16_t *x = (const uint16_t *)a, *y = (const uint16_t *)b;         \
+    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                      \
+      float xi = TO_F(x[i]), yi = TO_F(y[i]);                                  \
+      d[i] = FROM_F(OP(xi, yi));                                               \
+    }                                                                          \
   }
 
 /* 16-bit float min/max: compare widened values, keep the chosen input's bits. */
-#define H16_SELECT_KERNEL(name, TO_F, PICK_X)                                 \
-  KERNEL static void name(void *dst, const void *a, const void *b, size_t n) {       \
-    uint16_t *d = (uint16_t *)dst;                                            \
-    const uint16_t *x = (const uint16_t *)a, *y = (const uint16_t *)b;        \
-    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                     \
-      uint16_t xb = x[i], yb = y[i];                                          \
-      float xi = TO_F(xb), yi = TO_F(yb);                                     \
-      d[i] = (PICK_X) ? xb : yb;                                              \
-    }                                                                         \
+#define H16_SELECT_KERNEL(name, TO_F, PICK_X)                                  \
+  KERNEL static void name(void *dst, const void *a, const void *b, size_t n) { \
+    uint16_t *d = (uint16_t *)dst;                                             \
+    const uint16_t *x = (const uint16_t *)a, *y = (const uint16_t *)b;         \
+    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                      \
+      uint16_t xb = x[i], yb = y[i];                                           \
+      float xi = TO_F(xb), yi = TO_F(yb);                                      \
+      d[i] = (PICK_X) ? xb : yb;                                               \
+    }                                                                          \
   }
 
-#define H16_KERNELS(tag, TO_F, FROM_F)                                        \
-  H16_ARITH_KERNEL(reduce_sum_##tag, TO_F, FROM_F, OP_SUM)                     \
-  H16_ARITH_KERNEL(reduce_prod_##tag, TO_F, FROM_F, OP_PROD)                   \
-  H16_SELECT_KERNEL(reduce_max_##tag, TO_F, (xi > yi || yi != yi))             \
+#define H16_KERNELS(tag, TO_F, FROM_F)                             \
+  H16_ARITH_KERNEL(reduce_sum_##tag, TO_F, FROM_F, OP_SUM)         \
+  H16_ARITH_KERNEL(reduce_prod_##tag, TO_F, FROM_F, OP_PROD)       \
+  H16_SELECT_KERNEL(reduce_max_##tag, TO_F, (xi > yi || yi != yi)) \
   H16_SELECT_KERNEL(reduce_min_##tag, TO_F, (xi < yi || yi != yi))
 
 H16_KERNELS(f16, half_to_float, float_to_half)
@@ -130,10 +129,20 @@ typedef void (*reduce_fn)(void *, const void *, const void *, size_t);
 /* Indexed by the type's slot (hvdl_type_slot), then by hvdlRedOp_t (Sum, Prod, Max,
  * Min). bool has no row: no op applies to it. */
 static const reduce_fn kernels[HVDL_TYPE_SLOTS][4] = {
-    ROW(i8),  ROW(u8),  ROW(i32), ROW(u32), ROW(i64), ROW(u64), ROW(f16),
-    ROW(f32), ROW(f64), ROW(bf16), ROW(i16), ROW(u16), {NULL, NULL, NULL, NULL},
+    ROW(i8),
+    ROW(u8),
+    ROW(i32),
+    ROW(u32),
+    ROW(i64),
+    ROW(u64),
+    ROW(f16),
+    ROW(f32),
+    ROW(f64),
+    ROW(bf16),
+    ROW(i16),
+    ROW(u16),
+    {NULL, NULL, NULL, NULL},
 };
-
 
 /* ---- float16 / bfloat16 with AVX2 and F16C --------------------------------
  *
@@ -145,13 +154,14 @@ static const reduce_fn kernels[HVDL_TYPE_SLOTS][4] = {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define HVDL_X86_SIMD 1
-#define TARGET_SIMD __attribute__((target("avx2,f16c")))
+#define TARGET_SIMD   __attribute__((target("avx2,f16c")))
 
 TARGET_SIMD static inline __m256 load_f16(const uint16_t *p) {
   return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
 }
 TARGET_SIMD static inline void store_f16(uint16_t *p, __m256 v) {
-  _mm_storeu_si128((__m128i *)(void *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  _mm_storeu_si128((__m128i *)(void *)p,
+                   _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 TARGET_SIMD static inline __m256 load_bf16(const uint16_t *p) {
   __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
@@ -164,38 +174,40 @@ TARGET_SIMD static inline __m128i narrow(__m256i v) {
 TARGET_SIMD static inline void store_bf16(uint16_t *p, __m256 v) {
   const __m256i x = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  __m256i r =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
   const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
                                          _mm256_set1_epi32(0x7f800000));
-  r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40)), nan);
+  r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40)),
+                         nan);
   _mm_storeu_si128((__m128i *)(void *)p, narrow(r));
 }
 
-#define SIMD_ARITH(name, LOAD, STORE, OP, TAIL)                                       \
-  TARGET_SIMD static void name(void *dst, const void *a, const void *b, size_t n) {   \
-    uint16_t *d = (uint16_t *)dst;                                                    \
-    const uint16_t *x = (const uint16_t *)a, *y = (const uint16_t *)b;                \
-    size_t i = 0;                                                                     \
-    for (; i + 8 <= n; i += 8) STORE(d + i, OP(LOAD(x + i), LOAD(y + i)));            \
-    if (i < n) TAIL(d + i, x + i, y + i, n - i);                                      \
+#define SIMD_ARITH(name, LOAD, STORE, OP, TAIL)                                     \
+  TARGET_SIMD static void name(void *dst, const void *a, const void *b, size_t n) { \
+    uint16_t *d = (uint16_t *)dst;                                                  \
+    const uint16_t *x = (const uint16_t *)a, *y = (const uint16_t *)b;              \
+    size_t i = 0;                                                                   \
+    for (; i + 8 <= n; i += 8) STORE(d + i, OP(LOAD(x + i), LOAD(y + i)));          \
+    if (i < n) TAIL(d + i, x + i, y + i, n - i);                                    \
   }
 
 /* min/max: compare as floats, keep the chosen input's bits (NaN loses). */
-#define SIMD_SELECT(name, LOAD, CMP, TAIL)                                            \
-  TARGET_SIMD static void name(void *dst, const void *a, const void *b, size_t n) {   \
-    uint16_t *d = (uint16_t *)dst;                                                    \
-    const uint16_t *x = (const uint16_t *)a, *y = (const uint16_t *)b;                \
-    size_t i = 0;                                                                     \
-    for (; i + 8 <= n; i += 8) {                                                      \
-      const __m256 xv = LOAD(x + i), yv = LOAD(y + i);                                \
-      const __m256 pick = _mm256_or_ps(_mm256_cmp_ps(xv, yv, CMP),                    \
-                                       _mm256_cmp_ps(yv, yv, _CMP_UNORD_Q));          \
-      const __m128i m = narrow(_mm256_srli_epi32(_mm256_castps_si256(pick), 16));     \
-      const __m128i xr = _mm_loadu_si128((const __m128i *)(const void *)(x + i));     \
-      const __m128i yr = _mm_loadu_si128((const __m128i *)(const void *)(y + i));     \
-      _mm_storeu_si128((__m128i *)(void *)(d + i), _mm_blendv_epi8(yr, xr, m));       \
-    }                                                                                 \
-    if (i < n) TAIL(d + i, x + i, y + i, n - i);                                      \
+#define SIMD_SELECT(name, LOAD, CMP, TAIL)                                               \
+  TARGET_SIMD static void name(void *dst, const void *a, const void *b, size_t n) {      \
+    uint16_t *d = (uint16_t *)dst;                                                       \
+    const uint16_t *x = (const uint16_t *)a, *y = (const uint16_t *)b;                   \
+    size_t i = 0;                                                                        \
+    for (; i + 8 <= n; i += 8) {                                                         \
+      const __m256 xv = LOAD(x + i), yv = LOAD(y + i);                                   \
+      const __m256 pick =                                                                \
+          _mm256_or_ps(_mm256_cmp_ps(xv, yv, CMP), _mm256_cmp_ps(yv, yv, _CMP_UNORD_Q)); \
+      const __m128i m = narrow(_mm256_srli_epi32(_mm256_castps_si256(pick), 16));        \
+      const __m128i xr = _mm_loadu_si128((const __m128i *)(const void *)(x + i));        \
+      const __m128i yr = _mm_loadu_si128((const __m128i *)(const void *)(y + i));        \
+      _mm_storeu_si128((__m128i *)(void *)(d + i), _mm_blendv_epi8(yr, xr, m));          \
+    }                                                                                    \
+    if (i < n) TAIL(d + i, x + i, y + i, n - i);                                         \
   }
 
 SIMD_ARITH(simd_sum_f16, load_f16, store_f16, _mm256_add_ps, reduce_sum_f16)
@@ -249,13 +261,13 @@ void hvdl_reduce(void *dst, const void *a, const void *b, size_t n, hvdlDataType
 
 /* ---- Avg's division ------------------------------------------------------ */
 
-#define DIV_KERNEL(name, T, expr)                                             \
-  static void name(void *buf, size_t n, uint64_t divisor) {                   \
-    T *p = (T *)buf;                                                          \
-    for (size_t i = 0; i < n; i++) {                                          \
-      T v = p[i];                                                             \
-      p[i] = (expr);                                                          \
-    }                                                                         \
+#define DIV_KERNEL(name, T, expr)                           \
+  static void name(void *buf, size_t n, uint64_t divisor) { \
+    T *p = (T *)buf;                                        \
+    for (size_t i = 0; i < n; i++) {                        \
+      T v = p[i];                                           \
+      p[i] = (expr);                                        \
+    }                                                       \
   }
 
 DIV_KERNEL(div_i8, int8_t, (int8_t)(v / (int64_t)divisor))
@@ -275,7 +287,7 @@ typedef void (*divide_fn)(void *, size_t, uint64_t);
 
 /* Indexed by the type's slot; none for bool. */
 static const divide_fn dividers[HVDL_TYPE_SLOTS] = {
-    div_i8,  div_u8,  div_i32, div_u32,  div_i64, div_u64, div_f16,
+    div_i8,  div_u8,  div_i32,  div_u32, div_i64, div_u64, div_f16,
     div_f32, div_f64, div_bf16, div_i16, div_u16, NULL,
 };
 
@@ -298,30 +310,30 @@ void hvdl_divide(void *buf, size_t n, hvdlDataType_t dt, uint64_t divisor) {
 
 /* ---- scaling (prescale / postscale) --------------------------------------- */
 
-#define SCALE_KERNEL(name, T, expr)                                           \
-  KERNEL static void name(void *dst, const void *src, size_t n, double f) {   \
-    T *d = (T *)dst;                                                          \
-    const T *s = (const T *)src;                                              \
-    const float ff = (float)f;                                                \
-    (void)ff;                                                                 \
-    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                     \
-      T v = s[i];                                                             \
-      d[i] = (expr);                                                          \
-    }                                                                         \
+#define SCALE_KERNEL(name, T, expr)                                         \
+  KERNEL static void name(void *dst, const void *src, size_t n, double f) { \
+    T *d = (T *)dst;                                                        \
+    const T *s = (const T *)src;                                            \
+    const float ff = (float)f;                                              \
+    (void)ff;                                                               \
+    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                   \
+      T v = s[i];                                                           \
+      d[i] = (expr);                                                        \
+    }                                                                       \
   }
 
 /* Integers, as Horovod scales them: the product in float64, truncated toward
  * zero. A product outside the type's range is clamped to it and NaN gives 0
  * (Horovod leaves both undefined). LO is the type's minimum and HI one past its
  * maximum, both exact in a double; a product in [LO, HI) truncates into range. */
-#define INT_SCALE_KERNEL(name, T, LO, HI, TMIN, TMAX)                                  \
-  KERNEL static void name(void *dst, const void *src, size_t n, double f) {             \
-    T *d = (T *)dst;                                                                    \
-    const T *s = (const T *)src;                                                        \
-    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                               \
-      const double x = f * (double)s[i];                                                \
-      d[i] = x >= (HI) ? (T)(TMAX) : x >= (LO) ? (T)x : x != x ? (T)0 : (T)(TMIN);      \
-    }                                                                                   \
+#define INT_SCALE_KERNEL(name, T, LO, HI, TMIN, TMAX)                              \
+  KERNEL static void name(void *dst, const void *src, size_t n, double f) {        \
+    T *d = (T *)dst;                                                               \
+    const T *s = (const T *)src;                                                   \
+    _Pragma("GCC ivdep") for (size_t i = 0; i < n; i++) {                          \
+      const double x = f * (double)s[i];                                           \
+      d[i] = x >= (HI) ? (T)(TMAX) : x >= (LO) ? (T)x : x != x ? (T)0 : (T)(TMIN); \
+    }                                                                              \
   }
 
 INT_SCALE_KERNEL(scale_i8, int8_t, -0x1p7, 0x1p7, INT8_MIN, INT8_MAX)
@@ -335,8 +347,8 @@ INT_SCALE_KERNEL(scale_u64, uint64_t, 0.0, 0x1p64, 0, UINT64_MAX)
 
 SCALE_KERNEL(scale_f16, uint16_t, float_to_half(half_to_float(v) * ff))
 SCALE_KERNEL(scale_bf16, uint16_t, float_to_bf16(bf16_to_float(v) * ff))
-SCALE_KERNEL(scale_f32, float, v * ff)
-SCALE_KERNEL(scale_f64, double, v * f)
+SCALE_KERNEL(scale_f32, float, v *ff)
+SCALE_KERNEL(scale_f64, double, v *f)
 
 void hvdl_scale(void *dst, const void *src, size_t n, hvdlDataType_t dt, double factor) {
   void (*fn)(void *, const void *, size_t, double) = NULL;

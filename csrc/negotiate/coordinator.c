@@ -37,8 +37,8 @@ static void scale_pair(double a, double b, char *x, char *y, size_t cap) {
 }
 
 /* Writes the first difference between two ranks' descriptors; 0 if none. */
-static int mismatch(const struct hvdl_desc *a, int ra, const struct hvdl_desc *b, int rb,
-                    char *msg, size_t cap) {
+static int mismatch(const struct hvdl_desc *a, int ra, const struct hvdl_desc *b, int rb, char *msg,
+                    size_t cap) {
   char x[256], y[256];
   const char *what = NULL;
   if (a->coll != b->coll) {
@@ -77,11 +77,11 @@ static int mismatch(const struct hvdl_desc *a, int ra, const struct hvdl_desc *b
   } else {
     return 0;
   }
-  snprintf(msg, cap, "Mismatched %s %s: one rank sent %s, another sent %s (tensor '%s'; ranks %d and %d)",
+  snprintf(msg, cap,
+           "Mismatched %s %s: one rank sent %s, another sent %s (tensor '%s'; ranks %d and %d)",
            hvdl_coll_name(a->coll), what, x, y, a->name, ra, rb);
   return 1;
 }
-
 
 /* ---- cache ids ------------------------------------------------------------- */
 
@@ -94,14 +94,14 @@ enum { ID_KEPT = 0, ID_DROPPED, ID_GIVEN };
 struct id_plan {
   unsigned char *state; /* per id: ID_KEPT (as the cache says), ID_DROPPED (evicted), ID_GIVEN */
   size_t len;
-  int next_new;         /* the next id past the cache's entries */
+  int next_new; /* the next id past the cache's entries */
 };
 
 /* A cache id for a newly ready name, or -1 for "do not cache": a free one, a new
  * one while the cache is below its capacity, or else one pending nowhere, which
  * the response must evict first (*evict). */
-static int alloc_cache_id(const struct hvdl_coordinator *co, const uint64_t *all, int words, int cache_n,
-                          struct id_plan *plan, int *evict) {
+static int alloc_cache_id(const struct hvdl_coordinator *co, const uint64_t *all, int words,
+                          int cache_n, struct id_plan *plan, int *evict) {
   const struct hvdl_cache *c = co->cache;
   *evict = 0;
   if (c->capacity == 0) return -1;
@@ -183,8 +183,8 @@ static int validate(const struct hvdl_coordinator *co, const struct hvdl_table_e
   for (int r = first + 1; r < n; r++)
     if (te->have[r] && mismatch(ref, first, &te->descs[r], r, msg, cap)) return 1;
   if (ref->coll == HVDL_COLL_BROADCAST && (ref->root < 0 || ref->root >= n)) {
-    snprintf(msg, cap, "BROADCAST root rank %d is out of range for %d ranks (tensor '%s')", ref->root, n,
-             ref->name);
+    snprintf(msg, cap, "BROADCAST root rank %d is out of range for %d ranks (tensor '%s')",
+             ref->root, n, ref->name);
     return 1;
   }
   if (ref->coll != HVDL_COLL_ALLREDUCE && te->nhave < n) {
@@ -204,8 +204,9 @@ static int validate(const struct hvdl_coordinator *co, const struct hvdl_table_e
 
 /* Rank 0: files the gathered descriptors and writes the response. */
 hvdlResult_t hvdl_coordinate(struct hvdl_coordinator *co, const char *gathered, const int *counts,
-                               const int *displs, const uint64_t *all, int words, int cache_n,
-                               int anyone_leaving, const unsigned char *joined, struct hvdl_buf *resp) {
+                             const int *displs, const uint64_t *all, int words, int cache_n,
+                             int anyone_leaving, const unsigned char *joined,
+                             struct hvdl_buf *resp) {
   const int n = co->size;
   hvdlResult_t res = hvdlSuccess;
   struct id_plan plan = {calloc((size_t)co->cache->count + 1, 1), (size_t)co->cache->count + 1,
@@ -221,7 +222,8 @@ hvdlResult_t hvdl_coordinate(struct hvdl_coordinator *co, const char *gathered, 
         goto out;
       }
       int id = hvdl_cache_find(co->cache, d.name, hvdl_name_hash(d.name));
-      if (id >= 0 && plan.state[id] != ID_DROPPED) { /* its metadata changed on rank r: every rank drops it */
+      if (id >= 0 &&
+          plan.state[id] != ID_DROPPED) { /* its metadata changed on rank r: every rank drops it */
         plan.state[id] = ID_DROPPED;
         if (hvdl_resp_put_evict(resp, id)) goto oom;
       }
@@ -278,11 +280,10 @@ out:
   return res;
 }
 
-
 /* ---- the stall inspector (rank 0) ----------------------------------------- */
 
-static size_t missing_ranks(const struct hvdl_coordinator *co, const uint64_t *all, int words, int id,
-                            const unsigned char *have, char *out, size_t cap) {
+static size_t missing_ranks(const struct hvdl_coordinator *co, const uint64_t *all, int words,
+                            int id, const unsigned char *have, char *out, size_t cap) {
   size_t k = 0;
   out[0] = '\0';
   for (int r = 0; r < co->size && k + 16 < cap; r++) {
@@ -292,8 +293,8 @@ static size_t missing_ranks(const struct hvdl_coordinator *co, const uint64_t *a
   return k;
 }
 
-static void stall_note(struct hvdl_coordinator *co, const char *name, const char *missing, double age,
-                       int *warned, struct hvdl_buf *warn) {
+static void stall_note(struct hvdl_coordinator *co, const char *name, const char *missing,
+                       double age, int *warned, struct hvdl_buf *warn) {
   char line[HVDL_MAX_NAME + 128];
   if (co->stall_check_s > 0 && age > co->stall_check_s && !*warned) {
     snprintf(line, sizeof line, "\n  '%s' (%.0f s; missing ranks: %s)", name, age, missing);

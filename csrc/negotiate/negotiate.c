@@ -30,8 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "negotiate/negotiate.h"
 #include "api/api.h"
+#include "negotiate/negotiate.h"
 #include "request/request.h"
 #include "transport/shm/shm.h"
 
@@ -51,8 +51,11 @@ static int desc_equal(const struct hvdl_desc *a, const struct hvdl_desc *b) {
  * sleeps growing to 100 us, and to 10 ms once it has waited 50 ms (a peer that is
  * late by that much is idle or busy elsewhere). With 1 ms, a peer 0.5 ms late was
  * answered up to 1 ms later (docs/benchmarks-history.md, section 9). */
-static const struct hvdl_wait_limits round_wait = {
-    .spin = 20e-6, .first_sleep = 1e-6, .max_sleep = 100e-6, .long_after = 50e-3, .long_sleep = 10e-3};
+static const struct hvdl_wait_limits round_wait = {.spin = 20e-6,
+                                                   .first_sleep = 1e-6,
+                                                   .max_sleep = 100e-6,
+                                                   .long_after = 50e-3,
+                                                   .long_sleep = 10e-3};
 
 /* A round that follows rounds which readied nothing of this rank's pending work
  * goes on with their wait: it starts where they left off (no new spin, sleeps as
@@ -74,7 +77,8 @@ struct ready_list {
   int n;
 };
 
-static hvdlResult_t ready_push(struct hvdl_negotiator *g, struct ready_list *rl, struct hvdl_request *r) {
+static hvdlResult_t ready_push(struct hvdl_negotiator *g, struct ready_list *rl,
+                               struct hvdl_request *r) {
   if (rl->n == *rl->cap) {
     int cap = *rl->cap ? *rl->cap * 2 : 64;
     struct hvdl_request **p = realloc(*rl->items, sizeof *p * (size_t)cap);
@@ -98,7 +102,8 @@ static hvdlResult_t push_stand_in(struct hvdl_negotiator *g, struct ready_list *
 
 /* ---- applying a response (every rank) ------------------------------------ */
 
-static struct hvdl_request *find_announced(struct hvdl_request **pending, int np, const char *name) {
+static struct hvdl_request *find_announced(struct hvdl_request **pending, int np,
+                                           const char *name) {
   for (int i = 0; i < np; i++)
     if (pending[i]->phase == HVDL_PHASE_ANNOUNCED && strcmp(pending[i]->desc.name, name) == 0)
       return pending[i];
@@ -115,7 +120,8 @@ static hvdlResult_t apply_response(struct hvdl_negotiator *g, const char *p, siz
   struct hvdl_resp e;
   hvdl_reader_init(&rd, p, len);
   while (!hvdl_reader_done(&rd)) {
-    if (hvdl_resp_get(&rd, g->cache.count, &e)) return hvdl_reader_fail(g->data, &rd, "response", 0);
+    if (hvdl_resp_get(&rd, g->cache.count, &e))
+      return hvdl_reader_fail(g->data, &rd, "response", 0);
     switch (e.kind) {
       case HVDL_RESP_READY: {
         if (e.id >= 0) HVDL_CHECK(hvdl_cache_set(&g->cache, e.id, &e.desc));
@@ -155,17 +161,17 @@ static hvdlResult_t apply_response(struct hvdl_negotiator *g, const char *p, siz
 /* ---- the slow path --------------------------------------------------------- */
 
 /* An MPI call of the slow path: on failure, records it and leaves by `out`. */
-#define SLOW_MPI(call)                                  \
-  do {                                                  \
-    int mpi_err_ = (call);                              \
-    if (mpi_err_ != MPI_SUCCESS) {                      \
-      res = hvdl_fail_mpi(g->data, mpi_err_, #call);    \
-      goto out;                                         \
-    }                                                   \
+#define SLOW_MPI(call)                               \
+  do {                                               \
+    int mpi_err_ = (call);                           \
+    if (mpi_err_ != MPI_SUCCESS) {                   \
+      res = hvdl_fail_mpi(g->data, mpi_err_, #call); \
+      goto out;                                      \
+    }                                                \
   } while (0)
 
-static hvdlResult_t slow_path(struct hvdl_negotiator *g, const uint64_t *all, int words, int cache_n,
-                              int anyone_leaving, const unsigned char *joined,
+static hvdlResult_t slow_path(struct hvdl_negotiator *g, const uint64_t *all, int words,
+                              int cache_n, int anyone_leaving, const unsigned char *joined,
                               struct hvdl_request **pending, int np, struct ready_list *rl,
                               int *shutdown) {
   const int n = g->size;
@@ -189,8 +195,9 @@ static hvdlResult_t slow_path(struct hvdl_negotiator *g, const uint64_t *all, in
     displs[r] = (int)total;
     total += bytes;
     if (total > 0x7fffffffu) {
-      res = hvdl_fail(g->data, hvdlInvalidArgument,
-                      "negotiation: ranks 0 to %d announce more than 2 GiB of new names at once", r);
+      res =
+          hvdl_fail(g->data, hvdlInvalidArgument,
+                    "negotiation: ranks 0 to %d announce more than 2 GiB of new names at once", r);
       goto out;
     }
   }
@@ -207,24 +214,26 @@ static hvdlResult_t slow_path(struct hvdl_negotiator *g, const uint64_t *all, in
     res = hvdl_reserve(g->data, &g->gathered, &g->gathered_bytes, total + 1);
     if (res != hvdlSuccess) goto out;
   }
-  SLOW_MPI(MPI_Igatherv(mine.p, (int)mine.len, MPI_BYTE, g->gathered, counts, displs, MPI_BYTE, 0, g->ctrl,
-                        &req));
+  SLOW_MPI(MPI_Igatherv(mine.p, (int)mine.len, MPI_BYTE, g->gathered, counts, displs, MPI_BYTE, 0,
+                        g->ctrl, &req));
   if ((res = wait_round(g, &req)) != hvdlSuccess) goto out;
   /* Rank 0 writes the whole response, or fails before sending any of it. */
   if (g->rank == 0 &&
-      (res = hvdl_coordinate(&g->coord, g->gathered, counts, displs, all, words, cache_n, anyone_leaving,
-                             joined, &resp)) != hvdlSuccess)
+      (res = hvdl_coordinate(&g->coord, g->gathered, counts, displs, all, words, cache_n,
+                             anyone_leaving, joined, &resp)) != hvdlSuccess)
     goto out;
   if (g->rank == 0 && resp.len > 0x7fffffffu) {
-    res = hvdl_fail(g->data, hvdlInvalidArgument,
-                    "negotiation: the response is %zu bytes, over 2 GiB: too many new names at once", resp.len);
+    res = hvdl_fail(
+        g->data, hvdlInvalidArgument,
+        "negotiation: the response is %zu bytes, over 2 GiB: too many new names at once", resp.len);
     goto out;
   }
   uint64_t len = resp.len;
   SLOW_MPI(MPI_Ibcast(&len, 1, MPI_UINT64_T, 0, g->ctrl, &req));
   if ((res = wait_round(g, &req)) != hvdlSuccess) goto out;
   if (len > 0x7fffffffu) {
-    res = hvdl_fail(g->data, hvdlInternalError, "negotiation: malformed response length from rank 0: %llu",
+    res = hvdl_fail(g->data, hvdlInternalError,
+                    "negotiation: malformed response length from rank 0: %llu",
                     (unsigned long long)len);
     goto out;
   }
@@ -271,7 +280,8 @@ hvdlResult_t hvdl_round_post(struct hvdl_negotiator *g, struct hvdl_request **pe
                              int leaving) {
   const int n = g->size, me = g->rank;
   if (hvdl_fault_hit(g->data->faults, HVDL_FAULT_NEGOTIATE))
-    return hvdl_fail(g->data, hvdlSystemError, "injected fault (HVD_LITE_FAULT) in a negotiation round");
+    return hvdl_fail(g->data, hvdlSystemError,
+                     "injected fault (HVD_LITE_FAULT) in a negotiation round");
 
   /* A new request matching a cache entry becomes a bit; the others are announced.
    * A JOIN request is neither: it sets this rank's "joined" flag. */
@@ -306,8 +316,9 @@ hvdlResult_t hvdl_round_post(struct hvdl_negotiator *g, struct hvdl_request **pe
     if (pending[i]->phase == HVDL_PHASE_CACHED && pending[i]->cache_id < cache_n)
       mine[HVDL_HDR_WORDS + pending[i]->cache_id / 64] |= 1ull << (pending[i]->cache_id % 64);
   const int slow = uncached > 0 || (me == 0 && g->coord.pending_shutdown[0]);
-  mine[0] = (leaving ? HVDL_FLAG_LEAVING : 0) | (slow ? HVDL_FLAG_SLOW : 0) | (joined_here ? HVDL_FLAG_JOINED : 0) |
-            (g->alarm->sent ? HVDL_FLAG_ALARMED : 0) | ((uint64_t)uncached << 32);
+  mine[0] = (leaving ? HVDL_FLAG_LEAVING : 0) | (slow ? HVDL_FLAG_SLOW : 0) |
+            (joined_here ? HVDL_FLAG_JOINED : 0) | (g->alarm->sent ? HVDL_FLAG_ALARMED : 0) |
+            ((uint64_t)uncached << 32);
   if (me == 0) mine[HVDL_TUNE_WORD] = g->tune_out;
 
   /* Through the segment or MPI: alike on every rank (same words, same layout). */
@@ -316,7 +327,7 @@ hvdlResult_t hvdl_round_post(struct hvdl_negotiator *g, struct hvdl_request **pe
     hvdl_shm_round_post(g->data->shm, mine, words);
   else
     HVDL_MPI(g->data, MPI_Iallgather(mine, words, MPI_UINT64_T, all, words, MPI_UINT64_T, g->ctrl,
-                                      &g->posted.req));
+                                     &g->posted.req));
   g->posted.words = words;
   g->posted.at = hvdl_now();
   g->posted.cache_n = cache_n;
@@ -332,8 +343,8 @@ hvdlResult_t hvdl_round_arrived(struct hvdl_negotiator *g, int *arrived) {
 }
 
 static hvdlResult_t finish_round(struct hvdl_negotiator *g, struct hvdl_request **pending, int np,
-                                 int leaving, struct hvdl_request ***ready, int *ready_cap, int *nready,
-                                 int *finished) {
+                                 int leaving, struct hvdl_request ***ready, int *ready_cap,
+                                 int *nready, int *finished) {
   const int n = g->size, me = g->rank;
   const int words = g->posted.words, cache_n = g->posted.cache_n;
   uint64_t *all = (uint64_t *)(void *)g->vectors;
@@ -407,8 +418,7 @@ static hvdlResult_t finish_round(struct hvdl_negotiator *g, struct hvdl_request 
     if (by_id[id]) {
       res = ready_push(g, &rl, by_id[id]);
       atomic_fetch_add_explicit(&g->stats.cached_ready, 1, memory_order_relaxed);
-    }
-    else if (joined[me])
+    } else if (joined[me])
       res = push_stand_in(g, &rl, &g->cache.entries[id].desc);
   }
   if (njoined > 0)
@@ -441,8 +451,8 @@ static hvdlResult_t finish_round(struct hvdl_negotiator *g, struct hvdl_request 
 }
 
 hvdlResult_t hvdl_round_finish(struct hvdl_negotiator *g, struct hvdl_request **pending, int np,
-                               int leaving, struct hvdl_request ***ready, int *ready_cap, int *nready,
-                               int *finished) {
+                               int leaving, struct hvdl_request ***ready, int *ready_cap,
+                               int *nready, int *finished) {
   const double posted_at = g->posted.at;
   hvdlResult_t res = finish_round(g, pending, np, leaving, ready, ready_cap, nready, finished);
   if (res != hvdlSuccess || *nready > 0 || np == 0)
@@ -452,8 +462,9 @@ hvdlResult_t hvdl_round_finish(struct hvdl_negotiator *g, struct hvdl_request **
   return res;
 }
 
-hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending, int np, int leaving,
-                        struct hvdl_request ***ready, int *ready_cap, int *nready, int *finished) {
+hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending, int np,
+                        int leaving, struct hvdl_request ***ready, int *ready_cap, int *nready,
+                        int *finished) {
   *nready = 0;
   *finished = 0;
   HVDL_CHECK(hvdl_round_post(g, pending, np, leaving));

@@ -17,21 +17,20 @@
  * negotiation and the coordinator use it.
  */
 
-
 struct hvdl_cache_entry {
   int valid;
-  uint64_t hash;                 /* hvdl_name_hash(desc.name) */
+  uint64_t hash; /* hvdl_name_hash(desc.name) */
   struct hvdl_desc desc;
-  double pending_since;          /* stall inspector, rank 0: first round seen pending somewhere */
+  double pending_since; /* stall inspector, rank 0: first round seen pending somewhere */
   int warned;
 };
 
 struct hvdl_cache {
-  hvdlComm_t comm;               /* where failures are recorded */
-  size_t capacity;               /* HVD_LITE_CACHE_CAPACITY; 0 disables the cache */
+  hvdlComm_t comm; /* where failures are recorded */
+  size_t capacity; /* HVD_LITE_CACHE_CAPACITY; 0 disables the cache */
   struct hvdl_cache_entry *entries;
-  int count, cap;                /* ids in use are below count */
-  int *slots;                    /* open-addressing index by name hash: ids, -1 empty */
+  int count, cap; /* ids in use are below count */
+  int *slots;     /* open-addressing index by name hash: ids, -1 empty */
   int slot_cap, slot_used;
 };
 
@@ -51,22 +50,21 @@ void hvdl_cache_free(struct hvdl_cache *c);
  * it on rank 0.
  */
 
-
 /* One name announced by some ranks. */
 struct hvdl_table_entry {
-  struct hvdl_desc *descs;       /* one per rank */
-  unsigned char *have;           /* which ranks announced it */
+  struct hvdl_desc *descs; /* one per rank */
+  unsigned char *have;     /* which ranks announced it */
   int nhave;
   double first_seen;
   int warned;
 };
 
 struct hvdl_coordinator {
-  hvdlComm_t comm;               /* where failures are recorded */
+  hvdlComm_t comm; /* where failures are recorded */
   int size;
-  struct hvdl_cache *cache;      /* the negotiation's cache, which this assigns ids in */
-  double stall_check_s;          /* HVD_LITE_STALL_CHECK_TIME_SECONDS; 0 disables the warning */
-  double stall_shutdown_s;       /* HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS; 0 = wait forever */
+  struct hvdl_cache *cache; /* the negotiation's cache, which this assigns ids in */
+  double stall_check_s;     /* HVD_LITE_STALL_CHECK_TIME_SECONDS; 0 disables the warning */
+  double stall_shutdown_s;  /* HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS; 0 = wait forever */
   int log_level;
   struct hvdl_table_entry *table;
   int table_count, table_cap;
@@ -101,7 +99,6 @@ void hvdl_coordinator_free(struct hvdl_coordinator *co);
 
 #include <stdatomic.h>
 
-
 /* hvd_lite.join(): the round each rank joined in, -1 while it has not. */
 struct hvdl_join {
   int *round;
@@ -117,31 +114,31 @@ struct hvdl_negotiate_stats {
 };
 
 struct hvdl_negotiator {
-  hvdlComm_t data;               /* where failures are recorded */
-  MPI_Comm ctrl;                 /* the rounds' communicator */
+  hvdlComm_t data; /* where failures are recorded */
+  MPI_Comm ctrl;   /* the rounds' communicator */
   int rank, size;
   struct hvdl_requests *requests; /* completed (errors, JOIN) or marked dead here */
-  struct hvdl_alarm *alarm;      /* data alarms are settled here, and the data communicator renewed */
+  struct hvdl_alarm *alarm; /* data alarms are settled here, and the data communicator renewed */
   struct hvdl_cache cache;
   struct hvdl_coordinator coord; /* rank 0 */
   struct hvdl_join join;
   long round_no;
-  char *gathered;                /* rank 0: the slow path's gathered descriptors */
+  char *gathered; /* rank 0: the slow path's gathered descriptors */
   size_t gathered_bytes;
-  char *vectors;                 /* every rank's header and bit vector, then this rank's */
+  char *vectors; /* every rank's header and bit vector, then this rank's */
   size_t vectors_bytes;
-  char *scratch;                 /* finish_round's, kept between rounds */
+  char *scratch; /* finish_round's, kept between rounds */
   size_t scratch_bytes;
   struct hvdl_negotiate_stats stats;
-  uint64_t tune_out;             /* rank 0: the autotune word its next round sends (request.h) */
-  uint64_t tune_in;              /* rank 0's autotune word in the last round finished */
-  struct {                       /* the round posted by hvdl_round_post, until hvdl_round_finish */
-    MPI_Request req;             /* its MPI_Iallgather; none when it goes through shared memory */
-    int shm;                     /* it goes through the host's segment (shm.h, the round) */
+  uint64_t tune_out; /* rank 0: the autotune word its next round sends (request.h) */
+  uint64_t tune_in;  /* rank 0's autotune word in the last round finished */
+  struct {           /* the round posted by hvdl_round_post, until hvdl_round_finish */
+    MPI_Request req; /* its MPI_Iallgather; none when it goes through shared memory */
+    int shm;         /* it goes through the host's segment (shm.h, the round) */
     int words, cache_n;
-    double at;                   /* when it was posted */
+    double at; /* when it was posted */
   } posted;
-  double quiet_since;            /* when the first of the last rounds that readied none of this
+  double quiet_since; /* when the first of the last rounds that readied none of this
                                     rank's pending work was posted; 0 after one that readied some */
 };
 
@@ -162,9 +159,9 @@ hvdlResult_t hvdl_round(struct hvdl_negotiator *g, struct hvdl_request **pending
 hvdlResult_t hvdl_round_post(struct hvdl_negotiator *g, struct hvdl_request **pending, int npending,
                              int leaving);
 hvdlResult_t hvdl_round_arrived(struct hvdl_negotiator *g, int *arrived);
-hvdlResult_t hvdl_round_finish(struct hvdl_negotiator *g, struct hvdl_request **pending, int npending,
-                               int leaving, struct hvdl_request ***ready, int *ready_cap, int *nready,
-                               int *finished);
+hvdlResult_t hvdl_round_finish(struct hvdl_negotiator *g, struct hvdl_request **pending,
+                               int npending, int leaving, struct hvdl_request ***ready,
+                               int *ready_cap, int *nready, int *finished);
 void hvdl_negotiator_free(struct hvdl_negotiator *g);
 
 #endif /* HVDL_NEGOTIATE_NEGOTIATE_H_ */

@@ -27,8 +27,8 @@
 
 #include <stddef.h>
 
-#include "hvdl.h"
 #include "base/base.h"
+#include "hvdl.h"
 
 struct hvdl_engine;
 struct hvdl_request;

@@ -33,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 typedef struct {
   int32_t device_type, device_id;
 } dl_device;
@@ -76,11 +75,14 @@ const char *hvdl_py_device_name(int device_type) {
 
 /* The hvdl type of a (kind, bytes) pair: kind 'i', 'u', 'f', 'b' (bool), 'B' (bfloat). */
 static int type_of(char kind, int bytes) {
-  static const struct { char kind; int bytes, type; } table[] = {
-      {'i', 1, hvdlInt8},     {'i', 2, hvdlInt16},   {'i', 4, hvdlInt32},   {'i', 8, hvdlInt64},
-      {'u', 1, hvdlUint8},    {'u', 2, hvdlUint16},  {'u', 4, hvdlUint32},  {'u', 8, hvdlUint64},
-      {'f', 2, hvdlFloat16},  {'f', 4, hvdlFloat32}, {'f', 8, hvdlFloat64}, {'B', 2, hvdlBfloat16},
-      {'b', 1, hvdlBool}};
+  static const struct {
+    char kind;
+    int bytes, type;
+  } table[] = {{'i', 1, hvdlInt8},    {'i', 2, hvdlInt16},   {'i', 4, hvdlInt32},
+               {'i', 8, hvdlInt64},   {'u', 1, hvdlUint8},   {'u', 2, hvdlUint16},
+               {'u', 4, hvdlUint32},  {'u', 8, hvdlUint64},  {'f', 2, hvdlFloat16},
+               {'f', 4, hvdlFloat32}, {'f', 8, hvdlFloat64}, {'B', 2, hvdlBfloat16},
+               {'b', 1, hvdlBool}};
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
     if (table[i].kind == kind && table[i].bytes == bytes) return table[i].type;
   return -1;
@@ -134,10 +136,13 @@ static int fill(struct hvdl_py_memory *m, PyObject *owner, uintptr_t address, Py
                 int readonly) {
   const PyBufferProcs *procs = Py_TYPE(owner)->tp_as_buffer;
   PyObject *holder = owner;
-  if (procs && procs->bf_releasebuffer) holder = PyTuple_Pack(1, owner);
-  else Py_INCREF(holder);
+  if (procs && procs->bf_releasebuffer)
+    holder = PyTuple_Pack(1, owner);
+  else
+    Py_INCREF(holder);
   if (!holder) return -1;
-  const int rc = PyBuffer_FillInfo(&m->view, holder, (void *)address, nbytes, readonly, PyBUF_SIMPLE);
+  const int rc =
+      PyBuffer_FillInfo(&m->view, holder, (void *)address, nbytes, readonly, PyBUF_SIMPLE);
   Py_DECREF(holder);
   return rc;
 }
@@ -146,8 +151,10 @@ static int fill(struct hvdl_py_memory *m, PyObject *owner, uintptr_t address, Py
 
 static int int_tuple(PyObject *t, int64_t *out, int max, const char *key, const char *what) {
   if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) > max) {
-    PyErr_Format(PyExc_ValueError, "%s: __cuda_array_interface__[%s] must be a tuple of at most "
-                 "%d ints, got %R", what, key, max, t);
+    PyErr_Format(PyExc_ValueError,
+                 "%s: __cuda_array_interface__[%s] must be a tuple of at most "
+                 "%d ints, got %R",
+                 what, key, max, t);
     return -1;
   }
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++) {
@@ -158,8 +165,10 @@ static int int_tuple(PyObject *t, int64_t *out, int max, const char *key, const 
 }
 
 static int no_type(PyObject *typestr, const char *what, int rc) {
-  PyErr_Format(PyExc_TypeError, "%s: typestr %R names no type hvd_lite takes (bfloat16 has no "
-               "typestr: pass it through DLPack)", what, typestr);
+  PyErr_Format(PyExc_TypeError,
+               "%s: typestr %R names no type hvd_lite takes (bfloat16 has no "
+               "typestr: pass it through DLPack)",
+               what, typestr);
   return rc;
 }
 
@@ -169,12 +178,16 @@ static int from_cai(PyObject *obj, PyObject *cai, int writable, struct hvdl_py_m
     PyErr_Format(PyExc_TypeError, "%s: __cuda_array_interface__ is not a dict", what);
     return -1;
   }
-  PyObject *shape = PyDict_GetItemString(cai, "shape"), *typestr = PyDict_GetItemString(cai, "typestr");
-  PyObject *data = PyDict_GetItemString(cai, "data"), *strides = PyDict_GetItemString(cai, "strides");
+  PyObject *shape = PyDict_GetItemString(cai, "shape"),
+           *typestr = PyDict_GetItemString(cai, "typestr");
+  PyObject *data = PyDict_GetItemString(cai, "data"),
+           *strides = PyDict_GetItemString(cai, "strides");
   PyObject *mask = PyDict_GetItemString(cai, "mask"), *stream = PyDict_GetItemString(cai, "stream");
   if (!shape || !typestr || !data) {
     PyErr_Format(PyExc_ValueError, "%s: __cuda_array_interface__ lacks %s", what,
-                 !shape ? "'shape'" : !typestr ? "'typestr'" : "'data'");
+                 !shape     ? "'shape'"
+                 : !typestr ? "'typestr'"
+                            : "'data'");
     return -1;
   }
   if (mask && mask != Py_None) {
@@ -197,19 +210,24 @@ static int from_cai(PyObject *obj, PyObject *cai, int writable, struct hvdl_py_m
   if (strides && strides != Py_None) {
     if (int_tuple(strides, st, HVDL_MAX_DIMS_PY, "'strides'", what) != ndim) {
       if (!PyErr_Occurred())
-        PyErr_Format(PyExc_ValueError, "%s: strides %R do not match shape %R", what, strides, shape);
+        PyErr_Format(PyExc_ValueError, "%s: strides %R do not match shape %R", what, strides,
+                     shape);
       return -1;
     }
     if (!c_contiguous(ndim, dims, st, esize)) {
-      PyErr_Format(PyExc_ValueError, "%s: the CUDA array is not C-contiguous (shape %R, strides "
-                   "%R); pass a contiguous copy", what, shape, strides);
+      PyErr_Format(PyExc_ValueError,
+                   "%s: the CUDA array is not C-contiguous (shape %R, strides "
+                   "%R); pass a contiguous copy",
+                   what, shape, strides);
       return -1;
     }
   }
   PyObject *where, *ro;
   if (!PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2) {
-    PyErr_Format(PyExc_ValueError, "%s: __cuda_array_interface__['data'] must be "
-                 "(address, read_only), got %R", what, data);
+    PyErr_Format(PyExc_ValueError,
+                 "%s: __cuda_array_interface__['data'] must be "
+                 "(address, read_only), got %R",
+                 what, data);
     return -1;
   }
   where = PyTuple_GET_ITEM(data, 0), ro = PyTuple_GET_ITEM(data, 1);
@@ -230,8 +248,10 @@ static int from_cai(PyObject *obj, PyObject *cai, int writable, struct hvdl_py_m
     const long long s = PyLong_AsLongLong(stream);
     if (s == -1 && PyErr_Occurred()) return -1;
     if (s == 0) { /* the interface's rule: 0 is ambiguous, producers give 1 or 2 for defaults */
-      PyErr_Format(PyExc_ValueError, "%s: __cuda_array_interface__['stream'] is 0, which the "
-                   "interface disallows (1: the legacy default stream, 2: per-thread)", what);
+      PyErr_Format(PyExc_ValueError,
+                   "%s: __cuda_array_interface__['stream'] is 0, which the "
+                   "interface disallows (1: the legacy default stream, 2: per-thread)",
+                   what);
       return -1;
     }
     m->stream = (uintptr_t)s;
@@ -259,19 +279,23 @@ static int from_dlpack(PyObject *obj, int writable, struct hvdl_py_memory *m, co
     goto fail;
   }
   const dl_tensor *d = &t->tensor;
-  static const char kinds[] = {[DL_INT] = 'i', [DL_UINT] = 'u', [DL_FLOAT] = 'f', [3] = 0,
-                               [DL_BFLOAT] = 'B', [5] = 0, [DL_BOOL] = 'b'};
+  static const char kinds[] = {[DL_INT] = 'i',    [DL_UINT] = 'u', [DL_FLOAT] = 'f', [3] = 0,
+                               [DL_BFLOAT] = 'B', [5] = 0,         [DL_BOOL] = 'b'};
   const int type = d->dtype.code <= DL_BOOL && d->dtype.lanes == 1 && d->dtype.bits % 8 == 0
-                       ? type_of(kinds[d->dtype.code], d->dtype.bits / 8) : -1;
+                       ? type_of(kinds[d->dtype.code], d->dtype.bits / 8)
+                       : -1;
   if (type < 0) {
-    PyErr_Format(PyExc_TypeError, "%s: DLPack type (code %d, %d bits, %d lanes) is no type "
-                 "hvd_lite takes", what, d->dtype.code, d->dtype.bits, d->dtype.lanes);
+    PyErr_Format(PyExc_TypeError,
+                 "%s: DLPack type (code %d, %d bits, %d lanes) is no type "
+                 "hvd_lite takes",
+                 what, d->dtype.code, d->dtype.bits, d->dtype.lanes);
     goto fail;
   }
   const int64_t esize = d->dtype.bits / 8;
   int64_t n, st[HVDL_MAX_DIMS_PY];
   if (d->ndim < 0 || d->ndim > HVDL_MAX_DIMS_PY) {
-    PyErr_Format(PyExc_ValueError, "%s: %d dimensions (at most %d)", what, d->ndim, HVDL_MAX_DIMS_PY);
+    PyErr_Format(PyExc_ValueError, "%s: %d dimensions (at most %d)", what, d->ndim,
+                 HVDL_MAX_DIMS_PY);
     goto fail;
   }
   if (elements(d->ndim, d->shape, esize, &n, what)) goto fail;
@@ -286,7 +310,8 @@ static int from_dlpack(PyObject *obj, int writable, struct hvdl_py_memory *m, co
   m->device_type = d->device.device_type;
   m->device_id = d->device.device_id;
   m->stream = 0;
-  (void)writable; /* the unversioned capsule has no read-only flag; producers refuse to export one */
+  (void)
+      writable; /* the unversioned capsule has no read-only flag; producers refuse to export one */
   int rc = fill(m, cap, address, (Py_ssize_t)(n * esize), 0);
   Py_DECREF(cap);
   return rc;
@@ -332,8 +357,10 @@ int hvdl_py_describe(PyObject *obj, int writable, int typed, struct hvdl_py_memo
     Py_ssize_t len;
     int device = -1;
     unsigned long long stream = 0;
-    if (!PyArg_ParseTuple(obj, "OO!n|iK;a buffer by address is (owner, address, nbytes[, device, "
-                          "stream])", &owner, &PyLong_Type, &where, &len, &device, &stream))
+    if (!PyArg_ParseTuple(obj,
+                          "OO!n|iK;a buffer by address is (owner, address, nbytes[, device, "
+                          "stream])",
+                          &owner, &PyLong_Type, &where, &len, &device, &stream))
       return -1;
     const unsigned long long address = PyLong_AsUnsignedLongLong(where); /* not negative */
     if (address == (unsigned long long)-1 && PyErr_Occurred()) return -1;
@@ -375,9 +402,10 @@ int hvdl_py_describe(PyObject *obj, int writable, int typed, struct hvdl_py_memo
   if (!dlpack) {
     if (rc == -2 || !PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
     PyErr_Clear();
-    PyErr_Format(PyExc_TypeError, "%s: a %.100s is no buffer hvd_lite can read (it has neither the "
-                 "buffer protocol, __cuda_array_interface__ nor __dlpack__)", what,
-                 Py_TYPE(obj)->tp_name);
+    PyErr_Format(PyExc_TypeError,
+                 "%s: a %.100s is no buffer hvd_lite can read (it has neither the "
+                 "buffer protocol, __cuda_array_interface__ nor __dlpack__)",
+                 what, Py_TYPE(obj)->tp_name);
     return -1;
   }
   Py_DECREF(dlpack);
@@ -393,11 +421,14 @@ int hvdl_py_get_memory(PyObject *obj, struct hvdl_py_memory *m, int writable, in
   const int host = m->device_type == HVDL_DEVICE_CPU || m->device_type == HVDL_DEVICE_CUDA_HOST;
   const int cuda = m->device_type == HVDL_DEVICE_CUDA || m->device_type == HVDL_DEVICE_CUDA_MANAGED;
   const char *refusal = NULL;
-  if (!host && !cuda) refusal = "hvd_lite takes host and CUDA memory only";
+  if (!host && !cuda)
+    refusal = "hvd_lite takes host and CUDA memory only";
   else if (cuda && !hvdl_cuda_built())
-    refusal = "this hvd_lite was built without CUDA (build_info()['cuda'] is False); copy it to "
-              "the host, or rebuild hvd_lite where nvcc is found";
-  else if (cuda && !device_ok) refusal = "this call takes host memory only; copy it to the host";
+    refusal =
+        "this hvd_lite was built without CUDA (build_info()['cuda'] is False); copy it to "
+        "the host, or rebuild hvd_lite where nvcc is found";
+  else if (cuda && !device_ok)
+    refusal = "this call takes host memory only; copy it to the host";
   if (refusal) {
     PyErr_Format(PyExc_ValueError, "%s is in %s memory (device %d): %s", what,
                  hvdl_py_device_name(m->device_type), m->device_id, refusal);
@@ -430,11 +461,11 @@ PyObject *hvdl_py_describe_buffer(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "O|p", &obj, &writable)) return NULL;
   struct hvdl_py_memory m;
   if (hvdl_py_describe(obj, writable, 1, &m, "buffer")) return NULL;
-  PyObject *out = Py_BuildValue("{s:K,s:n,s:i,s:i,s:i,s:K,s:O}", "address",
-                                (unsigned long long)(uintptr_t)m.view.buf, "nbytes", m.view.len,
-                                "dtype", m.dtype, "device_type", m.device_type, "device_id",
-                                m.device_id, "stream", (unsigned long long)m.stream,
-                                "readonly", m.view.readonly ? Py_True : Py_False);
+  PyObject *out =
+      Py_BuildValue("{s:K,s:n,s:i,s:i,s:i,s:K,s:O}", "address",
+                    (unsigned long long)(uintptr_t)m.view.buf, "nbytes", m.view.len, "dtype",
+                    m.dtype, "device_type", m.device_type, "device_id", m.device_id, "stream",
+                    (unsigned long long)m.stream, "readonly", m.view.readonly ? Py_True : Py_False);
   PyBuffer_Release(&m.view);
   return out;
 }

@@ -15,7 +15,6 @@
 #include "base/base.h"
 #include "select/select.h"
 
-
 /* f(code, message) -> exception instance; set once by hvd_lite._loader. */
 static PyObject *error_factory = NULL;
 

@@ -34,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* `ranks` (a sequence of ints) as a malloc'ed array; -1 with an exception set. */
 static int ranks_array(PyObject *ranks, long long **out, int *n) {
   PyObject *seq = PySequence_Fast(ranks, "ranks must be a sequence of ints");
@@ -73,7 +72,8 @@ static hvdlResult_t set_config(struct hvdl_engine_config *cfg, int set_id) {
   char suffix[32];
   size_t n = strlen(cfg->timeline), k = (size_t)snprintf(suffix, sizeof suffix, ".set%d", set_id);
   if (n + k >= sizeof cfg->timeline)
-    return hvdl_fail(NULL, hvdlInvalidArgument, "HVD_LITE_TIMELINE is too long to name process "
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "HVD_LITE_TIMELINE is too long to name process "
                      "set %d's timeline %s.%s: at most %zu bytes leave room for the suffix",
                      set_id, "<file>", suffix + 1, sizeof cfg->timeline - 1 - k);
   memcpy(cfg->timeline + n, suffix, k + 1);
@@ -100,7 +100,8 @@ static int Engine_init(hvdl_py_engine *self, PyObject *args, PyObject *kwds) {
     long long *list;
     int n;
     if (ranks_array(ranks, &list, &n)) return -1;
-    Py_BEGIN_ALLOW_THREADS res = hvdl_comm_subset(base, list, n, &sub);
+    Py_BEGIN_ALLOW_THREADS
+      res = hvdl_comm_subset(base, list, n, &sub);
     Py_END_ALLOW_THREADS
     free(list);
     if (res != hvdlSuccess) return hvdl_py_raise(res, NULL), -1;
@@ -108,8 +109,8 @@ static int Engine_init(hvdl_py_engine *self, PyObject *args, PyObject *kwds) {
   }
   /* Both are collective over base: the GIL is released while other ranks catch up. */
   Py_BEGIN_ALLOW_THREADS
-  res = hvdl_topology(base, &self->topo);
-  if (res == hvdlSuccess) res = hvdl_engine_start(&self->engine, base, &cfg);
+    res = hvdl_topology(base, &self->topo);
+    if (res == hvdlSuccess) res = hvdl_engine_start(&self->engine, base, &cfg);
   Py_END_ALLOW_THREADS
   if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub); /* the engine runs on its own duplicate */
   if (res != hvdlSuccess) return hvdl_py_raise(res, NULL), -1;
@@ -127,10 +128,10 @@ static PyObject *Engine_shutdown(hvdl_py_engine *self, PyObject *noargs) {
     const int mine = !self->stopping;
     self->stopping = 1;
     Py_BEGIN_ALLOW_THREADS
-    if (mine)
-      done = hvdl_engine_stop_for(e, HVDL_PY_WAIT_SLICE_SECONDS);
-    else
-      hvdl_sleep(HVDL_PY_WAIT_SLICE_SECONDS);
+      if (mine)
+        done = hvdl_engine_stop_for(e, HVDL_PY_WAIT_SLICE_SECONDS);
+      else
+        hvdl_sleep(HVDL_PY_WAIT_SLICE_SECONDS);
     Py_END_ALLOW_THREADS
     if (mine) self->stopping = 0;
     if (!done && PyErr_CheckSignals() < 0) return NULL;
@@ -141,40 +142,43 @@ static PyObject *Engine_shutdown(hvdl_py_engine *self, PyObject *noargs) {
 
 static PyObject *Engine_stats(hvdl_py_engine *self, PyObject *noargs) {
   (void)noargs;
-  if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
+  if (!self->engine)
+    return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
   struct hvdl_engine_stats st;
   hvdl_engine_get_stats(self->engine, &st);
-  return Py_BuildValue("{sKsKsKsKsKsKsKsdsisK}", "rounds", (unsigned long long)st.rounds,
-                       "slow_rounds", (unsigned long long)st.slow_rounds, "shm_rounds",
-                       (unsigned long long)st.shm_rounds, "announced",
-                       (unsigned long long)st.announced, "cached_ready",
-                       (unsigned long long)st.cached_ready, "caller_turns",
-                       (unsigned long long)st.caller_turns, "device_steps",
-                       (unsigned long long)st.device_steps, "step_seconds", st.step_seconds,
-                       "shm_views", st.shm_views, "shm_stand_ins",
-                       (unsigned long long)st.shm_stand_ins);
+  return Py_BuildValue(
+      "{sKsKsKsKsKsKsKsdsisK}", "rounds", (unsigned long long)st.rounds, "slow_rounds",
+      (unsigned long long)st.slow_rounds, "shm_rounds", (unsigned long long)st.shm_rounds,
+      "announced", (unsigned long long)st.announced, "cached_ready",
+      (unsigned long long)st.cached_ready, "caller_turns", (unsigned long long)st.caller_turns,
+      "device_steps", (unsigned long long)st.device_steps, "step_seconds", st.step_seconds,
+      "shm_views", st.shm_views, "shm_stand_ins", (unsigned long long)st.shm_stand_ins);
 }
 
 static PyObject *Engine_autotune(hvdl_py_engine *self, PyObject *noargs) {
   (void)noargs;
-  if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
+  if (!self->engine)
+    return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
   struct hvdl_tune_values v;
   struct hvdl_tune_change ch[HVDL_TUNE_HISTORY];
   int settled, samples;
-  const int n = hvdl_autotune_state(&self->engine->tuner, &v, &settled, &samples, ch, HVDL_TUNE_HISTORY);
+  const int n =
+      hvdl_autotune_state(&self->engine->tuner, &v, &settled, &samples, ch, HVDL_TUNE_HISTORY);
   PyObject *changes = PyList_New(0);
   for (int i = 0; changes && i < n && i < HVDL_TUNE_HISTORY; i++) {
-    PyObject *c = Py_BuildValue("(lnndd" "O)", ch[i].round, (Py_ssize_t)ch[i].v.fusion_threshold,
-                                (Py_ssize_t)ch[i].v.segment_bytes, ch[i].v.batch_time_ms, ch[i].v.cycle_time_ms,
-                                ch[i].settled ? Py_True : Py_False);
+    PyObject *c = Py_BuildValue(
+        "(lnndd"
+        "O)",
+        ch[i].round, (Py_ssize_t)ch[i].v.fusion_threshold, (Py_ssize_t)ch[i].v.segment_bytes,
+        ch[i].v.batch_time_ms, ch[i].v.cycle_time_ms, ch[i].settled ? Py_True : Py_False);
     if (!c || PyList_Append(changes, c) < 0) Py_CLEAR(changes);
     Py_XDECREF(c);
   }
   if (!changes) return NULL;
   return Py_BuildValue("{snsnsdsdsOsisN}", "fusion_threshold", (Py_ssize_t)v.fusion_threshold,
-                       "segment_bytes", (Py_ssize_t)v.segment_bytes, "batch_time_ms", v.batch_time_ms,
-                       "cycle_time_ms", v.cycle_time_ms, "settled", settled ? Py_True : Py_False,
-                       "samples", samples, "changes", changes);
+                       "segment_bytes", (Py_ssize_t)v.segment_bytes, "batch_time_ms",
+                       v.batch_time_ms, "cycle_time_ms", v.cycle_time_ms, "settled",
+                       settled ? Py_True : Py_False, "samples", samples, "changes", changes);
 }
 
 /* Fault injection, a testing aid (docs/design.md, "Failures"). */
@@ -184,7 +188,8 @@ static PyObject *Engine_inject_fault(hvdl_py_engine *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "U|i", &name, &n)) return NULL;
   int point = hvdl_py_fault_point(name);
   if (point < 0) return NULL;
-  if (!self->engine) return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
+  if (!self->engine)
+    return PyErr_Format(PyExc_RuntimeError, "the hvd_lite engine has been shut down");
   hvdl_engine_inject_fault(self->engine, point, n);
   Py_RETURN_NONE;
 }
@@ -206,7 +211,8 @@ static void Engine_dealloc(hvdl_py_engine *self) {
   if (self->engine) {
     struct hvdl_engine *e = self->engine;
     self->engine = NULL;
-    Py_BEGIN_ALLOW_THREADS hvdl_engine_free(e);
+    Py_BEGIN_ALLOW_THREADS
+      hvdl_engine_free(e);
     Py_END_ALLOW_THREADS
   }
   hvdl_py_release_orphans(self, 1); /* the engine failed whatever was pending */
@@ -261,7 +267,8 @@ static int take_buffers(hvdl_py_handle *h, int coll, int dtype, PyObject *sendob
   const int sc = h->hold.has_send && on_cuda(&sm), rc = h->hold.has_recv && on_cuda(&rm);
   const int both = h->hold.has_send && h->hold.has_recv;
   if ((both && sc != rc) || (sc && rc && sm.device_id != rm.device_id)) {
-    PyErr_Format(PyExc_ValueError, "sendbuf and recvbuf must both be host memory or both on one "
+    PyErr_Format(PyExc_ValueError,
+                 "sendbuf and recvbuf must both be host memory or both on one "
                  "CUDA device (sendbuf: %s device %d, recvbuf: %s device %d)",
                  hvdl_py_device_name(sm.device_type), sm.device_id,
                  hvdl_py_device_name(rm.device_type), rm.device_id);
@@ -421,7 +428,8 @@ static PyObject *Engine_submit_group(hvdl_py_engine *self, PyObject *args) {
     PyList_SET_ITEM(list, i, (PyObject *)h);
   }
   Py_DECREF(seq);
-  hvdlResult_t res = n ? hvdl_engine_submit_group(self->engine, reqs, (int)n, at_once) : hvdlSuccess;
+  hvdlResult_t res =
+      n ? hvdl_engine_submit_group(self->engine, reqs, (int)n, at_once) : hvdlSuccess;
   free(reqs);
   if (res != hvdlSuccess) {
     Py_DECREF(list);
@@ -430,10 +438,10 @@ static PyObject *Engine_submit_group(hvdl_py_engine *self, PyObject *args) {
   return list;
 }
 
-#define ENGINE_INT_GETTER(field)                                                       \
-  static PyObject *Engine_get_##field(hvdl_py_engine *self, void *closure) {            \
-    (void)closure;                                                                    \
-    return PyLong_FromLong((long)self->topo.field);                                   \
+#define ENGINE_INT_GETTER(field)                                             \
+  static PyObject *Engine_get_##field(hvdl_py_engine *self, void *closure) { \
+    (void)closure;                                                           \
+    return PyLong_FromLong((long)self->topo.field);                          \
   }
 ENGINE_INT_GETTER(rank)
 ENGINE_INT_GETTER(size)
@@ -450,7 +458,8 @@ static PyGetSetDef Engine_getset[] = {
     {"local_size", (getter)Engine_get_local_size, NULL, "ranks on this host", NULL},
     {"cross_rank", (getter)Engine_get_cross_rank, NULL, "index of this host", NULL},
     {"cross_size", (getter)Engine_get_cross_size, NULL, "hosts with this local rank", NULL},
-    {"homogeneous", (getter)Engine_get_homogeneous, NULL, "1 if every host has as many ranks", NULL},
+    {"homogeneous", (getter)Engine_get_homogeneous, NULL, "1 if every host has as many ranks",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -496,4 +505,3 @@ PyTypeObject hvdl_py_engine_type = {
     .tp_methods = Engine_methods,
     .tp_getset = Engine_getset,
 };
-

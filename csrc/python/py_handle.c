@@ -25,7 +25,6 @@
 
 #include <stdlib.h>
 
-
 static void release_hold(struct hvdl_py_hold *h) {
   if (h->req) hvdl_request_release(h->req);
   if (h->has_send) PyBuffer_Release(&h->send);
@@ -87,7 +86,8 @@ static int wait_in_slices(hvdl_py_handle *self, double seconds) {
     /* the fast path: this thread may run the round itself (bounded: one round) */
     struct hvdl_engine *engine = self->owner->engine;
     int done;
-    Py_BEGIN_ALLOW_THREADS done = hvdl_turn_run_for(engine, r);
+    Py_BEGIN_ALLOW_THREADS
+      done = hvdl_turn_run_for(engine, r);
     Py_END_ALLOW_THREADS
     if (done) return 1;
   }
@@ -96,7 +96,8 @@ static int wait_in_slices(hvdl_py_handle *self, double seconds) {
     if (seconds >= 0 && deadline - hvdl_now() < slice) slice = deadline - hvdl_now();
     int done = 1;
     if (slice > 0) {
-      Py_BEGIN_ALLOW_THREADS done = hvdl_request_wait_for(r, slice);
+      Py_BEGIN_ALLOW_THREADS
+        done = hvdl_request_wait_for(r, slice);
       Py_END_ALLOW_THREADS
     } else {
       done = hvdl_request_poll(r);
@@ -185,4 +186,3 @@ PyTypeObject hvdl_py_handle_type = {
     .tp_methods = Handle_methods,
     .tp_as_buffer = &Handle_as_buffer,
 };
-

@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* The kernels' result code on CUDA memory, as an exception (NULL comm: this thread's message). */
 static int cuda_done(hvdlResult_t res) {
   if (res == hvdlSuccess) res = hvdl_cuda_sync(NULL, NULL);
@@ -50,8 +49,9 @@ PyObject *hvdl_py_reduce_local(PyObject *self, PyObject *args) {
     cuda_done(hvdl_cuda_reduce(NULL, dm.view.buf, am.view.buf, bm.view.buf, nd,
                                (hvdlDataType_t)dtype, (hvdlRedOp_t)op, NULL));
   } else {
-    Py_BEGIN_ALLOW_THREADS hvdl_reduce(dm.view.buf, am.view.buf, bm.view.buf, nd,
-                                       (hvdlDataType_t)dtype, (hvdlRedOp_t)op);
+    Py_BEGIN_ALLOW_THREADS
+      hvdl_reduce(dm.view.buf, am.view.buf, bm.view.buf, nd, (hvdlDataType_t)dtype,
+                  (hvdlRedOp_t)op);
     Py_END_ALLOW_THREADS
   }
   PyBuffer_Release(&bm.view);
@@ -96,13 +96,15 @@ PyObject *hvdl_py_scale_local(PyObject *self, PyObject *args) {
     PyBuffer_Release(&dm.view);
     return NULL;
   }
-  if (ns != nd) PyErr_SetString(PyExc_ValueError, "scale_local: buffers differ in length");
+  if (ns != nd)
+    PyErr_SetString(PyExc_ValueError, "scale_local: buffers differ in length");
   else if (sm.device_type != dm.device_type)
     PyErr_SetString(PyExc_ValueError, "scale_local: buffers on different devices");
   else if (dm.device_type == HVDL_DEVICE_CUDA)
-    cuda_done(hvdl_cuda_scale(NULL, dm.view.buf, sm.view.buf, nd, (hvdlDataType_t)dtype, factor,
-                              NULL));
-  else hvdl_scale(dm.view.buf, sm.view.buf, nd, (hvdlDataType_t)dtype, factor);
+    cuda_done(
+        hvdl_cuda_scale(NULL, dm.view.buf, sm.view.buf, nd, (hvdlDataType_t)dtype, factor, NULL));
+  else
+    hvdl_scale(dm.view.buf, sm.view.buf, nd, (hvdlDataType_t)dtype, factor);
   PyBuffer_Release(&sm.view);
   PyBuffer_Release(&dm.view);
   if (PyErr_Occurred()) return NULL;
@@ -136,15 +138,17 @@ PyObject *hvdl_py_kernel_bench(PyObject *self, PyObject *args) {
   }
   memset(d, 0, bytes);
   double tk, tm;
-  Py_BEGIN_ALLOW_THREADS hvdl_reduce(d, a, b, n, (hvdlDataType_t)dtype, (hvdlRedOp_t)op);
-  double t0 = hvdl_now();
-  for (int i = 0; i < iters; i++) hvdl_reduce(d, a, b, n, (hvdlDataType_t)dtype, (hvdlRedOp_t)op);
-  double t1 = hvdl_now();
-  for (int i = 0; i < iters; i++) memcpy(d, a, bytes);
-  double t2 = hvdl_now();
-  tk = (t1 - t0) / iters;
-  tm = (t2 - t1) / iters;
-  Py_END_ALLOW_THREADS free(a);
+  Py_BEGIN_ALLOW_THREADS
+    hvdl_reduce(d, a, b, n, (hvdlDataType_t)dtype, (hvdlRedOp_t)op);
+    double t0 = hvdl_now();
+    for (int i = 0; i < iters; i++) hvdl_reduce(d, a, b, n, (hvdlDataType_t)dtype, (hvdlRedOp_t)op);
+    double t1 = hvdl_now();
+    for (int i = 0; i < iters; i++) memcpy(d, a, bytes);
+    double t2 = hvdl_now();
+    tk = (t1 - t0) / iters;
+    tm = (t2 - t1) / iters;
+  Py_END_ALLOW_THREADS
+  free(a);
   free(b);
   free(d);
   return Py_BuildValue("(dd)", tk, tm);

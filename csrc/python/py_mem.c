@@ -14,8 +14,7 @@
 #include <stdint.h>
 
 typedef struct {
-  PyObject_HEAD
-  void *ptr;
+  PyObject_HEAD void *ptr;
   Py_ssize_t nbytes;
 } shared_memory;
 
@@ -30,7 +29,7 @@ static PyObject *mem_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
   if (!m) return NULL;
   hvdlResult_t res;
   Py_BEGIN_ALLOW_THREADS
-  res = hvdlMemAlloc(&m->ptr, (size_t)nbytes);
+    res = hvdlMemAlloc(&m->ptr, (size_t)nbytes);
   Py_END_ALLOW_THREADS
   if (res != hvdlSuccess) {
     Py_DECREF(m);
@@ -51,9 +50,7 @@ static int mem_getbuffer(shared_memory *m, Py_buffer *view, int flags) {
 
 static Py_ssize_t mem_length(shared_memory *m) { return m->nbytes; }
 
-static PyObject *mem_address(shared_memory *m, void *unused) {
-  return PyLong_FromVoidPtr(m->ptr);
-}
+static PyObject *mem_address(shared_memory *m, void *unused) { return PyLong_FromVoidPtr(m->ptr); }
 
 static PyBufferProcs mem_buffer = {(getbufferproc)mem_getbuffer, NULL};
 static PySequenceMethods mem_sequence = {.sq_length = (lenfunc)mem_length};
@@ -74,8 +71,9 @@ PyTypeObject hvdl_py_shared_memory_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hvd_lite._core.SharedMemory",
     .tp_basicsize = sizeof(shared_memory),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "SharedMemory(nbytes): hvdlMemAlloc's memory, which the ranks of a host reach "
-              "directly, as a writable buffer of bytes",
+    .tp_doc =
+        "SharedMemory(nbytes): hvdlMemAlloc's memory, which the ranks of a host reach "
+        "directly, as a writable buffer of bytes",
     .tp_new = mem_new,
     .tp_dealloc = (destructor)mem_dealloc,
     .tp_as_buffer = &mem_buffer,

@@ -34,7 +34,6 @@
 
 #include <string.h>
 
-
 #ifndef HVDL_BUILD_LIBMPI
 #define HVDL_BUILD_LIBMPI ""
 #endif
@@ -51,14 +50,17 @@ static PyObject *py_mpi_init(PyObject *self, PyObject *noargs) {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (finalized) {
-    hvdl_fail(NULL, hvdlInvalidUsage, "MPI was already finalized in this process; "
-                                      "hvd_lite cannot initialise it again");
+    hvdl_fail(NULL, hvdlInvalidUsage,
+              "MPI was already finalized in this process; "
+              "hvd_lite cannot initialise it again");
     return hvdl_py_raise(hvdlInvalidUsage, NULL);
   }
   if (!initialized) {
     int err;
-    Py_BEGIN_ALLOW_THREADS err = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
-    Py_END_ALLOW_THREADS if (err != MPI_SUCCESS) {
+    Py_BEGIN_ALLOW_THREADS
+      err = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    Py_END_ALLOW_THREADS
+    if (err != MPI_SUCCESS) {
       return hvdl_py_raise(hvdl_fail_mpi(NULL, err, "MPI_Init_thread"), NULL);
     }
     here = 1;
@@ -77,7 +79,8 @@ static PyObject *py_mpi_finalize(PyObject *self, PyObject *noargs) {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (initialized && !finalized) {
-    Py_BEGIN_ALLOW_THREADS MPI_Finalize();
+    Py_BEGIN_ALLOW_THREADS
+      MPI_Finalize();
     Py_END_ALLOW_THREADS
   }
   Py_RETURN_NONE;
@@ -119,8 +122,8 @@ static PyObject *py_build_info(PyObject *self, PyObject *noargs) {
 #else
   snprintf(header, sizeof header, "MPI %d.%d", MPI_VERSION, MPI_SUBVERSION);
 #endif
-  return Py_BuildValue("{s:s,s:s,s:s,s:s,s:i,s:O}", "mpi_vendor", vendor, "mpi_header",
-                       header, "libmpi", HVDL_BUILD_LIBMPI, "mpi_libdir", HVDL_BUILD_MPI_LIBDIR,
+  return Py_BuildValue("{s:s,s:s,s:s,s:s,s:i,s:O}", "mpi_vendor", vendor, "mpi_header", header,
+                       "libmpi", HVDL_BUILD_LIBMPI, "mpi_libdir", HVDL_BUILD_MPI_LIBDIR,
                        "hvdl_version", HVDL_VERSION_CODE, "cuda",
                        hvdl_cuda_built() ? Py_True : Py_False);
 }
@@ -161,8 +164,15 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "hvd_lite._core", "hvd_lite's C core", -1, module_methods,
-    NULL,                  NULL,             NULL,                NULL,
+    PyModuleDef_HEAD_INIT,
+    "hvd_lite._core",
+    "hvd_lite's C core",
+    -1,
+    module_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC PyInit__core(void) {

@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- Comm: the NCCL-shaped C API on its own ------------------------------ */
 
 /* A bare hvdlComm over a duplicate of the world (or of a given communicator),
@@ -48,8 +47,10 @@ static int Comm_init(CommObject *self, PyObject *args, PyObject *kwds) {
   MPI_Comm base;
   if (hvdl_py_base_comm(fobj, &base)) return -1;
   hvdlResult_t res;
-  Py_BEGIN_ALLOW_THREADS res = hvdlCommInitMpi(&self->comm, base, NULL);
-  Py_END_ALLOW_THREADS if (res != hvdlSuccess) return hvdl_py_raise(res, NULL), -1;
+  Py_BEGIN_ALLOW_THREADS
+    res = hvdlCommInitMpi(&self->comm, base, NULL);
+  Py_END_ALLOW_THREADS
+  if (res != hvdlSuccess) return hvdl_py_raise(res, NULL), -1;
   return 0;
 }
 
@@ -83,8 +84,9 @@ static PyObject *Comm_allreduce(CommObject *self, PyObject *args) {
   if (scount != rcount) {
     hvdl_fail(c, res, "allreduce: sendbuf has %zu elements, recvbuf %zu", scount, rcount);
   } else {
-    Py_BEGIN_ALLOW_THREADS res = hvdlAllReduce(sm.view.buf, rm.view.buf, scount,
-                                               (hvdlDataType_t)dtype, (hvdlRedOp_t)op, c, stream);
+    Py_BEGIN_ALLOW_THREADS
+      res = hvdlAllReduce(sm.view.buf, rm.view.buf, scount, (hvdlDataType_t)dtype, (hvdlRedOp_t)op,
+                          c, stream);
     Py_END_ALLOW_THREADS
   }
   PyBuffer_Release(&sm.view);
@@ -100,8 +102,8 @@ static PyObject *Comm_allreduce(CommObject *self, PyObject *args) {
  * is refused here with InvalidArgumentError, before any traffic. */
 
 /* Exports obj (or None: NULL, 0 elements). */
-static int get_opt_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype,
-                          size_t *count, const char *what) {
+static int get_opt_buffer(PyObject *obj, Py_buffer *view, int writable, int dtype, size_t *count,
+                          const char *what) {
   if (obj == Py_None) {
     memset(view, 0, sizeof *view);
     *count = 0;
@@ -115,8 +117,8 @@ static void release_opt(Py_buffer *view) {
 }
 
 /* Exports both buffers; -1 with an exception set on failure. */
-static int get_pair(PyObject *sendobj, PyObject *recvobj, int dtype, Py_buffer *sv,
-                    Py_buffer *rv, size_t *scount, size_t *rcount) {
+static int get_pair(PyObject *sendobj, PyObject *recvobj, int dtype, Py_buffer *sv, Py_buffer *rv,
+                    size_t *scount, size_t *rcount) {
   if (hvdl_py_check_dtype(dtype)) return -1;
   if (get_opt_buffer(sendobj, sv, 0, dtype, scount, "sendbuf")) return -1;
   if (get_opt_buffer(recvobj, rv, 1, dtype, rcount, "recvbuf")) {
@@ -153,8 +155,8 @@ static PyObject *Comm_broadcast(CommObject *self, PyObject *args) {
   if (sm.view.obj && scount != rcount) {
     hvdl_fail(c, res, "broadcast: sendbuf has %zu elements, recvbuf %zu", scount, rcount);
   } else {
-    Py_BEGIN_ALLOW_THREADS res = hvdlBroadcast(sm.view.buf, rm.view.buf, rcount,
-                                               (hvdlDataType_t)dtype, root, c, stream);
+    Py_BEGIN_ALLOW_THREADS
+      res = hvdlBroadcast(sm.view.buf, rm.view.buf, rcount, (hvdlDataType_t)dtype, root, c, stream);
     Py_END_ALLOW_THREADS
   }
   return finish_call(res, c, &sm.view, &rm.view);
@@ -174,8 +176,9 @@ static PyObject *Comm_reduce(CommObject *self, PyObject *args) {
   if (sv.obj && rv.obj && scount != rcount) {
     hvdl_fail(c, res, "reduce: sendbuf has %zu elements, recvbuf %zu", scount, rcount);
   } else {
-    Py_BEGIN_ALLOW_THREADS res = hvdlReduce(sv.buf, rv.buf, count, (hvdlDataType_t)dtype,
-                                            (hvdlRedOp_t)op, root, c, NULL);
+    Py_BEGIN_ALLOW_THREADS
+      res =
+          hvdlReduce(sv.buf, rv.buf, count, (hvdlDataType_t)dtype, (hvdlRedOp_t)op, root, c, NULL);
     Py_END_ALLOW_THREADS
   }
   return finish_call(res, c, &sv, &rv);
@@ -194,11 +197,11 @@ static PyObject *Comm_allgather(CommObject *self, PyObject *args) {
   hvdlResult_t res = hvdlInvalidArgument;
   size_t count = sv.obj ? scount : rcount / n;
   if (rv.obj && rcount != count * n) {
-    hvdl_fail(c, res, "allgather: recvbuf has %zu elements, not %zu ranks x sendbuf's %zu",
-              rcount, n, count);
+    hvdl_fail(c, res, "allgather: recvbuf has %zu elements, not %zu ranks x sendbuf's %zu", rcount,
+              n, count);
   } else {
-    Py_BEGIN_ALLOW_THREADS res = hvdlAllGather(sv.buf, rv.buf, count, (hvdlDataType_t)dtype, c,
-                                               NULL);
+    Py_BEGIN_ALLOW_THREADS
+      res = hvdlAllGather(sv.buf, rv.buf, count, (hvdlDataType_t)dtype, c, NULL);
     Py_END_ALLOW_THREADS
   }
   return finish_call(res, c, &sv, &rv);
@@ -220,8 +223,8 @@ static PyObject *Comm_alltoall(CommObject *self, PyObject *args) {
               "alltoall: sendbuf has %zu elements and recvbuf %zu; both need ranks (%zu) x count",
               scount, rcount, n);
   } else {
-    Py_BEGIN_ALLOW_THREADS res = hvdlAllToAll(sv.buf, rv.buf, scount / n, (hvdlDataType_t)dtype,
-                                              c, NULL);
+    Py_BEGIN_ALLOW_THREADS
+      res = hvdlAllToAll(sv.buf, rv.buf, scount / n, (hvdlDataType_t)dtype, c, NULL);
     Py_END_ALLOW_THREADS
   }
   return finish_call(res, c, &sv, &rv);
@@ -243,8 +246,9 @@ static PyObject *Comm_reducescatter(CommObject *self, PyObject *args) {
     hvdl_fail(c, res, "reducescatter: sendbuf has %zu elements, not %zu ranks x recvbuf's %zu",
               scount, n, count);
   } else {
-    Py_BEGIN_ALLOW_THREADS res = hvdlReduceScatter(sv.buf, rv.buf, count, (hvdlDataType_t)dtype,
-                                                   (hvdlRedOp_t)op, c, NULL);
+    Py_BEGIN_ALLOW_THREADS
+      res =
+          hvdlReduceScatter(sv.buf, rv.buf, count, (hvdlDataType_t)dtype, (hvdlRedOp_t)op, c, NULL);
     Py_END_ALLOW_THREADS
   }
   return finish_call(res, c, &sv, &rv);
@@ -256,8 +260,10 @@ static PyObject *Comm_destroy(CommObject *self, PyObject *noargs) {
     hvdlComm_t c = self->comm;
     self->comm = NULL;
     hvdlResult_t res;
-    Py_BEGIN_ALLOW_THREADS res = hvdlCommDestroy(c);
-    Py_END_ALLOW_THREADS if (res != hvdlSuccess) return hvdl_py_raise(res, NULL);
+    Py_BEGIN_ALLOW_THREADS
+      res = hvdlCommDestroy(c);
+    Py_END_ALLOW_THREADS
+    if (res != hvdlSuccess) return hvdl_py_raise(res, NULL);
   }
   Py_RETURN_NONE;
 }
@@ -359,8 +365,9 @@ static PyObject *Comm_gather_plan(CommObject *self, PyObject *args) {
   const size_t b = (size_t)nbytes;
   PyObject *pred = PyDict_New();
   for (int a = 1; pred && a < (gather ? hvdlNumAllGatherAlgos : hvdlNumReduceScatterAlgos); a++) {
-    const double t = gather ? hvdl_select_predict_allgather(c, (hvdlAllGatherAlgorithm_t)a, b)
-                            : hvdl_select_predict_reducescatter(c, (hvdlReduceScatterAlgorithm_t)a, b);
+    const double t = gather
+                         ? hvdl_select_predict_allgather(c, (hvdlAllGatherAlgorithm_t)a, b)
+                         : hvdl_select_predict_reducescatter(c, (hvdlReduceScatterAlgorithm_t)a, b);
     PyObject *v = t < 0 ? (Py_INCREF(Py_None), Py_None) : PyFloat_FromDouble(t);
     const char *name = gather ? hvdl_allgather_algo_name(a) : hvdl_reducescatter_algo_name(a);
     if (!v || PyDict_SetItemString(pred, name, v) < 0) Py_CLEAR(pred);

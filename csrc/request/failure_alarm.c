@@ -19,7 +19,7 @@
 #include "request/request.h"
 
 enum { TAG_DATA = 0x4841, TAG_ENGINE = 0x4845 };
-#define ALARM_HEAD 16
+#define ALARM_HEAD  16
 #define ALARM_BYTES (ALARM_HEAD + HVDL_ERRMSG_LEN)
 
 static void pack(char *out, uint64_t step, int rank, int code, const char *msg) {
@@ -54,7 +54,8 @@ static void unpack(const char *in, int bytes, int source, struct hvdl_alarm_note
 static void send_all(struct hvdl_alarm *a, const char *out, MPI_Request *reqs, int tag) {
   for (int q = 0; q < a->size; q++) {
     reqs[q] = MPI_REQUEST_NULL;
-    if (q != a->rank && MPI_Isend(out, ALARM_BYTES, MPI_BYTE, q, tag, a->comm, &reqs[q]) != MPI_SUCCESS)
+    if (q != a->rank &&
+        MPI_Isend(out, ALARM_BYTES, MPI_BYTE, q, tag, a->comm, &reqs[q]) != MPI_SUCCESS)
       reqs[q] = MPI_REQUEST_NULL; /* the peer is gone: nothing more can be told */
   }
 }
@@ -145,8 +146,10 @@ int hvdl_alarm_poll(struct hvdl_alarm *a) {
 
 hvdlResult_t hvdl_alarm_settle(struct hvdl_alarm *a, const unsigned char *alarmed) {
   for (int q = 0; q < a->size; q++)
-    if (q != a->rank && alarmed[q] && !a->got[q]) receive(a, q, TAG_DATA); /* sent before this round */
-  if (a->sent) MPI_Waitall(a->size, a->sreq, MPI_STATUSES_IGNORE); /* the others receive theirs now */
+    if (q != a->rank && alarmed[q] && !a->got[q])
+      receive(a, q, TAG_DATA); /* sent before this round */
+  if (a->sent)
+    MPI_Waitall(a->size, a->sreq, MPI_STATUSES_IGNORE); /* the others receive theirs now */
   a->sent = 0;
   memset(a->got, 0, (size_t)a->size);
   a->first.step = HVDL_NO_STEP;

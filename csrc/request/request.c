@@ -17,8 +17,8 @@
 
 #include "request/request.h"
 
-void hvdl_requests_init(struct hvdl_requests *q, double notify_s,
-                        void (*on_first_waiter)(void *), void *hook_arg) {
+void hvdl_requests_init(struct hvdl_requests *q, double notify_s, void (*on_first_waiter)(void *),
+                        void *hook_arg) {
   memset(q, 0, sizeof *q);
   pthread_mutex_init(&q->mu, NULL);
   pthread_cond_init(&q->done_cv, NULL);
@@ -80,7 +80,8 @@ static struct hvdl_request **bucket_of(struct hvdl_requests *q, uint64_t name_ha
 }
 
 /* The request named like r in r's bucket (in flight, or earlier in r's group), or NULL. */
-static const struct hvdl_request *named_like(struct hvdl_requests *q, const struct hvdl_request *r) {
+static const struct hvdl_request *named_like(struct hvdl_requests *q,
+                                             const struct hvdl_request *r) {
   for (const struct hvdl_request *t = *bucket_of(q, r->name_hash); t; t = t->same_bucket)
     if (t->name_hash == r->name_hash && strcmp(t->desc.name, r->desc.name) == 0) return t;
   return NULL;
@@ -243,6 +244,5 @@ int hvdl_request_wait_for(struct hvdl_request *r, double seconds) {
 }
 
 void hvdl_request_wait(struct hvdl_request *r) {
-  while (!hvdl_request_wait_for(r, 1.0)) {
-  }
+  while (!hvdl_request_wait_for(r, 1.0)) {}
 }

@@ -54,7 +54,6 @@ void hvdl_outpool_free(struct hvdl_outpool *p);
 #include <stdatomic.h>
 #include <stdint.h>
 
-
 #define HVDL_MAX_DIMS 16
 #define HVDL_MAX_NAME 512
 
@@ -89,7 +88,12 @@ enum { HVDL_MEM_HOST = 0, HVDL_MEM_CUDA = 1 };
 enum hvdl_req_state { HVDL_REQ_PENDING = 0, HVDL_REQ_DONE = 1, HVDL_REQ_FAILED = 2 };
 
 /* Where a request is in negotiation (engine thread only). */
-enum hvdl_req_phase { HVDL_PHASE_NEW = 0, HVDL_PHASE_ANNOUNCED, HVDL_PHASE_CACHED, HVDL_PHASE_FINISHED };
+enum hvdl_req_phase {
+  HVDL_PHASE_NEW = 0,
+  HVDL_PHASE_ANNOUNCED,
+  HVDL_PHASE_CACHED,
+  HVDL_PHASE_FINISHED
+};
 
 struct hvdl_requests;
 
@@ -98,13 +102,13 @@ struct hvdl_requests;
 struct hvdl_request {
   struct hvdl_desc desc;
   const void *send;
-  void *recv;                    /* NULL for ALLGATHER/ALLTOALL: the engine allocates `out` */
-  size_t count, nbytes;          /* of send */
-  int device_id;                 /* desc.device HVDL_MEM_CUDA: the CUDA device of send and recv */
-  hvdlStream_t stream;           /* ... and the stream their work is ordered on */
-  int64_t dim0;                  /* this rank's first dimension (ALLGATHER, ALLTOALL) */
-  int64_t *splits;               /* ALLTOALL: rows for each rank (size entries), or NULL */
-  void *out;                     /* engine-allocated output, freed with the request */
+  void *recv;           /* NULL for ALLGATHER/ALLTOALL: the engine allocates `out` */
+  size_t count, nbytes; /* of send */
+  int device_id;        /* desc.device HVDL_MEM_CUDA: the CUDA device of send and recv */
+  hvdlStream_t stream;  /* ... and the stream their work is ordered on */
+  int64_t dim0;         /* this rank's first dimension (ALLGATHER, ALLTOALL) */
+  int64_t *splits;      /* ALLTOALL: rows for each rank (size entries), or NULL */
+  void *out;            /* engine-allocated output, freed with the request */
   size_t out_bytes;
   size_t out_cap;                /* its allocated size */
   struct hvdl_outpool *out_pool; /* where `out` goes back to (NULL: free it) */
@@ -114,18 +118,19 @@ struct hvdl_request {
   void *zeros;                   /* a joined rank's stand-in input (engine-made requests) */
   _Atomic int state;             /* enum hvdl_req_state */
   _Atomic int refs;
-  _Atomic int pins;              /* > 0: MPI may still touch its buffers (a failed step, until the next settle) */
-  hvdlResult_t result;           /* set before state leaves PENDING */
-  int waiters;                   /* threads sleeping on done_cv for this request (under mu) */
-  uint64_t name_hash;            /* of desc.name: the in-flight check compares these first */
+  _Atomic int
+      pins; /* > 0: MPI may still touch its buffers (a failed step, until the next settle) */
+  hvdlResult_t result; /* set before state leaves PENDING */
+  int waiters;         /* threads sleeping on done_cv for this request (under mu) */
+  uint64_t name_hash;  /* of desc.name: the in-flight check compares these first */
   char error[HVDL_ERRMSG_LEN];
-  struct hvdl_requests *set;     /* the in-flight set it was added to */
+  struct hvdl_requests *set; /* the in-flight set it was added to */
   /* engine thread only */
   int phase;
   int cache_id;
   double t_submit, t_ready;
   struct hvdl_request *next, *prev; /* in the in-flight list (under mu) */
-  struct hvdl_request *same_bucket;  /* the next in-flight request whose name hashes to the
+  struct hvdl_request *same_bucket; /* the next in-flight request whose name hashes to the
                                      * same bucket (under mu) */
 };
 
@@ -139,14 +144,14 @@ struct hvdl_request {
  * thread that completes requests. */
 struct hvdl_requests {
   pthread_mutex_t mu;
-  pthread_cond_t done_cv;        /* waiters sleep here */
-  struct hvdl_request *head, *tail; /* under mu */
+  pthread_cond_t done_cv;                          /* waiters sleep here */
+  struct hvdl_request *head, *tail;                /* under mu */
   struct hvdl_request *by_name[HVDL_NAME_BUCKETS]; /* under mu: chains of same_bucket */
-  int nwaiting;                  /* threads blocked in hvdl_request_wait_for (under mu) */
-  double notify_s;               /* HVD_LITE_NOTIFY_TIME: how long a completion may go unannounced */
-  int wake_due;                  /* completions whose waiters have not been woken yet */
+  int nwaiting;    /* threads blocked in hvdl_request_wait_for (under mu) */
+  double notify_s; /* HVD_LITE_NOTIFY_TIME: how long a completion may go unannounced */
+  int wake_due;    /* completions whose waiters have not been woken yet */
   double wake_due_since;
-  int dead;                      /* no more requests accepted (under mu) */
+  int dead; /* no more requests accepted (under mu) */
   hvdlResult_t dead_result;
   char dead_reason[HVDL_ERRMSG_LEN];
   /* Called under mu when a thread starts waiting and nobody else was (the engine
@@ -168,8 +173,8 @@ struct hvdl_request *hvdl_request_new(void);
  * in, scratch out, one reference; NULL when out of memory. */
 struct hvdl_request *hvdl_request_stand_in(const struct hvdl_desc *d);
 
-void hvdl_requests_init(struct hvdl_requests *q, double notify_s,
-                        void (*on_first_waiter)(void *), void *hook_arg);
+void hvdl_requests_init(struct hvdl_requests *q, double notify_s, void (*on_first_waiter)(void *),
+                        void *hook_arg);
 void hvdl_requests_destroy(struct hvdl_requests *q);
 /* Under q->mu: appends r (taking the set's reference) unless the set is dead or a
  * request of the same name is in flight (then hvdlInvalidUsage / hvdlInvalidArgument
@@ -177,8 +182,7 @@ void hvdl_requests_destroy(struct hvdl_requests *q);
 hvdlResult_t hvdl_requests_add_locked(struct hvdl_requests *q, struct hvdl_request *r);
 /* Under q->mu: appends all n requests, in order, or none of them (the set is dead, a
  * name is in flight, or a name appears twice among them; the error says which). */
-hvdlResult_t hvdl_requests_add_all_locked(struct hvdl_requests *q, struct hvdl_request **rs,
-                                          int n);
+hvdlResult_t hvdl_requests_add_all_locked(struct hvdl_requests *q, struct hvdl_request **rs, int n);
 /* Refuses new requests from now on, with this reason (the first one sticks). */
 void hvdl_requests_mark_dead(struct hvdl_requests *q, hvdlResult_t res, const char *reason);
 /* Marks the set dead and fails every request in it, waking every waiter. */
@@ -215,15 +219,14 @@ void hvdl_request_release(struct hvdl_request *r);
 #include <stdint.h>
 #include <string.h>
 
-
 /* A round's first message, per rank: HVDL_HDR_WORDS header words (word 0: flags
  * below, the byte size of its uncached descriptors in the high half; word 1: rank
  * 0's autotune word, below, 0 from every other rank), then a bit vector with bit k
  * set when a request matching cache entry k is pending. */
-#define HVDL_HDR_WORDS 2
+#define HVDL_HDR_WORDS    2
 #define HVDL_FLAG_LEAVING 1ull
-#define HVDL_FLAG_SLOW 2ull
-#define HVDL_FLAG_JOINED 4ull
+#define HVDL_FLAG_SLOW    2ull
+#define HVDL_FLAG_JOINED  4ull
 #define HVDL_FLAG_ALARMED 8ull /* sent a data alarm since the last settle (request.h) */
 
 /* The autotune word (csrc/engine/autotune.c): the parameters every rank applies after the
@@ -231,7 +234,7 @@ void hvdl_request_release(struct hvdl_request *r);
  * parameter p's value in its grid, or 0 when rank 0 does not tune p (each rank keeps
  * its own); HVDL_TUNE_SETTLED marks the final choice; the other bits are 0. A word
  * of 0 says nothing: rank 0 is not tuning. */
-#define HVDL_TUNE_WORD 1
+#define HVDL_TUNE_WORD    1
 #define HVDL_TUNE_SETTLED (1ull << 32)
 struct hvdl_tune_word {
   int idx[HVDL_TUNE_PARAMS]; /* index in the parameter's grid; -1: not tuned */
@@ -240,16 +243,17 @@ struct hvdl_tune_word {
 
 /* The coordinator's response: a sequence of these, each followed by its fields. */
 enum hvdl_resp_kind {
-  HVDL_RESP_READY = 1,    /* u32 cache id (or -1), descriptor */
-  HVDL_RESP_ERROR = 2,    /* str name, str message */
-  HVDL_RESP_EVICT = 3,    /* u32 cache id */
-  HVDL_RESP_SHUTDOWN = 4  /* str message */
+  HVDL_RESP_READY = 1,   /* u32 cache id (or -1), descriptor */
+  HVDL_RESP_ERROR = 2,   /* str name, str message */
+  HVDL_RESP_EVICT = 3,   /* u32 cache id */
+  HVDL_RESP_SHUTDOWN = 4 /* str message */
 };
 
 /* Whether rank `rank`'s bit for cache entry `id` is set in the allgathered vectors. */
 static inline int hvdl_bit_on(const uint64_t *all, int words, int rank, int id) {
-  return (int)((all[(size_t)rank * (size_t)words + HVDL_HDR_WORDS + (size_t)(id / 64)] >> (id % 64)) &
-               1u);
+  return (
+      int)((all[(size_t)rank * (size_t)words + HVDL_HDR_WORDS + (size_t)(id / 64)] >> (id % 64)) &
+           1u);
 }
 
 /* Scale factors are compared by their bits, as they travel: the same NaN on
@@ -293,7 +297,8 @@ static inline int hvdl_reader_done(const struct hvdl_reader *r) { return r->p ==
 /* Records "negotiation: malformed <what> from rank <rank> (byte <at> of <len>): <why>"
  * on comm and returns hvdlInternalError (both ends run the same build, so only a
  * bug or corruption makes one). */
-hvdlResult_t hvdl_reader_fail(hvdlComm_t comm, const struct hvdl_reader *r, const char *what, int rank);
+hvdlResult_t hvdl_reader_fail(hvdlComm_t comm, const struct hvdl_reader *r, const char *what,
+                              int rank);
 
 int hvdl_get_u32(struct hvdl_reader *r, uint32_t *v);
 /* A string of fewer than `cap` bytes, without NUL bytes, into out (NUL-terminated). */
@@ -305,11 +310,11 @@ int hvdl_desc_get(struct hvdl_reader *r, struct hvdl_desc *d);
 
 /* One response entry, read. */
 struct hvdl_resp {
-  uint32_t kind;              /* enum hvdl_resp_kind */
-  int32_t id;                 /* READY (-1: not cached), EVICT */
-  struct hvdl_desc desc;      /* READY */
-  char name[HVDL_MAX_NAME];   /* ERROR */
-  char msg[HVDL_ERRMSG_LEN];  /* ERROR, SHUTDOWN */
+  uint32_t kind;             /* enum hvdl_resp_kind */
+  int32_t id;                /* READY (-1: not cached), EVICT */
+  struct hvdl_desc desc;     /* READY */
+  char name[HVDL_MAX_NAME];  /* ERROR */
+  char msg[HVDL_ERRMSG_LEN]; /* ERROR, SHUTDOWN */
 };
 /* The next entry of a response applied to a cache of `cache_count` entries: ids
  * are given densely, so a READY id is -1 or at most cache_count (the next new
@@ -319,7 +324,8 @@ int hvdl_resp_get(struct hvdl_reader *r, int cache_count, struct hvdl_resp *out)
 /* The autotune word: written, and read (8 bytes in host order) with `sizes` the
  * grids' lengths; an index past its grid or a reserved bit set is malformed. */
 uint64_t hvdl_tune_put(const struct hvdl_tune_word *t);
-int hvdl_tune_get(struct hvdl_reader *r, const int sizes[HVDL_TUNE_PARAMS], struct hvdl_tune_word *out);
+int hvdl_tune_get(struct hvdl_reader *r, const int sizes[HVDL_TUNE_PARAMS],
+                  struct hvdl_tune_word *out);
 
 /* A collective's name in messages: "ALLREDUCE", "ALLGATHER", ... */
 const char *hvdl_coll_name(int coll);
@@ -336,7 +342,6 @@ const char *hvdl_coll_name(int coll);
 
 #include <stdint.h>
 
-
 #define HVDL_NO_STEP UINT64_MAX
 
 /* What an alarm says: the step of the ready lists that failed (the engine counts
@@ -351,14 +356,14 @@ struct hvdl_alarm_note {
 struct hvdl_alarm {
   MPI_Comm comm;
   int rank, size;
-  unsigned epoch;               /* settles so far */
+  unsigned epoch; /* settles so far */
   /* data alarms of the current epoch (until the next settle) */
   int sent;                     /* this rank has sent its data alarm */
   unsigned char *got;           /* [size]: rank q's data alarm has been received */
   struct hvdl_alarm_note first; /* the earliest failed step known here (HVDL_NO_STEP: none) */
   /* engine alarms */
   int engine_sent;
-  int engine_down;              /* an engine alarm has been received */
+  int engine_down; /* an engine alarm has been received */
   struct hvdl_alarm_note engine;
   /* buffers and requests of what this rank sent */
   char *out, *engine_out;

@@ -16,10 +16,10 @@
 
 struct hvdl_timeline {
   int fd;
-  off_t end;       /* offset of the closing "\n]\n" */
+  off_t end; /* offset of the closing "\n]\n" */
   int events;
   double t0;
-  char **names;    /* tensor name -> row (tid) */
+  char **names; /* tensor name -> row (tid) */
   int nnames, cap;
 };
 
@@ -31,8 +31,9 @@ struct hvdl_timeline *hvdl_timeline_open(const char *path) {
     free(tl);
     return NULL;
   }
-  static const char head[] = "[\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 0, "
-                             "\"args\": {\"name\": \"hvd_lite rank 0\"}}\n]\n";
+  static const char head[] =
+      "[\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 0, "
+      "\"args\": {\"name\": \"hvd_lite rank 0\"}}\n]\n";
   if (pwrite(tl->fd, head, sizeof head - 1, 0) != (ssize_t)(sizeof head - 1)) {
     close(tl->fd);
     free(tl);
@@ -67,13 +68,15 @@ static int row_of(struct hvdl_timeline *tl, const char *tensor) {
   tl->names[tl->nnames] = strdup(tensor);
   int row = ++tl->nnames;
   char json[HVDL_MAX_NAME + 128];
-  snprintf(json, sizeof json,
-           "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"",
-           row);
+  snprintf(
+      json, sizeof json,
+      "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"",
+      row);
   size_t k = strlen(json);
   for (const char *c = tensor; *c && k + 8 < sizeof json; c++) /* JSON-escape the name */
-    k += (size_t)snprintf(json + k, sizeof json - k, (*c == '"' || *c == '\\') ? "\\%c"
-                                                     : ((unsigned char)*c < 0x20 ? "?" : "%c"), *c);
+    k += (size_t)snprintf(
+        json + k, sizeof json - k,
+        (*c == '"' || *c == '\\') ? "\\%c" : ((unsigned char)*c < 0x20 ? "?" : "%c"), *c);
   snprintf(json + k, sizeof json - k, "\"}}");
   append(tl, json);
   return row;
@@ -84,9 +87,10 @@ void hvdl_timeline_event(struct hvdl_timeline *tl, const char *tensor, const cha
   if (!tl) return;
   int row = row_of(tl, tensor);
   char json[256];
-  snprintf(json, sizeof json,
-           "{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}",
-           phase, row, (t_begin - tl->t0) * 1e6, (t_end - t_begin) * 1e6);
+  snprintf(
+      json, sizeof json,
+      "{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}",
+      phase, row, (t_begin - tl->t0) * 1e6, (t_end - t_begin) * 1e6);
   append(tl, json);
 }
 

@@ -45,9 +45,10 @@ struct wire_fixed {
 };
 
 int hvdl_desc_put(struct hvdl_buf *b, const struct hvdl_desc *d) {
-  struct wire_fixed f = {d->coll, d->dtype, d->op, d->ndim, d->root, d->device, d->prescale,
-                         d->postscale};
-  return hvdl_buf_put(b, &f, sizeof f) || hvdl_buf_put(b, d->dims, sizeof(int64_t) * (size_t)d->ndim) ||
+  struct wire_fixed f = {d->coll, d->dtype,  d->op,       d->ndim,
+                         d->root, d->device, d->prescale, d->postscale};
+  return hvdl_buf_put(b, &f, sizeof f) ||
+         hvdl_buf_put(b, d->dims, sizeof(int64_t) * (size_t)d->ndim) ||
          hvdl_buf_put_str(b, d->name) || hvdl_buf_put_str(b, d->error);
 }
 
@@ -57,11 +58,13 @@ size_t hvdl_desc_size(const struct hvdl_desc *d) {
 }
 
 int hvdl_resp_put_ready(struct hvdl_buf *b, int id, const struct hvdl_desc *d) {
-  return hvdl_buf_put_u32(b, HVDL_RESP_READY) || hvdl_buf_put_u32(b, (uint32_t)id) || hvdl_desc_put(b, d);
+  return hvdl_buf_put_u32(b, HVDL_RESP_READY) || hvdl_buf_put_u32(b, (uint32_t)id) ||
+         hvdl_desc_put(b, d);
 }
 
 int hvdl_resp_put_error(struct hvdl_buf *b, const char *name, const char *msg) {
-  return hvdl_buf_put_u32(b, HVDL_RESP_ERROR) || hvdl_buf_put_str(b, name) || hvdl_buf_put_str(b, msg);
+  return hvdl_buf_put_u32(b, HVDL_RESP_ERROR) || hvdl_buf_put_str(b, name) ||
+         hvdl_buf_put_str(b, msg);
 }
 
 int hvdl_resp_put_evict(struct hvdl_buf *b, int id) {
@@ -80,9 +83,11 @@ void hvdl_reader_init(struct hvdl_reader *r, const void *p, size_t len) {
   r->why[0] = '\0';
 }
 
-hvdlResult_t hvdl_reader_fail(hvdlComm_t comm, const struct hvdl_reader *r, const char *what, int rank) {
-  return hvdl_fail(comm, hvdlInternalError, "negotiation: malformed %s from rank %d (byte %zu of %zu): %s",
-                   what, rank, (size_t)(r->p - r->begin), (size_t)(r->end - r->begin), r->why);
+hvdlResult_t hvdl_reader_fail(hvdlComm_t comm, const struct hvdl_reader *r, const char *what,
+                              int rank) {
+  return hvdl_fail(comm, hvdlInternalError,
+                   "negotiation: malformed %s from rank %d (byte %zu of %zu): %s", what, rank,
+                   (size_t)(r->p - r->begin), (size_t)(r->end - r->begin), r->why);
 }
 
 /* Fails the read that started at `start`: p goes back there, `why` says what was wrong. */
@@ -115,7 +120,8 @@ int hvdl_get_u32(struct hvdl_reader *r, uint32_t *v) {
 int hvdl_get_str(struct hvdl_reader *r, char *out, size_t cap, const char *what) {
   const char *start = r->p;
   uint32_t n;
-  if (hvdl_get_u32(r, &n)) return bad(r, start, "%s: its length with %zu bytes left", what, left(r));
+  if (hvdl_get_u32(r, &n))
+    return bad(r, start, "%s: its length with %zu bytes left", what, left(r));
   if (n >= cap) return bad(r, start, "%s: length %u, the limit is %zu", what, n, cap - 1);
   if (n > left(r)) return bad(r, start, "%s: length %u with %zu bytes left", what, n, left(r));
   if (memchr(r->p, '\0', n)) return bad(r, start, "%s: a NUL byte inside its %u bytes", what, n);
@@ -185,7 +191,8 @@ int hvdl_resp_get(struct hvdl_reader *r, int cache_count, struct hvdl_resp *out)
       if (hvdl_get_u32(r, &id)) return bad_in(r, start, "READY cache id");
       out->id = (int32_t)id;
       if (out->id < -1 || out->id > cache_count)
-        return bad(r, start, "READY: cache id %d is neither -1 nor at most %d", out->id, cache_count);
+        return bad(r, start, "READY: cache id %d is neither -1 nor at most %d", out->id,
+                   cache_count);
       if (hvdl_desc_get(r, &out->desc)) return bad_in(r, start, "READY");
       return 0;
     case HVDL_RESP_ERROR:
@@ -200,10 +207,10 @@ int hvdl_resp_get(struct hvdl_reader *r, int cache_count, struct hvdl_resp *out)
         return bad(r, start, "EVICT: cache id %d is not in 0..%d", out->id, cache_count - 1);
       return 0;
     case HVDL_RESP_SHUTDOWN:
-      if (hvdl_get_str(r, out->msg, sizeof out->msg, "message")) return bad_in(r, start, "SHUTDOWN");
+      if (hvdl_get_str(r, out->msg, sizeof out->msg, "message"))
+        return bad_in(r, start, "SHUTDOWN");
       return 0;
-    default:
-      return bad(r, start, "unknown response kind %u", out->kind);
+    default: return bad(r, start, "unknown response kind %u", out->kind);
   }
 }
 
@@ -213,18 +220,21 @@ uint64_t hvdl_tune_put(const struct hvdl_tune_word *t) {
   return w;
 }
 
-int hvdl_tune_get(struct hvdl_reader *r, const int sizes[HVDL_TUNE_PARAMS], struct hvdl_tune_word *out) {
+int hvdl_tune_get(struct hvdl_reader *r, const int sizes[HVDL_TUNE_PARAMS],
+                  struct hvdl_tune_word *out) {
   const char *start = r->p;
   uint64_t w;
-  if (left(r) < sizeof w) return bad(r, start, "autotune word: %zu bytes left, it takes 8", left(r));
+  if (left(r) < sizeof w)
+    return bad(r, start, "autotune word: %zu bytes left, it takes 8", left(r));
   memcpy(&w, r->p, sizeof w);
   const uint64_t known = HVDL_TUNE_SETTLED | ((1ull << (8 * HVDL_TUNE_PARAMS)) - 1);
-  if (w & ~known) return bad(r, start, "autotune word 0x%llx: reserved bits set", (unsigned long long)w);
+  if (w & ~known)
+    return bad(r, start, "autotune word 0x%llx: reserved bits set", (unsigned long long)w);
   for (int p = 0; p < HVDL_TUNE_PARAMS; p++) {
     const int v = (int)((w >> (8 * p)) & 0xff);
     if (v > sizes[p])
-      return bad(r, start, "autotune word 0x%llx: parameter %d has value %d of %d", (unsigned long long)w, p,
-                 v - 1, sizes[p]);
+      return bad(r, start, "autotune word 0x%llx: parameter %d has value %d of %d",
+                 (unsigned long long)w, p, v - 1, sizes[p]);
     out->idx[p] = v - 1;
   }
   out->settled = (w & HVDL_TUNE_SETTLED) != 0;
@@ -233,7 +243,7 @@ int hvdl_tune_get(struct hvdl_reader *r, const int sizes[HVDL_TUNE_PARAMS], stru
 }
 
 const char *hvdl_coll_name(int coll) {
-  static const char *names[HVDL_NUM_COLLS] = {"ALLREDUCE", "ALLGATHER", "BROADCAST",
-                                               "ALLTOALL", "REDUCESCATTER", "BARRIER", "JOIN"};
+  static const char *names[HVDL_NUM_COLLS] = {"ALLREDUCE",     "ALLGATHER", "BROADCAST", "ALLTOALL",
+                                              "REDUCESCATTER", "BARRIER",   "JOIN"};
   return coll >= 0 && coll < HVDL_NUM_COLLS ? names[coll] : "UNKNOWN";
 }

@@ -60,7 +60,6 @@ hvdlResult_t hvdl_reducescatter_run(hvdlComm_t comm, hvdlReduceScatterAlgorithm_
                                     const void *sendbuff, void *recvbuff, const size_t *counts,
                                     hvdlDataType_t dt, hvdlRedOp_t op);
 
-
 /* select_broadcast.c: the broadcast's choice for bytes (the same on every rank), the
  * model's time for one (negative if not a candidate), why this communicator cannot
  * run a forced one (NULL if it can), and the run. */

@@ -67,9 +67,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "select/select.h"
 #include "algorithms/algorithms.h"
 #include "base/base.h"
+#include "select/select.h"
 #include "transport/shm/shm.h"
 
 static hvdlResult_t hier_p2p_allreduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
@@ -103,16 +103,19 @@ static const char *cannot_run(const hvdlComm_t comm, int algo, int fewest, char 
     return comm->config.disableShm ? "it works through the shared-memory path, which is off "
                                      "(HVD_LITE_SHM=0; hier_p2p needs none)"
                                    : "no two ranks share a host's segment (hier_p2p needs none)";
-  if (algo == hvdlAlgoHierarchical && s->hosts == 1)
-    return "every rank is on one host (use shm)";
+  if (algo == hvdlAlgoHierarchical && s->hosts == 1) return "every rank is on one host (use shm)";
   if (algo == hvdlAlgoHierP2p && comm->hosts <= 1) {
-    snprintf(why_buf, why_len, "all %d ranks are on one host (hosts from MPI_COMM_TYPE_SHARED, "
-             "or HVD_LITE_RANKS_PER_HOST)", comm->size);
+    snprintf(why_buf, why_len,
+             "all %d ranks are on one host (hosts from MPI_COMM_TYPE_SHARED, "
+             "or HVD_LITE_RANKS_PER_HOST)",
+             comm->size);
     return why_buf;
   }
   if (algo == hvdlAlgoHierP2p && fewest != comm->local_size) {
-    snprintf(why_buf, why_len, "the %d hosts have different numbers of ranks (%d to %d); it "
-             "needs the same on each", comm->hosts, fewest, comm->local_size);
+    snprintf(why_buf, why_len,
+             "the %d hosts have different numbers of ranks (%d to %d); it "
+             "needs the same on each",
+             comm->hosts, fewest, comm->local_size);
     return why_buf;
   }
   if (algo == hvdlAlgoHierP2p && !comm->hier_p2p)
@@ -122,13 +125,13 @@ static const char *cannot_run(const hvdlComm_t comm, int algo, int fewest, char 
 
 /* What rank 0 tells every rank at init, so that all choose alike. */
 struct agreed {
-  double terms[5];              /* the cost model: alpha intra, inter; beta intra, inter; gamma */
-  unsigned long long small;     /* config.smallAllReduceBytes */
-  int algo;                     /* config.allReduceAlgorithm */
-  int bcast;                    /* config.broadcastAlgorithm */
-  int gather, scatter;          /* config.allGatherAlgorithm, reduceScatterAlgorithm */
-  int res;                      /* rank 0's result reading the model */
-  char msg[HVDL_ERRMSG_LEN];    /* and its message */
+  double terms[5];           /* the cost model: alpha intra, inter; beta intra, inter; gamma */
+  unsigned long long small;  /* config.smallAllReduceBytes */
+  int algo;                  /* config.allReduceAlgorithm */
+  int bcast;                 /* config.broadcastAlgorithm */
+  int gather, scatter;       /* config.allGatherAlgorithm, reduceScatterAlgorithm */
+  int res;                   /* rank 0's result reading the model */
+  char msg[HVDL_ERRMSG_LEN]; /* and its message */
 };
 
 hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
@@ -150,7 +153,8 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
    * two ranks would pair them in different algorithms. */
   HVDL_MPI(comm, MPI_Bcast(&a, (int)sizeof a, MPI_BYTE, 0, comm->mpi));
   if (a.res != hvdlSuccess)
-    return hvdl_fail(comm, (hvdlResult_t)a.res, "%s%s", comm->rank == 0 ? "" : "on rank 0: ", a.msg);
+    return hvdl_fail(comm, (hvdlResult_t)a.res, "%s%s",
+                     comm->rank == 0 ? "" : "on rank 0: ", a.msg);
   if (comm->size == 1) { /* one rank runs anything, a copy (as the all-reduce): no segment there */
     if (a.bcast == hvdlBcastShm) a.bcast = hvdlBcastChain;
     if (a.gather == hvdlAllGatherShm) a.gather = hvdlAllGatherRing;
@@ -161,8 +165,8 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
   comm->config.broadcastAlgorithm = a.bcast;
   comm->config.allGatherAlgorithm = a.gather;
   comm->config.reduceScatterAlgorithm = a.scatter;
-  comm->model = (struct hvdl_cost_model){.alpha = {a.terms[0], a.terms[1]},
-                                         .beta = {a.terms[2], a.terms[3]}, .gamma = a.terms[4]};
+  comm->model = (struct hvdl_cost_model){
+      .alpha = {a.terms[0], a.terms[1]}, .beta = {a.terms[2], a.terms[3]}, .gamma = a.terms[4]};
   /* The host layout: how many hosts, the most and the fewest ranks on one; with
    * several hosts of one size, hier_p2p's groups from the same host split. */
   MPI_Comm local = MPI_COMM_NULL;
@@ -254,8 +258,8 @@ static int hier_lanes(const hvdlComm_t comm, double b) {
 #define HIER_RD_LANE_BYTES 8192.0
 static hvdlAlgorithm_t hier_across(const hvdlComm_t comm, int lanes, double b, double *cost) {
   const double lane = b / lanes;
-  const hvdlAlgorithm_t a = lane <= HIER_RD_LANE_BYTES ? hvdlAlgoRecursiveDoubling
-                                                       : hvdlAlgoRabenseifner;
+  const hvdlAlgorithm_t a =
+      lane <= HIER_RD_LANE_BYTES ? hvdlAlgoRecursiveDoubling : hvdlAlgoRabenseifner;
   if (cost)
     *cost = pairwise_cost(&comm->model, a == hvdlAlgoRabenseifner ? PW_RAB : PW_RD, comm->hosts, 1,
                           lanes, lane);
@@ -266,7 +270,8 @@ static hvdlAlgorithm_t hier_across(const hvdlComm_t comm, int lanes, double b, d
  * step, a holder receiving or sending L-1 messages of B/lanes. */
 static double hier_within(const struct hvdl_cost_model *c, int L, int lanes, double b, int reduce) {
   const double moved = (L - 1) * b / lanes;
-  return c->alpha[HVDL_LINK_INTRA] + moved * c->beta[HVDL_LINK_INTRA] + (reduce ? moved * c->gamma : 0);
+  return c->alpha[HVDL_LINK_INTRA] + moved * c->beta[HVDL_LINK_INTRA] +
+         (reduce ? moved * c->gamma : 0);
 }
 
 static hvdlResult_t hier_p2p_allreduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
@@ -288,18 +293,17 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) 
   const double b = (double)bytes;
   const int link = H > 1 ? HVDL_LINK_INTER : HVDL_LINK_INTRA;
   switch (algo) {
-    case hvdlAlgoRing:
-      return ring_cost(n, c->alpha[link], c->beta[link], c->gamma, b);
+    case hvdlAlgoRing: return ring_cost(n, c->alpha[link], c->beta[link], c->gamma, b);
     case hvdlAlgoRecursiveDoubling:
     case hvdlAlgoRabenseifner:
       /* ranks placed by host: steps with mask < L stay within one */
-      return pairwise_cost(c, algo == hvdlAlgoRabenseifner ? PW_RAB : PW_RD, n, H > 1 ? L : n, L, b);
+      return pairwise_cost(c, algo == hvdlAlgoRabenseifner ? PW_RAB : PW_RD, n, H > 1 ? L : n, L,
+                           b);
     case hvdlAlgoHierarchical:
       if (!comm->shm || comm->shm->hosts <= 1) return -1;
       /* within: a ring reduce-scatter and all-gather; across: L rings of B/L at once */
       return ring_cost(L, c->alpha[HVDL_LINK_INTRA], c->beta[HVDL_LINK_INTRA], c->gamma, b) +
-             ring_cost(H, c->alpha[HVDL_LINK_INTER], c->beta[HVDL_LINK_INTER] * L, c->gamma,
-                       b / L);
+             ring_cost(H, c->alpha[HVDL_LINK_INTER], c->beta[HVDL_LINK_INTER] * L, c->gamma, b / L);
     case hvdlAlgoHierP2p: {
       if (!comm->hier_p2p || L <= 1) return -1;
       const int lanes = hier_lanes(comm, b);
@@ -319,11 +323,9 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) 
       for (int m = 1; m < n; m *= 2) rounds++;
       return rounds * c->alpha[link] + (n - 1) * b * (c->beta[link] + c->gamma);
     }
-    default:
-      return -1;
+    default: return -1;
   }
 }
-
 
 hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes) {
   if (comm->config.allReduceAlgorithm != hvdlAlgoAuto)
@@ -331,9 +333,9 @@ hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes) {
   if (comm->shm && comm->shm->hosts == 1 && (bytes <= SHM_ALLREDUCE_MAX || comm->shm->cma))
     return hvdlAlgoShm;
   if (bytes <= comm->config.smallAllReduceBytes) return hvdlAlgoLatency;
-  static const hvdlAlgorithm_t order[] = {hvdlAlgoRing, hvdlAlgoRabenseifner,
-                                          hvdlAlgoRecursiveDoubling, hvdlAlgoHierarchical,
-                                          hvdlAlgoHierP2p, hvdlAlgoTree};
+  static const hvdlAlgorithm_t order[] = {
+      hvdlAlgoRing,         hvdlAlgoRabenseifner, hvdlAlgoRecursiveDoubling,
+      hvdlAlgoHierarchical, hvdlAlgoHierP2p,      hvdlAlgoTree};
   hvdlAlgorithm_t best = hvdlAlgoRing;
   double best_t = -1;
   for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {

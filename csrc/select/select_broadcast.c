@@ -9,9 +9,9 @@
  * SHM_BROADCAST_MAX bytes (algorithms.h, measured); else the cheaper of chain and
  * tree by the model below.
  */
-#include "select/select.h"
 #include "algorithms/algorithms.h"
 #include "base/base.h"
+#include "select/select.h"
 #include "transport/shm/shm.h"
 #include "transport/transport.h"
 
@@ -35,8 +35,7 @@ static double hop(const hvdlComm_t comm, int inter, double s) {
   return hvdl_select_step(&comm->model, inter && comm->hosts > 1, 1, s);
 }
 
-double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo,
-                                     size_t bytes) {
+double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo, size_t bytes) {
   const int n = comm->size, L = comm->local_size, H = comm->hosts;
   const double b = (double)bytes;
   const int inter = H > 1;
@@ -57,8 +56,7 @@ double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t a
     case hvdlBcastScatter:
       for (int m = M; m >= 1; m /= 2) t += hop(comm, m >= L, b * m / n);
       return t + (n - 1) * hop(comm, inter, b / n);
-    default:
-      return -1;
+    default: return -1;
   }
 }
 

@@ -16,9 +16,9 @@
  * reduce-scatter's auto takes its single copy above SHM_REDUCESCATTER_MIN bytes
  * where each rank can read the others' memory, else the model's pick.
  */
-#include "select/select.h"
 #include "algorithms/algorithms.h"
 #include "base/base.h"
+#include "select/select.h"
 #include "transport/shm/shm.h"
 
 /* The model. select_allreduce.c's terms and assumptions: ranks placed by host, a step
@@ -44,9 +44,7 @@ static double step(const hvdlComm_t comm, int across, double s) {
 
 /* rd_far's first step and halving's last: two blocks of B/p out and in (one on
  * 2 ranks, where a rank holds its own). */
-static double first_or_last(int p, double b) {
-  return (p == 2 ? 1 : 2) * b / p;
-}
+static double first_or_last(int p, double b) { return (p == 2 ? 1 : 2) * b / p; }
 
 static double ring(const hvdlComm_t comm, double b, int reduce) {
   const struct hvdl_cost_model *c = &comm->model;
@@ -62,8 +60,7 @@ double hvdl_select_predict_allgather(hvdlComm_t comm, hvdlAllGatherAlgorithm_t a
   while (p <= n / 2) p *= 2;
   double t = 0;
   switch (algo) {
-    case hvdlAllGatherRing:
-      return ring(comm, b, 0);
+    case hvdlAllGatherRing: return ring(comm, b, 0);
     case hvdlAllGatherRd:
       for (int m = 1; m < p; m *= 2) t += step(comm, multi && m >= L, m * b / p);
       break;
@@ -71,8 +68,7 @@ double hvdl_select_predict_allgather(hvdlComm_t comm, hvdlAllGatherAlgorithm_t a
       t = step(comm, multi && p / 2 >= L, first_or_last(p, b));
       for (int m = p / 4; m >= 1; m /= 2) t += step(comm, multi && m >= L, b / (2.0 * m));
       break;
-    default:
-      return -1;
+    default: return -1;
   }
   if (p < n) t += step(comm, multi && L <= 1, b / n) + step(comm, multi && L <= 1, b);
   return t;
@@ -86,8 +82,7 @@ double hvdl_select_predict_reducescatter(hvdlComm_t comm, hvdlReduceScatterAlgor
   while (p <= n / 2) p *= 2;
   double t = 0;
   switch (algo) {
-    case hvdlReduceScatterRing:
-      return ring(comm, b, 1);
+    case hvdlReduceScatterRing: return ring(comm, b, 1);
     case hvdlReduceScatterHalving:
       for (int m = 1; m < p / 2; m *= 2)
         t += step(comm, multi && m >= L, b / (2.0 * m)) + b / (2.0 * m) * gamma;
@@ -95,8 +90,7 @@ double hvdl_select_predict_reducescatter(hvdlComm_t comm, hvdlReduceScatterAlgor
       if (p < n)
         t += step(comm, multi && L <= 1, b) + b * gamma + step(comm, multi && L <= 1, b / n);
       return t;
-    default:
-      return -1;
+    default: return -1;
   }
 }
 

@@ -19,13 +19,11 @@ void hvdl_fold_plan(int n, int r, struct hvdl_fold *f) {
     f->vrank = r - f->rem;
 }
 
-int hvdl_fold_rank(const struct hvdl_fold *f, int v) {
-  return v < f->rem ? 2 * v + 1 : v + f->rem;
-}
+int hvdl_fold_rank(const struct hvdl_fold *f, int v) { return v < f->rem ? 2 * v + 1 : v + f->rem; }
 
 struct hvdl_group hvdl_group_all(hvdlComm_t comm) {
-  return (struct hvdl_group){.size = comm->size, .rank = comm->rank, .ranks = NULL,
-                             .divisor = (uint64_t)comm->size};
+  return (struct hvdl_group){
+      .size = comm->size, .rank = comm->rank, .ranks = NULL, .divisor = (uint64_t)comm->size};
 }
 
 void hvdl_pair_combine(void *out, const void *mine, const void *theirs, int mine_is_lower,
@@ -80,10 +78,10 @@ hvdlResult_t hvdl_pair_exchange(hvdlComm_t comm, int peer, int tag, const void *
   char *d = recv;
   size_t sent = 0, got = 0;
   while (sent < sendbytes || got < recvbytes) {
-    const size_t sn = sendbytes - sent < PAIR_MAX_MESSAGE_BYTES ? sendbytes - sent
-                                                                : PAIR_MAX_MESSAGE_BYTES;
-    const size_t rn = recvbytes - got < PAIR_MAX_MESSAGE_BYTES ? recvbytes - got
-                                                               : PAIR_MAX_MESSAGE_BYTES;
+    const size_t sn =
+        sendbytes - sent < PAIR_MAX_MESSAGE_BYTES ? sendbytes - sent : PAIR_MAX_MESSAGE_BYTES;
+    const size_t rn =
+        recvbytes - got < PAIR_MAX_MESSAGE_BYTES ? recvbytes - got : PAIR_MAX_MESSAGE_BYTES;
     HVDL_CHECK(exchange_once(comm, peer, tag, sn ? s + sent : NULL, sn, rn ? d + got : NULL, rn));
     sent += sn;
     got += rn;

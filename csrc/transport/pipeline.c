@@ -69,8 +69,8 @@ hvdlResult_t hvdl_pipe_init_copy(struct hvdl_pipe *p, hvdlComm_t comm, int tag, 
   size_t seg_bytes = comm->config.segmentBytes;
   if (comm->size == 2) {
     const size_t esize = hvdl_type_size(dt);
-    seg_bytes = max_piece <= PIPE_MAX_MESSAGE_BYTES / esize ? max_piece * esize
-                                                            : PIPE_MAX_MESSAGE_BYTES;
+    seg_bytes =
+        max_piece <= PIPE_MAX_MESSAGE_BYTES / esize ? max_piece * esize : PIPE_MAX_MESSAGE_BYTES;
   }
   return pipe_setup(p, comm, tag, max_piece, dt, hvdlSum, seg_bytes, 0);
 }
@@ -124,8 +124,8 @@ static hvdlResult_t send_segment(struct hvdl_pipe *p, int gen, int tag, const ch
                                  size_t elems) {
   HVDL_CHECK(hvdl_fault(p->comm, HVDL_FAULT_SEND, p->right));
   MPI_Request *req = &p->sreq[gen][p->nsreq[gen]];
-  HVDL_MPI(p->comm, MPI_Isend(buf, (int)(elems * p->esize), MPI_BYTE, p->right, tag,
-                              p->comm->mpi, req));
+  HVDL_MPI(p->comm,
+           MPI_Isend(buf, (int)(elems * p->esize), MPI_BYTE, p->right, tag, p->comm->mpi, req));
   p->nsreq[gen]++;
   return hvdlSuccess;
 }
@@ -197,8 +197,8 @@ static hvdlResult_t wait_recv(struct hvdl_pipe *p, MPI_Request *req) {
   return hvdl_wait_data(p->comm, &poll);
 }
 
-static hvdlResult_t post_recv(struct hvdl_pipe *p, unsigned what, int tag, char *dst,
-                              size_t count, size_t j, MPI_Request *req) {
+static hvdlResult_t post_recv(struct hvdl_pipe *p, unsigned what, int tag, char *dst, size_t count,
+                              size_t j, MPI_Request *req) {
   HVDL_CHECK(hvdl_fault(p->comm, HVDL_FAULT_RECV, p->left));
   char *into = (what & PIPE_REDUCE) ? p->tmp + (j % PIPE_WINDOW) * p->seg * p->esize
                                     : dst + j * p->seg * p->esize;
@@ -239,7 +239,8 @@ static hvdlResult_t recv_step(struct hvdl_pipe *p, unsigned what, const char *sr
     }
     if (j + PIPE_WINDOW < nseg)
       res = post_recv(p, what, rtag, dst, count, j + PIPE_WINDOW, &rreq[slot]);
-    if (res == hvdlSuccess && (what & PIPE_FORWARD)) res = send_segment(p, gen, stag, dst + at, elems);
+    if (res == hvdlSuccess && (what & PIPE_FORWARD))
+      res = send_segment(p, gen, stag, dst + at, elems);
   }
   return res == hvdlSuccess ? res : abandon(p, rreq, PIPE_WINDOW, res);
 }

@@ -46,7 +46,6 @@
 
 #include <stddef.h>
 
-
 #define PIPE_WINDOW 4
 /* Sends in flight: a send step (which has a whole piece to post) posts at most
  * PIPE_SEND_WINDOW of its segments at once and each further one when an earlier
@@ -87,16 +86,16 @@
 struct hvdl_pipe {
   hvdlComm_t comm;
   int left, right, tag;
-  size_t esize, seg;        /* bytes per element, elements per segment */
+  size_t esize, seg; /* bytes per element, elements per segment */
   hvdlDataType_t dt;
   hvdlRedOp_t op;
-  unsigned step;            /* steps taken; the generation is step & 1 */
-  unsigned sent, received;  /* pieces sent and received: their parity picks the tag */
-  char *tmp;                /* PIPE_WINDOW receive segments for the reducing verbs */
-  MPI_Request *sreq[2];     /* sends of the two most recent steps */
+  unsigned step;           /* steps taken; the generation is step & 1 */
+  unsigned sent, received; /* pieces sent and received: their parity picks the tag */
+  char *tmp;               /* PIPE_WINDOW receive segments for the reducing verbs */
+  MPI_Request *sreq[2];    /* sends of the two most recent steps */
   int nsreq[2];
-  int sdone[2];             /* of those, the first sdone are known to have completed */
-  struct {                  /* a send step's segments not yet posted (the window) */
+  int sdone[2]; /* of those, the first sdone are known to have completed */
+  struct {      /* a send step's segments not yet posted (the window) */
     const char *src;
     size_t count, next, nseg;
     int gen, tag;
@@ -164,13 +163,12 @@ hvdlResult_t hvdl_pipe_finish(struct hvdl_pipe *p);
 #include <stddef.h>
 #include <stdint.h>
 
-
 /* The most steps a power-of-two schedule can take (masks 1 .. 2^62). */
 #define PAIR_MAX_STEPS 63
 
 struct hvdl_fold {
-  int p, rem;  /* the power of two, and n - p */
-  int vrank;   /* this rank's virtual rank, or -1 for an even rank < 2rem (it sits out) */
+  int p, rem; /* the power of two, and n - p */
+  int vrank;  /* this rank's virtual rank, or -1 for an even rank < 2rem (it sits out) */
 };
 
 /* The fold of n >= 2 ranks, seen from rank r. */

@@ -6,6 +6,7 @@ A step is a run of --tensors submissions (the fusion benchmark's hvd_lite steps,
 included; the first two are skipped); it ends when the waiting thread last wakes. Medians
 over the steps, ms unless counted.
 """
+
 import argparse
 import statistics
 
@@ -14,10 +15,10 @@ SUBMIT, ROUND, ROUND_END, WOKE, WAKE, CALL, RETURN = 1, 2, 3, 13, 14, 20, 21
 
 def steps(events, tensors):
     submits = [i for i, (_, e, _) in enumerate(events) if e == SUBMIT]
-    starts = submits[::tensors][:len(submits) // tensors]
+    starts = submits[::tensors][: len(submits) // tensors]
     for k in range(2, len(starts)):
         end = starts[k + 1] if k + 1 < len(starts) else len(events)
-        yield events[starts[k]:end]
+        yield events[starts[k] : end]
 
 
 def measure(step):
@@ -68,8 +69,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("trace")
     p.add_argument("--tensors", type=int, default=161)
-    p.add_argument("--per-size", action="store_true",
-                   help="also compare call times by size with the --core contender's")
+    p.add_argument(
+        "--per-size", action="store_true", help="also compare call times by size with the --core contender's"
+    )
     args = p.parse_args()
     with open(args.trace) as f:
         events = [(float(t), int(e), int(a)) for t, e, a in (line.split() for line in f)]

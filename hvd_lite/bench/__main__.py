@@ -1,4 +1,5 @@
 """Command line of hvd_lite.bench: one subcommand per benchmark module."""
+
 import argparse
 import sys
 from typing import Dict, List, Optional, Protocol
@@ -31,13 +32,13 @@ COMMANDS: Dict[str, Command] = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser with one subparser per registered benchmark."""
-    parser = argparse.ArgumentParser(prog="python -m hvd_lite.bench",
-                                     description="hvd_lite benchmarks")
+    parser = argparse.ArgumentParser(prog="python -m hvd_lite.bench", description="hvd_lite benchmarks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in COMMANDS.items():
         doc = (module.__doc__ or "").strip().splitlines()[0]
-        p = sub.add_parser(name, help=doc, description=module.__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            name, help=doc, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
         module.add_arguments(p)
     return parser
 

@@ -19,6 +19,7 @@ time / MPI time).
 HVD_LITE_* knob (read when a communicator is made), all interleaved with each
 other and with MPI, e.g. --sweep HVD_LITE_SEGMENT_BYTES=64K,256K,1M.
 """
+
 import argparse
 import math
 import os
@@ -29,50 +30,102 @@ import numpy as np
 
 from . import common, exact
 
-KNOBS = ("HVD_LITE_SEGMENT_BYTES", "HVD_LITE_SMALL_ALLREDUCE_BYTES",
-         "HVD_LITE_SHM_STAND_IN_BYTES")
+KNOBS = ("HVD_LITE_SEGMENT_BYTES", "HVD_LITE_SMALL_ALLREDUCE_BYTES", "HVD_LITE_SHM_STAND_IN_BYTES")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The allreduce options (nccl-tests' letters where they exist)."""
-    p.add_argument("-b", "--minbytes", type=common.parse_size, default=common.parse_size("4"),
-                   help="smallest size in bytes per rank (4, 64K, 1M...; default 4)")
-    p.add_argument("-e", "--maxbytes", type=common.parse_size, default=common.parse_size("64M"),
-                   help="largest size in bytes per rank (default 64M)")
-    p.add_argument("-f", "--stepfactor", type=float, default=2.0,
-                   help="multiply the size by this much each step (default 2)")
-    p.add_argument("-n", "--iters", type=int, default=0,
-                   help="calls per timed batch; 0 (default) picks per size so that a batch "
-                        "lasts about --batch-time")
-    p.add_argument("-w", "--warmup", type=int, default=5,
-                   help="untimed calls of each library before each size (default 5)")
-    p.add_argument("-d", "--dtype", default="float32",
-                   help=f"element type: {', '.join(common.DTYPES)} (default float32)")
-    p.add_argument("-o", "--op", default="sum", choices=common.OPS,
-                   help="reduction (default sum; MPI has no avg and runs sum for it)")
+    p.add_argument(
+        "-b",
+        "--minbytes",
+        type=common.parse_size,
+        default=common.parse_size("4"),
+        help="smallest size in bytes per rank (4, 64K, 1M...; default 4)",
+    )
+    p.add_argument(
+        "-e",
+        "--maxbytes",
+        type=common.parse_size,
+        default=common.parse_size("64M"),
+        help="largest size in bytes per rank (default 64M)",
+    )
+    p.add_argument(
+        "-f",
+        "--stepfactor",
+        type=float,
+        default=2.0,
+        help="multiply the size by this much each step (default 2)",
+    )
+    p.add_argument(
+        "-n",
+        "--iters",
+        type=int,
+        default=0,
+        help="calls per timed batch; 0 (default) picks per size so that a batch lasts about --batch-time",
+    )
+    p.add_argument(
+        "-w",
+        "--warmup",
+        type=int,
+        default=5,
+        help="untimed calls of each library before each size (default 5)",
+    )
+    p.add_argument(
+        "-d", "--dtype", default="float32", help=f"element type: {', '.join(common.DTYPES)} (default float32)"
+    )
+    p.add_argument(
+        "-o",
+        "--op",
+        default="sum",
+        choices=common.OPS,
+        help="reduction (default sum; MPI has no avg and runs sum for it)",
+    )
     p.add_argument("--inplace", action="store_true", help="reduce in place (recvbuf = sendbuf)")
-    p.add_argument("--repeats", type=int, default=10,
-                   help="batches of each library per size; medians are reported (default 10)")
-    p.add_argument("--batch-time", type=float, default=0.02,
-                   help="target seconds per batch when -n is 0 (default 0.02)")
-    p.add_argument("--max-iters", type=int, default=20000,
-                   help="most calls per batch when -n is 0 (default 20000)")
-    p.add_argument("--api", choices=("core", "numpy"), default="core",
-                   help="hvd_lite entry point timed: 'core' (default) the C binding on "
-                        "preallocated buffers, as MPI is timed; 'numpy' hvd.allreduce_ "
-                        "(--inplace) or hvd.allreduce (allocates its result each call)")
-    p.add_argument("--shared", action="store_true",
-                   help="both libraries' buffers from hvd_lite.empty (the C API's hvdlMemAlloc), "
-                        "which the peers on a host reach directly, not numpy.empty")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                   help="where the buffers are: 'cpu' (default) host memory against MPI; 'cuda' "
-                        "CuPy arrays against the naive copy-to-host way and the copy bounds "
-                        "(a GPU machine; see bench/cuda.py)")
-    p.add_argument("--sweep", metavar="VAR=V1,V2,...",
-                   help="time one hvd_lite communicator per value of an HVD_LITE_* knob")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=10,
+        help="batches of each library per size; medians are reported (default 10)",
+    )
+    p.add_argument(
+        "--batch-time", type=float, default=0.02, help="target seconds per batch when -n is 0 (default 0.02)"
+    )
+    p.add_argument(
+        "--max-iters", type=int, default=20000, help="most calls per batch when -n is 0 (default 20000)"
+    )
+    p.add_argument(
+        "--api",
+        choices=("core", "numpy"),
+        default="core",
+        help="hvd_lite entry point timed: 'core' (default) the C binding on "
+        "preallocated buffers, as MPI is timed; 'numpy' hvd.allreduce_ "
+        "(--inplace) or hvd.allreduce (allocates its result each call)",
+    )
+    p.add_argument(
+        "--shared",
+        action="store_true",
+        help="both libraries' buffers from hvd_lite.empty (the C API's hvdlMemAlloc), "
+        "which the peers on a host reach directly, not numpy.empty",
+    )
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where the buffers are: 'cpu' (default) host memory against MPI; 'cuda' "
+        "CuPy arrays against the naive copy-to-host way and the copy bounds "
+        "(a GPU machine; see bench/cuda.py)",
+    )
+    p.add_argument(
+        "--sweep",
+        metavar="VAR=V1,V2,...",
+        help="time one hvd_lite communicator per value of an HVD_LITE_* knob",
+    )
     p.add_argument("--json", metavar="FILE", help="write every repeat's times to FILE")
-    p.add_argument("--plot", metavar="FILE.png",
-                   help="draw busbw against size (needs matplotlib: pip install hvd_lite[plot])")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw busbw against size (needs matplotlib: pip install hvd_lite[plot])",
+    )
 
 
 class Contender:
@@ -80,8 +133,8 @@ class Contender:
 
     def __init__(self, label: str, kind: str, expected: np.ndarray):
         self.label = label
-        self.kind = kind            # "hvd" or "mpi"
-        self.expected = expected    # periodic pattern of the right answer
+        self.kind = kind  # "hvd" or "mpi"
+        self.expected = expected  # periodic pattern of the right answer
         self.call: Callable[[], object] = lambda: None
         self.result: Callable[[], np.ndarray] = lambda: np.empty(0)
 
@@ -90,20 +143,23 @@ def _parse_sweep(text: str):
     var, sep, values = text.partition("=")
     var = var.strip()
     if not sep or var not in KNOBS or not values:
-        raise SystemExit(f"--sweep {text!r}: expected VAR=V1,V2,... with VAR one of "
-                         f"{', '.join(KNOBS)}")
+        raise SystemExit(f"--sweep {text!r}: expected VAR=V1,V2,... with VAR one of {', '.join(KNOBS)}")
     return var, [common.parse_size(v) for v in values.split(",")]
 
 
 def _knob_label(var: str, value: int) -> str:
-    short = {"HVD_LITE_SEGMENT_BYTES": "seg", "HVD_LITE_SMALL_ALLREDUCE_BYTES": "small",
-             "HVD_LITE_SHM_STAND_IN_BYTES": "stand-in"}[var]
+    short = {
+        "HVD_LITE_SEGMENT_BYTES": "seg",
+        "HVD_LITE_SMALL_ALLREDUCE_BYTES": "small",
+        "HVD_LITE_SHM_STAND_IN_BYTES": "stand-in",
+    }[var]
     return f"hvd {short}={common.format_size(value)}"
 
 
 def _make_comms(sweep) -> List[tuple]:
     """(label, core communicator, owned) for each hvd_lite contender."""
     from hvd_lite import basics
+
     if sweep is None:
         return [("hvd_lite", basics._core.Comm(), True)]
     var, values = sweep
@@ -148,8 +204,7 @@ def _bind(c: Contender, args, comm, world, MPI, send: np.ndarray, recv: np.ndarr
             c.call = lambda: world.Allreduce(send, recv, op=op)
         c.result = lambda: recv
         return
-    hop = {"sum": hvd.Sum, "avg": hvd.Average, "prod": hvd.Product, "max": hvd.Max,
-           "min": hvd.Min}[args.op]
+    hop = {"sum": hvd.Sum, "avg": hvd.Average, "prod": hvd.Product, "max": hvd.Max, "min": hvd.Min}[args.op]
     if args.api == "numpy":
         if args.inplace:
             c.call = lambda: hvd.allreduce_(recv, op=hop)
@@ -210,8 +265,12 @@ def _columns(contenders, compact: bool):
             cols += [("time(us)", 9, "{:.2f}"), ("busbw", 7, "{:.3f}")]
             groups.append((c.label, 2))
         else:
-            cols += [("time(us)", 10, "{:.2f}"), ("algbw", 7, "{:.3f}"),
-                     ("busbw", 7, "{:.3f}"), ("#wrong", 6, "{}")]
+            cols += [
+                ("time(us)", 10, "{:.2f}"),
+                ("algbw", 7, "{:.3f}"),
+                ("busbw", 7, "{:.3f}"),
+                ("#wrong", 6, "{}"),
+            ]
             groups.append((c.label, 4))
     hvds = [c for c in contenders if c.kind == "hvd"]
     mpi = any(c.kind == "mpi" for c in contenders)
@@ -228,13 +287,15 @@ def _columns(contenders, compact: bool):
 def main(args) -> int:
     """Runs the all-reduce benchmark; rank 0 prints and writes --json/--plot."""
     if args.device == "cuda":
-        if (args.sweep or args.json or args.plot or args.api != "core" or args.inplace
-                or args.shared):
-            raise SystemExit("--device cuda takes the sizes, -d, -o, -n, -w, --repeats, "
-                             "--batch-time and --max-iters only")
+        if args.sweep or args.json or args.plot or args.api != "core" or args.inplace or args.shared:
+            raise SystemExit(
+                "--device cuda takes the sizes, -d, -o, -n, -w, --repeats, --batch-time and --max-iters only"
+            )
         from . import cuda
+
         return cuda.main(args)
     import hvd_lite as hvd
+
     hvd.init()
     import mpi4py
     from mpi4py import MPI
@@ -243,8 +304,9 @@ def main(args) -> int:
     rank, n = world.Get_rank(), world.Get_size()
     root = rank == 0
     dtype = common.dtype_from_name(args.dtype)
-    sizes = [s for s in common.size_range(args.minbytes, args.maxbytes, args.stepfactor)
-             if s >= dtype.itemsize]
+    sizes = [
+        s for s in common.size_range(args.minbytes, args.maxbytes, args.stepfactor) if s >= dtype.itemsize
+    ]
     if args.repeats < 1:
         raise SystemExit("--repeats must be at least 1")
     sweep = _parse_sweep(args.sweep) if args.sweep else None
@@ -266,9 +328,11 @@ def main(args) -> int:
     mpi_why = _mpi_supports(world, MPI, dtype, _mpi_op(MPI, args.op))
     if mpi_why is None:
         mpi_label = "MPI_Allreduce" + (" (sum)" if args.op == "avg" else "")
-        contenders.append(Contender(mpi_label, "mpi",
-                                    exact.expected_pattern(dtype, "sum" if args.op == "avg"
-                                                           else args.op, n)))
+        contenders.append(
+            Contender(
+                mpi_label, "mpi", exact.expected_pattern(dtype, "sum" if args.op == "avg" else args.op, n)
+            )
+        )
     hvd_comm_of = {c.label: comm for c, (_, comm, _) in zip(contenders, comms)}
 
     info = hvd.build_info()
@@ -277,20 +341,28 @@ def main(args) -> int:
     cols, groups = _columns(contenders, compact)
     table = common.Table(cols)
     if root:
-        print(f"# hvd_lite.bench allreduce: {n} ranks, {common.dtype_name(dtype)} {args.op}, "
-              f"{'in place' if args.inplace else 'out of place'}, api {args.api}"
-              + (", buffers from hvd_lite.empty" if args.shared else ""))
-        print(f"# hvd_lite {hvd.__version__} built against {info.get('mpi_header', '?')}; "
-              f"runtime {info['mpi_runtime'].splitlines()[0] if info['mpi_runtime'] else '?'}; "
-              f"mpi4py {mpi4py.__version__}")
-        print("# knobs: " + ", ".join(f"{k}={v}" for k, v in knobs.items())
-              + (f"; sweep {sweep[0]}" if sweep else ""))
+        print(
+            f"# hvd_lite.bench allreduce: {n} ranks, {common.dtype_name(dtype)} {args.op}, "
+            f"{'in place' if args.inplace else 'out of place'}, api {args.api}"
+            + (", buffers from hvd_lite.empty" if args.shared else "")
+        )
+        print(
+            f"# hvd_lite {hvd.__version__} built against {info.get('mpi_header', '?')}; "
+            f"runtime {info['mpi_runtime'].splitlines()[0] if info['mpi_runtime'] else '?'}; "
+            f"mpi4py {mpi4py.__version__}"
+        )
+        print(
+            "# knobs: "
+            + ", ".join(f"{k}={v}" for k, v in knobs.items())
+            + (f"; sweep {sweep[0]}" if sweep else "")
+        )
         if mpi_why:
             print(f"# no MPI baseline for {common.dtype_name(dtype)}: {mpi_why}")
-        print(f"# per size: {args.warmup} warm-up calls of each, then {args.repeats} repeats of "
-              "one batch of each (order rotating); batch time = slowest rank; medians shown")
-        print("# time in us, algbw and busbw in GB/s (1e9 B/s); #wrong summed over ranks and "
-              "repeats")
+        print(
+            f"# per size: {args.warmup} warm-up calls of each, then {args.repeats} repeats of "
+            "one batch of each (order rotating); batch time = slowest rank; medians shown"
+        )
+        print("# time in us, algbw and busbw in GB/s (1e9 B/s); #wrong summed over ranks and repeats")
         table.header(groups)
 
     load_start = common.loadavg()
@@ -312,16 +384,20 @@ def main(args) -> int:
         world.Allreduce(MPI.IN_PLACE, wrong, op=MPI.SUM)
         if not root:
             continue
-        entry: Dict[str, Any] = {"bytes": count * dtype.itemsize, "count": count,
-                                    "iters": iters, "libs": {}}
+        entry: Dict[str, Any] = {"bytes": count * dtype.itemsize, "count": count, "iters": iters, "libs": {}}
         row: List[object] = [entry["bytes"], count]
         for i, c in enumerate(contenders):
             t = common.median(times[:, i].tolist())
             alg = common.gbps(entry["bytes"], t)
             bus = alg * 2 * (n - 1) / n
-            entry["libs"][c.label] = {"kind": c.kind, "times_s": times[:, i].tolist(),
-                                      "median_s": t, "algbw_GBps": alg, "busbw_GBps": bus,
-                                      "wrong": int(wrong[i])}
+            entry["libs"][c.label] = {
+                "kind": c.kind,
+                "times_s": times[:, i].tolist(),
+                "median_s": t,
+                "algbw_GBps": alg,
+                "busbw_GBps": bus,
+                "wrong": int(wrong[i]),
+            }
             row += [t * 1e6, bus] if compact else [t * 1e6, alg, bus, int(wrong[i])]
         if compact:
             row.append(int(wrong.sum()))
@@ -339,18 +415,29 @@ def main(args) -> int:
     total_wrong = 0
     if root:
         total_wrong = sum(v["wrong"] for e in results for v in e["libs"].values())
-        record = {"benchmark": "allreduce", "argv": sys.argv, "ranks": n,
-                  "dtype": common.dtype_name(dtype), "op": args.op, "inplace": args.inplace,
-                  "api": args.api, "shared": args.shared, "repeats": args.repeats,
-                  "warmup": args.warmup,
-                  "knobs": knobs,
-                  "sweep": {"var": sweep[0], "values": sweep[1]} if sweep else None,
-                  "contenders": [c.label for c in contenders], "mpi_baseline": mpi_why is None,
-                  **common.provenance(load_start, common.loadavg()), "results": results}
+        record = {
+            "benchmark": "allreduce",
+            "argv": sys.argv,
+            "ranks": n,
+            "dtype": common.dtype_name(dtype),
+            "op": args.op,
+            "inplace": args.inplace,
+            "api": args.api,
+            "shared": args.shared,
+            "repeats": args.repeats,
+            "warmup": args.warmup,
+            "knobs": knobs,
+            "sweep": {"var": sweep[0], "values": sweep[1]} if sweep else None,
+            "contenders": [c.label for c in contenders],
+            "mpi_baseline": mpi_why is None,
+            **common.provenance(load_start, common.loadavg()),
+            "results": results,
+        }
         if args.json:
             common.write_json(args.json, record)
         if args.plot:
             from . import plot
+
             plot.busbw_vs_size(record, args.plot)
         print(f"# load average (1, 5, 15 min) at start {load_start}, at end {common.loadavg()}")
     return common.verdict(world, total_wrong)

@@ -21,6 +21,7 @@ hvd_lite and MPI (`Allgather`, `Reduce_scatter_block`, `Bcast` from rank 0,
 (even splits) and `hvd.allgather(array)` with a fixed name, through the engine,
 which exchanges the counts and allocates each output.
 """
+
 import argparse
 import math
 import sys
@@ -30,39 +31,72 @@ import numpy as np
 
 from . import common
 
-BUSBW = {"allgather": lambda n: (n - 1) / n, "reducescatter": lambda n: (n - 1) / n,
-         "broadcast": lambda n: 1.0, "alltoall": lambda n: (n - 1) / n}
+BUSBW = {
+    "allgather": lambda n: (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "alltoall": lambda n: (n - 1) / n,
+}
 
 # The hvd_lite entry point each collective is timed through (--api).
 APIS = {"allgather": "core", "reducescatter": "core", "broadcast": "core", "alltoall": "core"}
 # alltoall and allgather can also be timed through the engine (--api numpy): hvd.alltoall,
 # hvd.allgather, a new array per call.
 EXTRA_APIS = {"alltoall": ("numpy",), "allgather": ("numpy",)}
-API_HELP = {"core": "the C binding on preallocated buffers",
-            "numpy": "the public hvd.* call through the engine"}
+API_HELP = {
+    "core": "the C binding on preallocated buffers",
+    "numpy": "the public hvd.* call through the engine",
+}
 
 
 def add_arguments(p: argparse.ArgumentParser, api: str = "core", name: str = "") -> None:
     """The options (nccl-tests' letters where they exist)."""
-    p.add_argument("-b", "--minbytes", type=common.parse_size, default=common.parse_size("1K"),
-                   help="smallest size in bytes (default 1K)")
-    p.add_argument("-e", "--maxbytes", type=common.parse_size, default=common.parse_size("64M"),
-                   help="largest size in bytes (default 64M)")
-    p.add_argument("-f", "--stepfactor", type=float, default=2.0,
-                   help="multiply the size by this much each step (default 2)")
-    p.add_argument("-n", "--iters", type=int, default=0,
-                   help="calls per timed batch; 0 (default) picks per size (about --batch-time)")
+    p.add_argument(
+        "-b",
+        "--minbytes",
+        type=common.parse_size,
+        default=common.parse_size("1K"),
+        help="smallest size in bytes (default 1K)",
+    )
+    p.add_argument(
+        "-e",
+        "--maxbytes",
+        type=common.parse_size,
+        default=common.parse_size("64M"),
+        help="largest size in bytes (default 64M)",
+    )
+    p.add_argument(
+        "-f",
+        "--stepfactor",
+        type=float,
+        default=2.0,
+        help="multiply the size by this much each step (default 2)",
+    )
+    p.add_argument(
+        "-n",
+        "--iters",
+        type=int,
+        default=0,
+        help="calls per timed batch; 0 (default) picks per size (about --batch-time)",
+    )
     p.add_argument("-w", "--warmup", type=int, default=5, help="untimed calls before each size")
-    p.add_argument("-d", "--dtype", default="float32",
-                   help=f"element type: {', '.join(common.DTYPES)} (default float32)")
+    p.add_argument(
+        "-d", "--dtype", default="float32", help=f"element type: {', '.join(common.DTYPES)} (default float32)"
+    )
     p.add_argument("--repeats", type=int, default=10, help="batches of each per size (default 10)")
-    p.add_argument("--batch-time", type=float, default=0.02,
-                   help="target seconds per batch when -n is 0 (default 0.02)")
+    p.add_argument(
+        "--batch-time", type=float, default=0.02, help="target seconds per batch when -n is 0 (default 0.02)"
+    )
     p.add_argument("--max-iters", type=int, default=20000, help="most calls per batch")
     choices = (api,) + EXTRA_APIS.get(name, ())
-    p.add_argument("--api", choices=choices, default=api,
-                   help="hvd_lite entry point timed: " +
-                        "; ".join(f"'{a}', {API_HELP[a]}" for a in choices) + f" (default {api})")
+    p.add_argument(
+        "--api",
+        choices=choices,
+        default=api,
+        help="hvd_lite entry point timed: "
+        + "; ".join(f"'{a}', {API_HELP[a]}" for a in choices)
+        + f" (default {api})",
+    )
     p.add_argument("--json", metavar="FILE", help="write every repeat's times to FILE")
 
 
@@ -80,19 +114,21 @@ class _Case:
         self.engine_output = name in ("alltoall", "allgather") and api == "numpy"  # a new array
         self.hvd_out = None  # that array, from the last call
         import hvd_lite as hvd
+
         if name == "alltoall":
             count = max(nbytes // (esize * n), 1)
             self.send = _inputs(dtype, n * count, r)
             self.recv = np.zeros(n * count, dtype)
             # Block r of every rank's input, in rank order.
-            self.want = np.concatenate([_inputs(dtype, n * count, q)[r * count:(r + 1) * count]
-                                        for q in range(n)])
+            self.want = np.concatenate(
+                [_inputs(dtype, n * count, q)[r * count : (r + 1) * count] for q in range(n)]
+            )
             send, tag, recv = self.send, f"bench.alltoall.{count}", self.recv
 
             def hvd_call():
                 self.hvd_out = hvd.alltoall(send, name=tag)
-            self.hvd = (hvd_call if api == "numpy"
-                        else (lambda: comm.alltoall(send, recv, code)))
+
+            self.hvd = hvd_call if api == "numpy" else (lambda: comm.alltoall(send, recv, code))
             self.mpi = lambda: world.Alltoall(send, self.recv)
             self.bytes = n * count * esize
         elif name == "broadcast":
@@ -109,6 +145,7 @@ class _Case:
                 if r == 0:
                     np.copyto(buf, send)
                 world.Bcast(buf, root=0)
+
             self.mpi = mpi
             self.bytes = count * esize
         elif name == "allgather":
@@ -120,8 +157,8 @@ class _Case:
 
             def hvd_allgather():
                 self.hvd_out = hvd.allgather(send, name=tag)
-            self.hvd = (hvd_allgather if api == "numpy"
-                        else (lambda: comm.allgather(send, recv, code)))
+
+            self.hvd = hvd_allgather if api == "numpy" else (lambda: comm.allgather(send, recv, code))
             self.mpi = lambda: world.Allgather(send, recv)
             self.bytes = n * count * esize
         else:
@@ -129,7 +166,7 @@ class _Case:
             self.send = _inputs(dtype, n * count, r)
             self.recv = np.zeros(count, dtype)
             total = sum(_inputs(np.int64, n * count, q) for q in range(n))
-            self.want = total[r * count:(r + 1) * count].astype(dtype)
+            self.want = total[r * count : (r + 1) * count].astype(dtype)
             send, recv = self.send, self.recv
             self.hvd = lambda: comm.reducescatter(send, recv, code, 0)
             self.mpi = lambda: world.Reduce_scatter_block(send, recv, op=MPI.SUM)
@@ -172,6 +209,7 @@ def run(name: str, args) -> int:
     import hvd_lite as hvd
     from hvd_lite import basics
     from hvd_lite import ops as hops
+
     hvd.init()
     from mpi4py import MPI
 
@@ -189,15 +227,21 @@ def run(name: str, args) -> int:
     labels = ["hvd_lite"] + (["MPI"] if mpi_ok else [])
     cols = [("size(B)", 10, "{}")]
     for _ in labels:
-        cols += [("time(us)", 10, "{:.2f}"), ("algbw", 7, "{:.3f}"), ("busbw", 7, "{:.3f}"),
-                 ("#wrong", 6, "{}")]
+        cols += [
+            ("time(us)", 10, "{:.2f}"),
+            ("algbw", 7, "{:.3f}"),
+            ("busbw", 7, "{:.3f}"),
+            ("#wrong", 6, "{}"),
+        ]
     if mpi_ok:
         cols += [("busbw", 6, "{:.2f}")]
     table = common.Table(cols)
     factor = BUSBW[name](n)
     if root:
-        print(f"# hvd_lite.bench {name}: {n} ranks, {common.dtype_name(dtype)}, api {args.api}; "
-              f"busbw = algbw * {factor:.3f}; MPI: {'mpi4py' if mpi_ok else 'n/a for this dtype'}")
+        print(
+            f"# hvd_lite.bench {name}: {n} ranks, {common.dtype_name(dtype)}, api {args.api}; "
+            f"busbw = algbw * {factor:.3f}; MPI: {'mpi4py' if mpi_ok else 'n/a for this dtype'}"
+        )
         print("# time in us, algbw and busbw in GB/s; last column: hvd_lite busbw / MPI busbw")
         table.header([("", 1)] + [(lb, 4) for lb in labels] + ([("ratio", 1)] if mpi_ok else []))
     load_start = common.loadavg()
@@ -223,9 +267,13 @@ def run(name: str, args) -> int:
         for i, label in enumerate(labels):
             t = common.median(times[:, i].tolist())
             alg = common.gbps(case.bytes, t)
-            entry["libs"][label] = {"times_s": times[:, i].tolist(), "median_s": t,
-                                    "algbw_GBps": alg, "busbw_GBps": alg * factor,
-                                    "wrong": int(wrong[i])}
+            entry["libs"][label] = {
+                "times_s": times[:, i].tolist(),
+                "median_s": t,
+                "algbw_GBps": alg,
+                "busbw_GBps": alg * factor,
+                "wrong": int(wrong[i]),
+            }
             row += [t * 1e6, alg, alg * factor, int(wrong[i])]
         if mpi_ok:
             row.append(entry["libs"]["MPI"]["median_s"] / entry["libs"]["hvd_lite"]["median_s"])
@@ -237,11 +285,20 @@ def run(name: str, args) -> int:
         print(f"# load average (1, 5, 15 min) at start {load_start}, at end {load_end}")
     total_wrong = sum(v["wrong"] for e in results for v in e["libs"].values()) if root else 0
     if root and args.json:
-        common.write_json(args.json, {"benchmark": name, "argv": sys.argv, "ranks": n,
-                                      "dtype": common.dtype_name(dtype), "busbw_factor": factor,
-                                      "contenders": labels, "api": args.api,
-                                      **common.provenance(load_start, load_end),
-                                      "results": results})
+        common.write_json(
+            args.json,
+            {
+                "benchmark": name,
+                "argv": sys.argv,
+                "ranks": n,
+                "dtype": common.dtype_name(dtype),
+                "busbw_factor": factor,
+                "contenders": labels,
+                "api": args.api,
+                **common.provenance(load_start, load_end),
+                "results": results,
+            },
+        )
     return common.verdict(world, total_wrong)
 
 

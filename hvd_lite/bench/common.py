@@ -1,4 +1,5 @@
 """Helpers the benchmarks share: sizes, dtypes, ops, timing, tables, JSON."""
+
 import json
 import os
 import platform
@@ -16,14 +17,18 @@ _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 # Names accepted by -d, with nccl-tests' aliases.
 DTYPES = {
-    "int8": np.dtype(np.int8), "uint8": np.dtype(np.uint8),
-    "int32": np.dtype(np.int32), "uint32": np.dtype(np.uint32),
-    "int64": np.dtype(np.int64), "uint64": np.dtype(np.uint64),
-    "float16": np.dtype(np.float16), "float32": np.dtype(np.float32),
-    "float64": np.dtype(np.float64), "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "int8": np.dtype(np.int8),
+    "uint8": np.dtype(np.uint8),
+    "int32": np.dtype(np.int32),
+    "uint32": np.dtype(np.uint32),
+    "int64": np.dtype(np.int64),
+    "uint64": np.dtype(np.uint64),
+    "float16": np.dtype(np.float16),
+    "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
 }
-DTYPE_ALIASES = {"char": "int8", "int": "int32", "half": "float16", "float": "float32",
-                 "double": "float64"}
+DTYPE_ALIASES = {"char": "int8", "int": "int32", "half": "float16", "float": "float32", "double": "float64"}
 
 # nccl-tests' op names; "avg" is hvd_lite's Average.
 OPS = ("sum", "prod", "max", "min", "avg")
@@ -49,8 +54,7 @@ def format_size(nbytes: int) -> str:
 def size_range(minbytes: int, maxbytes: int, factor: float) -> List[int]:
     """minbytes, minbytes*factor, ... up to maxbytes (inclusive), as nccl-tests steps."""
     if minbytes < 1 or maxbytes < minbytes:
-        raise ValueError(f"sizes must satisfy 1 <= minbytes <= maxbytes, got {minbytes} and "
-                         f"{maxbytes}")
+        raise ValueError(f"sizes must satisfy 1 <= minbytes <= maxbytes, got {minbytes} and {maxbytes}")
     if factor <= 1 and minbytes != maxbytes:
         raise ValueError(f"the step factor must be > 1, got {factor}")
     sizes, size = [], minbytes
@@ -97,14 +101,27 @@ def gbps(nbytes: float, seconds: float) -> float:
 
 def machine_summary() -> Dict[str, str]:
     """A short description of this machine (lscpu's main fields where available)."""
-    info = {"hostname": platform.node(), "python": sys.version.split()[0],
-            "platform": platform.platform(), "cpus": str(os.cpu_count())}
+    info = {
+        "hostname": platform.node(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": str(os.cpu_count()),
+    }
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return info
-    keep = ("Model name", "CPU(s)", "Thread(s) per core", "Core(s) per socket", "Socket(s)",
-            "L1d cache", "L2 cache", "L3 cache", "Hypervisor vendor")
+    keep = (
+        "Model name",
+        "CPU(s)",
+        "Thread(s) per core",
+        "Core(s) per socket",
+        "Socket(s)",
+        "L1d cache",
+        "L2 cache",
+        "L3 cache",
+        "Hypervisor vendor",
+    )
     for line in out.splitlines():
         key, _, value = line.partition(":")
         if key.strip() in keep:
@@ -127,8 +144,12 @@ def provenance(load_start: List[float], load_end: List[float]) -> dict:
 
     import hvd_lite as hvd
 
-    return {"build_info": hvd.build_info(), "mpi4py": mpi4py.__version__,
-            "machine": machine_summary(), "loadavg": {"start": load_start, "end": load_end}}
+    return {
+        "build_info": hvd.build_info(),
+        "mpi4py": mpi4py.__version__,
+        "machine": machine_summary(),
+        "loadavg": {"start": load_start, "end": load_end},
+    }
 
 
 def verdict(world, total_wrong: int) -> int:
@@ -159,7 +180,7 @@ class Table:
         if groups:
             cells, i = [], 0
             for title, span in groups:
-                width = sum(w for _, w, _ in self.columns[i:i + span]) + (span - 1)
+                width = sum(w for _, w, _ in self.columns[i : i + span]) + (span - 1)
                 cells.append(title.center(width) if title else " " * width)
                 i += span
             print("#" + " ".join(cells).rstrip()[1:], file=self.out)

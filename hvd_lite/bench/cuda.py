@@ -19,6 +19,7 @@ is faster; hvd/copy is its time over the pinned copy bound. #wrong counts result
 hvd_lite (the C API's and the engine's) whose bits differ from the exact answer (small integers:
 every order gives it).
 """
+
 import time
 from typing import Any, Callable, Dict, List
 
@@ -31,9 +32,11 @@ def main(args) -> int:
     from hvd_lite import _core
 
     if not _core.build_info()["cuda"] or _core.cuda_device_count() == 0:
-        raise SystemExit("--device cuda needs a CUDA build (HVD_LITE_CUDA=1) and a device "
-                         f"(build_info()['cuda'] = {_core.build_info()['cuda']}, "
-                         f"devices seen: {_core.cuda_device_count()})")
+        raise SystemExit(
+            "--device cuda needs a CUDA build (HVD_LITE_CUDA=1) and a device "
+            f"(build_info()['cuda'] = {_core.build_info()['cuda']}, "
+            f"devices seen: {_core.cuda_device_count()})"
+        )
     try:
         import cupy
     except ImportError as exc:
@@ -54,17 +57,20 @@ def main(args) -> int:
     code, op = HVDL_DTYPES[dtype], common.OPS.index(args.op)
     hvd_op = {"sum": hvd.Sum, "prod": hvd.Product, "max": hvd.Max, "min": hvd.Min}[args.op]
     mpi_op = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[args.op]
-    sizes = [s for s in common.size_range(args.minbytes, args.maxbytes, args.stepfactor)
-             if s >= dtype.itemsize]
+    sizes = [
+        s for s in common.size_range(args.minbytes, args.maxbytes, args.stepfactor) if s >= dtype.itemsize
+    ]
     comm = _core.Comm()
     stream = cupy.cuda.get_current_stream()
     if rank == 0:
         device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
         print(f"# {n} ranks, {dtype.name} {args.op}, device {device}")
-        print(f"{'size':>6} {'count':>10} {'hvd us':>10} {'engine us':>10} {'naive us':>10} "
-              f"{'d2h+h2d us':>11} {'d2d us':>9} {'naive/hvd':>9} {'naive/eng':>9} "
-              f"{'hvd/copy':>8} {'busbw GB/s':>10} {'#wrong':>6}",
-              flush=True)
+        print(
+            f"{'size':>6} {'count':>10} {'hvd us':>10} {'engine us':>10} {'naive us':>10} "
+            f"{'d2h+h2d us':>11} {'d2d us':>9} {'naive/hvd':>9} {'naive/eng':>9} "
+            f"{'hvd/copy':>8} {'busbw GB/s':>10} {'#wrong':>6}",
+            flush=True,
+        )
     for nbytes in sizes:
         count = nbytes // dtype.itemsize
         host = np.empty(count, dtype)
@@ -101,14 +107,19 @@ def main(args) -> int:
             cupy.copyto(recv, send)
             stream.synchronize()
 
-        calls: Dict[str, Callable[[], None]] = {"hvd": run_hvd, "engine": run_engine,
-                                                "naive": run_naive, "copy": run_copy,
-                                                "d2d": run_d2d}
+        calls: Dict[str, Callable[[], None]] = {
+            "hvd": run_hvd,
+            "engine": run_engine,
+            "naive": run_naive,
+            "copy": run_copy,
+            "d2d": run_d2d,
+        }
         for f in calls.values():
             for _ in range(args.warmup):
                 f()
-        iters = args.iters or max(1, min(args.max_iters, int(args.batch_time / max(
-            _once(run_naive, world), 1e-6))))
+        iters = args.iters or max(
+            1, min(args.max_iters, int(args.batch_time / max(_once(run_naive, world), 1e-6)))
+        )
         times: Dict[str, List[float]] = {k: [] for k in calls}
         wrong = 0
         for _ in range(args.repeats):
@@ -117,17 +128,24 @@ def main(args) -> int:
             recv.fill(0)
             run_hvd()
             for got in (recv, hvd.allreduce(send, op=hvd_op, name="bench.cuda.check")):
-                wrong += int(np.count_nonzero(cupy.asnumpy(got).view(np.uint8).reshape(count, -1)
-                                              != want.view(np.uint8).reshape(count, -1)))
+                wrong += int(
+                    np.count_nonzero(
+                        cupy.asnumpy(got).view(np.uint8).reshape(count, -1)
+                        != want.view(np.uint8).reshape(count, -1)
+                    )
+                )
         wrong = world.allreduce(wrong)
         med = {k: common.median(v) for k, v in times.items()}
         if rank == 0:
             busbw = common.gbps(nbytes, med["hvd"]) * 2 * (n - 1) / n if n > 1 else 0.0
-            print(f"{common.format_size(nbytes):>6} {count:>10} {med['hvd'] * 1e6:>10.1f} "
-                  f"{med['engine'] * 1e6:>10.1f} {med['naive'] * 1e6:>10.1f} "
-                  f"{med['copy'] * 1e6:>11.1f} {med['d2d'] * 1e6:>9.1f} "
-                  f"{med['naive'] / med['hvd']:>9.2f} {med['naive'] / med['engine']:>9.2f} "
-                  f"{med['hvd'] / med['copy']:>8.2f} {busbw:>10.2f} {wrong:>6}", flush=True)
+            print(
+                f"{common.format_size(nbytes):>6} {count:>10} {med['hvd'] * 1e6:>10.1f} "
+                f"{med['engine'] * 1e6:>10.1f} {med['naive'] * 1e6:>10.1f} "
+                f"{med['copy'] * 1e6:>11.1f} {med['d2d'] * 1e6:>9.1f} "
+                f"{med['naive'] / med['hvd']:>9.2f} {med['naive'] / med['engine']:>9.2f} "
+                f"{med['hvd'] / med['copy']:>8.2f} {busbw:>10.2f} {wrong:>6}",
+                flush=True,
+            )
         send = recv = scratch = pinned = staged = None  # let go of this size's memory before the next
     comm.destroy()
     hvd.shutdown()

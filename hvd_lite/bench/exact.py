@@ -8,6 +8,7 @@ way the C kernels do, so numpy's wrapped arithmetic gives the expected value.
 Because inputs and results repeat with period P, a buffer of any length is
 checked against a P-element pattern without materialising the full answer.
 """
+
 import numpy as np
 
 PERIOD = 64

@@ -12,6 +12,7 @@ written too; otherwise the file leaves them to the defaults (csrc/base/config.c)
     mpirun -np 2 python -m hvd_lite.bench fit --out cost_model.conf
     HVD_LITE_COST_MODEL_FILE=cost_model.conf mpirun -np 2 python train.py
 """
+
 import argparse
 import os
 import socket
@@ -26,12 +27,19 @@ from . import common
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The fit options."""
     p.add_argument("--out", metavar="FILE", required=True, help="the cost-model file to write")
-    p.add_argument("--sizes", default="8,1K,64K,1M,4M",
-                   help="ping-pong message sizes, comma-separated (default 8,1K,64K,1M,4M)")
+    p.add_argument(
+        "--sizes",
+        default="8,1K,64K,1M,4M",
+        help="ping-pong message sizes, comma-separated (default 8,1K,64K,1M,4M)",
+    )
     p.add_argument("-n", "--iters", type=int, default=50, help="round trips per batch (default 50)")
     p.add_argument("--repeats", type=int, default=7, help="batches per size; medians (default 7)")
-    p.add_argument("--gamma-bytes", type=common.parse_size, default=4 << 20,
-                   help="bytes per operand for the reduction kernel (default 4M)")
+    p.add_argument(
+        "--gamma-bytes",
+        type=common.parse_size,
+        default=4 << 20,
+        help="bytes per operand for the reduction kernel (default 4M)",
+    )
     p.add_argument("--inter-alpha", type=float, help="seconds: written as inter_alpha if given")
     p.add_argument("--inter-beta", type=float, help="seconds per byte: written as inter_beta")
     p.add_argument("--json", metavar="FILE", help="write the measurements to FILE")
@@ -74,22 +82,22 @@ def main(args) -> int:
         raise SystemExit("bench fit: run it under mpirun with at least 2 ranks on one host")
     hosts = world.allgather(socket.gethostname())
     if hosts[0] != hosts[1]:
-        raise SystemExit(f"bench fit: ranks 0 and 1 are on different hosts ({hosts[0]}, {hosts[1]});"
-                         " it measures the terms within a host")
+        raise SystemExit(
+            f"bench fit: ranks 0 and 1 are on different hosts ({hosts[0]}, {hosts[1]});"
+            " it measures the terms within a host"
+        )
     sizes = [common.parse_size(s) for s in args.sizes.split(",") if s]
     if len(set(sizes)) < 2:
         raise SystemExit(f"bench fit: --sizes needs at least two different sizes, got {args.sizes}")
     one_way = []
     for nbytes in sizes:
         _pingpong(world, nbytes, 5)  # warm-up
-        one_way.append(common.median([_pingpong(world, nbytes, args.iters)
-                                      for _ in range(args.repeats)]))
+        one_way.append(common.median([_pingpong(world, nbytes, args.iters) for _ in range(args.repeats)]))
     alpha, beta = fit_line(sizes, one_way)
     core = basics._core
     code, op = HVDL_DTYPES[np.dtype(np.float32)], HVDL_OPS[Sum]
     core.kernel_bench(code, op, args.gamma_bytes, 2)
-    kernel = common.median([core.kernel_bench(code, op, args.gamma_bytes, 5)[0]
-                            for _ in range(args.repeats)])
+    kernel = common.median([core.kernel_bench(code, op, args.gamma_bytes, 5)[0] for _ in range(args.repeats)])
     gamma = kernel / args.gamma_bytes
     if world.Get_rank() != 0:
         return 0
@@ -101,9 +109,11 @@ def main(args) -> int:
     for key, value in terms.items():
         if not 0 <= value <= 1:
             raise SystemExit(f"bench fit: {key} {value} is outside [0, 1] (seconds, seconds per byte)")
-    lines = [f"# hvd_lite cost model: the terms within a host measured by `python -m hvd_lite.bench "
-             f"fit` on {hosts[0]}, {time.strftime('%Y-%m-%d %H:%M')}; one-way times (s) "
-             + ", ".join(f"{common.format_size(s)}B {t:.3g}" for s, t in zip(sizes, one_way))]
+    lines = [
+        f"# hvd_lite cost model: the terms within a host measured by `python -m hvd_lite.bench "
+        f"fit` on {hosts[0]}, {time.strftime('%Y-%m-%d %H:%M')}; one-way times (s) "
+        + ", ".join(f"{common.format_size(s)}B {t:.3g}" for s, t in zip(sizes, one_way))
+    ]
     lines += [f"{key} {value:.6g}" for key, value in terms.items()]
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
@@ -112,7 +122,15 @@ def main(args) -> int:
     print("\n".join(lines))
     print(f"# written to {args.out}: use it with HVD_LITE_COST_MODEL_FILE={args.out}")
     if args.json:
-        common.write_json(args.json, {"benchmark": "fit", "sizes": sizes, "one_way_s": one_way,
-                                      "kernel_s": kernel, "gamma_bytes": args.gamma_bytes,
-                                      "terms": terms})
+        common.write_json(
+            args.json,
+            {
+                "benchmark": "fit",
+                "sizes": sizes,
+                "one_way_s": one_way,
+                "kernel_s": kernel,
+                "gamma_bytes": args.gamma_bytes,
+                "terms": terms,
+            },
+        )
     return 0

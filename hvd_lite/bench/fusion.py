@@ -30,6 +30,7 @@ at hvd.init(), so switching contender shuts the engine down and starts it
 again with the knob set (collective, untimed), followed by --warmup untimed
 steps so that the response cache is warm again. --sweep may be repeated.
 """
+
 import argparse
 import math
 import os
@@ -55,26 +56,55 @@ SWEEP_KNOBS = {
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The fusion options."""
-    p.add_argument("--steps", type=int, default=20,
-                   help="timed steps of each contender; medians are reported (default 20)")
-    p.add_argument("-w", "--warmup", type=int, default=2,
-                   help="untimed steps of each contender first, and of hvd_lite after each "
-                        "engine restart (default 2)")
-    p.add_argument("-o", "--op", default="sum", choices=("sum", "avg"),
-                   help="hvd_lite's reduction (default sum; MPI always runs sum)")
-    p.add_argument("--sweep", metavar="VAR=V1,V2,...", action="append", default=[],
-                   help="one more hvd_lite contender per value of an engine knob "
-                        f"({', '.join(SWEEP_KNOBS)}); may be repeated")
-    p.add_argument("--shrink", type=int, default=1,
-                   help="divide every tensor's element count by this (rounding up) for quick "
-                        "tests; 1 (default) is the real model")
-    p.add_argument("--wait", choices=("in-order", "last-first"), default="in-order",
-                   help="hvd_lite: synchronize the handles in submission order (default, as "
-                        "Horovod's optimizer does), or the last one first, then the rest")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=20,
+        help="timed steps of each contender; medians are reported (default 20)",
+    )
+    p.add_argument(
+        "-w",
+        "--warmup",
+        type=int,
+        default=2,
+        help="untimed steps of each contender first, and of hvd_lite after each engine restart (default 2)",
+    )
+    p.add_argument(
+        "-o",
+        "--op",
+        default="sum",
+        choices=("sum", "avg"),
+        help="hvd_lite's reduction (default sum; MPI always runs sum)",
+    )
+    p.add_argument(
+        "--sweep",
+        metavar="VAR=V1,V2,...",
+        action="append",
+        default=[],
+        help="one more hvd_lite contender per value of an engine knob "
+        f"({', '.join(SWEEP_KNOBS)}); may be repeated",
+    )
+    p.add_argument(
+        "--shrink",
+        type=int,
+        default=1,
+        help="divide every tensor's element count by this (rounding up) for quick "
+        "tests; 1 (default) is the real model",
+    )
+    p.add_argument(
+        "--wait",
+        choices=("in-order", "last-first"),
+        default="in-order",
+        help="hvd_lite: synchronize the handles in submission order (default, as "
+        "Horovod's optimizer does), or the last one first, then the rest",
+    )
     p.add_argument("--no-mpi", action="store_true", help="time hvd_lite contenders only")
-    p.add_argument("--core", action="store_true",
-                   help="also time hvd_lite's C binding without the engine, one call per tensor "
-                        "and one of the whole flat buffer")
+    p.add_argument(
+        "--core",
+        action="store_true",
+        help="also time hvd_lite's C binding without the engine, one call per tensor "
+        "and one of the whole flat buffer",
+    )
     p.add_argument("--json", metavar="FILE", help="write every step's times to FILE")
 
 
@@ -83,8 +113,8 @@ class Contender:
 
     def __init__(self, label: str, kind: str, env: Optional[Dict[str, str]] = None):
         self.label = label
-        self.kind = kind                  # "hvd" or "mpi"
-        self.env = env or {}              # engine knobs this hvd_lite contender runs with
+        self.kind = kind  # "hvd" or "mpi"
+        self.env = env or {}  # engine knobs this hvd_lite contender runs with
         self.step: Callable[[], float] = lambda: 0.0  # runs one step; returns submit seconds
 
 
@@ -93,8 +123,7 @@ def parse_sweep(text: str) -> List[Tuple[str, Dict[str, str]]]:
     var, sep, values = text.partition("=")
     var = var.strip()
     if not sep or var not in SWEEP_KNOBS or not values:
-        raise SystemExit(f"--sweep {text!r}: expected VAR=V1,V2,... with VAR one of "
-                         f"{', '.join(SWEEP_KNOBS)}")
+        raise SystemExit(f"--sweep {text!r}: expected VAR=V1,V2,... with VAR one of {', '.join(SWEEP_KNOBS)}")
     short, is_bytes = SWEEP_KNOBS[var]
     out = []
     for v in values.split(","):
@@ -157,6 +186,7 @@ def _percentile(values: List[float], q: float) -> float:
 def main(args) -> int:
     """Runs the fusion benchmark; rank 0 prints and writes --json."""
     import hvd_lite as hvd
+
     hvd.init()
     import time
 
@@ -179,7 +209,7 @@ def main(args) -> int:
     np.copyto(flat, pristine)
     views, names, off = [], [], 0
     for (pname, shape), cnt in zip(shapes, counts):
-        views.append(flat[off:off + cnt].reshape(shape))
+        views.append(flat[off : off + cnt].reshape(shape))
         names.append(f"grad.{pname}")
         off += cnt
 
@@ -228,6 +258,7 @@ def main(args) -> int:
     if args.core:
         from hvd_lite import basics
         from hvd_lite import ops as hops
+
         core = basics._core.Comm()  # its own communicator, knobs as in the environment
         fcode, ccode = hops.HVDL_DTYPES[dtype], hops.HVDL_OPS[hvd.Sum]
         core_views = [v.reshape(-1).view(np.uint8) for v in views]
@@ -236,9 +267,11 @@ def main(args) -> int:
         flat_bytes = flat.view(np.uint8)
         contenders.append(Contender("core flat", "core"))
         contenders[-1].step = core_flat
-    expected = {"hvd": exact.expected_pattern(dtype, args.op, n),
-                "mpi": exact.expected_pattern(dtype, "sum", n),
-                "core": exact.expected_pattern(dtype, "sum", n)}
+    expected = {
+        "hvd": exact.expected_pattern(dtype, args.op, n),
+        "mpi": exact.expected_pattern(dtype, "sum", n),
+        "core": exact.expected_pattern(dtype, "sum", n),
+    }
 
     def warm(c: Contender) -> None:
         for _ in range(args.warmup):
@@ -248,14 +281,20 @@ def main(args) -> int:
     switch = EngineSwitch(hvd, warm)
     switch.current = {}  # the engine started above runs with the environment as given
     if root:
-        print(f"# hvd_lite.bench fusion: {n} ranks, ResNet-50 gradients: {len(shapes)} float32 "
-              f"tensors, {total:,} elements ({total * 4 / 2**20:.1f} MiB) per rank"
-              + (f" (shrunk {args.shrink}x)" if args.shrink > 1 else "")
-              + f", hvd_lite op {args.op}")
-        print(f"# hvd_lite {hvd.__version__}; mpi4py {mpi4py.__version__}; knobs: "
-              + ", ".join(f"{k}={os.environ.get(k, 'default')}" for k in SWEEP_KNOBS))
-        print(f"# {args.warmup} warm-up steps of each, then {args.steps} timed steps of each "
-              "(order rotating); step time = slowest rank's; times in ms")
+        print(
+            f"# hvd_lite.bench fusion: {n} ranks, ResNet-50 gradients: {len(shapes)} float32 "
+            f"tensors, {total:,} elements ({total * 4 / 2**20:.1f} MiB) per rank"
+            + (f" (shrunk {args.shrink}x)" if args.shrink > 1 else "")
+            + f", hvd_lite op {args.op}"
+        )
+        print(
+            f"# hvd_lite {hvd.__version__}; mpi4py {mpi4py.__version__}; knobs: "
+            + ", ".join(f"{k}={os.environ.get(k, 'default')}" for k in SWEEP_KNOBS)
+        )
+        print(
+            f"# {args.warmup} warm-up steps of each, then {args.steps} timed steps of each "
+            "(order rotating); step time = slowest rank's; times in ms"
+        )
     for c in contenders:
         if not switch.use(c):
             warm(c)
@@ -287,31 +326,66 @@ def main(args) -> int:
     if root:
         med = {c.label: common.median(times[:, i].tolist()) for i, c in enumerate(contenders)}
         mpi_best = min((med[c.label] for c in contenders if c.kind == "mpi"), default=None)
-        table = common.Table([("contender", 20, "{}"), ("time", 8, "{:.2f}"),
-                              ("p10", 8, "{:.2f}"), ("p90", 8, "{:.2f}"),
-                              ("submit", 7, "{:.2f}"), ("ratio", 6, "{:.2f}"),
-                              ("#wrong", 6, "{}")])
+        table = common.Table(
+            [
+                ("contender", 20, "{}"),
+                ("time", 8, "{:.2f}"),
+                ("p10", 8, "{:.2f}"),
+                ("p90", 8, "{:.2f}"),
+                ("submit", 7, "{:.2f}"),
+                ("ratio", 6, "{:.2f}"),
+                ("#wrong", 6, "{}"),
+            ]
+        )
         table.header()
         rows = []
         for i, c in enumerate(contenders):
             t = times[:, i].tolist()
-            entry = {"label": c.label, "kind": c.kind, "env": c.env, "times_s": t,
-                     "submit_s": submit[:, i].tolist(), "median_s": med[c.label],
-                     "p10_s": _percentile(t, 10), "p90_s": _percentile(t, 90),
-                     "ratio_to_best_mpi": med[c.label] / mpi_best if mpi_best else None,
-                     "wrong": int(wrong[i])}
+            entry = {
+                "label": c.label,
+                "kind": c.kind,
+                "env": c.env,
+                "times_s": t,
+                "submit_s": submit[:, i].tolist(),
+                "median_s": med[c.label],
+                "p10_s": _percentile(t, 10),
+                "p90_s": _percentile(t, 90),
+                "ratio_to_best_mpi": med[c.label] / mpi_best if mpi_best else None,
+                "wrong": int(wrong[i]),
+            }
             rows.append(entry)
-            table.row([c.label, entry["median_s"] * 1e3, entry["p10_s"] * 1e3,
-                       entry["p90_s"] * 1e3,
-                       common.median(entry["submit_s"]) * 1e3 if c.kind == "hvd" else None,
-                       entry["ratio_to_best_mpi"], entry["wrong"]])
-        print(f"# engine restarts: {switch.restarts}; load average (1, 5, 15 min) at start "
-              f"{load_start}, at end {load_end}")
+            table.row(
+                [
+                    c.label,
+                    entry["median_s"] * 1e3,
+                    entry["p10_s"] * 1e3,
+                    entry["p90_s"] * 1e3,
+                    common.median(entry["submit_s"]) * 1e3 if c.kind == "hvd" else None,
+                    entry["ratio_to_best_mpi"],
+                    entry["wrong"],
+                ]
+            )
+        print(
+            f"# engine restarts: {switch.restarts}; load average (1, 5, 15 min) at start "
+            f"{load_start}, at end {load_end}"
+        )
         if args.json:
-            common.write_json(args.json, {
-                "benchmark": "fusion", "argv": sys.argv, "ranks": n, "model": "resnet50",
-                "tensors": len(shapes), "elements": total, "shrink": args.shrink,
-                "op": args.op, "steps": args.steps, "warmup": args.warmup,
-                "knobs": {k2: os.environ.get(k2, "default") for k2 in SWEEP_KNOBS},
-                **common.provenance(load_start, load_end), "results": rows})
+            common.write_json(
+                args.json,
+                {
+                    "benchmark": "fusion",
+                    "argv": sys.argv,
+                    "ranks": n,
+                    "model": "resnet50",
+                    "tensors": len(shapes),
+                    "elements": total,
+                    "shrink": args.shrink,
+                    "op": args.op,
+                    "steps": args.steps,
+                    "warmup": args.warmup,
+                    "knobs": {k2: os.environ.get(k2, "default") for k2 in SWEEP_KNOBS},
+                    **common.provenance(load_start, load_end),
+                    "results": rows,
+                },
+            )
     return common.verdict(world, total_wrong)

@@ -7,6 +7,7 @@ reads 2*nbytes and writes nbytes (3*nbytes), memcpy reads and writes nbytes
 (2*nbytes). ratio = kernel GB/s / memcpy GB/s: near 1 means the kernel runs at
 copy speed. Avg runs the Sum kernel (its division happens once, at the end).
 """
+
 import argparse
 import math
 import sys
@@ -18,18 +19,35 @@ KERNEL_OPS = ("sum", "prod", "max", "min")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The kernels options."""
-    p.add_argument("-d", "--dtype", action="append",
-                   help="element type (repeatable; default: all ten)")
-    p.add_argument("-o", "--op", action="append", choices=KERNEL_OPS,
-                   help="reduction (repeatable; default: sum, prod, max, min)")
-    p.add_argument("-s", "--size", action="append", type=common.parse_size,
-                   help="bytes per operand (repeatable; default: 256K, in cache, and 64M, "
-                        "out of cache)")
-    p.add_argument("-n", "--iters", type=int, default=0,
-                   help="calls per measurement; 0 (default) picks about --batch-time")
+    p.add_argument("-d", "--dtype", action="append", help="element type (repeatable; default: all ten)")
+    p.add_argument(
+        "-o",
+        "--op",
+        action="append",
+        choices=KERNEL_OPS,
+        help="reduction (repeatable; default: sum, prod, max, min)",
+    )
+    p.add_argument(
+        "-s",
+        "--size",
+        action="append",
+        type=common.parse_size,
+        help="bytes per operand (repeatable; default: 256K, in cache, and 64M, out of cache)",
+    )
+    p.add_argument(
+        "-n",
+        "--iters",
+        type=int,
+        default=0,
+        help="calls per measurement; 0 (default) picks about --batch-time",
+    )
     p.add_argument("--repeats", type=int, default=5, help="measurements; medians (default 5)")
-    p.add_argument("--batch-time", type=float, default=0.02,
-                   help="target seconds per measurement when -n is 0 (default 0.02)")
+    p.add_argument(
+        "--batch-time",
+        type=float,
+        default=0.02,
+        help="target seconds per measurement when -n is 0 (default 0.02)",
+    )
     p.add_argument("--json", metavar="FILE", help="write every repeat's times to FILE")
 
 
@@ -49,8 +67,7 @@ def main(args) -> int:
     dtypes = [common.dtype_from_name(d) for d in (args.dtype or list(common.DTYPES))]
     ops = args.op or list(KERNEL_OPS)
     sizes = args.size or [common.parse_size("256K"), common.parse_size("64M")]
-    op_codes = {"sum": core.hvdlSum, "prod": core.hvdlProd, "max": core.hvdlMax,
-                "min": core.hvdlMin}
+    op_codes = {"sum": core.hvdlSum, "prod": core.hvdlProd, "max": core.hvdlMax, "min": core.hvdlMin}
 
     cols = [("dtype", 8, "{}"), ("op", 4, "{}")]
     groups = [("", 2)]
@@ -58,8 +75,10 @@ def main(args) -> int:
         cols += [("kernel", 7, "{:.2f}"), ("memcpy", 7, "{:.2f}"), ("ratio", 5, "{:.2f}")]
         groups.append((f"{common.format_size(s)}B", 3))
     table = common.Table(cols)
-    print(f"# hvd_lite.bench kernels: dst = a op b vs memcpy; GB/s (1e9 B/s) counting 3 x size "
-          f"for the kernel and 2 x size for memcpy; median of {args.repeats}")
+    print(
+        f"# hvd_lite.bench kernels: dst = a op b vs memcpy; GB/s (1e9 B/s) counting 3 x size "
+        f"for the kernel and 2 x size for memcpy; median of {args.repeats}"
+    )
     table.header(groups)
 
     rows = []
@@ -70,20 +89,32 @@ def main(args) -> int:
             entry = {"dtype": common.dtype_name(dtype), "op": op, "sizes": []}
             for nbytes in sizes:
                 iters = _iters(core, code, op_codes[op], nbytes, args)
-                runs = [core.kernel_bench(code, op_codes[op], nbytes, iters)
-                        for _ in range(args.repeats)]
+                runs = [core.kernel_bench(code, op_codes[op], nbytes, iters) for _ in range(args.repeats)]
                 tk = common.median([k for k, _ in runs])
                 tm = common.median([m for _, m in runs])
                 kbw, mbw = common.gbps(3 * nbytes, tk), common.gbps(2 * nbytes, tm)
                 row += [kbw, mbw, kbw / mbw]
-                entry["sizes"].append({"bytes": nbytes, "iters": iters,
-                                       "kernel_s": [k for k, _ in runs],
-                                       "memcpy_s": [m for _, m in runs],
-                                       "kernel_GBps": kbw, "memcpy_GBps": mbw})
+                entry["sizes"].append(
+                    {
+                        "bytes": nbytes,
+                        "iters": iters,
+                        "kernel_s": [k for k, _ in runs],
+                        "memcpy_s": [m for _, m in runs],
+                        "kernel_GBps": kbw,
+                        "memcpy_GBps": mbw,
+                    }
+                )
             table.row(row)
             rows.append(entry)
     if args.json:
-        common.write_json(args.json, {"benchmark": "kernels", "argv": sys.argv,
-                                      "repeats": args.repeats,
-                                      "machine": common.machine_summary(), "results": rows})
+        common.write_json(
+            args.json,
+            {
+                "benchmark": "kernels",
+                "argv": sys.argv,
+                "repeats": args.repeats,
+                "machine": common.machine_summary(),
+                "results": rows,
+            },
+        )
     return 0

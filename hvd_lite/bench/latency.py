@@ -21,6 +21,7 @@ after a barrier. Median, p10 and p90 are over every call of every batch on
 every rank, in microseconds. #wrong counts wrong result elements of the last
 call of each batch, summed over ranks.
 """
+
 import argparse
 import sys
 import time
@@ -33,27 +34,45 @@ from . import common, exact
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The latency options."""
-    p.add_argument("-s", "--size", type=common.parse_size, action="append",
-                   help="bytes per rank (float32; may be repeated; default 4 and 4K)")
+    p.add_argument(
+        "-s",
+        "--size",
+        type=common.parse_size,
+        action="append",
+        help="bytes per rank (float32; may be repeated; default 4 and 4K)",
+    )
     p.add_argument("-n", "--iters", type=int, default=1000, help="calls per batch (default 1000)")
-    p.add_argument("--repeats", type=int, default=10,
-                   help="batches of each contender per size (default 10)")
-    p.add_argument("-w", "--warmup", type=int, default=100,
-                   help="untimed calls of each contender before each size (default 100)")
-    p.add_argument("--only", action="append",
-                   choices=("named", "auto", "core", "mpi", "torch", "torch_new"),
-                   help="time only these contenders (may be repeated; default all but the torch "
-                        "ones)")
+    p.add_argument("--repeats", type=int, default=10, help="batches of each contender per size (default 10)")
+    p.add_argument(
+        "-w",
+        "--warmup",
+        type=int,
+        default=100,
+        help="untimed calls of each contender before each size (default 100)",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        choices=("named", "auto", "core", "mpi", "torch", "torch_new"),
+        help="time only these contenders (may be repeated; default all but the torch ones)",
+    )
     p.add_argument("--json", metavar="FILE", help="write every call's time to FILE")
 
 
-LABELS = {"named": "hvd named", "auto": "hvd auto", "core": "core (no engine)",
-          "mpi": "MPI_Allreduce", "torch": "hvd.torch auto", "torch_new": "hvd.torch new"}
+LABELS = {
+    "named": "hvd named",
+    "auto": "hvd auto",
+    "core": "core (no engine)",
+    "mpi": "MPI_Allreduce",
+    "torch": "hvd.torch auto",
+    "torch_new": "hvd.torch new",
+}
 
 
 def main(args) -> int:
     """Runs the latency benchmark; rank 0 prints and writes --json."""
     import hvd_lite as hvd
+
     hvd.init()
     import mpi4py
     from mpi4py import MPI
@@ -78,14 +97,27 @@ def main(args) -> int:
         import hvd_lite.torch as htorch
 
     if root:
-        print(f"# hvd_lite.bench latency: {n} ranks, float32 sum in place; {args.warmup} warm-up "
-              f"calls of each, then {args.repeats} batches of {args.iters} calls of each "
-              "(order rotating)")
-        print(f"# hvd_lite {hvd.__version__}; mpi4py {mpi4py.__version__}; times in us, over "
-              "every call on every rank")
-    table = common.Table([("size(B)", 8, "{}"), ("contender", 17, "{}"), ("median", 8, "{:.2f}"),
-                          ("p10", 8, "{:.2f}"), ("p90", 8, "{:.2f}"), ("p99", 9, "{:.2f}"),
-                          ("vs MPI", 7, "{:.1f}"), ("#wrong", 6, "{}")])
+        print(
+            f"# hvd_lite.bench latency: {n} ranks, float32 sum in place; {args.warmup} warm-up "
+            f"calls of each, then {args.repeats} batches of {args.iters} calls of each "
+            "(order rotating)"
+        )
+        print(
+            f"# hvd_lite {hvd.__version__}; mpi4py {mpi4py.__version__}; times in us, over "
+            "every call on every rank"
+        )
+    table = common.Table(
+        [
+            ("size(B)", 8, "{}"),
+            ("contender", 17, "{}"),
+            ("median", 8, "{:.2f}"),
+            ("p10", 8, "{:.2f}"),
+            ("p90", 8, "{:.2f}"),
+            ("p99", 9, "{:.2f}"),
+            ("vs MPI", 7, "{:.1f}"),
+            ("#wrong", 6, "{}"),
+        ]
+    )
     if root:
         table.header()
 
@@ -140,12 +172,25 @@ def main(args) -> int:
             us = allr[:, i].reshape(-1) / 1e3
             q = {p: float(np.percentile(us, p)) for p in (10, 50, 90, 99)}
             entry["libs"][LABELS[kind]] = {
-                "median_us": q[50], "p10_us": q[10], "p90_us": q[90], "p99_us": q[99],
-                "batch_median_us": [float(np.median(allr[:, i, r])) / 1e3
-                                    for r in range(args.repeats)],
-                "wrong": int(wrong[i])}
-            table.row([entry["bytes"], LABELS[kind], q[50], q[10], q[90], q[99],
-                       q[50] / mpi_median if mpi_median else None, int(wrong[i])])
+                "median_us": q[50],
+                "p10_us": q[10],
+                "p90_us": q[90],
+                "p99_us": q[99],
+                "batch_median_us": [float(np.median(allr[:, i, r])) / 1e3 for r in range(args.repeats)],
+                "wrong": int(wrong[i]),
+            }
+            table.row(
+                [
+                    entry["bytes"],
+                    LABELS[kind],
+                    q[50],
+                    q[10],
+                    q[90],
+                    q[99],
+                    q[50] / mpi_median if mpi_median else None,
+                    int(wrong[i]),
+                ]
+            )
         results.append(entry)
 
     if comm is not None:
@@ -156,9 +201,20 @@ def main(args) -> int:
         total_wrong = sum(v["wrong"] for e in results for v in e["libs"].values())
         print(f"# load average (1, 5, 15 min) at start {load_start}, at end {load_end}")
         if args.json:
-            common.write_json(args.json, {
-                "benchmark": "latency", "argv": sys.argv, "ranks": n, "dtype": "float32",
-                "op": "sum", "iters": args.iters, "repeats": args.repeats,
-                "warmup": args.warmup, "contenders": [LABELS[k] for k in kinds],
-                **common.provenance(load_start, load_end), "results": results})
+            common.write_json(
+                args.json,
+                {
+                    "benchmark": "latency",
+                    "argv": sys.argv,
+                    "ranks": n,
+                    "dtype": "float32",
+                    "op": "sum",
+                    "iters": args.iters,
+                    "repeats": args.repeats,
+                    "warmup": args.warmup,
+                    "contenders": [LABELS[k] for k in kinds],
+                    **common.provenance(load_start, load_end),
+                    "results": results,
+                },
+            )
     return common.verdict(world, total_wrong)

@@ -9,6 +9,7 @@ the model and the machine disagree. The shared-memory path (shm) has no model te
 hier_p2p are timed where the layout lets them run (hier: several hosts, or emulated ones with
 HVD_LITE_RANKS_PER_HOST; hier_p2p: several hosts with the same number of ranks each).
 """
+
 import argparse
 import os
 from typing import Dict, List
@@ -22,15 +23,22 @@ ALGOS = ("ring", "rd", "rab", "tree", "small", "shm", "hier", "hier_p2p")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The model options."""
-    p.add_argument("-b", "--minbytes", type=common.parse_size, default=4 << 10,
-                   help="smallest size, bytes per rank (default 4K)")
-    p.add_argument("-e", "--maxbytes", type=common.parse_size, default=16 << 20,
-                   help="largest size (default 16M)")
+    p.add_argument(
+        "-b",
+        "--minbytes",
+        type=common.parse_size,
+        default=4 << 10,
+        help="smallest size, bytes per rank (default 4K)",
+    )
+    p.add_argument(
+        "-e", "--maxbytes", type=common.parse_size, default=16 << 20, help="largest size (default 16M)"
+    )
     p.add_argument("-f", "--stepfactor", type=float, default=4, help="size step factor (default 4)")
     p.add_argument("-n", "--iters", type=int, default=20, help="calls per batch (default 20)")
     p.add_argument("--repeats", type=int, default=5, help="batches per algorithm and size (default 5)")
-    p.add_argument("--algo", action="append", choices=ALGOS,
-                   help="algorithms to time (may be repeated; default all)")
+    p.add_argument(
+        "--algo", action="append", choices=ALGOS, help="algorithms to time (may be repeated; default all)"
+    )
     p.add_argument("--json", metavar="FILE", help="write the figures to FILE")
 
 
@@ -74,16 +82,22 @@ def main(args) -> int:
             x = np.ones(count, np.float32)
             out = np.empty_like(x)
             plan = auto.allreduce_plan(count * 4)
-            row = {"bytes": count * 4, "pick": plan["algorithm"], "predicted": plan["predicted"],
-                   "measured": {}}
+            row = {
+                "bytes": count * 4,
+                "pick": plan["algorithm"],
+                "predicted": plan["predicted"],
+                "measured": {},
+            }
             for a in algos:
                 if a == "small" and count * 4 > 1 << 26:
                     continue
                 c = comms[a]
                 call = lambda: c.allreduce(x, out, 7, 0)  # noqa: E731 - float32 sum
                 call()
-                times = [world.allreduce(common.time_batch(call, args.iters, world.Barrier), op=MPI.MAX)
-                         for _ in range(args.repeats)]
+                times = [
+                    world.allreduce(common.time_batch(call, args.iters, world.Barrier), op=MPI.MAX)
+                    for _ in range(args.repeats)
+                ]
                 row["measured"][a] = common.median(times)
             rows.append(row)
     finally:
@@ -91,21 +105,33 @@ def main(args) -> int:
             c.destroy()
         auto.destroy()
     if world.rank == 0:
-        print(f"# all-reduce cost model, {world.size} ranks on {plan['hosts']} host(s) "
-              f"({plan['local_size']} a host at most): predicted / measured, float32 sum")
+        print(
+            f"# all-reduce cost model, {world.size} ranks on {plan['hosts']} host(s) "
+            f"({plan['local_size']} a host at most): predicted / measured, float32 sum"
+        )
         print(f"{'bytes':>8}  {'pick':>5}  " + "  ".join(f"{a:>21}" for a in algos))
         for row in rows:
             best = min(row["measured"], key=row["measured"].get)
             cells = []
             for a in algos:
                 pred, meas = row["predicted"].get(a), row["measured"].get(a)
-                text = ("-" if meas is None else
-                        f"{'-' if pred is None else f'{pred * 1e6:.1f}':>9} / {meas * 1e6:9.1f}")
+                text = (
+                    "-"
+                    if meas is None
+                    else f"{'-' if pred is None else f'{pred * 1e6:.1f}':>9} / {meas * 1e6:9.1f}"
+                )
                 cells.append(f"{text + ('*' if a == best else ' '):>21}")
             print(f"{common.format_size(row['bytes']):>8}  {row['pick']:>5}  " + "  ".join(cells))
         print("(microseconds; * the fastest measured)")
         if args.json:
-            common.write_json(args.json, {"benchmark": "model", "ranks": world.size,
-                                          "hosts": plan["hosts"], "rows": rows,
-                                          "machine": common.machine_summary()})
+            common.write_json(
+                args.json,
+                {
+                    "benchmark": "model",
+                    "ranks": world.size,
+                    "hosts": plan["hosts"],
+                    "rows": rows,
+                    "machine": common.machine_summary(),
+                },
+            )
     return 0

@@ -6,6 +6,7 @@ each block 1x1 -> 3x3 -> 1x1 convolutions without bias, each followed by batch
 norm (gamma and beta), a 1x1 projection with batch norm on the first block of
 each stage, and a 2048 -> 1000 fully connected layer with bias.
 """
+
 from typing import List, Tuple
 
 RESNET50_TENSORS = 161

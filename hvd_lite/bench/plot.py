@@ -8,6 +8,7 @@ def _pyplot():
         raise SystemExit("--plot needs matplotlib: pip install 'hvd_lite[plot]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -47,10 +48,17 @@ def busbw_vs_size(record: dict, path: str) -> None:
         bw = [e["libs"][label]["busbw_GBps"] for e in record["results"]]
         ax.plot(sizes, bw, marker="o", markersize=3, linewidth=1.2, label=label)
     ax.set_yscale("log")
-    _finish(plt, fig, ax, sizes, "busbw (GB/s, median)",
-            f"{record['benchmark']}, {record['ranks']} ranks, {record['dtype']}"
-            f"{' ' + record['op'] if 'op' in record else ''}"
-            f"{', in place' if record.get('inplace') else ''}", path)
+    _finish(
+        plt,
+        fig,
+        ax,
+        sizes,
+        "busbw (GB/s, median)",
+        f"{record['benchmark']}, {record['ranks']} ranks, {record['dtype']}"
+        f"{' ' + record['op'] if 'op' in record else ''}"
+        f"{', in place' if record.get('inplace') else ''}",
+        path,
+    )
 
 
 def time_ratio(records: list, numerator: str, denominator: str, path: str) -> None:
@@ -60,11 +68,18 @@ def time_ratio(records: list, numerator: str, denominator: str, path: str) -> No
     sizes = []
     for rec in records:
         sizes = [e["bytes"] for e in rec["results"]]
-        ratio = [e["libs"][numerator]["median_s"] / e["libs"][denominator]["median_s"]
-                 for e in rec["results"]]
-        ax.plot(sizes, ratio, marker="o", markersize=3, linewidth=1.2,
-                label=f"{rec['ranks']} ranks")
+        ratio = [
+            e["libs"][numerator]["median_s"] / e["libs"][denominator]["median_s"] for e in rec["results"]
+        ]
+        ax.plot(sizes, ratio, marker="o", markersize=3, linewidth=1.2, label=f"{rec['ranks']} ranks")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_yscale("log", base=2)
-    _finish(plt, fig, ax, sizes, "time ratio (median)",
-            f"{numerator} / {denominator}  (below 1: {numerator} faster)", path)
+    _finish(
+        plt,
+        fig,
+        ax,
+        sizes,
+        "time ratio (median)",
+        f"{numerator} / {denominator}  (below 1: {numerator} faster)",
+        path,
+    )

@@ -7,11 +7,13 @@
 
 The TensorFlow backend is supported; the JAX and torch backends are refused with an error.
 """
+
 try:
     import keras as _keras
 except ImportError as exc:
-    raise ImportError("hvd_lite.keras needs Keras 3 with TensorFlow: pip install "
-                      "'hvd_lite[tensorflow]'") from exc
+    raise ImportError(
+        "hvd_lite.keras needs Keras 3 with TensorFlow: pip install 'hvd_lite[tensorflow]'"
+    ) from exc
 
 from ..exceptions import HvdLiteError
 
@@ -19,9 +21,11 @@ from ..exceptions import HvdLiteError
 def _check_backend() -> None:
     backend = _keras.backend.backend()
     if backend != "tensorflow":
-        raise HvdLiteError(f"hvd_lite.keras supports the Keras 'tensorflow' backend, but Keras runs "
-                           f"the {backend!r} backend; set KERAS_BACKEND=tensorflow before importing "
-                           "keras (for torch, use hvd_lite.torch on a plain torch training loop)")
+        raise HvdLiteError(
+            f"hvd_lite.keras supports the Keras 'tensorflow' backend, but Keras runs "
+            f"the {backend!r} backend; set KERAS_BACKEND=tensorflow before importing "
+            "keras (for torch, use hvd_lite.torch on a plain torch training loop)"
+        )
 
 
 _check_backend()
@@ -77,12 +81,24 @@ def broadcast_global_variables(root_rank):
 
 
 @graph_safe
-def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0, op=None,
-              compression=Compression.none):
+def allreduce(
+    value,
+    name=None,
+    average=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    op=None,
+    compression=Compression.none,
+):
     """`value` (anything tf.constant takes) reduced across ranks, Average by default."""
-    return _ops.allreduce(tf.constant(value, name=name), average=average,
-                          prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                          op=op, compression=compression)
+    return _ops.allreduce(
+        tf.constant(value, name=name),
+        average=average,
+        prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor,
+        op=op,
+        compression=compression,
+    )
 
 
 @graph_safe
@@ -103,18 +119,25 @@ def reducescatter(value, name=None, op=Average):
     return _ops.reducescatter(tf.constant(value, name=name), op=op)
 
 
-def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none,
-               legacy_opts=False):
+def load_model(
+    filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none, legacy_opts=False
+):
     """keras.models.load_model, with the saved optimizer wrapped in DistributedOptimizer."""
     if legacy_opts:
-        raise ValueError("legacy_opts=True loads tf.keras.optimizers.legacy optimizers, which Keras "
-                         "3 does not have")
+        raise ValueError(
+            "legacy_opts=True loads tf.keras.optimizers.legacy optimizers, which Keras 3 does not have"
+        )
     model = _keras.models.load_model(filepath, custom_objects=custom_objects)
     opt = getattr(model, "optimizer", None)
-    if custom_optimizers is not None and opt is not None and not any(
-            isinstance(opt, c) for c in custom_optimizers):
-        raise ValueError(f"the saved optimizer is a {type(opt).__name__}, not one of "
-                         f"custom_optimizers {[c.__name__ for c in custom_optimizers]}")
+    if (
+        custom_optimizers is not None
+        and opt is not None
+        and not any(isinstance(opt, c) for c in custom_optimizers)
+    ):
+        raise ValueError(
+            f"the saved optimizer is a {type(opt).__name__}, not one of "
+            f"custom_optimizers {[c.__name__ for c in custom_optimizers]}"
+        )
     if opt is not None and not hasattr(opt, "_hvd_reduction"):
         dist = DistributedOptimizer(opt, compression=compression)
         if opt.built:
@@ -125,14 +148,54 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
     return model
 
 
-__all__ = ["init", "shutdown", "is_initialized", "start_timeline", "stop_timeline", "rank", "size",
-           "local_rank", "local_size", "cross_rank", "cross_size", "mpi_threads_supported",
-           "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built", "nccl_built", "ddl_built",
-           "ccl_built", "cuda_built", "rocm_built", "ProcessSet", "global_process_set",
-           "add_process_set", "remove_process_set", "allreduce", "allgather", "broadcast",
-           "reducescatter", "broadcast_variables", "broadcast_global_variables",
-           "allgather_object", "broadcast_object", "load_model", "callbacks",
-           "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression",
-           "DistributedOptimizer", "PartialDistributedOptimizer",
-           "BroadcastGlobalVariablesCallback", "MetricAverageCallback",
-           "LearningRateScheduleCallback", "LearningRateWarmupCallback", "HvdLiteError"]
+__all__ = [
+    "init",
+    "shutdown",
+    "is_initialized",
+    "start_timeline",
+    "stop_timeline",
+    "rank",
+    "size",
+    "local_rank",
+    "local_size",
+    "cross_rank",
+    "cross_size",
+    "mpi_threads_supported",
+    "mpi_enabled",
+    "mpi_built",
+    "gloo_enabled",
+    "gloo_built",
+    "nccl_built",
+    "ddl_built",
+    "ccl_built",
+    "cuda_built",
+    "rocm_built",
+    "ProcessSet",
+    "global_process_set",
+    "add_process_set",
+    "remove_process_set",
+    "allreduce",
+    "allgather",
+    "broadcast",
+    "reducescatter",
+    "broadcast_variables",
+    "broadcast_global_variables",
+    "allgather_object",
+    "broadcast_object",
+    "load_model",
+    "callbacks",
+    "Average",
+    "Sum",
+    "Adasum",
+    "Min",
+    "Max",
+    "Product",
+    "Compression",
+    "DistributedOptimizer",
+    "PartialDistributedOptimizer",
+    "BroadcastGlobalVariablesCallback",
+    "MetricAverageCallback",
+    "LearningRateScheduleCallback",
+    "LearningRateWarmupCallback",
+    "HvdLiteError",
+]

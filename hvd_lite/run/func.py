@@ -1,4 +1,5 @@
 """`run(func)`: runs a Python function on every rank and returns the results in rank order."""
+
 import base64
 import os
 import sys
@@ -28,24 +29,42 @@ def _python_path(environ: Mapping[str, str]) -> str:
     return os.pathsep.join(extra + ([old] if old else []))
 
 
-def run(func: Callable, args: Sequence = (), kwargs: Optional[Mapping[str, Any]] = None,
-        np: int = 1, hosts: Optional[str] = None, hostfile: Optional[str] = None,
-        mpi_args: Union[str, Sequence[str], None] = None,
-        env: Optional[Mapping[str, str]] = None, start_timeout: Optional[float] = None,
-        mpirun: Optional[str] = None, verbose: bool = False, **knobs: Any) -> List[Any]:
+def run(
+    func: Callable,
+    args: Sequence = (),
+    kwargs: Optional[Mapping[str, Any]] = None,
+    np: int = 1,
+    hosts: Optional[str] = None,
+    hostfile: Optional[str] = None,
+    mpi_args: Union[str, Sequence[str], None] = None,
+    env: Optional[Mapping[str, str]] = None,
+    start_timeout: Optional[float] = None,
+    mpirun: Optional[str] = None,
+    verbose: bool = False,
+    **knobs: Any,
+) -> List[Any]:
     """Runs func(*args, **kwargs) on np ranks; returns the return values in rank order."""
     payload = base64.b64encode(cloudpickle.dumps((func, tuple(args), dict(kwargs or {}))))
     if len(payload) > MAX_PAYLOAD:
         raise LauncherError(
             f"the pickled function and arguments take {len(payload)} bytes, more than the "
             f"{MAX_PAYLOAD} that fit in the environment variable that carries them; pass large "
-            "data through files and give run() their paths")
+            "data through files and give run() their paths"
+        )
     job_env = dict(os.environ if env is None else env)
     job_env["PYTHONPATH"] = _python_path(job_env)
     job_env[FUNC_VAR] = payload.decode()  # before planning: Open MPI forwards it with -x
-    plan = make_plan([sys.executable, "-m", "hvd_lite.run.task"], np=np, hosts=hosts,
-                     hostfile=hostfile, mpi_args=mpi_args, knob_env=knob_env(**knobs),
-                     env=job_env, tag_output=False, mpirun=mpirun)
+    plan = make_plan(
+        [sys.executable, "-m", "hvd_lite.run.task"],
+        np=np,
+        hosts=hosts,
+        hostfile=hostfile,
+        mpi_args=mpi_args,
+        knob_env=knob_env(**knobs),
+        env=job_env,
+        tag_output=False,
+        mpirun=mpirun,
+    )
     if verbose:
         sys.stderr.write(f"hvd_lite.run: {plan.shell_line()}\n")
     result = execute(plan, start_timeout=start_timeout, stdin=None)
@@ -57,9 +76,12 @@ def run(func: Callable, args: Sequence = (), kwargs: Optional[Mapping[str, Any]]
     missing = [r for r in range(plan.np) if ("ret", r) not in result.payloads]
     if result.error or missing:
         first = result.first_failure()
-        why = result.error or (f"the job ended with exit code {result.exit_code}"
-                               + (f" (first: {result.describe(first[0])})" if first else ""))
-        raise LauncherError(f"run({getattr(func, '__name__', func)!r}) got no result from "
-                            f"rank(s) {', '.join(map(str, missing)) or '-'}: {why}")
-    return [cloudpickle.loads(base64.b64decode(result.payloads[("ret", r)]))
-            for r in range(plan.np)]
+        why = result.error or (
+            f"the job ended with exit code {result.exit_code}"
+            + (f" (first: {result.describe(first[0])})" if first else "")
+        )
+        raise LauncherError(
+            f"run({getattr(func, '__name__', func)!r}) got no result from "
+            f"rank(s) {', '.join(map(str, missing)) or '-'}: {why}"
+        )
+    return [cloudpickle.loads(base64.b64decode(result.payloads[("ret", r)])) for r in range(plan.np)]

@@ -1,4 +1,5 @@
 """Hosts and slots: parses `-H host1:2,host2:4` and hostfiles, and places ranks on hosts."""
+
 import os
 import re
 from dataclasses import dataclass
@@ -26,12 +27,15 @@ def _check_name(name: str, where: str) -> str:
     if not name:
         raise LauncherError(f"{where}: empty host name")
     if name.startswith("-"):
-        raise LauncherError(f"{where}: host name {name!r} starts with '-', which mpirun would "
-                            "read as an option; give the host's name")
+        raise LauncherError(
+            f"{where}: host name {name!r} starts with '-', which mpirun would "
+            "read as an option; give the host's name"
+        )
     if not _HOST_RE.fullmatch(name):
         raise LauncherError(
             f"{where}: {name!r} is not a valid host name (use letters, digits, '-', '_' and '.'; "
-            "IPv6 literals are not supported, give the host's name instead)")
+            "IPv6 literals are not supported, give the host's name instead)"
+        )
     return name
 
 
@@ -47,10 +51,10 @@ def _no_duplicates(hosts: List[Host], where: str) -> List[Host]:
     for h in hosts:
         key = h.name.lower()  # host names are case-insensitive
         if key in seen:
-            same = f"host {h.name!r}" + (f" (the same as {seen[key]!r})" if seen[key] != h.name
-                                         else "")
-            raise LauncherError(f"{where}: {same} is listed twice; give it once with the total "
-                                "number of slots")
+            same = f"host {h.name!r}" + (f" (the same as {seen[key]!r})" if seen[key] != h.name else "")
+            raise LauncherError(
+                f"{where}: {same} is listed twice; give it once with the total number of slots"
+            )
         seen[key] = h.name
     return hosts
 
@@ -67,10 +71,12 @@ def parse_hosts(text: str) -> List[Host]:
             raise LauncherError(f"{where}: empty entry (two commas in a row, or a trailing comma)")
         name, sep, slots = item.partition(":")
         if sep and ":" in slots:
-            raise LauncherError(f"{where}: {item!r} has more than one ':'; use host:N "
-                                "(IPv6 literals are not supported)")
-        hosts.append(Host(_check_name(name, where),
-                          _check_slots(slots, f"{where}, host {name!r}") if sep else 1))
+            raise LauncherError(
+                f"{where}: {item!r} has more than one ':'; use host:N (IPv6 literals are not supported)"
+            )
+        hosts.append(
+            Host(_check_name(name, where), _check_slots(slots, f"{where}, host {name!r}") if sep else 1)
+        )
     return _no_duplicates(hosts, where)
 
 
@@ -98,11 +104,13 @@ def parse_hostfile(path: str) -> List[Host]:
             if key == "slots" and sep and slots is None:
                 slots = _check_slots(value, f"{where}, host {name!r}")
             elif key == "slots" and sep:
-                raise LauncherError(f"{where}: slots= is given twice in {raw.strip()!r}; "
-                                    "a line is 'host slots=N'")
+                raise LauncherError(
+                    f"{where}: slots= is given twice in {raw.strip()!r}; a line is 'host slots=N'"
+                )
             else:
-                raise LauncherError(f"{where}: cannot read {field!r} in {raw.strip()!r}; "
-                                    "a line is 'host slots=N'")
+                raise LauncherError(
+                    f"{where}: cannot read {field!r} in {raw.strip()!r}; a line is 'host slots=N'"
+                )
         hosts.append(Host(_check_name(name, where), 1 if slots is None else slots))
     if not hosts:
         raise LauncherError(f"--hostfile {path!r} lists no hosts; add lines 'host slots=N'")
@@ -128,9 +136,11 @@ def place(hosts: Sequence[Host], np: int) -> List[Tuple[str, int]]:
     total = total_slots(hosts)
     if np > total:
         listed = ", ".join(str(h) for h in hosts)
-        raise LauncherError(f"-np {np} is more than the {total} slot(s) on the hosts ({listed}); "
-                            "lower -np or give the hosts more slots (-H host:N, or slots=N in the "
-                            "hostfile)")
+        raise LauncherError(
+            f"-np {np} is more than the {total} slot(s) on the hosts ({listed}); "
+            "lower -np or give the hosts more slots (-H host:N, or slots=N in the "
+            "hostfile)"
+        )
     placed, left = [], np
     for h in hosts:
         if left == 0:
@@ -141,8 +151,9 @@ def place(hosts: Sequence[Host], np: int) -> List[Tuple[str, int]]:
     return placed
 
 
-def resolve(np: Optional[int], hosts: Optional[str] = None,
-            hostfile: Optional[str] = None) -> Tuple[int, List[Host]]:
+def resolve(
+    np: Optional[int], hosts: Optional[str] = None, hostfile: Optional[str] = None
+) -> Tuple[int, List[Host]]:
     """The job's np and hosts from the options; the default is localhost with np slots."""
     if hosts is not None and hostfile is not None:
         raise LauncherError("give either -H/--hosts or --hostfile, not both")

@@ -8,6 +8,7 @@ after KILL_GRACE_S) when: the launcher gets SIGINT/SIGTERM/SIGHUP; not every ran
 the start timeout; or a rank failed and the MPI has not ended the job FAILURE_GRACE_S later
 (Hydra waits for the other ranks, which may be blocked on the dead one).
 """
+
 import os
 import re
 import signal
@@ -23,8 +24,7 @@ from .rank import PREFIX
 FAILURE_GRACE_S = 3.0
 KILL_GRACE_S = 5.0
 START_TIMEOUT_EXIT = 124
-_MARKER = re.compile(re.escape(PREFIX).encode() +
-                     rb":([0-9a-f]+):(\w+):(-?\d+):(\d+)/(\d+):([^\r\n]*)")
+_MARKER = re.compile(re.escape(PREFIX).encode() + rb":([0-9a-f]+):(\w+):(-?\d+):(\d+)/(\d+):([^\r\n]*)")
 _TAG_ONLY = re.compile(rb"^\s*(\[[^\]]*\](<std(?:out|err)>:)?\s*)?$")
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -108,8 +108,13 @@ class _Markers:
     def result(self, **fields) -> JobResult:
         """What the ranks reported so far, with the given other fields of a JobResult."""
         with self.lock:
-            return JobResult(started=list(self.started), exits=dict(self.exits),
-                             killed=dict(self.killed), payloads=self._payloads(), **fields)
+            return JobResult(
+                started=list(self.started),
+                exits=dict(self.exits),
+                killed=dict(self.killed),
+                payloads=self._payloads(),
+                **fields,
+            )
 
 
 def _descendants(root: int) -> List[int]:
@@ -149,7 +154,7 @@ def _relay(pipe, markers: _Markers, write) -> None:
         if m is None or m.group(1) != markers.token:
             write(line)
             continue
-        before = line[:m.start()]
+        before = line[: m.start()]
         if before and not _TAG_ONLY.match(before):
             write(before + b"\n")
         markers.take(m)
@@ -159,8 +164,16 @@ def _relay(pipe, markers: _Markers, write) -> None:
 class Job:
     """One launch of an mpirun command line."""
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str], np: int, token: str,
-                 start_timeout: float, stdin=None, quiet: bool = False):
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        np: int,
+        token: str,
+        start_timeout: float,
+        stdin=None,
+        quiet: bool = False,
+    ):
         self.argv, self.env, self.np, self.token = list(argv), dict(env), np, token
         self.start_timeout, self.stdin, self.quiet = start_timeout, stdin, quiet
         self.proc: Optional[subprocess.Popen] = None
@@ -208,14 +221,19 @@ class Job:
             for sig in _STOP_SIGNALS:
                 handlers[sig] = signal.signal(sig, self._on_signal)
         try:
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdin=self.stdin,
-                                         stderr=subprocess.PIPE, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv, env=self.env, stdin=self.stdin, stderr=subprocess.PIPE, start_new_session=True
+            )
         except OSError as exc:
             for sig, old in handlers.items():
                 signal.signal(sig, old)
             return JobResult(127, 127, error=f"cannot run {self.argv[0]!r}: {exc.strerror}")
-        reader = threading.Thread(target=_relay, args=(self.proc.stderr, markers, _writer()),
-                                  name="hvd_lite.run-stderr", daemon=True)
+        reader = threading.Thread(
+            target=_relay,
+            args=(self.proc.stderr, markers, _writer()),
+            name="hvd_lite.run-stderr",
+            daemon=True,
+        )
         reader.start()
         error = None
         t0 = time.monotonic()
@@ -240,18 +258,22 @@ class Job:
                 if started < self.np and now - t0 > self.start_timeout:
                     shown = ", ".join(map(str, missing[:16]))
                     shown += " ..." if len(missing) > 16 else ""
-                    error = (f"only {started} of {self.np} ranks started within "
-                             f"{self.start_timeout:g} s (--start-timeout); not started: {shown}. "
-                             "Check that mpirun can reach every host (ssh without a password, "
-                             "the same Python and hvd_lite there) or raise --start-timeout.")
+                    error = (
+                        f"only {started} of {self.np} ranks started within "
+                        f"{self.start_timeout:g} s (--start-timeout); not started: {shown}. "
+                        "Check that mpirun can reach every host (ssh without a password, "
+                        "the same Python and hvd_lite there) or raise --start-timeout."
+                    )
                     self._note(error + " Ending the job.")
                     self._end()
                 elif failed_at is not None and now - failed_at > FAILURE_GRACE_S:
                     so_far = markers.result(exit_code=0, mpirun_code=0)
                     failure = so_far.first_failure()
                     if failure is not None:  # the markers' failure (failed_at is its time)
-                        self._note(f"{so_far.describe(failure[0])} and the job is still running "
-                                   f"{FAILURE_GRACE_S:g} s later; ending the other ranks.")
+                        self._note(
+                            f"{so_far.describe(failure[0])} and the job is still running "
+                            f"{FAILURE_GRACE_S:g} s later; ending the other ranks."
+                        )
                     self._end()
         finally:
             for sig, old in handlers.items():
@@ -270,7 +292,7 @@ class Job:
         result = markers.result(exit_code=0, mpirun_code=rc, error=error, signal=self._caught)
         if self._caught is not None:
             result.exit_code = 128 + self._caught
-            result.error = (f"stopped by {signal.Signals(self._caught).name}; ended every rank")
+            result.error = f"stopped by {signal.Signals(self._caught).name}; ended every rank"
         elif error is not None:
             result.exit_code = START_TIMEOUT_EXIT
             result.error_printed = not self.quiet
@@ -279,8 +301,9 @@ class Job:
         else:
             result.exit_code = rc if rc >= 0 else 128 - rc
             if rc < 0 or (rc != 0 and len(result.started) < self.np):
-                how = (f"exited with code {rc}" if rc > 0 else
-                       f"was killed by {_signal_text(-rc)}")
-                result.error = (f"{os.path.basename(self.argv[0])} {how} after "
-                                f"{len(result.started)} of {self.np} ranks started")
+                how = f"exited with code {rc}" if rc > 0 else f"was killed by {_signal_text(-rc)}"
+                result.error = (
+                    f"{os.path.basename(self.argv[0])} {how} after "
+                    f"{len(result.started)} of {self.np} ranks started"
+                )
         return result

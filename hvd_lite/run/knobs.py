@@ -1,4 +1,5 @@
 """The engine knobs the launcher sets from its flags, as HVD_LITE_* environment variables."""
+
 from typing import Dict, Optional
 
 from ..exceptions import LauncherError
@@ -32,24 +33,33 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def knob_env(fusion_threshold_mb: Optional[float] = None, cycle_time_ms: Optional[float] = None,
-             batch_time_ms: Optional[float] = None, notify_time_ms: Optional[float] = None,
-             timeline_filename: Optional[str] = None,
-             stall_check_warning_time_seconds: Optional[int] = None,
-             stall_check_shutdown_time_seconds: Optional[int] = None,
-             log_level: Optional[str] = None, autotune: Optional[bool] = None,
-             autotune_log_file: Optional[str] = None, autotune_warmup_samples: Optional[int] = None,
-             autotune_steps_per_sample: Optional[int] = None) -> Dict[str, str]:
+def knob_env(
+    fusion_threshold_mb: Optional[float] = None,
+    cycle_time_ms: Optional[float] = None,
+    batch_time_ms: Optional[float] = None,
+    notify_time_ms: Optional[float] = None,
+    timeline_filename: Optional[str] = None,
+    stall_check_warning_time_seconds: Optional[int] = None,
+    stall_check_shutdown_time_seconds: Optional[int] = None,
+    log_level: Optional[str] = None,
+    autotune: Optional[bool] = None,
+    autotune_log_file: Optional[str] = None,
+    autotune_warmup_samples: Optional[int] = None,
+    autotune_steps_per_sample: Optional[int] = None,
+) -> Dict[str, str]:
     """The HVD_LITE_* variables for the knobs that were given (None means not given)."""
     env = {}
     if fusion_threshold_mb is not None:
         if not 0 <= fusion_threshold_mb <= MAX_FUSION_MB:
-            raise LauncherError(f"--fusion-threshold-mb must be in [0, {MAX_FUSION_MB}], got "
-                                f"{fusion_threshold_mb:g}")
+            raise LauncherError(
+                f"--fusion-threshold-mb must be in [0, {MAX_FUSION_MB}], got {fusion_threshold_mb:g}"
+            )
         env["HVD_LITE_FUSION_THRESHOLD"] = str(int(round(fusion_threshold_mb * 1024 * 1024)))
-    for flag, var, ms in (("--cycle-time-ms", "HVD_LITE_CYCLE_TIME", cycle_time_ms),
-                          ("--batch-time-ms", "HVD_LITE_BATCH_TIME", batch_time_ms),
-                          ("--notify-time-ms", "HVD_LITE_NOTIFY_TIME", notify_time_ms)):
+    for flag, var, ms in (
+        ("--cycle-time-ms", "HVD_LITE_CYCLE_TIME", cycle_time_ms),
+        ("--batch-time-ms", "HVD_LITE_BATCH_TIME", batch_time_ms),
+        ("--notify-time-ms", "HVD_LITE_NOTIFY_TIME", notify_time_ms),
+    ):
         if ms is not None:
             if not 0 <= ms <= MAX_CYCLE_MS:
                 raise LauncherError(f"{flag} must be in [0, {MAX_CYCLE_MS:g}], got {ms:g}")
@@ -61,18 +71,21 @@ def knob_env(fusion_threshold_mb: Optional[float] = None, cycle_time_ms: Optiona
     warn, shut = stall_check_warning_time_seconds, stall_check_shutdown_time_seconds
     if warn is not None:
         if not 0 <= warn <= MAX_STALL_S:
-            raise LauncherError(f"--stall-check-warning-time-seconds must be in [0, {MAX_STALL_S}]"
-                                f", got {warn}")
+            raise LauncherError(
+                f"--stall-check-warning-time-seconds must be in [0, {MAX_STALL_S}], got {warn}"
+            )
         env["HVD_LITE_STALL_CHECK_TIME_SECONDS"] = str(warn)
     if shut is not None:
         if not 0 <= shut <= MAX_STALL_S:
-            raise LauncherError(f"--stall-check-shutdown-time-seconds must be in [0, {MAX_STALL_S}]"
-                                f", got {shut}")
+            raise LauncherError(
+                f"--stall-check-shutdown-time-seconds must be in [0, {MAX_STALL_S}], got {shut}"
+            )
         if warn is not None and 0 < shut < warn:
             raise LauncherError(
                 f"--stall-check-shutdown-time-seconds {shut} is shorter than "
                 f"--stall-check-warning-time-seconds {warn}: a stall would end the job before it "
-                "is reported; make the shutdown time at least the warning time (or 0 to disable)")
+                "is reported; make the shutdown time at least the warning time (or 0 to disable)"
+            )
         env["HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS"] = str(shut)
     if log_level is not None:
         level = log_level.lower()
@@ -87,8 +100,11 @@ def _autotune_env(autotune, log_file, warmup, steps) -> Dict[str, str]:
     env = {}
     if autotune is not None:
         env["HVD_LITE_AUTOTUNE"] = "1" if autotune else "0"
-    for flag, given in (("--autotune-log-file", log_file), ("--autotune-warmup-samples", warmup),
-                        ("--autotune-steps-per-sample", steps)):
+    for flag, given in (
+        ("--autotune-log-file", log_file),
+        ("--autotune-warmup-samples", warmup),
+        ("--autotune-steps-per-sample", steps),
+    ):
         if given is not None and not autotune:
             raise LauncherError(f"{flag} needs --autotune: without it nothing is tuned")
     if log_file is not None:
@@ -96,9 +112,9 @@ def _autotune_env(autotune, log_file, warmup, steps) -> Dict[str, str]:
             raise LauncherError("--autotune-log-file must not be empty")
         env["HVD_LITE_AUTOTUNE_LOG"] = log_file
     for flag, var, value, lo, hi in (
-            ("--autotune-warmup-samples", "HVD_LITE_AUTOTUNE_WARMUP_SAMPLES", warmup, 0, MAX_AUTOTUNE_WARMUP),
-            ("--autotune-steps-per-sample", "HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", steps, 1,
-             MAX_AUTOTUNE_STEPS)):
+        ("--autotune-warmup-samples", "HVD_LITE_AUTOTUNE_WARMUP_SAMPLES", warmup, 0, MAX_AUTOTUNE_WARMUP),
+        ("--autotune-steps-per-sample", "HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", steps, 1, MAX_AUTOTUNE_STEPS),
+    ):
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
                 raise LauncherError(f"{flag} must be a whole number in [{lo}, {hi}], got {value!r}")

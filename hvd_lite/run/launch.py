@@ -1,4 +1,5 @@
 """Turns the launcher's options into a plan (MPI, argv, environment) and runs it."""
+
 import math
 import os
 import secrets
@@ -25,11 +26,11 @@ def default_start_timeout() -> float:
     try:
         seconds = parse_float(value)
     except ValueError as exc:
-        raise LauncherError(f"HVD_LITE_START_TIMEOUT must be a number of seconds > 0: "
-                            f"expected {exc}") from None
+        raise LauncherError(
+            f"HVD_LITE_START_TIMEOUT must be a number of seconds > 0: expected {exc}"
+        ) from None
     if seconds <= 0:
-        raise LauncherError(f"HVD_LITE_START_TIMEOUT must be a number of seconds > 0, got "
-                            f"{value!r}")
+        raise LauncherError(f"HVD_LITE_START_TIMEOUT must be a number of seconds > 0, got {value!r}")
     return seconds
 
 
@@ -48,15 +49,23 @@ class Plan:
         return shlex.join(self.argv)
 
 
-def make_plan(command: Sequence[str], np: Optional[int] = None, hosts: Optional[str] = None,
-              hostfile: Optional[str] = None, mpi_args: Union[str, Sequence[str], None] = None,
-              knob_env: Optional[Mapping[str, str]] = None,
-              env: Optional[Mapping[str, str]] = None, tag_output: bool = True,
-              mpirun: Optional[str] = None) -> Plan:
+def make_plan(
+    command: Sequence[str],
+    np: Optional[int] = None,
+    hosts: Optional[str] = None,
+    hostfile: Optional[str] = None,
+    mpi_args: Union[str, Sequence[str], None] = None,
+    knob_env: Optional[Mapping[str, str]] = None,
+    env: Optional[Mapping[str, str]] = None,
+    tag_output: bool = True,
+    mpirun: Optional[str] = None,
+) -> Plan:
     """Validates the options, finds the MPI and builds its command line."""
     if not command:
-        raise LauncherError("no command given: put the command to run after the options, "
-                            "e.g. hvd_lite.run -np 2 python train.py")
+        raise LauncherError(
+            "no command given: put the command to run after the options, "
+            "e.g. hvd_lite.run -np 2 python train.py"
+        )
     n, host_list = resolve(np, hosts, hostfile)
     if isinstance(mpi_args, str):
         try:
@@ -72,17 +81,22 @@ def make_plan(command: Sequence[str], np: Optional[int] = None, hosts: Optional[
         # Open MPI refuses root without these (or --allow-run-as-root, which we also pass).
         job_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         job_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    spec = LaunchSpec(np=n, hosts=host_list, command=list(command), mpi_args=list(mpi_args or ()),
-                      knob_env=dict(knob_env or {}), forward_env=forwarded_names(job_env),
-                      tag_output=tag_output, as_root=os.geteuid() == 0)
+    spec = LaunchSpec(
+        np=n,
+        hosts=host_list,
+        command=list(command),
+        mpi_args=list(mpi_args or ()),
+        knob_env=dict(knob_env or {}),
+        forward_env=forwarded_names(job_env),
+        tag_output=tag_output,
+        as_root=os.geteuid() == 0,
+    )
     return Plan(mpi, build_command(mpi.flavour, mpi.path, spec), job_env, n, token)
 
 
-def execute(plan: Plan, start_timeout: Optional[float] = None, stdin=None,
-            quiet: bool = False) -> JobResult:
+def execute(plan: Plan, start_timeout: Optional[float] = None, stdin=None, quiet: bool = False) -> JobResult:
     """Runs a plan to its end."""
     timeout = default_start_timeout() if start_timeout is None else float(start_timeout)
     if not (math.isfinite(timeout) and timeout > 0):
-        raise LauncherError(f"--start-timeout must be a finite number of seconds > 0, got "
-                            f"{timeout:g}")
+        raise LauncherError(f"--start-timeout must be a finite number of seconds > 0, got {timeout:g}")
     return Job(plan.argv, plan.env, plan.np, plan.token, timeout, stdin=stdin, quiet=quiet).run()

@@ -10,6 +10,7 @@ exit code of the rank that failed, whatever the MPI does with exit codes (Hydra 
 This file is run by path and imports only the standard library, so it works before (and without)
 hvd_lite's C extension loading.
 """
+
 import os
 import signal
 import subprocess
@@ -38,7 +39,7 @@ def emit(kind: str, rank: int, payload: str = "") -> None:
     token = os.environ.get(TOKEN_VAR)
     if not token:
         return
-    pieces = [payload[i:i + CHUNK] for i in range(0, len(payload), CHUNK)] or [""]
+    pieces = [payload[i : i + CHUNK] for i in range(0, len(payload), CHUNK)] or [""]
     n = len(pieces)
     for i, piece in enumerate(pieces):
         line = f"{PREFIX}:{token}:{kind}:{rank}:{i}/{n}:{piece}\n".encode()

@@ -4,6 +4,7 @@ The function and its arguments arrive pickled (cloudpickle) in $HVD_LITE_RUN_FUN
 value, or the exception and its traceback, goes back to the launcher as marker lines on stderr
 (rank.emit), so nothing needs a shared file system or a port.
 """
+
 import base64
 import os
 import pickle
@@ -24,8 +25,9 @@ def main() -> int:
     rank = rank_from_env()
     payload = os.environ.pop(FUNC_VAR, None)
     if payload is None:
-        sys.stderr.write(f"hvd_lite.run task: ${FUNC_VAR} is not set; this module is started by "
-                         "hvd_lite.run.run()\n")
+        sys.stderr.write(
+            f"hvd_lite.run task: ${FUNC_VAR} is not set; this module is started by hvd_lite.run.run()\n"
+        )
         return 2
     try:
         func, args, kwargs = pickle.loads(base64.b64decode(payload))
@@ -41,8 +43,13 @@ def main() -> int:
     try:
         data = _encode(value)
     except Exception as exc:  # noqa: BLE001
-        emit("err", rank, _encode((None, f"the return value of rank {rank} cannot be pickled: "
-                                          f"{type(exc).__name__}: {exc}\n")))
+        emit(
+            "err",
+            rank,
+            _encode(
+                (None, f"the return value of rank {rank} cannot be pickled: {type(exc).__name__}: {exc}\n")
+            ),
+        )
         return 1
     emit("ret", rank, data)
     return 0

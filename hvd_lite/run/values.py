@@ -5,6 +5,7 @@ between digits, spaces around, 'nan' and 'inf'. These accept ASCII digits only, 
 Each raises ValueError with what is expected and the value given ("a whole number from 1 to
 2147483647 (digits 0-9), got '²'"); the caller says which option it was.
 """
+
 import math
 import re
 

@@ -11,11 +11,14 @@
 or, for Keras `model.fit`: `strategy = hvd.MultiWorkerMirroredStrategy()` (see docs/tensorflow.md).
 Horovod 0.28.1's names and arguments are the spec; docs/tensorflow.md lists each name's status.
 """
+
 try:
     import tensorflow as _tf  # noqa: F401
 except ImportError as exc:
-    raise ImportError("hvd_lite.tensorflow needs TensorFlow: pip install 'hvd_lite[tensorflow]' "
-                      "(or pip install 'tensorflow-cpu==2.21.*')") from exc
+    raise ImportError(
+        "hvd_lite.tensorflow needs TensorFlow: pip install 'hvd_lite[tensorflow]' "
+        "(or pip install 'tensorflow-cpu==2.21.*')"
+    ) from exc
 
 from ..basics import (
     cross_rank,
@@ -87,11 +90,23 @@ from .mpi_ops import (
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 
 
-def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='',
-                         device_sparse='', compression=Compression.none, sparse_as_dense=False,
-                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         average_aggregated_gradients=False, num_groups=0, groups=None,
-                         process_set=global_process_set, scale_local_gradients=True):
+def DistributedOptimizer(
+    optimizer,
+    name=None,
+    use_locking=False,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    backward_passes_per_step=1,
+    op=Average,
+    gradient_predivide_factor=1.0,
+    average_aggregated_gradients=False,
+    num_groups=0,
+    groups=None,
+    process_set=global_process_set,
+    scale_local_gradients=True,
+):
     """A Keras optimizer whose updates use gradients reduced across ranks
     (hvd_lite.keras.DistributedOptimizer); TF1 optimizers are not supported."""
     import keras
@@ -100,30 +115,40 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
         raise NotImplementedError(
             f"hvd_lite.tensorflow.DistributedOptimizer wraps a keras.optimizers.Optimizer; "
             f"{type(optimizer).__name__} is not one (TF1 tf.compat.v1.train optimizers are not "
-            "supported: use a Keras optimizer, or DistributedGradientTape)")
+            "supported: use a Keras optimizer, or DistributedGradientTape)"
+        )
     if use_locking:
-        raise ValueError("use_locking=True applies to TF1 optimizers only; Keras optimizers do not "
-                         "lock")
+        raise ValueError("use_locking=True applies to TF1 optimizers only; Keras optimizers do not lock")
     if op == Adasum:
         raise ValueError("op == Adasum is not supported yet with Keras")
     from ..keras import DistributedOptimizer as keras_distributed
 
-    return keras_distributed(optimizer, name=name, device_dense=device_dense,
-                             device_sparse=device_sparse, compression=compression,
-                             sparse_as_dense=sparse_as_dense,
-                             gradient_predivide_factor=gradient_predivide_factor, op=op,
-                             backward_passes_per_step=backward_passes_per_step,
-                             average_aggregated_gradients=average_aggregated_gradients,
-                             num_groups=num_groups, groups=groups, process_set=process_set,
-                             scale_local_gradients=scale_local_gradients)
+    return keras_distributed(
+        optimizer,
+        name=name,
+        device_dense=device_dense,
+        device_sparse=device_sparse,
+        compression=compression,
+        sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor,
+        op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients,
+        num_groups=num_groups,
+        groups=groups,
+        process_set=process_set,
+        scale_local_gradients=scale_local_gradients,
+    )
 
 
 class BroadcastGlobalVariablesHook:
     """Horovod's TF1 SessionRunHook: not implemented (TensorFlow 2 has no sessions)."""
 
-    def __init__(self, root_rank, device=''):
-        raise NotImplementedError("BroadcastGlobalVariablesHook is a TF1 SessionRunHook; under "
-                                  "TensorFlow 2 call hvd.broadcast_variables(variables, root_rank)")
+    def __init__(self, root_rank, device=""):
+        raise NotImplementedError(
+            "BroadcastGlobalVariablesHook is a TF1 SessionRunHook; under "
+            "TensorFlow 2 call hvd.broadcast_variables(variables, root_rank)"
+        )
 
 
 class SyncBatchNormalization:
@@ -143,18 +168,71 @@ def __getattr__(name):
 
 
 __all__ = [
-    "init", "shutdown", "is_initialized", "start_timeline", "stop_timeline", "size", "local_size",
-    "cross_size", "rank", "local_rank", "cross_rank", "is_homogeneous", "rank_op",
-    "local_rank_op", "size_op", "local_size_op", "process_set_included_op",
-    "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
-    "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "ProcessSet",
-    "global_process_set", "add_process_set", "remove_process_set", "Average", "Sum", "Adasum",
-    "Min", "Max", "Product", "ReduceOp", "handle_average_backwards_compatibility",
-    "check_num_rank_power_of_2", "join", "barrier", "SyncBatchNormalization", "allreduce",
-    "grouped_allreduce", "reducescatter", "grouped_reducescatter", "allgather",
-    "grouped_allgather", "broadcast", "broadcast_", "alltoall", "broadcast_global_variables",
-    "BroadcastGlobalVariablesHook", "DistributedOptimizer", "DistributedGradientTape",
-    "PartialDistributedGradientTape", "Compression", "allgather_object", "broadcast_object",
-    "broadcast_object_fn", "broadcast_variables", "MultiWorkerMirroredStrategy", "HvdLiteError",
-    "CollectiveFailedError", "CollectiveArgumentError", "CollectiveMismatchError",
+    "init",
+    "shutdown",
+    "is_initialized",
+    "start_timeline",
+    "stop_timeline",
+    "size",
+    "local_size",
+    "cross_size",
+    "rank",
+    "local_rank",
+    "cross_rank",
+    "is_homogeneous",
+    "rank_op",
+    "local_rank_op",
+    "size_op",
+    "local_size_op",
+    "process_set_included_op",
+    "mpi_threads_supported",
+    "mpi_enabled",
+    "mpi_built",
+    "gloo_enabled",
+    "gloo_built",
+    "nccl_built",
+    "ddl_built",
+    "ccl_built",
+    "cuda_built",
+    "rocm_built",
+    "ProcessSet",
+    "global_process_set",
+    "add_process_set",
+    "remove_process_set",
+    "Average",
+    "Sum",
+    "Adasum",
+    "Min",
+    "Max",
+    "Product",
+    "ReduceOp",
+    "handle_average_backwards_compatibility",
+    "check_num_rank_power_of_2",
+    "join",
+    "barrier",
+    "SyncBatchNormalization",
+    "allreduce",
+    "grouped_allreduce",
+    "reducescatter",
+    "grouped_reducescatter",
+    "allgather",
+    "grouped_allgather",
+    "broadcast",
+    "broadcast_",
+    "alltoall",
+    "broadcast_global_variables",
+    "BroadcastGlobalVariablesHook",
+    "DistributedOptimizer",
+    "DistributedGradientTape",
+    "PartialDistributedGradientTape",
+    "Compression",
+    "allgather_object",
+    "broadcast_object",
+    "broadcast_object_fn",
+    "broadcast_variables",
+    "MultiWorkerMirroredStrategy",
+    "HvdLiteError",
+    "CollectiveFailedError",
+    "CollectiveArgumentError",
+    "CollectiveMismatchError",
 ]

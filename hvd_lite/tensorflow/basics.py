@@ -1,5 +1,6 @@
 """horovod.tensorflow's queries about the build and the job, answered for hvd_lite (an MPI build
 on the CPU; the build and timeline queries are hvd_lite._build's, shared with hvd_lite.torch)."""
+
 from .._build import (  # noqa: F401
     ccl_built,
     cuda_built,
@@ -28,7 +29,21 @@ def handle_average_backwards_compatibility(op, average):
     return resolve_op("handle_average_backwards_compatibility", op, average)
 
 
-__all__ = ["mpi_built", "mpi_enabled", "gloo_built", "gloo_enabled", "nccl_built", "ddl_built",
-           "ccl_built", "cuda_built", "rocm_built", "is_homogeneous", "start_timeline",
-           "stop_timeline", "check_num_rank_power_of_2", "handle_average_backwards_compatibility",
-           "Average", "Sum"]
+__all__ = [
+    "mpi_built",
+    "mpi_enabled",
+    "gloo_built",
+    "gloo_enabled",
+    "nccl_built",
+    "ddl_built",
+    "ccl_built",
+    "cuda_built",
+    "rocm_built",
+    "is_homogeneous",
+    "start_timeline",
+    "stop_timeline",
+    "check_num_rank_power_of_2",
+    "handle_average_backwards_compatibility",
+    "Average",
+    "Sum",
+]

@@ -1,5 +1,6 @@
 """Gradient compression for allreduce: horovod.tensorflow's Compression.none and .fp16 (the logic
 is hvd_lite/_compression.py's; this module says how TensorFlow casts)."""
+
 import tensorflow as tf
 
 from .._compression import Compressor, NoneCompressor

@@ -1,5 +1,6 @@
 """Gradient reduction (DistributedGradientTape, and the Keras DistributedOptimizer's), variable
 and object broadcasts, with horovod.tensorflow's signatures."""
+
 from typing import Any, Iterable, List, Set
 
 import numpy as np
@@ -25,9 +26,11 @@ from .process_sets import global_process_set, member_set, registered_set
 
 # ---------------------------------------------------------------------------- broadcasts
 
+
 @graph_safe
-def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int,
-                        process_set=global_process_set, inplace: bool = False):
+def broadcast_variables(
+    variables: Iterable[tf.Variable], root_rank: int, process_set=global_process_set, inplace: bool = False
+):
     """Assigns rank `root_rank`'s value to each variable on every rank of `process_set` (eager:
     all in one round; in a graph: returns the op). `inplace` is accepted as in Horovod (every
     broadcast here assigns the variables)."""
@@ -40,13 +43,11 @@ def broadcast_variables(variables: Iterable[tf.Variable], root_rank: int,
         arrays = [np.array(v.numpy(), order="C", copy=True) for v in variables]  # writable copies
         names = group_names(fn, fn, arrays, None, "variables", where)
         # every variable checked before any is submitted, then all in one round
-        for v, a, h in zip(variables, arrays, broadcast_group_(fn, arrays, names, root_rank,
-                                                               process_set)):
+        for v, a, h in zip(variables, arrays, broadcast_group_(fn, arrays, names, root_rank, process_set)):
             ops.synchronize(h)
             v.assign(a)
         return None
-    return tf.group([v.assign(broadcast(v, root_rank, process_set=process_set))
-                     for v in variables])
+    return tf.group([v.assign(broadcast(v, root_rank, process_set=process_set)) for v in variables])
 
 
 @graph_safe
@@ -56,8 +57,7 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     variables = list(variables)
     op = broadcast_variables(variables, root_rank, process_set, inplace=True)
     if tf.executing_eagerly():
-        return [v.read_value() if hasattr(v, "read_value") else tf.convert_to_tensor(v)
-                for v in variables]
+        return [v.read_value() if hasattr(v, "read_value") else tf.convert_to_tensor(v) for v in variables]
     with tf.control_dependencies([op]):
         return [tf.identity(v) for v in variables]
 
@@ -65,9 +65,11 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
 @graph_safe
 def broadcast_global_variables(root_rank):
     """Horovod's TF1 call: refused under eager TensorFlow 2, as Horovod refuses it."""
-    raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution (TF2 "
-                       "has no global variable collection); use hvd.broadcast_variables(<model/"
-                       "optimizer variables>, root_rank) instead")
+    raise RuntimeError(
+        "hvd.broadcast_global_variables() does not support eager execution (TF2 "
+        "has no global variable collection); use hvd.broadcast_variables(<model/"
+        "optimizer variables>, root_rank) instead"
+    )
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
@@ -84,17 +86,19 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
 
 def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
     """Horovod's TF1 graph-mode helper (placeholders and a session): not implemented."""
-    raise NotImplementedError("broadcast_object_fn builds a TF1 graph with placeholders; under "
-                              "TensorFlow 2 use hvd.broadcast_object(obj, root_rank)")
+    raise NotImplementedError(
+        "broadcast_object_fn builds a TF1 graph with placeholders; under "
+        "TensorFlow 2 use hvd.broadcast_object(obj, root_rank)"
+    )
 
 
 def _no_session(fn: str, session) -> None:
     if session is not None:
-        raise ValueError(f"{fn}: session= is a TF1 argument; TensorFlow 2 runs eagerly, pass no "
-                         "session")
+        raise ValueError(f"{fn}: session= is a TF1 argument; TensorFlow 2 runs eagerly, pass no session")
 
 
 # ---------------------------------------------------------------------------- gradients
+
 
 def _key(v):
     return v.ref() if hasattr(v, "ref") else id(v)
@@ -105,9 +109,20 @@ class GradientReduction:
     of DistributedGradientTape and DistributedOptimizer); calling it reduces one list. As in
     Horovod, a rank outside the set, or a set of one rank, leaves the gradients as they are."""
 
-    def __init__(self, fn: str, device_dense='', device_sparse='', compression=Compression.none,
-                 sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                 groups=None, process_set=global_process_set, scale_local_gradients=True):
+    def __init__(
+        self,
+        fn: str,
+        device_dense="",
+        device_sparse="",
+        compression=Compression.none,
+        sparse_as_dense=False,
+        op=Average,
+        gradient_predivide_factor=1.0,
+        num_groups=0,
+        groups=None,
+        process_set=global_process_set,
+        scale_local_gradients=True,
+    ):
         op = reduce_op(fn, op)
         check_device(fn, "device_dense", device_dense)
         check_device(fn, "device_sparse", device_sparse)
@@ -115,10 +130,8 @@ class GradientReduction:
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
         groups = resolve_groups(fn, groups, num_groups, TF_DIR)
-        if groups is not None and not (isinstance(groups, list) or
-                                       (isinstance(groups, int) and groups > 0)):
-            raise ValueError("groups should be a non-negative integer or a list of list of "
-                             "tf.Variable")
+        if groups is not None and not (isinstance(groups, list) or (isinstance(groups, int) and groups > 0)):
+            raise ValueError("groups should be a non-negative integer or a list of list of tf.Variable")
         self.fn, self.process_set = fn, process_set
         self.op, self.compression, self.sparse_as_dense = op, compression, sparse_as_dense
         self.groups = groups
@@ -163,8 +176,11 @@ class GradientReduction:
                 continue
             if v is not None and _key(v) in self.local:
                 if self.scale_local_gradients and n > 1:
-                    out[i] = (tf.IndexedSlices(g.values / n, g.indices, g.dense_shape)
-                              if isinstance(g, tf.IndexedSlices) else g / n)
+                    out[i] = (
+                        tf.IndexedSlices(g.values / n, g.indices, g.dense_shape)
+                        if isinstance(g, tf.IndexedSlices)
+                        else g / n
+                    )
                 continue
             if isinstance(g, tf.IndexedSlices) and self.sparse_as_dense:
                 g = out[i] = tf.convert_to_tensor(g)
@@ -173,16 +189,26 @@ class GradientReduction:
             if scale != 1.0:
                 for i in sparse + dense:
                     g = out[i]
-                    out[i] = (tf.IndexedSlices(g.values * scale, g.indices, g.dense_shape)
-                              if isinstance(g, tf.IndexedSlices) else g * scale)
+                    out[i] = (
+                        tf.IndexedSlices(g.values * scale, g.indices, g.dense_shape)
+                        if isinstance(g, tf.IndexedSlices)
+                        else g * scale
+                    )
             return out
         for i in sparse:
-            out[i] = _reduce_slices("gradient reduction", out[i], self.op, self.pre * scale,
-                                    self.post, self.process_set)
+            out[i] = _reduce_slices(
+                "gradient reduction", out[i], self.op, self.pre * scale, self.post, self.process_set
+            )
         for part in self._partition(dense, variables):
-            reduced = _grouped_allreduce([out[i] for i in part], self.op, self.pre * scale,
-                                         self.post, None, self.compression,
-                                         process_set=self.process_set)
+            reduced = _grouped_allreduce(
+                [out[i] for i in part],
+                self.op,
+                self.pre * scale,
+                self.post,
+                None,
+                self.compression,
+                process_set=self.process_set,
+            )
             for i, r in zip(part, reduced):
                 out[i] = r
         return out
@@ -219,27 +245,54 @@ class _DistributedGradientTape(tf.GradientTape):
 
 
 @graph_safe
-def DistributedGradientTape(gradtape, device_dense='', device_sparse='',
-                            compression=Compression.none, sparse_as_dense=False, op=Average,
-                            gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                            process_set=global_process_set, scale_local_gradients=True):
+def DistributedGradientTape(
+    gradtape,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    op=Average,
+    gradient_predivide_factor=1.0,
+    num_groups=0,
+    groups=None,
+    process_set=global_process_set,
+    scale_local_gradients=True,
+):
     """Wraps a tf.GradientTape: gradient() reduces the gradients across ranks (one fused call, or
     one per group)."""
     if not isinstance(gradtape, tf.GradientTape):
-        raise TypeError(f"DistributedGradientTape wraps a tf.GradientTape, got "
-                        f"{type(gradtape).__name__}")
-    reduction = GradientReduction("DistributedGradientTape", device_dense, device_sparse,
-                                  compression, sparse_as_dense, op, gradient_predivide_factor,
-                                  num_groups, groups, process_set, scale_local_gradients)
+        raise TypeError(f"DistributedGradientTape wraps a tf.GradientTape, got {type(gradtape).__name__}")
+    reduction = GradientReduction(
+        "DistributedGradientTape",
+        device_dense,
+        device_sparse,
+        compression,
+        sparse_as_dense,
+        op,
+        gradient_predivide_factor,
+        num_groups,
+        groups,
+        process_set,
+        scale_local_gradients,
+    )
     return _DistributedGradientTape(gradtape, reduction)
 
 
 @graph_safe
-def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='',
-                                   compression=Compression.none, sparse_as_dense=False,
-                                   op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                                   groups=None, process_set=global_process_set, local_layers=None,
-                                   scale_local_gradients=True):
+def PartialDistributedGradientTape(
+    gradtape,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    op=Average,
+    gradient_predivide_factor=1.0,
+    num_groups=0,
+    groups=None,
+    process_set=global_process_set,
+    local_layers=None,
+    scale_local_gradients=True,
+):
     """DistributedGradientTape whose `local_layers`' gradients stay local."""
     import keras
 
@@ -249,9 +302,19 @@ def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='',
         local_layers = [local_layers]
     elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
         raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
-    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
-                                   sparse_as_dense, op, gradient_predivide_factor, num_groups,
-                                   groups, process_set, scale_local_gradients)
+    tape = DistributedGradientTape(
+        gradtape,
+        device_dense,
+        device_sparse,
+        compression,
+        sparse_as_dense,
+        op,
+        gradient_predivide_factor,
+        num_groups,
+        groups,
+        process_set,
+        scale_local_gradients,
+    )
     for layer in local_layers:
         for v in layer.trainable_weights:
             tape.register_local_source(v)

@@ -20,6 +20,7 @@ model whose `distribute_strategy` is an hvd_lite strategy, and leaves every othe
   of its backup: rank 0 only (Keras 3 would have every rank write and delete the same files at
   once).
 """
+
 import functools
 import os
 import shutil
@@ -44,6 +45,7 @@ def _ours(model) -> bool:
 
 
 # ---------------------------------------------------------------------------- metrics
+
 
 def _metric_variables(model):
     """The model's metric state variables by the reduction that makes them global."""
@@ -78,10 +80,12 @@ def _global_metrics_result(get_metrics_result):
                 for v, value in zip(variables, local):
                     v.assign(value)
         return result
+
     return wrapper
 
 
 # ---------------------------------------------------------------------------- predict
+
 
 def _gathering(reduce_per_replica):
     @functools.wraps(reduce_per_replica)
@@ -91,13 +95,14 @@ def _gathering(reduce_per_replica):
         flat = tf.nest.flatten(values)
         tensors = [tf.convert_to_tensor(v) for v in flat]
         scalars = [t.shape.rank == 0 for t in tensors]
-        gathered = grouped_allgather([tf.reshape(t, [1]) if s else t
-                                      for t, s in zip(tensors, scalars)])
+        gathered = grouped_allgather([tf.reshape(t, [1]) if s else t for t, s in zip(tensors, scalars)])
         return tf.nest.pack_sequence_as(values, gathered)
+
     return wrapper
 
 
 # ---------------------------------------------------------------------------- files
+
 
 def _written_by_chief(save):
     @functools.wraps(save)
@@ -106,10 +111,10 @@ def _written_by_chief(save):
             return save(self, filepath, *args, **kwargs)
         tmp = tempfile.mkdtemp(prefix=f"hvd_lite_rank{basics.rank()}_")
         try:
-            return save(self, os.path.join(tmp, os.path.basename(os.fspath(filepath))), *args,
-                        **kwargs)
+            return save(self, os.path.join(tmp, os.path.basename(os.fspath(filepath))), *args, **kwargs)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
     return wrapper
 
 
@@ -119,6 +124,7 @@ def _chief_only(method):
         if basics.rank() != 0 and _ours(getattr(self, "model", None)):
             return None
         return method(self, *args, **kwargs)
+
     return wrapper
 
 

@@ -19,6 +19,7 @@ across ranks raises, eagerly, `CollectiveFailedError` (both `tf.errors.FailedPre
 Horovod's type, and `hvd_lite.CollectiveError`); inside a graph TF turns it into
 `tf.errors.UnknownError` carrying the same message.
 """
+
 import os
 import time
 from typing import List, Optional, Sequence
@@ -55,6 +56,7 @@ def graph_safe(fn):
 
 
 # ---------------------------------------------------------------------------- errors
+
 
 class CollectiveFailedError(CollectiveError, tf.errors.FailedPreconditionError):
     """A collective on tf tensors failed across ranks (a mismatch, a timeout, a failed peer):
@@ -97,6 +99,7 @@ def _as_tf_error(exc: CollectiveError) -> Exception:
 
 # ---------------------------------------------------------------------------- argument checks
 
+
 def supported_dtypes() -> List[tf.DType]:
     """The tf dtypes the collectives take: those whose numpy dtype the core has."""
     return [tf.as_dtype(d) for d in HVDL_DTYPES]
@@ -120,8 +123,7 @@ def reduce_op(fn: str, op, average=None) -> ReduceOp:
     anything else that is no ReduceOp ValueError."""
     op = resolve_op(fn, op, average, TF_DIR)
     if isinstance(op, int) and not isinstance(op, ReduceOp) and op == Adasum:
-        raise NotImplementedError(f"{fn}: op=Adasum is not implemented in hvd_lite; use Average or "
-                                  "Sum")
+        raise NotImplementedError(f"{fn}: op=Adasum is not implemented in hvd_lite; use Average or Sum")
     if op not in tuple(ReduceOp):
         raise ValueError(f"{fn}: op {op!r} is not one of Sum, Average, Min, Max, Product")
     return ReduceOp(op)
@@ -134,8 +136,9 @@ def check_device(fn: str, label: str, device) -> None:
         return
     spec = tf.DeviceSpec.from_string(device) if isinstance(device, str) else None
     if spec is None or (spec.device_type or "CPU").upper() != "CPU":
-        raise ValueError(f"{fn}: {label}={device!r}: hvd_lite's collectives run on the CPU; pass '' "
-                         "or a CPU device")
+        raise ValueError(
+            f"{fn}: {label}={device!r}: hvd_lite's collectives run on the CPU; pass '' or a CPU device"
+        )
 
 
 def _graph_name(kind: str, name: Optional[str], process_set) -> Optional[str]:
@@ -150,19 +153,25 @@ def _graph_name(kind: str, name: Optional[str], process_set) -> Optional[str]:
 
 # ---------------------------------------------------------------------------- running
 
+
 def wait(handles, timeout: Optional[float] = None, what: str = "collective"):
     """Waits for hvd_lite handles; with `timeout` (seconds) raises CollectiveError past it. A
     collective given up on stays in flight under its name until the other ranks submit it."""
     if timeout:
         deadline = time.monotonic() + timeout
         for h in handles:
-            pending = [] if wait_for(h, max(0.0, deadline - time.monotonic())) else [
-                p for p in handles if not ops.poll(p)]
+            pending = (
+                []
+                if wait_for(h, max(0.0, deadline - time.monotonic()))
+                else [p for p in handles if not ops.poll(p)]
+            )
             if pending:
-                raise CollectiveError(basics._core.hvdlRemoteError,
-                                      f"{what}: {len(pending)} collective(s) not done after "
-                                      f"{timeout} s (communication_options timeout); first: "
-                                      f"{pending[0].name!r}")
+                raise CollectiveError(
+                    basics._core.hvdlRemoteError,
+                    f"{what}: {len(pending)} collective(s) not done after "
+                    f"{timeout} s (communication_options timeout); first: "
+                    f"{pending[0].name!r}",
+                )
     return [ops.synchronize(h) for h in handles]
 
 
@@ -178,9 +187,13 @@ def _run(fn, tensors: Sequence[tf.Tensor], tout: List[tf.DType], kind: str):
         except CollectiveError as exc:
             raise _as_tf_error(exc) from None
         return [tf.convert_to_tensor(o, dtype=d) for o, d in zip(outs, tout)]
-    outs = tf.numpy_function(lambda *a: [np.asarray(o, d.as_numpy_dtype) for o, d in
-                                         zip(fn(*a), tout)],
-                             list(tensors), tout, stateful=True, name=f"hvdl_{kind}")
+    outs = tf.numpy_function(
+        lambda *a: [np.asarray(o, d.as_numpy_dtype) for o, d in zip(fn(*a), tout)],
+        list(tensors),
+        tout,
+        stateful=True,
+        name=f"hvdl_{kind}",
+    )
     return list(outs) if isinstance(outs, (list, tuple)) else [outs]
 
 
@@ -197,11 +210,17 @@ def _rows(t: tf.Tensor) -> tf.Tensor:
 
 # ---------------------------------------------------------------------------- allreduce
 
-def _grouped_allreduce(tensors: Sequence[tf.Tensor], op: ReduceOp = Average,
-                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                       name: Optional[str] = None, compression=Compression.none,
-                       timeout: Optional[float] = None,
-                       process_set=None) -> List[tf.Tensor]:
+
+def _grouped_allreduce(
+    tensors: Sequence[tf.Tensor],
+    op: ReduceOp = Average,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    name: Optional[str] = None,
+    compression=Compression.none,
+    timeout: Optional[float] = None,
+    process_set=None,
+) -> List[tf.Tensor]:
     """Reduces dense tensors across the ranks of `process_set` (None: every rank) in one op (one
     fused call); each keeps its dtype and shape. The internal form the tape, the optimizers and
     the strategy call."""
@@ -216,9 +235,15 @@ def _grouped_allreduce(tensors: Sequence[tf.Tensor], op: ReduceOp = Average,
     name = _graph_name("grouped_allreduce", name, process_set)
 
     def fn(*arrays):
-        hs = ops.at_once(ops.grouped_allreduce_async, [_np(a) for a in arrays], op,
-                         prescale_factor, postscale_factor, name,
-                         process_set)  # waited on at once
+        hs = ops.at_once(
+            ops.grouped_allreduce_async,
+            [_np(a) for a in arrays],
+            op,
+            prescale_factor,
+            postscale_factor,
+            name,
+            process_set,
+        )  # waited on at once
         return [np.reshape(o, a.shape) for o, a in zip(wait(hs, timeout, "allreduce"), arrays)]
 
     outs = _run(fn, sent, [s.dtype for s in sent], "allreduce")
@@ -229,15 +254,17 @@ def _grouped_allreduce(tensors: Sequence[tf.Tensor], op: ReduceOp = Average,
     return result
 
 
-def _reduce_slices(fn: str, t: tf.IndexedSlices, op: ReduceOp, pre, post,
-                   process_set=None) -> tf.IndexedSlices:
+def _reduce_slices(
+    fn: str, t: tf.IndexedSlices, op: ReduceOp, pre, post, process_set=None
+) -> tf.IndexedSlices:
     """Horovod's reduction of tf.IndexedSlices: allgathers of the values and the indices (in
     `process_set`; None: every rank)."""
     if op not in (Sum, Average):
         raise NotImplementedError(f"{fn}: only Sum and Average are supported with tf.IndexedSlices")
     if pre != 1.0 or post != 1.0:
-        raise NotImplementedError(f"{fn}: prescale_factor and postscale_factor are not supported "
-                                  "with tf.IndexedSlices")
+        raise NotImplementedError(
+            f"{fn}: prescale_factor and postscale_factor are not supported with tf.IndexedSlices"
+        )
     values = allgather(t.values, process_set=process_set)
     indices = allgather(t.indices, process_set=process_set)
     if op == Average:
@@ -246,10 +273,19 @@ def _reduce_slices(fn: str, t: tf.IndexedSlices, op: ReduceOp, pre, post,
 
 
 @graph_safe
-def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
-                      compression=Compression.none, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, process_set=global_process_set,
-                      ignore_name_scope=False, name=None):
+def grouped_allreduce(
+    tensors,
+    average=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+    ignore_name_scope=False,
+    name=None,
+):
     """Reduces a list of tensors (or tf.IndexedSlices) across ranks, the dense ones in one fused
     call; differentiable."""
     fn = "grouped_allreduce"
@@ -267,14 +303,18 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
         if isinstance(t, tf.IndexedSlices):
             out[i] = _reduce_slices(fn, t, op, prescale_factor, postscale_factor, process_set)
     if dense:
+
         @tf.custom_gradient
         def _reduce(*xs):
-            ys = _grouped_allreduce(xs, op, prescale_factor, postscale_factor, name, compression,
-                                    process_set=process_set)
+            ys = _grouped_allreduce(
+                xs, op, prescale_factor, postscale_factor, name, compression, process_set=process_set
+            )
 
             def grad(*dys):
-                return _grouped_allreduce(dys, op, prescale_factor, postscale_factor, None,
-                                          compression, process_set=process_set)
+                return _grouped_allreduce(
+                    dys, op, prescale_factor, postscale_factor, None, compression, process_set=process_set
+                )
+
             return ys, grad
 
         for i, r in zip(dense, _reduce(*[_tensor(fn, tensors[i]) for i in dense])):
@@ -283,17 +323,38 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
 
 
 @graph_safe
-def allreduce(tensor, average=None, device_dense='', device_sparse='', compression=Compression.none,
-              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
-              process_set=global_process_set, ignore_name_scope=False):
+def allreduce(
+    tensor,
+    average=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    name=None,
+    process_set=global_process_set,
+    ignore_name_scope=False,
+):
     """Reduces `tensor` (or a tf.IndexedSlices) across ranks, Average by default; differentiable
     (the gradient is the same reduction of the incoming gradient)."""
-    return grouped_allreduce([tensor], average, device_dense, device_sparse, compression, op,
-                             prescale_factor, postscale_factor, process_set, ignore_name_scope,
-                             name)[0]
+    return grouped_allreduce(
+        [tensor],
+        average,
+        device_dense,
+        device_sparse,
+        compression,
+        op,
+        prescale_factor,
+        postscale_factor,
+        process_set,
+        ignore_name_scope,
+        name,
+    )[0]
 
 
 # ---------------------------------------------------------------------------- the others
+
 
 @graph_safe
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -318,27 +379,34 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
 
     @tf.custom_gradient
     def _gather(*xs):
-        outs = _run(lambda *a: collectives.grouped_allgather([_np(x) for x in a], gname,
-                                                             process_set), xs,
-                    [x.dtype for x in xs], "allgather")
+        outs = _run(
+            lambda *a: collectives.grouped_allgather([_np(x) for x in a], gname, process_set),
+            xs,
+            [x.dtype for x in xs],
+            "allgather",
+        )
 
         def grad(*dys):
             reduced = _grouped_allreduce(dys, Average, process_set=process_set)
-            counts = _run(lambda *a: [collectives.allgather(np.array([len(x) for x in a],
-                                                                     np.int64),
-                                                            process_set=process_set)], xs,
-                          [tf.int64], "allgather")[0]
+            counts = _run(
+                lambda *a: [
+                    collectives.allgather(np.array([len(x) for x in a], np.int64), process_set=process_set)
+                ],
+                xs,
+                [tf.int64],
+                "allgather",
+            )[0]
             n, r = where.size, where.rank  # this rank's block: its place in the set
             counts = tf.reshape(counts, [n, len(xs)])
             return [tf.split(g, counts[:, i], num=n, axis=0)[r] for i, g in enumerate(reduced)]
+
         return [_rows(o) for o in outs], grad
 
     return list(_gather(*ts))
 
 
 @graph_safe
-def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
-              process_set=global_process_set):
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Rank `root_rank`'s `tensor` on every rank (of the set; `root_rank` is a global rank, a
     member's); differentiable (the averaged gradient on the root, zero elsewhere)."""
     fn = "broadcast"
@@ -350,21 +418,24 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
 
     @tf.custom_gradient
     def _bcast(x):
-        out = _run(lambda a: [collectives.broadcast(_np(a), root, gname,
-                                                    process_set).reshape(a.shape)], [x],
-                   [x.dtype], "broadcast")[0]
+        out = _run(
+            lambda a: [collectives.broadcast(_np(a), root, gname, process_set).reshape(a.shape)],
+            [x],
+            [x.dtype],
+            "broadcast",
+        )[0]
 
         def grad(dy):
             g = _grouped_allreduce([dy], Average, process_set=process_set)[0]
             return g if basics.rank() == root else g * 0
+
         return tf.ensure_shape(out, x.shape), grad
 
     return _bcast(t)
 
 
 @graph_safe
-def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
-             process_set=global_process_set):
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Rows splits[i] of `tensor` go to rank i (as evenly as possible without splits, the first
     ranks taking the extra rows); returns the rows received in rank order and, with `splits`
     given, the number of rows received from each rank (as Horovod does); differentiable in
@@ -385,13 +456,13 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     def send(x, sp, label):
         def run(a, b):
             try:
-                recv, rsplits = collectives.alltoall(_np(a), [int(v) for v in b], label,
-                                                     process_set)
+                recv, rsplits = collectives.alltoall(_np(a), [int(v) for v in b], label, process_set)
             except CollectiveError as exc:  # bad splits (on any rank): Horovod's argument error
                 if "alltoall splits" in str(exc):
                     raise InvalidArgumentError(exc.code, str(exc)) from None
                 raise
             return [recv, np.asarray(rsplits, np.int64)]
+
         out, rsplits = _run(run, [x, sp], [x.dtype, tf.int64], "alltoall")
         return _rows(out), tf.ensure_shape(rsplits, [n])
 
@@ -401,6 +472,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
 
         def grad(dy, _):
             return send(dy, rsplits, _graph_name(fn, None, process_set))[0]
+
         return (out, rsplits), grad
 
     out, rsplits = _a2a(t)
@@ -416,32 +488,53 @@ def _scatter(fn, tensors, op, pre, post, name, process_set):
 
     @tf.custom_gradient
     def _rs(*xs):
-        outs = _run(lambda *a: collectives.grouped_reducescatter([_np(x) for x in a], op, gname,
-                                                                 pre, post, process_set),
-                    xs, [x.dtype for x in xs], "reducescatter")
+        outs = _run(
+            lambda *a: collectives.grouped_reducescatter(
+                [_np(x) for x in a], op, gname, pre, post, process_set
+            ),
+            xs,
+            [x.dtype for x in xs],
+            "reducescatter",
+        )
 
         def grad(*dys):
             scale = (where.size if op == Sum else 1.0) * pre * post
-            return [allgather(dy * scale if scale != 1.0 else dy, process_set=process_set)
-                    for dy in dys]
+            return [allgather(dy * scale if scale != 1.0 else dy, process_set=process_set) for dy in dys]
+
         return [_rows(o) for o in outs], grad
 
     return list(_rs(*ts))
 
 
 @graph_safe
-def reducescatter(tensor, device_dense='', compression=Compression.none, op=Average, name=None,
-                  process_set=global_process_set, ignore_name_scope=False, prescale_factor=1.0,
-                  postscale_factor=1.0):
+def reducescatter(
+    tensor,
+    device_dense="",
+    compression=Compression.none,
+    op=Average,
+    name=None,
+    process_set=global_process_set,
+    ignore_name_scope=False,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+):
     """Reduces `tensor` across ranks; rank r keeps its block of dim 0; differentiable."""
-    return grouped_reducescatter([tensor], device_dense, compression, op, process_set,
-                                 prescale_factor, postscale_factor, _name=name)[0]
+    return grouped_reducescatter(
+        [tensor], device_dense, compression, op, process_set, prescale_factor, postscale_factor, _name=name
+    )[0]
 
 
 @graph_safe
-def grouped_reducescatter(tensors, device_dense='', compression=Compression.none, op=Average,
-                          process_set=global_process_set, prescale_factor=1.0,
-                          postscale_factor=1.0, _name=None):
+def grouped_reducescatter(
+    tensors,
+    device_dense="",
+    compression=Compression.none,
+    op=Average,
+    process_set=global_process_set,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    _name=None,
+):
     """reducescatter of each tensor, in one op; differentiable."""
     fn = "grouped_reducescatter"
     if not isinstance(tensors, (list, tuple)):
@@ -453,8 +546,7 @@ def grouped_reducescatter(tensors, device_dense='', compression=Compression.none
     member_set(fn, process_set)
     compress, decompress = called_back(compression)
     packed = [compress(tf.convert_to_tensor(t)) for t in tensors]
-    outs = _scatter(fn, [p[0] for p in packed], op, prescale_factor, postscale_factor, _name,
-                    process_set)
+    outs = _scatter(fn, [p[0] for p in packed], op, prescale_factor, postscale_factor, _name, process_set)
     return [decompress(o, ctx) for o, (_, ctx) in zip(outs, packed)]
 
 
@@ -474,6 +566,7 @@ def barrier(process_set=global_process_set) -> None:
 
 # ---------------------------------------------------------------------------- values as ops
 
+
 def _set_value(fn: str, process_set_id, value, name) -> tf.Tensor:
     """value(the set with this id) as an int32 tensor, worked out when a graph runs, as Horovod's
     ops are (a set may be removed and its id reused in between); an unknown id raises ValueError
@@ -481,8 +574,9 @@ def _set_value(fn: str, process_set_id, value, name) -> tf.Tensor:
     set_by_id(fn, process_set_id)
     if tf.executing_eagerly():
         return tf.constant(value(set_by_id(fn, process_set_id)), tf.int32, name=name)
-    out = tf.numpy_function(lambda: np.int32(value(set_by_id(fn, process_set_id))), [],
-                            tf.int32, stateful=True, name=name or fn)
+    out = tf.numpy_function(
+        lambda: np.int32(value(set_by_id(fn, process_set_id))), [], tf.int32, stateful=True, name=name or fn
+    )
     return tf.ensure_shape(out, [])
 
 
@@ -514,13 +608,38 @@ def local_rank_op(name=None) -> tf.Tensor:
 def process_set_included_op(process_set_id=0, name=None) -> tf.Tensor:
     """1 if this rank is in the process set with this id (the global one, 0: always), else 0, as
     an int32 tensor."""
-    return _set_value("process_set_included_op", process_set_id,
-                      lambda s: int(basics.rank() in s.ranks), name)
+    return _set_value(
+        "process_set_included_op", process_set_id, lambda s: int(basics.rank() in s.ranks), name
+    )
 
 
-__all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
-           "alltoall", "reducescatter", "grouped_reducescatter", "join", "barrier",
-           "size_op", "local_size_op", "rank_op", "local_rank_op", "process_set_included_op",
-           "wait", "supported_dtypes", "check_dtype", "Average", "Sum", "Min", "Max", "Product",
-           "Adasum", "ReduceOp", "CollectiveFailedError", "CollectiveArgumentError",
-           "CollectiveMismatchError"]
+__all__ = [
+    "allreduce",
+    "grouped_allreduce",
+    "allgather",
+    "grouped_allgather",
+    "broadcast",
+    "alltoall",
+    "reducescatter",
+    "grouped_reducescatter",
+    "join",
+    "barrier",
+    "size_op",
+    "local_size_op",
+    "rank_op",
+    "local_rank_op",
+    "process_set_included_op",
+    "wait",
+    "supported_dtypes",
+    "check_dtype",
+    "Average",
+    "Sum",
+    "Min",
+    "Max",
+    "Product",
+    "Adasum",
+    "ReduceOp",
+    "CollectiveFailedError",
+    "CollectiveArgumentError",
+    "CollectiveMismatchError",
+]

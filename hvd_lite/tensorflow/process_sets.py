@@ -6,6 +6,7 @@ again when a graph runs (a set removed since the trace raises there). At call (t
 `member_set` for a collective (TypeError for a non-set, ValueError for a set that is not
 registered or that this rank is not in, as the core raises), `registered_set` where a non-member
 is allowed (the gradient reductions, which leave a non-member's gradients as they are)."""
+
 from .. import basics
 from ..process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 
@@ -26,13 +27,22 @@ def set_by_id(fn: str, process_set_id):
     """The registered set with this id (Horovod's process_set_id); TypeError for a non-int,
     ValueError for an id no set has."""
     if isinstance(process_set_id, bool) or not isinstance(process_set_id, int):
-        raise TypeError(f"{fn}: process_set_id must be an int (a ProcessSet's process_set_id), "
-                        f"got {type(process_set_id).__name__}")
+        raise TypeError(
+            f"{fn}: process_set_id must be an int (a ProcessSet's process_set_id), "
+            f"got {type(process_set_id).__name__}"
+        )
     try:
         return basics.registered(process_set_id)
     except ValueError as exc:
         raise ValueError(f"{fn}: {exc}") from None
 
 
-__all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-           "member_set", "registered_set", "set_by_id"]
+__all__ = [
+    "ProcessSet",
+    "global_process_set",
+    "add_process_set",
+    "remove_process_set",
+    "member_set",
+    "registered_set",
+    "set_by_id",
+]

@@ -13,6 +13,7 @@ data-parallel is this strategy's extended (strategy_extended.HvdExtended):
 It is not a subclass of tf.distribute.MultiWorkerMirroredStrategy on purpose: Keras keys its
 multi-worker metric path (broken on Keras 3, keras-team/keras#20585) on that class.
 """
+
 import json
 import os
 import socket
@@ -45,15 +46,19 @@ def _check_tf_config(rank: int, size: int, workers) -> None:
         problems.append(f"TF_CONFIG has task types {kinds} (hvd_lite runs workers only)")
     if n_tf != size:
         problems.append(f"TF_CONFIG's cluster has {n_tf} workers but the MPI world has {size} ranks")
-    index = task.get("index", 0) + (len(cluster.get("chief", [])) if task.get("type") == "worker"
-                                    else 0)
+    index = task.get("index", 0) + (len(cluster.get("chief", [])) if task.get("type") == "worker" else 0)
     if task.get("type") not in ("chief", "worker") or index != rank:
-        problems.append(f"TF_CONFIG's task is {task.get('type')!r} #{task.get('index')} (worker "
-                        f"{index}) but this process is MPI rank {rank}")
+        problems.append(
+            f"TF_CONFIG's task is {task.get('type')!r} #{task.get('index')} (worker "
+            f"{index}) but this process is MPI rank {rank}"
+        )
     if problems:
-        raise HvdLiteError("TF_CONFIG does not agree with the MPI world: " + "; ".join(problems) +
-                           ". Unset TF_CONFIG (hvd_lite takes the cluster from mpirun) or make "
-                           "it list one worker per rank, in rank order")
+        raise HvdLiteError(
+            "TF_CONFIG does not agree with the MPI world: "
+            + "; ".join(problems)
+            + ". Unset TF_CONFIG (hvd_lite takes the cluster from mpirun) or make "
+            "it list one worker per rank, in rank order"
+        )
 
 
 def _check_communication_options(options) -> None:
@@ -61,30 +66,37 @@ def _check_communication_options(options) -> None:
     if options is None:
         return
     if not isinstance(options, type(tf.distribute.experimental.CommunicationOptions())):
-        raise TypeError("communication_options must be a "
-                        "tf.distribute.experimental.CommunicationOptions, got "
-                        f"{type(options).__name__}")
+        raise TypeError(
+            "communication_options must be a "
+            "tf.distribute.experimental.CommunicationOptions, got "
+            f"{type(options).__name__}"
+        )
     if options.bytes_per_pack:
-        raise ValueError(f"CommunicationOptions(bytes_per_pack={options.bytes_per_pack}) is not "
-                         "supported: hvd_lite fuses each batch of reductions into one call (tune "
-                         "fusion with HVD_LITE_FUSION_THRESHOLD); leave bytes_per_pack at 0")
+        raise ValueError(
+            f"CommunicationOptions(bytes_per_pack={options.bytes_per_pack}) is not "
+            "supported: hvd_lite fuses each batch of reductions into one call (tune "
+            "fusion with HVD_LITE_FUSION_THRESHOLD); leave bytes_per_pack at 0"
+        )
     impl = options.implementation
     if impl != tf.distribute.experimental.CommunicationImplementation.AUTO:
-        raise ValueError(f"CommunicationOptions(implementation={impl}) is not supported: hvd_lite "
-                         "picks its own algorithm over MPI; leave implementation at AUTO")
+        raise ValueError(
+            f"CommunicationOptions(implementation={impl}) is not supported: hvd_lite "
+            "picks its own algorithm over MPI; leave implementation at AUTO"
+        )
 
 
 class MultiWorkerMirroredStrategy(tf.distribute.OneDeviceStrategy):
     """Data parallelism over the hvd_lite ranks (one replica per rank) under mpirun; a stand-in for
     tf.distribute.MultiWorkerMirroredStrategy on which Keras 3 model.fit works."""
 
-    def __init__(self, communication_options=None, cluster_resolver=None,
-                 device: Optional[str] = None):
+    def __init__(self, communication_options=None, cluster_resolver=None, device: Optional[str] = None):
         if not basics.is_initialized():
             basics.init()
         if cluster_resolver is not None:
-            raise HvdLiteError("hvd_lite's MultiWorkerMirroredStrategy takes its cluster from mpirun; "
-                               "pass no cluster_resolver")
+            raise HvdLiteError(
+                "hvd_lite's MultiWorkerMirroredStrategy takes its cluster from mpirun; "
+                "pass no cluster_resolver"
+            )
         _check_communication_options(communication_options)
         rank, size = basics.rank(), basics.size()
         hosts = allgather_object(socket.gethostname())
@@ -96,8 +108,12 @@ class MultiWorkerMirroredStrategy(tf.distribute.OneDeviceStrategy):
         # skip OneDeviceStrategy.__init__ (it would build a OneDeviceExtended): Strategy's own
         distribute_lib.Strategy.__init__(self, HvdExtended(self, device, timeout))
         self._cluster_resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-            tf.train.ClusterSpec({"worker": workers}), task_type="worker", task_id=rank,
-            num_accelerators={}, rpc_layer="mpi")
+            tf.train.ClusterSpec({"worker": workers}),
+            task_type="worker",
+            task_id=rank,
+            num_accelerators={},
+            rpc_layer="mpi",
+        )
         keras_fit.install()  # predict, evaluate, metrics and checkpoints as under tf.distribute
 
     @property
@@ -105,5 +121,4 @@ class MultiWorkerMirroredStrategy(tf.distribute.OneDeviceStrategy):
         return self._cluster_resolver
 
     def __repr__(self):
-        return (f"<hvd_lite.tensorflow.MultiWorkerMirroredStrategy rank {basics.rank()} of "
-                f"{basics.size()}>")
+        return f"<hvd_lite.tensorflow.MultiWorkerMirroredStrategy rank {basics.rank()} of {basics.size()}>"

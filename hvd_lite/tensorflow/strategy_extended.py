@@ -3,6 +3,7 @@ whose sizes, cross-replica reductions, gathers, variable creation and input go t
 (strategy.py's opening comment says what each one does). Its own module so that the Keras hooks
 (keras_fit.py) can tell an hvd_lite strategy (its `extended` is one of these) without importing
 the strategy, which installs them."""
+
 import itertools
 from typing import Optional
 
@@ -55,8 +56,9 @@ class HvdExtended(one_device_strategy.OneDeviceExtended):
         var = super()._create_variable(next_creator, **kwargs)
         if basics.size() > 1 and eager:
             value = np.ascontiguousarray(np.asarray(var.numpy()))
-            out = collectives.broadcast(value.reshape(value.shape or (1,)), 0,
-                                        f"tf.strategy.var.{next(_var_ids)}")
+            out = collectives.broadcast(
+                value.reshape(value.shape or (1,)), 0, f"tf.strategy.var.{next(_var_ids)}"
+            )
             var.assign(np.reshape(out, var.shape))
         return var
 
@@ -70,8 +72,7 @@ class HvdExtended(one_device_strategy.OneDeviceExtended):
         return _grouped_allreduce(values, _hvd_op(reduce_op), timeout=timeout)
 
     def _replica_ctx_all_reduce(self, reduce_op, value, options=None):
-        return _grouped_allreduce(list(value), _hvd_op(reduce_op),
-                                  timeout=self._timeout(options))
+        return _grouped_allreduce(list(value), _hvd_op(reduce_op), timeout=self._timeout(options))
 
     def _timeout(self, options):
         t = getattr(options, "timeout_seconds", None) if options is not None else None
@@ -97,20 +98,24 @@ class HvdExtended(one_device_strategy.OneDeviceExtended):
         """(options to build the distributed dataset with, prefetch depth to add, or 0)."""
         o = options or distribute_lib.InputOptions()
         if o.experimental_place_dataset_on_device and (
-                o.experimental_replication_mode != distribute_lib.InputReplicationMode.PER_REPLICA
-                or o.experimental_fetch_to_device):
-            raise ValueError("InputOptions(experimental_place_dataset_on_device=True) needs "
-                             "experimental_replication_mode=PER_REPLICA and "
-                             "experimental_fetch_to_device=False (as in TensorFlow); got "
-                             f"{o.experimental_replication_mode} and experimental_fetch_to_device="
-                             f"{o.experimental_fetch_to_device}")
+            o.experimental_replication_mode != distribute_lib.InputReplicationMode.PER_REPLICA
+            or o.experimental_fetch_to_device
+        ):
+            raise ValueError(
+                "InputOptions(experimental_place_dataset_on_device=True) needs "
+                "experimental_replication_mode=PER_REPLICA and "
+                "experimental_fetch_to_device=False (as in TensorFlow); got "
+                f"{o.experimental_replication_mode} and experimental_fetch_to_device="
+                f"{o.experimental_fetch_to_device}"
+            )
         if self._device != self._input_device:
             return options, 0
         plain = distribute_lib.InputOptions(
             experimental_fetch_to_device=False,
             experimental_replication_mode=distribute_lib.InputReplicationMode.PER_REPLICA,
             experimental_place_dataset_on_device=o.experimental_place_dataset_on_device,
-            experimental_per_replica_buffer_size=o.experimental_per_replica_buffer_size)
+            experimental_per_replica_buffer_size=o.experimental_per_replica_buffer_size,
+        )
         return plain, o.experimental_per_replica_buffer_size
 
     def _experimental_distribute_dataset(self, dataset, options):
@@ -126,18 +131,20 @@ class HvdExtended(one_device_strategy.OneDeviceExtended):
         if depth:
             dataset = dataset.prefetch(depth)
         return input_util.get_distributed_dataset(
-            dataset, self._input_workers_with_options(options), self._container_strategy(),
-            options=options)
+            dataset, self._input_workers_with_options(options), self._container_strategy(), options=options
+        )
 
     def _distribute_datasets_from_function(self, dataset_fn, options):
-        ctx = distribute_lib.InputContext(num_input_pipelines=basics.size(),
-                                          input_pipeline_id=basics.rank(),
-                                          num_replicas_in_sync=basics.size())
+        ctx = distribute_lib.InputContext(
+            num_input_pipelines=basics.size(),
+            input_pipeline_id=basics.rank(),
+            num_replicas_in_sync=basics.size(),
+        )
         options, depth = self._input_options(options)
         fn = (lambda c: dataset_fn(c).prefetch(depth)) if depth else dataset_fn
         return input_util.get_distributed_datasets_from_function(
-            fn, self._input_workers_with_options(options), [ctx],
-            self._container_strategy(), options=options)
+            fn, self._input_workers_with_options(options), [ctx], self._container_strategy(), options=options
+        )
 
 
 def is_hvd_lite_strategy(strategy) -> bool:

@@ -1,5 +1,6 @@
 """Gradient compression for allreduce: horovod.torch's Compression.none and Compression.fp16 (the
 logic is hvd_lite/_compression.py's; this module says how torch casts)."""
+
 import torch
 
 from .._compression import Compressor, NoneCompressor

@@ -1,8 +1,10 @@
 """horovod.torch.elastic's names: elastic training (workers joining and leaving a running job) is
 not implemented in hvd_lite, so each one raises NotImplementedError when used."""
 
-_WHY = ("elastic training is not implemented in hvd_lite: a job keeps its ranks from start to end "
-        "(restart it from a checkpoint to change them)")
+_WHY = (
+    "elastic training is not implemented in hvd_lite: a job keeps its ranks from start to end "
+    "(restart it from a checkpoint to change them)"
+)
 
 
 def run(func):

@@ -7,6 +7,7 @@ in-place calls refuse it. In a build with CUDA, a CUDA tensor's allreduce in tha
 to the engine by address too, on torch's current stream (_memory). Any other call on a tensor on
 another device goes through a CPU copy and its result comes back to that device.
 """
+
 import functools
 from typing import Callable, List, Optional, Sequence
 
@@ -46,10 +47,18 @@ HorovodInternalError = CollectiveError
 # Every dtype the engine takes (hvd_lite._submit.HVDL_DTYPES) but bfloat16, which numpy lacks.
 # bool moves with allgather, broadcast and alltoall only; reductions refuse it, as Horovod does.
 _NUMPY_DTYPES = {
-    torch.int8: np.int8, torch.uint8: np.uint8, torch.int16: np.int16, torch.uint16: np.uint16,
-    torch.int32: np.int32, torch.uint32: np.uint32, torch.int64: np.int64,
-    torch.uint64: np.uint64, torch.float16: np.float16, torch.float32: np.float32,
-    torch.float64: np.float64, torch.bool: np.bool_,
+    torch.int8: np.int8,
+    torch.uint8: np.uint8,
+    torch.int16: np.int16,
+    torch.uint16: np.uint16,
+    torch.int32: np.int32,
+    torch.uint32: np.uint32,
+    torch.int64: np.int64,
+    torch.uint64: np.uint64,
+    torch.float16: np.float16,
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+    torch.bool: np.bool_,
 }
 SUPPORTED_DTYPES = tuple(_NUMPY_DTYPES) + (torch.bfloat16,)
 
@@ -61,8 +70,9 @@ def _check_tensor(fn: str, tensor) -> None:
         names = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
         raise UnsupportedDtypeError(f"{fn}: unsupported dtype {tensor.dtype} (supported: {names})")
     if tensor.is_sparse or tensor.layout != torch.strided:
-        raise TypeError(f"{fn}: {tensor.layout} tensors are not supported; pass a dense tensor "
-                        "(tensor.to_dense())")
+        raise TypeError(
+            f"{fn}: {tensor.layout} tensors are not supported; pass a dense tensor (tensor.to_dense())"
+        )
 
 
 def numpy_view(tensor: torch.Tensor) -> np.ndarray:
@@ -99,8 +109,14 @@ def _plain_args(tensor, inplace: bool, op, pre, post, name) -> Optional[Submissi
     if type(tensor) is not torch.Tensor:
         return None
     hop, code = ops.plain_op(op, pre, post, name), _REDUCIBLE.get(tensor.dtype)
-    if (hop is None or code is None or tensor.layout != torch.strided
-            or tensor.dim() > MAX_DIMS or not tensor.is_contiguous() or tensor.is_neg()):
+    if (
+        hop is None
+        or code is None
+        or tensor.layout != torch.strided
+        or tensor.dim() > MAX_DIMS
+        or not tensor.is_contiguous()
+        or tensor.is_neg()
+    ):
         return None  # a negative view: its memory holds minus its values (the full route copies)
     where = _memory(tensor)
     count, address = tensor.numel(), tensor.data_ptr()
@@ -111,8 +127,22 @@ def _plain_args(tensor, inplace: bool, op, pre, post, name) -> Optional[Submissi
     send = (tensor.untyped_storage(), address, count * tensor.element_size()) + where
     recv = send if inplace else _output(tensor, send)
     # Submission's FIELDS, in order (a list, not Submission.of: as ops.plain_args)
-    return Submission([basics._core.COLL_ALLREDUCE, send, recv, code, hop, pre, post, name,
-                       tuple(tensor.shape), 0, None, ""])
+    return Submission(
+        [
+            basics._core.COLL_ALLREDUCE,
+            send,
+            recv,
+            code,
+            hop,
+            pre,
+            post,
+            name,
+            tuple(tensor.shape),
+            0,
+            None,
+            "",
+        ]
+    )
 
 
 def _memory(tensor: torch.Tensor) -> Optional[tuple]:
@@ -161,9 +191,11 @@ def cpu_inplace(fn: str, tensor: torch.Tensor) -> torch.Tensor:
     """The tensor's own CPU memory for an in-place call (a CPU copy for other devices)."""
     _check_tensor(fn, tensor)
     if not tensor.is_contiguous():
-        raise ValueError(f"{fn}: the tensor is not contiguous (shape {list(tensor.shape)}, stride "
-                         f"{list(tensor.stride())}) and cannot be reduced in place; use the "
-                         "out-of-place call or tensor.contiguous()")
+        raise ValueError(
+            f"{fn}: the tensor is not contiguous (shape {list(tensor.shape)}, stride "
+            f"{list(tensor.stride())}) and cannot be reduced in place; use the "
+            "out-of-place call or tensor.contiguous()"
+        )
     if not tensor.is_cpu:
         return tensor.detach().to("cpu")
     if tensor.is_neg():  # its memory holds minus its values: a copy, copied back (_in_place)
@@ -207,6 +239,7 @@ def _in_place(original: torch.Tensor, cpu: torch.Tensor) -> Callable:
         if cpu is not original:
             original.data.copy_(cpu)
         return original
+
     return finish
 
 
@@ -235,8 +268,9 @@ def synchronize(handle: Handle):
 
 def _check_handle(fn: str, handle) -> None:
     if not isinstance(handle, Handle):
-        raise TypeError(f"{fn} expects a handle from one of hvd_lite.torch's *_async calls, got "
-                        f"{type(handle).__name__}")
+        raise TypeError(
+            f"{fn} expects a handle from one of hvd_lite.torch's *_async calls, got {type(handle).__name__}"
+        )
 
 
 def _differentiable(function, tensors, *args):
@@ -245,30 +279,46 @@ def _differentiable(function, tensors, *args):
     apply refuses dual tensors), else function.run(*args): the same collective without
     autograd's bookkeeping, which costs more than a small collective (docs/benchmarks.md,
     "Latency")."""
-    if ((torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors))
-            or getattr(_forward_ad, "_current_level", -1) >= 0):
+    if (torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors)) or getattr(
+        _forward_ad, "_current_level", -1
+    ) >= 0:
         return function.apply(*args)
     return function.run(*args)
 
 
 # ---------------------------------------------------------------------------- allreduce
 
-def allreduce_async(tensor: torch.Tensor, average=None, name: Optional[str] = None, op=None,
-                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                    process_set=global_process_set) -> Handle:
+
+def allreduce_async(
+    tensor: torch.Tensor,
+    average=None,
+    name: Optional[str] = None,
+    op=None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=global_process_set,
+) -> Handle:
     """Starts reducing `tensor` across ranks into a new tensor; returns a handle."""
     op = resolve_op("allreduce_async", op, average)
-    return _allreduce_start("allreduce_async", tensor, False, op, prescale_factor, postscale_factor,
-                            name, process_set)
+    return _allreduce_start(
+        "allreduce_async", tensor, False, op, prescale_factor, postscale_factor, name, process_set
+    )
 
 
-def allreduce_async_(tensor: torch.Tensor, average=None, name: Optional[str] = None, op=None,
-                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                     process_set=global_process_set) -> Handle:
+def allreduce_async_(
+    tensor: torch.Tensor,
+    average=None,
+    name: Optional[str] = None,
+    op=None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=global_process_set,
+) -> Handle:
     """Starts reducing `tensor` across ranks in place; returns a handle."""
     op = resolve_op("allreduce_async_", op, average)
-    return _allreduce_start("allreduce_async_", tensor, True, op, prescale_factor, postscale_factor,
-                            name, process_set)
+    return _allreduce_start(
+        "allreduce_async_", tensor, True, op, prescale_factor, postscale_factor, name, process_set
+    )
 
 
 def _allreduce_start(fn: str, tensor, inplace: bool, op, pre, post, name, process_set) -> Handle:
@@ -277,15 +327,19 @@ def _allreduce_start(fn: str, tensor, inplace: bool, op, pre, post, name, proces
     s = _plain_args(tensor, inplace, op, pre, post, name)
     if s is not None:
         where = basics.set_for(fn, process_set)
-        return Handle(start(where, ops._KIND if name is None else None, s, None),
-                      _in_place(tensor, tensor) if inplace else _given(s.recv[0]))
+        return Handle(
+            start(where, ops._KIND if name is None else None, s, None),
+            _in_place(tensor, tensor) if inplace else _given(s.recv[0]),
+        )
     if inplace:
         cpu = cpu_inplace(fn, tensor)
-        return Handle(ops.allreduce_async_(numpy_view(cpu), op, pre, post, name, process_set),
-                      _in_place(tensor, cpu))
+        return Handle(
+            ops.allreduce_async_(numpy_view(cpu), op, pre, post, name, process_set), _in_place(tensor, cpu)
+        )
     src = cpu_input(fn, tensor)
-    return Handle(ops.allreduce_async(numpy_view(src), op, pre, post, name, process_set),
-                  _out_of_place(tensor))
+    return Handle(
+        ops.allreduce_async(numpy_view(src), op, pre, post, name, process_set), _out_of_place(tensor)
+    )
 
 
 def _allreduce_now(tensor: torch.Tensor, op, pre, post, name, process_set) -> torch.Tensor:
@@ -295,8 +349,7 @@ def _allreduce_now(tensor: torch.Tensor, op, pre, post, name, process_set) -> to
     s = _plain_args(tensor, False, op, pre, post, name)
     if s is None:
         src = cpu_input("allreduce", tensor)
-        return _out_of_place(tensor)(ops.allreduce(numpy_view(src), op, pre, post, name,
-                                                   process_set))
+        return _out_of_place(tensor)(ops.allreduce(numpy_view(src), op, pre, post, name, process_set))
     run(basics.set_for("allreduce", process_set), ops._KIND if name is None else None, s)
     return s.recv[0]
 
@@ -319,20 +372,34 @@ class _Allreduce(torch.autograd.Function):
         return _allreduce_now(grad, op, pre, post, None, process_set), None, None, None, None, None
 
 
-def allreduce(tensor: torch.Tensor, average=None, name: Optional[str] = None,
-              compression=Compression.none, op=None, prescale_factor: float = 1.0,
-              postscale_factor: float = 1.0, process_set=global_process_set) -> torch.Tensor:
+def allreduce(
+    tensor: torch.Tensor,
+    average=None,
+    name: Optional[str] = None,
+    compression=Compression.none,
+    op=None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=global_process_set,
+) -> torch.Tensor:
     """Reduces `tensor` across ranks into a new tensor (Average by default); differentiable."""
     op = resolve_op("allreduce", op, average)
     compressed, ctx = compression.compress(tensor)
-    out = _differentiable(_Allreduce, (compressed,), compressed, name, op, prescale_factor,
-                          postscale_factor, process_set)
+    out = _differentiable(
+        _Allreduce, (compressed,), compressed, name, op, prescale_factor, postscale_factor, process_set
+    )
     return compression.decompress(out, ctx)
 
 
-def allreduce_(tensor: torch.Tensor, average=None, name: Optional[str] = None, op=None,
-               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-               process_set=global_process_set) -> torch.Tensor:
+def allreduce_(
+    tensor: torch.Tensor,
+    average=None,
+    name: Optional[str] = None,
+    op=None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=global_process_set,
+) -> torch.Tensor:
     """Reduces `tensor` across ranks in place and returns it."""
     op = resolve_op("allreduce_", op, average)
     s = _plain_args(tensor, True, op, prescale_factor, postscale_factor, name)
@@ -344,14 +411,23 @@ def allreduce_(tensor: torch.Tensor, average=None, name: Optional[str] = None, o
     return tensor
 
 
-def allreduce_group(fn: str, tensors: Sequence[torch.Tensor], names: Sequence[str],
-                    inplace: bool, op: ReduceOp, prescale_factor: float,
-                    postscale_factor: float, process_set=global_process_set) -> List[Handle]:
+def allreduce_group(
+    fn: str,
+    tensors: Sequence[torch.Tensor],
+    names: Sequence[str],
+    inplace: bool,
+    op: ReduceOp,
+    prescale_factor: float,
+    postscale_factor: float,
+    process_set=global_process_set,
+) -> List[Handle]:
     """Allreduces of `tensors` under `names`, in place or into new tensors: every one checked
     before any is submitted (a bad one raises and sends nothing), then all submitted in one
     engine round, so they can be fused. One handle each."""
-    maybe = [_plain_args(t, True, op, prescale_factor, postscale_factor, n)  # no output yet
-             for t, n in zip(tensors, names)]
+    maybe = [
+        _plain_args(t, True, op, prescale_factor, postscale_factor, n)  # no output yet
+        for t, n in zip(tensors, names)
+    ]
     plain = [s for s in maybe if s is not None]
     if plain and len(plain) == len(maybe):  # every one by address (the optimizer's gradients)
         where = basics.set_for(fn, process_set)
@@ -359,41 +435,72 @@ def allreduce_group(fn: str, tensors: Sequence[torch.Tensor], names: Sequence[st
             for s, t in zip(plain, tensors):
                 s.recv = _output(t, s.send)
         handles = submit_group([Request(s, None, None, where) for s in plain])
-        return [Handle(h, _in_place(t, t) if inplace else _given(s.recv[0]))
-                for h, t, s in zip(handles, tensors, plain)]
+        return [
+            Handle(h, _in_place(t, t) if inplace else _given(s.recv[0]))
+            for h, t, s in zip(handles, tensors, plain)
+        ]
     cpus = [cpu_inplace(fn, t) if inplace else cpu_input(fn, t) for t in tensors]
-    handles = ops.allreduce_group(fn, [numpy_view(c) for c in cpus], names, inplace, op,
-                                  prescale_factor, postscale_factor, process_set)
-    return [Handle(h, _in_place(t, c) if inplace else _out_of_place(t))
-            for h, t, c in zip(handles, tensors, cpus)]
+    handles = ops.allreduce_group(
+        fn, [numpy_view(c) for c in cpus], names, inplace, op, prescale_factor, postscale_factor, process_set
+    )
+    return [
+        Handle(h, _in_place(t, c) if inplace else _out_of_place(t)) for h, t, c in zip(handles, tensors, cpus)
+    ]
 
 
-def _grouped(fn, tensors, inplace, average, name, op, prescale_factor, postscale_factor,
-             process_set) -> Handle:
+def _grouped(
+    fn, tensors, inplace, average, name, op, prescale_factor, postscale_factor, process_set
+) -> Handle:
     op = resolve_op(fn, op, average)
-    names = group_names(fn, "grouped_allreduce", tensors, name, "tensors",
-                        basics.set_for(fn, process_set))
-    handles = allreduce_group(fn, tensors, names, inplace, op, prescale_factor, postscale_factor,
-                              process_set)
+    names = group_names(fn, "grouped_allreduce", tensors, name, "tensors", basics.set_for(fn, process_set))
+    handles = allreduce_group(fn, tensors, names, inplace, op, prescale_factor, postscale_factor, process_set)
     return _group_handle([h._hs[0] for h in handles], [h._finish for h in handles])
 
 
-def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average=None,
-                            name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
-                            postscale_factor: float = 1.0,
-                            process_set=global_process_set) -> Handle:
+def grouped_allreduce_async(
+    tensors: Sequence[torch.Tensor],
+    average=None,
+    name: Optional[str] = None,
+    op=None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=global_process_set,
+) -> Handle:
     """Starts reducing a list of tensors, submitted together; synchronize() gives the list."""
-    return _grouped("grouped_allreduce_async", tensors, False, average, name, op, prescale_factor,
-                    postscale_factor, process_set)
+    return _grouped(
+        "grouped_allreduce_async",
+        tensors,
+        False,
+        average,
+        name,
+        op,
+        prescale_factor,
+        postscale_factor,
+        process_set,
+    )
 
 
-def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average=None,
-                             name: Optional[str] = None, op=None, prescale_factor: float = 1.0,
-                             postscale_factor: float = 1.0,
-                             process_set=global_process_set) -> Handle:
+def grouped_allreduce_async_(
+    tensors: Sequence[torch.Tensor],
+    average=None,
+    name: Optional[str] = None,
+    op=None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=global_process_set,
+) -> Handle:
     """In-place grouped_allreduce_async."""
-    return _grouped("grouped_allreduce_async_", tensors, True, average, name, op, prescale_factor,
-                    postscale_factor, process_set)
+    return _grouped(
+        "grouped_allreduce_async_",
+        tensors,
+        True,
+        average,
+        name,
+        op,
+        prescale_factor,
+        postscale_factor,
+        process_set,
+    )
 
 
 class _GroupedAllreduce(torch.autograd.Function):
@@ -401,20 +508,32 @@ class _GroupedAllreduce(torch.autograd.Function):
 
     @staticmethod
     def run(name, op, prescale_factor, postscale_factor, process_set, *tensors):
-        return tuple(synchronize(at_once(grouped_allreduce_async, list(tensors), None, name, op,
-                                         prescale_factor, postscale_factor, process_set)))
+        return tuple(
+            synchronize(
+                at_once(
+                    grouped_allreduce_async,
+                    list(tensors),
+                    None,
+                    name,
+                    op,
+                    prescale_factor,
+                    postscale_factor,
+                    process_set,
+                )
+            )
+        )
 
     @staticmethod
     def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
         ctx.args = (op, prescale_factor, postscale_factor, process_set)
-        return _GroupedAllreduce.run(name, op, prescale_factor, postscale_factor, process_set,
-                                     *tensors)
+        return _GroupedAllreduce.run(name, op, prescale_factor, postscale_factor, process_set, *tensors)
 
     @staticmethod
     def backward(ctx, *grads):
         op, pre, post, process_set = ctx.args
-        outs = synchronize(at_once(grouped_allreduce_async, list(grads), None, None, op, pre, post,
-                                   process_set))
+        outs = synchronize(
+            at_once(grouped_allreduce_async, list(grads), None, None, op, pre, post, process_set)
+        )
         return (None, None, None, None, None) + tuple(outs)
 
 
@@ -425,38 +544,62 @@ def _check_list(fn: str, tensors) -> None:
         _check_tensor(fn, t)
 
 
-def grouped_allreduce(tensors: Sequence[torch.Tensor], average=None, name: Optional[str] = None,
-                      compression=Compression.none, op=None, prescale_factor: float = 1.0,
-                      postscale_factor: float = 1.0,
-                      process_set=global_process_set) -> List[torch.Tensor]:
+def grouped_allreduce(
+    tensors: Sequence[torch.Tensor],
+    average=None,
+    name: Optional[str] = None,
+    compression=Compression.none,
+    op=None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=global_process_set,
+) -> List[torch.Tensor]:
     """Reduces a list of tensors into new tensors (submitted together, so they can be fused);
     differentiable."""
     op = resolve_op("grouped_allreduce", op, average)
     _check_list("grouped_allreduce", tensors)
     packed = [compression.compress(t) for t in tensors]
     compressed = [c for c, _ in packed]
-    outs = _differentiable(_GroupedAllreduce, compressed, name, op, prescale_factor,
-                           postscale_factor, process_set, *compressed)
+    outs = _differentiable(
+        _GroupedAllreduce, compressed, name, op, prescale_factor, postscale_factor, process_set, *compressed
+    )
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, packed)]
 
 
-def grouped_allreduce_(tensors: Sequence[torch.Tensor], average=None, name: Optional[str] = None,
-                       op=None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                       process_set=global_process_set) -> List[torch.Tensor]:
+def grouped_allreduce_(
+    tensors: Sequence[torch.Tensor],
+    average=None,
+    name: Optional[str] = None,
+    op=None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=global_process_set,
+) -> List[torch.Tensor]:
     """Reduces a list of tensors in place and returns them."""
-    return synchronize(at_once(grouped_allreduce_async_, tensors, average, name, op,
-                               prescale_factor, postscale_factor, process_set))
+    return synchronize(
+        at_once(
+            grouped_allreduce_async_,
+            tensors,
+            average,
+            name,
+            op,
+            prescale_factor,
+            postscale_factor,
+            process_set,
+        )
+    )
 
 
-def sparse_allreduce_async(tensor: torch.Tensor, name: str, op=Average,
-                           process_set=global_process_set):
+def sparse_allreduce_async(tensor: torch.Tensor, name: str, op=Average, process_set=global_process_set):
     """Starts reducing a torch.sparse tensor by allgathering its indices and values in the set
     (Horovod's sparse_allreduce_async); returns a function that waits and gives the reduced
     sparse tensor (uncoalesced: entries from every rank of the set, summed, divided by the set's
     size for Average)."""
     if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
-        raise TypeError("sparse_allreduce_async expects a torch.sparse (COO) tensor, got "
-                        f"{type(tensor).__name__ if not isinstance(tensor, torch.Tensor) else tensor.layout}")
+        raise TypeError(
+            "sparse_allreduce_async expects a torch.sparse (COO) tensor, got "
+            f"{type(tensor).__name__ if not isinstance(tensor, torch.Tensor) else tensor.layout}"
+        )
     if op not in (Average, Sum):
         raise ValueError(f"sparse_allreduce_async: op must be Average or Sum, got {op!r}")
     check_name("sparse_allreduce_async", name)
@@ -471,13 +614,16 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op=Average,
         if op == Average:
             vals = vals / n
         return torch.sparse_coo_tensor(idx.t(), vals, t.size())
+
     return wait
 
 
 # ---------------------------------------------------------------------------- allgather
 
-def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
-                    process_set=global_process_set) -> Handle:
+
+def allgather_async(
+    tensor: torch.Tensor, name: Optional[str] = None, process_set=global_process_set
+) -> Handle:
     """Starts concatenating every rank's tensor along dim 0 (dim 0 may differ per rank)."""
     src = cpu_input("allgather_async", tensor)
     h = collectives.allgather_async(numpy_view(src), name, process_set)
@@ -487,8 +633,9 @@ def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
 def _rows_before_me(rows: Sequence[int], process_set) -> List[int]:
     """For each of this rank's tensors with these dim-0 sizes: the rows the set's lower ranks
     put before its own in the gathered tensor."""
-    every = collectives.allgather(np.array([list(rows)], np.int64),
-                                  process_set=process_set)  # set size x len(rows)
+    every = collectives.allgather(
+        np.array([list(rows)], np.int64), process_set=process_set
+    )  # set size x len(rows)
     me = basics.set_for("allgather", process_set).rank
     return [int(x) for x in every[:me].sum(axis=0)] if len(rows) else []
 
@@ -514,14 +661,16 @@ class _Allgather(torch.autograd.Function):
         return averaged.narrow(0, _rows_before_me([ctx.rows], ps)[0], ctx.rows), None, None
 
 
-def allgather(tensor: torch.Tensor, name: Optional[str] = None,
-              process_set=global_process_set) -> torch.Tensor:
+def allgather(
+    tensor: torch.Tensor, name: Optional[str] = None, process_set=global_process_set
+) -> torch.Tensor:
     """Every rank's tensor concatenated along dim 0, in rank order; differentiable."""
     return _differentiable(_Allgather, (tensor,), tensor, name, process_set)
 
 
-def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
-                            process_set=global_process_set) -> Handle:
+def grouped_allgather_async(
+    tensors: Sequence[torch.Tensor], name: Optional[str] = None, process_set=global_process_set
+) -> Handle:
     """allgather_async of each tensor, submitted together (every one checked before any is
     submitted); synchronize() gives the list."""
     fn = "grouped_allgather"
@@ -536,8 +685,7 @@ class _GroupedAllgather(torch.autograd.Function):
 
     @staticmethod
     def run(name, process_set, *tensors):
-        return tuple(synchronize(at_once(grouped_allgather_async, list(tensors), name,
-                                         process_set)))
+        return tuple(synchronize(at_once(grouped_allgather_async, list(tensors), name, process_set)))
 
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
@@ -548,15 +696,16 @@ class _GroupedAllgather(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         ps = ctx.process_set
-        averaged = synchronize(at_once(grouped_allreduce_async, list(grads), None, None, Average,
-                                       1.0, 1.0, ps))
+        averaged = synchronize(
+            at_once(grouped_allreduce_async, list(grads), None, None, Average, 1.0, 1.0, ps)
+        )
         starts = _rows_before_me(ctx.rows, ps)
-        return (None, None) + tuple(g.narrow(0, s, r)
-                                    for g, s, r in zip(averaged, starts, ctx.rows))
+        return (None, None) + tuple(g.narrow(0, s, r) for g, s, r in zip(averaged, starts, ctx.rows))
 
 
-def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
-                      process_set=global_process_set) -> List[torch.Tensor]:
+def grouped_allgather(
+    tensors: Sequence[torch.Tensor], name: Optional[str] = None, process_set=global_process_set
+) -> List[torch.Tensor]:
     """allgather of each tensor, submitted together; differentiable."""
     _check_list("grouped_allgather", tensors)
     return list(_differentiable(_GroupedAllgather, tensors, name, process_set, *tensors))
@@ -564,16 +713,19 @@ def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = Non
 
 # ---------------------------------------------------------------------------- broadcast
 
-def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-                    process_set=global_process_set) -> Handle:
+
+def broadcast_async(
+    tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set=global_process_set
+) -> Handle:
     """Starts copying root_rank's tensor to every rank, into a new tensor."""
     src = cpu_input("broadcast_async", tensor)
     h = collectives.broadcast_async(numpy_view(src), root_rank, name, process_set)
     return Handle(h, _out_of_place(tensor))
 
 
-def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-                     process_set=global_process_set) -> Handle:
+def broadcast_async_(
+    tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set=global_process_set
+) -> Handle:
     """Starts copying root_rank's tensor into `tensor` on every rank."""
     cpu = cpu_inplace("broadcast_async_", tensor)
     h = collectives.broadcast_async_(numpy_view(cpu), root_rank, name, process_set)
@@ -587,8 +739,7 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def run(tensor, root_rank, name, process_set):
         src = cpu_input("broadcast", tensor)
-        return _out_of_place(tensor)(collectives.broadcast(numpy_view(src), root_rank, name,
-                                                           process_set))
+        return _out_of_place(tensor)(collectives.broadcast(numpy_view(src), root_rank, name, process_set))
 
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
@@ -603,14 +754,16 @@ class _Broadcast(torch.autograd.Function):
         return averaged, None, None, None
 
 
-def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-              process_set=global_process_set) -> torch.Tensor:
+def broadcast(
+    tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set=global_process_set
+) -> torch.Tensor:
     """root_rank's tensor on every rank (a new tensor); differentiable."""
     return _differentiable(_Broadcast, (tensor,), tensor, root_rank, name, process_set)
 
 
-def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-               process_set=global_process_set) -> torch.Tensor:
+def broadcast_(
+    tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set=global_process_set
+) -> torch.Tensor:
     """Overwrites `tensor` with root_rank's on every rank; returns it."""
     cpu = cpu_inplace("broadcast_", tensor)
     collectives.broadcast_(numpy_view(cpu), root_rank, name, process_set)
@@ -619,20 +772,21 @@ def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
 
 # ---------------------------------------------------------------------------- alltoall
 
+
 def _split_list(splits) -> Optional[List[int]]:
     """`splits` as a list of ints; ValueError unless it holds integers (as Horovod's int32)."""
     if splits is None:
         return None
     if isinstance(splits, torch.Tensor):
         if splits.dtype.is_floating_point or splits.dtype.is_complex or splits.dtype == torch.bool:
-            raise ValueError(f"alltoall: splits must hold integers (torch.int32 as in Horovod), "
-                             f"got a {splits.dtype} tensor")
+            raise ValueError(
+                f"alltoall: splits must hold integers (torch.int32 as in Horovod), "
+                f"got a {splits.dtype} tensor"
+            )
         return [int(s) for s in splits.reshape(-1).tolist()]
     items = list(splits) if isinstance(splits, (list, tuple, np.ndarray)) else None
-    if items is None or any(isinstance(s, bool) or not isinstance(s, (int, np.integer))
-                            for s in items):
-        raise ValueError(f"alltoall: splits must be a sequence of ints or an integer tensor, got "
-                         f"{splits!r}")
+    if items is None or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) for s in items):
+        raise ValueError(f"alltoall: splits must be a sequence of ints or an integer tensor, got {splits!r}")
     return [int(s) for s in items]
 
 
@@ -651,11 +805,13 @@ def _alltoall(tensor: torch.Tensor, splits, name, process_set) -> Handle:
         if isinstance(out, tuple):
             return _to_device(_tensor(out[0]), tensor), torch.from_numpy(out[1]).to(torch.int32)
         return _to_device(_tensor(out), tensor), None
+
     return Handle(h, finish)
 
 
-def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
-                   process_set=global_process_set) -> Handle:
+def alltoall_async(
+    tensor: torch.Tensor, splits=None, name: Optional[str] = None, process_set=global_process_set
+) -> Handle:
     """Starts sending rows splits[i] of `tensor` to the set's rank i (without splits dim 0 must
     divide evenly by the set's size); synchronize() gives the rows received, and with `splits`
     given also the rows received from each rank."""
@@ -695,8 +851,7 @@ class _Alltoall(torch.autograd.Function):
         return back, None, None, None
 
 
-def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
-             process_set=global_process_set):
+def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None, process_set=global_process_set):
     """Rows splits[i] go to the set's rank i (without splits dim 0 must divide evenly by the
     set's size); returns the rows received in rank order, and with `splits` given also the rows
     received from each rank; differentiable."""
@@ -705,18 +860,24 @@ def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
 
 # ---------------------------------------------------------------------------- reducescatter
 
-def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op=Average,
-                        process_set=global_process_set, prescale_factor: float = 1.0,
-                        postscale_factor: float = 1.0) -> Handle:
+
+def reducescatter_async(
+    tensor: torch.Tensor,
+    name: Optional[str] = None,
+    op=Average,
+    process_set=global_process_set,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> Handle:
     """Starts reducing `tensor` across ranks; rank r keeps its block of dim 0."""
     src = cpu_input("reducescatter_async", tensor)
-    h = collectives.reducescatter_async(numpy_view(src), op, name, prescale_factor, postscale_factor,
-                                        process_set)
+    h = collectives.reducescatter_async(
+        numpy_view(src), op, name, prescale_factor, postscale_factor, process_set
+    )
     return Handle(h, _out_of_place(tensor))
 
 
-def _reducescatter_grad(grad: torch.Tensor, op, pre: float, post: float,
-                        process_set) -> torch.Tensor:
+def _reducescatter_grad(grad: torch.Tensor, op, pre: float, post: float, process_set) -> torch.Tensor:
     """Horovod's scaling of a reducescatter's output gradient before it is allgathered: the
     set's size for Sum, and the scale factors."""
     if op == Sum:
@@ -734,14 +895,14 @@ class _Reducescatter(torch.autograd.Function):
 
     @staticmethod
     def run(tensor, name, op, prescale_factor, postscale_factor, process_set):
-        return synchronize(at_once(reducescatter_async, tensor, name, op, process_set,
-                                   prescale_factor, postscale_factor))
+        return synchronize(
+            at_once(reducescatter_async, tensor, name, op, process_set, prescale_factor, postscale_factor)
+        )
 
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.args = (op, prescale_factor, postscale_factor, process_set)
-        return _Reducescatter.run(tensor, name, op, prescale_factor, postscale_factor,
-                                  process_set)
+        return _Reducescatter.run(tensor, name, op, prescale_factor, postscale_factor, process_set)
 
     @staticmethod
     def backward(ctx, grad):
@@ -751,29 +912,44 @@ class _Reducescatter(torch.autograd.Function):
         return out, None, None, None, None, None
 
 
-def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
-                  compression=Compression.none, op=Average, process_set=global_process_set,
-                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
+def reducescatter(
+    tensor: torch.Tensor,
+    name: Optional[str] = None,
+    compression=Compression.none,
+    op=Average,
+    process_set=global_process_set,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> torch.Tensor:
     """Reduces `tensor` across ranks; rank r gets its block of dim 0; differentiable."""
     compressed, ctx = compression.compress(tensor)
-    out = _differentiable(_Reducescatter, (compressed,), compressed, name, op, prescale_factor,
-                          postscale_factor, process_set)
+    out = _differentiable(
+        _Reducescatter, (compressed,), compressed, name, op, prescale_factor, postscale_factor, process_set
+    )
     return compression.decompress(out, ctx)
 
 
-def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
-                                op=Average, process_set=global_process_set,
-                                prescale_factor: float = 1.0,
-                                postscale_factor: float = 1.0) -> Handle:
+def grouped_reducescatter_async(
+    tensors: Sequence[torch.Tensor],
+    name: Optional[str] = None,
+    op=Average,
+    process_set=global_process_set,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> Handle:
     """reducescatter_async of each tensor, submitted together (every one checked before any is
     submitted); synchronize() gives the list."""
     fn = "grouped_reducescatter"
     names = group_names(fn, fn, tensors, name, "tensors", basics.set_for(fn, process_set))
     srcs = [cpu_input(fn, t) for t in tensors]
-    handles = submit_group([collectives.reducescatter_request(fn, numpy_view(s), op, n,
-                                                              prescale_factor, postscale_factor,
-                                                              process_set)
-                            for s, n in zip(srcs, names)])
+    handles = submit_group(
+        [
+            collectives.reducescatter_request(
+                fn, numpy_view(s), op, n, prescale_factor, postscale_factor, process_set
+            )
+            for s, n in zip(srcs, names)
+        ]
+    )
     return _group_handle(handles, [_out_of_place(t) for t in tensors])
 
 
@@ -782,37 +958,62 @@ class _GroupedReducescatter(torch.autograd.Function):
 
     @staticmethod
     def run(name, op, prescale_factor, postscale_factor, process_set, *tensors):
-        return tuple(synchronize(at_once(grouped_reducescatter_async, list(tensors), name, op,
-                                         process_set, prescale_factor, postscale_factor)))
+        return tuple(
+            synchronize(
+                at_once(
+                    grouped_reducescatter_async,
+                    list(tensors),
+                    name,
+                    op,
+                    process_set,
+                    prescale_factor,
+                    postscale_factor,
+                )
+            )
+        )
 
     @staticmethod
     def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
         ctx.args = (op, prescale_factor, postscale_factor, process_set)
-        return _GroupedReducescatter.run(name, op, prescale_factor, postscale_factor,
-                                         process_set, *tensors)
+        return _GroupedReducescatter.run(name, op, prescale_factor, postscale_factor, process_set, *tensors)
 
     @staticmethod
     def backward(ctx, *grads):
         op, pre, post, ps = ctx.args
         gs = [_reducescatter_grad(g, op, pre, post, ps) for g in grads]
         return (None, None, None, None, None) + tuple(
-            synchronize(at_once(grouped_allgather_async, gs, None, ps)))
+            synchronize(at_once(grouped_allgather_async, gs, None, ps))
+        )
 
 
-def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
-                          compression=Compression.none, op=Average,
-                          process_set=global_process_set, prescale_factor: float = 1.0,
-                          postscale_factor: float = 1.0) -> List[torch.Tensor]:
+def grouped_reducescatter(
+    tensors: Sequence[torch.Tensor],
+    name: Optional[str] = None,
+    compression=Compression.none,
+    op=Average,
+    process_set=global_process_set,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> List[torch.Tensor]:
     """reducescatter of each tensor, submitted together; differentiable."""
     _check_list("grouped_reducescatter", tensors)
     packed = [compression.compress(t) for t in tensors]
     compressed = [c for c, _ in packed]
-    outs = _differentiable(_GroupedReducescatter, compressed, name, op, prescale_factor,
-                           postscale_factor, process_set, *compressed)
+    outs = _differentiable(
+        _GroupedReducescatter,
+        compressed,
+        name,
+        op,
+        prescale_factor,
+        postscale_factor,
+        process_set,
+        *compressed,
+    )
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, packed)]
 
 
 # ---------------------------------------------------------------------------- barrier, join
+
 
 def barrier(process_set=global_process_set) -> None:
     """Returns once every rank of the set has called barrier()."""
@@ -842,17 +1043,47 @@ def untraced(fn: Callable) -> Callable:
         if torch.compiler.is_compiling():
             return disabled(*args, **kwargs)
         return fn(*args, **kwargs)
+
     return call
 
 
 __all__ = [
-    "HorovodInternalError", "Handle", "poll", "synchronize", "allreduce", "allreduce_",
-    "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
-    "grouped_allreduce_async", "grouped_allreduce_async_", "sparse_allreduce_async", "allgather",
-    "allgather_async", "grouped_allgather", "grouped_allgather_async", "broadcast", "broadcast_",
-    "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
-    "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async", "barrier",
-    "join", "Sum", "Average", "Adasum", "Min", "Max", "Product", "ReduceOp",
+    "HorovodInternalError",
+    "Handle",
+    "poll",
+    "synchronize",
+    "allreduce",
+    "allreduce_",
+    "allreduce_async",
+    "allreduce_async_",
+    "grouped_allreduce",
+    "grouped_allreduce_",
+    "grouped_allreduce_async",
+    "grouped_allreduce_async_",
+    "sparse_allreduce_async",
+    "allgather",
+    "allgather_async",
+    "grouped_allgather",
+    "grouped_allgather_async",
+    "broadcast",
+    "broadcast_",
+    "broadcast_async",
+    "broadcast_async_",
+    "alltoall",
+    "alltoall_async",
+    "reducescatter",
+    "reducescatter_async",
+    "grouped_reducescatter",
+    "grouped_reducescatter_async",
+    "barrier",
+    "join",
+    "Sum",
+    "Average",
+    "Adasum",
+    "Min",
+    "Max",
+    "Product",
+    "ReduceOp",
 ]
 
 # The collectives and waits, as torch.compile meets them (untraced).

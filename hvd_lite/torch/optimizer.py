@@ -15,6 +15,7 @@ The attributes Horovod's users read keep Horovod's names: `_parameter_names` ({p
 it with `set_backward_passes_per_step`), `op`, `gradient_predivide_factor`, `sparse_as_dense`,
 `process_set`.
 """
+
 import contextlib
 import warnings
 from typing import TYPE_CHECKING, Any, Dict
@@ -36,18 +37,31 @@ else:
 class _DistributedOptimizer(_WrappedOptimizer):
     """Mixed in front of the wrapped optimizer's class (see DistributedOptimizer)."""
 
-    def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                   gradient_predivide_factor, groups, sparse_as_dense, process_set):
+    def _hvd_setup(
+        self,
+        named_parameters,
+        compression,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+        groups,
+        sparse_as_dense,
+        process_set,
+    ):
         params = [p for g in self.param_groups for p in g["params"]]
         if op == Adasum:
-            raise NotImplementedError("DistributedOptimizer: op=Adasum (Horovod's delta optimizer) "
-                                      "is not implemented in hvd_lite; use Average or Sum")
+            raise NotImplementedError(
+                "DistributedOptimizer: op=Adasum (Horovod's delta optimizer) "
+                "is not implemented in hvd_lite; use Average or Sum"
+            )
         check_op("DistributedOptimizer", op)
         if named_parameters is not None:
             named = list(named_parameters)
             if any(not (isinstance(x, tuple) and len(x) == 2) for x in named):
-                raise ValueError("named_parameters must be a list of (name, parameter) pairs, as "
-                                 "model.named_parameters() gives")
+                raise ValueError(
+                    "named_parameters must be a list of (name, parameter) pairs, as "
+                    "model.named_parameters() gives"
+                )
             names = [n for n, _ in named]
             dups = sorted({n for n in names if names.count(n) > 1})
             if dups:
@@ -55,42 +69,54 @@ class _DistributedOptimizer(_WrappedOptimizer):
             by_param = {id(p): n for n, p in named}
             missing = [i for i, p in enumerate(params) if id(p) not in by_param]
             if missing:
-                raise ValueError(f"named_parameters does not name {len(missing)} of the optimizer's "
-                                 f"parameters (indices {missing[:10]} in param_groups order); pass "
-                                 "the named_parameters() of the model the optimizer was built on")
+                raise ValueError(
+                    f"named_parameters does not name {len(missing)} of the optimizer's "
+                    f"parameters (indices {missing[:10]} in param_groups order); pass "
+                    "the named_parameters() of the model the optimizer was built on"
+                )
         else:  # Horovod's automatic names
-            by_param = {id(p): f"allreduce.noname.{i}.{j}"
-                        for i, g in enumerate(self.param_groups) for j, p in enumerate(g["params"])}
-        if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
-                or backward_passes_per_step < 1:
-            raise ValueError(f"backward_passes_per_step must be an int > 0, got "
-                             f"{backward_passes_per_step!r}")
+            by_param = {
+                id(p): f"allreduce.noname.{i}.{j}"
+                for i, g in enumerate(self.param_groups)
+                for j, p in enumerate(g["params"])
+            }
+        if (
+            isinstance(backward_passes_per_step, bool)
+            or not isinstance(backward_passes_per_step, int)
+            or backward_passes_per_step < 1
+        ):
+            raise ValueError(f"backward_passes_per_step must be an int > 0, got {backward_passes_per_step!r}")
         if gradient_predivide_factor != 1.0 and op != Average:
-            raise ValueError("gradient_predivide_factor applies to op=Average only, got "
-                             f"op={op!r}")
+            raise ValueError(f"gradient_predivide_factor applies to op=Average only, got op={op!r}")
         process_set = global_process_set if process_set is None else process_set
         if not isinstance(process_set, ProcessSet):
-            raise TypeError(f"DistributedOptimizer: process_set must be a hvd_lite.ProcessSet, got "
-                            f"{type(process_set).__name__}")
+            raise TypeError(
+                f"DistributedOptimizer: process_set must be a hvd_lite.ProcessSet, got "
+                f"{type(process_set).__name__}"
+            )
         if process_set.process_set_id is None:
-            raise ValueError(f"DistributedOptimizer: {process_set} is not registered; pass it to "
-                             "hvd_lite.init(process_sets=[...]) or add_process_set() first")
+            raise ValueError(
+                f"DistributedOptimizer: {process_set} is not registered; pass it to "
+                "hvd_lite.init(process_sets=[...]) or add_process_set() first"
+            )
         # a rank outside the set steps on its own gradients, as in Horovod
         self.process_set = process_set
         self._hvd_reduces = bool(process_set.included()) and process_set.size() > 1
         self._parameter_names = {p: by_param[id(p)] for p in params}
         # the engine's names: prefixed, so that they never meet a name of the user's own calls
-        self._hvd_names = {p: check_name("DistributedOptimizer",
-                                         f"DistributedOptimizer.allreduce.{by_param[id(p)]}")
-                           for p in params}
+        self._hvd_names = {
+            p: check_name("DistributedOptimizer", f"DistributedOptimizer.allreduce.{by_param[id(p)]}")
+            for p in params
+        }
         self._compression = compression
         self.backward_passes_per_step = backward_passes_per_step
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = bool(sparse_as_dense)
         self._hvd_requires_update = [p for p in params if p.requires_grad]
-        self._hvd_delay: Dict[torch.Tensor, int] = {p: backward_passes_per_step
-                                                    for p in self._hvd_requires_update}
+        self._hvd_delay: Dict[torch.Tensor, int] = {
+            p: backward_passes_per_step for p in self._hvd_requires_update
+        }
         # p -> (handle, compression ctx, sent, sent densely for a sparse gradient); for a sparse
         # gradient reduced sparsely, (function that waits, None, None, False)
         self._hvd_handles: Dict[torch.Tensor, tuple] = {}
@@ -112,18 +138,22 @@ class _DistributedOptimizer(_WrappedOptimizer):
             lists = split_list(ps, groups)  # contiguous runs, as Horovod cuts them
         else:
             if not isinstance(groups, list) or any(
-                    not isinstance(g, (list, tuple)) or any(not isinstance(p, torch.Tensor) for p in g)
-                    for g in groups):
-                raise ValueError("groups must be a positive int or a list of lists of "
-                                 f"torch.Tensor, got {groups!r}")
+                not isinstance(g, (list, tuple)) or any(not isinstance(p, torch.Tensor) for p in g)
+                for g in groups
+            ):
+                raise ValueError(
+                    f"groups must be a positive int or a list of lists of torch.Tensor, got {groups!r}"
+                )
             lists = [list(g) for g in groups]
             seen = [id(p) for g in lists for p in g]
             if len(seen) != len(set(seen)):
                 raise ValueError("groups: a parameter appears in more than one group")
             known = {id(p) for p in ps}
             if any(i not in known for i in seen):
-                raise ValueError("groups: every parameter must be one of the optimizer's "
-                                 "parameters that require a gradient")
+                raise ValueError(
+                    "groups: every parameter must be one of the optimizer's "
+                    "parameters that require a gradient"
+                )
         lists = [g for g in lists if g]
         group_of = {p: gi for gi, g in enumerate(lists) for p in g}
         return group_of, lists, {gi: set() for gi in range(len(lists))}
@@ -136,7 +166,8 @@ class _DistributedOptimizer(_WrappedOptimizer):
                 "Gradients were computed more than backward_passes_per_step "
                 f"({self.backward_passes_per_step}) times before step(); increase "
                 "backward_passes_per_step to "
-                "accumulate gradients locally, or call step() (or synchronize()) after each backward")
+                "accumulate gradients locally, or call step() (or synchronize()) after each backward"
+            )
         self._hvd_delay[p] -= 1
         if self._hvd_delay[p] > 0:
             return
@@ -161,8 +192,12 @@ class _DistributedOptimizer(_WrappedOptimizer):
                 grad = p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
             elif grad.is_sparse:
                 if not self.sparse_as_dense:
-                    self._hvd_handles[p] = (sparse_allreduce_async(
-                        grad, self._hvd_names[p], self.op, self.process_set), None, None, False)
+                    self._hvd_handles[p] = (
+                        sparse_allreduce_async(grad, self._hvd_names[p], self.op, self.process_set),
+                        None,
+                        None,
+                        False,
+                    )
                     continue
                 grad = grad.to_dense()  # reduced densely, made sparse again by synchronize()
             elif not grad.is_contiguous():
@@ -176,8 +211,16 @@ class _DistributedOptimizer(_WrappedOptimizer):
         if self.gradient_predivide_factor != 1.0:
             f = self.gradient_predivide_factor
             op, pre, post = Sum, 1.0 / f, f / self.process_set.size()
-        handles = allreduce_group("allreduce_async_", sent, [self._hvd_names[p] for p in dense],
-                                  True, op, pre, post, self.process_set)
+        handles = allreduce_group(
+            "allreduce_async_",
+            sent,
+            [self._hvd_names[p] for p in dense],
+            True,
+            op,
+            pre,
+            post,
+            self.process_set,
+        )
         for p, handle, ctx, s, sp in zip(dense, handles, ctxs, sent, was_sparse):
             self._hvd_handles[p] = (handle, ctx, s, sp)
 
@@ -227,8 +270,10 @@ class _DistributedOptimizer(_WrappedOptimizer):
         """The wrapped optimizer's load_state_dict; forgets gradients not yet synchronized
         (their allreduces must not be in flight)."""
         if self._hvd_handles:
-            raise AssertionError("optimizer.load_state_dict() was called while gradient "
-                                 "allreduces are in flight; call optimizer.synchronize() first")
+            raise AssertionError(
+                "optimizer.load_state_dict() was called while gradient "
+                "allreduces are in flight; call optimizer.synchronize() first"
+            )
         self._hvd_reset()
         self._hvd_synchronized = False
         self._hvd_should_sync = True
@@ -247,11 +292,13 @@ class _DistributedOptimizer(_WrappedOptimizer):
         """Waits for the gradients' allreduces (unless in skip_synchronize()) and applies them."""
         if self._hvd_should_sync:
             if self._hvd_synchronized and not self._hvd_handles:
-                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
-                              "context after optimizer.synchronize(). The gradients are not "
-                              "reduced again (as Horovod would); use `with "
-                              "optimizer.skip_synchronize():` around step() to say so.",
-                              stacklevel=2)
+                warnings.warn(
+                    "optimizer.step() called without optimizer.skip_synchronize() "
+                    "context after optimizer.synchronize(). The gradients are not "
+                    "reduced again (as Horovod would); use `with "
+                    "optimizer.skip_synchronize():` around step() to say so.",
+                    stacklevel=2,
+                )
             else:
                 self.synchronize()
         self._hvd_synchronized = False
@@ -265,15 +312,23 @@ class _DistributedOptimizer(_WrappedOptimizer):
             raise AssertionError(
                 "optimizer.zero_grad() was called after loss.backward() but before optimizer.step() "
                 "or optimizer.synchronize(): gradient allreduces are still in flight and would "
-                "write into the cleared gradients. Call zero_grad() before backward or after step().")
+                "write into the cleared gradients. Call zero_grad() before backward or after step()."
+            )
         return super().zero_grad(set_to_none)
 
 
-def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None,
-                         compression=Compression.none, backward_passes_per_step: int = 1,
-                         op=Average, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
-                         groups=None, sparse_as_dense: bool = False,
-                         process_set=global_process_set) -> torch.optim.Optimizer:
+def DistributedOptimizer(
+    optimizer: torch.optim.Optimizer,
+    named_parameters=None,
+    compression=Compression.none,
+    backward_passes_per_step: int = 1,
+    op=Average,
+    gradient_predivide_factor: float = 1.0,
+    num_groups: int = 0,
+    groups=None,
+    sparse_as_dense: bool = False,
+    process_set=global_process_set,
+) -> torch.optim.Optimizer:
     """Wraps `optimizer` so that step() applies gradients averaged across ranks.
 
     The result is an instance of a subclass of the optimizer's class with the same name, sharing
@@ -282,19 +337,28 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
     averaged over that set's ranks only; ranks outside it step on their own gradients.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "
-                        f"{type(optimizer).__name__}")
+        raise TypeError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got {type(optimizer).__name__}")
     if isinstance(optimizer, _DistributedOptimizer):
         raise ValueError("the optimizer is already a DistributedOptimizer")
     groups = resolve_groups("DistributedOptimizer", groups, num_groups)
     base = type(optimizer)
-    cls: Any = type(base.__name__, (_DistributedOptimizer, base),  # made at run time
-               {"__module__": base.__module__, "__qualname__": base.__qualname__})
+    cls: Any = type(
+        base.__name__,
+        (_DistributedOptimizer, base),  # made at run time
+        {"__module__": base.__module__, "__qualname__": base.__qualname__},
+    )
     wrapped = cls.__new__(cls)
     # Share everything but instance attributes bound to the old object (an LR scheduler built
     # on it wraps its step).
-    wrapped.__dict__.update({k: v for k, v in optimizer.__dict__.items()
-                             if k not in ("step", "zero_grad")})
-    wrapped._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
-                       gradient_predivide_factor, groups, sparse_as_dense, process_set)
+    wrapped.__dict__.update({k: v for k, v in optimizer.__dict__.items() if k not in ("step", "zero_grad")})
+    wrapped._hvd_setup(
+        named_parameters,
+        compression,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+        groups,
+        sparse_as_dense,
+        process_set,
+    )
     return wrapped

@@ -1,4 +1,5 @@
 """SyncBatchNorm: batch normalisation over the batch of every rank together (horovod.torch's)."""
+
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
@@ -16,8 +17,7 @@ class SyncBatchNorm(_BatchNorm):
 
     def _check_input_dim(self, input):
         if input.dim() < 2:
-            raise ValueError(f"SyncBatchNorm expects an input of 2 or more dimensions, got "
-                             f"{input.dim()}")
+            raise ValueError(f"SyncBatchNorm expects an input of 2 or more dimensions, got {input.dim()}")
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         self._check_input_dim(input)
@@ -36,10 +36,12 @@ class SyncBatchNorm(_BatchNorm):
         total = allreduce(local, op=Sum, name=None)
         n = total[0]
         if int(n.item()) <= 1:
-            raise ValueError("SyncBatchNorm: expected more than 1 value per channel across the "
-                             f"ranks' batches, got input size {list(input.shape)}")
-        mean = total[1:1 + c] / n
-        var = (total[1 + c:] / n - mean * mean).clamp_min(0)
+            raise ValueError(
+                "SyncBatchNorm: expected more than 1 value per channel across the "
+                f"ranks' batches, got input size {list(input.shape)}"
+            )
+        mean = total[1 : 1 + c] / n
+        var = (total[1 + c :] / n - mean * mean).clamp_min(0)
         if self.track_running_stats:
             with torch.no_grad():
                 self.running_mean.mul_(1 - momentum).add_(mean.detach() * momentum)

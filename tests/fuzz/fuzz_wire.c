@@ -63,20 +63,20 @@ int MPI_Error_string(int code, char *text, int *len) {
 /* ---- checks and counts ----------------------------------------------------- */
 
 static long failures;
-#define CHECK(cond, ...)                                                   \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      fprintf(stderr, "fuzz_wire: case %ld: %s: ", case_no, #cond);        \
-      fprintf(stderr, __VA_ARGS__);                                        \
-      fputc('\n', stderr);                                                 \
-      if (++failures >= 20) exit(1);                                       \
-    }                                                                      \
+#define CHECK(cond, ...)                                            \
+  do {                                                              \
+    if (!(cond)) {                                                  \
+      fprintf(stderr, "fuzz_wire: case %ld: %s: ", case_no, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                 \
+      fputc('\n', stderr);                                          \
+      if (++failures >= 20) exit(1);                                \
+    }                                                               \
   } while (0)
 
 static long case_no;
 enum { DESCS, RESPONSES, INTAKE, TUNE, NREADERS };
-static const char *reader_names[NREADERS] = {"hvdl_desc_get", "hvdl_resp_get", "hvdl_coordinate intake",
-                                             "hvdl_tune_get"};
+static const char *reader_names[NREADERS] = {"hvdl_desc_get", "hvdl_resp_get",
+                                             "hvdl_coordinate intake", "hvdl_tune_get"};
 static long accepted[NREADERS], rejected[NREADERS];
 static long oom_cases, oom_errors;
 
@@ -119,7 +119,8 @@ static void random_desc(struct hvdl_desc *d, const char *name, int nranks) {
   d->op = (int32_t)below(hvdlNumOps);
   d->ndim = chance(3) ? HVDL_MAX_DIMS : (int32_t)below(4);
   for (int i = 0; i < d->ndim; i++) d->dims[i] = chance(3) ? 0 : (int64_t)below(6);
-  if ((d->coll == HVDL_COLL_ALLGATHER || d->coll == HVDL_COLL_ALLTOALL) && d->ndim > 0) d->dims[0] = -1;
+  if ((d->coll == HVDL_COLL_ALLGATHER || d->coll == HVDL_COLL_ALLTOALL) && d->ndim > 0)
+    d->dims[0] = -1;
   d->root = chance(90) ? (int32_t)below((size_t)nranks) : (int32_t)rnd();
   d->device = chance(10) ? HVDL_MEM_CUDA : HVDL_MEM_HOST;
   d->prescale = random_scale();
@@ -139,7 +140,8 @@ static void check_desc_ranges(const struct hvdl_desc *d) {
   CHECK(d->op >= 0 && d->op < hvdlNumOps, "op %d", d->op);
   CHECK(d->ndim >= 0 && d->ndim <= HVDL_MAX_DIMS, "ndim %d", d->ndim);
   CHECK(d->device == HVDL_MEM_HOST || d->device == HVDL_MEM_CUDA, "device %d", d->device);
-  for (int i = 0; i < d->ndim && i < HVDL_MAX_DIMS; i++) CHECK(d->dims[i] >= -1, "dims[%d] %lld", i, (long long)d->dims[i]);
+  for (int i = 0; i < d->ndim && i < HVDL_MAX_DIMS; i++)
+    CHECK(d->dims[i] >= -1, "dims[%d] %lld", i, (long long)d->dims[i]);
   CHECK(memchr(d->name, '\0', sizeof d->name) != NULL, "name not terminated");
   CHECK(memchr(d->error, '\0', sizeof d->error) != NULL, "error not terminated");
 }
@@ -166,20 +168,20 @@ static void copy(void *dst, const void *src, size_t n) {
   if (n) memcpy(dst, src, n);
 }
 
-static void put_le(unsigned char *p, uint64_t v, size_t n) { memcpy(p, &v, n); } /* host order, as wire.c */
+static void put_le(unsigned char *p, uint64_t v, size_t n) {
+  memcpy(p, &v, n);
+} /* host order, as wire.c */
 
 static void mutate_once(struct bytes *m, const struct bytes *other) {
   /* 9, 10, 31 .. 35: the edges of the data types' two ranges (0 .. 9, 32 .. 34) */
-  static const uint32_t edge32[] = {0,          1,          2,          3,          4,          5,
-                                    6,          7,          9,          10,         16,         17,
-                                    31,         32,         34,         35,         511,        512,
-                                    4096,       0x7fffffff, 0x80000000, 0xfffffffe, 0xffffffff, 0x10000};
-  static const int64_t edge64[] = {-1, -2, 0, 1, INT64_MAX, INT64_MIN, (int64_t)1 << 40, (int64_t)1 << 62};
+  static const uint32_t edge32[] = {
+      0,  1,  2,  3,  4,   5,   6,    7,          9,          10,         16,         17,
+      31, 32, 34, 35, 511, 512, 4096, 0x7fffffff, 0x80000000, 0xfffffffe, 0xffffffff, 0x10000};
+  static const int64_t edge64[] = {
+      -1, -2, 0, 1, INT64_MAX, INT64_MIN, (int64_t)1 << 40, (int64_t)1 << 62};
   size_t at = below(m->len + 1);
   switch (below(8)) {
-    case 0: /* truncate */
-      m->len = below(m->len + 1);
-      break;
+    case 0: /* truncate */ m->len = below(m->len + 1); break;
     case 1: /* flip a bit */
       if (m->len) m->p[below(m->len)] ^= (unsigned char)(1u << below(8));
       break;
@@ -195,7 +197,9 @@ static void mutate_once(struct bytes *m, const struct bytes *other) {
       }
       break;
     case 4: /* an 8-byte field (a dimension, a scale) set to an edge value */
-      if (m->len >= 8) put_le(m->p + below(m->len - 7), (uint64_t)edge64[below(sizeof edge64 / sizeof edge64[0])], 8);
+      if (m->len >= 8)
+        put_le(m->p + below(m->len - 7), (uint64_t)edge64[below(sizeof edge64 / sizeof edge64[0])],
+               8);
       break;
     case 5: { /* insert random bytes */
       const size_t k = 1 + below(8), n = m->len + k;
@@ -269,9 +273,11 @@ static void check_rejection(const struct hvdl_reader *rd, const char *what, int 
 
 /* The readers accept exactly what the writers write: an accepted item, written
  * again, is the bytes it was read from. */
-static void check_rewrites_to(const struct hvdl_buf *b, const char *from, const char *to, const char *what) {
+static void check_rewrites_to(const struct hvdl_buf *b, const char *from, const char *to,
+                              const char *what) {
   CHECK(b->len == (size_t)(to - from) && memcmp(b->p, from, b->len) == 0,
-        "an accepted %s (%td bytes) is written back as %zu different bytes", what, to - from, b->len);
+        "an accepted %s (%td bytes) is written back as %zu different bytes", what, to - from,
+        b->len);
 }
 
 /* ---- case 1: a stream of descriptors ------------------------------------------ */
@@ -296,7 +302,8 @@ static void desc_case(struct bytes *m, struct bytes *prev) {
     const char *from = rd.p;
     if (hvdl_desc_get(&rd, &got)) {
       ok = 0;
-      check_rejection(&rd, "descriptors", 3); /* as if from rank 3: the intake case checks the rank */
+      check_rejection(&rd, "descriptors",
+                      3); /* as if from rank 3: the intake case checks the rank */
       break;
     }
     check_desc_ranges(&got);
@@ -304,10 +311,14 @@ static void desc_case(struct bytes *m, struct bytes *prev) {
     if (hvdl_desc_put(&again, &got)) abort();
     check_rewrites_to(&again, from, rd.p, "descriptor");
     free(again.p);
-    if (!mutated) CHECK(n < k && memcmp(&got, &want[n], sizeof got) == 0, "descriptor %d reads back different", n);
+    if (!mutated)
+      CHECK(n < k && memcmp(&got, &want[n], sizeof got) == 0, "descriptor %d reads back different",
+            n);
     n++;
   }
-  if (!mutated) CHECK(ok && n == k, "a stream of %d descriptors as written: %d read, ok %d (%s)", k, n, ok, rd.why);
+  if (!mutated)
+    CHECK(ok && n == k, "a stream of %d descriptors as written: %d read, ok %d (%s)", k, n, ok,
+          rd.why);
   (ok ? accepted : rejected)[DESCS]++;
   free(p);
 }
@@ -391,21 +402,24 @@ static void resp_case(struct bytes *m, struct bytes *prev) {
       case HVDL_RESP_SHUTDOWN:
         CHECK(memchr(got.msg, '\0', sizeof got.msg) != NULL, "message not terminated");
         break;
-      default:
-        CHECK(0, "accepted kind %u", got.kind);
+      default: CHECK(0, "accepted kind %u", got.kind);
     }
     if (!mutated && n < k) {
       const struct hvdl_resp *w = &want[n];
       CHECK(got.kind == w->kind, "entry %d: kind %u, written %u", n, got.kind, w->kind);
-      if (w->kind == HVDL_RESP_READY || w->kind == HVDL_RESP_EVICT) CHECK(got.id == w->id, "entry %d: id", n);
-      if (w->kind == HVDL_RESP_READY) CHECK(memcmp(&got.desc, &w->desc, sizeof got.desc) == 0, "entry %d: desc", n);
+      if (w->kind == HVDL_RESP_READY || w->kind == HVDL_RESP_EVICT)
+        CHECK(got.id == w->id, "entry %d: id", n);
+      if (w->kind == HVDL_RESP_READY)
+        CHECK(memcmp(&got.desc, &w->desc, sizeof got.desc) == 0, "entry %d: desc", n);
       if (w->kind == HVDL_RESP_ERROR) CHECK(strcmp(got.name, w->name) == 0, "entry %d: name", n);
       if (w->kind == HVDL_RESP_ERROR || w->kind == HVDL_RESP_SHUTDOWN)
         CHECK(strcmp(got.msg, w->msg) == 0, "entry %d: message", n);
     }
     n++;
   }
-  if (!mutated) CHECK(ok && n == k, "a response of %d entries as written: %d read, ok %d (%s)", k, n, ok, rd.why);
+  if (!mutated)
+    CHECK(ok && n == k, "a response of %d entries as written: %d read, ok %d (%s)", k, n, ok,
+          rd.why);
   (ok ? accepted : rejected)[RESPONSES]++;
   free(p);
 }
@@ -437,9 +451,9 @@ static void session_start(struct session *s) {
   s->co.comm = &s->comm;
   s->co.size = s->n;
   s->co.cache = &s->cache;
-  s->co.stall_check_s = 1e-9;                      /* the warning's text is built every round... */
-  s->co.log_level = HVDL_LOG_ERROR;                /* ...and not printed */
-  s->co.stall_shutdown_s = chance(5) ? 1e-9 : 0;  /* a stall shutdown in the next response */
+  s->co.stall_check_s = 1e-9;                    /* the warning's text is built every round... */
+  s->co.log_level = HVDL_LOG_ERROR;              /* ...and not printed */
+  s->co.stall_shutdown_s = chance(5) ? 1e-9 : 0; /* a stall shutdown in the next response */
   for (size_t i = 0; i < NAMES; i++) random_desc(&s->base[i], name_pool[i], s->n);
 }
 
@@ -504,13 +518,15 @@ static int apply_to_cache(struct session *s, const struct bytes *resp, int mutat
       CHECK(0, "the coordinator's response does not read back: %s", rd.why);
       break;
     }
-    const int i = e.kind == HVDL_RESP_READY ? pool_index(e.desc.name)
-                  : e.kind == HVDL_RESP_ERROR ? pool_index(e.name) : -1;
+    const int i = e.kind == HVDL_RESP_READY   ? pool_index(e.desc.name)
+                  : e.kind == HVDL_RESP_ERROR ? pool_index(e.name)
+                                              : -1;
     if (e.kind == HVDL_RESP_READY && e.id >= 0)
       CHECK(hvdl_cache_set(&s->cache, e.id, &e.desc) == hvdlSuccess, "cache_set %d", e.id);
     if (e.kind == HVDL_RESP_EVICT) s->cache.entries[e.id].valid = 0;
     if (e.kind == HVDL_RESP_ERROR && i >= 0 && !s->dirty[i] && !mutated)
-      CHECK(strstr(e.msg, "Mismatched") == NULL, "identical announcements reported as a mismatch: %s", e.msg);
+      CHECK(strstr(e.msg, "Mismatched") == NULL,
+            "identical announcements reported as a mismatch: %s", e.msg);
     if (i >= 0) s->dirty[i] = 0;
     if (e.kind == HVDL_RESP_SHUTDOWN) shutdown = 1;
   }
@@ -559,7 +575,8 @@ static void intake_case(struct session *s, struct bytes *prev) {
   for (int id = 0; id < cache_n; id++) {
     const int how = (int)below(3);
     for (int r = 0; r < n; r++)
-      if (how == 0 || (how == 2 && chance(50))) all[(size_t)r * (size_t)words + HVDL_HDR_WORDS + (size_t)id / 64] |= 1ull << (id % 64);
+      if (how == 0 || (how == 2 && chance(50)))
+        all[(size_t)r * (size_t)words + HVDL_HDR_WORDS + (size_t)id / 64] |= 1ull << (id % 64);
   }
   for (int r = 0; r < n; r++) joined[r] = (unsigned char)chance(4);
   const int leaving = chance(3);
@@ -570,11 +587,12 @@ static void intake_case(struct session *s, struct bytes *prev) {
   const long failed_before = alloc_failed;
   if (oom) alloc_budget = (long)below(8);
   struct hvdl_buf resp = {0};
-  const hvdlResult_t res = hvdl_coordinate(&s->co, gathered, counts, displs, all, words, cache_n, leaving,
-                                           joined, &resp);
+  const hvdlResult_t res = hvdl_coordinate(&s->co, gathered, counts, displs, all, words, cache_n,
+                                           leaving, joined, &resp);
   alloc_budget = -1;
   CHECK(cache_same(&before, &s->cache), "hvdl_coordinate changed the cache (result %d)", (int)res);
-  CHECK(res != hvdlSuccess || alloc_failed == failed_before, "an allocation failed, yet the response was written");
+  CHECK(res != hvdlSuccess || alloc_failed == failed_before,
+        "an allocation failed, yet the response was written");
   free(before.entries);
   free(before.slots);
 
@@ -591,7 +609,8 @@ static void intake_case(struct session *s, struct bytes *prev) {
     char want[64];
     snprintf(want, sizeof want, "malformed descriptors from rank %d (", bad_rank);
     CHECK(mutated, "announcements as written rejected: %s", s->comm.last_error);
-    CHECK(strstr(s->comm.last_error, want) != NULL, "'%s' does not name rank %d", s->comm.last_error, bad_rank);
+    CHECK(strstr(s->comm.last_error, want) != NULL, "'%s' does not name rank %d",
+          s->comm.last_error, bad_rank);
     end_session = 1;
   } else {
     CHECK(res == hvdlSystemError && oom && alloc_failed > failed_before, "result %d: %s", (int)res,
@@ -632,10 +651,12 @@ static void tune_case(struct bytes *m, struct bytes *prev) {
   const int ok = hvdl_tune_get(&rd, sizes, &got) == 0;
   if (ok) {
     for (int q = 0; q < HVDL_TUNE_PARAMS; q++)
-      CHECK(got.idx[q] >= -1 && got.idx[q] < sizes[q], "parameter %d: index %d of %d", q, got.idx[q], sizes[q]);
+      CHECK(got.idx[q] >= -1 && got.idx[q] < sizes[q], "parameter %d: index %d of %d", q,
+            got.idx[q], sizes[q]);
     CHECK(rd.p == rd.begin + sizeof w, "an autotune word read %td bytes", rd.p - rd.begin);
     const uint64_t again = hvdl_tune_put(&got);
-    CHECK(memcmp(&again, p, sizeof again) == 0, "an accepted autotune word is written back different");
+    CHECK(memcmp(&again, p, sizeof again) == 0,
+          "an accepted autotune word is written back different");
     if (!mutated) CHECK(again == w, "an autotune word reads back different");
   } else {
     CHECK(mutated, "an autotune word as written rejected: %s", rd.why);
@@ -682,7 +703,9 @@ int main(int argc, char **argv) {
   printf("  %-24s injected %6ld  errors   %6ld\n", "out of memory (intake)", oom_cases, oom_errors);
   vacuous |= oom_errors == 0;
   if (vacuous) {
-    fprintf(stderr, "fuzz_wire: some reader never accepted or never rejected a message: the cases do not reach it\n");
+    fprintf(
+        stderr,
+        "fuzz_wire: some reader never accepted or never rejected a message: the cases do not reach it\n");
     return 1;
   }
   if (failures) {

@@ -6,6 +6,7 @@ instead of leaving the others waiting in the next collective. A bare `assert` or
 `pytest.raises` block fails on its own rank only: use `raised()`, `raises_on_every_rank()`,
 `raises_before_submitting()` or `with everywhere():` instead.
 """
+
 import contextlib
 import os
 import re
@@ -63,8 +64,7 @@ def cupy_or_skip():
     from hvd_lite import _core
 
     if not _core.build_info()["cuda"]:
-        pytest.skip("this build has no CUDA (build_info()['cuda'] is False)",
-                    allow_module_level=True)
+        pytest.skip("this build has no CUDA (build_info()['cuda'] is False)", allow_module_level=True)
     if _core.cuda_device_count() == 0:
         pytest.skip("no CUDA device is seen", allow_module_level=True)
     return pytest.importorskip("cupy", reason="CuPy is not installed")
@@ -82,8 +82,10 @@ def raised(call) -> Optional[BaseException]:
 def raises_on_every_rank(exc_type, match: str, call) -> None:
     """pytest.raises(exc_type, match=match) with the verdict agreed across ranks."""
     err = raised(call)
-    agree(isinstance(err, exc_type) and re.search(match, str(err)) is not None,
-          f"expected {exc_type.__name__} matching {match!r}, got {err!r}")
+    agree(
+        isinstance(err, exc_type) and re.search(match, str(err)) is not None,
+        f"expected {exc_type.__name__} matching {match!r}, got {err!r}",
+    )
 
 
 def raises_before_submitting(exc_type, match: str, call) -> None:
@@ -91,9 +93,10 @@ def raises_before_submitting(exc_type, match: str, call) -> None:
     raising (a grouped call checks every entry first)."""
     with engine_calls() as calls:
         err = raised(call)
-    agree(isinstance(err, exc_type) and re.search(match, str(err)) is not None and not calls,
-          f"expected {exc_type.__name__} matching {match!r} before any submission, got {err!r} "
-          f"after {calls}")
+    agree(
+        isinstance(err, exc_type) and re.search(match, str(err)) is not None and not calls,
+        f"expected {exc_type.__name__} matching {match!r} before any submission, got {err!r} after {calls}",
+    )
 
 
 @contextlib.contextmanager
@@ -204,8 +207,10 @@ def single_copy_runs() -> bool:
 def skip_unless_single_copy(algo: str) -> None:
     """Skips a test of a forced algorithm `shm` where the single copy cannot run."""
     if algo == "shm" and not single_copy_runs():
-        pytest.skip("the single copy needs 2 ranks or more that can reach each other's memory "
-                    "(process_vm_readv/writev)")
+        pytest.skip(
+            "the single copy needs 2 ranks or more that can reach each other's memory "
+            "(process_vm_readv/writev)"
+        )
 
 
 def fails_everywhere_at_the_fault(call, point: str, victim: int, verb: str) -> None:
@@ -225,5 +230,10 @@ def fails_everywhere_at_the_fault(call, point: str, victim: int, verb: str) -> N
     took = time.monotonic() - t0
     if hvd.rank() == victim:
         hvd.basics.inject_fault(point, 0)
-    agree(err is not None and f"shared-memory path: {verb}" in str(err)
-          and "Bad address" in str(err) and took < 5, f"{err!r} after {took:.2f} s")
+    agree(
+        err is not None
+        and f"shared-memory path: {verb}" in str(err)
+        and "Bad address" in str(err)
+        and took < 5,
+        f"{err!r} after {took:.2f} s",
+    )

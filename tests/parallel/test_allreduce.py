@@ -1,6 +1,7 @@
 """hvd_lite.allreduce under mpirun at 1-4 ranks: exact values, bitwise identity, the ring's
 boundaries (tiny forced segments) and both sides of the small-message crossover. Tests that pin the
 ring or the latency path turn the shared-memory path off (tests/parallel/test_shm.py has its own)."""
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -33,8 +34,7 @@ def check_exact(dtype, op, count, seed=0, inplace=False):
     else:
         got = hvd.allreduce(x, op=OPS[op])
         agree(same_bits(x, exact_inputs(dtype, count, r, seed)), "input was modified")
-    agree(same_bits(got, want),
-          f"{np.dtype(dtype).name} {op} count={count}: got {got[:6]}, want {want[:6]}")
+    agree(same_bits(got, want), f"{np.dtype(dtype).name} {op} count={count}: got {got[:6]}, want {want[:6]}")
 
 
 @pytest.mark.parametrize("op", list(OPS))
@@ -46,8 +46,11 @@ def test_exact_results_every_dtype_and_op(dtype, op):
 
 # The ring or the latency path forced, or the selector's choice (test_allreduce_algorithms.py forces
 # the others, test_shm.py the shared-memory paths).
-PATHS = {"ring": {"HVD_LITE_ALLREDUCE_ALGO": "ring"},
-         "latency-path": {"HVD_LITE_ALLREDUCE_ALGO": "small"}, "default": {}}
+PATHS = {
+    "ring": {"HVD_LITE_ALLREDUCE_ALGO": "ring"},
+    "latency-path": {"HVD_LITE_ALLREDUCE_ALGO": "small"},
+    "default": {},
+}
 
 
 @pytest.mark.parametrize("path", ["ring", "latency-path"])
@@ -123,8 +126,10 @@ def test_shapes_are_kept():
 
 def test_topology_on_one_host():
     n, r = hvd.size(), hvd.rank()
-    agree((hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size()) == (r, n, 0, 1),
-          f"topology {(hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())}")
+    agree(
+        (hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size()) == (r, n, 0, 1),
+        f"topology {(hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())}",
+    )
     agree(hvd.mpi_threads_supported(), "MPI_THREAD_MULTIPLE not provided")
 
 
@@ -139,19 +144,24 @@ BAD_LATER_ENTRIES = {
 
 
 @pytest.mark.parametrize("bad", list(BAD_LATER_ENTRIES))
-@pytest.mark.parametrize("call", ["grouped_allreduce", "grouped_allreduce_",
-                                  "grouped_allreduce_async", "grouped_allreduce_async_"])
+@pytest.mark.parametrize(
+    "call", ["grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_"]
+)
 def test_a_grouped_allreduce_with_a_bad_later_entry_raises_everywhere_and_submits_nothing(call, bad):
     n, r = hvd.size(), hvd.rank()
     exc_type, match, entry = BAD_LATER_ENTRIES[bad]
     good = [np.full(3, float(r + 1), np.float32), np.ones(2, np.float32)]
-    raises_before_submitting(exc_type, match, lambda: getattr(hvd, call)(good + [entry], op=hvd.Sum,
-                                                                         name="bad.later"))
+    raises_before_submitting(
+        exc_type, match, lambda: getattr(hvd, call)(good + [entry], op=hvd.Sum, name="bad.later")
+    )
     agree(np.array_equal(good[0], np.full(3, float(r + 1))), f"the first entry changed: {good[0]}")
     # the same names again: nothing of the refused call is in flight, and the engine still works
     outs = hvd.grouped_allreduce(good, op=hvd.Sum, name="bad.later")
-    agree(np.array_equal(outs[0], np.full(3, n * (n + 1) / 2))
-          and np.array_equal(outs[1], np.full(2, float(n))), f"after the refused call: {outs}")
+    agree(
+        np.array_equal(outs[0], np.full(3, n * (n + 1) / 2))
+        and np.array_equal(outs[1], np.full(2, float(n))),
+        f"after the refused call: {outs}",
+    )
 
 
 def test_init_with_an_mpi4py_communicator():
@@ -197,9 +207,11 @@ def test_c_api_invalid_argument_leaves_the_communicator_usable():
     comm = _core.Comm()
     try:
         x = np.zeros(10, np.float32)
-        raises_on_every_rank(hvd.InvalidArgumentError, "overlap without being identical",
-                             lambda: comm.allreduce(x[0:8], x[1:9], _core.hvdlFloat32,
-                                                    _core.hvdlSum))
+        raises_on_every_rank(
+            hvd.InvalidArgumentError,
+            "overlap without being identical",
+            lambda: comm.allreduce(x[0:8], x[1:9], _core.hvdlFloat32, _core.hvdlSum),
+        )
         y = np.full(5, 1.0, np.float32)
         out = np.empty_like(y)
         comm.allreduce(y, out, _core.hvdlFloat32, _core.hvdlSum)

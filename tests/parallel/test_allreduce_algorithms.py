@@ -4,6 +4,7 @@ around the block boundaries; bitwise identity across ranks and reruns on order-d
 fixed reduction trees (recursive doubling and Rabenseifner: the balanced tree over the ranks, the
 same bits; the latency path: rank order); hvdlReduce's root gets the all-reduce's bits; the
 selector's choices and the cost model file."""
+
 import os
 
 import numpy as np
@@ -40,8 +41,7 @@ def forced(algo: str) -> dict:
     if algo == "hier_p2p":
         if n == 1:
             pytest.skip("hier_p2p needs several hosts")
-        return {"HVD_LITE_ALLREDUCE_ALGO": algo,
-                "HVD_LITE_RANKS_PER_HOST": 2 if n % 2 == 0 and n > 2 else 1}
+        return {"HVD_LITE_ALLREDUCE_ALGO": algo, "HVD_LITE_RANKS_PER_HOST": 2 if n % 2 == 0 and n > 2 else 1}
     return {"HVD_LITE_ALLREDUCE_ALGO": algo}
 
 
@@ -84,10 +84,13 @@ def test_every_algorithm_gives_exact_results_for_every_dtype_and_op(algo):
                     c.allreduce(x, out, code(dtype), OPS[op])
                     inplace = x.copy()
                     c.allreduce(inplace, inplace, code(dtype), OPS[op])
-                    agree(same_bits(out, want) and same_bits(inplace, want)
-                          and same_bits(x, exact_inputs(dtype, count, r, seed)),
-                          f"{algo} {np.dtype(dtype).name} {op} count={count}: out {out[:5]}, "
-                          f"in place {inplace[:5]}, want {want[:5]}")
+                    agree(
+                        same_bits(out, want)
+                        and same_bits(inplace, want)
+                        and same_bits(x, exact_inputs(dtype, count, r, seed)),
+                        f"{algo} {np.dtype(dtype).name} {op} count={count}: out {out[:5]}, "
+                        f"in place {inplace[:5]}, want {want[:5]}",
+                    )
 
 
 @pytest.mark.parametrize("algo", WITH_HIER)
@@ -103,8 +106,10 @@ def test_every_algorithm_is_bitwise_identical_across_ranks_in_place_and_on_rerun
             c.allreduce(x, again, F32, OPS["sum"])
             everyone = world().allgather(out.tobytes())
             agree(all(b == everyone[0] for b in everyone), f"{algo} count {count}: ranks differ")
-            agree(same_bits(out, inplace) and same_bits(out, again),
-                  f"{algo} count {count}: in place or a rerun differs")
+            agree(
+                same_bits(out, inplace) and same_bits(out, again),
+                f"{algo} count {count}: in place or a rerun differs",
+            )
 
 
 def test_recursive_doubling_and_rabenseifner_reduce_in_the_balanced_tree_order():
@@ -165,8 +170,10 @@ def test_reduce_gives_the_root_the_bits_of_the_allreduce(algo):
             for root in range(n):
                 out = np.full_like(x, np.nan)
                 c.reduce(x, out if r == root else None, F32, OPS["avg"], root)
-                agree(r != root or same_bits(out, full),
-                      f"{algo} count {count} root {root}: {out[:3]} against {full[:3]}")
+                agree(
+                    r != root or same_bits(out, full),
+                    f"{algo} count {count} root {root}: {out[:3]} against {full[:3]}",
+                )
 
 
 @pytest.mark.parametrize("cma", [1, 0], ids=["single-copy", "areas-only"])
@@ -182,10 +189,13 @@ def test_the_selector_takes_the_shared_memory_path_on_one_host_up_to_its_crossov
             plan = c.allreduce_plan(nbytes)
             want = "shm" if nbytes <= top or single else ("ring" if n == 2 else None)
             # (one rank runs no algorithm: the call is a copy); above 4 MiB the model's choice
-            agree((n == 1 or plan["algorithm"] == want or (want is None and plan["algorithm"] != "shm"))
-                  and plan["predicted"]["shm"] is None
-                  and plan["predicted"]["hier"] is None and plan["predicted"]["hier_p2p"] is None,
-                  f"{nbytes} B: {plan}")
+            agree(
+                (n == 1 or plan["algorithm"] == want or (want is None and plan["algorithm"] != "shm"))
+                and plan["predicted"]["shm"] is None
+                and plan["predicted"]["hier"] is None
+                and plan["predicted"]["hier_p2p"] is None,
+                f"{nbytes} B: {plan}",
+            )
 
 
 def test_the_selector_keeps_the_measured_crossover_on_one_host_without_shared_memory():
@@ -214,21 +224,38 @@ def test_the_model_weighs_both_hierarchical_paths_across_emulated_hosts():
     for p in plans:
         if n > 2:  # hosts of 2 (and 1): hier is a candidate, shm is not; hier_p2p where hosts are equal
             p2p = p["predicted"]["hier_p2p"]
-            agree(p["hosts"] == (n + 1) // 2 and p["local_size"] == 2 and p["predicted"]["hier"] > 0
-                  and (p2p > 0 if n % 2 == 0 else p2p is None)
-                  and p["algorithm"] in ("ring", "rd", "rab", "hier", "hier_p2p"), f"{p}")
+            agree(
+                p["hosts"] == (n + 1) // 2
+                and p["local_size"] == 2
+                and p["predicted"]["hier"] > 0
+                and (p2p > 0 if n % 2 == 0 else p2p is None)
+                and p["algorithm"] in ("ring", "rd", "rab", "hier", "hier_p2p"),
+                f"{p}",
+            )
         else:  # one host (one rank runs no algorithm; shm up to 128 KiB)
-            agree((n == 1 or p["algorithm"] in ("shm", "ring")) and p["predicted"]["hier"] is None
-                  and p["predicted"]["hier_p2p"] is None, f"{p}")
+            agree(
+                (n == 1 or p["algorithm"] in ("shm", "ring"))
+                and p["predicted"]["hier"] is None
+                and p["predicted"]["hier_p2p"] is None,
+                f"{p}",
+            )
 
 
-@pytest.mark.parametrize("algo,env,why", [
-    ("shm", {"HVD_LITE_SHM": 0}, r"the shared-memory path is off \(HVD_LITE_SHM=0\)"),
-    ("hier", {"HVD_LITE_SHM": 0}, r"it works through the shared-memory path, which is off"),
-    ("hier", {}, r"every rank is on one host \(use shm\)"),
-    ("shm", {"HVD_LITE_RANKS_PER_HOST": 2}, r"the ranks are on more than one host \(use hier or hier_p2p\)"),
-    ("hier_p2p", {}, r"all \d ranks are on one host"),
-], ids=["shm-off", "hier-shm-off", "hier-one-host", "shm-several-hosts", "hier_p2p-one-host"])
+@pytest.mark.parametrize(
+    "algo,env,why",
+    [
+        ("shm", {"HVD_LITE_SHM": 0}, r"the shared-memory path is off \(HVD_LITE_SHM=0\)"),
+        ("hier", {"HVD_LITE_SHM": 0}, r"it works through the shared-memory path, which is off"),
+        ("hier", {}, r"every rank is on one host \(use shm\)"),
+        (
+            "shm",
+            {"HVD_LITE_RANKS_PER_HOST": 2},
+            r"the ranks are on more than one host \(use hier or hier_p2p\)",
+        ),
+        ("hier_p2p", {}, r"all \d ranks are on one host"),
+    ],
+    ids=["shm-off", "hier-shm-off", "hier-one-host", "shm-several-hosts", "hier_p2p-one-host"],
+)
 def test_a_forced_algorithm_that_cannot_run_here_is_refused_at_init_with_why(algo, env, why):
     n = hvd.size()
     several = n > 2 and "HVD_LITE_RANKS_PER_HOST" in env
@@ -238,10 +265,12 @@ def test_a_forced_algorithm_that_cannot_run_here_is_refused_at_init_with_why(alg
             c.allreduce(y, y, F32, OPS["sum"])
             agree(np.array_equal(y, np.full(3, float(n))), f"{algo} {env}: {y}")
         return
-    raises_on_every_rank(hvd.InvalidArgumentError,
-                         rf"HVD_LITE_ALLREDUCE_ALGO={algo} cannot run on this communicator of {n} "
-                         rf"ranks: {why}",
-                         lambda: make_comm(HVD_LITE_ALLREDUCE_ALGO=algo, **env).__enter__())
+    raises_on_every_rank(
+        hvd.InvalidArgumentError,
+        rf"HVD_LITE_ALLREDUCE_ALGO={algo} cannot run on this communicator of {n} "
+        rf"ranks: {why}",
+        lambda: make_comm(HVD_LITE_ALLREDUCE_ALGO=algo, **env).__enter__(),
+    )
 
 
 def test_rank_0s_forced_shared_memory_path_is_every_ranks():
@@ -250,15 +279,15 @@ def test_rank_0s_forced_shared_memory_path_is_every_ranks():
         plans = [c.allreduce_plan(b)["algorithm"] for b in (4, 1 << 20)]
     agree(plans == ["shm", "shm"], f"{plans}")
     if hvd.size() > 2:  # rank 0's hier across emulated hosts, though the others ask for rd
-        with make_comm(HVD_LITE_RANKS_PER_HOST=2,
-                       HVD_LITE_ALLREDUCE_ALGO="hier" if r == 0 else "rd") as c:
+        with make_comm(HVD_LITE_RANKS_PER_HOST=2, HVD_LITE_ALLREDUCE_ALGO="hier" if r == 0 else "rd") as c:
             agree(c.allreduce_plan(64)["algorithm"] == "hier", "hier not agreed")
 
 
 def test_rank_0s_shared_memory_settings_are_every_ranks():
     r = hvd.rank()
-    with make_comm(HVD_LITE_SHM="1" if r == 0 else "0",
-                   HVD_LITE_SHM_BYTES="65536" if r == 0 else "1048576") as c:
+    with make_comm(
+        HVD_LITE_SHM="1" if r == 0 else "0", HVD_LITE_SHM_BYTES="65536" if r == 0 else "1048576"
+    ) as c:
         layout = c.shm_layout()
         y = np.arange(100003, dtype=np.float32)
         c.allreduce(y, y, F32, OPS["sum"])
@@ -271,16 +300,20 @@ def test_rank_0s_shared_memory_settings_are_every_ranks():
 
 
 def test_an_unknown_algorithm_is_refused_when_the_communicator_is_made():
-    raises_on_every_rank(hvd.InvalidArgumentError, "HVD_LITE_ALLREDUCE_ALGO=tri is not valid",
-                         lambda: make_comm(HVD_LITE_ALLREDUCE_ALGO="tri").__enter__())
+    raises_on_every_rank(
+        hvd.InvalidArgumentError,
+        "HVD_LITE_ALLREDUCE_ALGO=tri is not valid",
+        lambda: make_comm(HVD_LITE_ALLREDUCE_ALGO="tri").__enter__(),
+    )
 
 
 def test_the_forced_latency_path_refuses_more_than_64_mib_before_sending():
     with make_comm(HVD_LITE_ALLREDUCE_ALGO="small") as c:
         if hvd.size() > 1:  # one rank only copies: no algorithm runs
             x = np.empty((1 << 24) + 1, np.float32)  # 64 MiB + 4 B, never touched
-            raises_on_every_rank(hvd.InvalidArgumentError, "over the latency path",
-                                 lambda: c.allreduce(x, x, F32, OPS["sum"]))
+            raises_on_every_rank(
+                hvd.InvalidArgumentError, "over the latency path", lambda: c.allreduce(x, x, F32, OPS["sum"])
+            )
         y = np.ones(3, np.float32)
         c.allreduce(y, y, F32, OPS["sum"])
         agree(np.array_equal(y, np.full(3, float(hvd.size()))), f"after the refusal: {y}")
@@ -298,8 +331,11 @@ def test_the_cost_model_file_sets_the_terms_and_a_bad_line_is_refused(tmp_path_f
     agree(n == 1 or abs(plan["predicted"]["ring"] - 2e-3 * (n - 1)) < 1e-9, f"{plan}")
     with open(path, "w") as f:
         f.write("intra_alpha 1e-6\nintra_bandwidth 10\n")
-    raises_on_every_rank(hvd.InvalidArgumentError, r"line 2: expected `key value`",
-                         lambda: make_comm(HVD_LITE_COST_MODEL_FILE=path).__enter__())
+    raises_on_every_rank(
+        hvd.InvalidArgumentError,
+        r"line 2: expected `key value`",
+        lambda: make_comm(HVD_LITE_COST_MODEL_FILE=path).__enter__(),
+    )
 
 
 def test_rank_0s_algorithm_crossover_and_model_file_are_every_ranks(tmp_path_factory):
@@ -309,8 +345,11 @@ def test_rank_0s_algorithm_crossover_and_model_file_are_every_ranks(tmp_path_fac
         with open(path, "w") as f:
             f.write("intra_alpha 1e-3\n")
     # the other ranks name a file that does not exist, another algorithm and crossover
-    env = ({"HVD_LITE_ALLREDUCE_ALGO": "rab", "HVD_LITE_SMALL_ALLREDUCE_BYTES": 64}
-           if r == 0 else {"HVD_LITE_ALLREDUCE_ALGO": "ring", "HVD_LITE_SMALL_ALLREDUCE_BYTES": 0})
+    env = (
+        {"HVD_LITE_ALLREDUCE_ALGO": "rab", "HVD_LITE_SMALL_ALLREDUCE_BYTES": 64}
+        if r == 0
+        else {"HVD_LITE_ALLREDUCE_ALGO": "ring", "HVD_LITE_SMALL_ALLREDUCE_BYTES": 0}
+    )
     with make_comm(HVD_LITE_COST_MODEL_FILE=path, **env) as c:
         plan = c.allreduce_plan(1 << 20)
         x = exact_inputs(np.float32, 1001, r)

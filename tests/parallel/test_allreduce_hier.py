@@ -3,6 +3,7 @@ HVD_LITE_ALLREDUCE_ALGO=hier_p2p on hosts emulated with HVD_LITE_RANKS_PER_HOST 
 results for every dtype and op, in place and out of place; bitwise identity across ranks on
 order-dependent floats, and their order (each host's ranks in turn, then the hosts in transport.h's
 tree); the layouts it refuses at init."""
+
 import numpy as np
 import pytest
 from conftest import agree, raises_on_every_rank, world
@@ -42,8 +43,10 @@ def test_hier_p2p_gives_exact_results_for_every_dtype_op_and_layout():
     for k in layouts(n):
         with make_comm(HVD_LITE_ALLREDUCE_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k) as c:
             plan = c.allreduce_plan(4096)
-            agree(plan["algorithm"] == "hier_p2p" and plan["hosts"] == n // k
-                  and plan["local_size"] == k, f"hosts of {k}: {plan}")
+            agree(
+                plan["algorithm"] == "hier_p2p" and plan["hosts"] == n // k and plan["local_size"] == k,
+                f"hosts of {k}: {plan}",
+            )
             for dtype in ALL_DTYPES:
                 for op in OPS:
                     for count in COUNTS:
@@ -54,10 +57,13 @@ def test_hier_p2p_gives_exact_results_for_every_dtype_op_and_layout():
                         c.allreduce(x, out, code(dtype), OPS[op])
                         inplace = x.copy()
                         c.allreduce(inplace, inplace, code(dtype), OPS[op])
-                        agree(same_bits(out, want) and same_bits(inplace, want)
-                              and same_bits(x, exact_inputs(dtype, count, r, seed)),
-                              f"hosts of {k}: {np.dtype(dtype).name} {op} count={count}: out "
-                              f"{out[:5]}, in place {inplace[:5]}, want {want[:5]}")
+                        agree(
+                            same_bits(out, want)
+                            and same_bits(inplace, want)
+                            and same_bits(x, exact_inputs(dtype, count, r, seed)),
+                            f"hosts of {k}: {np.dtype(dtype).name} {op} count={count}: out "
+                            f"{out[:5]}, in place {inplace[:5]}, want {want[:5]}",
+                        )
 
 
 def test_hier_p2p_is_bitwise_identical_across_ranks_in_place_and_on_rerun():
@@ -75,8 +81,10 @@ def test_hier_p2p_is_bitwise_identical_across_ranks_in_place_and_on_rerun():
                 c.allreduce(x, again, F32, OPS["sum"])
                 everyone = world().allgather(out.tobytes())
                 agree(all(b == everyone[0] for b in everyone), f"hosts of {k}, count {count}: ranks differ")
-                agree(same_bits(out, inplace) and same_bits(out, again),
-                      f"hosts of {k}, count {count}: in place or a rerun differs")
+                agree(
+                    same_bits(out, inplace) and same_bits(out, again),
+                    f"hosts of {k}, count {count}: in place or a rerun differs",
+                )
 
 
 def in_turn_sum(values):
@@ -94,7 +102,7 @@ def test_hier_p2p_sums_each_hosts_ranks_in_turn_then_the_hosts_in_a_tree():
     for count in (1001, 100_003):  # one lane, and a lane for every rank of a host
         inputs = [order_dependent(count, 40 + q) for q in range(n)]
         for k in layouts(n):
-            hosts = [in_turn_sum(inputs[h * k:(h + 1) * k]) for h in range(n // k)]
+            hosts = [in_turn_sum(inputs[h * k : (h + 1) * k]) for h in range(n // k)]
             want = pairwise_tree_sum(hosts)
             with make_comm(HVD_LITE_ALLREDUCE_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k) as c:
                 out = np.empty(count, np.float32)
@@ -106,19 +114,23 @@ def test_forced_hier_p2p_is_refused_at_init_on_one_host():
     n = hvd.size()
     if n == 1:
         pytest.skip("one rank runs no algorithm: the call is a copy")
-    raises_on_every_rank(hvd.InvalidArgumentError,
-                         f"HVD_LITE_ALLREDUCE_ALGO=hier_p2p cannot run on this communicator of {n} ranks: "
-                         f"all {n} ranks are on one host",
-                         lambda: make_comm(HVD_LITE_ALLREDUCE_ALGO="hier_p2p").__enter__())
+    raises_on_every_rank(
+        hvd.InvalidArgumentError,
+        f"HVD_LITE_ALLREDUCE_ALGO=hier_p2p cannot run on this communicator of {n} ranks: "
+        f"all {n} ranks are on one host",
+        lambda: make_comm(HVD_LITE_ALLREDUCE_ALGO="hier_p2p").__enter__(),
+    )
 
 
 def test_forced_hier_p2p_is_refused_at_init_on_hosts_of_different_sizes():
     n = hvd.size()
     if n < 3 or n % 2 == 0:
         pytest.skip("needs an odd number of ranks, at least 3, for hosts of 2 and 1")
-    raises_on_every_rank(hvd.InvalidArgumentError, "different numbers of ranks",
-                         lambda: make_comm(HVD_LITE_ALLREDUCE_ALGO="hier_p2p",
-                                           HVD_LITE_RANKS_PER_HOST=2).__enter__())
+    raises_on_every_rank(
+        hvd.InvalidArgumentError,
+        "different numbers of ranks",
+        lambda: make_comm(HVD_LITE_ALLREDUCE_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=2).__enter__(),
+    )
 
 
 def test_the_selector_considers_hier_p2p_only_where_it_can_run():
@@ -136,5 +148,8 @@ def test_the_selector_considers_hier_p2p_only_where_it_can_run():
 
 
 def test_a_bad_ranks_per_host_is_refused():
-    raises_on_every_rank(hvd.InvalidArgumentError, "HVD_LITE_RANKS_PER_HOST=two is not valid",
-                         lambda: make_comm(HVD_LITE_RANKS_PER_HOST="two").__enter__())
+    raises_on_every_rank(
+        hvd.InvalidArgumentError,
+        "HVD_LITE_RANKS_PER_HOST=two is not valid",
+        lambda: make_comm(HVD_LITE_RANKS_PER_HOST="two").__enter__(),
+    )

@@ -61,8 +61,7 @@ def test_every_broadcast_algorithm_gives_every_rank_the_roots_bytes(algo):
     skip_unless_single_copy(algo)
     n = hvd.size()
     bad = []
-    with make_comm(HVD_LITE_BROADCAST_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16,
-                   HVD_LITE_SHM_BYTES=64) as c:
+    with make_comm(HVD_LITE_BROADCAST_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SHM_BYTES=64) as c:
         for dtype in MOVE_DTYPES:
             for count in counts(n):
                 for root in range(n):
@@ -92,17 +91,16 @@ def test_the_selector_takes_the_tree_for_small_buffers_from_4_ranks_and_else_the
     n = hvd.size()
     with make_comm(HVD_LITE_SHM=0) as c:  # the model's picks (the single copy is not modelled)
         small, large = c.broadcast_plan(4096), c.broadcast_plan(64 << 20)
-        agree(set(small["predicted"]) == set(ALGOS) and small["predicted"]["shm"] is None,
-              f"{small}")
+        agree(set(small["predicted"]) == set(ALGOS) and small["predicted"]["shm"] is None, f"{small}")
         # 2 and 3 ranks: the tree's steps are the chain's hops (one message at 2), the tie goes to
         # the chain; from 4, 4 KiB pays log2(n) latencies in the tree, n-1 in the chain; 64 MiB:
         # the chain sends it once per rank, the tree up to log2(n) times
         want_small = "tree" if n >= 4 else "chain"
-        agree(n == 1 or (small["algorithm"] == want_small and large["algorithm"] == "chain"),
-              f"{small} {large}")
+        agree(
+            n == 1 or (small["algorithm"] == want_small and large["algorithm"] == "chain"), f"{small} {large}"
+        )
         best = min(MODELLED, key=lambda a: small["predicted"][a])
-        agree(n == 1 or small["predicted"][best] == small["predicted"][small["algorithm"]],
-              f"{small}")
+        agree(n == 1 or small["predicted"][best] == small["predicted"][small["algorithm"]], f"{small}")
 
 
 def test_the_selector_takes_the_single_copy_on_one_host_between_its_bounds():
@@ -112,10 +110,11 @@ def test_the_selector_takes_the_single_copy_on_one_host_between_its_bounds():
             outside = {c.broadcast_plan(b)["algorithm"] for b in (4, least, most + 1, 1 << 30)}
             inside = {c.broadcast_plan(b)["algorithm"] for b in (least + 1, most)}
         want_inside = {"shm"} if runs and cma == "1" else None
-        agree(outside <= set(MODELLED)
-              and (inside == want_inside if want_inside else inside <= set(MODELLED)),
-              f"HVD_LITE_SHM_CMA={cma}, single copy runs: {runs}; picks in ({least}, {most}] B "
-              f"{inside}, outside {outside}")
+        agree(
+            outside <= set(MODELLED) and (inside == want_inside if want_inside else inside <= set(MODELLED)),
+            f"HVD_LITE_SHM_CMA={cma}, single copy runs: {runs}; picks in ({least}, {most}] B "
+            f"{inside}, outside {outside}",
+        )
 
 
 def test_a_failed_read_of_the_roots_buffer_fails_the_broadcast_on_every_rank_and_the_next_works():
@@ -127,11 +126,12 @@ def test_a_failed_read_of_the_roots_buffer_fails_the_broadcast_on_every_rank_and
     root, victim, count = 0, n - 1, 300_001
     with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=1, HVD_LITE_BROADCAST_ALGO="shm"):
         fails_everywhere_at_the_fault(
-            lambda: hvd.broadcast(np.full(count, 5.0 if r == root else 0.0, np.float32), root,
-                                  name="b.read"),
-            "recv", victim, "reading")
-        y = hvd.broadcast(np.full(count, 7.0 if r == root else 0.0, np.float32), root,
-                          name="b.read.next")
+            lambda: hvd.broadcast(np.full(count, 5.0 if r == root else 0.0, np.float32), root, name="b.read"),
+            "recv",
+            victim,
+            "reading",
+        )
+        y = hvd.broadcast(np.full(count, 7.0 if r == root else 0.0, np.float32), root, name="b.read.next")
         agree(np.all(y == 7.0), f"the next broadcast: {np.unique(y)[:4]}")
 
 
@@ -146,18 +146,24 @@ def test_a_forced_single_copy_broadcast_that_cannot_run_is_refused_saying_why():
     raises_on_every_rank(
         hvd.InvalidArgumentError,
         f"HVD_LITE_BROADCAST_ALGO=shm cannot run on this communicator of {n} ranks: {reason}",
-        lambda: make_comm(HVD_LITE_BROADCAST_ALGO="shm", HVD_LITE_SHM_CMA="0").__enter__())
+        lambda: make_comm(HVD_LITE_BROADCAST_ALGO="shm", HVD_LITE_SHM_CMA="0").__enter__(),
+    )
 
 
 def test_a_forced_broadcast_algorithm_is_chosen_at_every_size():
     with make_comm(HVD_LITE_BROADCAST_ALGO="scatter") as c:
-        agree(all(c.broadcast_plan(b)["algorithm"] == "scatter" for b in (4, 1 << 20, 1 << 30)),
-              "scatter not kept")
+        agree(
+            all(c.broadcast_plan(b)["algorithm"] == "scatter" for b in (4, 1 << 20, 1 << 30)),
+            "scatter not kept",
+        )
 
 
 def test_an_unknown_broadcast_algorithm_is_refused_when_the_communicator_is_made():
-    raises_on_every_rank(hvd.InvalidArgumentError, "HVD_LITE_BROADCAST_ALGO=ring is not valid",
-                         lambda: make_comm(HVD_LITE_BROADCAST_ALGO="ring").__enter__())
+    raises_on_every_rank(
+        hvd.InvalidArgumentError,
+        "HVD_LITE_BROADCAST_ALGO=ring is not valid",
+        lambda: make_comm(HVD_LITE_BROADCAST_ALGO="ring").__enter__(),
+    )
 
 
 def test_rank_0s_broadcast_algorithm_is_every_ranks():

@@ -2,6 +2,7 @@
 mpirun at 1-4 ranks: exact values for every dtype and op, every root, in-place and out-of-place,
 misaligned buffers, tiny forced segments that cross every pipeline boundary, bitwise identity across
 ranks and reruns, and each InvalidArgument case with the communicator still usable afterwards."""
+
 import re
 
 import numpy as np
@@ -41,6 +42,7 @@ def alloc(dtype, count, skew=False):
 
 # ---- one call of each collective, checked against exact references ----------------------------
 
+
 def check_broadcast(c, dtype, count, root, inplace=False, skew=False, seed=0):
     r = hvd.rank()
     x = exact_inputs(dtype, count, r, seed)
@@ -51,9 +53,11 @@ def check_broadcast(c, dtype, count, root, inplace=False, skew=False, seed=0):
         c.broadcast(out, out, code(dtype), root)
     else:
         c.broadcast(x if r == root else None, out, code(dtype), root)
-    agree(same_bits(out.copy(), want),
-          f"broadcast {np.dtype(dtype).name} count={count} root={root} inplace={inplace}: "
-          f"got {out[:6]}, want {want[:6]}")
+    agree(
+        same_bits(out.copy(), want),
+        f"broadcast {np.dtype(dtype).name} count={count} root={root} inplace={inplace}: "
+        f"got {out[:6]}, want {want[:6]}",
+    )
 
 
 def check_reduce(c, dtype, op, count, root, inplace=False, skew=False, seed=0):
@@ -71,8 +75,11 @@ def check_reduce(c, dtype, op, count, root, inplace=False, skew=False, seed=0):
         out = alloc(dtype, count, skew) if r == root else None
         c.reduce(src, out, code(dtype), OPS[op], root)
         ok = (r != root or same_bits(out.copy(), want)) and same_bits(src.copy(), x)
-    agree(ok, f"reduce {np.dtype(dtype).name} {op} count={count} root={root} inplace={inplace}: "
-              f"got {None if out is None else out[:6]}, want {want[:6]}")
+    agree(
+        ok,
+        f"reduce {np.dtype(dtype).name} {op} count={count} root={root} inplace={inplace}: "
+        f"got {None if out is None else out[:6]}, want {want[:6]}",
+    )
 
 
 def check_allgather(c, dtype, count, inplace=False, skew=False, seed=0):
@@ -81,35 +88,40 @@ def check_allgather(c, dtype, count, inplace=False, skew=False, seed=0):
     want = np.concatenate([exact_inputs(dtype, count, q, seed) for q in range(n)])
     out = alloc(dtype, n * count, skew)
     if inplace:
-        mine = out[r * count:(r + 1) * count]
+        mine = out[r * count : (r + 1) * count]
         mine[...] = x
         c.allgather(mine, out, code(dtype))
     else:
         src = alloc(dtype, count, skew)
         src[...] = x
         c.allgather(src, out, code(dtype))
-    agree(same_bits(out.copy(), want),
-          f"allgather {np.dtype(dtype).name} count={count} inplace={inplace}: got {out[:6]}, "
-          f"want {want[:6]}")
+    agree(
+        same_bits(out.copy(), want),
+        f"allgather {np.dtype(dtype).name} count={count} inplace={inplace}: got {out[:6]}, want {want[:6]}",
+    )
 
 
 def check_reducescatter(c, dtype, op, count, inplace=False, skew=False, seed=0):
     n, r = hvd.size(), hvd.rank()
     whole = exact_inputs(dtype, n * count, r, seed)
-    want = fold([exact_inputs(dtype, n * count, q, seed) for q in range(n)], op,
-                dtype)[r * count:(r + 1) * count]
+    want = fold([exact_inputs(dtype, n * count, q, seed) for q in range(n)], op, dtype)[
+        r * count : (r + 1) * count
+    ]
     src = alloc(dtype, n * count, skew)
     src[...] = whole
     if inplace:
-        out = src[r * count:(r + 1) * count]
+        out = src[r * count : (r + 1) * count]
         c.reducescatter(src, out, code(dtype), OPS[op])
         ok = same_bits(out.copy(), want)
     else:
         out = alloc(dtype, count, skew)
         c.reducescatter(src, out, code(dtype), OPS[op])
         ok = same_bits(out.copy(), want) and same_bits(src.copy(), whole)
-    agree(ok, f"reducescatter {np.dtype(dtype).name} {op} count={count} inplace={inplace}: "
-              f"got {out[:6]}, want {want[:6]}")
+    agree(
+        ok,
+        f"reducescatter {np.dtype(dtype).name} {op} count={count} inplace={inplace}: "
+        f"got {out[:6]}, want {want[:6]}",
+    )
 
 
 def counts_for(n: int, seg_elems: int, per_rank: bool):
@@ -123,6 +135,7 @@ def counts_for(n: int, seg_elems: int, per_rank: bool):
 
 # ---- the matrix ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_every_dtype_every_root(comm, dtype):
     for count in (0, 1, 5, 1000):
@@ -135,8 +148,9 @@ def test_every_dtype_every_root(comm, dtype):
 
 
 @pytest.mark.parametrize("op", list(OPS))
-@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint8, np.float16],
-                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.int32, np.uint8, np.float16], ids=lambda d: np.dtype(d).name
+)
 def test_every_op(comm, dtype, op):
     n = hvd.size()
     for count in (1, n + 1, 1009):
@@ -146,9 +160,14 @@ def test_every_op(comm, dtype, op):
 
 # The all-reduce's (and reduce's) two message-passing paths, forced: the ring (the all-gather's and
 # reduce-scatter's too), or the latency path.
-PATHS = {"ring": {"HVD_LITE_ALLREDUCE_ALGO": "ring", "HVD_LITE_ALLGATHER_ALGO": "ring",
-                  "HVD_LITE_REDUCESCATTER_ALGO": "ring"},
-         "latency-path": {"HVD_LITE_ALLREDUCE_ALGO": "small"}}
+PATHS = {
+    "ring": {
+        "HVD_LITE_ALLREDUCE_ALGO": "ring",
+        "HVD_LITE_ALLGATHER_ALGO": "ring",
+        "HVD_LITE_REDUCESCATTER_ALGO": "ring",
+    },
+    "latency-path": {"HVD_LITE_ALLREDUCE_ALGO": "small"},
+}
 
 
 @pytest.mark.parametrize("path", list(PATHS))
@@ -184,8 +203,10 @@ def check_allreduce(c, dtype, op, count, seed=0):
     want = fold([exact_inputs(dtype, count, q, seed) for q in range(n)], op, dtype)
     out = np.empty_like(x)
     c.allreduce(x, out, code(dtype), OPS[op])
-    agree(same_bits(out, want), f"allreduce {np.dtype(dtype).name} {op} count={count}: "
-                                f"got {out[:6]}, want {want[:6]}")
+    agree(
+        same_bits(out, want),
+        f"allreduce {np.dtype(dtype).name} {op} count={count}: got {out[:6]}, want {want[:6]}",
+    )
 
 
 def test_send_steps_longer_than_the_send_window():
@@ -220,6 +241,7 @@ def test_in_place_and_misaligned_buffers(comm, dtype):
 
 # ---- bitwise identity ---------------------------------------------------------------------------
 
+
 def random_floats(count, seed):
     """Order-dependent float32 sums: identity must not depend on luck."""
     rng = np.random.default_rng(seed)
@@ -238,8 +260,10 @@ def test_reduce_gives_the_bits_of_allreduce_and_reruns_agree(path):
                 got = [np.empty_like(x) if r == root else None for _ in range(2)]
                 c.reduce(x, got[0], code(np.float32), OPS["sum"], root)
                 c.reduce(x, got[1], code(np.float32), OPS["sum"], root)
-                agree(r != root or (same_bits(got[0], every) and same_bits(got[1], every)),
-                      f"count {count} root {root}: reduce differs from allreduce or from its rerun")
+                agree(
+                    r != root or (same_bits(got[0], every) and same_bits(got[1], every)),
+                    f"count {count} root {root}: reduce differs from allreduce or from its rerun",
+                )
 
 
 def test_broadcast_and_allgather_move_bits_verbatim(comm):
@@ -269,10 +293,11 @@ def test_bool_moves_by_broadcast_allgather_and_alltoall_byte_for_byte(comm):
     comm.broadcast(x, got, _core.hvdlBool, n - 1)
     agree(got.tobytes() == everyone[n - 1], "broadcast changed some bytes")
     comm.alltoall(x, got, _core.hvdlBool)
-    agree(got.tobytes() == b"".join(e[3 * r:3 * r + 3] for e in everyone), "alltoall changed bytes")
+    agree(got.tobytes() == b"".join(e[3 * r : 3 * r + 3] for e in everyone), "alltoall changed bytes")
 
 
 # ---- invalid arguments --------------------------------------------------------------------------
+
 
 def still_usable(c, problems):
     """Agrees on the invalid calls' outcomes (some ranks may have made none), then checks that the
@@ -302,10 +327,10 @@ def test_root_out_of_range_is_invalid(comm):
     n, bad = hvd.size(), []
     x = np.zeros(4, np.float32)
     for root in (-1, n):
-        expect_invalid(bad, lambda: comm.broadcast(x, x, code(np.float32), root),
-                       "root .* out of range")
-        expect_invalid(bad, lambda: comm.reduce(x, x, code(np.float32), OPS["sum"], root),
-                       "root .* out of range")
+        expect_invalid(bad, lambda: comm.broadcast(x, x, code(np.float32), root), "root .* out of range")
+        expect_invalid(
+            bad, lambda: comm.reduce(x, x, code(np.float32), OPS["sum"], root), "root .* out of range"
+        )
     still_usable(comm, bad)
 
 
@@ -313,8 +338,9 @@ def test_invalid_op_is_invalid(comm):
     n, r, bad = hvd.size(), hvd.rank(), []
     x = np.zeros(4 * n, np.float32)
     expect_invalid(bad, lambda: comm.reduce(x, x, code(np.float32), 5, 0), "invalid op 5")
-    expect_invalid(bad, lambda: comm.reducescatter(x, x[r * 4:(r + 1) * 4], code(np.float32), 5),
-                   "invalid op 5")
+    expect_invalid(
+        bad, lambda: comm.reducescatter(x, x[r * 4 : (r + 1) * 4], code(np.float32), 5), "invalid op 5"
+    )
     still_usable(comm, bad)
 
 
@@ -325,8 +351,9 @@ def test_reductions_of_bool_are_invalid(comm):
     for op in OPS.values():
         expect_invalid(bad, lambda: comm.allreduce(x, x.copy(), _core.hvdlBool, op), match)
         expect_invalid(bad, lambda: comm.reduce(x, x.copy(), _core.hvdlBool, op, 0), match)
-        expect_invalid(bad, lambda: comm.reducescatter(x, x[2 * r:2 * r + 2].copy(),
-                                                       _core.hvdlBool, op), match)
+        expect_invalid(
+            bad, lambda: comm.reducescatter(x, x[2 * r : 2 * r + 2].copy(), _core.hvdlBool, op), match
+        )
     still_usable(comm, bad)
 
 
@@ -337,8 +364,7 @@ def test_null_buffers_with_a_count_are_invalid(comm):
     expect_invalid(bad, lambda: comm.allgather(None, whole, code(np.float32)), "sendbuff is NULL")
     expect_invalid(bad, lambda: comm.allgather(x, None, code(np.float32)), "recvbuff is NULL")
     expect_invalid(bad, lambda: comm.reducescatter(None, x, code(np.float32), 0), "sendbuff is NULL")
-    expect_invalid(bad, lambda: comm.reducescatter(whole, None, code(np.float32), 0),
-                   "recvbuff is NULL")
+    expect_invalid(bad, lambda: comm.reducescatter(whole, None, code(np.float32), 0), "recvbuff is NULL")
     # Only the root reads broadcast's sendbuff and writes reduce's recvbuff: the root alone fails
     # (before sending anything, so the other ranks are not involved).
     if r == 0:
@@ -351,30 +377,46 @@ def test_overlap_other_than_in_place_is_invalid(comm):
     n, r, bad = hvd.size(), hvd.rank(), []
     c = 4
     buf = np.zeros(n * c + 1, np.float32)
-    expect_invalid(bad, lambda: comm.allgather(buf[r * c + 1:r * c + 1 + c], buf[:n * c],
-                                               code(np.float32)),
-                   "overlap without being in place")
-    expect_invalid(bad, lambda: comm.reducescatter(buf[:n * c], buf[r * c + 1:r * c + 1 + c],
-                                                   code(np.float32), 0),
-                   "overlap without being in place")
+    expect_invalid(
+        bad,
+        lambda: comm.allgather(buf[r * c + 1 : r * c + 1 + c], buf[: n * c], code(np.float32)),
+        "overlap without being in place",
+    )
+    expect_invalid(
+        bad,
+        lambda: comm.reducescatter(buf[: n * c], buf[r * c + 1 : r * c + 1 + c], code(np.float32), 0),
+        "overlap without being in place",
+    )
     if r == 0:
-        expect_invalid(bad, lambda: comm.broadcast(buf[0:c], buf[1:c + 1], code(np.float32), 0),
-                       "overlap without being identical")
-        expect_invalid(bad, lambda: comm.reduce(buf[0:c], buf[1:c + 1], code(np.float32), 0, 0),
-                       "overlap without being identical")
+        expect_invalid(
+            bad,
+            lambda: comm.broadcast(buf[0:c], buf[1 : c + 1], code(np.float32), 0),
+            "overlap without being identical",
+        )
+        expect_invalid(
+            bad,
+            lambda: comm.reduce(buf[0:c], buf[1 : c + 1], code(np.float32), 0, 0),
+            "overlap without being identical",
+        )
     still_usable(comm, bad)
 
 
 def test_sizes_that_break_the_count_rule_are_invalid(comm):
     n, bad = hvd.size(), []
     x = np.zeros(4, np.float32)
-    expect_invalid(bad, lambda: comm.allgather(x, np.zeros(4 * n + 1, np.float32), code(np.float32)),
-                   "allgather: recvbuf has")
-    expect_invalid(bad, lambda: comm.reducescatter(np.zeros(4 * n + 1, np.float32), x,
-                                                   code(np.float32), 0),
-                   "reducescatter: sendbuf has")
-    expect_invalid(bad, lambda: comm.broadcast(x, np.zeros(5, np.float32), code(np.float32), 0),
-                   "broadcast: sendbuf has")
+    expect_invalid(
+        bad,
+        lambda: comm.allgather(x, np.zeros(4 * n + 1, np.float32), code(np.float32)),
+        "allgather: recvbuf has",
+    )
+    expect_invalid(
+        bad,
+        lambda: comm.reducescatter(np.zeros(4 * n + 1, np.float32), x, code(np.float32), 0),
+        "reducescatter: sendbuf has",
+    )
+    expect_invalid(
+        bad, lambda: comm.broadcast(x, np.zeros(5, np.float32), code(np.float32), 0), "broadcast: sendbuf has"
+    )
     still_usable(comm, bad)
 
 
@@ -397,19 +439,34 @@ def test_alltoall_sends_block_q_to_rank_q(comm, dtype):
             send[...] = exact_inputs(dtype, n * count, r, seed=count)
             recv = alloc(dtype, n * count, skew)
             comm.alltoall(send, recv, code(dtype))
-            want = np.concatenate([exact_inputs(dtype, n * count, q, seed=count)[r * count:(r + 1) * count]
-                                   for q in range(n)]) if n * count else np.zeros(0, dtype)
+            want = (
+                np.concatenate(
+                    [
+                        exact_inputs(dtype, n * count, q, seed=count)[r * count : (r + 1) * count]
+                        for q in range(n)
+                    ]
+                )
+                if n * count
+                else np.zeros(0, dtype)
+            )
             agree(same_bits(recv.copy(), want.astype(dtype)), f"count {count} skew {skew}")
 
 
 def test_alltoall_invalid_arguments_leave_the_communicator_usable(comm):
     n = hvd.size()
     x = np.zeros(4 * n, np.float32)
-    raises_on_every_rank(hvd.InvalidArgumentError, "overlap",
-                         lambda: comm.alltoall(x[: 2 * n], x[1: 2 * n + 1], _core.hvdlFloat32))
-    raises_on_every_rank(hvd.InvalidArgumentError, "ranks",
-                         lambda: comm.alltoall(np.zeros(n + 1 if n > 1 else 2, np.float32),
-                                               np.zeros(n, np.float32), _core.hvdlFloat32))
+    raises_on_every_rank(
+        hvd.InvalidArgumentError,
+        "overlap",
+        lambda: comm.alltoall(x[: 2 * n], x[1 : 2 * n + 1], _core.hvdlFloat32),
+    )
+    raises_on_every_rank(
+        hvd.InvalidArgumentError,
+        "ranks",
+        lambda: comm.alltoall(
+            np.zeros(n + 1 if n > 1 else 2, np.float32), np.zeros(n, np.float32), _core.hvdlFloat32
+        ),
+    )
     send, recv = np.full(n, 7.0, np.float32), np.zeros(n, np.float32)
     comm.alltoall(send, recv, _core.hvdlFloat32)
     agree((recv == 7.0).all(), f"after invalid calls: {recv}")
@@ -417,6 +474,7 @@ def test_alltoall_invalid_arguments_leave_the_communicator_usable(comm):
 
 class CudaArray:
     """What CuPy or torch.cuda exports: device memory by the CUDA array interface."""
+
     __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (4096, False), "version": 3}
 
 
@@ -425,10 +483,15 @@ def test_device_memory_is_refused_without_cuda_on_every_rank_before_any_traffic(
     """A build without CUDA cannot tell device memory from host memory in the C API, so the
     binding refuses what the producer says is on a device, naming it, before the call."""
     host = np.zeros(4, np.float32)
-    for call in (lambda: comm.allreduce(CudaArray(), host, _core.hvdlFloat32, OPS["sum"]),
-                 lambda: comm.broadcast(host, CudaArray(), _core.hvdlFloat32, 0),
-                 lambda: comm.allgather(CudaArray(), np.zeros(4 * hvd.size(), np.float32),
-                                        _core.hvdlFloat32)):
-        raises_on_every_rank(ValueError, r"in CUDA memory \(device -1\): this hvd_lite was built "
-                                         r"without CUDA", call)
+    for call in (
+        lambda: comm.allreduce(CudaArray(), host, _core.hvdlFloat32, OPS["sum"]),
+        lambda: comm.broadcast(host, CudaArray(), _core.hvdlFloat32, 0),
+        lambda: comm.allgather(CudaArray(), np.zeros(4 * hvd.size(), np.float32), _core.hvdlFloat32),
+    ):
+        raises_on_every_rank(
+            ValueError,
+            r"in CUDA memory \(device -1\): this hvd_lite was built "
+            r"without CUDA",
+            call,
+        )
     still_usable(comm, [])

@@ -1,5 +1,6 @@
 """allgather, broadcast, alltoall, reducescatter, barrier, join and the object helpers under
 mpirun at 1-4 ranks: values, async and grouped variants, and every error on every rank."""
+
 import re
 
 import ml_dtypes
@@ -24,9 +25,16 @@ def test_allgather_concatenates_uneven_rows_in_rank_order(dtype):
     n, r = hvd.size(), hvd.rank()
     for rest in ((), (3,), (2, 2)):
         mine = exact_inputs(dtype, rows_of(r) * int(np.prod(rest, dtype=int)), r).reshape(
-            (rows_of(r),) + rest)
-        want = np.concatenate([exact_inputs(dtype, rows_of(q) * int(np.prod(rest, dtype=int)), q)
-                               .reshape((rows_of(q),) + rest) for q in range(n)])
+            (rows_of(r),) + rest
+        )
+        want = np.concatenate(
+            [
+                exact_inputs(dtype, rows_of(q) * int(np.prod(rest, dtype=int)), q).reshape(
+                    (rows_of(q),) + rest
+                )
+                for q in range(n)
+            ]
+        )
         got = hvd.allgather(mine)
         agree(same_bits(got, want), f"{np.dtype(dtype)} rest {rest}: {got.shape} vs {want.shape}")
 
@@ -38,17 +46,22 @@ def test_allgather_when_one_rank_sends_nothing():
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.float64, ml_dtypes.bfloat16, np.int16,
-                                   np.uint16, np.bool_], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    "dtype",
+    [np.float32, np.int8, np.float64, ml_dtypes.bfloat16, np.int16, np.uint16, np.bool_],
+    ids=lambda d: np.dtype(d).name,
+)
 def test_broadcast_from_every_root(dtype, shape):
     count = int(np.prod(shape, dtype=int))
     for root in range(hvd.size()):
         x = exact_inputs(dtype, count, hvd.rank(), seed=root).reshape(shape)
         want = exact_inputs(dtype, count, root, seed=root).reshape(shape)
         got = hvd.broadcast(x, root)
-        agree(same_bits(got, want)
-              and same_bits(x, exact_inputs(dtype, count, hvd.rank(), seed=root).reshape(shape)),
-              f"root {root}")
+        agree(
+            same_bits(got, want)
+            and same_bits(x, exact_inputs(dtype, count, hvd.rank(), seed=root).reshape(shape)),
+            f"root {root}",
+        )
         hvd.broadcast_(x, root)
         agree(same_bits(x, want), f"in place, root {root}")
 
@@ -57,7 +70,7 @@ def test_alltoall_even_and_with_splits():
     n, r = hvd.size(), hvd.rank()
     x = (np.arange(2 * n, dtype=np.int64) + 1000 * r).reshape(2 * n, 1)
     got = hvd.alltoall(x)
-    want = np.concatenate([(np.arange(2 * n) + 1000 * q)[2 * r:2 * r + 2] for q in range(n)]).reshape(-1, 1)
+    want = np.concatenate([(np.arange(2 * n) + 1000 * q)[2 * r : 2 * r + 2] for q in range(n)]).reshape(-1, 1)
     agree(np.array_equal(got, want), f"even: {got.ravel()}")
     splits = [(r + q) % 3 for q in range(n)]  # rows rank r sends to rank q
     rows = sum(splits)
@@ -80,8 +93,11 @@ def test_an_alltoall_over_the_size_limit_on_one_rank_fails_on_every_rank_and_the
     else:
         x = np.zeros((n, 1), np.uint8)
         splits = [1] * n
-    raises_on_every_rank(hvd.CollectiveError, r"ALLTOALL .* failed on rank 0: .*2 GiB",
-                         lambda: hvd.alltoall(x, splits=splits, name="too.big"))
+    raises_on_every_rank(
+        hvd.CollectiveError,
+        r"ALLTOALL .* failed on rank 0: .*2 GiB",
+        lambda: hvd.alltoall(x, splits=splits, name="too.big"),
+    )
     got = hvd.allreduce(np.ones(3, np.float32), op=hvd.Sum, name="after.too.big")
     agree(bool(np.all(got == n)), f"the next collective: {got}")
 
@@ -92,11 +108,12 @@ def test_reducescatter_uneven_blocks(rows, op):
     n, r = hvd.size(), hvd.rank()
     hop = {"sum": hvd.Sum, "avg": hvd.Average, "max": hvd.Max}[op]
     x = exact_inputs(np.float32, rows * 3, r, seed=rows).reshape(rows, 3)
-    full = fold([exact_inputs(np.float32, rows * 3, q, seed=rows) for q in range(n)], op,
-                np.float32).reshape(rows, 3)
+    full = fold([exact_inputs(np.float32, rows * 3, q, seed=rows) for q in range(n)], op, np.float32).reshape(
+        rows, 3
+    )
     starts = np.cumsum([0] + [rows // n + (1 if q < rows % n else 0) for q in range(n)])
     got = hvd.reducescatter(x, op=hop)
-    agree(same_bits(got, full[starts[r]:starts[r + 1]]), f"rows {rows} {op}: {got}")
+    agree(same_bits(got, full[starts[r] : starts[r + 1]]), f"rows {rows} {op}: {got}")
 
 
 def test_async_and_grouped_variants():
@@ -122,26 +139,42 @@ def raises_everywhere(match, call):
 @pytest.mark.mpi(min_size=2)
 def test_errors_on_every_rank():
     r = hvd.rank()
-    raises_everywhere("Mismatched ALLGATHER tensor shapes: one rank sent [*, 3], another sent [*, 4]",
-                      lambda: hvd.allgather(np.ones((2, 3 if r == 0 else 4))))
-    raises_everywhere("Mismatched BROADCAST root ranks: one rank sent 0, another sent 1",
-                      lambda: hvd.broadcast(np.ones(2), 0 if r == 0 else 1))
-    raises_everywhere(f"BROADCAST root rank 9 is out of range for {hvd.size()} ranks",
-                      lambda: hvd.broadcast(np.ones(2), 9))
-    raises_everywhere("sum to 99, but dim 0 of the array is 4",
-                      lambda: hvd.alltoall(np.ones(4), splits=[99] + [0] * (hvd.size() - 1)
-                                           if r == 0 else [4] + [0] * (hvd.size() - 1)))
-    raises_everywhere("has 1 entries; it needs one per rank",
-                      lambda: hvd.alltoall(np.ones(4),
-                                           splits=[4] if r == 1 else [4] + [0] * (hvd.size() - 1)))
-    raises_everywhere("allgather needs an array with at least one dimension",
-                      lambda: hvd.allgather(np.array(1.0) if r == 0 else np.ones(1)))
-    raises_everywhere("reducescatter needs an array with at least one dimension",
-                      lambda: hvd.reducescatter(np.array(1.0)))
-    raises_everywhere("Mismatched REDUCESCATTER tensor shapes: one rank sent [4], another sent [6]",
-                      lambda: hvd.reducescatter(np.ones(4 if r == 0 else 6)))
-    raises_everywhere("Mismatched REDUCESCATTER reduction ops: one rank sent sum, another sent max",
-                      lambda: hvd.reducescatter(np.ones(4), op=hvd.Sum if r == 0 else hvd.Max))
+    raises_everywhere(
+        "Mismatched ALLGATHER tensor shapes: one rank sent [*, 3], another sent [*, 4]",
+        lambda: hvd.allgather(np.ones((2, 3 if r == 0 else 4))),
+    )
+    raises_everywhere(
+        "Mismatched BROADCAST root ranks: one rank sent 0, another sent 1",
+        lambda: hvd.broadcast(np.ones(2), 0 if r == 0 else 1),
+    )
+    raises_everywhere(
+        f"BROADCAST root rank 9 is out of range for {hvd.size()} ranks", lambda: hvd.broadcast(np.ones(2), 9)
+    )
+    raises_everywhere(
+        "sum to 99, but dim 0 of the array is 4",
+        lambda: hvd.alltoall(
+            np.ones(4), splits=[99] + [0] * (hvd.size() - 1) if r == 0 else [4] + [0] * (hvd.size() - 1)
+        ),
+    )
+    raises_everywhere(
+        "has 1 entries; it needs one per rank",
+        lambda: hvd.alltoall(np.ones(4), splits=[4] if r == 1 else [4] + [0] * (hvd.size() - 1)),
+    )
+    raises_everywhere(
+        "allgather needs an array with at least one dimension",
+        lambda: hvd.allgather(np.array(1.0) if r == 0 else np.ones(1)),
+    )
+    raises_everywhere(
+        "reducescatter needs an array with at least one dimension", lambda: hvd.reducescatter(np.array(1.0))
+    )
+    raises_everywhere(
+        "Mismatched REDUCESCATTER tensor shapes: one rank sent [4], another sent [6]",
+        lambda: hvd.reducescatter(np.ones(4 if r == 0 else 6)),
+    )
+    raises_everywhere(
+        "Mismatched REDUCESCATTER reduction ops: one rank sent sum, another sent max",
+        lambda: hvd.reducescatter(np.ones(4), op=hvd.Sum if r == 0 else hvd.Max),
+    )
     got = hvd.allgather(np.ones(1))
     agree(got.shape == (hvd.size(),), "engine unusable after the errors")
 
@@ -178,8 +211,10 @@ def test_a_joined_rank_keeps_the_order_of_cached_allreduces():
         got = dict(enumerate(hvd.grouped_allreduce(arrays(), op=hvd.Sum, name="jo")))
         hvd.join()
     everyone = range(n)
-    want = {i: np.full(k, float(sum(q + 1 + i for q in everyone if i == 1 or q != late)))
-            for i, k in enumerate(sizes)}
+    want = {
+        i: np.full(k, float(sum(q + 1 + i for q in everyone if i == 1 or q != late)))
+        for i, k in enumerate(sizes)
+    }
     agree(all(same_bits(got[i], want[i]) for i in got), f"got {got}, want {want}")
 
 
@@ -189,8 +224,11 @@ def test_collectives_other_than_allreduce_fail_while_a_rank_has_joined():
     err = None
     if r != 0:  # rank 0 is in join() until the others join: the verdict is agreed after it
         err = raised(lambda: hvd.allgather(np.ones(2), name="during.join"))
-        err = None if (isinstance(err, hvd.HvdLiteError)
-                       and "cannot run while rank 0 has joined" in str(err)) else (err or "no error")
+        err = (
+            None
+            if (isinstance(err, hvd.HvdLiteError) and "cannot run while rank 0 has joined" in str(err))
+            else (err or "no error")
+        )
     if r == n - 1:
         # this allreduce completes only once every other rank has joined (they contribute zeros),
         # so rank n - 1 joins last
@@ -214,13 +252,16 @@ def test_an_object_a_rank_cannot_pickle_raises_there_and_collective_error_elsewh
     """The root's unpicklable object (broadcast_object), or the last rank's (allgather_object):
     that rank raises pickle's error, the others CollectiveError naming it; the next call works."""
     import pickle
+
     r, n = hvd.rank(), hvd.size()
 
     def unpicklable():
         return lambda: None  # a local function: pickle refuses it
 
-    for call, bad_rank in ((lambda obj: hvd.broadcast_object(obj, root_rank=n - 1), n - 1),
-                           (hvd.allgather_object, n - 1)):
+    for call, bad_rank in (
+        (lambda obj: hvd.broadcast_object(obj, root_rank=n - 1), n - 1),
+        (hvd.allgather_object, n - 1),
+    ):
         err = raised(lambda: call(unpicklable() if r == bad_rank else "fine"))
         if r == bad_rank:
             ok = isinstance(err, (pickle.PicklingError, AttributeError, TypeError))
@@ -231,12 +272,11 @@ def test_an_object_a_rank_cannot_pickle_raises_there_and_collective_error_elsewh
 
 
 def test_object_names_the_engine_cannot_take_raise_before_anything_is_sent():
-    raises_before_submitting(ValueError, "contains a NUL character",
-                             lambda: hvd.broadcast_object(1, 0, name="a\0b"))
-    raises_before_submitting(ValueError, "the limit is 511",
-                             lambda: hvd.allgather_object(1, name="x" * 507))
-    raises_before_submitting(TypeError, "name must be a str",
-                             lambda: hvd.allgather_object(1, name=5))
+    raises_before_submitting(
+        ValueError, "contains a NUL character", lambda: hvd.broadcast_object(1, 0, name="a\0b")
+    )
+    raises_before_submitting(ValueError, "the limit is 511", lambda: hvd.allgather_object(1, name="x" * 507))
+    raises_before_submitting(TypeError, "name must be a str", lambda: hvd.allgather_object(1, name=5))
 
 
 def test_broadcast_parameters_dict_pairs_and_list():
@@ -250,8 +290,11 @@ def test_broadcast_parameters_dict_pairs_and_list():
     lst = [np.full(2, float(r)), np.full(3, float(r))]
     hvd.broadcast_parameters(lst, root_rank=0)
     agree(all((a == 0).all() for a in lst), "list")
-    raises_on_every_rank(ValueError, "duplicate names",
-                         lambda: hvd.broadcast_parameters([("w", np.ones(1)), ("w", np.ones(1))]))
+    raises_on_every_rank(
+        ValueError,
+        "duplicate names",
+        lambda: hvd.broadcast_parameters([("w", np.ones(1)), ("w", np.ones(1))]),
+    )
 
 
 @pytest.mark.parametrize("bad", ["not-an-array", "not-contiguous"])

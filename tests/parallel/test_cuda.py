@@ -7,6 +7,7 @@ Skipped, with the reason, where the build has no CUDA, no device is seen or CuPy
 
     mpirun -np 2 python -m pytest -q --with-mpi tests/parallel/test_cuda.py
 """
+
 import re
 import zlib
 
@@ -48,6 +49,7 @@ def comm():
 
 # ---- the kernels ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_the_cuda_kernels_give_the_host_kernels_bits(dtype):
     n = 100_003
@@ -73,6 +75,7 @@ def test_the_cuda_kernels_give_the_host_kernels_bits(dtype):
 
 # ---- the C API on device memory -------------------------------------------------------------
 
+
 def counts_for(dtype):
     item = np.dtype(dtype).itemsize
     return [1, 7, 1000, 65_537, STAGE // item + 5]
@@ -95,8 +98,9 @@ def test_a_device_allreduce_gives_the_host_allreduce_bits_on_every_rank(comm, dt
                 got = to_host(recv, x)
                 if not same_bits(got, host):
                     bad.append((count, opname, inplace))
-            want = fold([exact_inputs(dtype, count, k, seed=count + op) for k in range(hvd.size())],
-                        opname, dtype)
+            want = fold(
+                [exact_inputs(dtype, count, k, seed=count + op) for k in range(hvd.size())], opname, dtype
+            )
             if not same_bits(host, want):
                 bad.append((count, opname, "host against the fold"))
     agree(not bad, f"{np.dtype(dtype).name}: {bad[:5]}")
@@ -151,8 +155,7 @@ def test_torch_cuda_tensors_go_through_the_same_path(comm):
     out = torch.zeros_like(t)
     comm.allreduce(t, out, code(np.float32), OPS["sum"])
     torch.cuda.synchronize()
-    want = fold([exact_inputs(np.float32, 300_001, k, seed=5) for k in range(hvd.size())], "sum",
-                np.float32)
+    want = fold([exact_inputs(np.float32, 300_001, k, seed=5) for k in range(hvd.size())], "sum", np.float32)
     agree(same_bits(out.cpu().numpy(), want))
 
 
@@ -160,13 +163,21 @@ def test_device_buffers_are_refused_where_the_c_api_does_not_take_them(comm):
     n = hvd.size()
     d = cupy.zeros(4 * n, dtype=cupy.float32)
     err = raised(lambda: comm.allgather(d[:4], d, code(np.float32)))
-    agree(isinstance(err, ValueError)
-          and re.search(r"sendbuf is in CUDA memory \(device \d+\): this call takes host memory "
-                        "only", str(err)), repr(err))
+    agree(
+        isinstance(err, ValueError)
+        and re.search(
+            r"sendbuf is in CUDA memory \(device \d+\): this call takes host memory "
+            "only",
+            str(err),
+        ),
+        repr(err),
+    )
     err = raised(lambda: comm.allreduce(d, np.zeros(4 * n, np.float32), code(np.float32), 0))
-    agree(isinstance(err, hvd.InvalidArgumentError)
-          and re.search(r"sendbuff is in CUDA device \d+ memory and recvbuff in host memory",
-                        str(err)), repr(err))
+    agree(
+        isinstance(err, hvd.InvalidArgumentError)
+        and re.search(r"sendbuff is in CUDA device \d+ memory and recvbuff in host memory", str(err)),
+        repr(err),
+    )
     # ... and the communicator still works
     x = cupy.ones(5, dtype=cupy.float32)
     comm.allreduce(x, x, code(np.float32), 0)
@@ -177,8 +188,13 @@ def test_the_descriptor_reads_cupy_and_torch_cuda_memory():
     torch = pytest.importorskip("torch")
     c = cupy.arange(6, dtype=cupy.float32)
     d = _core.describe_buffer(c)
-    ok = (d["address"] == c.data.ptr and d["nbytes"] == 24 and d["dtype"] == code(np.float32)
-          and d["device_type"] == 2 and d["device_id"] == 0)
+    ok = (
+        d["address"] == c.data.ptr
+        and d["nbytes"] == 24
+        and d["dtype"] == code(np.float32)
+        and d["device_type"] == 2
+        and d["device_id"] == 0
+    )
     t = torch.zeros(3, dtype=torch.bfloat16, device="cuda")
     e = _core.describe_buffer(t)  # bfloat16 has no typestr: through DLPack
     ok = ok and e["dtype"] == code(np.dtype("bfloat16")) and e["device_type"] == 2

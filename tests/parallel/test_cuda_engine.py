@@ -12,6 +12,7 @@ Skipped, with the reason, where the build has no CUDA, no device is seen or CuPy
 
     mpirun -np 2 python -m pytest -q --with-mpi tests/parallel/test_cuda_engine.py
 """
+
 import numpy as np
 import pytest
 from conftest import agree, cupy_or_skip, raised, world
@@ -42,6 +43,7 @@ def code(dtype) -> int:
 
 # ---- the scale kernel -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_the_cuda_scale_kernel_gives_the_host_bits(dtype):
     """Every bit pattern, factors that round, truncate, clamp (1e30) and flip signs."""
@@ -59,6 +61,7 @@ def test_the_cuda_scale_kernel_gives_the_host_bits(dtype):
 
 # ---- the numpy API on CuPy arrays ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", CUPY_DTYPES, ids=lambda d: np.dtype(d).name)
 def test_allreduce_of_cupy_arrays_runs_on_the_device_with_the_host_bits(dtype):
     r, bad = hvd.rank(), []
@@ -72,25 +75,33 @@ def test_allreduce_of_cupy_arrays_runs_on_the_device_with_the_host_bits(dtype):
             inplace = cupy.asarray(x)
             back = hvd.allreduce_(inplace, op=op, name="dev_")
             calls += 2
-            if not (isinstance(out, cupy.ndarray) and out.dtype == x.dtype and back is inplace
-                    and same_bits(cupy.asnumpy(out), want)
-                    and same_bits(cupy.asnumpy(inplace), want)):
+            if not (
+                isinstance(out, cupy.ndarray)
+                and out.dtype == x.dtype
+                and back is inplace
+                and same_bits(cupy.asnumpy(out), want)
+                and same_bits(cupy.asnumpy(inplace), want)
+            ):
                 bad.append((count, op.name))
     steps = device_steps() - before
-    agree(not bad and steps == calls, f"differs from the host for {bad}; device steps {steps} "
-                                      f"of {calls}")
+    agree(not bad and steps == calls, f"differs from the host for {bad}; device steps {steps} of {calls}")
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.float16, np.float32, np.float64],
-                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    "dtype", [np.int32, np.uint8, np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name
+)
 def test_scale_factors_and_integer_average_on_the_device_give_the_host_bits(dtype):
     r, n, bad = hvd.rank(), hvd.size(), []
     x = exact_inputs(dtype, 4099, r, seed=3)
-    for op, pre, post in ((hvd.Sum, 0.5, 1.0), (hvd.Sum, 1.0, 3.0), (hvd.Sum, 0.25, 2.5),
-                          (hvd.Average, 1.0, 1.0), (hvd.Average, 2.0, 0.5)):
+    for op, pre, post in (
+        (hvd.Sum, 0.5, 1.0),
+        (hvd.Sum, 1.0, 3.0),
+        (hvd.Sum, 0.25, 2.5),
+        (hvd.Average, 1.0, 1.0),
+        (hvd.Average, 2.0, 0.5),
+    ):
         want = hvd.allreduce(x, op=op, prescale_factor=pre, postscale_factor=post, name="h")
-        got = hvd.allreduce(cupy.asarray(x), op=op, prescale_factor=pre, postscale_factor=post,
-                            name="d")
+        got = hvd.allreduce(cupy.asarray(x), op=op, prescale_factor=pre, postscale_factor=post, name="d")
         if not same_bits(cupy.asnumpy(got), want):
             bad.append((op.name, pre, post))
     agree(not bad, f"{np.dtype(dtype).name} at {n} ranks: differs for {bad}")
@@ -106,8 +117,7 @@ def test_broadcast_of_cupy_arrays_from_every_root_on_the_device():
             out = hvd.broadcast(cupy.asarray(x), root_rank=root, name="bc")
             d = cupy.asarray(x)
             back = hvd.broadcast_(d, root_rank=root, name="bc_")
-            if not (back is d and same_bits(cupy.asnumpy(out), want)
-                    and same_bits(cupy.asnumpy(d), want)):
+            if not (back is d and same_bits(cupy.asnumpy(out), want) and same_bits(cupy.asnumpy(d), want)):
                 bad.append((root, count))
     steps = device_steps() - before
     agree(not bad and steps == 4 * n, f"wrong for (root, count) {bad}; device steps {steps}")
@@ -137,9 +147,13 @@ def test_grouped_cupy_and_host_arrays_fuse_each_with_their_own_kind():
     device step, through the pinned buffer), the one above it goes alone (a second), the host ones
     fuse among theirs; every output is right and of its input's kind."""
     r, n = hvd.rank(), hvd.size()
-    arrays = [np.full(10, r + 1.0, np.float32), cupy.full(10, r + 1.0, cupy.float32),
-              np.full(3, r + 2.0, np.float32), cupy.full(STAGE // 4 + 7, r + 1.0, cupy.float32),
-              cupy.full(1, r + 3.0, cupy.float32)]
+    arrays = [
+        np.full(10, r + 1.0, np.float32),
+        cupy.full(10, r + 1.0, cupy.float32),
+        np.full(3, r + 2.0, np.float32),
+        cupy.full(STAGE // 4 + 7, r + 1.0, cupy.float32),
+        cupy.full(1, r + 3.0, cupy.float32),
+    ]
     before = device_steps()
     outs = hvd.grouped_allreduce(arrays, op=hvd.Sum, name="mixed")
     steps = device_steps() - before
@@ -147,26 +161,35 @@ def test_grouped_cupy_and_host_arrays_fuse_each_with_their_own_kind():
     sums = [n * (n + 1) / 2, n * (n + 1) / 2, n * (n + 3) / 2, n * (n + 1) / 2, n * (n + 5) / 2]
     ok = all(np.array_equal(h, np.full(h.shape, s, np.float32)) for h, s in zip(host, sums))
     kinds = [type(o).__module__.split(".")[0] for o in outs]
-    agree(ok and kinds == ["numpy", "cupy", "numpy", "cupy", "cupy"] and steps == 2,
-          f"{kinds}: {[h[:2] for h in host]}; device steps {steps}")
+    agree(
+        ok and kinds == ["numpy", "cupy", "numpy", "cupy", "cupy"] and steps == 2,
+        f"{kinds}: {[h[:2] for h in host]}; device steps {steps}",
+    )
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.float16, np.float32, np.float64],
-                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    "dtype", [np.int32, np.uint8, np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name
+)
 def test_a_fused_device_group_gives_the_host_groups_bits(dtype):
     """Every op, with scale factors and the integer Average, against the same group of host
     arrays (fused on the host): the device group's scaling is the host's."""
     r, bad = hvd.rank(), []
     counts = (1, 7, 1000, 33)
-    for op, pre, post in ((hvd.Sum, 1.0, 1.0), (hvd.Product, 1.0, 1.0), (hvd.Min, 1.0, 1.0),
-                          (hvd.Max, 1.0, 1.0), (hvd.Average, 1.0, 1.0), (hvd.Sum, 0.5, 3.0),
-                          (hvd.Average, 2.0, 0.25)):
+    for op, pre, post in (
+        (hvd.Sum, 1.0, 1.0),
+        (hvd.Product, 1.0, 1.0),
+        (hvd.Min, 1.0, 1.0),
+        (hvd.Max, 1.0, 1.0),
+        (hvd.Average, 1.0, 1.0),
+        (hvd.Sum, 0.5, 3.0),
+        (hvd.Average, 2.0, 0.25),
+    ):
         xs = [exact_inputs(dtype, c, r, seed=c) for c in counts]
-        want = hvd.grouped_allreduce(xs, op=op, prescale_factor=pre, postscale_factor=post,
-                                     name="hg")
+        want = hvd.grouped_allreduce(xs, op=op, prescale_factor=pre, postscale_factor=post, name="hg")
         before = device_steps()
-        got = hvd.grouped_allreduce([cupy.asarray(x) for x in xs], op=op, prescale_factor=pre,
-                                    postscale_factor=post, name="dg")
+        got = hvd.grouped_allreduce(
+            [cupy.asarray(x) for x in xs], op=op, prescale_factor=pre, postscale_factor=post, name="dg"
+        )
         steps = device_steps() - before
         if steps != 1 or not all(same_bits(cupy.asnumpy(g), w) for g, w in zip(got, want)):
             bad.append((op.name, pre, post, steps))
@@ -196,8 +219,10 @@ def test_a_fused_group_waits_for_each_members_own_stream():
     steps = device_steps() - before
     got = [cupy.asnumpy(x, stream=s) for x, s in zip(xs, streams)]
     want = [np.full(1000 * (k + 1), sum(q + 1 + k for q in range(n)), np.float32) for k in range(2)]
-    agree(all(same_bits(g, w) for g, w in zip(got, want)) and steps == 1,
-          f"got {[g[:2] for g in got]}, device steps {steps}")
+    agree(
+        all(same_bits(g, w) for g, w in zip(got, want)) and steps == 1,
+        f"got {[g[:2] for g in got]}, device steps {steps}",
+    )
 
 
 @pytest.mark.mpi(min_size=2)
@@ -208,12 +233,14 @@ def test_a_joined_ranks_stand_ins_match_a_fused_device_group():
     r, n = hvd.rank(), hvd.size()
     outs = None
     if r < n - 1:
-        outs = hvd.grouped_allreduce([cupy.full(c, r + 1.0, cupy.float32) for c in (3, 50, 7)],
-                                     op=hvd.Sum, name="joined.group")
+        outs = hvd.grouped_allreduce(
+            [cupy.full(c, r + 1.0, cupy.float32) for c in (3, 50, 7)], op=hvd.Sum, name="joined.group"
+        )
     last = hvd.join()
     want = (n - 1) * n / 2
-    ok = outs is None or all(np.array_equal(cupy.asnumpy(o), np.full(o.shape, want, np.float32))
-                             for o in outs)
+    ok = outs is None or all(
+        np.array_equal(cupy.asnumpy(o), np.full(o.shape, want, np.float32)) for o in outs
+    )
     got = None if outs is None else [cupy.asnumpy(o)[:2] for o in outs]
     agree(ok and 0 <= last < n - 1, f"got {got}, join {last}")
 
@@ -223,8 +250,13 @@ def test_ranks_that_disagree_on_where_the_data_is_all_get_a_mismatch_error():
     r = hvd.rank()
     x = np.ones(8, np.float32)
     err = raised(lambda: hvd.allreduce(cupy.asarray(x) if r == 0 else x, name="where"))
-    agree(isinstance(err, hvd.HvdLiteError) and "Mismatched ALLREDUCE memory" in str(err)
-          and "CUDA device memory" in str(err) and "host memory" in str(err), repr(err))
+    agree(
+        isinstance(err, hvd.HvdLiteError)
+        and "Mismatched ALLREDUCE memory" in str(err)
+        and "CUDA device memory" in str(err)
+        and "host memory" in str(err),
+        repr(err),
+    )
     y = hvd.allreduce(cupy.full(3, 2.0), op=hvd.Sum, name="after.where")
     agree(np.array_equal(cupy.asnumpy(y), np.full(3, 2.0 * hvd.size())), "engine after it")
 
@@ -241,9 +273,10 @@ def test_a_joined_ranks_stand_in_matches_the_device_ranks_chunks():
     last = hvd.join()  # the last rank to join: one of the others, the same on every rank
     lasts = world().allgather(last)
     want = np.full(count, (n - 1) * n / 2, np.float32)
-    agree((out is None or same_bits(cupy.asnumpy(out), want)) and len(set(lasts)) == 1
-          and 0 <= last < n - 1, f"got {None if out is None else cupy.asnumpy(out)[:3]}, "
-                                 f"join {lasts}")
+    agree(
+        (out is None or same_bits(cupy.asnumpy(out), want)) and len(set(lasts)) == 1 and 0 <= last < n - 1,
+        f"got {None if out is None else cupy.asnumpy(out)[:3]}, join {lasts}",
+    )
 
 
 def test_the_calls_that_take_host_memory_refuse_a_cupy_array_with_a_type_error():
@@ -254,13 +287,18 @@ def test_the_calls_that_take_host_memory_refuse_a_cupy_array_with_a_type_error()
 def test_empty_cupy_arrays_reduce_and_broadcast_to_empty_arrays():
     """No bytes on any rank: every call returns at once, alone or in a group."""
     e = cupy.zeros(0, cupy.float32)
-    outs = [hvd.allreduce(e, name="empty"), hvd.allreduce_(cupy.zeros((0, 3)), name="empty_"),
-            hvd.broadcast(e, root_rank=0, name="empty.bc")]
+    outs = [
+        hvd.allreduce(e, name="empty"),
+        hvd.allreduce_(cupy.zeros((0, 3)), name="empty_"),
+        hvd.broadcast(e, root_rank=0, name="empty.bc"),
+    ]
     outs += hvd.grouped_allreduce([e, cupy.ones(2, cupy.float32)], op=hvd.Sum, name="empty.group")
     shapes = [o.shape for o in outs]
-    agree(shapes == [(0,), (0, 3), (0,), (0,), (2,)] and
-          np.array_equal(cupy.asnumpy(outs[-1]), np.full(2, float(hvd.size()), np.float32)),
-          f"shapes {shapes}")
+    agree(
+        shapes == [(0,), (0, 3), (0,), (0,), (2,)]
+        and np.array_equal(cupy.asnumpy(outs[-1]), np.full(2, float(hvd.size()), np.float32)),
+        f"shapes {shapes}",
+    )
 
 
 def _started_on_a_stream_that_goes(x):
@@ -278,5 +316,7 @@ def test_a_stream_dropped_while_its_call_is_pending_stays_until_the_call_is_done
     h = _started_on_a_stream_that_goes(cupy.full(1 << 16, r + 1.0, cupy.float32))
     out = hvd.synchronize(h)
     cupy.cuda.runtime.deviceSynchronize()
-    agree(np.array_equal(cupy.asnumpy(out), np.full(1 << 16, n * (n + 1) / 2, np.float32)),
-          f"got {cupy.asnumpy(out)[:3]}")
+    agree(
+        np.array_equal(cupy.asnumpy(out), np.full(1 << 16, n * (n + 1) / 2, np.float32)),
+        f"got {cupy.asnumpy(out)[:3]}",
+    )

@@ -1,5 +1,6 @@
 """The engine under mpirun: async handles, ranks submitting in different orders, validation of
 mismatches on every rank, names in flight, grouped calls and fusion."""
+
 import struct
 
 import ml_dtypes
@@ -43,8 +44,10 @@ def test_ranks_may_submit_in_different_orders():
     for i in order:
         x = exact_inputs(np.float32, 50 + 7 * int(i), hvd.rank(), seed=int(i))
         handles[int(i)] = hvd.allreduce_async(x, op=hvd.Sum, name=f"order.{i}")
-    ok = all(same_bits(hvd.synchronize(handles[i]), expected_sum(np.float32, 50 + 7 * i, i))
-             for i in range(n_tensors))
+    ok = all(
+        same_bits(hvd.synchronize(handles[i]), expected_sum(np.float32, 50 + 7 * i, i))
+        for i in range(n_tensors)
+    )
     agree(ok, "a tensor submitted in a different order came back wrong")
 
 
@@ -58,17 +61,25 @@ def test_repeated_names_are_negotiated_from_the_cache_without_names(capacity):
         engine = basics._engine()
         for step in range(4):
             before = engine.stats()
-            handles = [hvd.allreduce_async(exact_inputs(np.float32, 64 * (i + 1), hvd.rank(), seed=i),
-                                           op=hvd.Sum, name=f"steady.{i}") for i in range(10)]
-            ok = all(same_bits(hvd.synchronize(h), expected_sum(np.float32, 64 * (i + 1), i))
-                     for i, h in enumerate(handles))
+            handles = [
+                hvd.allreduce_async(
+                    exact_inputs(np.float32, 64 * (i + 1), hvd.rank(), seed=i), op=hvd.Sum, name=f"steady.{i}"
+                )
+                for i in range(10)
+            ]
+            ok = all(
+                same_bits(hvd.synchronize(h), expected_sum(np.float32, 64 * (i + 1), i))
+                for i, h in enumerate(handles)
+            )
             after = engine.stats()
             announced = after["announced"] - before["announced"]
             cached = after["cached_ready"] - before["cached_ready"]
             want = (10, 0) if step == 0 or capacity == 0 else (0, 10)
-            agree(ok and (announced, cached) == want,
-                  f"step {step}: results ok {ok}; {announced} names announced and {cached} requests "
-                  f"ready from the cache, want {want}")
+            agree(
+                ok and (announced, cached) == want,
+                f"step {step}: results ok {ok}; {announced} names announced and {cached} requests "
+                f"ready from the cache, want {want}",
+            )
 
 
 def mismatch_case(kind):
@@ -102,8 +113,10 @@ MESSAGES = {
 def test_mismatches_raise_on_every_rank_and_the_engine_carries_on(kind):
     x, kw = mismatch_case(kind)
     err = raised(lambda: hvd.allreduce(x, name=f"mismatch.{kind}", **kw))
-    agree(isinstance(err, hvd.HvdLiteError) and MESSAGES[kind] in str(err)
-          and f"'mismatch.{kind}'" in str(err), repr(err))
+    agree(
+        isinstance(err, hvd.HvdLiteError) and MESSAGES[kind] in str(err) and f"'mismatch.{kind}'" in str(err),
+        repr(err),
+    )
     y = hvd.allreduce(np.full(3, 2.0), op=hvd.Sum, name=f"after.{kind}")
     agree(np.array_equal(y, np.full(3, 2.0 * hvd.size())), "engine unusable after a mismatch")
 
@@ -117,17 +130,21 @@ def test_the_same_nan_scale_factor_on_every_rank_agrees_and_is_cached(which):
     for _ in range(2):
         before = engine.stats()
         try:
-            out = hvd.allreduce(np.ones(5, np.float32), op=hvd.Sum, name=f"nan.{which}",
-                                **{which: float("nan")})
+            out = hvd.allreduce(
+                np.ones(5, np.float32), op=hvd.Sum, name=f"nan.{which}", **{which: float("nan")}
+            )
             results.append(bool(np.isnan(out).all()))
         except hvd.HvdLiteError as exc:
             results.append(str(exc))
         after = engine.stats()
-        deltas.append((after["announced"] - before["announced"],
-                       after["cached_ready"] - before["cached_ready"]))
-    agree(results == [True, True] and deltas == [(1, 0), (0, 1)],
-          f"all NaN per call: {results}; (names announced, ready from the cache) per call: {deltas}, "
-          "want [(1, 0), (0, 1)]")
+        deltas.append(
+            (after["announced"] - before["announced"], after["cached_ready"] - before["cached_ready"])
+        )
+    agree(
+        results == [True, True] and deltas == [(1, 0), (0, 1)],
+        f"all NaN per call: {results}; (names announced, ready from the cache) per call: {deltas}, "
+        "want [(1, 0), (0, 1)]",
+    )
 
 
 def float_from_bits(bits: int) -> float:
@@ -137,9 +154,12 @@ def float_from_bits(bits: int) -> float:
 # rank 0's factor, the others', and the message: values that print alike show their bits too
 DIFFERENT_BITS = {
     "zero": (0.0, -0.0, "prescale factors: one rank sent 0, another sent -0"),
-    "nan-payload": (float_from_bits(0x7ff8000000000001), float_from_bits(0x7ff8000000000000),
-                    "prescale factors: one rank sent nan (bits 0x7ff8000000000001), "
-                    "another sent nan (bits 0x7ff8000000000000)"),
+    "nan-payload": (
+        float_from_bits(0x7FF8000000000001),
+        float_from_bits(0x7FF8000000000000),
+        "prescale factors: one rank sent nan (bits 0x7ff8000000000001), "
+        "another sent nan (bits 0x7ff8000000000000)",
+    ),
 }
 
 
@@ -148,8 +168,9 @@ DIFFERENT_BITS = {
 def test_scale_factors_with_different_bits_are_a_mismatch_naming_both(case):
     first, others, message = DIFFERENT_BITS[case]
     x = np.ones(4, np.float32)
-    err = raised(lambda: hvd.allreduce(x, prescale_factor=first if hvd.rank() == 0 else others,
-                                       name=f"bits.{case}"))
+    err = raised(
+        lambda: hvd.allreduce(x, prescale_factor=first if hvd.rank() == 0 else others, name=f"bits.{case}")
+    )
     agree(isinstance(err, hvd.HvdLiteError) and f"Mismatched ALLREDUCE {message}" in str(err), repr(err))
     y = hvd.allreduce(np.full(3, 2.0), op=hvd.Sum, name=f"after.bits.{case}")
     agree(np.array_equal(y, np.full(3, 2.0 * hvd.size())), "engine unusable after a mismatch")
@@ -160,8 +181,11 @@ def test_a_changed_shape_for_a_cached_name_is_revalidated():
     for _ in range(2):
         hvd.allreduce(np.ones(8, np.float32), name="reshaped")  # now cached
     x = np.ones(9 if hvd.rank() == 0 else 8, np.float32)
-    raises_on_every_rank(hvd.HvdLiteError, r"tensor shapes: one rank sent \[9\], another sent \[8\]",
-                         lambda: hvd.allreduce(x, name="reshaped"))
+    raises_on_every_rank(
+        hvd.HvdLiteError,
+        r"tensor shapes: one rank sent \[9\], another sent \[8\]",
+        lambda: hvd.allreduce(x, name="reshaped"),
+    )
     y = hvd.allreduce(np.ones(10, np.float32), op=hvd.Sum, name="reshaped")
     agree(np.array_equal(y, np.full(10, float(hvd.size()))), "a consistent new shape failed")
 
@@ -202,9 +226,17 @@ def test_grouped_allreduce_variants():
 @pytest.mark.parametrize("threshold", [0, 4096, 1 << 20], ids=["no-fusion", "4KiB", "1MiB"])
 def test_fusion_of_mixed_tensors_is_exact(threshold):
     with reinit(HVD_LITE_FUSION_THRESHOLD=threshold, HVD_LITE_SEGMENT_BYTES=512):
-        specs = [(np.float32, 1), (np.float32, 300), (np.float64, 7), (np.float32, 5000),
-                 (ml_dtypes.bfloat16, 33), (np.int32, 100), (np.float32, 0), (np.float16, 1025),
-                 (np.float32, 2)] * 3
+        specs = [
+            (np.float32, 1),
+            (np.float32, 300),
+            (np.float64, 7),
+            (np.float32, 5000),
+            (ml_dtypes.bfloat16, 33),
+            (np.int32, 100),
+            (np.float32, 0),
+            (np.float16, 1025),
+            (np.float32, 2),
+        ] * 3
         handles = []
         for i, (dt, count) in enumerate(specs):
             x = exact_inputs(dt, count, hvd.rank(), seed=i)
@@ -214,8 +246,11 @@ def test_fusion_of_mixed_tensors_is_exact(threshold):
         bad = []
         for h, dt, count, i, op, kw in handles:
             got = hvd.synchronize(h)
-            want = fold([exact_inputs(dt, count, q, seed=i) for q in range(hvd.size())],
-                        "sum" if op == hvd.Sum else "avg", dt)
+            want = fold(
+                [exact_inputs(dt, count, q, seed=i) for q in range(hvd.size())],
+                "sum" if op == hvd.Sum else "avg",
+                dt,
+            )
             if kw:
                 want = (want.astype(np.float64) * 2.0).astype(dt)
             if not same_bits(got, want):
@@ -230,20 +265,23 @@ def test_many_auto_named_calls_stay_consistent():
     agree(total == hvd.size() * sum(range(300)), f"total {total}")
 
 
-@pytest.mark.parametrize("call", ["allreduce", "allreduce_", "allgather", "broadcast",
-                                  "reducescatter", "barrier"])
+@pytest.mark.parametrize(
+    "call", ["allreduce", "allreduce_", "allgather", "broadcast", "reducescatter", "barrier"]
+)
 def test_unnamed_synchronous_calls_share_one_name_and_the_cache(call):
     """An unnamed synchronous call runs under its set's one synchronous name, so after the first
     call every one is ready from the response cache (no name announced); asynchronous unnamed
     calls still take a new counter name each."""
     engine = basics._engine()
     x = exact_inputs(np.float32, 12, hvd.rank())
-    run = {"allreduce": lambda: hvd.allreduce(x, op=hvd.Sum),
-           "allreduce_": lambda: hvd.allreduce_(x.copy(), op=hvd.Sum),
-           "allgather": lambda: hvd.allgather(x),
-           "broadcast": lambda: hvd.broadcast(x, root_rank=0),
-           "reducescatter": lambda: hvd.reducescatter(np.ones((hvd.size(), 3), np.float32), op=hvd.Sum),
-           "barrier": lambda: hvd.barrier()}[call]
+    run = {
+        "allreduce": lambda: hvd.allreduce(x, op=hvd.Sum),
+        "allreduce_": lambda: hvd.allreduce_(x.copy(), op=hvd.Sum),
+        "allgather": lambda: hvd.allgather(x),
+        "broadcast": lambda: hvd.broadcast(x, root_rank=0),
+        "reducescatter": lambda: hvd.reducescatter(np.ones((hvd.size(), 3), np.float32), op=hvd.Sum),
+        "barrier": lambda: hvd.barrier(),
+    }[call]
     run()
     before = engine.stats()
     outs = [run() for _ in range(5)]
@@ -251,9 +289,11 @@ def test_unnamed_synchronous_calls_share_one_name_and_the_cache(call):
     announced = after["announced"] - before["announced"]
     cached = after["cached_ready"] - before["cached_ready"]
     same = all(o is None or same_bits(o, outs[0]) for o in outs)
-    agree((announced, cached, same) == (0, 5, True),
-          f"{call}: {announced} names announced, {cached} ready from the cache, the same results "
-          f"{same}; want 0, 5, True")
+    agree(
+        (announced, cached, same) == (0, 5, True),
+        f"{call}: {announced} names announced, {cached} ready from the cache, the same results "
+        f"{same}; want 0, 5, True",
+    )
     before = engine.stats()
     hvd.synchronize(hvd.allreduce_async(x, op=hvd.Sum))
     hvd.synchronize(hvd.allreduce_async(x, op=hvd.Sum))
@@ -266,6 +306,7 @@ def test_stats_count_the_time_spent_running_collectives():
     (tools/latency_breakdown.py subtracts it from a call's time): some time for ten 1 MiB
     all-reduces, and never more than the calls took."""
     import time
+
     engine = basics._engine()
     x = np.ones(1 << 18, np.float32)
     hvd.allreduce_(x, op=hvd.Sum, name="stats.step_seconds")
@@ -285,6 +326,7 @@ def test_unnamed_synchronous_calls_from_two_threads_at_once_complete():
     (which thread's array meets which is up to the threads, as with Horovod's automatic names:
     every result is a sum of 0s and 1s)."""
     import threading
+
     n = hvd.size()
     results, errors = {0: [], 1: []}, []
 
@@ -301,20 +343,28 @@ def test_unnamed_synchronous_calls_from_two_threads_at_once_complete():
     for t in threads:
         t.join(120)
     values = set(results[0] + results[1])
-    agree(not errors and len(results[0]) == len(results[1]) == 50 and values <= set(range(n + 1)),
-          f"errors {errors[:2]}, {len(results[0])} and {len(results[1])} results, values {values}")
+    agree(
+        not errors and len(results[0]) == len(results[1]) == 50 and values <= set(range(n + 1)),
+        f"errors {errors[:2]}, {len(results[0])} and {len(results[1])} results, values {values}",
+    )
 
 
-@pytest.mark.parametrize("capacity,names", [(0, 7), (3, 7), (40, 100)],
-                         ids=["disabled", "small", "churn"])
+@pytest.mark.parametrize("capacity,names", [(0, 7), (3, 7), (40, 100)], ids=["disabled", "small", "churn"])
 def test_a_small_or_disabled_cache_stays_consistent(capacity, names):
     """Names beyond the capacity are evicted and their ids reused every step; with 100 names in
     40 entries the cache's name index (csrc/negotiate/negotiate.c) is also rebuilt as it fills."""
     with reinit(HVD_LITE_CACHE_CAPACITY=capacity):
         bad = []
         for step in range(4):
-            handles = [(i, hvd.allreduce_async(exact_inputs(np.float32, 10 + i, hvd.rank(), seed=i),
-                                               op=hvd.Sum, name=f"cap.{i}")) for i in range(names)]
+            handles = [
+                (
+                    i,
+                    hvd.allreduce_async(
+                        exact_inputs(np.float32, 10 + i, hvd.rank(), seed=i), op=hvd.Sum, name=f"cap.{i}"
+                    ),
+                )
+                for i in range(names)
+            ]
             for i, h in handles:
                 if not same_bits(hvd.synchronize(h), expected_sum(np.float32, 10 + i, i)):
                     bad.append((step, i))
@@ -326,6 +376,7 @@ def test_a_waiting_thread_ends_the_batch_and_synchronous_calls_skip_it():
     on it (the wait starts the round; without it the engine's 1 s idle tick would), and a
     synchronous call, which says at submit that it will wait, is not batched at all."""
     import time
+
     with reinit(HVD_LITE_BATCH_TIME=10000):
         took = []
         for i in range(5):
@@ -346,18 +397,22 @@ def test_a_waiter_is_told_when_the_ready_list_ends_whatever_the_notify_time():
     """With a 10 s notify time, completions inside a ready list are announced when the list
     ends: waiting on the first of 30 handles, then the rest, takes milliseconds."""
     import time
+
     with reinit(HVD_LITE_NOTIFY_TIME=10000):
         world().Barrier()
         t0 = time.monotonic()
         with ops.held(basics._engine()):  # one round, one ready list
-            handles = [hvd.allreduce_async(np.full(1000, float(i), np.float32), op=hvd.Sum,
-                                           name=f"notify.{i}") for i in range(30)]
+            handles = [
+                hvd.allreduce_async(np.full(1000, float(i), np.float32), op=hvd.Sum, name=f"notify.{i}")
+                for i in range(30)
+            ]
         ok = all(hvd.synchronize(h)[0] == i * hvd.size() for i, h in enumerate(handles))
         took = time.monotonic() - t0
         agree(ok and took < 0.5, f"results ok {ok}, took {took:.3f} s")
 
 
 # ------------------------------------------------------------------ groups, dropped handles, names
+
 
 @pytest.mark.parametrize("call", ["grouped_allreduce_async", "grouped_allgather_async"])
 def test_a_group_whose_later_name_is_in_flight_is_refused_whole(call):
@@ -369,22 +424,40 @@ def test_a_group_whose_later_name_is_in_flight_is_refused_whole(call):
         err = raised(lambda: getattr(hvd, call)([x, x], name=f"{call}.grp"))
     hvd.synchronize(busy)
     outs = [hvd.synchronize(h) for h in getattr(hvd, call)([x, x], name=f"{call}.grp")]
-    agree(isinstance(err, ValueError) and f"'{call}.grp.1' is still in flight" in str(err)
-          and len(outs) == 2, f"first group: {err!r}; second: {outs}")
+    agree(
+        isinstance(err, ValueError) and f"'{call}.grp.1' is still in flight" in str(err) and len(outs) == 2,
+        f"first group: {err!r}; second: {outs}",
+    )
 
 
 def test_a_group_with_a_repeated_name_is_refused_whole():
     engine = basics._engine()
     x = np.ones(2)
-    entry = (basics._core.COLL_ALLREDUCE, x, np.empty(2), ops.hvdl_dtype(x.dtype), ops.HVDL_OPS[hvd.Sum],
-             1.0, 1.0, "repeated", (2,), 0, None, "")
+    entry = (
+        basics._core.COLL_ALLREDUCE,
+        x,
+        np.empty(2),
+        ops.hvdl_dtype(x.dtype),
+        ops.HVDL_OPS[hvd.Sum],
+        1.0,
+        1.0,
+        "repeated",
+        (2,),
+        0,
+        None,
+        "",
+    )
     err = raised(lambda: engine.submit_group([entry, entry[:7] + ("other",) + entry[8:], entry]))
     out = np.empty(2)
     handles = engine.submit_group([entry[:2] + (out,) + entry[3:]])  # 'repeated' is not in flight
     handles[0].wait()
-    agree(isinstance(err, ValueError) and "'repeated' appears twice in one group" in str(err)
-          and np.array_equal(out, np.full(2, float(hvd.size()))) and engine.submit_group([]) == [],
-          f"{err!r}, {out}")
+    agree(
+        isinstance(err, ValueError)
+        and "'repeated' appears twice in one group" in str(err)
+        and np.array_equal(out, np.full(2, float(hvd.size())))
+        and engine.submit_group([]) == [],
+        f"{err!r}, {out}",
+    )
 
 
 def test_in_flight_names_are_refused_and_freed_by_name_with_thousands_in_flight():
@@ -395,15 +468,26 @@ def test_in_flight_names_are_refused_and_freed_by_name_with_thousands_in_flight(
     x = np.ones(1, np.float32)
 
     def entry(name):
-        return (basics._core.COLL_ALLREDUCE, x, np.empty(1, np.float32), ops.hvdl_dtype(x.dtype),
-                ops.HVDL_OPS[hvd.Sum], 1.0, 1.0, name, (1,), 0, None, "")
+        return (
+            basics._core.COLL_ALLREDUCE,
+            x,
+            np.empty(1, np.float32),
+            ops.hvdl_dtype(x.dtype),
+            ops.HVDL_OPS[hvd.Sum],
+            1.0,
+            1.0,
+            name,
+            (1,),
+            0,
+            None,
+            "",
+        )
 
     names = [f"many.{i}" for i in range(3000)]
     with ops.held(engine):
         handles = engine.submit_group([entry(n) for n in names])
         refused = [raised(lambda n=n: engine.submit(*entry(n), False)) for n in names[::97]]
-        group = raised(lambda: engine.submit_group([entry("free.0"), entry("free.1"),
-                                                    entry(names[1234])]))
+        group = raised(lambda: engine.submit_group([entry("free.0"), entry("free.1"), entry(names[1234])]))
         free = engine.submit_group([entry("free.0"), entry("free.1")])
     for h in handles + free:
         h.wait()
@@ -411,9 +495,14 @@ def test_in_flight_names_are_refused_and_freed_by_name_with_thousands_in_flight(
     for h in again:
         h.wait()
     ok = [isinstance(e, ValueError) and "still in flight" in str(e) for e in refused]
-    agree(all(ok) and len(ok) == 31 and isinstance(group, ValueError)
-          and f"'{names[1234]}' is still in flight" in str(group) and len(again) == 3000,
-          f"refused {sum(ok)} of {len(ok)}; group: {group!r}")
+    agree(
+        all(ok)
+        and len(ok) == 31
+        and isinstance(group, ValueError)
+        and f"'{names[1234]}' is still in flight" in str(group)
+        and len(again) == 3000,
+        f"refused {sum(ok)} of {len(ok)}; group: {group!r}",
+    )
 
 
 @pytest.mark.mpi(min_size=2)
@@ -423,6 +512,7 @@ def test_dropping_a_pending_handle_returns_at_once_and_the_collective_still_comp
     and once done the buffers are let go."""
     import sys
     import time
+
     r, n = hvd.rank(), hvd.size()
     x = np.full(1000, float(r + 1))
     refs = sys.getrefcount(x)
@@ -450,8 +540,10 @@ def test_dropping_a_pending_handle_returns_at_once_and_the_collective_still_comp
         ok = ok and took < 0.05 and held > 0
     else:
         ok = ok and agree_out
-    agree(ok, f"del took {took:.3f} s, engine held {held} refs, x[:3] {x[:3]}, "
-              f"refs {sys.getrefcount(x)} vs {refs}")
+    agree(
+        ok,
+        f"del took {took:.3f} s, engine held {held} refs, x[:3] {x[:3]}, refs {sys.getrefcount(x)} vs {refs}",
+    )
 
 
 @pytest.mark.mpi(min_size=2)
@@ -459,22 +551,36 @@ def test_names_that_differ_after_a_nul_are_refused_not_reduced_together():
     """'a\\0x' on rank 0 and 'a\\0y' elsewhere: ValueError on every rank, before anything is
     submitted, not one reduction of both."""
     name = "a\0x" if hvd.rank() == 0 else "a\0y"
-    raises_on_every_rank(ValueError, "contains a NUL character",
-                         lambda: hvd.allreduce(np.ones(2), name=name))
-    raises_on_every_rank(ValueError, "contains a NUL character",
-                         lambda: hvd.grouped_allreduce([np.ones(2)], name=name))
+    raises_on_every_rank(ValueError, "contains a NUL character", lambda: hvd.allreduce(np.ones(2), name=name))
+    raises_on_every_rank(
+        ValueError, "contains a NUL character", lambda: hvd.grouped_allreduce([np.ones(2)], name=name)
+    )
 
 
 def test_the_engine_itself_refuses_a_name_with_a_nul():
     """The binding's own check, for a caller that skips hvd_lite's (an adapter)."""
     x = np.ones(2)
-    entry = (basics._core.COLL_ALLREDUCE, x, np.empty(2), ops.hvdl_dtype(x.dtype), ops.HVDL_OPS[hvd.Sum],
-             1.0, 1.0, "a\0x", (2,), 0, None, "")
+    entry = (
+        basics._core.COLL_ALLREDUCE,
+        x,
+        np.empty(2),
+        ops.hvdl_dtype(x.dtype),
+        ops.HVDL_OPS[hvd.Sum],
+        1.0,
+        1.0,
+        "a\0x",
+        (2,),
+        0,
+        None,
+        "",
+    )
     engine = basics._engine()
     single = raised(lambda: engine.submit(*entry))
     group = raised(lambda: engine.submit_group([entry]))
-    agree(all(isinstance(e, ValueError) and "contains a NUL character" in str(e)
-              for e in (single, group)), f"{single!r} {group!r}")
+    agree(
+        all(isinstance(e, ValueError) and "contains a NUL character" in str(e) for e in (single, group)),
+        f"{single!r} {group!r}",
+    )
 
 
 @pytest.mark.parametrize("shm", [None, 0], ids=["shm", "no-shm"])
@@ -496,18 +602,25 @@ def test_rounds_on_one_host_go_through_shared_memory_until_the_cache_outgrows_a_
             before = engine.stats()
             out = hvd.allreduce(x, op=hvd.Sum, name="shm.round")
             after = engine.stats()
-            return (same_bits(out, np.full(3, n * (n + 1) // 2, np.int32)),
-                    after["rounds"] - before["rounds"], after["shm_rounds"] - before["shm_rounds"])
+            return (
+                same_bits(out, np.full(3, n * (n + 1) // 2, np.int32)),
+                after["rounds"] - before["rounds"],
+                after["shm_rounds"] - before["shm_rounds"],
+            )
 
         through_shm = n > 1 and shm is None
         for _ in range(3):
             ok, rounds, shm_rounds = step()
-            agree(ok and rounds >= 1 and shm_rounds == (rounds if through_shm else 0),
-                  f"small cache: ok={ok} rounds={rounds} shm_rounds={shm_rounds}")
+            agree(
+                ok and rounds >= 1 and shm_rounds == (rounds if through_shm else 0),
+                f"small cache: ok={ok} rounds={rounds} shm_rounds={shm_rounds}",
+            )
         xs = [np.full(1, hvd.rank() + 1, np.int32) for _ in range(per_slot + 100)]
         outs = hvd.grouped_allreduce(xs, op=hvd.Sum, name="shm.many")  # the cache outgrows a slot
         agree(all(int(o[0]) == n * (n + 1) // 2 for o in outs), "the grouped allreduce")
         for _ in range(3):
             ok, rounds, shm_rounds = step()
-            agree(ok and rounds >= 1 and shm_rounds == 0,
-                  f"big cache: ok={ok} rounds={rounds} shm_rounds={shm_rounds}")
+            agree(
+                ok and rounds >= 1 and shm_rounds == 0,
+                f"big cache: ok={ok} rounds={rounds} shm_rounds={shm_rounds}",
+            )

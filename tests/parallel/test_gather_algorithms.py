@@ -6,6 +6,7 @@ order (the bits of the rd and rab all-reduce, whatever the blocks); the selector
 single-copy all-gather, shm, wherever it can run), the forced choice, rank 0's choice agreed, an
 unknown name refused, and a forced shm refused where it cannot run, saying why. (The single-copy
 all-gather's failures: test_shm.py.)"""
+
 import numpy as np
 import pytest
 from conftest import agree, make_comm, raises_on_every_rank, reinit, single_copy_runs, skip_unless_single_copy
@@ -40,8 +41,8 @@ def allgather_ok(c, dtype, count, inplace, seed):
     want = np.concatenate([exact_inputs(dtype, count, q, seed) for q in range(n)])
     out = np.zeros(n * count, np.dtype(dtype))
     if inplace:
-        out[r * count:(r + 1) * count] = x
-        c.allgather(out[r * count:(r + 1) * count], out, code(dtype))
+        out[r * count : (r + 1) * count] = x
+        c.allgather(out[r * count : (r + 1) * count], out, code(dtype))
         return same_bits(out, want)
     src = x.copy()
     c.allgather(src, out, code(dtype))
@@ -51,12 +52,13 @@ def allgather_ok(c, dtype, count, inplace, seed):
 def reducescatter_ok(c, dtype, op, count, inplace, seed):
     n, r = hvd.size(), hvd.rank()
     whole = exact_inputs(dtype, n * count, r, seed)
-    want = fold([exact_inputs(dtype, n * count, q, seed) for q in range(n)], op,
-                dtype)[r * count:(r + 1) * count]
+    want = fold([exact_inputs(dtype, n * count, q, seed) for q in range(n)], op, dtype)[
+        r * count : (r + 1) * count
+    ]
     src = whole.copy()
     if inplace:
-        c.reducescatter(src, src[r * count:(r + 1) * count], code(dtype), OPS[op])
-        return same_bits(src[r * count:(r + 1) * count], want)
+        c.reducescatter(src, src[r * count : (r + 1) * count], code(dtype), OPS[op])
+        return same_bits(src[r * count : (r + 1) * count], want)
     out = np.zeros(count, np.dtype(dtype))
     c.reducescatter(src, out, code(dtype), OPS[op])
     return same_bits(out, want) and same_bits(src, whole)
@@ -67,8 +69,7 @@ def test_every_allgather_algorithm_gathers_every_dtype_exactly_in_place_and_not(
     # 16-byte segments for the rings, 64-byte chunks for the single copy's writes.
     skip_unless_single_copy(algo)
     bad = []
-    with make_comm(HVD_LITE_ALLGATHER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16,
-                   HVD_LITE_SHM_BYTES=64) as c:
+    with make_comm(HVD_LITE_ALLGATHER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SHM_BYTES=64) as c:
         agree(c.gather_plan("allgather", 1 << 20)["algorithm"] == algo, "not forced")
         for dtype in MOVE_DTYPES:
             for count in counts(hvd.size()):
@@ -101,8 +102,7 @@ def test_every_reducescatter_algorithm_reduces_every_dtype_and_op_exactly_in_pla
     # 16-byte segments for the rings, 64-byte chunks for the single copy's reads.
     skip_unless_single_copy(algo)
     bad = []
-    with make_comm(HVD_LITE_REDUCESCATTER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16,
-                   HVD_LITE_SHM_BYTES=64) as c:
+    with make_comm(HVD_LITE_REDUCESCATTER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SHM_BYTES=64) as c:
         agree(c.gather_plan("reducescatter", 1 << 20)["algorithm"] == algo, "not forced")
         for dtype in ALL_DTYPES:
             for op in OPS:
@@ -131,8 +131,9 @@ def test_every_allgather_algorithm_gathers_uneven_and_empty_blocks_through_the_e
                 for rest in ((), (3,)):
                     k = int(np.prod(rest, dtype=int))
                     mine = exact_inputs(dtype, rows_of(r, pattern) * k, r, pattern)
-                    want = np.concatenate([exact_inputs(dtype, rows_of(q, pattern) * k, q, pattern)
-                                           for q in range(n)])
+                    want = np.concatenate(
+                        [exact_inputs(dtype, rows_of(q, pattern) * k, q, pattern) for q in range(n)]
+                    )
                     got = hvd.allgather(mine.reshape((rows_of(r, pattern),) + rest))
                     if not same_bits(got.reshape(-1), want):
                         bad.append((np.dtype(dtype).name, pattern, rest))
@@ -151,11 +152,12 @@ def test_every_reducescatter_algorithm_reduces_uneven_and_empty_blocks_through_t
             for op in OPS:
                 for rows in sorted({0, 1, n - 1, n + 1, 2 * n + 3, 101}):
                     x = exact_inputs(dtype, rows * 3, r, seed=rows).reshape(rows, 3)
-                    full = fold([exact_inputs(dtype, rows * 3, q, seed=rows) for q in range(n)], op,
-                                dtype).reshape(rows, 3)
+                    full = fold(
+                        [exact_inputs(dtype, rows * 3, q, seed=rows) for q in range(n)], op, dtype
+                    ).reshape(rows, 3)
                     starts = np.cumsum([0] + [rows // n + (q < rows % n) for q in range(n)])
                     got = hvd.reducescatter(x, op=HVD_OPS[op])
-                    if not same_bits(got, full[starts[r]:starts[r + 1]]):
+                    if not same_bits(got, full[starts[r] : starts[r + 1]]):
                         bad.append((np.dtype(dtype).name, op, rows))
     agree(not bad, f"{algo}: wrong at (dtype, op, rows) {bad[:5]}")
 
@@ -166,18 +168,22 @@ def random_floats(count, seed):
     return (rng.standard_normal(count) * 10.0 ** rng.integers(-6, 6, count)).astype(np.float32)
 
 
-@pytest.mark.parametrize("reducescatter,allreduce", [("ring", "ring"), ("halving", "rd"),
-                                                     ("halving", "rab"), ("shm", "ring")])
-def test_the_reducescatter_gives_its_allreduces_bits_reruns_and_in_place_alike(reducescatter,
-                                                                                allreduce):
+@pytest.mark.parametrize(
+    "reducescatter,allreduce", [("ring", "ring"), ("halving", "rd"), ("halving", "rab"), ("shm", "ring")]
+)
+def test_the_reducescatter_gives_its_allreduces_bits_reruns_and_in_place_alike(reducescatter, allreduce):
     # The ring: with n * count elements the ring all-reduce cuts chunks of `count`, the
     # reduce-scatter's blocks, and both combine block k in the order k+1, k+2, ..., k; so does the
     # single copy (shm), chunk by chunk of 4 KiB. Halving, rd and rab all build the balanced tree
     # over the ranks in order, element by element.
     skip_unless_single_copy(reducescatter)
     n, r = hvd.size(), hvd.rank()
-    with make_comm(HVD_LITE_SEGMENT_BYTES=4096, HVD_LITE_REDUCESCATTER_ALGO=reducescatter,
-                   HVD_LITE_ALLREDUCE_ALGO=allreduce, HVD_LITE_SHM_BYTES=4096) as c:
+    with make_comm(
+        HVD_LITE_SEGMENT_BYTES=4096,
+        HVD_LITE_REDUCESCATTER_ALGO=reducescatter,
+        HVD_LITE_ALLREDUCE_ALGO=allreduce,
+        HVD_LITE_SHM_BYTES=4096,
+    ) as c:
         for count in (1, 777, 20_000):
             x = random_floats(n * count, 300 + r)
             every = np.empty_like(x)
@@ -186,13 +192,15 @@ def test_the_reducescatter_gives_its_allreduces_bits_reruns_and_in_place_alike(r
             for out in outs:
                 c.reducescatter(x, out, code(np.float32), OPS["sum"])
             inplace = x.copy()
-            c.reducescatter(inplace, inplace[r * count:(r + 1) * count], code(np.float32),
-                            OPS["sum"])
-            want = every[r * count:(r + 1) * count]
-            agree(same_bits(outs[0], want) and same_bits(outs[1], want)
-                  and same_bits(inplace[r * count:(r + 1) * count], want),
-                  f"count {count}: the {reducescatter} reduce-scatter differs from the {allreduce} "
-                  "all-reduce's block")
+            c.reducescatter(inplace, inplace[r * count : (r + 1) * count], code(np.float32), OPS["sum"])
+            want = every[r * count : (r + 1) * count]
+            agree(
+                same_bits(outs[0], want)
+                and same_bits(outs[1], want)
+                and same_bits(inplace[r * count : (r + 1) * count], want),
+                f"count {count}: the {reducescatter} reduce-scatter differs from the {allreduce} "
+                "all-reduce's block",
+            )
 
 
 def test_the_halving_reducescatter_of_uneven_blocks_gives_the_rab_allreduces_bits():
@@ -203,8 +211,10 @@ def test_the_halving_reducescatter_of_uneven_blocks_gives_the_rab_allreduces_bit
             every = hvd.allreduce(x, op=hvd.Sum, name=f"every.{rows}")
             starts = np.cumsum([0] + [rows // n + (q < rows % n) for q in range(n)])
             got = hvd.reducescatter(x, op=hvd.Sum, name=f"mine.{rows}")
-            agree(same_bits(got, every[starts[r]:starts[r + 1]]),
-                  f"rows {rows}: reduce-scatter differs from the rab all-reduce's rows")
+            agree(
+                same_bits(got, every[starts[r] : starts[r + 1]]),
+                f"rows {rows}: reduce-scatter differs from the rab all-reduce's rows",
+            )
 
 
 def test_the_allgather_selector_takes_shm_on_one_host_in_one_step_up_to_its_minimum_and_the_single_copy_above():  # noqa: E501
@@ -219,13 +229,15 @@ def test_the_allgather_selector_takes_shm_on_one_host_in_one_step_up_to_its_mini
                 large = {c.gather_plan("allgather", b)["algorithm"] for b in (least + 1, 1 << 30)}
                 shm_predicted = c.gather_plan("allgather", 4096)["predicted"]["shm"]
             want_large = {"shm"} if runs and cma == "1" else None
-            agree((tiny == "shm" if one_host else tiny in model)  # 4 B fit any area
-                  and (small == "shm" if one_host and area != "64" else small in model)
-                  and (large == want_large if want_large else large <= model)
-                  and shm_predicted is None,
-                  f"HVD_LITE_SHM_CMA={cma}, areas of {area} B, one host: {one_host}, single copy "
-                  f"runs: {runs}; picks at 4 B {tiny}, at {least} B {small}, above {large}; shm's "
-                  f"predicted time {shm_predicted}")
+            agree(
+                (tiny == "shm" if one_host else tiny in model)  # 4 B fit any area
+                and (small == "shm" if one_host and area != "64" else small in model)
+                and (large == want_large if want_large else large <= model)
+                and shm_predicted is None,
+                f"HVD_LITE_SHM_CMA={cma}, areas of {area} B, one host: {one_host}, single copy "
+                f"runs: {runs}; picks at 4 B {tiny}, at {least} B {small}, above {large}; shm's "
+                f"predicted time {shm_predicted}",
+            )
 
 
 def test_the_reducescatter_selector_takes_the_single_copy_on_one_host_above_its_minimum():
@@ -237,18 +249,22 @@ def test_the_reducescatter_selector_takes_the_single_copy_on_one_host_above_its_
             large = {c.gather_plan("reducescatter", b)["algorithm"] for b in (least + 1, 1 << 30)}
             shm_predicted = c.gather_plan("reducescatter", 1 << 20)["predicted"]["shm"]
         want_large = {"shm"} if runs and cma == "1" else None
-        agree(small in model and (large == want_large if want_large else large <= model)
-              and shm_predicted is None,
-              f"HVD_LITE_SHM_CMA={cma}, single copy runs: {runs}; picks at {least} B {small}, "
-              f"above {large}; shm's predicted time {shm_predicted}")
+        agree(
+            small in model
+            and (large == want_large if want_large else large <= model)
+            and shm_predicted is None,
+            f"HVD_LITE_SHM_CMA={cma}, single copy runs: {runs}; picks at {least} B {small}, "
+            f"above {large}; shm's predicted time {shm_predicted}",
+        )
 
 
 def test_the_selectors_pick_the_cheapest_modelled_the_ring_where_its_steps_are_few():
     # The model's picks: without the shared-memory forms (HVD_LITE_SHM=0), which are not modelled.
     n = hvd.size()
     if n > 4:
-        pytest.skip("the picks pinned below are one host's at 1-4 ranks (past 4 the fold's steps "
-                    "move the crossovers)")
+        pytest.skip(
+            "the picks pinned below are one host's at 1-4 ranks (past 4 the fold's steps move the crossovers)"
+        )
     with make_comm(HVD_LITE_SHM=0) as c:
         picks = {}
         for coll, names in (("allgather", GATHER), ("reducescatter", SCATTER)):
@@ -256,8 +272,10 @@ def test_the_selectors_pick_the_cheapest_modelled_the_ring_where_its_steps_are_f
                 plan = c.gather_plan(coll, nbytes)
                 picks[coll, nbytes] = plan["algorithm"]
                 modelled = {k: v for k, v in plan["predicted"].items() if v is not None}
-                agree(set(plan["predicted"]) == set(names) and set(modelled) == set(names) - {"shm"},
-                      f"{coll}: {plan}")
+                agree(
+                    set(plan["predicted"]) == set(names) and set(modelled) == set(names) - {"shm"},
+                    f"{coll}: {plan}",
+                )
                 best = min(modelled.values())
                 agree(n == 1 or modelled[plan["algorithm"]] == best, f"{coll}: {plan}")
     # One host. The reduce-scatter: the ring overlaps reducing with receiving, the halving steps do
@@ -271,10 +289,16 @@ def test_the_selectors_pick_the_cheapest_modelled_the_ring_where_its_steps_are_f
 
 
 def test_unknown_allgather_and_reducescatter_algorithms_are_refused_when_the_communicator_is_made():
-    raises_on_every_rank(hvd.InvalidArgumentError, "HVD_LITE_ALLGATHER_ALGO=halving is not valid",
-                         lambda: make_comm(HVD_LITE_ALLGATHER_ALGO="halving").__enter__())
-    raises_on_every_rank(hvd.InvalidArgumentError, "HVD_LITE_REDUCESCATTER_ALGO=rd is not valid",
-                         lambda: make_comm(HVD_LITE_REDUCESCATTER_ALGO="rd").__enter__())
+    raises_on_every_rank(
+        hvd.InvalidArgumentError,
+        "HVD_LITE_ALLGATHER_ALGO=halving is not valid",
+        lambda: make_comm(HVD_LITE_ALLGATHER_ALGO="halving").__enter__(),
+    )
+    raises_on_every_rank(
+        hvd.InvalidArgumentError,
+        "HVD_LITE_REDUCESCATTER_ALGO=rd is not valid",
+        lambda: make_comm(HVD_LITE_REDUCESCATTER_ALGO="rd").__enter__(),
+    )
 
 
 @pytest.mark.parametrize("var", ["HVD_LITE_ALLGATHER_ALGO", "HVD_LITE_REDUCESCATTER_ALGO"])
@@ -282,27 +306,38 @@ def test_a_forced_single_copy_allgather_or_reducescatter_that_cannot_run_is_refu
     n = hvd.size()
     if n == 1:  # one rank runs anything (a copy), as the all-reduce
         with make_comm(**{var: "shm", "HVD_LITE_SHM_CMA": "0"}) as c:
-            ok = (allgather_ok(c, np.float32, 1001, False, 1) if "GATHER" in var
-                  else reducescatter_ok(c, np.float32, "sum", 1001, False, 1))
+            ok = (
+                allgather_ok(c, np.float32, 1001, False, 1)
+                if "GATHER" in var
+                else reducescatter_ok(c, np.float32, "sum", 1001, False, 1)
+            )
         agree(ok, f"{var}=shm on one rank: a wrong copy")
         return
-    why = {"HVD_LITE_SHM_CMA": "its single copy is off \\(HVD_LITE_SHM_CMA=0\\)",
-           "HVD_LITE_SHM": "it works through the shared-memory path, which is off \\(HVD_LITE_SHM=0\\)"}
+    why = {
+        "HVD_LITE_SHM_CMA": "its single copy is off \\(HVD_LITE_SHM_CMA=0\\)",
+        "HVD_LITE_SHM": "it works through the shared-memory path, which is off \\(HVD_LITE_SHM=0\\)",
+    }
     for knob, reason in why.items():
         raises_on_every_rank(
             hvd.InvalidArgumentError,
             f"{var}=shm cannot run on this communicator of {n} ranks: {reason}",
-            lambda: make_comm(**{var: "shm", knob: "0"}).__enter__())
+            lambda: make_comm(**{var: "shm", knob: "0"}).__enter__(),
+        )
     raises_on_every_rank(  # emulated hosts of one rank each
-        hvd.InvalidArgumentError, f"{var}=shm cannot run .*: no two ranks share",
-        lambda: make_comm(**{var: "shm", "HVD_LITE_RANKS_PER_HOST": "1"}).__enter__())
+        hvd.InvalidArgumentError,
+        f"{var}=shm cannot run .*: no two ranks share",
+        lambda: make_comm(**{var: "shm", "HVD_LITE_RANKS_PER_HOST": "1"}).__enter__(),
+    )
 
 
 def test_rank_0s_allgather_and_reducescatter_algorithms_are_every_ranks():
     r = hvd.rank()
-    with make_comm(HVD_LITE_ALLGATHER_ALGO="rd_far" if r == 0 else "ring",
-                   HVD_LITE_REDUCESCATTER_ALGO="halving" if r == 0 else "ring") as c:
+    with make_comm(
+        HVD_LITE_ALLGATHER_ALGO="rd_far" if r == 0 else "ring",
+        HVD_LITE_REDUCESCATTER_ALGO="halving" if r == 0 else "ring",
+    ) as c:
         plans = [c.gather_plan(coll, 1 << 20)["algorithm"] for coll in ("allgather", "reducescatter")]
         ok = allgather_ok(c, np.float32, 1001, False, 1) and reducescatter_ok(
-            c, np.float32, "sum", 1001, False, 1)
+            c, np.float32, "sum", 1001, False, 1
+        )
     agree(plans == ["rd_far", "halving"] and ok, f"{plans}, right {ok}")

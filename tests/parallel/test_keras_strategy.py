@@ -3,6 +3,7 @@ tf.distribute: predict returns every row in input order, evaluate and fit's Hist
 and per epoch, validation included) are the whole data set's metrics, identical on every rank,
 and checkpoints are written once, by rank 0. Each is compared with one process (no strategy)
 running the same model on the same data in the same test."""
+
 import glob
 import os
 import tempfile
@@ -12,8 +13,7 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
-                                              "(pip install -e '.[tensorflow]')")
+tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[tensorflow]')")
 keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip install -e '.[tensorflow]')")
 
 from conftest import agree, world  # noqa: E402
@@ -44,10 +44,16 @@ def data(seed=0, rows=41):
 
 def classifier(seed=0):
     keras.utils.set_random_seed(seed)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6, activation="tanh"),
-                              keras.layers.Dense(3, activation="softmax")])
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"])
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(6, activation="tanh"),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
+    )
     return model
 
 
@@ -81,9 +87,11 @@ def test_predict_returns_every_row_in_input_order_on_every_rank(pair):
     x, _ = data()
     got = model.predict(x, batch_size=BATCH, verbose=0)
     want = ref.predict(x, batch_size=BATCH, verbose=0)
-    agree(got.shape == want.shape and close(got, want) and same_everywhere(got),
-          f"shape {got.shape} vs {want.shape}; max difference "
-          f"{np.abs(got - want).max() if got.shape == want.shape else '-'}")
+    agree(
+        got.shape == want.shape and close(got, want) and same_everywhere(got),
+        f"shape {got.shape} vs {want.shape}; max difference "
+        f"{np.abs(got - want).max() if got.shape == want.shape else '-'}",
+    )
 
 
 def test_evaluate_returns_the_whole_data_sets_metrics_on_every_rank(pair):
@@ -91,8 +99,12 @@ def test_evaluate_returns_the_whole_data_sets_metrics_on_every_rank(pair):
     x, y = data()
     got = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
     want = ref.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
-    agree(got.keys() == want.keys() and all(close(got[k], want[k]) for k in want) and
-          same_everywhere([got[k] for k in sorted(got)]), f"{got} != {want}")
+    agree(
+        got.keys() == want.keys()
+        and all(close(got[k], want[k]) for k in want)
+        and same_everywhere([got[k] for k in sorted(got)]),
+        f"{got} != {want}",
+    )
 
 
 class BatchLogs(keras.callbacks.Callback):
@@ -113,8 +125,11 @@ def test_fit_history_and_batch_logs_are_global_and_match_one_process(pair):
     hist = model.fit(ds, epochs=2, verbose=0, validation_data=(xv, yv), callbacks=[seen])
     ref_hist = ref.fit(ds, epochs=2, verbose=0, validation_data=(xv, yv), callbacks=[ref_seen])
     h, rh = hist.history, ref_hist.history
-    ok = (sorted(h) == sorted(rh) == ["accuracy", "loss", "val_accuracy", "val_loss"] and
-          all(close(h[k], rh[k]) for k in rh) and same_everywhere([h[k] for k in sorted(h)]))
+    ok = (
+        sorted(h) == sorted(rh) == ["accuracy", "loss", "val_accuracy", "val_loss"]
+        and all(close(h[k], rh[k]) for k in rh)
+        and same_everywhere([h[k] for k in sorted(h)])
+    )
     batches = [[b[k] for k in sorted(b)] for b in seen.logs]
     ref_batches = [[b[k] for k in sorted(b)] for b in ref_seen.logs]
     ok = ok and close(batches, ref_batches) and same_everywhere(batches)
@@ -126,23 +141,33 @@ def test_model_checkpoint_and_save_leave_only_rank_0s_files(pair):
     x, y = data(rows=36)
     r = hvd.rank()
     tmp = hvd.broadcast_object(tempfile.mkdtemp(prefix="hvdl_ckpt_") if r == 0 else None)
+
     def leftovers():
         return glob.glob(os.path.join(tempfile.gettempdir(), f"hvd_lite_rank{r}_*"))
+
     before = leftovers()
-    ckpt = keras.callbacks.ModelCheckpoint(os.path.join(tmp, "sub", "w{epoch}.weights.h5"),
-                                           save_weights_only=True)
+    ckpt = keras.callbacks.ModelCheckpoint(
+        os.path.join(tmp, "sub", "w{epoch}.weights.h5"), save_weights_only=True
+    )
     model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[ckpt])
     model.save(os.path.join(tmp, "model.keras"))
     model.save_weights(os.path.join(tmp, "final.weights.h5"))
     world().barrier()
-    files = sorted(os.path.relpath(p, tmp) for p in glob.glob(os.path.join(tmp, "**"),
-                                                               recursive=True) if os.path.isfile(p))
+    files = sorted(
+        os.path.relpath(p, tmp)
+        for p in glob.glob(os.path.join(tmp, "**"), recursive=True)
+        if os.path.isfile(p)
+    )
     want = ["final.weights.h5", "model.keras", "sub/w1.weights.h5", "sub/w2.weights.h5"]
     loaded = keras.models.load_model(os.path.join(tmp, "model.keras"))
-    ok = files == want and leftovers() == before and all(
-        np.array_equal(a, b) for a, b in zip(loaded.get_weights(), model.get_weights()))
+    ok = (
+        files == want
+        and leftovers() == before
+        and all(np.array_equal(a, b) for a, b in zip(loaded.get_weights(), model.get_weights()))
+    )
     world().barrier()
     if r == 0:
         import shutil
+
         shutil.rmtree(tmp)
     agree(ok, f"files {files}; temporary directories left {sorted(set(leftovers()) - set(before))}")

@@ -2,6 +2,7 @@
 numpy and torch collective inside disjoint, overlapping and one-rank sets with exact results,
 sets making progress independently, errors for non-members and bad sets on every rank, failures
 that stay inside their set, and DistributedOptimizer reducing within its set only."""
+
 import contextlib
 
 import numpy as np
@@ -43,12 +44,18 @@ def registered_ids() -> dict:
 
 # ---------------------------------------------------------------------------- registration
 
+
 def test_the_global_set_has_id_0_and_every_rank():
     n, r = hvd.size(), hvd.rank()
     g = hvd.global_process_set
     with everywhere():
         assert (g.process_set_id, g.ranks, g.size(), g.rank(), g.included()) == (
-            0, list(range(n)), n, r, True)
+            0,
+            list(range(n)),
+            n,
+            r,
+            True,
+        )
         assert str(g) == f"ProcessSet(process_set_id=0, ranks={list(range(n))}, mpi_comm=None)"
         assert not hvd.remove_process_set(g)
     y = hvd.allreduce(np.array([r], np.int64), op=hvd.Sum, process_set=g)
@@ -93,15 +100,21 @@ def test_adding_a_set_that_exists_is_a_value_error_on_every_rank():
     raises_on_every_rank(ValueError, "exists already", lambda: hvd.add_process_set(range(n)))
     if n >= 2:
         with added([n - 1, 0][: n - 1]) as (ps,):
-            raises_on_every_rank(ValueError, "exists already",
-                                 lambda: hvd.add_process_set(list(reversed(ps.ranks))))
+            raises_on_every_rank(
+                ValueError, "exists already", lambda: hvd.add_process_set(list(reversed(ps.ranks)))
+            )
     agree(list(registered_ids()) == [0], f"{registered_ids()}")
 
 
-@pytest.mark.parametrize("ranks,match", [
-    ([-1], "out of range"), ([99], "out of range"), ([0, 0], "repeat a rank"),
-    ([], "at least one rank"),
-])
+@pytest.mark.parametrize(
+    "ranks,match",
+    [
+        ([-1], "out of range"),
+        ([99], "out of range"),
+        ([0, 0], "repeat a rank"),
+        ([], "at least one rank"),
+    ],
+)
 def test_bad_rank_lists_are_value_errors_before_anything_is_sent(ranks, match):
     raises_before_submitting(ValueError, match, lambda: hvd.add_process_set(ranks))
     agree(list(registered_ids()) == [0], f"{registered_ids()}")
@@ -121,8 +134,9 @@ def test_ranks_that_add_different_sets_all_get_a_value_error_and_nothing_is_adde
     if n == 1:
         pytest.skip("needs two ranks to disagree")
     mine = [0] if r == 0 else [n - 1]
-    raises_on_every_rank(ValueError, r"rank\(s\) \[.*\] made a different process-set change",
-                         lambda: hvd.add_process_set(mine))
+    raises_on_every_rank(
+        ValueError, r"rank\(s\) \[.*\] made a different process-set change", lambda: hvd.add_process_set(mine)
+    )
     agree(list(registered_ids()) == [0], f"{registered_ids()}")
     with added([0]) as (ps,):  # the next change works
         agree(registered_ids()[ps.process_set_id] == [0], f"{ps}")
@@ -162,13 +176,17 @@ def test_static_sets_from_init_and_shutdown_invalidates_them():
                 hvd.init(process_sets=3)
         hvd.init(process_sets="dynamic")  # Horovod's spelling: nothing now, add_process_set later
         agree(list(registered_ids()) == [0], f"{registered_ids()}")
-        raises_on_every_rank(ValueError, "initialized already",  # not a silent no-op
-                             lambda: hvd.init(process_sets=[hvd.ProcessSet([0])]))
+        raises_on_every_rank(
+            ValueError,
+            "initialized already",  # not a silent no-op
+            lambda: hvd.init(process_sets=[hvd.ProcessSet([0])]),
+        )
         hvd.shutdown()
         if n >= 2:  # ranks that pass different static sets all fail
             mine = [hvd.ProcessSet([0])] if r == 0 else [hvd.ProcessSet([n - 1])]
-            raises_on_every_rank(ValueError, "different process-set change",
-                                 lambda: hvd.init(process_sets=mine))
+            raises_on_every_rank(
+                ValueError, "different process-set change", lambda: hvd.init(process_sets=mine)
+            )
             agree(not hvd.is_initialized())
     finally:
         hvd.shutdown()
@@ -176,6 +194,7 @@ def test_static_sets_from_init_and_shutdown_invalidates_them():
 
 
 # ---------------------------------------------------------------------------- collectives
+
 
 def exercise(ps) -> list:
     """Every numpy collective in `ps` (this rank is a member); the problems found (rank-local)."""
@@ -204,8 +223,9 @@ def exercise(ps) -> list:
     got = hvd.synchronize(h)
     check("allreduce_async", np.array_equal(got, want), got)
     got = hvd.allgather(np.full((r + 1, 2), r, np.int32), process_set=ps)
-    check("allgather",
-          np.array_equal(got, np.concatenate([np.full((q + 1, 2), q, np.int32) for q in R])), got)
+    check(
+        "allgather", np.array_equal(got, np.concatenate([np.full((q + 1, 2), q, np.int32) for q in R])), got
+    )
     got = hvd.grouped_allgather([np.array([r]), np.array([r, r])], process_set=ps)
     check("grouped_allgather", list(got[0]) == R and list(got[1]) == [q for q in R for _ in (0, 1)], got)
     for root in R:
@@ -218,8 +238,11 @@ def exercise(ps) -> list:
     x = np.concatenate([np.full(splits[j], 100 * r + j, np.int64) for j in range(m)]).reshape(-1, 1)
     got, received = hvd.alltoall(x, splits=splits, process_set=ps)
     want_rows = np.concatenate([np.full((q + i) % 3, 100 * q + i, np.int64) for q in R]).reshape(-1, 1)
-    check("alltoall", np.array_equal(got, want_rows) and list(received) == [(q + i) % 3 for q in R],
-          (got.ravel(), received))
+    check(
+        "alltoall",
+        np.array_equal(got, want_rows) and list(received) == [(q + i) % 3 for q in R],
+        (got.ravel(), received),
+    )
     even = hvd.alltoall(np.arange(2 * m) + 100 * r, process_set=ps)
     check("alltoall even", list(even) == [100 * q + 2 * i + k for q in R for k in (0, 1)], even)
     rows = 2 * m + 1
@@ -239,8 +262,7 @@ def exercise(ps) -> list:
     return bad
 
 
-@pytest.mark.parametrize("layout", ["global", "disjoint", "one_rank_each", "overlapping",
-                                    "pair_and_rest"])
+@pytest.mark.parametrize("layout", ["global", "disjoint", "one_rank_each", "overlapping", "pair_and_rest"])
 def test_every_collective_in_a_set_gives_exact_results(layout):
     n = hvd.size()
     if layout == "global":
@@ -266,12 +288,13 @@ def test_collectives_in_flight_in_overlapping_sets_at_once():
         handles = []
         x = np.arange(1000, dtype=np.float64) + r
         for _ in range(3):
-            for ps in ((a, b) if r % 2 else (b, a)):  # ranks in both submit in different orders
+            for ps in (a, b) if r % 2 else (b, a):  # ranks in both submit in different orders
                 if ps.included():
                     handles.append((ps, hvd.allreduce_async(x, op=hvd.Sum, process_set=ps)))
         got = [(ps, hvd.synchronize(h)) for ps, h in reversed(handles)]
-        ok = all(np.array_equal(y, sum(np.arange(1000, dtype=np.float64) + q for q in ps.ranks))
-                 for ps, y in got)
+        ok = all(
+            np.array_equal(y, sum(np.arange(1000, dtype=np.float64) + q for q in ps.ranks)) for ps, y in got
+        )
         agree(ok and len(got) == 3 * (a.included() + b.included()), f"{len(got)}")
 
 
@@ -313,6 +336,7 @@ def test_automatic_names_are_counted_per_set():
 
 # ---------------------------------------------------------------------------- errors
 
+
 def numpy_calls(ps, root=0):
     a = np.ones(4, np.float32)
     return {
@@ -352,8 +376,9 @@ def test_every_numpy_call_by_a_non_member_is_a_value_error_before_anything_is_se
     with added(*layouts(n)["disjoint"]) as (evens, odds):
         other = odds if r % 2 == 0 else evens
         for fn, call in numpy_calls(other, root=other.ranks[0]).items():
-            raises_before_submitting(ValueError, f"rank {r} is not a member of the provided process set",
-                                     call)
+            raises_before_submitting(
+                ValueError, f"rank {r} is not a member of the provided process set", call
+            )
 
 
 def test_sets_that_are_not_registered_are_refused_before_anything_is_sent():
@@ -366,8 +391,9 @@ def test_sets_that_are_not_registered_are_refused_before_anything_is_sent():
     if n >= 2:
         ps = hvd.add_process_set([0])
         hvd.remove_process_set(ps)
-        raises_before_submitting(ValueError, "is not registered",
-                                 lambda: hvd.allreduce(np.ones(1), process_set=ps))
+        raises_before_submitting(
+            ValueError, "is not registered", lambda: hvd.allreduce(np.ones(1), process_set=ps)
+        )
 
 
 def test_a_broadcast_root_outside_the_set_is_a_value_error_on_every_member():
@@ -376,8 +402,11 @@ def test_a_broadcast_root_outside_the_set_is_a_value_error_on_every_member():
         pytest.skip("needs a rank outside the set")
     with added(list(range(n - 1))) as (ps,):
         if ps.included():
-            raises_before_submitting(ValueError, rf"root rank {n - 1} is not in the process set",
-                                     lambda: hvd.broadcast(np.ones(2), n - 1, process_set=ps))
+            raises_before_submitting(
+                ValueError,
+                rf"root rank {n - 1} is not in the process set",
+                lambda: hvd.broadcast(np.ones(2), n - 1, process_set=ps),
+            )
         else:
             agree(True)  # raises_before_submitting's agreement, on the members
 
@@ -429,6 +458,7 @@ def test_removing_a_set_fails_what_is_still_in_flight_in_it():
 
 # ---------------------------------------------------------------------------- torch
 
+
 def torch_or_skip():
     return pytest.importorskip("torch", reason="PyTorch is not installed")
 
@@ -436,6 +466,7 @@ def torch_or_skip():
 def test_torch_collectives_and_gradients_in_a_set():
     torch = torch_or_skip()
     import hvd_lite.torch as ht
+
     n, r = hvd.size(), hvd.rank()
     sets = layouts(n).get("overlapping") or layouts(n).get("disjoint") or []
     with added(*sets) as added_sets:
@@ -447,8 +478,10 @@ def test_torch_collectives_and_gradients_in_a_set():
             t = torch.full((3,), float(r), requires_grad=True)
             y = ht.allreduce(t, op=ht.Sum, process_set=ps)
             y.sum().backward()
-            if not (torch.equal(y, torch.full((3,), float(sum(R))))
-                    and torch.equal(t.grad, torch.full((3,), float(m)))):
+            if not (
+                torch.equal(y, torch.full((3,), float(sum(R))))
+                and torch.equal(t.grad, torch.full((3,), float(m)))
+            ):
                 bad.append(f"{R} allreduce {y} grad {t.grad}")
             got = ht.grouped_allreduce([torch.tensor([r]), torch.tensor([2 * r])], op=ht.Sum, process_set=ps)
             if [int(g) for g in got] != [sum(R), 2 * sum(R)]:
@@ -464,8 +497,9 @@ def test_torch_collectives_and_gradients_in_a_set():
             b = ht.broadcast(torch.tensor([r]), R[-1], process_set=ps)
             if int(b) != R[-1]:
                 bad.append(f"{R} broadcast {b}")
-            out, rec = ht.alltoall(torch.arange(m) + 10 * r, splits=torch.ones(m, dtype=torch.int32),
-                                   process_set=ps)
+            out, rec = ht.alltoall(
+                torch.arange(m) + 10 * r, splits=torch.ones(m, dtype=torch.int32), process_set=ps
+            )
             if out.tolist() != [10 * q + i for q in R] or rec.tolist() != [1] * m:
                 bad.append(f"{R} alltoall {out} {rec}")
             rs = ht.reducescatter(torch.ones(m, 2), op=ht.Sum, process_set=ps)
@@ -488,6 +522,7 @@ def test_torch_collectives_and_gradients_in_a_set():
 def test_horovods_newer_torch_calls_and_their_gradients_stay_in_the_set():
     torch = torch_or_skip()
     import hvd_lite.torch as ht
+
     n, r = hvd.size(), hvd.rank()
     sets = layouts(n).get("overlapping") or layouts(n).get("disjoint") or []
     with added(*sets) as added_sets:
@@ -499,22 +534,28 @@ def test_horovods_newer_torch_calls_and_their_gradients_stay_in_the_set():
             x = torch.ones(m, 2, requires_grad=True)
             y = ht.reducescatter(x, op=ht.Sum, process_set=ps)
             y.sum().backward()  # Horovod: the allgather of the output gradients times the size
-            if not (torch.equal(y, torch.full((1, 2), float(m)))
-                    and torch.equal(x.grad, torch.full((m, 2), float(m)))):
+            if not (
+                torch.equal(y, torch.full((1, 2), float(m)))
+                and torch.equal(x.grad, torch.full((m, 2), float(m)))
+            ):
                 bad.append(f"{R} reducescatter {y} grad {x.grad}")
             xs = [torch.ones(m, 2, requires_grad=True), torch.ones(2 * m, requires_grad=True)]
             ys = ht.grouped_reducescatter(xs, op=ht.Sum, process_set=ps)
             (ys[0].sum() + ys[1].sum()).backward()
-            if not (torch.equal(ys[0], torch.full((1, 2), float(m)))
-                    and torch.equal(ys[1], torch.full((2,), float(m)))
-                    and all(torch.equal(t.grad, torch.full_like(t, float(m))) for t in xs)):
+            if not (
+                torch.equal(ys[0], torch.full((1, 2), float(m)))
+                and torch.equal(ys[1], torch.full((2,), float(m)))
+                and all(torch.equal(t.grad, torch.full_like(t, float(m))) for t in xs)
+            ):
                 bad.append(f"{R} grouped_reducescatter {ys} grads {[t.grad for t in xs]}")
-            got = ht.synchronize(ht.grouped_reducescatter_async([torch.full((m,), float(r))],
-                                                                op=ht.Sum, process_set=ps))
+            got = ht.synchronize(
+                ht.grouped_reducescatter_async([torch.full((m,), float(r))], op=ht.Sum, process_set=ps)
+            )
             if not (isinstance(got, list) and torch.equal(got[0], torch.tensor([float(sum(R))]))):
                 bad.append(f"{R} grouped_reducescatter_async {got}")
-            got = ht.synchronize(ht.grouped_allreduce_async([torch.tensor([float(r)])], op=ht.Sum,
-                                                            process_set=ps))
+            got = ht.synchronize(
+                ht.grouped_allreduce_async([torch.tensor([float(r)])], op=ht.Sum, process_set=ps)
+            )
             if not (isinstance(got, list) and torch.equal(got[0], torch.tensor([float(sum(R))]))):
                 bad.append(f"{R} grouped_allreduce_async {got}")
             t = (torch.arange(m) + 10.0 * r).requires_grad_()
@@ -536,8 +577,10 @@ def test_horovods_newer_torch_calls_and_their_gradients_stay_in_the_set():
             b = ht.broadcast(b_in, R[-1], process_set=ps)
             (b * (r + 1.0)).sum().backward()  # the root gets the set's average of r + 1
             want = sum(q + 1.0 for q in R) / m if r == R[-1] else 0.0
-            if not (torch.equal(b, torch.full((2,), float(R[-1])))
-                    and torch.allclose(b_in.grad, torch.full((2,), want))):
+            if not (
+                torch.equal(b, torch.full((2,), float(R[-1])))
+                and torch.allclose(b_in.grad, torch.full((2,), want))
+            ):
                 bad.append(f"{R} broadcast {b} grad {b_in.grad}")
             sparse = torch.sparse_coo_tensor([[r]], [1.0], (n,))
             wait = ht.sparse_allreduce_async(sparse, f"sparse.{ps.process_set_id}", ht.Average, ps)
@@ -552,6 +595,7 @@ def test_horovods_newer_torch_calls_and_their_gradients_stay_in_the_set():
 def test_torch_state_helpers_and_a_sparse_distributed_optimizer_in_a_set():
     torch = torch_or_skip()
     import hvd_lite.torch as ht
+
     n, r = hvd.size(), hvd.rank()
     sets = layouts(n).get("overlapping") or layouts(n).get("disjoint") or []
     with added(*sets) as added_sets:
@@ -568,14 +612,20 @@ def test_torch_state_helpers_and_a_sparse_distributed_optimizer_in_a_set():
                 opt.param_groups[0]["lr"] = 0.5
             ht.broadcast_optimizer_state(opt, R[-1], model=model, process_set=ps)
             buf = opt.state_dict()["state"].get(0, {}).get("momentum_buffer")
-            if not (buf is not None and torch.equal(buf, torch.full((1, 2), float(R[-1])))
-                    and opt.param_groups[0]["lr"] == 0.5):
+            if not (
+                buf is not None
+                and torch.equal(buf, torch.full((1, 2), float(R[-1])))
+                and opt.param_groups[0]["lr"] == 0.5
+            ):
                 bad.append(f"{R} broadcast_optimizer_state {buf} lr {opt.param_groups[0]['lr']}")
             emb = torch.nn.Embedding(n, 2, sparse=True)  # (torch 2.13's SGD skips a width-1 one)
             with torch.no_grad():
                 emb.weight.zero_()
-            dopt = ht.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=1.0),
-                                           named_parameters=emb.named_parameters(), process_set=ps)
+            dopt = ht.DistributedOptimizer(
+                torch.optim.SGD(emb.parameters(), lr=1.0),
+                named_parameters=emb.named_parameters(),
+                process_set=ps,
+            )
             emb(torch.tensor([r])).sum().backward()  # a sparse gradient: 1 at row r
             dopt.step()
             want = torch.zeros(n, 2)
@@ -588,6 +638,7 @@ def test_torch_state_helpers_and_a_sparse_distributed_optimizer_in_a_set():
 def test_every_torch_call_by_a_non_member_is_a_value_error_before_anything_is_sent():
     torch = torch_or_skip()
     import hvd_lite.torch as ht
+
     n, r = hvd.size(), hvd.rank()
     if n < 2:
         pytest.skip("every rank is in every set at 1 rank")
@@ -596,22 +647,26 @@ def test_every_torch_call_by_a_non_member_is_a_value_error_before_anything_is_se
         root = ps.ranks[0]
         t = torch.ones(4)
         calls = [
-            lambda: ht.allreduce(t, process_set=ps), lambda: ht.allreduce_(t.clone(), process_set=ps),
+            lambda: ht.allreduce(t, process_set=ps),
+            lambda: ht.allreduce_(t.clone(), process_set=ps),
             lambda: ht.allreduce_async(t, process_set=ps),
             lambda: ht.allreduce_async_(t.clone(), process_set=ps),
             lambda: ht.grouped_allreduce([t], process_set=ps),
             lambda: ht.grouped_allreduce_([t.clone()], process_set=ps),
             lambda: ht.grouped_allreduce_async([t], process_set=ps),
             lambda: ht.grouped_allreduce_async_([t.clone()], process_set=ps),
-            lambda: ht.allgather(t, process_set=ps), lambda: ht.allgather_async(t, process_set=ps),
+            lambda: ht.allgather(t, process_set=ps),
+            lambda: ht.allgather_async(t, process_set=ps),
             lambda: ht.grouped_allgather([t], process_set=ps),
             lambda: ht.grouped_allgather_async([t], process_set=ps),
             lambda: ht.broadcast(t, root, process_set=ps),
             lambda: ht.broadcast_(t.clone(), root, process_set=ps),
             lambda: ht.broadcast_async(t, root, process_set=ps),
             lambda: ht.broadcast_async_(t.clone(), root, process_set=ps),
-            lambda: ht.alltoall(t, process_set=ps), lambda: ht.alltoall_async(t, process_set=ps),
-            lambda: ht.reducescatter(t, process_set=ps), lambda: ht.reducescatter_async(t, process_set=ps),
+            lambda: ht.alltoall(t, process_set=ps),
+            lambda: ht.alltoall_async(t, process_set=ps),
+            lambda: ht.reducescatter(t, process_set=ps),
+            lambda: ht.reducescatter_async(t, process_set=ps),
             lambda: ht.grouped_reducescatter([t], process_set=ps),
             lambda: ht.grouped_reducescatter_async([t], process_set=ps),
             lambda: ht.alltoall(t, splits=[4], process_set=ps),
@@ -620,8 +675,9 @@ def test_every_torch_call_by_a_non_member_is_a_value_error_before_anything_is_se
             lambda: ht.broadcast_object(1, root, process_set=ps),
             lambda: ht.allgather_object(1, process_set=ps),
             lambda: ht.broadcast_parameters({"t": t}, root, process_set=ps),
-            lambda: ht.broadcast_optimizer_state(torch.optim.SGD([torch.nn.Parameter(t)], lr=1.0), root,
-                                                 process_set=ps),
+            lambda: ht.broadcast_optimizer_state(
+                torch.optim.SGD([torch.nn.Parameter(t)], lr=1.0), root, process_set=ps
+            ),
         ]
         for call in calls:
             raises_before_submitting(ValueError, f"rank {r} is not a member", call)
@@ -630,6 +686,7 @@ def test_every_torch_call_by_a_non_member_is_a_value_error_before_anything_is_se
 def test_distributed_optimizer_with_a_process_set_averages_within_it_only():
     torch = torch_or_skip()
     import hvd_lite.torch as ht
+
     n, r = hvd.size(), hvd.rank()
     if n < 2:
         pytest.skip("needs a set that is not the global one")
@@ -638,8 +695,11 @@ def test_distributed_optimizer_with_a_process_set_averages_within_it_only():
         model = torch.nn.Linear(3, 1, bias=False).double()
         with torch.no_grad():
             model.weight.fill_(1.0)
-        opt = ht.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
-                                      named_parameters=model.named_parameters(), process_set=evens)
+        opt = ht.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=1.0),
+            named_parameters=model.named_parameters(),
+            process_set=evens,
+        )
         x = torch.tensor([[r + 1.0, 2.0 * r, 1.0]], dtype=torch.float64)  # grad of sum(w x) is x
         model(x).sum().backward()
         opt.step()
@@ -652,8 +712,9 @@ def test_distributed_optimizer_with_a_process_set_averages_within_it_only():
         agree(torch.equal(got, want), f"{got} vs {want}")
         with everywhere():
             with pytest.raises(ValueError, match="not registered"):
-                ht.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
-                                        process_set=ht.ProcessSet([0]))
+                ht.DistributedOptimizer(
+                    torch.optim.SGD(model.parameters(), lr=1.0), process_set=ht.ProcessSet([0])
+                )
             with pytest.raises(TypeError, match="must be a hvd_lite.ProcessSet"):
                 ht.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), process_set=[0])
     finally:
@@ -663,6 +724,7 @@ def test_distributed_optimizer_with_a_process_set_averages_within_it_only():
 def test_the_torch_module_exports_the_process_set_api():
     torch_or_skip()
     import hvd_lite.torch as ht
+
     with everywhere():
         assert ht.ProcessSet is hvd.ProcessSet and ht.global_process_set is hvd.global_process_set
         assert ht.add_process_set is hvd.add_process_set
@@ -671,6 +733,7 @@ def test_the_torch_module_exports_the_process_set_api():
 
 def test_a_sets_timeline_goes_to_its_own_file(tmp_path_factory):
     from conftest import reinit
+
     n, r = hvd.size(), hvd.rank()
     if n < 2:
         pytest.skip("needs a set that is not the global one")

@@ -7,6 +7,7 @@ past the views kept per peer, the engine's calls (its fusion buffer is such memo
 Engine.stats()["shm_views"]; the stand-ins each rank takes, Engine.stats()["shm_stand_ins"]), a torch tensor
 over such memory, memory that lives as long as a view of it, a failed call that writes into no peer's buffer
 afterwards, a failed read, and the argument errors of hvd_lite.empty and hvdlMemFree."""
+
 import time
 
 import numpy as np
@@ -29,8 +30,9 @@ TIMEOUT = 1  # HVD_LITE_DATA_TIMEOUT_SECONDS in the failure test
 
 def single_copy_or_skip(c):
     if hvd.size() > 1 and not c.shm_cma():
-        pytest.skip("process_vm_readv/writev cannot reach the other ranks here (seccomp, Yama, pid "
-                    "namespaces)")
+        pytest.skip(
+            "process_vm_readv/writev cannot reach the other ranks here (seccomp, Yama, pid namespaces)"
+        )
 
 
 def mapped_regions() -> int:
@@ -55,8 +57,10 @@ def check_exact(c, dtype, op, count, inplace, seed, alloc=hvd.empty):
     c.allreduce(x, got, HVDL_DTYPES[np.dtype(dtype)], OPS[op])
     if not inplace:
         agree(same_bits(x.copy(), exact_inputs(dtype, count, r, seed)), "input was modified")
-    agree(same_bits(got.copy(), want), f"{np.dtype(dtype).name} {op} count={count} "
-                                       f"inplace={inplace}: got {got[:6]}, want {want[:6]}")
+    agree(
+        same_bits(got.copy(), want),
+        f"{np.dtype(dtype).name} {op} count={count} inplace={inplace}: got {got[:6]}, want {want[:6]}",
+    )
 
 
 def test_the_peers_regions_are_mapped_for_buffers_from_empty_and_only_for_them():
@@ -67,16 +71,18 @@ def test_the_peers_regions_are_mapped_for_buffers_from_empty_and_only_for_them()
         single_copy_or_skip(c)
         x = np.ones(count, np.float32)
         c.allreduce(x, x, F32, OPS["sum"])
-        agree(c.shm_views() == 0 and np.all(x == n),
-              f"numpy buffers: {c.shm_views()} views, {x[:3]}")
+        agree(c.shm_views() == 0 and np.all(x == n), f"numpy buffers: {c.shm_views()} views, {x[:3]}")
         a, b = hvd.empty(count), hvd.empty(count)
         a[...] = 1
         c.allreduce(a, b, F32, OPS["sum"])  # each peer's send and recv: two regions
-        agree(c.shm_views() == 2 * (n - 1) and np.all(b == n),
-              f"out of place: {c.shm_views()} views for {n - 1} peers, {b[:3]}")
+        agree(
+            c.shm_views() == 2 * (n - 1) and np.all(b == n),
+            f"out of place: {c.shm_views()} views for {n - 1} peers, {b[:3]}",
+        )
         c.allreduce(b, b, F32, OPS["sum"])  # b's region is mapped already
-        agree(c.shm_views() == 2 * (n - 1) and np.all(b == n * n),
-              f"in place: {c.shm_views()} views, {b[:3]}")
+        agree(
+            c.shm_views() == 2 * (n - 1) and np.all(b == n * n), f"in place: {c.shm_views()} views, {b[:3]}"
+        )
         small = hvd.empty(16)  # the one-step form copies through the segment: no view
         small[...] = 1
         c.allreduce(small, small, F32, OPS["sum"])
@@ -94,27 +100,30 @@ def test_plain_buffers_up_to_the_stand_in_size_go_through_a_region_of_their_rank
         single_copy_or_skip(c)
         calls = []
         for count, inplace, shared in (
-                (first, True, False), (first, False, False), (first - 7, True, False),
-                (most // 4 - 4096, True, False),  # the most, less 16 KiB
-                (most // 4 + 1, True, False),     # above it: the kernel
-                (first, False, True)):            # hvd.empty's input, a numpy result
+            (first, True, False),
+            (first, False, False),
+            (first - 7, True, False),
+            (most // 4 - 4096, True, False),  # the most, less 16 KiB
+            (most // 4 + 1, True, False),  # above it: the kernel
+            (first, False, True),
+        ):  # hvd.empty's input, a numpy result
             x = hvd.empty(count, np.float32) if shared else np.zeros(count, np.float32)
             calls.append((x, x if inplace else np.zeros(count, np.float32)))
         plain = all(small_pages(got) == got.nbytes for _, got in calls[:4])
         if n > 1 and world().allreduce(int(plain), op=MPI.MIN) == 0:
-            pytest.skip("the kernel does not say that numpy's arrays of up to 1 MiB lie on small "
-                        "pages")
+            pytest.skip("the kernel does not say that numpy's arrays of up to 1 MiB lie on small pages")
         seen = []
         for i, (x, got) in enumerate(calls):
             count, inplace = x.size, x is got
             x[...] = exact_inputs(np.float32, count, r, seed=i)
             c.allreduce(x, got, F32, OPS["sum"])
-            want = fold([exact_inputs(np.float32, count, q, seed=i) for q in range(n)], "sum",
-                        np.float32)
+            want = fold([exact_inputs(np.float32, count, q, seed=i) for q in range(n)], "sum", np.float32)
             agree(same_bits(got.copy(), want), f"call {i}: got {got[:4]}, want {want[:4]}")
             if not inplace:
-                agree(same_bits(x.copy(), exact_inputs(np.float32, count, r, seed=i)),
-                      f"call {i}: the input was modified")
+                agree(
+                    same_bits(x.copy(), exact_inputs(np.float32, count, r, seed=i)),
+                    f"call {i}: the input was modified",
+                )
             seen.append(c.shm_views())
         # every peer's stand-in mapped once: the same region whatever the size, and a numpy result
         # with hvd.empty's input takes it too
@@ -127,23 +136,25 @@ def test_buffers_on_huge_pages_are_left_to_the_kernel():
     big = np.empty(4 << 20, np.float32)  # 16 MiB: numpy asks for huge pages
     big[...] = 0  # touched: the pages are there
     start = (-big.ctypes.data % (2 << 20)) // 4  # the first element at a 2 MiB boundary
-    x = big[start:start + (1 << 18)]  # 1 MiB
-    huge = world().allreduce(int(small_pages(x) == 0 and small_pages(np.ones(1 << 14)) > 0),
-                             op=MPI.MIN)
+    x = big[start : start + (1 << 18)]  # 1 MiB
+    huge = world().allreduce(int(small_pages(x) == 0 and small_pages(np.ones(1 << 14)) > 0), op=MPI.MIN)
     if n == 1 or not huge:
         pytest.skip("needs 2 ranks, huge pages for numpy's large arrays and a kernel that says so")
     with make_comm(HVD_LITE_SHM_STAND_IN_BYTES=2 << 20) as c:
         single_copy_or_skip(c)
         x[...] = exact_inputs(np.float32, x.size, r, seed=5)
         c.allreduce(x, x, F32, OPS["sum"])
-        want = fold([exact_inputs(np.float32, x.size, q, seed=5) for q in range(n)], "sum",
-                    np.float32)
-        agree(same_bits(x.copy(), want) and c.shm_views() == 0 and c.shm_stand_ins() == 0,
-              f"{c.shm_views()} views, {c.shm_stand_ins()} stand-ins taken, {x[:4]}")
+        want = fold([exact_inputs(np.float32, x.size, q, seed=5) for q in range(n)], "sum", np.float32)
+        agree(
+            same_bits(x.copy(), want) and c.shm_views() == 0 and c.shm_stand_ins() == 0,
+            f"{c.shm_views()} views, {c.shm_stand_ins()} stand-ins taken, {x[:4]}",
+        )
         y = np.zeros(1 << 18, np.float32)  # a fresh 1 MiB array: small pages, a stand-in
         c.allreduce(y, y, F32, OPS["sum"])
-        agree(c.shm_views() == n - 1 and c.shm_stand_ins() == 1,
-              f"{c.shm_views()} views, {c.shm_stand_ins()} stand-ins after a small-page buffer")
+        agree(
+            c.shm_views() == n - 1 and c.shm_stand_ins() == 1,
+            f"{c.shm_views()} views, {c.shm_stand_ins()} stand-ins after a small-page buffer",
+        )
 
 
 def test_a_failed_call_through_a_stand_in_copies_nothing_out_and_gives_the_stand_in_up():
@@ -174,12 +185,13 @@ def test_a_failed_call_through_a_stand_in_copies_nothing_out_and_gives_the_stand
         lo = r * base + min(r, rem)
         hi = lo + base + (r < rem)
         others = np.concatenate([got[:lo], got[hi:]])
-        agree(err is not None and np.all(others == sentinel),
-              f"{err!r}; other lanes {np.unique(others)[:4]}")
+        agree(err is not None and np.all(others == sentinel), f"{err!r}; other lanes {np.unique(others)[:4]}")
         # its own stand-in unmapped (at least: under MPICH another region of this process, not this
         # test's, can go meanwhile)
-        agree(mapped_regions() <= regions - 1,
-              f"{regions} regions mapped before the failed call, {mapped_regions()} after")
+        agree(
+            mapped_regions() <= regions - 1,
+            f"{regions} regions mapped before the failed call, {mapped_regions()} after",
+        )
 
 
 @pytest.mark.parametrize("op", ["sum", "avg", "max"])
@@ -198,9 +210,10 @@ def test_shared_buffers_give_the_bits_of_plain_buffers_and_of_the_ring_on_every_
             on.allreduce(sx, sx, F32, OPS[op])
             everyone = world().allgather(sout.tobytes())
             agree(all(e == everyone[0] for e in everyone), f"count {count} {op}: ranks differ")
-            agree(same_bits(sout.copy(), plain) and same_bits(sout.copy(), d)
-                  and same_bits(sx.copy(), plain),
-                  f"count {count} {op}: shared buffers differ from plain ones or the ring")
+            agree(
+                same_bits(sout.copy(), plain) and same_bits(sout.copy(), d) and same_bits(sx.copy(), plain),
+                f"count {count} {op}: shared buffers differ from plain ones or the ring",
+            )
 
 
 def test_ranks_that_mix_shared_and_plain_buffers_get_exact_results():
@@ -212,15 +225,13 @@ def test_ranks_that_mix_shared_and_plain_buffers_get_exact_results():
         for i, alloc in enumerate((hvd.empty, np.zeros)):
             mine = alloc if r % 2 == 0 else (np.zeros if i == 0 else hvd.empty)
             for inplace in (True, False):
-                check_exact(c, np.float32, "sum", _core.SHM_CMA_MIN // 4 + 4099, inplace,
-                            seed=i, alloc=mine)
+                check_exact(c, np.float32, "sum", _core.SHM_CMA_MIN // 4 + 4099, inplace, seed=i, alloc=mine)
             # the all-gather writes each rank's block into every peer's result
             block = _core.SHM_ALLGATHER_MIN // 4 + 1031
             send, out = mine(block, np.float32), mine(hvd.size() * block, np.float32)
             send[...] = exact_inputs(np.float32, block, r, seed=7)
             c.allgather(send, out, F32)
-            want = np.concatenate([exact_inputs(np.float32, block, q, seed=7)
-                                   for q in range(hvd.size())])
+            want = np.concatenate([exact_inputs(np.float32, block, q, seed=7) for q in range(hvd.size())])
             agree(same_bits(out.copy(), want), f"all-gather, mixed {i}: got {out[:4]}")
 
 
@@ -237,15 +248,16 @@ def test_buffers_made_and_freed_past_the_views_kept_give_exact_results_and_bound
             x = hvd.empty(count)
             x[...] = exact_inputs(np.float32, count, r, seed=i)
             c.allreduce(x, x, F32, OPS["sum"])
-            want = fold([exact_inputs(np.float32, count, q, seed=i) for q in range(n)], "sum",
-                        np.float32)
+            want = fold([exact_inputs(np.float32, count, q, seed=i) for q in range(n)], "sum", np.float32)
             agree(same_bits(x.copy(), want), f"buffer {i}: got {x[:4]}, want {want[:4]}")
             del x
         # At most: under MPICH another region of this process (not this test's) can go meanwhile.
         inside = mapped_regions()
-        agree(c.shm_views() == MAPS * (n - 1) and inside <= before + MAPS * (n - 1),
-              f"{c.shm_views()} views, {inside - before} more regions mapped, after {3 * MAPS} "
-              f"buffers and {n - 1} peers")
+        agree(
+            c.shm_views() == MAPS * (n - 1) and inside <= before + MAPS * (n - 1),
+            f"{c.shm_views()} views, {inside - before} more regions mapped, after {3 * MAPS} "
+            f"buffers and {n - 1} peers",
+        )
     after = mapped_regions()  # the views went with the communicator, the buffers with their arrays
     agree(after <= before, f"{after - before} more regions mapped after the communicator went")
 
@@ -268,15 +280,17 @@ def test_the_engine_reduces_shared_arrays_exactly_and_fuses_through_shared_memor
                 x[...] = exact_inputs(np.float32, x.size, r, seed=i)
             hvd.grouped_allreduce_(xs, op=hvd.Sum, name=f"shared.{threshold}")
             for i, x in enumerate(xs):
-                want = fold([exact_inputs(np.float32, x.size, q, seed=i) for q in range(n)],
-                            "sum", np.float32)
+                want = fold(
+                    [exact_inputs(np.float32, x.size, q, seed=i) for q in range(n)], "sum", np.float32
+                )
                 agree(same_bits(x.copy(), want), f"threshold {threshold}, tensor {i}: {x[:4]}")
             views = hvd.basics._engine().stats()["shm_views"]
-            agree(views > 0 if on else views == 0,
-                  f"threshold {threshold}: {views} views, single copy {on}")
+            agree(views > 0 if on else views == 0, f"threshold {threshold}: {views} views, single copy {on}")
             got = hvd.allgather(xs[1], name=f"shared.ag.{threshold}")
-            agree(got.shape == (n * xs[1].size,) and same_bits(got[:xs[1].size], xs[1].copy()),
-                  f"allgather of the array: {got.shape}")
+            agree(
+                got.shape == (n * xs[1].size,) and same_bits(got[: xs[1].size], xs[1].copy()),
+                f"allgather of the array: {got.shape}",
+            )
 
 
 def test_the_engine_counts_the_stand_ins_its_rank_takes():
@@ -292,11 +306,11 @@ def test_the_engine_counts_the_stand_ins_its_rank_takes():
             before = hvd.basics._engine().stats()["shm_stand_ins"]
             hvd.allreduce_(x, op=hvd.Sum, name=f"stand_in.count.{most}")
             got = hvd.basics._engine().stats()["shm_stand_ins"] - before
-            want = fold([exact_inputs(np.float32, x.size, q, seed=8) for q in range(n)], "sum",
-                        np.float32)
-            agree(same_bits(x.copy(), want) and got == took,
-                  f"knob {most}: {got} stand-ins taken, {took} expected (single copy {on}), "
-                  f"{x[:4]}")
+            want = fold([exact_inputs(np.float32, x.size, q, seed=8) for q in range(n)], "sum", np.float32)
+            agree(
+                same_bits(x.copy(), want) and got == took,
+                f"knob {most}: {got} stand-ins taken, {took} expected (single copy {on}), {x[:4]}",
+            )
 
 
 def test_the_memory_lives_as_long_as_a_view_of_it():
@@ -306,6 +320,7 @@ def test_the_memory_lives_as_long_as_a_view_of_it():
     tail = x[100:200]
     del x
     import gc
+
     gc.collect()
     agree(np.all(tail == r + 1.0), f"a view after its array went: {tail[:4]}")
     got = hvd.allreduce(tail, op=hvd.Sum, name="shared.view")
@@ -335,8 +350,10 @@ def test_a_rank_that_comes_late_to_a_failed_call_writes_into_no_peers_shared_buf
         world().barrier()  # every rank, the victim too, has left the call
         time.sleep(0.05)
         agree(err is not None, f"no error: {x[:4]}")
-        agree(r == victim or np.all(x == r + 1.0),
-              f"rank {r}'s buffer was written after its call failed: {np.unique(x)[:4]}")
+        agree(
+            r == victim or np.all(x == r + 1.0),
+            f"rank {r}'s buffer was written after its call failed: {np.unique(x)[:4]}",
+        )
 
 
 def test_a_failed_read_of_a_peers_shared_buffer_fails_the_call_on_every_rank():
@@ -358,17 +375,22 @@ def test_a_failed_read_of_a_peers_shared_buffer_fails_the_call_on_every_rank():
             err = e
         took = time.monotonic() - t0
         agree(err is not None and took < 5, f"{err!r} after {took:.2f} s")
-        agree(r != n - 1 or "shared-memory path: reading" in str(err),
-              f"the victim's error: {err!r}")
+        agree(r != n - 1 or "shared-memory path: reading" in str(err), f"the victim's error: {err!r}")
 
 
 def test_empty_makes_zeroed_page_aligned_arrays_and_refuses_bad_arguments():
     x = hvd.empty((3, 5), np.int16)
-    agree(x.shape == (3, 5) and x.dtype == np.int16 and x.flags.c_contiguous and x.flags.writeable
-          and not x.any() and x.ctypes.data % 4096 == 0, f"{x.shape} {x.dtype} {x.ctypes.data}")
+    agree(
+        x.shape == (3, 5)
+        and x.dtype == np.int16
+        and x.flags.c_contiguous
+        and x.flags.writeable
+        and not x.any()
+        and x.ctypes.data % 4096 == 0,
+        f"{x.shape} {x.dtype} {x.ctypes.data}",
+    )
     agree(hvd.empty(0).shape == (0,) and hvd.empty((2, 0)).size == 0, "empty shapes")
-    for bad, kind in (((-1,), ValueError), ((2.5,), TypeError), ("ab", TypeError),
-                      ((True,), TypeError)):
+    for bad, kind in (((-1,), ValueError), ((2.5,), TypeError), ("ab", TypeError), ((True,), TypeError)):
         with pytest.raises(kind, match="hvd_lite.empty"):
             hvd.empty(bad)
     with pytest.raises(TypeError, match="fixed-size"):
@@ -394,14 +416,16 @@ def test_freeing_memory_it_did_not_make_or_freed_already_is_refused():
 def test_a_torch_tensor_over_empty_is_reduced_through_the_views():
     torch = pytest.importorskip("torch")
     import hvd_lite.torch as htorch
+
     n, r = hvd.size(), hvd.rank()
     with reinit(HVD_LITE_FUSION_THRESHOLD=0, HVD_LITE_SHM_STAND_IN_BYTES=0):
         on = engine_single_copy()
         t = torch.from_numpy(hvd.empty(300_001, np.float32))
         t.copy_(torch.from_numpy(exact_inputs(np.float32, t.numel(), r, seed=3)))
         htorch.allreduce_(t, op=htorch.Sum, name="shared.torch")
-        want = fold([exact_inputs(np.float32, t.numel(), q, seed=3) for q in range(n)], "sum",
-                    np.float32)
+        want = fold([exact_inputs(np.float32, t.numel(), q, seed=3) for q in range(n)], "sum", np.float32)
         views = hvd.basics._engine().stats()["shm_views"]
-        agree(same_bits(t.numpy().copy(), want) and (views > 0 if on else views == 0),
-              f"{t[:4]}, {views} views, single copy {on}")
+        agree(
+            same_bits(t.numpy().copy(), want) and (views > 0 if on else views == 0),
+            f"{t[:4]}, {views} views, single copy {on}",
+        )

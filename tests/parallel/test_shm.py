@@ -7,6 +7,7 @@ The single-copy form (process_vm_readv from the peers' own buffers and process_v
 SHM_CMA_MIN): on exactly where a probe of its own can read and write a peer, the same exact values and bits,
 failed reads and writes, and no write into a peer's buffer after that peer's call failed; the same two
 failures for the single-copy all-gather (its results: test_gather_algorithms.py)."""
+
 import ctypes
 import os
 import time
@@ -70,8 +71,10 @@ def check_exact(c, dtype, op, count, inplace, seed=0, place=np.copy):
         got = place(np.zeros(count, np.dtype(dtype)))
         c.allreduce(x, got, code(dtype), OPS[op])
         agree(same_bits(x, exact_inputs(dtype, count, r, seed)), "input was modified")
-    agree(same_bits(got, want), f"{np.dtype(dtype).name} {op} count={count} inplace={inplace}: "
-                                f"got {got[:6]}, want {want[:6]}")
+    agree(
+        same_bits(got, want),
+        f"{np.dtype(dtype).name} {op} count={count} inplace={inplace}: got {got[:6]}, want {want[:6]}",
+    )
 
 
 def counts_for(n: int, chunk: int):
@@ -84,6 +87,7 @@ def counts_for(n: int, chunk: int):
 
 # ---- one host -----------------------------------------------------------------------------------
 
+
 def test_ranks_on_one_host_share_a_segment_unless_it_is_turned_off():
     n, r = hvd.size(), hvd.rank()
     with make_comm() as c:
@@ -93,9 +97,14 @@ def test_ranks_on_one_host_share_a_segment_unless_it_is_turned_off():
 
 
 def test_a_bad_shm_setting_is_refused_with_its_value():
-    for var, value in (("HVD_LITE_SHM", "yes"), ("HVD_LITE_SHM_CMA", "2"), ("HVD_LITE_SHM_BYTES", "8"),
-                       ("HVD_LITE_SHM_STAND_IN_BYTES", "2M"), ("HVD_LITE_SHM_STAND_IN_BYTES", str(1 << 31)),
-                       ("HVD_LITE_RANKS_PER_HOST", "-1")):
+    for var, value in (
+        ("HVD_LITE_SHM", "yes"),
+        ("HVD_LITE_SHM_CMA", "2"),
+        ("HVD_LITE_SHM_BYTES", "8"),
+        ("HVD_LITE_SHM_STAND_IN_BYTES", "2M"),
+        ("HVD_LITE_SHM_STAND_IN_BYTES", str(1 << 31)),
+        ("HVD_LITE_RANKS_PER_HOST", "-1"),
+    ):
         err = None
         try:
             with make_comm(**{var: value}):
@@ -123,8 +132,12 @@ def test_exact_results_with_the_default_chunk_in_and_out_of_place(op, cma):
     with make_comm(HVD_LITE_SHM_CMA=cma) as c:
         # one step (up to 16 KiB), then above SHM_CMA_MIN (32 KiB) the single-copy form where
         # the peers can be reached, else the areas: 1 or several chunks of 256 KiB
-        for dtype, counts in ((np.int8, (5, 3000)), (np.float16, (5, 5000)),
-                              (np.float32, (5, 3000, 300_007)), (np.uint64, (5, 5000, 300_007))):
+        for dtype, counts in (
+            (np.int8, (5, 3000)),
+            (np.float16, (5, 5000)),
+            (np.float32, (5, 3000, 300_007)),
+            (np.uint64, (5, 5000, 300_007)),
+        ):
             for count in counts:
                 for inplace in (False, True):
                     check_exact(c, dtype, op, count, inplace, seed=count)
@@ -139,8 +152,11 @@ def test_results_have_the_bits_of_the_message_passing_paths_on_every_rank(area):
     env = {"HVD_LITE_SMALL_ALLREDUCE_BYTES": small}
     if area is not None:  # the areas (with the default area, the single copy above 32 KiB)
         env.update(HVD_LITE_SHM_BYTES=area, HVD_LITE_SHM_CMA=0)
-    with make_comm(**env) as on, make_comm(HVD_LITE_SHM=0, HVD_LITE_ALLREDUCE_ALGO="small") as latency, \
-            make_comm(HVD_LITE_SHM=0, HVD_LITE_ALLREDUCE_ALGO="ring") as ring:
+    with (
+        make_comm(**env) as on,
+        make_comm(HVD_LITE_SHM=0, HVD_LITE_ALLREDUCE_ALGO="small") as latency,
+        make_comm(HVD_LITE_SHM=0, HVD_LITE_ALLREDUCE_ALGO="ring") as ring,
+    ):
         for count in (1, 3, 100, 1000, 1024, 1025, 4096, 33_333, 300_001):
             off = latency if count * 4 <= small else ring
             x = random_floats(count, 100 + r)
@@ -155,8 +171,10 @@ def test_results_have_the_bits_of_the_message_passing_paths_on_every_rank(area):
                 everyone = world().allgather(a.tobytes())
                 agree(all(e == everyone[0] for e in everyone), f"count {count} {op}: ranks differ")
                 agree(same_bits(a, b), f"count {count} {op}: differs from the message-passing path")
-                agree(same_bits(a, inplace) and same_bits(a, again),
-                      f"count {count} {op}: in-place or rerun differs")
+                agree(
+                    same_bits(a, inplace) and same_bits(a, again),
+                    f"count {count} {op}: in-place or rerun differs",
+                )
 
 
 def test_misaligned_buffers():
@@ -174,6 +192,7 @@ def test_misaligned_buffers():
 
 
 # ---- the single-copy form ---------------------------------------------------------------------------
+
 
 class _Iovec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
@@ -210,23 +229,28 @@ def test_the_single_copy_form_is_on_exactly_where_the_peers_can_be_reached_unles
     n = hvd.size()
     reachable = n > 1 and all(world().allgather(peers_reachable()))
     with make_comm() as c:
-        agree(c.shm_cma() == reachable,
-              f"shm_cma {c.shm_cma()}, a probe could read and write the peers: {reachable}")
+        agree(
+            c.shm_cma() == reachable,
+            f"shm_cma {c.shm_cma()}, a probe could read and write the peers: {reachable}",
+        )
     with make_comm(HVD_LITE_SHM_CMA=0) as c:
-        agree(not c.shm_cma() and c.shm_layout() == ((1, n, hvd.rank(), n) if n > 1 else None),
-              f"HVD_LITE_SHM_CMA=0: shm_cma {c.shm_cma()}, layout {c.shm_layout()}")
+        agree(
+            not c.shm_cma() and c.shm_layout() == ((1, n, hvd.rank(), n) if n > 1 else None),
+            f"HVD_LITE_SHM_CMA=0: shm_cma {c.shm_cma()}, layout {c.shm_layout()}",
+        )
 
 
 def single_copy_or_skip(c):
     if hvd.size() > 1 and not c.shm_cma():
-        pytest.skip("process_vm_readv/writev cannot reach the other ranks here (seccomp, Yama, pid "
-                    "namespaces)")
+        pytest.skip(
+            "process_vm_readv/writev cannot reach the other ranks here (seccomp, Yama, pid namespaces)"
+        )
 
 
 def placed(raw: np.ndarray, offset: int, count: int, dtype) -> np.ndarray:
     """count elements of dtype in raw (bytes), starting `offset` bytes past a 4 KiB boundary."""
     start = (-raw.ctypes.data) % 4096 + offset
-    return raw[start:start + count * np.dtype(dtype).itemsize].view(dtype)
+    return raw[start : start + count * np.dtype(dtype).itemsize].view(dtype)
 
 
 # Each rank's buffers at their own place in their pages: the single copy reads a peer's chunk into scratch
@@ -239,8 +263,7 @@ PAGE_OFFSETS = [(0, 0, 0, 0), (0, 16, 4, 28), (16, 0, 32, 4), (0, 32, 2048, 16)]
 
 @pytest.mark.parametrize("stand_in", ["kernel", "stand-in"])
 @pytest.mark.parametrize("offsets", PAGE_OFFSETS, ids=lambda o: ",".join(map(str, o)))
-def test_single_copy_exact_results_with_each_ranks_buffers_at_its_own_place_in_a_page(offsets,
-                                                                                     stand_in):
+def test_single_copy_exact_results_with_each_ranks_buffers_at_its_own_place_in_a_page(offsets, stand_in):
     # Through the kernel (no stand-in) the writes are staged where the kernel's copy would crawl;
     # with a stand-in, its copies in and out and the peers' copies into it cross the same distances.
     n, r = hvd.size(), hvd.rank()
@@ -257,13 +280,17 @@ def test_single_copy_exact_results_with_each_ranks_buffers_at_its_own_place_in_a
                 want = fold([exact_inputs(dtype, count, q, seed=i) for q in range(n)], "sum", dtype)
                 got = x if inplace else placed(raw_out, (mine + 16 * i * (r + 1)) % 4096, count, dtype)
                 c.allreduce(x, got, code(dtype), OPS["sum"])
-                agree(same_bits(got.copy(), want), f"all-reduce {np.dtype(dtype).name} in place "
-                                                   f"{inplace}, offsets {offsets}: got {got[:4]}")
+                agree(
+                    same_bits(got.copy(), want),
+                    f"all-reduce {np.dtype(dtype).name} in place {inplace}, offsets {offsets}: got {got[:4]}",
+                )
         # the peers' stand-ins, mapped; where some rank's kernel does not say that its pages are
         # small, that rank copies through the kernel and the others' views are not known here
         views, told = c.shm_views(), stand_in == "kernel" or n == 1 or stand_in_everywhere()
-        agree(not told or (views > 0 if stand_in != "kernel" and n > 1 else views == 0),
-              f"{stand_in}: {views} views")
+        agree(
+            not told or (views > 0 if stand_in != "kernel" and n > 1 else views == 0),
+            f"{stand_in}: {views} views",
+        )
     # The all-gather writes each rank's block into every peer's result at block r, 28 bytes further into
     # a page per rank (8,220-byte blocks): with the results at the inputs' places, several writes are
     # staged at every count of ranks.
@@ -287,11 +314,16 @@ def test_the_engines_info_line_says_how_the_shared_memory_path_runs(cma, capfd):
     with reinit(HVD_LITE_LOG_LEVEL="info", HVD_LITE_SHM_CMA=cma):
         err = capfd.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("hvd_lite: shared memory:")]
-    want = ("off (" if layout is None else "with its single-copy form" if on
-            else "without its single-copy form: its single copy is off (HVD_LITE_SHM_CMA=0)"
-            if cma == "0" else "without its single-copy form: the ranks cannot reach each other's")
-    agree(lines == [] if hvd.rank() else (len(lines) == 1 and want in lines[0]),
-          f"wanted {want!r}: {lines}")
+    want = (
+        "off ("
+        if layout is None
+        else "with its single-copy form"
+        if on
+        else "without its single-copy form: its single copy is off (HVD_LITE_SHM_CMA=0)"
+        if cma == "0"
+        else "without its single-copy form: the ranks cannot reach each other's"
+    )
+    agree(lines == [] if hvd.rank() else (len(lines) == 1 and want in lines[0]), f"wanted {want!r}: {lines}")
 
 
 def in_shared_memory(a: np.ndarray) -> np.ndarray:
@@ -304,8 +336,7 @@ def in_shared_memory(a: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("memory", ["numpy", "numpy, kernel", "hvd.empty"])
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
-def test_single_copy_exact_results_every_dtype_and_op_across_every_chunk_and_lane_edge(
-        dtype, memory):
+def test_single_copy_exact_results_every_dtype_and_op_across_every_chunk_and_lane_edge(dtype, memory):
     # 64-byte areas: every lane is read in chunks of 8 to 64 elements; counts just above the
     # single-copy minimum, with lanes that do not divide evenly. Buffers from hvd.empty are read and
     # written through views of the peers' regions (test_shared_memory.py); numpy's through each
@@ -319,23 +350,27 @@ def test_single_copy_exact_results_every_dtype_and_op_across_every_chunk_and_lan
         for op in OPS:
             for i, extra in enumerate((1, n + 64 // esize + 1, 1009)):
                 count = _core.SHM_CMA_MIN // esize + extra
-                check_exact(c, dtype, op, count, inplace=(i + len(op)) % 2 == 0, seed=count,
-                            place=place)
+                check_exact(c, dtype, op, count, inplace=(i + len(op)) % 2 == 0, seed=count, place=place)
         # numpy's through stand-ins only where every rank's kernel says its pages are small (else
         # the views are those of the ranks that did)
         views = c.shm_views()
         told = memory != "numpy" or n == 1 or stand_in_everywhere()
-        agree(not told or (views > 0 if memory != "numpy, kernel" and n > 1 else views == 0),
-              f"{memory}: {views} views of the peers' regions")
+        agree(
+            not told or (views > 0 if memory != "numpy, kernel" and n > 1 else views == 0),
+            f"{memory}: {views} views of the peers' regions",
+        )
 
 
 @pytest.mark.parametrize("op", ["sum", "avg", "max"])
 def test_single_copy_gives_the_bits_of_the_ring_and_of_the_areas_on_every_rank(op):
     r = hvd.rank()
     # The default stand-in takes the first two counts (up to 4 MiB); the kernel's copies all three.
-    with make_comm() as on, make_comm(HVD_LITE_SHM_STAND_IN_BYTES=0) as kernel, \
-            make_comm(HVD_LITE_SHM_CMA=0, HVD_LITE_ALLREDUCE_ALGO="shm") as areas, \
-            make_comm(HVD_LITE_SHM=0, HVD_LITE_ALLREDUCE_ALGO="ring") as ring:
+    with (
+        make_comm() as on,
+        make_comm(HVD_LITE_SHM_STAND_IN_BYTES=0) as kernel,
+        make_comm(HVD_LITE_SHM_CMA=0, HVD_LITE_ALLREDUCE_ALGO="shm") as areas,
+        make_comm(HVD_LITE_SHM=0, HVD_LITE_ALLREDUCE_ALGO="ring") as ring,
+    ):
         single_copy_or_skip(on)
         for count in (_core.SHM_CMA_MIN // 4 + 1, 500_003, 4_194_304):
             x = random_floats(count, 200 + r)
@@ -348,14 +383,17 @@ def test_single_copy_gives_the_bits_of_the_ring_and_of_the_areas_on_every_rank(o
             on.allreduce(inplace, inplace, F32, OPS[op])
             everyone = world().allgather(a.tobytes())
             agree(all(e == everyone[0] for e in everyone), f"count {count} {op}: ranks differ")
-            agree(same_bits(a, b) and same_bits(a, d) and same_bits(a, inplace)
-                  and same_bits(a, k), f"count {count} {op}: single copy differs from the areas, "
-                                       "the ring, in place or the kernel's copies")
+            agree(
+                same_bits(a, b) and same_bits(a, d) and same_bits(a, inplace) and same_bits(a, k),
+                f"count {count} {op}: single copy differs from the areas, "
+                "the ring, in place or the kernel's copies",
+            )
 
 
 @pytest.mark.parametrize("point,verb", [("recv", "reading"), ("send", "writing")])
 def test_a_failed_read_or_write_of_a_peers_buffer_fails_the_allreduce_on_every_rank_and_the_next_works(
-        point, verb):
+    point, verb
+):
     # The recv (send) fault point's second hit, after step 1's, is the single-copy form's first read
     # of a peer's buffer (write into one), which it then makes at address 0: the kernel's own EFAULT.
     n, r = hvd.size(), hvd.rank()
@@ -368,7 +406,10 @@ def test_a_failed_read_or_write_of_a_peers_buffer_fails_the_allreduce_on_every_r
             single_copy_or_skip(c)
         fails_everywhere_at_the_fault(
             lambda: hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name=verb),
-            point, victim, verb)
+            point,
+            victim,
+            verb,
+        )
         nxt = hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name=f"{verb}.next")
         agree(np.all(nxt == n * (n + 1) / 2), f"the next all-reduce: {nxt[:4]}")
 
@@ -398,8 +439,10 @@ def test_a_rank_that_comes_late_to_a_failed_single_copy_call_writes_into_no_peer
         world().barrier()  # every rank, the victim too, has left the call
         time.sleep(0.05)
         agree(err is not None, f"no error: {x[:4]}")
-        agree(r == victim or np.all(x == r + 1.0),
-              f"rank {r}'s buffer was written after its call failed: {np.unique(x)[:4]}")
+        agree(
+            r == victim or np.all(x == r + 1.0),
+            f"rank {r}'s buffer was written after its call failed: {np.unique(x)[:4]}",
+        )
         nxt = hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name="late.next")
         agree(np.all(nxt == n * (n + 1) / 2), f"the next all-reduce: {nxt[:4]}")
 
@@ -414,15 +457,19 @@ def test_a_failed_write_in_the_single_copy_allgather_fails_it_on_every_rank_and_
     with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_ALLGATHER_ALGO="shm"):
         fails_everywhere_at_the_fault(
             lambda: hvd.allgather(np.full(count, r + 1.0, np.float32), name="ag.write"),
-            "send", victim, "writing")
+            "send",
+            victim,
+            "writing",
+        )
         nxt = hvd.allgather(np.full(count, r + 1.0, np.float32), name="ag.write.next")
-        agree(same_bits(nxt, np.repeat(np.arange(1, n + 1, dtype=np.float32), count)),
-              f"the next all-gather: {np.unique(nxt)[:4]}")
+        agree(
+            same_bits(nxt, np.repeat(np.arange(1, n + 1, dtype=np.float32), count)),
+            f"the next all-gather: {np.unique(nxt)[:4]}",
+        )
 
 
 @pytest.mark.parametrize("rows", [1001, 300_001], ids=["one-chunk", "two-chunks"])
-def test_a_failed_read_in_the_single_copy_reducescatter_fails_it_on_every_rank_and_the_next_works(
-        rows):
+def test_a_failed_read_in_the_single_copy_reducescatter_fails_it_on_every_rank_and_the_next_works(rows):
     # The recv fault point's second hit, after step 1's, is the reduce-scatter's first read of a
     # peer's send buffer (process_vm_readv), made at address 0: the kernel's own EFAULT. Nobody
     # writes into another's buffers, so nothing more is at stake: the next call must be whole.
@@ -431,14 +478,17 @@ def test_a_failed_read_in_the_single_copy_reducescatter_fails_it_on_every_rank_a
     victim = n - 1
     with reinit(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_REDUCESCATTER_ALGO="shm"):
         fails_everywhere_at_the_fault(
-            lambda: hvd.reducescatter(np.full((rows, 2), r + 1.0, np.float32), op=hvd.Sum,
-                                      name="rs.read"),
-            "recv", victim, "reading")
-        nxt = hvd.reducescatter(np.full((rows, 2), r + 1.0, np.float32), op=hvd.Sum,
-                                name="rs.read.next")
+            lambda: hvd.reducescatter(np.full((rows, 2), r + 1.0, np.float32), op=hvd.Sum, name="rs.read"),
+            "recv",
+            victim,
+            "reading",
+        )
+        nxt = hvd.reducescatter(np.full((rows, 2), r + 1.0, np.float32), op=hvd.Sum, name="rs.read.next")
         mine = rows // n + (r < rows % n)
-        agree(nxt.shape == (mine, 2) and np.all(nxt == n * (n + 1) / 2),
-              f"the next reduce-scatter: {nxt.shape}, {np.unique(nxt)[:4]}")
+        agree(
+            nxt.shape == (mine, 2) and np.all(nxt == n * (n + 1) / 2),
+            f"the next reduce-scatter: {nxt.shape}, {np.unique(nxt)[:4]}",
+        )
 
 
 def test_a_rank_that_comes_late_to_a_failed_single_copy_allgather_writes_into_no_peers_result():
@@ -452,29 +502,35 @@ def test_a_rank_that_comes_late_to_a_failed_single_copy_allgather_writes_into_no
     with make_comm(HVD_LITE_ALLGATHER_ALGO="shm") as c:
         c._inject_fault("stall", int(r == victim), TIMEOUT)
         out = np.full(n * count, -1.0, np.float32)
-        out[r * count:(r + 1) * count] = r + 1.0
+        out[r * count : (r + 1) * count] = r + 1.0
         err = None
         try:
-            c.allgather(out[r * count:(r + 1) * count], out, F32)
+            c.allgather(out[r * count : (r + 1) * count], out, F32)
         except hvd.HvdLiteError as e:
             err = e
         world().barrier()  # every rank, the victim too, has left the call
         time.sleep(0.05)
         others = np.delete(out.reshape(n, count), r, axis=0)
         agree(err is not None, f"no error: {np.unique(out)[:4]}")
-        agree(r == victim or np.all(others == -1.0),
-              f"rank {r}'s result was written after its call failed: {np.unique(others)[:4]}")
+        agree(
+            r == victim or np.all(others == -1.0),
+            f"rank {r}'s result was written after its call failed: {np.unique(others)[:4]}",
+        )
 
 
 # ---- several hosts (emulated) --------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("per_host", [1, 2])
 def test_emulated_hosts_give_the_layout_and_the_topology(per_host):
     n, r = hvd.size(), hvd.rank()
     hosts, lanes = emulated(n, per_host)
     with make_comm(HVD_LITE_RANKS_PER_HOST=per_host) as c:
-        want = None if per_host == 1 or n == 1 else (hosts, lanes, r % per_host,
-                                                     min(per_host, n - r // per_host * per_host))
+        want = (
+            None
+            if per_host == 1 or n == 1
+            else (hosts, lanes, r % per_host, min(per_host, n - r // per_host * per_host))
+        )
         agree(c.shm_layout() == want, f"layout {c.shm_layout()}, want {want}")
     with reinit(HVD_LITE_RANKS_PER_HOST=per_host):
         got = (hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
@@ -488,8 +544,7 @@ def test_hierarchical_exact_results_every_dtype_and_op(dtype):
     # 4 ranks: 2 hosts x 2 (two lanes); 3 ranks: 2 + 1 (one lane); fewer: one host.
     n = hvd.size()
     chunk = 64 // np.dtype(dtype).itemsize
-    with make_comm(**hier(HVD_LITE_RANKS_PER_HOST=2, HVD_LITE_SHM_BYTES=64,
-                          HVD_LITE_SEGMENT_BYTES=16)) as c:
+    with make_comm(**hier(HVD_LITE_RANKS_PER_HOST=2, HVD_LITE_SHM_BYTES=64, HVD_LITE_SEGMENT_BYTES=16)) as c:
         for op in OPS:
             for i, count in enumerate(counts_for(n, chunk) + [2 * n * chunk + 3]):
                 check_exact(c, dtype, op, count, inplace=(i + len(op)) % 2 == 1, seed=count)
@@ -499,8 +554,9 @@ def test_hierarchical_exact_results_every_dtype_and_op(dtype):
 @pytest.mark.parametrize("small", [0, 1 << 26], ids=["model-across", "latency-path-across"])
 def test_hierarchical_results_are_bitwise_identical_on_every_rank(small):
     r = hvd.rank()
-    with make_comm(**hier(HVD_LITE_RANKS_PER_HOST=2, HVD_LITE_SHM_BYTES=4096,
-                          HVD_LITE_SMALL_ALLREDUCE_BYTES=small)) as c:
+    with make_comm(
+        **hier(HVD_LITE_RANKS_PER_HOST=2, HVD_LITE_SHM_BYTES=4096, HVD_LITE_SMALL_ALLREDUCE_BYTES=small)
+    ) as c:
         for count in (1, 3, 1000, 33_333, 300_001):
             x = random_floats(count, 300 + r)
             for op in ("sum", "avg"):
@@ -512,8 +568,10 @@ def test_hierarchical_results_are_bitwise_identical_on_every_rank(small):
                 c.allreduce(x, again, F32, OPS[op])
                 everyone = world().allgather(out.tobytes())
                 agree(all(e == everyone[0] for e in everyone), f"count {count} {op}: ranks differ")
-                agree(same_bits(out, inplace) and same_bits(out, again),
-                      f"count {count} {op}: in-place or rerun differs")
+                agree(
+                    same_bits(out, inplace) and same_bits(out, again),
+                    f"count {count} {op}: in-place or rerun differs",
+                )
 
 
 def test_the_engine_uses_emulated_hosts_with_exact_results():
@@ -537,8 +595,7 @@ TIMEOUT = 1  # HVD_LITE_DATA_TIMEOUT_SECONDS in these tests
 
 @pytest.mark.parametrize("per_host", [0, 2], ids=["one-host", "emulated-hosts"])
 @pytest.mark.parametrize("point", ["stall", "send", "recv"])
-def test_a_rank_that_stops_taking_part_fails_the_allreduce_on_every_rank_and_the_next_works(
-        point, per_host):
+def test_a_rank_that_stops_taking_part_fails_the_allreduce_on_every_rank_and_the_next_works(point, per_host):
     n, r = hvd.size(), hvd.rank()
     if n < 2:
         pytest.skip("needs 2 ranks")
@@ -546,8 +603,9 @@ def test_a_rank_that_stops_taking_part_fails_the_allreduce_on_every_rank_and_the
         pytest.skip(f"emulated hosts of {per_host} at {n} ranks are one host: the one-host case")
     victim = 1 if point == "stall" else n // 2  # a rank that shares its host (with 2 + 1 hosts,
     # rank 2 is alone: its stall would come in the latency path across hosts, which has none)
-    env = dict(HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_RANKS_PER_HOST=per_host,
-               HVD_LITE_SHM_BYTES=4096)
+    env = dict(
+        HVD_LITE_DATA_TIMEOUT_SECONDS=TIMEOUT, HVD_LITE_RANKS_PER_HOST=per_host, HVD_LITE_SHM_BYTES=4096
+    )
     # (one host: the shared-memory path forced, since 400 KB is above its crossover)
     with reinit(**(hier(**env) if per_host else dict(env, HVD_LITE_ALLREDUCE_ALGO="shm"))):
         for count in (8, 6_000, 300_000):  # one step; the areas, 6 chunks; the single-copy form
@@ -567,13 +625,23 @@ def test_a_rank_that_stops_taking_part_fails_the_allreduce_on_every_rank_and_the
                 # with more ranks, a rank may first hear another waiter's alarm, or (emulated
                 # hosts) time out on a lane peer that waits for the victim, which the latency
                 # path across hosts cannot name.
-                agree(r == victim or (err is not None and took < 2 * TIMEOUT + 4
-                                      and "(HVD_LITE_DATA_TIMEOUT_SECONDS)" in str(err)
-                                      and (n > 2 or f"no message from rank {victim} " in str(err))),
-                      f"stall: {err!r} after {took:.2f} s")
+                agree(
+                    r == victim
+                    or (
+                        err is not None
+                        and took < 2 * TIMEOUT + 4
+                        and "(HVD_LITE_DATA_TIMEOUT_SECONDS)" in str(err)
+                        and (n > 2 or f"no message from rank {victim} " in str(err))
+                    ),
+                    f"stall: {err!r} after {took:.2f} s",
+                )
             else:
-                agree(err is not None and f"rank {victim}" in str(err)
-                      and "shared-memory" in str(err) and took < 5,
-                      f"{point}: {err!r} after {took:.2f} s")
+                agree(
+                    err is not None
+                    and f"rank {victim}" in str(err)
+                    and "shared-memory" in str(err)
+                    and took < 5,
+                    f"{point}: {err!r} after {took:.2f} s",
+                )
             nxt = hvd.allreduce(np.full(count, r + 1.0, np.float32), op=hvd.Sum, name=f"next.{count}")
             agree(np.all(nxt == n * (n + 1) / 2), f"the next all-reduce: {nxt[:4]}")

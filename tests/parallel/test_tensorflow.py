@@ -2,6 +2,7 @@
 tf.function), DistributedGradientTape, the Keras DistributedOptimizer and callbacks, and
 MultiWorkerMirroredStrategy under Keras model.fit and a custom loop, each against one process
 training on the same global batches."""
+
 import json
 import os
 
@@ -10,8 +11,7 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
-                                              "(pip install -e '.[tensorflow]')")
+tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[tensorflow]')")
 keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip install -e '.[tensorflow]')")
 
 from conftest import agree, everywhere, raises_before_submitting, raises_on_every_rank, world  # noqa: E402
@@ -41,13 +41,14 @@ def shard(a):
     """This rank's block of every global batch of G rows (as the strategy's rebatch gives)."""
     r, n = hvd.rank(), hvd.size()
     per = G // n
-    return np.concatenate([a[i + r * per:i + (r + 1) * per] for i in range(0, len(a), G)])
+    return np.concatenate([a[i + r * per : i + (r + 1) * per] for i in range(0, len(a), G)])
 
 
 def mlp(seed=0):
     keras.utils.set_random_seed(seed)
-    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(5, activation="tanh"),
-                             keras.layers.Dense(1)])
+    return keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(5, activation="tanh"), keras.layers.Dense(1)]
+    )
 
 
 def weights(model):
@@ -61,19 +62,29 @@ def close(a, b, tol=1e-5):
 
 # ------------------------------------------------------------------ collectives on tensors
 
+
 def test_collectives_on_tensors_eager_and_in_tf_function_give_the_same_results():
     r, n = hvd.rank(), hvd.size()
 
     def step(x):
-        return (hvd.allreduce(x, op=hvd.Sum), hvd.allreduce(x),
-                hvd.allgather(tf.fill([r + 1, 2], tf.cast(r, tf.float32))),
-                hvd.broadcast(x, root_rank=n - 1), hvd.reducescatter(tf.ones([2 * n, 3]), op=hvd.Sum),
-                hvd.alltoall(tf.range(n, dtype=tf.int32) + 10 * r))
+        return (
+            hvd.allreduce(x, op=hvd.Sum),
+            hvd.allreduce(x),
+            hvd.allgather(tf.fill([r + 1, 2], tf.cast(r, tf.float32))),
+            hvd.broadcast(x, root_rank=n - 1),
+            hvd.reducescatter(tf.ones([2 * n, 3]), op=hvd.Sum),
+            hvd.alltoall(tf.range(n, dtype=tf.int32) + 10 * r),
+        )
 
     x = tf.constant([1.0, 2.0]) * (r + 1)
-    want = [np.array([1.0, 2.0]) * n * (n + 1) / 2, np.array([1.0, 2.0]) * (n + 1) / 2,
-            np.concatenate([np.full((q + 1, 2), q) for q in range(n)]), np.array([1.0, 2.0]) * n,
-            np.full((2, 3), n), np.array([r + 10 * q for q in range(n)])]
+    want = [
+        np.array([1.0, 2.0]) * n * (n + 1) / 2,
+        np.array([1.0, 2.0]) * (n + 1) / 2,
+        np.concatenate([np.full((q + 1, 2), q) for q in range(n)]),
+        np.array([1.0, 2.0]) * n,
+        np.full((2, 3), n),
+        np.array([r + 10 * q for q in range(n)]),
+    ]
     ok, detail = True, ""
     for mode, fn in (("eager", step), ("tf.function", tf.function(step))):
         for _ in range(2):  # a traced function runs its collectives again, in the same order
@@ -91,13 +102,19 @@ def test_allreduce_keeps_dtype_and_scalar_shape_and_is_differentiable():
     with tf.GradientTape() as tape:
         y = tf.reduce_sum(hvd.allreduce(v * v, op=hvd.Sum))
     g = tape.gradient(y, v).numpy()
-    agree(s.dtype == tf.int64 and s.shape == () and int(s) == 3 * n and
-          np.allclose(g, 2 * n * np.array([1.0, 2.0])), f"{s} {g}")
+    agree(
+        s.dtype == tf.int64
+        and s.shape == ()
+        and int(s) == 3 * n
+        and np.allclose(g, 2 * n * np.array([1.0, 2.0])),
+        f"{s} {g}",
+    )
 
 
 def test_fp16_compression_returns_the_original_dtype():
-    out = hvd.grouped_allreduce([tf.constant([0.5, 1.5], tf.float32)], op=hvd.Average,
-                                compression=hvd.Compression.fp16)[0]
+    out = hvd.grouped_allreduce(
+        [tf.constant([0.5, 1.5], tf.float32)], op=hvd.Average, compression=hvd.Compression.fp16
+    )[0]
     agree(out.dtype == tf.float32 and np.allclose(out.numpy(), [0.5, 1.5]), str(out))
 
 
@@ -111,8 +128,9 @@ def test_broadcast_variables_takes_the_root_value():
 def test_broadcast_variables_with_a_bad_later_variable_raises_everywhere_and_sends_nothing():
     r = hvd.rank()
     vs = [tf.Variable(tf.fill([3], float(r))), tf.Variable([1 + 2j], dtype=tf.complex64)]
-    raises_before_submitting(TypeError, "unsupported dtype complex64",
-                             lambda: hvd.broadcast_variables(vs, root_rank=0))
+    raises_before_submitting(
+        TypeError, "unsupported dtype complex64", lambda: hvd.broadcast_variables(vs, root_rank=0)
+    )
     agree(np.all(vs[0].numpy() == r), f"the first variable changed: {vs[0].numpy()}")
 
 
@@ -120,9 +138,13 @@ def test_broadcast_variables_with_a_bad_later_variable_raises_everywhere_and_sen
 def test_names_that_differ_after_a_nul_are_refused_eagerly_and_when_traced():
     name = "a\0x" if hvd.rank() == 0 else "a\0y"
     x = tf.ones([2])
-    for call in (lambda: hvd.allreduce(x, name=name), lambda: hvd.grouped_allreduce([x], name=name),
-                 lambda: hvd.allgather(x, name=name), lambda: hvd.broadcast(x, 0, name=name),
-                 lambda: tf.function(lambda: hvd.allreduce(x, name=name))()):
+    for call in (
+        lambda: hvd.allreduce(x, name=name),
+        lambda: hvd.grouped_allreduce([x], name=name),
+        lambda: hvd.allgather(x, name=name),
+        lambda: hvd.broadcast(x, 0, name=name),
+        lambda: tf.function(lambda: hvd.allreduce(x, name=name))(),
+    ):
         raises_before_submitting(ValueError, "contains a NUL character", call)
 
 
@@ -158,6 +180,7 @@ def test_a_reduction_with_a_timeout_raises_collective_error_when_a_rank_never_su
 
 # ------------------------------------------------------------------ DistributedGradientTape
 
+
 def test_distributed_gradient_tape_matches_one_process_on_the_global_batch():
     x, y = data()
     local, ref = mlp(), mlp()
@@ -174,18 +197,18 @@ def test_distributed_gradient_tape_matches_one_process_on_the_global_batch():
     def ref_step(xb, yb):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean((ref(xb) - yb) ** 2)
-        opt_r.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables),
-                                  ref.trainable_variables))
+        opt_r.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables), ref.trainable_variables))
 
     xs, ys = shard(x), shard(y)
     per = G // hvd.size()
     for i in range(len(x) // G):
-        dist_step(xs[i * per:(i + 1) * per], ys[i * per:(i + 1) * per])
-        ref_step(x[i * G:(i + 1) * G], y[i * G:(i + 1) * G])
+        dist_step(xs[i * per : (i + 1) * per], ys[i * per : (i + 1) * per])
+        ref_step(x[i * G : (i + 1) * G], y[i * G : (i + 1) * G])
     agree(*close(weights(local), weights(ref)))
 
 
 # ------------------------------------------------------------------ hvd_lite.keras
+
 
 def test_keras_distributed_optimizer_and_callbacks_match_one_process_fit():
     x, y = data()
@@ -194,9 +217,15 @@ def test_keras_distributed_optimizer_and_callbacks_match_one_process_fit():
     ref = mlp(seed=100)
     model.compile(optimizer=hvdk.DistributedOptimizer(keras.optimizers.Adam(0.01)), loss="mse")
     ref.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
-    hist = model.fit(shard(x), shard(y), batch_size=G // hvd.size(), epochs=2, shuffle=False,
-                     verbose=0, callbacks=[hvdk.BroadcastGlobalVariablesCallback(0),
-                                           hvdk.MetricAverageCallback()])
+    hist = model.fit(
+        shard(x),
+        shard(y),
+        batch_size=G // hvd.size(),
+        epochs=2,
+        shuffle=False,
+        verbose=0,
+        callbacks=[hvdk.BroadcastGlobalVariablesCallback(0), hvdk.MetricAverageCallback()],
+    )
     ref.fit(x, y, batch_size=G, epochs=2, shuffle=False, verbose=0)
     ok, detail = close(weights(model), weights(ref), 1e-4)
     losses = hvd.allgather_object(hist.history["loss"])
@@ -211,26 +240,37 @@ def test_learning_rate_warmup_ramps_from_lr_over_size_to_lr_batch_by_batch():
     model = mlp()
     model.compile(optimizer=keras.optimizers.SGD(0.4), loss="mse")
     seen = []
-    record = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: seen.append(
-        float(model.optimizer.learning_rate.numpy())))
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda b, logs: seen.append(float(model.optimizer.learning_rate.numpy()))
+    )
     warm = hvdk.LearningRateWarmupCallback(initial_lr=0.4, warmup_epochs=2)
     hist = model.fit(x, y, batch_size=G, epochs=3, verbose=0, callbacks=[warm, record])
-    want = [0.4 / n * ((e + b / steps + 1 / steps) * (n - 1) / 2 + 1)
-            for e in range(2) for b in range(steps)] + [0.4] * steps  # epoch 3: left at 0.4
-    agree(np.allclose(seen, want) and np.allclose(hist.history["lr"], [want[2], 0.4, 0.4]),
-          f"{seen} vs {want}; logged {hist.history['lr']}")
+    want = [
+        0.4 / n * ((e + b / steps + 1 / steps) * (n - 1) / 2 + 1) for e in range(2) for b in range(steps)
+    ] + [0.4] * steps  # epoch 3: left at 0.4
+    agree(
+        np.allclose(seen, want) and np.allclose(hist.history["lr"], [want[2], 0.4, 0.4]),
+        f"{seen} vs {want}; logged {hist.history['lr']}",
+    )
 
 
 def test_a_momentum_correction_keras_cannot_apply_is_refused_and_a_schedule_needs_a_float_rate():
     model = mlp()
     model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="mse")
     x, y = data(rows=G)
-    raises_on_every_rank(ValueError, "momentum_correction=True cannot be applied", lambda: model.fit(
-        x, y, verbose=0, callbacks=[hvdk.LearningRateWarmupCallback(0.1, warmup_epochs=1)]))
-    model.compile(optimizer=keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(
-        0.1, 10, 0.5)), loss="mse")
-    raises_on_every_rank(ValueError, "a schedule", lambda: model.fit(
-        x, y, verbose=0, callbacks=[hvdk.LearningRateScheduleCallback(0.1, 0.5)]))
+    raises_on_every_rank(
+        ValueError,
+        "momentum_correction=True cannot be applied",
+        lambda: model.fit(x, y, verbose=0, callbacks=[hvdk.LearningRateWarmupCallback(0.1, warmup_epochs=1)]),
+    )
+    model.compile(
+        optimizer=keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)), loss="mse"
+    )
+    raises_on_every_rank(
+        ValueError,
+        "a schedule",
+        lambda: model.fit(x, y, verbose=0, callbacks=[hvdk.LearningRateScheduleCallback(0.1, 0.5)]),
+    )
 
 
 @pytest.mark.parametrize("average", [False, True])
@@ -242,12 +282,12 @@ def test_backward_passes_per_step_accumulates_locally_and_reduces_once_per_n_pas
 
     x, y = data(rows=4 * G)
     model, ref = mlp(), mlp()
-    opt = hvdk.DistributedOptimizer(keras.optimizers.SGD(0.05), backward_passes_per_step=2,
-                                    average_aggregated_gradients=average)
+    opt = hvdk.DistributedOptimizer(
+        keras.optimizers.SGD(0.05), backward_passes_per_step=2, average_aggregated_gradients=average
+    )
     model.compile(optimizer=opt, loss="mse")
     with engine_calls() as calls:
-        model.fit(shard(x), shard(y), batch_size=G // hvd.size(), epochs=1, shuffle=False,
-                  verbose=0)
+        model.fit(shard(x), shard(y), batch_size=G // hvd.size(), epochs=1, shuffle=False, verbose=0)
     # a reduction submits one entry per gradient (under a trace-time name, the same each step)
     entries = sum(1 for kind, _ in calls if kind == "submit")
     reductions = entries / len(model.trainable_variables)
@@ -256,7 +296,7 @@ def test_backward_passes_per_step_accumulates_locally_and_reduces_once_per_n_pas
         grads = []
         for j in (i, i + G):
             with tf.GradientTape() as tape:
-                loss = tf.reduce_mean((ref(x[j:j + G]) - y[j:j + G]) ** 2)
+                loss = tf.reduce_mean((ref(x[j : j + G]) - y[j : j + G]) ** 2)
             grads.append(tape.gradient(loss, ref.trainable_variables))
         total = [(a + b) / (2 if average else 1) for a, b in zip(*grads)]
         ref_opt.apply_gradients(zip(total, ref.trainable_variables))
@@ -272,6 +312,7 @@ def test_keras_refuses_a_backend_other_than_tensorflow(monkeypatch):
 
 # ------------------------------------------------------------------ MultiWorkerMirroredStrategy
 
+
 @pytest.fixture(scope="module")
 def strategy():
     return hvd.MultiWorkerMirroredStrategy()
@@ -281,11 +322,16 @@ def test_strategy_describes_the_mpi_world(strategy):
     r, n = hvd.rank(), hvd.size()
     cr = strategy.cluster_resolver
     spec = cr.cluster_spec().as_dict()
-    agree(strategy.num_replicas_in_sync == n and cr.task_type == "worker" and cr.task_id == r and
-          len(spec["worker"]) == n and strategy.extended.should_checkpoint == (r == 0) and
-          strategy.extended.should_save_summary == (r == 0) and
-          not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy),
-          f"{strategy.num_replicas_in_sync} {cr.task_type} {cr.task_id} {spec}")
+    agree(
+        strategy.num_replicas_in_sync == n
+        and cr.task_type == "worker"
+        and cr.task_id == r
+        and len(spec["worker"]) == n
+        and strategy.extended.should_checkpoint == (r == 0)
+        and strategy.extended.should_save_summary == (r == 0)
+        and not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy),
+        f"{strategy.num_replicas_in_sync} {cr.task_type} {cr.task_id} {spec}",
+    )
 
 
 def test_differently_seeded_models_start_identical_in_the_scope(strategy):
@@ -317,8 +363,7 @@ def test_custom_loop_with_compute_average_loss_matches_one_process(strategy):
         opt = keras.optimizers.SGD(0.1)
     ref, ref_opt = mlp(), keras.optimizers.SGD(0.1)
     ref.set_weights(model.get_weights())
-    dist = strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensor_slices((x, y)).batch(G))
+    dist = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(G))
 
     @tf.function
     def train_step(batch):
@@ -329,16 +374,15 @@ def test_custom_loop_with_compute_average_loss_matches_one_process(strategy):
             grads = tape.gradient(loss, model.trainable_variables)
             opt.apply_gradients(zip(grads, model.trainable_variables))
             return loss
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step, args=batch),
-                               axis=None)
+
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step, args=batch), axis=None)
 
     losses = [float(train_step(b)) for b in dist]
     ref_losses = []
     for i in range(0, len(x), G):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean((ref(x[i:i + G]) - y[i:i + G]) ** 2)
-        ref_opt.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables),
-                                    ref.trainable_variables))
+            loss = tf.reduce_mean((ref(x[i : i + G]) - y[i : i + G]) ** 2)
+        ref_opt.apply_gradients(zip(tape.gradient(loss, ref.trainable_variables), ref.trainable_variables))
         ref_losses.append(float(loss))
     ok, detail = close(weights(model), weights(ref))
     agree(ok and np.allclose(losses, ref_losses, atol=1e-5), f"{detail}; {losses} {ref_losses}")
@@ -346,11 +390,9 @@ def test_custom_loop_with_compute_average_loss_matches_one_process(strategy):
 
 def test_reduce_mean_along_axis_0_with_an_uneven_last_batch(strategy):
     values = np.arange(10, dtype="float32") ** 2
-    dist = strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensor_slices(values).batch(4))
-    got = [float(strategy.reduce("MEAN", strategy.run(tf.identity, args=(b,)), axis=0))
-           for b in dist]
-    want = [values[i:i + 4].mean() for i in range(0, 10, 4)]
+    dist = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices(values).batch(4))
+    got = [float(strategy.reduce("MEAN", strategy.run(tf.identity, args=(b,)), axis=0)) for b in dist]
+    want = [values[i : i + 4].mean() for i in range(0, 10, 4)]
     agree(np.allclose(got, want), f"{got} != {want}")
 
 
@@ -361,24 +403,42 @@ def test_input_is_read_by_plain_iterators_with_the_same_batches_under_any_input_
     r, n = hvd.rank(), hvd.size()
     values = np.arange(2 * G + 2, dtype="float32")
     ds = tf.data.Dataset.from_tensor_slices(values).batch(G)
-    want = [list(values[i:i + G][r * (G // n):(r + 1) * (G // n)]) for i in range(0, 2 * G, G)]
+    want = [list(values[i : i + G][r * (G // n) : (r + 1) * (G // n)]) for i in range(0, 2 * G, G)]
     seen = []
-    for opts in [None, IO(experimental_per_replica_buffer_size=0),
-                 IO(experimental_per_replica_buffer_size=3), IO(experimental_fetch_to_device=False)]:
+    for opts in [
+        None,
+        IO(experimental_per_replica_buffer_size=0),
+        IO(experimental_per_replica_buffer_size=3),
+        IO(experimental_fetch_to_device=False),
+    ]:
         it = iter(strategy.experimental_distribute_dataset(ds, opts))
         kinds = sorted({type(w._iterator).__name__ for w in it._iterators})
         seen.append((kinds, [list(b.numpy()) for b in it][:2]))
-    per_replica = IO(experimental_replication_mode=mode.PER_REPLICA,
-                     experimental_fetch_to_device=False, experimental_place_dataset_on_device=True)
-    it = iter(strategy.distribute_datasets_from_function(
-        lambda ctx: tf.data.Dataset.range(8).shard(ctx.num_input_pipelines,
-                                                   ctx.input_pipeline_id).batch(2), per_replica))
+    per_replica = IO(
+        experimental_replication_mode=mode.PER_REPLICA,
+        experimental_fetch_to_device=False,
+        experimental_place_dataset_on_device=True,
+    )
+    it = iter(
+        strategy.distribute_datasets_from_function(
+            lambda ctx: (
+                tf.data.Dataset.range(8).shard(ctx.num_input_pipelines, ctx.input_pipeline_id).batch(2)
+            ),
+            per_replica,
+        )
+    )
     first = list(next(it).numpy())
-    agree(all(s == (["OwnedIterator"], want) for s in seen) and first == [r, r + n][:len(first)]
-          and first[0] == r, f"{seen} (want {want}); from a function: {first}")
-    raises_on_every_rank(ValueError, "place_dataset_on_device=True.*PER_REPLICA",
-                         lambda: strategy.experimental_distribute_dataset(
-                             ds, IO(experimental_place_dataset_on_device=True)))
+    agree(
+        all(s == (["OwnedIterator"], want) for s in seen)
+        and first == [r, r + n][: len(first)]
+        and first[0] == r,
+        f"{seen} (want {want}); from a function: {first}",
+    )
+    raises_on_every_rank(
+        ValueError,
+        "place_dataset_on_device=True.*PER_REPLICA",
+        lambda: strategy.experimental_distribute_dataset(ds, IO(experimental_place_dataset_on_device=True)),
+    )
 
 
 def test_gather_concatenates_the_rank_blocks_in_rank_order(strategy):
@@ -391,10 +451,15 @@ def test_distribute_datasets_from_function_passes_the_rank_as_input_pipeline(str
     seen = []
 
     def dataset_fn(ctx):
-        seen.append((ctx.input_pipeline_id, ctx.num_input_pipelines, ctx.num_replicas_in_sync,
-                     ctx.get_per_replica_batch_size(G)))
-        return tf.data.Dataset.range(40).shard(ctx.num_input_pipelines,
-                                               ctx.input_pipeline_id).batch(2)
+        seen.append(
+            (
+                ctx.input_pipeline_id,
+                ctx.num_input_pipelines,
+                ctx.num_replicas_in_sync,
+                ctx.get_per_replica_batch_size(G),
+            )
+        )
+        return tf.data.Dataset.range(40).shard(ctx.num_input_pipelines, ctx.input_pipeline_id).batch(2)
 
     first = next(iter(strategy.distribute_datasets_from_function(dataset_fn))).numpy()
     r, n = hvd.rank(), hvd.size()

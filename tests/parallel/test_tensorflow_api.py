@@ -2,6 +2,7 @@
 name, each signature (parameter names, order and defaults, written down below from Horovod's
 source), the dtypes Horovod takes, and the exception types Horovod raises. What hvd_lite does not
 support raises a clear error; nothing is accepted and ignored."""
+
 import inspect
 import os
 
@@ -10,8 +11,7 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
-                                              "(pip install -e '.[tensorflow]')")
+tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[tensorflow]')")
 keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip install -e '.[tensorflow]')")
 
 from conftest import agree, everywhere, raises_before_submitting, raises_on_every_rank  # noqa: E402
@@ -28,127 +28,317 @@ NONE, GLOBAL, AVG = "Compression.none", "global_process_set", "Average"
 # name -> [(parameter, default or REQUIRED)], from horovod/tensorflow/{__init__,mpi_ops,functions}.py
 REQUIRED = object()
 TF_SIGNATURES = {
-    "allreduce": [("tensor", REQUIRED), ("average", None), ("device_dense", ""),
-                  ("device_sparse", ""), ("compression", NONE), ("op", None),
-                  ("prescale_factor", 1.0), ("postscale_factor", 1.0), ("name", None),
-                  ("process_set", GLOBAL), ("ignore_name_scope", False)],
-    "grouped_allreduce": [("tensors", REQUIRED), ("average", None), ("device_dense", ""),
-                          ("device_sparse", ""), ("compression", NONE), ("op", None),
-                          ("prescale_factor", 1.0), ("postscale_factor", 1.0),
-                          ("process_set", GLOBAL), ("ignore_name_scope", False), ("name", None)],
-    "reducescatter": [("tensor", REQUIRED), ("device_dense", ""), ("compression", NONE),
-                      ("op", AVG), ("name", None), ("process_set", GLOBAL),
-                      ("ignore_name_scope", False), ("prescale_factor", 1.0),
-                      ("postscale_factor", 1.0)],
-    "grouped_reducescatter": [("tensors", REQUIRED), ("device_dense", ""), ("compression", NONE),
-                              ("op", AVG), ("process_set", GLOBAL), ("prescale_factor", 1.0),
-                              ("postscale_factor", 1.0)],
-    "allgather": [("tensor", REQUIRED), ("name", None), ("ignore_name_scope", False),
-                  ("process_set", GLOBAL)],
-    "grouped_allgather": [("tensors", REQUIRED), ("name", None), ("ignore_name_scope", False),
-                          ("process_set", GLOBAL)],
-    "broadcast": [("tensor", REQUIRED), ("root_rank", REQUIRED), ("name", None),
-                  ("ignore_name_scope", False), ("process_set", GLOBAL)],
-    "broadcast_": [("variables", REQUIRED), ("root_rank", REQUIRED), ("name", None),
-                   ("process_set", GLOBAL)],
-    "alltoall": [("tensor", REQUIRED), ("splits", None), ("name", None),
-                 ("ignore_name_scope", False), ("process_set", GLOBAL)],
+    "allreduce": [
+        ("tensor", REQUIRED),
+        ("average", None),
+        ("device_dense", ""),
+        ("device_sparse", ""),
+        ("compression", NONE),
+        ("op", None),
+        ("prescale_factor", 1.0),
+        ("postscale_factor", 1.0),
+        ("name", None),
+        ("process_set", GLOBAL),
+        ("ignore_name_scope", False),
+    ],
+    "grouped_allreduce": [
+        ("tensors", REQUIRED),
+        ("average", None),
+        ("device_dense", ""),
+        ("device_sparse", ""),
+        ("compression", NONE),
+        ("op", None),
+        ("prescale_factor", 1.0),
+        ("postscale_factor", 1.0),
+        ("process_set", GLOBAL),
+        ("ignore_name_scope", False),
+        ("name", None),
+    ],
+    "reducescatter": [
+        ("tensor", REQUIRED),
+        ("device_dense", ""),
+        ("compression", NONE),
+        ("op", AVG),
+        ("name", None),
+        ("process_set", GLOBAL),
+        ("ignore_name_scope", False),
+        ("prescale_factor", 1.0),
+        ("postscale_factor", 1.0),
+    ],
+    "grouped_reducescatter": [
+        ("tensors", REQUIRED),
+        ("device_dense", ""),
+        ("compression", NONE),
+        ("op", AVG),
+        ("process_set", GLOBAL),
+        ("prescale_factor", 1.0),
+        ("postscale_factor", 1.0),
+    ],
+    "allgather": [
+        ("tensor", REQUIRED),
+        ("name", None),
+        ("ignore_name_scope", False),
+        ("process_set", GLOBAL),
+    ],
+    "grouped_allgather": [
+        ("tensors", REQUIRED),
+        ("name", None),
+        ("ignore_name_scope", False),
+        ("process_set", GLOBAL),
+    ],
+    "broadcast": [
+        ("tensor", REQUIRED),
+        ("root_rank", REQUIRED),
+        ("name", None),
+        ("ignore_name_scope", False),
+        ("process_set", GLOBAL),
+    ],
+    "broadcast_": [("variables", REQUIRED), ("root_rank", REQUIRED), ("name", None), ("process_set", GLOBAL)],
+    "alltoall": [
+        ("tensor", REQUIRED),
+        ("splits", None),
+        ("name", None),
+        ("ignore_name_scope", False),
+        ("process_set", GLOBAL),
+    ],
     "join": [],
     "size_op": [("process_set_id", 0), ("name", None)],
     "process_set_included_op": [("process_set_id", 0), ("name", None)],
-    "local_size_op": [("name", None)], "rank_op": [("name", None)],
+    "local_size_op": [("name", None)],
+    "rank_op": [("name", None)],
     "local_rank_op": [("name", None)],
-    "broadcast_variables": [("variables", REQUIRED), ("root_rank", REQUIRED),
-                            ("process_set", GLOBAL), ("inplace", False)],
-    "broadcast_object": [("obj", REQUIRED), ("root_rank", 0), ("session", None), ("name", None),
-                         ("process_set", GLOBAL)],
-    "allgather_object": [("obj", REQUIRED), ("session", None), ("name", None),
-                         ("process_set", GLOBAL)],
-    "broadcast_object_fn": [("root_rank", 0), ("session", None), ("name", None),
-                            ("process_set", GLOBAL)],
+    "broadcast_variables": [
+        ("variables", REQUIRED),
+        ("root_rank", REQUIRED),
+        ("process_set", GLOBAL),
+        ("inplace", False),
+    ],
+    "broadcast_object": [
+        ("obj", REQUIRED),
+        ("root_rank", 0),
+        ("session", None),
+        ("name", None),
+        ("process_set", GLOBAL),
+    ],
+    "allgather_object": [("obj", REQUIRED), ("session", None), ("name", None), ("process_set", GLOBAL)],
+    "broadcast_object_fn": [("root_rank", 0), ("session", None), ("name", None), ("process_set", GLOBAL)],
     "broadcast_global_variables": [("root_rank", REQUIRED)],
-    "DistributedOptimizer": [("optimizer", REQUIRED), ("name", None), ("use_locking", False),
-                             ("device_dense", ""), ("device_sparse", ""), ("compression", NONE),
-                             ("sparse_as_dense", False), ("backward_passes_per_step", 1),
-                             ("op", AVG), ("gradient_predivide_factor", 1.0),
-                             ("average_aggregated_gradients", False), ("num_groups", 0),
-                             ("groups", None), ("process_set", GLOBAL),
-                             ("scale_local_gradients", True)],
-    "DistributedGradientTape": [("gradtape", REQUIRED), ("device_dense", ""), ("device_sparse", ""),
-                                ("compression", NONE), ("sparse_as_dense", False), ("op", AVG),
-                                ("gradient_predivide_factor", 1.0), ("num_groups", 0),
-                                ("groups", None), ("process_set", GLOBAL),
-                                ("scale_local_gradients", True)],
-    "PartialDistributedGradientTape": [("gradtape", REQUIRED), ("device_dense", ""),
-                                       ("device_sparse", ""), ("compression", NONE),
-                                       ("sparse_as_dense", False), ("op", AVG),
-                                       ("gradient_predivide_factor", 1.0), ("num_groups", 0),
-                                       ("groups", None), ("process_set", GLOBAL),
-                                       ("local_layers", None), ("scale_local_gradients", True)],
+    "DistributedOptimizer": [
+        ("optimizer", REQUIRED),
+        ("name", None),
+        ("use_locking", False),
+        ("device_dense", ""),
+        ("device_sparse", ""),
+        ("compression", NONE),
+        ("sparse_as_dense", False),
+        ("backward_passes_per_step", 1),
+        ("op", AVG),
+        ("gradient_predivide_factor", 1.0),
+        ("average_aggregated_gradients", False),
+        ("num_groups", 0),
+        ("groups", None),
+        ("process_set", GLOBAL),
+        ("scale_local_gradients", True),
+    ],
+    "DistributedGradientTape": [
+        ("gradtape", REQUIRED),
+        ("device_dense", ""),
+        ("device_sparse", ""),
+        ("compression", NONE),
+        ("sparse_as_dense", False),
+        ("op", AVG),
+        ("gradient_predivide_factor", 1.0),
+        ("num_groups", 0),
+        ("groups", None),
+        ("process_set", GLOBAL),
+        ("scale_local_gradients", True),
+    ],
+    "PartialDistributedGradientTape": [
+        ("gradtape", REQUIRED),
+        ("device_dense", ""),
+        ("device_sparse", ""),
+        ("compression", NONE),
+        ("sparse_as_dense", False),
+        ("op", AVG),
+        ("gradient_predivide_factor", 1.0),
+        ("num_groups", 0),
+        ("groups", None),
+        ("process_set", GLOBAL),
+        ("local_layers", None),
+        ("scale_local_gradients", True),
+    ],
     "BroadcastGlobalVariablesHook": [("root_rank", REQUIRED), ("device", "")],
 }
 # the basics: no arguments (init takes hvd_lite's optional communicator)
 TF_NAMES = set(TF_SIGNATURES) | {
-    "init", "shutdown", "is_initialized", "start_timeline", "stop_timeline", "size", "local_size",
-    "cross_size", "rank", "local_rank", "cross_rank", "is_homogeneous", "mpi_threads_supported",
-    "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built", "nccl_built", "ddl_built",
-    "ccl_built", "cuda_built", "rocm_built", "ProcessSet", "global_process_set",
-    "add_process_set", "remove_process_set", "Average", "Sum", "Adasum", "Min", "Max", "Product",
-    "handle_average_backwards_compatibility", "check_num_rank_power_of_2",
-    "SyncBatchNormalization", "Compression"}
+    "init",
+    "shutdown",
+    "is_initialized",
+    "start_timeline",
+    "stop_timeline",
+    "size",
+    "local_size",
+    "cross_size",
+    "rank",
+    "local_rank",
+    "cross_rank",
+    "is_homogeneous",
+    "mpi_threads_supported",
+    "mpi_enabled",
+    "mpi_built",
+    "gloo_enabled",
+    "gloo_built",
+    "nccl_built",
+    "ddl_built",
+    "ccl_built",
+    "cuda_built",
+    "rocm_built",
+    "ProcessSet",
+    "global_process_set",
+    "add_process_set",
+    "remove_process_set",
+    "Average",
+    "Sum",
+    "Adasum",
+    "Min",
+    "Max",
+    "Product",
+    "handle_average_backwards_compatibility",
+    "check_num_rank_power_of_2",
+    "SyncBatchNormalization",
+    "Compression",
+}
 
 # from horovod/tensorflow/keras/{__init__,callbacks}.py (and horovod/keras for Partial...)
 KERAS_SIGNATURES = {
-    "DistributedOptimizer": [("optimizer", REQUIRED), ("name", None), ("device_dense", ""),
-                             ("device_sparse", ""), ("compression", NONE),
-                             ("sparse_as_dense", False), ("gradient_predivide_factor", 1.0),
-                             ("op", AVG), ("backward_passes_per_step", 1),
-                             ("average_aggregated_gradients", False), ("num_groups", 0),
-                             ("groups", None), ("process_set", GLOBAL),
-                             ("scale_local_gradients", True)],
-    "PartialDistributedOptimizer": [("optimizer", REQUIRED), ("name", None), ("device_dense", ""),
-                                    ("device_sparse", ""), ("compression", NONE),
-                                    ("sparse_as_dense", False),
-                                    ("gradient_predivide_factor", 1.0), ("op", AVG),
-                                    ("groups", None), ("process_set", GLOBAL),
-                                    ("local_layers", None), ("scale_local_gradients", True)],
+    "DistributedOptimizer": [
+        ("optimizer", REQUIRED),
+        ("name", None),
+        ("device_dense", ""),
+        ("device_sparse", ""),
+        ("compression", NONE),
+        ("sparse_as_dense", False),
+        ("gradient_predivide_factor", 1.0),
+        ("op", AVG),
+        ("backward_passes_per_step", 1),
+        ("average_aggregated_gradients", False),
+        ("num_groups", 0),
+        ("groups", None),
+        ("process_set", GLOBAL),
+        ("scale_local_gradients", True),
+    ],
+    "PartialDistributedOptimizer": [
+        ("optimizer", REQUIRED),
+        ("name", None),
+        ("device_dense", ""),
+        ("device_sparse", ""),
+        ("compression", NONE),
+        ("sparse_as_dense", False),
+        ("gradient_predivide_factor", 1.0),
+        ("op", AVG),
+        ("groups", None),
+        ("process_set", GLOBAL),
+        ("local_layers", None),
+        ("scale_local_gradients", True),
+    ],
     "broadcast_global_variables": [("root_rank", REQUIRED)],
-    "allreduce": [("value", REQUIRED), ("name", None), ("average", None),
-                  ("prescale_factor", 1.0), ("postscale_factor", 1.0), ("op", None),
-                  ("compression", NONE)],
+    "allreduce": [
+        ("value", REQUIRED),
+        ("name", None),
+        ("average", None),
+        ("prescale_factor", 1.0),
+        ("postscale_factor", 1.0),
+        ("op", None),
+        ("compression", NONE),
+    ],
     "allgather": [("value", REQUIRED), ("name", None)],
     "broadcast": [("value", REQUIRED), ("root_rank", REQUIRED), ("name", None)],
     "reducescatter": [("value", REQUIRED), ("name", None), ("op", AVG)],
-    "load_model": [("filepath", REQUIRED), ("custom_optimizers", None), ("custom_objects", None),
-                   ("compression", NONE), ("legacy_opts", False)],
-    "BroadcastGlobalVariablesCallback": [("root_rank", REQUIRED), ("device", ""),
-                                         ("local_variables", None)],
+    "load_model": [
+        ("filepath", REQUIRED),
+        ("custom_optimizers", None),
+        ("custom_objects", None),
+        ("compression", NONE),
+        ("legacy_opts", False),
+    ],
+    "BroadcastGlobalVariablesCallback": [("root_rank", REQUIRED), ("device", ""), ("local_variables", None)],
     "MetricAverageCallback": [("device", "")],
-    "LearningRateScheduleCallback": [("initial_lr", REQUIRED), ("multiplier", REQUIRED),
-                                     ("start_epoch", 0), ("end_epoch", None), ("staircase", True),
-                                     ("momentum_correction", True), ("steps_per_epoch", None)],
-    "LearningRateWarmupCallback": [("initial_lr", REQUIRED), ("warmup_epochs", 5),
-                                   ("momentum_correction", True), ("steps_per_epoch", None),
-                                   ("verbose", 0)],
+    "LearningRateScheduleCallback": [
+        ("initial_lr", REQUIRED),
+        ("multiplier", REQUIRED),
+        ("start_epoch", 0),
+        ("end_epoch", None),
+        ("staircase", True),
+        ("momentum_correction", True),
+        ("steps_per_epoch", None),
+    ],
+    "LearningRateWarmupCallback": [
+        ("initial_lr", REQUIRED),
+        ("warmup_epochs", 5),
+        ("momentum_correction", True),
+        ("steps_per_epoch", None),
+        ("verbose", 0),
+    ],
 }
-KERAS_NAMES = set(KERAS_SIGNATURES) - {"BroadcastGlobalVariablesCallback", "MetricAverageCallback",
-                                       "LearningRateScheduleCallback",
-                                       "LearningRateWarmupCallback"} | {
-    "init", "shutdown", "is_initialized", "start_timeline", "stop_timeline", "size", "local_size",
-    "cross_size", "rank", "local_rank", "cross_rank", "mpi_threads_supported", "mpi_enabled",
-    "mpi_built", "gloo_enabled", "gloo_built", "ProcessSet", "global_process_set",
-    "add_process_set", "remove_process_set", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
-    "rocm_built", "Average", "Sum", "Adasum", "Compression", "callbacks"}
+KERAS_NAMES = set(KERAS_SIGNATURES) - {
+    "BroadcastGlobalVariablesCallback",
+    "MetricAverageCallback",
+    "LearningRateScheduleCallback",
+    "LearningRateWarmupCallback",
+} | {
+    "init",
+    "shutdown",
+    "is_initialized",
+    "start_timeline",
+    "stop_timeline",
+    "size",
+    "local_size",
+    "cross_size",
+    "rank",
+    "local_rank",
+    "cross_rank",
+    "mpi_threads_supported",
+    "mpi_enabled",
+    "mpi_built",
+    "gloo_enabled",
+    "gloo_built",
+    "ProcessSet",
+    "global_process_set",
+    "add_process_set",
+    "remove_process_set",
+    "nccl_built",
+    "ddl_built",
+    "ccl_built",
+    "cuda_built",
+    "rocm_built",
+    "Average",
+    "Sum",
+    "Adasum",
+    "Compression",
+    "callbacks",
+}
 
 # the dtypes Horovod's TF ops take (horovod/tensorflow/mpi_ops.cc)
-HOROVOD_DTYPES = [tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
-                  tf.bfloat16, tf.float32, tf.float64, tf.bool]
+HOROVOD_DTYPES = [
+    tf.uint8,
+    tf.int8,
+    tf.uint16,
+    tf.int16,
+    tf.int32,
+    tf.int64,
+    tf.float16,
+    tf.bfloat16,
+    tf.float32,
+    tf.float64,
+    tf.bool,
+]
 
 
 def _resolve(module, default):
     if isinstance(default, str) and default in (NONE, GLOBAL, AVG):
-        return {NONE: module.Compression.none, GLOBAL: module.global_process_set,
-                AVG: module.Average}[default]
+        return {NONE: module.Compression.none, GLOBAL: module.global_process_set, AVG: module.Average}[
+            default
+        ]
     return default
 
 
@@ -161,20 +351,24 @@ def _mismatches(module, table):
         want = [(n, _resolve(module, d)) for n, d in want]
         # Horovod's parameters come first, in order, with the same defaults; hvd_lite may add
         # keyword parameters after them
-        if [n for n, _ in got[:len(want)]] != [n for n, _ in want] or any(
-                g is not w and g != w for (_, g), (_, w) in zip(got, want)):
+        if [n for n, _ in got[: len(want)]] != [n for n, _ in want] or any(
+            g is not w and g != w for (_, g), (_, w) in zip(got, want)
+        ):
             bad.append(f"{name}{[n for n, _ in got]} != {[n for n, _ in want]}")
     return bad
 
 
 def test_every_horovod_tensorflow_and_keras_name_is_there_with_horovods_signature():
-    missing = sorted(n for n in TF_NAMES if not hasattr(hvd, n)) + \
-        sorted(f"keras.{n}" for n in KERAS_NAMES if not hasattr(hvdk, n))
+    missing = sorted(n for n in TF_NAMES if not hasattr(hvd, n)) + sorted(
+        f"keras.{n}" for n in KERAS_NAMES if not hasattr(hvdk, n)
+    )
     import hvd_lite.tensorflow.keras as tfk
 
     bad = _mismatches(hvd, TF_SIGNATURES) + _mismatches(hvdk, KERAS_SIGNATURES)
-    agree(not missing and not bad and tfk.DistributedOptimizer is hvdk.DistributedOptimizer,
-          f"missing {missing}; signatures {bad}")
+    agree(
+        not missing and not bad and tfk.DistributedOptimizer is hvdk.DistributedOptimizer,
+        f"missing {missing}; signatures {bad}",
+    )
 
 
 def test_names_hvd_lite_does_not_implement_raise_not_implemented_error():
@@ -186,8 +380,7 @@ def test_names_hvd_lite_does_not_implement_raise_not_implemented_error():
         "broadcast_object_fn": hvd.broadcast_object_fn,
         "BestModelCheckpoint": hvdk.callbacks.BestModelCheckpoint,
         "Adasum": lambda: hvd.allreduce(tf.ones([2]), op=hvd.Adasum),
-        "TF1 optimizer": lambda: hvd.DistributedOptimizer(
-            tf.compat.v1.train.GradientDescentOptimizer(0.1)),
+        "TF1 optimizer": lambda: hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1)),
     }
     wrong = {}
     for what, call in calls.items():
@@ -205,20 +398,34 @@ def test_names_hvd_lite_does_not_implement_raise_not_implemented_error():
 def shared_is_homogeneous():
     """The one implementation every adapter exports (hvd_lite._build)."""
     from hvd_lite import _build
+
     return _build.is_homogeneous
 
 
 def test_the_build_queries_answer_for_an_mpi_cpu_build():
     n = hvd.size()
-    agree(hvd.mpi_built() and hvd.mpi_enabled() and not hvd.gloo_built() and not hvd.gloo_enabled()
-          and not hvd.nccl_built() and hvd.cuda_built() is bool(hvd_lite.build_info()["cuda"])
-          and not hvd.rocm_built() and
-          not hvd.ddl_built() and not hvd.ccl_built() and hvd.is_homogeneous() is True and
-          hvd.is_homogeneous is shared_is_homogeneous() and int(hvd.size_op()) == n and
-          int(hvd.rank_op()) == hvd.rank() and int(hvd.local_size_op()) == hvd.local_size() and
-          int(hvd.local_rank_op()) == hvd.local_rank() and
-          int(hvd.process_set_included_op()) == 1 and hvd.check_num_rank_power_of_2(4) and
-          not hvd.check_num_rank_power_of_2(6) and hvd.global_process_set.size() == n, "")
+    agree(
+        hvd.mpi_built()
+        and hvd.mpi_enabled()
+        and not hvd.gloo_built()
+        and not hvd.gloo_enabled()
+        and not hvd.nccl_built()
+        and hvd.cuda_built() is bool(hvd_lite.build_info()["cuda"])
+        and not hvd.rocm_built()
+        and not hvd.ddl_built()
+        and not hvd.ccl_built()
+        and hvd.is_homogeneous() is True
+        and hvd.is_homogeneous is shared_is_homogeneous()
+        and int(hvd.size_op()) == n
+        and int(hvd.rank_op()) == hvd.rank()
+        and int(hvd.local_size_op()) == hvd.local_size()
+        and int(hvd.local_rank_op()) == hvd.local_rank()
+        and int(hvd.process_set_included_op()) == 1
+        and hvd.check_num_rank_power_of_2(4)
+        and not hvd.check_num_rank_power_of_2(6)
+        and hvd.global_process_set.size() == n,
+        "",
+    )
 
 
 def test_every_dtype_the_core_has_is_reduced_gathered_and_broadcast_and_the_others_refused():
@@ -239,19 +446,20 @@ def test_every_dtype_the_core_has_is_reduced_gathered_and_broadcast_and_the_othe
                 if got.dtype != dt or not np.array_equal(np.asarray(got.numpy(), float), want):
                     wrong.append(f"{dt.name}: {got} != {want}")
         else:
-            for call in (lambda: hvd.allreduce(x), lambda: hvd.allgather(x),
-                         lambda: hvd.broadcast(x, 0)):
+            for call in (lambda: hvd.allreduce(x), lambda: hvd.allgather(x), lambda: hvd.broadcast(x, 0)):
                 try:
                     call()
                     wrong.append(f"{dt.name} accepted")
                 except TypeError as exc:
                     if f"unsupported dtype {dt.name}" not in str(exc):
                         wrong.append(repr(exc))
-    base = {tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
-            tf.float64}
+    base = {tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64}
     agree(not wrong and base <= supported, f"{wrong}; supported {sorted(d.name for d in supported)}")
-    raises_before_submitting(TypeError, "unsupported dtype complex64",
-                             lambda: hvd.grouped_allreduce([tf.ones([2]), tf.ones([2], tf.complex64)]))
+    raises_before_submitting(
+        TypeError,
+        "unsupported dtype complex64",
+        lambda: hvd.grouped_allreduce([tf.ones([2]), tf.ones([2], tf.complex64)]),
+    )
 
 
 @pytest.mark.mpi(min_size=2)
@@ -259,16 +467,24 @@ def test_collectives_that_disagree_across_ranks_raise_horovods_error_types():
     """Eagerly: a mismatch is tf.errors.FailedPreconditionError (and hvd_lite.CollectiveError), as
     in Horovod; alltoall splits that do not add up are tf.errors.InvalidArgumentError."""
     r = hvd.rank()
-    raises_on_every_rank(tf.errors.FailedPreconditionError, "shape",
-                         lambda: hvd.allreduce(tf.ones([2 + r]), name="api.shape"))
-    raises_on_every_rank(hvd_lite.CollectiveError, "dtype",
-                         lambda: hvd.allreduce(tf.ones([2], tf.float32 if r else tf.float64),
-                                               name="api.dtype"))
-    raises_on_every_rank(tf.errors.FailedPreconditionError, "root",
-                         lambda: hvd.broadcast(tf.ones([2]), root_rank=r, name="api.root"))
-    raises_on_every_rank(tf.errors.InvalidArgumentError, "splits",
-                         lambda: hvd.alltoall(tf.ones([3]), splits=[3] + [1] * (hvd.size() - 1),
-                                              name="api.splits"))
+    raises_on_every_rank(
+        tf.errors.FailedPreconditionError, "shape", lambda: hvd.allreduce(tf.ones([2 + r]), name="api.shape")
+    )
+    raises_on_every_rank(
+        hvd_lite.CollectiveError,
+        "dtype",
+        lambda: hvd.allreduce(tf.ones([2], tf.float32 if r else tf.float64), name="api.dtype"),
+    )
+    raises_on_every_rank(
+        tf.errors.FailedPreconditionError,
+        "root",
+        lambda: hvd.broadcast(tf.ones([2]), root_rank=r, name="api.root"),
+    )
+    raises_on_every_rank(
+        tf.errors.InvalidArgumentError,
+        "splits",
+        lambda: hvd.alltoall(tf.ones([3]), splits=[3] + [1] * (hvd.size() - 1), name="api.splits"),
+    )
     out = hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="api.after")  # the engine carries on
     agree(np.allclose(out.numpy(), hvd.size()), str(out))
 
@@ -279,31 +495,60 @@ def test_arguments_hvd_lite_cannot_honour_raise_before_anything_is_sent():
     for exc, match, call in [
         (TypeError, "process_set", lambda: hvd.allreduce(x, process_set=object())),
         (TypeError, "process_set", lambda: hvd.allgather(x, process_set="other")),
-        (TypeError, "process_set", lambda: hvd.DistributedGradientTape(tf.GradientTape(),
-                                                                       process_set=object())),
+        (
+            TypeError,
+            "process_set",
+            lambda: hvd.DistributedGradientTape(tf.GradientTape(), process_set=object()),
+        ),
         (ValueError, "device_dense", lambda: hvd.allreduce(x, device_dense="/gpu:0")),
         (ValueError, "supersedes average", lambda: hvd.allreduce(x, average=True, op=hvd.Sum)),
         (NotImplementedError, "Sum and Average", lambda: hvd.allreduce(sl, op=hvd.Max)),
         (NotImplementedError, "prescale", lambda: hvd.allreduce(sl, prescale_factor=2.0)),
-        (ValueError, "gradient_predivide_factor", lambda: hvd.DistributedGradientTape(
-            tf.GradientTape(), op=hvd.Sum, gradient_predivide_factor=2.0)),
+        (
+            ValueError,
+            "gradient_predivide_factor",
+            lambda: hvd.DistributedGradientTape(tf.GradientTape(), op=hvd.Sum, gradient_predivide_factor=2.0),
+        ),
         (ValueError, "groups", lambda: hvd.DistributedGradientTape(tf.GradientTape(), groups=-1)),
-        (ValueError, "op currently only supports",
-         lambda: hvdk.DistributedOptimizer(keras.optimizers.SGD(), op=hvd.Max)),
-        (ValueError, "backward_passes_per_step",
-         lambda: hvdk.DistributedOptimizer(keras.optimizers.SGD(), backward_passes_per_step=0)),
-        (ValueError, "use_locking", lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(),
-                                                                     use_locking=True)),
+        (
+            ValueError,
+            "op currently only supports",
+            lambda: hvdk.DistributedOptimizer(keras.optimizers.SGD(), op=hvd.Max),
+        ),
+        (
+            ValueError,
+            "backward_passes_per_step",
+            lambda: hvdk.DistributedOptimizer(keras.optimizers.SGD(), backward_passes_per_step=0),
+        ),
+        (
+            ValueError,
+            "use_locking",
+            lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), use_locking=True),
+        ),
         (ValueError, "session", lambda: hvd.broadcast_object(1, session=object())),
         (ValueError, "legacy_opts", lambda: hvdk.load_model("x.keras", legacy_opts=True)),
         (RuntimeError, "broadcast_variables", lambda: hvd.broadcast_global_variables(0)),
-        (ValueError, "local layers", lambda: hvd.PartialDistributedGradientTape(
-            tf.GradientTape(), local_layers=[object()])),
-        (ValueError, "bytes_per_pack", lambda: hvd.MultiWorkerMirroredStrategy(
-            tf.distribute.experimental.CommunicationOptions(bytes_per_pack=1024))),
-        (ValueError, "implementation", lambda: hvd.MultiWorkerMirroredStrategy(
-            tf.distribute.experimental.CommunicationOptions(
-                implementation=tf.distribute.experimental.CommunicationImplementation.NCCL))),
+        (
+            ValueError,
+            "local layers",
+            lambda: hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=[object()]),
+        ),
+        (
+            ValueError,
+            "bytes_per_pack",
+            lambda: hvd.MultiWorkerMirroredStrategy(
+                tf.distribute.experimental.CommunicationOptions(bytes_per_pack=1024)
+            ),
+        ),
+        (
+            ValueError,
+            "implementation",
+            lambda: hvd.MultiWorkerMirroredStrategy(
+                tf.distribute.experimental.CommunicationOptions(
+                    implementation=tf.distribute.experimental.CommunicationImplementation.NCCL
+                )
+            ),
+        ),
     ]:
         raises_before_submitting(exc, match, call)
 
@@ -328,10 +573,14 @@ def test_indexed_slices_are_gathered_and_dense_gradients_grouped_as_asked():
     with engine_calls() as calls:
         grads = tape.gradient(loss, [emb] + ws)
     submits = sum(1 for kind, _ in calls if kind == "submit")
-    agree(isinstance(out, tf.IndexedSlices) and np.allclose(dense, want) and
-          not isinstance(grads[0], tf.IndexedSlices) and
-          np.allclose(grads[1].numpy(), (n + 1) / 2) and (submits == 4 if n > 1 else True),
-          f"{dense} vs {want}; {submits} submissions")
+    agree(
+        isinstance(out, tf.IndexedSlices)
+        and np.allclose(dense, want)
+        and not isinstance(grads[0], tf.IndexedSlices)
+        and np.allclose(grads[1].numpy(), (n + 1) / 2)
+        and (submits == 4 if n > 1 else True),
+        f"{dense} vs {want}; {submits} submissions",
+    )
 
 
 def test_allgather_broadcast_reducescatter_and_alltoall_are_differentiable_as_in_horovod():
@@ -345,13 +594,16 @@ def test_allgather_broadcast_reducescatter_and_alltoall_are_differentiable_as_in
         a = tf.reduce_sum(hvd.alltoall(y) * float(r + 1))
     dg, db, ds, da = (tape.gradient(v, w) for v, w in ((g, x), (b, y), (s, y), (a, y)))
     want_a = np.repeat(np.arange(1, n + 1, dtype=float), 2)[:, None] * np.ones((1, 2))
-    agree(np.allclose(dg, 2.0) and np.allclose(db, 3.0 if r == 0 else 0.0) and
-          np.allclose(ds, n) and np.allclose(da, want_a),
-          f"{dg.numpy()} {db.numpy()} {ds.numpy()} {da.numpy()}")
+    agree(
+        np.allclose(dg, 2.0)
+        and np.allclose(db, 3.0 if r == 0 else 0.0)
+        and np.allclose(ds, n)
+        and np.allclose(da, want_a),
+        f"{dg.numpy()} {db.numpy()} {ds.numpy()} {da.numpy()}",
+    )
 
 
-def test_keras_names_reduce_python_values_and_a_saved_model_loads_with_its_optimizer_wrapped(
-        tmp_path):
+def test_keras_names_reduce_python_values_and_a_saved_model_loads_with_its_optimizer_wrapped(tmp_path):
     n = hvd.size()
     total = hvdk.allreduce([1.0, 2.0], op=hvdk.Sum)
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
@@ -403,14 +655,37 @@ def test_autograph_calls_hvd_lites_entry_points_as_they_are_and_still_converts_t
     from tensorflow.python.autograph.impl.api import is_autograph_artifact
 
     tape = hvd.DistributedGradientTape(tf.GradientTape())
-    entries = {f"hvd_lite.tensorflow.{n}": getattr(hvd, n) for n in (
-        "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
-        "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "join", "barrier",
-        "size_op", "local_size_op", "rank_op", "local_rank_op", "process_set_included_op",
-        "broadcast_variables", "broadcast_global_variables", "DistributedGradientTape",
-        "PartialDistributedGradientTape")}
-    entries.update({f"hvd_lite.keras.{n}": getattr(hvdk, n) for n in (
-        "allreduce", "allgather", "broadcast", "reducescatter", "broadcast_global_variables")})
+    entries = {
+        f"hvd_lite.tensorflow.{n}": getattr(hvd, n)
+        for n in (
+            "allreduce",
+            "grouped_allreduce",
+            "allgather",
+            "grouped_allgather",
+            "broadcast",
+            "broadcast_",
+            "alltoall",
+            "reducescatter",
+            "grouped_reducescatter",
+            "join",
+            "barrier",
+            "size_op",
+            "local_size_op",
+            "rank_op",
+            "local_rank_op",
+            "process_set_included_op",
+            "broadcast_variables",
+            "broadcast_global_variables",
+            "DistributedGradientTape",
+            "PartialDistributedGradientTape",
+        )
+    }
+    entries.update(
+        {
+            f"hvd_lite.keras.{n}": getattr(hvdk, n)
+            for n in ("allreduce", "allgather", "broadcast", "reducescatter", "broadcast_global_variables")
+        }
+    )
     for method in ("gradient", "get_local_and_global_gradients", "register_local_source"):
         entries[f"DistributedGradientTape.{method}"] = getattr(tape, method)
     entries["DistributedOptimizer.apply"] = hvdk.DistributedOptimizer(keras.optimizers.SGD(0.1)).apply
@@ -428,15 +703,22 @@ def test_autograph_calls_hvd_lites_entry_points_as_they_are_and_still_converts_t
 
     @tf.function
     def compressed(x):
-        return (hvd.allreduce(x, op=hvd.Sum, compression=_PlusOne),
-                hvd.reducescatter(tf.tile(x, [n]), op=hvd.Sum, compression=_PlusOne),
-                hvd.allreduce(x, op=hvd.Sum, compression=_BFloat16))
+        return (
+            hvd.allreduce(x, op=hvd.Sum, compression=_PlusOne),
+            hvd.reducescatter(tf.tile(x, [n]), op=hvd.Sum, compression=_PlusOne),
+            hvd.allreduce(x, op=hvd.Sum, compression=_BFloat16),
+        )
 
     x = tf.constant([1.0, 2.0]) * (r + 1)
     got = step(x).numpy()
     outs = [t.numpy() for t in compressed(x)]
     want = np.array([1.0, 2.0]) * n * (n + 1) / 2
-    agree(not converted and np.allclose(got, want) and np.allclose(outs[0], want + n)
-          and np.allclose(outs[1], want + n) and np.allclose(outs[2], want)
-          and outs[2].dtype == np.float32,
-          f"converted by AutoGraph: {converted}; the step gave {got}; with the compressors {outs}")
+    agree(
+        not converted
+        and np.allclose(got, want)
+        and np.allclose(outs[0], want + n)
+        and np.allclose(outs[1], want + n)
+        and np.allclose(outs[2], want)
+        and outs[2].dtype == np.float32,
+        f"converted by AutoGraph: {converted}; the step gave {got}; with the compressors {outs}",
+    )

@@ -4,6 +4,7 @@ process_set_included_op by id), every TF collective inside disjoint and overlapp
 exact results, eager and in tf.function, gradients that run in the collective's set, the gradient
 tape and the Keras optimizer reducing within their set (a non-member keeps its gradients, as in
 Horovod), and a non-member's ValueError before anything is sent."""
+
 import contextlib
 import inspect
 import os
@@ -13,8 +14,7 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
-                                              "(pip install -e '.[tensorflow]')")
+tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[tensorflow]')")
 keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip install -e '.[tensorflow]')")
 
 from conftest import agree, everywhere, raises_before_submitting  # noqa: E402
@@ -50,9 +50,16 @@ def test_the_process_set_api_is_the_cores_in_tensorflow_and_keras():
     import hvd_lite.tensorflow.keras as tfk
 
     names = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set"]
-    defaults = [inspect.signature(f).parameters["process_set"].default for f in
-                (hvd.allreduce, hvd.broadcast_variables, hvd.DistributedGradientTape,
-                 hvd.DistributedOptimizer, hvdk.DistributedOptimizer)]
+    defaults = [
+        inspect.signature(f).parameters["process_set"].default
+        for f in (
+            hvd.allreduce,
+            hvd.broadcast_variables,
+            hvd.DistributedGradientTape,
+            hvd.DistributedOptimizer,
+            hvdk.DistributedOptimizer,
+        )
+    ]
     with everywhere():
         for module in (hvd, hvdk, tfk):
             assert [getattr(module, a) for a in names] == [getattr(hvd_lite, a) for a in names]
@@ -107,17 +114,18 @@ def exercise(ps, traced) -> list:
     got = hvd.allreduce(tf.cast(mine, tf.float64), process_set=ps)
     check("allreduce Average", np.array_equal(got, want / m), got)
     got = hvd.grouped_allreduce([mine, 2 * mine], op=hvd.Sum, process_set=ps)
-    check("grouped_allreduce", np.array_equal(got[0], want) and np.array_equal(got[1], 2 * want),
-          got)
+    check("grouped_allreduce", np.array_equal(got[0], want) and np.array_equal(got[1], 2 * want), got)
     sl = tf.IndexedSlices(tf.fill([1, 2], float(r)), tf.constant([i]), tf.constant([m, 2]))
     got = tf.convert_to_tensor(hvd.allreduce(sl, process_set=ps))
     check("allreduce IndexedSlices", np.allclose(got, np.array([[q, q] for q in R]) / m), got)
     got = hvd.allgather(tf.fill([r + 1, 2], r), process_set=ps)
-    check("allgather", np.array_equal(got, np.concatenate([np.full((q + 1, 2), q) for q in R])),
-          got)
+    check("allgather", np.array_equal(got, np.concatenate([np.full((q + 1, 2), q) for q in R])), got)
     got = hvd.grouped_allgather([tf.constant([r]), tf.constant([r, r])], process_set=ps)
-    check("grouped_allgather", list(got[0].numpy()) == R and
-          list(got[1].numpy()) == [q for q in R for _ in (0, 1)], got)
+    check(
+        "grouped_allgather",
+        list(got[0].numpy()) == R and list(got[1].numpy()) == [q for q in R for _ in (0, 1)],
+        got,
+    )
     got = hvd.broadcast(tf.constant([r, 7]), R[-1], process_set=ps)
     check("broadcast", list(got.numpy()) == [R[-1], 7], got)
     v = tf.Variable([float(r)])
@@ -127,15 +135,17 @@ def exercise(ps, traced) -> list:
     x = np.concatenate([np.full(splits[j], 100 * r + j, np.int64) for j in range(m)])
     got, received = hvd.alltoall(tf.constant(x), splits=splits, process_set=ps)
     want_rows = np.concatenate([np.full((q + i) % 3, 100 * q + i, np.int64) for q in R])
-    check("alltoall", np.array_equal(got, want_rows) and
-          list(received.numpy()) == [(q + i) % 3 for q in R], (got, received))
+    check(
+        "alltoall",
+        np.array_equal(got, want_rows) and list(received.numpy()) == [(q + i) % 3 for q in R],
+        (got, received),
+    )
     rows = 2 * m + 1
     block = rows // m + (1 if i < rows % m else 0)
     got = hvd.reducescatter(tf.fill([rows, 2], r), op=hvd.Sum, process_set=ps)
     check("reducescatter", got.shape == (block, 2) and (got.numpy() == sum(R)).all(), got)
     got = hvd.grouped_reducescatter([tf.fill([rows], r)] * 2, op=hvd.Sum, process_set=ps)
-    check("grouped_reducescatter", all(g.shape == (block,) and (g.numpy() == sum(R)).all()
-                                       for g in got), got)
+    check("grouped_reducescatter", all(g.shape == (block,) and (g.numpy() == sum(R)).all() for g in got), got)
     hvd.barrier(process_set=ps)
     ws = [tf.Variable(tf.fill([2], float(r))), tf.Variable([r])]
     hvd.broadcast_variables(ws, root_rank=R[-1], process_set=ps)
@@ -145,8 +155,11 @@ def exercise(ps, traced) -> list:
     got = hvd.allgather_object(("o", r), process_set=ps)
     check("allgather_object", got == [("o", q) for q in R], got)
     total, gathered, root = traced(tf.constant([float(r)]), ps)
-    check("in tf.function", float(total[0]) == sum(R) and list(gathered.numpy()) == R and
-          float(root[0]) == R[0], (total, gathered, root))
+    check(
+        "in tf.function",
+        float(total[0]) == sum(R) and list(gathered.numpy()) == R and float(root[0]) == R[0],
+        (total, gathered, root),
+    )
     return bad
 
 
@@ -158,8 +171,11 @@ def test_every_tf_collective_in_a_set_gives_exact_results(name):
 
     @tf.function
     def traced(x, ps):  # one trace per set
-        return (hvd.allreduce(x, op=hvd.Sum, process_set=ps), hvd.allgather(x, process_set=ps),
-                hvd.broadcast(x, ps.ranks[0], process_set=ps))
+        return (
+            hvd.allreduce(x, op=hvd.Sum, process_set=ps),
+            hvd.allgather(x, process_set=ps),
+            hvd.broadcast(x, ps.ranks[0], process_set=ps),
+        )
 
     with added(*layout(n, name)) as sets:
         bad = []
@@ -190,14 +206,21 @@ def test_gradients_of_tf_collectives_run_in_the_collectives_set():
                 b = tf.reduce_sum(hvd.broadcast(y, R[-1], process_set=ps) * (r + 1))
                 rs = tf.reduce_sum(hvd.reducescatter(y, op=hvd.Sum, process_set=ps))
                 a = tf.reduce_sum(hvd.alltoall(y, process_set=ps) * (r + 1))
-            ds, dg, db, drs, da = (tape.gradient(v, w).numpy()
-                                   for v, w in ((s, y), (g, x), (b, y), (rs, y), (a, y)))
+            ds, dg, db, drs, da = (
+                tape.gradient(v, w).numpy() for v, w in ((s, y), (g, x), (b, y), (rs, y), (a, y))
+            )
             want_a = np.repeat(np.array(R, float) + 1, 2)[:, None] * np.ones((1, 2))
-            if not (np.array_equal(ds, np.full_like(ds, sum(R) + m)) and np.allclose(dg, mean) and
-                    np.allclose(db, mean if r == R[-1] else 0.0) and
-                    np.array_equal(drs, np.full_like(drs, m)) and np.array_equal(da, want_a)):
-                bad.append(f"set {R}: allreduce {ds[0]} allgather {dg[0]} broadcast {db[0]} "
-                           f"reducescatter {drs[0]} alltoall {da[:, 0]}")
+            if not (
+                np.array_equal(ds, np.full_like(ds, sum(R) + m))
+                and np.allclose(dg, mean)
+                and np.allclose(db, mean if r == R[-1] else 0.0)
+                and np.array_equal(drs, np.full_like(drs, m))
+                and np.array_equal(da, want_a)
+            ):
+                bad.append(
+                    f"set {R}: allreduce {ds[0]} allgather {dg[0]} broadcast {db[0]} "
+                    f"reducescatter {drs[0]} alltoall {da[:, 0]}"
+                )
         agree(not bad, "; ".join(bad))
 
 
@@ -218,9 +241,12 @@ def test_the_tape_and_the_keras_optimizer_reduce_within_their_set_and_non_member
         w = keras.Variable(np.ones(2), dtype="float64")
         opt = hvdk.DistributedOptimizer(keras.optimizers.SGD(1.0), process_set=evens)
         opt.apply_gradients([(tf.constant(c[r]), w)])
-        agree(np.allclose(dv, want) and np.allclose(dlocal, c[r] / evens.size()) and
-              np.allclose(w.numpy(), 1.0 - want),
-              f"tape {dv} local {dlocal} keras {w.numpy()} vs {want}")
+        agree(
+            np.allclose(dv, want)
+            and np.allclose(dlocal, c[r] / evens.size())
+            and np.allclose(w.numpy(), 1.0 - want),
+            f"tape {dv} local {dlocal} keras {w.numpy()} vs {want}",
+        )
 
 
 def test_a_non_member_gets_a_value_error_before_anything_is_sent():
@@ -250,13 +276,17 @@ def test_a_non_member_gets_a_value_error_before_anything_is_sent():
         for call in calls:
             raises_before_submitting(ValueError, f"rank {r} is not a member", call)
     for exc, match, call in [
-        (ValueError, "is not registered",
-         lambda: hvd.allreduce(x, process_set=hvd.ProcessSet([0]))),
-        (TypeError, "process_set must be a hvd_lite.ProcessSet",
-         lambda: hvd.allgather(x, process_set=[0])),
-        (ValueError, "is not registered", lambda: hvd.DistributedGradientTape(
-            tf.GradientTape(), process_set=hvd.ProcessSet([0]))),
-        (TypeError, "process_set must be a hvd_lite.ProcessSet",
-         lambda: hvdk.DistributedOptimizer(keras.optimizers.SGD(), process_set=object())),
+        (ValueError, "is not registered", lambda: hvd.allreduce(x, process_set=hvd.ProcessSet([0]))),
+        (TypeError, "process_set must be a hvd_lite.ProcessSet", lambda: hvd.allgather(x, process_set=[0])),
+        (
+            ValueError,
+            "is not registered",
+            lambda: hvd.DistributedGradientTape(tf.GradientTape(), process_set=hvd.ProcessSet([0])),
+        ),
+        (
+            TypeError,
+            "process_set must be a hvd_lite.ProcessSet",
+            lambda: hvdk.DistributedOptimizer(keras.optimizers.SGD(), process_set=object()),
+        ),
     ]:
         raises_before_submitting(exc, match, call)

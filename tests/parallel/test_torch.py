@@ -1,5 +1,6 @@
 """hvd_lite.torch at 1-4 ranks: the collectives on tensors, autograd, DistributedOptimizer against one
 process and against DDP, and the state helpers."""
+
 import socket
 
 import numpy as np
@@ -13,8 +14,18 @@ import hvd_lite.torch as hvd  # noqa: E402
 
 pytestmark = pytest.mark.mpi
 
-DTYPES = [torch.int8, torch.uint8, torch.int16, torch.uint16, torch.int32, torch.int64,
-          torch.float16, torch.bfloat16, torch.float32, torch.float64]
+DTYPES = [
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.uint16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+]
 
 
 def rank_size():
@@ -33,13 +44,14 @@ def every_rank(shape, dtype, seed=0):
 
 # ------------------------------------------------------------------ collectives on tensors
 
-@pytest.mark.parametrize("call", ["allreduce", "allreduce_", "broadcast", "broadcast_",
-                                  "allreduce_grad"])
+
+@pytest.mark.parametrize("call", ["allreduce", "allreduce_", "broadcast", "broadcast_", "allreduce_grad"])
 def test_unnamed_synchronous_calls_share_one_name_and_the_cache(call):
     """As in the numpy API (test_engine.py): an unnamed synchronous call, and the allreduce in an
     allreduce's or broadcast's backward, runs under its set's one synchronous name, so after the
     first every call is ready from the response cache (none announces a name) with exact sums."""
     from hvd_lite import basics
+
     r, n = rank_size()
     x = torch.arange(12, dtype=torch.float32) + r
 
@@ -47,15 +59,21 @@ def test_unnamed_synchronous_calls_share_one_name_and_the_cache(call):
         t = x.clone().requires_grad_()
         hvd.allreduce(t, op=hvd.Sum).sum().backward()
         return t.grad
-    run = {"allreduce": lambda: hvd.allreduce(x, op=hvd.Sum),
-           "allreduce_": lambda: hvd.allreduce_(x.clone(), op=hvd.Sum),
-           "broadcast": lambda: hvd.broadcast(x, root_rank=0),
-           "broadcast_": lambda: hvd.broadcast_(x.clone(), root_rank=0),
-           "allreduce_grad": grad}[call]
-    want = {"allreduce": torch.arange(12.0) * n + n * (n - 1) / 2,
-            "allreduce_": torch.arange(12.0) * n + n * (n - 1) / 2,
-            "broadcast": torch.arange(12.0), "broadcast_": torch.arange(12.0),
-            "allreduce_grad": torch.full((12,), float(n))}[call]
+
+    run = {
+        "allreduce": lambda: hvd.allreduce(x, op=hvd.Sum),
+        "allreduce_": lambda: hvd.allreduce_(x.clone(), op=hvd.Sum),
+        "broadcast": lambda: hvd.broadcast(x, root_rank=0),
+        "broadcast_": lambda: hvd.broadcast_(x.clone(), root_rank=0),
+        "allreduce_grad": grad,
+    }[call]
+    want = {
+        "allreduce": torch.arange(12.0) * n + n * (n - 1) / 2,
+        "allreduce_": torch.arange(12.0) * n + n * (n - 1) / 2,
+        "broadcast": torch.arange(12.0),
+        "broadcast_": torch.arange(12.0),
+        "allreduce_grad": torch.full((12,), float(n)),
+    }[call]
     run()
     engine = basics._engine()
     before = engine.stats()
@@ -65,9 +83,11 @@ def test_unnamed_synchronous_calls_share_one_name_and_the_cache(call):
     cached = after["cached_ready"] - before["cached_ready"]
     exact = all(torch.equal(o, want) for o in outs)
     calls = 10 if call == "allreduce_grad" else 5  # forward and backward
-    agree((announced, cached, exact) == (0, calls, True),
-          f"{call}: {announced} names announced, {cached} ready from the cache, exact {exact}; "
-          f"want 0, {calls}, True")
+    agree(
+        (announced, cached, exact) == (0, calls, True),
+        f"{call}: {announced} names announced, {cached} ready from the cache, exact {exact}; "
+        f"want 0, {calls}, True",
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -100,18 +120,23 @@ def test_in_place_on_a_non_contiguous_tensor_is_refused_and_out_of_place_copies(
     r, n = rank_size()
     base = torch.arange(12.0).reshape(3, 4)
     view = base.t()
-    raises_on_every_rank(ValueError, "not contiguous",
-                         lambda: hvd.allreduce_(view, name="t.noncontig.inplace"))
-    raises_on_every_rank(ValueError, "not contiguous",
-                         lambda: hvd.broadcast_(view, 0, name="t.noncontig.bcast"))
+    raises_on_every_rank(
+        ValueError, "not contiguous", lambda: hvd.allreduce_(view, name="t.noncontig.inplace")
+    )
+    raises_on_every_rank(
+        ValueError, "not contiguous", lambda: hvd.broadcast_(view, 0, name="t.noncontig.bcast")
+    )
     out = hvd.allreduce(view, op=hvd.Sum, name="t.noncontig")
     agree(torch.equal(out, view * n) and out.is_contiguous(), str(out))
 
 
 def test_unsupported_dtype_is_a_type_error_and_a_value_error_as_horovods():
     for cls in (TypeError, ValueError):
-        raises_on_every_rank(cls, "unsupported dtype torch.complex64",
-                             lambda: hvd.allreduce(torch.zeros(3, dtype=torch.complex64)))
+        raises_on_every_rank(
+            cls,
+            "unsupported dtype torch.complex64",
+            lambda: hvd.allreduce(torch.zeros(3, dtype=torch.complex64)),
+        )
     raises_on_every_rank(TypeError, "torch.Tensor", lambda: hvd.allreduce(np.zeros(3, np.float32)))
 
 
@@ -122,8 +147,12 @@ def test_async_poll_synchronize_and_average_argument():
     h2 = hvd.allreduce_async_(x.clone(), average=False, name="t.async_")
     out = hvd.synchronize(h)
     out2 = hvd.synchronize(h2)
-    agree(hvd.poll(h) and torch.allclose(out, torch.full((7,), (n - 1) / 2))
-          and torch.allclose(out2, torch.full((7,), n * (n - 1) / 2.0)), f"{out} {out2}")
+    agree(
+        hvd.poll(h)
+        and torch.allclose(out, torch.full((7,), (n - 1) / 2))
+        and torch.allclose(out2, torch.full((7,), n * (n - 1) / 2.0)),
+        f"{out} {out2}",
+    )
 
 
 def test_grouped_allreduce_variants():
@@ -134,43 +163,62 @@ def test_grouped_allreduce_variants():
     ys = [x.clone() for x in xs]
     hvd.grouped_allreduce_(ys, op=hvd.Sum, name="t.grouped_")
     asyncs = hvd.synchronize(hvd.grouped_allreduce_async(xs, op=hvd.Sum))  # one handle, as Horovod
-    ok = all(torch.equal(a, w) and torch.equal(b, w) and torch.equal(c, w)
-             for a, b, c, w in zip(outs, ys, asyncs, want))
+    ok = all(
+        torch.equal(a, w) and torch.equal(b, w) and torch.equal(c, w)
+        for a, b, c, w in zip(outs, ys, asyncs, want)
+    )
     agree(ok, f"{outs} {ys}")
 
 
 # A later entry that every rank refuses: (exception, message, entry, refused by the in-place
 # calls only: the others copy a non-contiguous tensor).
 BAD_LATER_TENSORS = {
-    "unsupported-dtype": (TypeError, "unsupported dtype torch.complex64",
-                          torch.ones(3, dtype=torch.complex64), False),
+    "unsupported-dtype": (
+        TypeError,
+        "unsupported dtype torch.complex64",
+        torch.ones(3, dtype=torch.complex64),
+        False,
+    ),
     "not-a-tensor": (TypeError, "expects a torch.Tensor, got ndarray", np.ones(3, np.float32), False),
     "not-contiguous": (ValueError, "not contiguous", torch.ones(4, 4).t(), True),
     "too-many-dimensions": (ValueError, "more than 16 dimensions", torch.ones((1,) * 17), False),
 }
 
 
-@pytest.mark.parametrize("call,bad", [
-    (call, bad) for call in ("grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
-                             "grouped_allreduce_async_")
-    for bad, (*_, in_place_only) in BAD_LATER_TENSORS.items() if call.endswith("_") or not in_place_only])
+@pytest.mark.parametrize(
+    "call,bad",
+    [
+        (call, bad)
+        for call in (
+            "grouped_allreduce",
+            "grouped_allreduce_",
+            "grouped_allreduce_async",
+            "grouped_allreduce_async_",
+        )
+        for bad, (*_, in_place_only) in BAD_LATER_TENSORS.items()
+        if call.endswith("_") or not in_place_only
+    ],
+)
 def test_a_grouped_allreduce_with_a_bad_later_tensor_raises_everywhere_and_submits_nothing(call, bad):
     r, n = rank_size()
     exc_type, match, entry, _ = BAD_LATER_TENSORS[bad]
     good = [torch.full((3,), float(r + 1)), torch.ones(2)]
-    raises_before_submitting(exc_type, match, lambda: getattr(hvd, call)(good + [entry], op=hvd.Sum,
-                                                                         name="t.bad.later"))
+    raises_before_submitting(
+        exc_type, match, lambda: getattr(hvd, call)(good + [entry], op=hvd.Sum, name="t.bad.later")
+    )
     agree(torch.equal(good[0], torch.full((3,), float(r + 1))), f"the first entry changed: {good[0]}")
     # the same names again: nothing of the refused call is in flight, and the engine still works
     outs = hvd.grouped_allreduce(good, op=hvd.Sum, name="t.bad.later")
-    agree(torch.equal(outs[0], torch.full((3,), n * (n + 1) / 2))
-          and torch.equal(outs[1], torch.full((2,), float(n))), f"after the refused call: {outs}")
+    agree(
+        torch.equal(outs[0], torch.full((3,), n * (n + 1) / 2))
+        and torch.equal(outs[1], torch.full((2,), float(n))),
+        f"after the refused call: {outs}",
+    )
 
 
 def test_prescale_postscale():
     r, n = rank_size()
-    out = hvd.allreduce(torch.ones(4), op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.25,
-                        name="t.scale")
+    out = hvd.allreduce(torch.ones(4), op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.25, name="t.scale")
     agree(torch.allclose(out, torch.full((4,), n * 0.5)), str(out))
 
 
@@ -180,8 +228,10 @@ def test_allgather_rows_differ_per_rank_and_keep_dtype():
     out = hvd.allgather(x, name="t.allgather")
     want = torch.cat([torch.full((q + 1, 2), q, dtype=torch.bfloat16) for q in range(n)])
     outs = hvd.grouped_allgather([x, x.to(torch.int32)], name="t.gallgather")
-    agree(out.dtype == torch.bfloat16 and torch.equal(out, want)
-          and torch.equal(outs[1], want.to(torch.int32)), str(out))
+    agree(
+        out.dtype == torch.bfloat16 and torch.equal(out, want) and torch.equal(outs[1], want.to(torch.int32)),
+        str(out),
+    )
 
 
 def test_broadcast_and_broadcast_in_place():
@@ -191,8 +241,14 @@ def test_broadcast_and_broadcast_in_place():
     out = hvd.broadcast(x, root, name="t.bcast")
     y = x.clone()
     ret = hvd.broadcast_(y, root, name="t.bcast_")
-    agree(ret is y and torch.all(out == root).item() and torch.all(y == root).item()
-          and torch.all(x == r).item() and out.dtype == torch.float16, f"{out} {y}")
+    agree(
+        ret is y
+        and torch.all(out == root).item()
+        and torch.all(y == root).item()
+        and torch.all(x == r).item()
+        and out.dtype == torch.float16,
+        f"{out} {y}",
+    )
 
 
 def test_alltoall_with_and_without_splits():
@@ -202,8 +258,12 @@ def test_alltoall_with_and_without_splits():
     want = torch.cat([torch.arange(2 * r, 2 * r + 2) + 100 * q for q in range(n)])
     splits = torch.tensor([1] * n)
     out2, received = hvd.alltoall(torch.arange(n) + 100 * r, splits=splits, name="t.a2a.splits")
-    agree(torch.equal(out, want) and received.tolist() == [1] * n
-          and out2.tolist() == [100 * q + r for q in range(n)], f"{out} {out2}")
+    agree(
+        torch.equal(out, want)
+        and received.tolist() == [1] * n
+        and out2.tolist() == [100 * q + r for q in range(n)],
+        f"{out} {out2}",
+    )
 
 
 def test_reducescatter_keeps_this_ranks_block():
@@ -226,18 +286,24 @@ def test_join_returns_the_rank_that_joined_last():
                 x = torch.full((2,), float(r + 1))
                 got = hvd.allreduce(x, op=hvd.Sum, name=f"t.join.{late}")
                 assert torch.equal(got, x), f"the joined ranks sent more than zeros: {got}"
+
             problem = raised(reduce_with_the_joined)
         last = hvd.join()
-        agree(problem is None and last == late,
-              f"rank {late} should join last; join returned {last}; {problem!r}")
+        agree(
+            problem is None and last == late,
+            f"rank {late} should join last; join returned {last}; {problem!r}",
+        )
 
 
 def test_mismatched_shapes_raise_horovod_internal_error_on_every_rank():
     r, n = rank_size()
     if n == 1:
         pytest.skip("needs 2 ranks")
-    raises_on_every_rank(hvd.HorovodInternalError, "Mismatched ALLREDUCE tensor shapes",
-                         lambda: hvd.allreduce(torch.zeros(r + 1), name="t.mismatch"))
+    raises_on_every_rank(
+        hvd.HorovodInternalError,
+        "Mismatched ALLREDUCE tensor shapes",
+        lambda: hvd.allreduce(torch.zeros(r + 1), name="t.mismatch"),
+    )
 
 
 def test_fp16_compression_returns_the_input_dtype():
@@ -245,11 +311,11 @@ def test_fp16_compression_returns_the_input_dtype():
     x = torch.full((10,), 0.1 * (r + 1), dtype=torch.float32)
     out = hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16, name="t.fp16")
     want = 0.1 * n * (n + 1) / 2
-    agree(out.dtype == torch.float32 and torch.allclose(out, torch.full((10,), want), rtol=2e-3),
-          str(out))
+    agree(out.dtype == torch.float32 and torch.allclose(out, torch.full((10,), want), rtol=2e-3), str(out))
 
 
 # ------------------------------------------------------------------ autograd
+
 
 def test_allreduce_gradient_is_the_allreduce_of_the_gradient():
     r, n = rank_size()
@@ -286,14 +352,24 @@ def test_differentiable_calls_record_a_graph_exactly_when_autograd_would(monkeyp
     on and an input that requires grad), and otherwise skips it (mpi_ops._differentiable); under
     forward-mode AD it still refuses, as the Function defines no jvp."""
     from hvd_lite.torch import mpi_ops
+
     r, n = rank_size()
     applied = []
-    for cls in (mpi_ops._Allreduce, mpi_ops._GroupedAllreduce, mpi_ops._Allgather,
-                mpi_ops._GroupedAllgather, mpi_ops._Broadcast, mpi_ops._Alltoall,
-                mpi_ops._Reducescatter, mpi_ops._GroupedReducescatter):
+    for cls in (
+        mpi_ops._Allreduce,
+        mpi_ops._GroupedAllreduce,
+        mpi_ops._Allgather,
+        mpi_ops._GroupedAllgather,
+        mpi_ops._Broadcast,
+        mpi_ops._Alltoall,
+        mpi_ops._Reducescatter,
+        mpi_ops._GroupedReducescatter,
+    ):
+
         def counted(*args, _apply=cls.apply, _name=cls.__name__):
             applied.append(_name)
             return _apply(*args)
+
         monkeypatch.setattr(cls, "apply", counted)
     splits = [2] * n
     calls = {
@@ -307,8 +383,12 @@ def test_differentiable_calls_record_a_graph_exactly_when_autograd_would(monkeyp
         "grouped_allgather": lambda t: hvd.grouped_allgather([t, t * 2])[1],
         "grouped_reducescatter": lambda t: hvd.grouped_reducescatter([t, t * 2], op=hvd.Sum)[1],
     }
-    modes = (("grad", True, True), ("no_grad", True, False), ("grad", False, False),
-             ("inference", True, False))
+    modes = (
+        ("grad", True, True),
+        ("no_grad", True, False),
+        ("grad", False, False),
+        ("inference", True, False),
+    )
     problems = []
     for label, call in calls.items():
         x = torch.arange(4 * n, dtype=torch.float32).reshape(2 * n, 2) + r
@@ -323,11 +403,14 @@ def test_differentiable_calls_record_a_graph_exactly_when_autograd_would(monkeyp
                 with torch.set_grad_enabled(mode == "grad"):
                     out = call(t)
             if (out.grad_fn is not None) != graph or bool(applied) != graph:
-                problems.append(f"{label} {mode} requires_grad={requires}: grad_fn {out.grad_fn}, "
-                                f"Functions applied {applied}")
+                problems.append(
+                    f"{label} {mode} requires_grad={requires}: grad_fn {out.grad_fn}, "
+                    f"Functions applied {applied}"
+                )
             if not torch.equal(out.detach(), want):
                 problems.append(f"{label} {mode} requires_grad={requires}: {out} vs {want}")
     import torch.autograd.forward_ad as fwd
+
     with fwd.dual_level():
         dual = fwd.make_dual(torch.ones(3), torch.ones(3))
         try:
@@ -356,7 +439,7 @@ def batch(step):
 def shard(t):
     r, n = rank_size()
     per = GLOBAL_BATCH // n
-    return t[r * per:(r + 1) * per]
+    return t[r * per : (r + 1) * per]
 
 
 def loss_of(model, x, y):
@@ -400,8 +483,10 @@ def test_distributed_optimizer_matches_one_process_on_the_global_batch():
         opt.step()
     ref = train_reference(4, sgd)
     w, wr = weights(model), weights(ref)
-    agree(torch.allclose(w, wr, atol=1e-6, rtol=1e-5) and same_on_every_rank(w),
-          f"max diff {(w - wr).abs().max().item()}")
+    agree(
+        torch.allclose(w, wr, atol=1e-6, rtol=1e-5) and same_on_every_rank(w),
+        f"max diff {(w - wr).abs().max().item()}",
+    )
 
 
 def test_hooks_start_every_allreduce_during_backward():
@@ -414,8 +499,12 @@ def test_hooks_start_every_allreduce_during_backward():
     submitted = len(opt._hvd_handles)
     err = raised(opt.zero_grad)
     opt.step()
-    agree(submitted == len(list(model.parameters())) and isinstance(err, AssertionError)
-          and "zero_grad" in str(err), f"{submitted} submitted during backward; zero_grad: {err!r}")
+    agree(
+        submitted == len(list(model.parameters()))
+        and isinstance(err, AssertionError)
+        and "zero_grad" in str(err),
+        f"{submitted} submitted during backward; zero_grad: {err!r}",
+    )
 
 
 # DDP's gloo process groups, freed at exit: freed in a test, when the test's frame drops the last
@@ -436,16 +525,16 @@ def test_distributed_optimizer_matches_ddp():
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
     port = comm.bcast(port, root=0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank,
-                            world_size=comm.size)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=comm.rank, world_size=comm.size
+    )
     _GLOO_KEPT.append(dist.group.WORLD)
     try:
         ddp = torch.nn.parallel.DistributedDataParallel(make_model())
         _GLOO_KEPT.append(ddp)
         ddp_opt = sgd(ddp.parameters())
         model = make_model()
-        opt = hvd.DistributedOptimizer(sgd(model.parameters()),
-                                       named_parameters=model.named_parameters())
+        opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters())
         for s in range(3):
             x, y = batch(s)
             for m, o in ((ddp, ddp_opt), (model, opt)):
@@ -462,8 +551,9 @@ def test_distributed_optimizer_matches_ddp():
 
 def test_backward_passes_per_step_accumulates_locally():
     model = make_model()
-    opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters(),
-                                   backward_passes_per_step=2)
+    opt = hvd.DistributedOptimizer(
+        sgd(model.parameters()), named_parameters=model.named_parameters(), backward_passes_per_step=2
+    )
     for s in range(3):
         x, y = batch(s)
         xs, ys = shard(x), shard(y)
@@ -507,8 +597,9 @@ def test_clipping_between_synchronize_and_step():
 
 def test_fp16_compression_stays_close_to_one_process():
     model = make_model()
-    opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters(),
-                                   compression=hvd.Compression.fp16)
+    opt = hvd.DistributedOptimizer(
+        sgd(model.parameters()), named_parameters=model.named_parameters(), compression=hvd.Compression.fp16
+    )
     for s in range(3):
         x, y = batch(s)
         opt.zero_grad()
@@ -517,8 +608,10 @@ def test_fp16_compression_stays_close_to_one_process():
     ref = train_reference(3, sgd)
     w, wr = weights(model), weights(ref)
     grads_fp32 = all(p.grad.dtype == torch.float32 for p in model.parameters())
-    agree(grads_fp32 and torch.allclose(w, wr, atol=2e-3) and same_on_every_rank(w),
-          f"max diff {(w - wr).abs().max().item()}")
+    agree(
+        grads_fp32 and torch.allclose(w, wr, atol=2e-3) and same_on_every_rank(w),
+        f"max diff {(w - wr).abs().max().item()}",
+    )
 
 
 class TwoHeads(torch.nn.Module):
@@ -536,32 +629,39 @@ class TwoHeads(torch.nn.Module):
 def test_a_parameter_used_on_only_one_rank_gets_the_average_everywhere():
     r, n = rank_size()
     model = TwoHeads()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.5), named_parameters=model.named_parameters()
+    )
     x, y = batch(0)
     loss_of(lambda v: model(v, r == 0), shard(x), shard(y)).backward()
     opt.synchronize()
     # rank 0's gradient for `extra`, divided by the number of ranks
     ref = TwoHeads()
-    x0, y0 = x[:GLOBAL_BATCH // n], y[:GLOBAL_BATCH // n]
+    x0, y0 = x[: GLOBAL_BATCH // n], y[: GLOBAL_BATCH // n]
     loss_of(lambda v: ref(v, True), x0, y0).backward()
     want = ref.extra.weight.grad / n
     got = model.extra.weight.grad
     with opt.skip_synchronize():
         opt.step()
-    agree(got is not None and torch.allclose(got, want, atol=1e-7)
-          and same_on_every_rank(weights(model)), f"{got} vs {want}")
+    agree(
+        got is not None and torch.allclose(got, want, atol=1e-7) and same_on_every_rank(weights(model)),
+        f"{got} vs {want}",
+    )
 
 
 def test_named_parameters_duplicate_or_missing_names_are_value_errors():
     model = make_model()
     named = list(model.named_parameters())
-    raises_on_every_rank(ValueError, "duplicate names: 0.weight",
-                         lambda: hvd.DistributedOptimizer(sgd(model.parameters()),
-                                                          named_parameters=named + named[:1]))
-    raises_on_every_rank(ValueError, "does not name 1",
-                         lambda: hvd.DistributedOptimizer(sgd(model.parameters()),
-                                                          named_parameters=named[1:]))
+    raises_on_every_rank(
+        ValueError,
+        "duplicate names: 0.weight",
+        lambda: hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=named + named[:1]),
+    )
+    raises_on_every_rank(
+        ValueError,
+        "does not name 1",
+        lambda: hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=named[1:]),
+    )
 
 
 def test_named_parameters_the_engine_cannot_take_are_value_errors_at_once():
@@ -571,20 +671,27 @@ def test_named_parameters_the_engine_cannot_take_are_value_errors_at_once():
     named = list(model.named_parameters())
     for bad, match in (("a\0x", "contains a NUL character"), ("w" * 500, "the limit is 511")):
         renamed = [(bad, named[0][1])] + named[1:]
-        raises_on_every_rank(ValueError, match,
-                             lambda: hvd.DistributedOptimizer(sgd(model.parameters()),
-                                                              named_parameters=renamed))
+        raises_on_every_rank(
+            ValueError,
+            match,
+            lambda: hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=renamed),
+        )
 
 
 @pytest.mark.mpi(min_size=2)
 def test_tensor_names_that_differ_after_a_nul_are_refused_by_every_call():
     name = "a\0x" if hvd.rank() == 0 else "a\0y"
     t = torch.ones(2)
-    for call in (lambda: hvd.allreduce(t, name=name), lambda: hvd.allreduce_(t, name=name),
-                 lambda: hvd.grouped_allreduce([t], name=name), lambda: hvd.allgather(t, name=name),
-                 lambda: hvd.broadcast_(t, 0, name=name), lambda: hvd.alltoall(t, name=name),
-                 lambda: hvd.reducescatter(t, name=name),
-                 lambda: hvd.broadcast_object(1, 0, name=name)):
+    for call in (
+        lambda: hvd.allreduce(t, name=name),
+        lambda: hvd.allreduce_(t, name=name),
+        lambda: hvd.grouped_allreduce([t], name=name),
+        lambda: hvd.allgather(t, name=name),
+        lambda: hvd.broadcast_(t, 0, name=name),
+        lambda: hvd.alltoall(t, name=name),
+        lambda: hvd.reducescatter(t, name=name),
+        lambda: hvd.broadcast_object(1, 0, name=name),
+    ):
         raises_before_submitting(ValueError, "contains a NUL character", call)
 
 
@@ -602,9 +709,11 @@ class SignSGD(torch.optim.Optimizer):
                     p.add_(p.grad.sign(), alpha=-group["lr"])
 
 
-@pytest.mark.parametrize("make_opt", [lambda ps: SignSGD(ps, lr=0.01),
-                                      lambda ps: torch.optim.Adam(ps, lr=0.01)],
-                         ids=["custom", "adam"])
+@pytest.mark.parametrize(
+    "make_opt",
+    [lambda ps: SignSGD(ps, lr=0.01), lambda ps: torch.optim.Adam(ps, lr=0.01)],
+    ids=["custom", "adam"],
+)
 def test_custom_and_adam_optimizers_match_one_process(make_opt):
     model = make_model()
     opt = hvd.DistributedOptimizer(make_opt(model.parameters()), named_parameters=model.named_parameters())
@@ -615,9 +724,12 @@ def test_custom_and_adam_optimizers_match_one_process(make_opt):
         opt.step()
     ref = train_reference(3, make_opt)
     w, wr = weights(model), weights(ref)
-    agree(type(opt).__name__ == type(make_opt(make_model().parameters())).__name__
-          and torch.allclose(w, wr, atol=1e-5, rtol=1e-4) and same_on_every_rank(w),
-          f"max diff {(w - wr).abs().max().item()}")
+    agree(
+        type(opt).__name__ == type(make_opt(make_model().parameters())).__name__
+        and torch.allclose(w, wr, atol=1e-5, rtol=1e-4)
+        and same_on_every_rank(w),
+        f"max diff {(w - wr).abs().max().item()}",
+    )
 
 
 def test_wrapped_optimizer_keeps_class_state_dict_and_lr_scheduler():
@@ -634,17 +746,26 @@ def test_wrapped_optimizer_keeps_class_state_dict_and_lr_scheduler():
     sd = opt.state_dict()
     fresh = hvd.DistributedOptimizer(torch.optim.AdamW(make_model().parameters(), lr=0.01))
     fresh.load_state_dict(sd)
-    ok = (isinstance(opt, torch.optim.AdamW) and type(opt).__name__ == "AdamW"
-          and opt.param_groups is base.param_groups and opt.state is base.state
-          and abs(opt.param_groups[0]["lr"] - 0.0025) < 1e-12 and len(sd["state"]) == 4
-          and torch.equal(fresh.state_dict()["state"][0]["exp_avg"], sd["state"][0]["exp_avg"]))
+    ok = (
+        isinstance(opt, torch.optim.AdamW)
+        and type(opt).__name__ == "AdamW"
+        and opt.param_groups is base.param_groups
+        and opt.state is base.state
+        and abs(opt.param_groups[0]["lr"] - 0.0025) < 1e-12
+        and len(sd["state"]) == 4
+        and torch.equal(fresh.state_dict()["state"][0]["exp_avg"], sd["state"][0]["exp_avg"])
+    )
     agree(ok, f"lr {opt.param_groups[0]['lr']}, state {len(sd['state'])}")
 
 
 def test_groups_and_gradient_predivide_factor_give_the_same_result():
     model = make_model()
-    opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters(),
-                                   groups=2, gradient_predivide_factor=2.0)
+    opt = hvd.DistributedOptimizer(
+        sgd(model.parameters()),
+        named_parameters=model.named_parameters(),
+        groups=2,
+        gradient_predivide_factor=2.0,
+    )
     for s in range(2):
         x, y = batch(s)
         opt.zero_grad()
@@ -657,6 +778,7 @@ def test_groups_and_gradient_predivide_factor_give_the_same_result():
 
 # ------------------------------------------------------------------ state
 
+
 @pytest.mark.parametrize("bad", ["not-a-tensor", "not-contiguous"])
 def test_broadcast_parameters_with_a_bad_later_tensor_raises_everywhere_and_sends_nothing(bad):
     r, n = rank_size()
@@ -665,8 +787,9 @@ def test_broadcast_parameters_with_a_bad_later_tensor_raises_everywhere_and_send
     else:
         exc_type, match, later = ValueError, "not contiguous", torch.ones(4, 4).t()
     a = torch.full((2,), float(r))
-    raises_before_submitting(exc_type, match,
-                             lambda: hvd.broadcast_parameters([("a", a), ("z", later)], root_rank=0))
+    raises_before_submitting(
+        exc_type, match, lambda: hvd.broadcast_parameters([("a", a), ("z", later)], root_rank=0)
+    )
     agree(torch.equal(a, torch.full((2,), float(r))), f"'a' changed: {a}")
     hvd.broadcast_parameters([("a", a)], root_rank=0)
     agree(torch.equal(a, torch.zeros(2)), f"after the refused call: {a}")
@@ -705,8 +828,12 @@ def test_broadcast_optimizer_state(kind):
     flat = torch.cat([sd["state"][i][key].reshape(-1) for i in range(4)])
     group = {k: v for k, v in sd["param_groups"][0].items() if k != "params"}
     groups = hvd.allgather_object(group)
-    ok = (len(sd["state"]) == 4 and same_on_every_rank(flat) and all(g == groups[0] for g in groups)
-          and torch.equal(before, weights(model)))
+    ok = (
+        len(sd["state"]) == 4
+        and same_on_every_rank(flat)
+        and all(g == groups[0] for g in groups)
+        and torch.equal(before, weights(model))
+    )
     if kind == "adam":
         ok = ok and group["betas"] == (0.9, 0.99) and float(sd["state"][0]["step"]) == 2.0
     agree(ok, f"{group}")

@@ -5,6 +5,7 @@ as the eager one does (its hooks run outside the compiled graph). docs/pytorch.m
 
 The aot_eager backend: Dynamo and AOT autograd without inductor's C++ build, whose kernels are
 not what these tests are about (the collectives run between the compiled pieces)."""
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -e '.[torch]')")
@@ -32,14 +33,16 @@ def make_step(set_=hvd.global_process_set):
     r, root = set_.rank(), set_.ranks[-1]  # read here, outside the compiled step
 
     def step(x, w):
-        a = hvd.allreduce(x * w, name="c.a", op=hvd.Sum, prescale_factor=0.5,
-                          postscale_factor=3.0, process_set=set_)
+        a = hvd.allreduce(
+            x * w, name="c.a", op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0, process_set=set_
+        )
         b = hvd.allgather(x[: r + 1] * w, name="c.b", process_set=set_)  # r + 1 rows on rank r
         c = hvd.broadcast(x * w, root_rank=root, name="c.c", process_set=set_)
         d = hvd.reducescatter(x * w, name="c.d", op=hvd.Average, process_set=set_)
         e = hvd.allreduce(x * w, name="c.e", compression=hvd.Compression.fp16, process_set=set_)
         loss = a.sum() + 2 * (b * b).sum() + 3 * c.sum() + 4 * (d * d).sum() + 5 * e.sum()
         return loss, torch.stack([a, c, e]), b, d
+
     return step
 
 
@@ -84,8 +87,10 @@ def test_a_compiled_model_trains_as_the_eager_one_under_distributed_optimizer():
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
         forward = torch.compile(model, backend="aot_eager") if compile_ else model
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                                       named_parameters=model.named_parameters())
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+            named_parameters=model.named_parameters(),
+        )
         by_hooks = []
         for s in range(3):
             g = torch.Generator().manual_seed(100 * s + r)
@@ -99,7 +104,10 @@ def test_a_compiled_model_trains_as_the_eager_one_under_distributed_optimizer():
     (eager, _), (compiled, by_hooks) = train(False), train(True)
     want = [4] * 3 if n > 1 else [0] * 3  # two layers' weights and biases; 1 rank: no hooks
     gathered = world().allgather(compiled.numpy())
-    agree(torch.allclose(compiled, eager, rtol=1e-5, atol=1e-6)
-          and all((g == gathered[0]).all() for g in gathered) and by_hooks == want,
-          f"max diff to eager {(compiled - eager).abs().max().item()}; allreduces submitted "
-          f"during each backward {by_hooks}, want {want}")
+    agree(
+        torch.allclose(compiled, eager, rtol=1e-5, atol=1e-6)
+        and all((g == gathered[0]).all() for g in gathered)
+        and by_hooks == want,
+        f"max diff to eager {(compiled - eager).abs().max().item()}; allreduces submitted "
+        f"during each backward {by_hooks}, want {want}",
+    )

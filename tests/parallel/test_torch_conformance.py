@@ -6,6 +6,7 @@ pending collective, and DistributedOptimizer's attributes, names, warnings and s
 
 Process sets are here only as names and signatures (every call takes process_set=, defaulting to
 global_process_set); what they do is tested in test_process_sets.py and test_torch.py."""
+
 import inspect
 import time
 import warnings
@@ -39,21 +40,21 @@ SyncBatchNorm ProcessSet global_process_set add_process_set remove_process_set
 PS = "process_set=global_process_set"
 HOROVOD_SIGNATURES = {
     "allreduce": f"tensor, average=None, name=None, compression=Compression.none, op=None, "
-                 f"prescale_factor=1.0, postscale_factor=1.0, {PS}",
+    f"prescale_factor=1.0, postscale_factor=1.0, {PS}",
     "allreduce_async": f"tensor, average=None, name=None, op=None, prescale_factor=1.0, "
-                       f"postscale_factor=1.0, {PS}",
+    f"postscale_factor=1.0, {PS}",
     "allreduce_": f"tensor, average=None, name=None, op=None, prescale_factor=1.0, "
-                  f"postscale_factor=1.0, {PS}",
+    f"postscale_factor=1.0, {PS}",
     "allreduce_async_": f"tensor, average=None, name=None, op=None, prescale_factor=1.0, "
-                        f"postscale_factor=1.0, {PS}",
+    f"postscale_factor=1.0, {PS}",
     "grouped_allreduce": f"tensors, average=None, name=None, compression=Compression.none, "
-                         f"op=None, prescale_factor=1.0, postscale_factor=1.0, {PS}",
+    f"op=None, prescale_factor=1.0, postscale_factor=1.0, {PS}",
     "grouped_allreduce_async": f"tensors, average=None, name=None, op=None, prescale_factor=1.0, "
-                               f"postscale_factor=1.0, {PS}",
+    f"postscale_factor=1.0, {PS}",
     "grouped_allreduce_": f"tensors, average=None, name=None, op=None, prescale_factor=1.0, "
-                          f"postscale_factor=1.0, {PS}",
+    f"postscale_factor=1.0, {PS}",
     "grouped_allreduce_async_": f"tensors, average=None, name=None, op=None, "
-                                f"prescale_factor=1.0, postscale_factor=1.0, {PS}",
+    f"prescale_factor=1.0, postscale_factor=1.0, {PS}",
     "sparse_allreduce_async": f"tensor, name, op, {PS}",
     "allgather": f"tensor, name=None, {PS}",
     "allgather_async": f"tensor, name=None, {PS}",
@@ -66,13 +67,12 @@ HOROVOD_SIGNATURES = {
     "alltoall": f"tensor, splits=None, name=None, {PS}",
     "alltoall_async": f"tensor, splits=None, name=None, {PS}",
     "reducescatter": f"tensor, name=None, compression=Compression.none, op=Average, {PS}, "
-                     "prescale_factor=1.0, postscale_factor=1.0",
-    "reducescatter_async": f"tensor, name=None, op=Average, {PS}, prescale_factor=1.0, "
-                           "postscale_factor=1.0",
+    "prescale_factor=1.0, postscale_factor=1.0",
+    "reducescatter_async": f"tensor, name=None, op=Average, {PS}, prescale_factor=1.0, postscale_factor=1.0",
     "grouped_reducescatter": f"tensors, name=None, compression=Compression.none, op=Average, "
-                             f"{PS}, prescale_factor=1.0, postscale_factor=1.0",
+    f"{PS}, prescale_factor=1.0, postscale_factor=1.0",
     "grouped_reducescatter_async": f"tensors, name=None, op=Average, {PS}, prescale_factor=1.0, "
-                                   "postscale_factor=1.0",
+    "postscale_factor=1.0",
     "poll": "handle",
     "synchronize": "handle",
     "join": "device=-1",
@@ -82,8 +82,8 @@ HOROVOD_SIGNATURES = {
     "broadcast_object": f"obj, root_rank=0, name=None, {PS}",
     "allgather_object": "obj, name=None",
     "DistributedOptimizer": "optimizer, named_parameters=None, compression=Compression.none, "
-                            "backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0, "
-                            f"num_groups=0, groups=None, sparse_as_dense=False, {PS}",
+    "backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0, "
+    f"num_groups=0, groups=None, sparse_as_dense=False, {PS}",
 }
 NO_DEFAULT = object()
 
@@ -109,6 +109,7 @@ def rank_size():
 
 # ------------------------------------------------------------------ names and signatures
 
+
 def test_every_horovod_torch_name_exists():
     missing = [n for n in HOROVOD_NAMES if not hasattr(hvd, n)]
     agree(not missing, f"missing: {missing}")
@@ -120,8 +121,9 @@ def test_each_parameter_keeps_horovods_position_and_default(fn):
     problems = []
     for i, (name, default) in enumerate(parsed(HOROVOD_SIGNATURES[fn])):
         if i >= len(ours) or ours[i].name != name:
-            problems.append(f"parameter {i} is {ours[i].name if i < len(ours) else None!r}, "
-                            f"Horovod's {name!r}")
+            problems.append(
+                f"parameter {i} is {ours[i].name if i < len(ours) else None!r}, Horovod's {name!r}"
+            )
             continue
         ours_default = ours[i].default
         if default == "global_process_set":
@@ -139,10 +141,12 @@ def test_every_call_but_join_takes_process_set_defaulting_to_the_global_set():
     # Horovod's state helpers broadcast_parameters, broadcast_optimizer_state and
     # allgather_object lack it; here they take it too, last
     calls = sorted(set(HOROVOD_SIGNATURES) - {"poll", "synchronize", "join"})
-    missing = [fn for fn in calls
-               if inspect.signature(getattr(hvd, fn)).parameters.get("process_set") is None
-               or inspect.signature(getattr(hvd, fn)).parameters["process_set"].default
-               is not hvd.global_process_set]
+    missing = [
+        fn
+        for fn in calls
+        if inspect.signature(getattr(hvd, fn)).parameters.get("process_set") is None
+        or inspect.signature(getattr(hvd, fn)).parameters["process_set"].default is not hvd.global_process_set
+    ]
     agree(not missing, f"without process_set=global_process_set: {missing}")
 
 
@@ -151,31 +155,50 @@ def test_reduce_ops_have_horovods_numbers():
 
 
 def test_build_queries_say_mpi_on_the_host():
-    agree(hvd.mpi_built() and hvd.mpi_enabled() and not hvd.gloo_built() and not hvd.gloo_enabled()
-          and hvd.nccl_built() == 0 and hvd.cuda_built() is bool(hvd_lite.build_info()["cuda"])
-          and not hvd.rocm_built()
-          and not hvd.ddl_built() and not hvd.ccl_built())
+    agree(
+        hvd.mpi_built()
+        and hvd.mpi_enabled()
+        and not hvd.gloo_built()
+        and not hvd.gloo_enabled()
+        and hvd.nccl_built() == 0
+        and hvd.cuda_built() is bool(hvd_lite.build_info()["cuda"])
+        and not hvd.rocm_built()
+        and not hvd.ddl_built()
+        and not hvd.ccl_built()
+    )
 
 
 def test_is_homogeneous_is_true_on_one_host():
     agree(hvd.is_homogeneous() is True)
 
 
-@pytest.mark.parametrize("call", [
-    lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum),
-    lambda: hvd.DistributedOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=1),
-                                     op=hvd.Adasum),
-    lambda: hvd.start_timeline("/tmp/timeline.json"),
-    lambda: hvd.stop_timeline(),
-    lambda: hvd.elastic.run(lambda state: None),
-    lambda: hvd.elastic.TorchState(),
-], ids=["allreduce-adasum", "optimizer-adasum", "start_timeline", "stop_timeline", "elastic.run",
-        "elastic.TorchState"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum),
+        lambda: hvd.DistributedOptimizer(
+            torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=1), op=hvd.Adasum
+        ),
+        lambda: hvd.start_timeline("/tmp/timeline.json"),
+        lambda: hvd.stop_timeline(),
+        lambda: hvd.elastic.run(lambda state: None),
+        lambda: hvd.elastic.TorchState(),
+    ],
+    ids=[
+        "allreduce-adasum",
+        "optimizer-adasum",
+        "start_timeline",
+        "stop_timeline",
+        "elastic.run",
+        "elastic.TorchState",
+    ],
+)
 def test_what_hvd_lite_does_not_implement_raises_not_implemented(call):
     raises_on_every_rank(NotImplementedError, "hvd_lite", call)
 
 
 # ------------------------------------------------------------------ gradients
+
 
 def global_loss(local: torch.Tensor) -> float:
     """The sum of every rank's loss."""
@@ -218,15 +241,19 @@ def test_allreduce_sum_gradient_is_the_derivative_of_the_summed_loss():
 
 
 def test_grouped_allreduce_sum_gradient_is_the_derivative_of_the_summed_loss():
-    finite_difference_matches(lambda x: hvd.grouped_allreduce([x, 2 * x], op=hvd.Sum)[1],
-                              torch.ones(2, 2), weights)
+    finite_difference_matches(
+        lambda x: hvd.grouped_allreduce([x, 2 * x], op=hvd.Sum)[1], torch.ones(2, 2), weights
+    )
 
 
 def test_alltoall_gradient_is_the_derivative_of_the_summed_loss():
     r, n = rank_size()
     splits = [(r + q) % 2 + 1 for q in range(n)]
-    finite_difference_matches(lambda x: hvd.alltoall(x, splits=torch.tensor(splits, dtype=torch.int32)),
-                              torch.arange(sum(splits) * 2.0).reshape(-1, 2), weights)
+    finite_difference_matches(
+        lambda x: hvd.alltoall(x, splits=torch.tensor(splits, dtype=torch.int32)),
+        torch.arange(sum(splits) * 2.0).reshape(-1, 2),
+        weights,
+    )
 
 
 def test_alltoall_without_splits_gradient_is_the_derivative_of_the_summed_loss():
@@ -295,19 +322,23 @@ def test_sync_batch_norm_matches_batch_norm_over_the_global_batch():
     xr = full.clone().requires_grad_()
     ref_out = ref(xr)
     (ref_out * upstream).sum().backward()
-    xs = full[4 * r:4 * r + 4].clone().requires_grad_()
+    xs = full[4 * r : 4 * r + 4].clone().requires_grad_()
     out = sync(xs)
-    (out * upstream[4 * r:4 * r + 4]).sum().backward()
+    (out * upstream[4 * r : 4 * r + 4]).sum().backward()
     # the parameters' gradients are each rank's share (DistributedOptimizer reduces them)
     weight_grad = hvd.allreduce(sync.weight.grad, op=hvd.Sum)
-    agree(torch.allclose(out, ref_out[4 * r:4 * r + 4], atol=1e-10)
-          and torch.allclose(xs.grad, xr.grad[4 * r:4 * r + 4], atol=1e-10)
-          and torch.allclose(sync.running_mean, ref.running_mean)
-          and torch.allclose(sync.running_var, ref.running_var)
-          and torch.allclose(weight_grad, ref.weight.grad, atol=1e-9), f"{out} / {xs.grad}")
+    agree(
+        torch.allclose(out, ref_out[4 * r : 4 * r + 4], atol=1e-10)
+        and torch.allclose(xs.grad, xr.grad[4 * r : 4 * r + 4], atol=1e-10)
+        and torch.allclose(sync.running_mean, ref.running_mean)
+        and torch.allclose(sync.running_var, ref.running_var)
+        and torch.allclose(weight_grad, ref.weight.grad, atol=1e-9),
+        f"{out} / {xs.grad}",
+    )
 
 
 # ------------------------------------------------------------------ exception types
+
 
 def test_a_duplicate_name_in_flight_is_a_value_error():
     r, n = rank_size()
@@ -332,15 +363,20 @@ def test_mismatched_shapes_are_value_and_runtime_errors_on_every_rank():
     if n == 1:
         pytest.skip("needs 2 ranks")
     err = raised(lambda: hvd.allreduce(torch.zeros(r + 1), name="conf.mismatch"))
-    agree(isinstance(err, ValueError) and isinstance(err, RuntimeError)
-          and isinstance(err, hvd.HorovodInternalError), repr(err))
+    agree(
+        isinstance(err, ValueError)
+        and isinstance(err, RuntimeError)
+        and isinstance(err, hvd.HorovodInternalError),
+        repr(err),
+    )
 
 
 def test_splits_that_do_not_match_one_ranks_tensor_are_a_value_error_on_every_rank():
     r, n = rank_size()
     rows = n + (1 if r == n - 1 else 0)  # only the last rank's splits do not sum to its rows
-    raises_on_every_rank(ValueError, "splits",
-                         lambda: hvd.alltoall(torch.ones(rows), splits=[1] * n, name="conf.splits"))
+    raises_on_every_rank(
+        ValueError, "splits", lambda: hvd.alltoall(torch.ones(rows), splits=[1] * n, name="conf.splits")
+    )
 
 
 def test_alltoall_without_splits_needs_dim_0_divisible_by_size_on_every_rank():
@@ -355,21 +391,23 @@ def test_alltoall_without_splits_needs_dim_0_divisible_by_size_on_every_rank():
 
 def test_alltoall_splits_must_hold_integers():
     _, n = rank_size()
-    raises_on_every_rank(ValueError, "integers",
-                         lambda: hvd.alltoall(torch.ones(n), torch.ones(n, dtype=torch.float32)))
+    raises_on_every_rank(
+        ValueError, "integers", lambda: hvd.alltoall(torch.ones(n), torch.ones(n, dtype=torch.float32))
+    )
 
 
 def test_reducescatter_of_a_scalar_is_an_error_on_every_rank():
-    raises_on_every_rank(ValueError, "at least one dimension",
-                         lambda: hvd.reducescatter(torch.tensor(1.0)))
+    raises_on_every_rank(ValueError, "at least one dimension", lambda: hvd.reducescatter(torch.tensor(1.0)))
 
 
 def test_average_and_op_together_are_a_value_error():
-    raises_on_every_rank(ValueError, "supersedes",
-                         lambda: hvd.allreduce(torch.ones(1), average=True, op=hvd.Sum))
+    raises_on_every_rank(
+        ValueError, "supersedes", lambda: hvd.allreduce(torch.ones(1), average=True, op=hvd.Sum)
+    )
 
 
 # ------------------------------------------------------------------ barrier
+
 
 def test_barrier_completes_while_one_rank_has_an_unrelated_collective_pending():
     """Horovod's duplicate-name pattern: rank 0 submits N, barrier, the others submit N."""
@@ -388,27 +426,35 @@ def test_barrier_completes_while_one_rank_has_an_unrelated_collective_pending():
 
 # ------------------------------------------------------------------ DistributedOptimizer
 
+
 def make_opt(**kwargs):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
-    opt = torch.optim.SGD([{"params": model[0].parameters()}, {"params": model[1].parameters()}],
-                          lr=0.1)
+    opt = torch.optim.SGD([{"params": model[0].parameters()}, {"params": model[1].parameters()}], lr=0.1)
     return model, hvd.DistributedOptimizer(opt, **kwargs)
 
 
 def test_unnamed_parameters_get_horovods_automatic_names():
     _, opt = make_opt()
     names = sorted(opt._parameter_names.values())
-    agree(names == ["allreduce.noname.0.0", "allreduce.noname.0.1", "allreduce.noname.1.0",
-                    "allreduce.noname.1.1"], str(names))
+    agree(
+        names
+        == ["allreduce.noname.0.0", "allreduce.noname.0.1", "allreduce.noname.1.0", "allreduce.noname.1.1"],
+        str(names),
+    )
 
 
 def test_optimizer_has_horovods_attributes():
     _, opt = make_opt(backward_passes_per_step=2, gradient_predivide_factor=2.0)
     opt.set_backward_passes_per_step(3)
-    agree(opt.backward_passes_per_step == 3 and opt.op == hvd.Average
-          and opt.gradient_predivide_factor == 2.0 and opt.sparse_as_dense is False
-          and callable(opt.skip_synchronize) and callable(opt.synchronize))
+    agree(
+        opt.backward_passes_per_step == 3
+        and opt.op == hvd.Average
+        and opt.gradient_predivide_factor == 2.0
+        and opt.sparse_as_dense is False
+        and callable(opt.skip_synchronize)
+        and callable(opt.synchronize)
+    )
 
 
 def test_step_after_synchronize_warns_with_horovods_text():
@@ -420,8 +466,7 @@ def test_step_after_synchronize_warns_with_horovods_text():
         warnings.simplefilter("always")
         opt.step()
     texts = [str(w.message) for w in ws]
-    agree(any("optimizer.step() called without optimizer.skip_synchronize()" in t for t in texts),
-          str(texts))
+    agree(any("optimizer.step() called without optimizer.skip_synchronize()" in t for t in texts), str(texts))
 
 
 def test_num_groups_is_a_deprecated_groups():
@@ -431,9 +476,11 @@ def test_num_groups_is_a_deprecated_groups():
     agree(any(issubclass(w.category, DeprecationWarning) for w in ws) and len(opt._hvd_groups) == 2)
 
 
-@pytest.mark.parametrize("bad", [dict(backward_passes_per_step=0), dict(groups=[[1.0]]),
-                                 dict(op=hvd.Max, gradient_predivide_factor=2.0)],
-                         ids=["passes", "groups", "predivide"])
+@pytest.mark.parametrize(
+    "bad",
+    [dict(backward_passes_per_step=0), dict(groups=[[1.0]]), dict(op=hvd.Max, gradient_predivide_factor=2.0)],
+    ids=["passes", "groups", "predivide"],
+)
 def test_bad_optimizer_arguments_are_value_errors(bad):
     raises_on_every_rank(ValueError, ".", lambda: make_opt(**bad))
 
@@ -445,9 +492,11 @@ def test_sparse_gradients_are_averaged_like_dense_ones(sparse_as_dense):
     emb = torch.nn.Embedding(6, 2, sparse=True)
     dense = torch.nn.Embedding(6, 2)
     dense.weight.data.copy_(emb.weight.data)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=1.0),
-                                   named_parameters=emb.named_parameters(),
-                                   sparse_as_dense=sparse_as_dense)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(emb.parameters(), lr=1.0),
+        named_parameters=emb.named_parameters(),
+        sparse_as_dense=sparse_as_dense,
+    )
     idx = torch.tensor([r % 6, (2 * r + 1) % 6, 5])
     (emb(idx) * (r + 1)).sum().backward()
     opt.step()
@@ -456,14 +505,17 @@ def test_sparse_gradients_are_averaged_like_dense_ones(sparse_as_dense):
         qidx = torch.tensor([q % 6, (2 * q + 1) % 6, 5])
         (dense(qidx) * (q + 1) / n).sum().backward()
     ref.step()
-    agree(emb.weight.grad.is_sparse and torch.allclose(emb.weight, dense.weight, atol=1e-6),
-          f"{emb.weight} vs {dense.weight}")
+    agree(
+        emb.weight.grad.is_sparse and torch.allclose(emb.weight, dense.weight, atol=1e-6),
+        f"{emb.weight} vs {dense.weight}",
+    )
 
 
 def test_broadcast_optimizer_state_gives_parameters_without_gradients_zeros():
     a = torch.nn.Parameter(torch.tensor([1, 3], dtype=torch.int32), requires_grad=False)
     b = torch.nn.Parameter(torch.ones(4))
-    opt = hvd.DistributedOptimizer(torch.optim.SGD([a, b], lr=0.01, momentum=0.9),
-                                   named_parameters=[("a", a), ("b", b)])
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD([a, b], lr=0.01, momentum=0.9), named_parameters=[("a", a), ("b", b)]
+    )
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     agree(a.grad is None and b.grad is not None and torch.equal(b.grad, torch.zeros(4)))

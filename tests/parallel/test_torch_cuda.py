@@ -10,6 +10,7 @@ where torch sees no CUDA device (CI has none). On a GPU machine (README, "GPUs")
 
     mpirun -np 2 python -m pytest -q --with-mpi tests/parallel/test_torch_cuda.py
 """
+
 import numpy as np
 import pytest
 
@@ -23,8 +24,16 @@ import hvd_lite.torch as hvd  # noqa: E402
 
 pytestmark = pytest.mark.mpi
 
-DTYPES = [torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-          torch.float32, torch.float64]
+DTYPES = [
+    torch.int8,
+    torch.uint8,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+]
 CUDA = torch.device("cuda", 0)
 
 
@@ -42,10 +51,18 @@ def test_allreduce_on_a_cuda_tensor_gives_the_cpu_bits_on_its_device(dtype):
     out = hvd.allreduce(x.to(CUDA), op=hvd.Sum, name="gpu")
     inplace = x.to(CUDA)
     back = hvd.allreduce_(inplace, op=hvd.Sum, name="gpu_")
-    ok = (out.device == x.to(CUDA).device and out.dtype == dtype and torch.equal(out.cpu(), want)
-          and back is inplace and torch.equal(inplace.cpu(), want))
-    agree(ok, f"{dtype}: device {out.device}, equal {torch.equal(out.cpu(), want)}, "
-              f"in place {torch.equal(inplace.cpu(), want)}")
+    ok = (
+        out.device == x.to(CUDA).device
+        and out.dtype == dtype
+        and torch.equal(out.cpu(), want)
+        and back is inplace
+        and torch.equal(inplace.cpu(), want)
+    )
+    agree(
+        ok,
+        f"{dtype}: device {out.device}, equal {torch.equal(out.cpu(), want)}, "
+        f"in place {torch.equal(inplace.cpu(), want)}",
+    )
 
 
 def test_average_allgather_and_broadcast_on_cuda_tensors():
@@ -56,9 +73,14 @@ def test_average_allgather_and_broadcast_on_cuda_tensors():
     b = torch.full((4,), float(r), device=CUDA)
     hvd.broadcast_(b, root_rank=n - 1)
     want_rows = torch.cat([torch.full((k + 1, 2), k, dtype=torch.int32) for k in range(n)])
-    ok = (avg.is_cuda and torch.equal(avg.cpu(), torch.full((5,), float(n + 1)))
-          and gathered.is_cuda and torch.equal(gathered.cpu(), want_rows)
-          and b.is_cuda and torch.equal(b.cpu(), torch.full((4,), float(n - 1))))
+    ok = (
+        avg.is_cuda
+        and torch.equal(avg.cpu(), torch.full((5,), float(n + 1)))
+        and gathered.is_cuda
+        and torch.equal(gathered.cpu(), want_rows)
+        and b.is_cuda
+        and torch.equal(b.cpu(), torch.full((4,), float(n - 1)))
+    )
     agree(ok, f"avg {avg}, gathered {gathered.shape}, broadcast {b}")
 
 
@@ -66,8 +88,10 @@ def test_the_gradient_of_allreduce_reaches_a_cuda_leaf():
     n = hvd.size()
     x = torch.full((3,), float(hvd.rank()), device=CUDA, requires_grad=True)
     hvd.allreduce(x, op=hvd.Sum).sum().backward()
-    agree(x.grad is not None and x.grad.is_cuda and torch.equal(x.grad.cpu(), torch.full((3,), float(n))),
-          f"grad {x.grad}")
+    agree(
+        x.grad is not None and x.grad.is_cuda and torch.equal(x.grad.cpu(), torch.full((3,), float(n))),
+        f"grad {x.grad}",
+    )
 
 
 GLOBAL_BATCH = 24  # divisible by 1, 2, 3 and 4
@@ -80,8 +104,10 @@ def make_model():
 
 def batch(step):
     g = torch.Generator().manual_seed(1000 + step)
-    return (torch.randn(GLOBAL_BATCH, 8, generator=g).to(CUDA),
-            torch.randn(GLOBAL_BATCH, 4, generator=g).to(CUDA))
+    return (
+        torch.randn(GLOBAL_BATCH, 8, generator=g).to(CUDA),
+        torch.randn(GLOBAL_BATCH, 4, generator=g).to(CUDA),
+    )
 
 
 def weights(model):
@@ -95,8 +121,9 @@ def test_distributed_optimizer_trains_a_cuda_model_as_one_process_on_the_global_
     with torch.no_grad():  # different starting weights on every rank, made equal by the broadcast
         for p in model.parameters():
             p.add_(r)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), named_parameters=model.named_parameters()
+    )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     ref = make_model()
@@ -104,7 +131,7 @@ def test_distributed_optimizer_trains_a_cuda_model_as_one_process_on_the_global_
     for s in range(4):
         x, y = batch(s)
         opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x[r * per:(r + 1) * per]), y[r * per:(r + 1) * per]).backward()
+        torch.nn.functional.mse_loss(model(x[r * per : (r + 1) * per]), y[r * per : (r + 1) * per]).backward()
         opt.step()
         ref_opt.zero_grad()
         torch.nn.functional.mse_loss(ref(x), y).backward()
@@ -113,8 +140,10 @@ def test_distributed_optimizer_trains_a_cuda_model_as_one_process_on_the_global_
     gathered = world().allgather(w.numpy())
     same = all(np.array_equal(g, gathered[0]) for g in gathered)
     on_device = all(p.is_cuda and (p.grad is None or p.grad.is_cuda) for p in model.parameters())
-    agree(torch.allclose(w, wr, atol=1e-5, rtol=1e-4) and same and on_device,
-          f"max diff {(w - wr).abs().max().item()}, same on every rank {same}, on the device {on_device}")
+    agree(
+        torch.allclose(w, wr, atol=1e-5, rtol=1e-4) and same and on_device,
+        f"max diff {(w - wr).abs().max().item()}, same on every rank {same}, on the device {on_device}",
+    )
 
 
 def test_allreduce_of_cuda_tensors_runs_on_the_device_on_the_current_stream():
@@ -122,6 +151,7 @@ def test_allreduce_of_cuda_tensors_runs_on_the_device_on_the_current_stream():
     runs on the device (stats() 'device_steps'), ordered on torch's current stream: here a
     non-default one whose long kernel chain writes the input while the host does not wait."""
     from hvd_lite import _core, basics
+
     if not _core.build_info()["cuda"]:
         pytest.skip("this build has no CUDA: CUDA tensors go through a CPU copy")
     r, n = hvd.rank(), hvd.size()
@@ -137,14 +167,17 @@ def test_allreduce_of_cuda_tensors_runs_on_the_device_on_the_current_stream():
         got, got_ = out.cpu(), x.cpu()
     steps = basics._engine().stats()["device_steps"] - before
     want = torch.full((1 << 20,), n * (n + 1) / 2)
-    agree(torch.equal(got, want) and torch.equal(got_, want) and out.is_cuda and steps == 2,
-          f"got {got[:3]}, {got_[:3]}; device steps {steps}")
+    agree(
+        torch.equal(got, want) and torch.equal(got_, want) and out.is_cuda and steps == 2,
+        f"got {got[:3]}, {got_[:3]}; device steps {steps}",
+    )
 
 
 def test_a_group_of_cuda_tensors_is_one_fused_device_step():
     """The optimizer's case: small CUDA gradients in one round fuse into one device step (the
     pinned buffer), each result right and on its tensor."""
     from hvd_lite import _core, basics
+
     if not _core.build_info()["cuda"]:
         pytest.skip("this build has no CUDA: CUDA tensors go through a CPU copy")
     r, n = hvd.rank(), hvd.size()
@@ -152,6 +185,8 @@ def test_a_group_of_cuda_tensors_is_one_fused_device_step():
     before = basics._engine().stats()["device_steps"]
     outs = hvd.grouped_allreduce(ts, op=hvd.Sum, name="tgroup")
     steps = basics._engine().stats()["device_steps"] - before
-    ok = all(o.is_cuda and torch.equal(o.cpu(), torch.full((k + 1, 3), n * k + n * (n - 1) / 2))
-             for k, o in enumerate(outs))
+    ok = all(
+        o.is_cuda and torch.equal(o.cpu(), torch.full((k + 1, 3), n * k + n * (n - 1) / 2))
+        for k, o in enumerate(outs)
+    )
     agree(ok and steps == 1, f"outputs right {ok}, device steps {steps}")

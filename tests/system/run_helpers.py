@@ -10,6 +10,7 @@ host and runs the daemon here, with
 Each MPI then sees two nodes: it computes local and cross ranks per host and talks between the
 hosts over TCP on loopback. Nothing outside the temporary directory is created or needed.
 """
+
 import os
 import re
 import shlex
@@ -75,8 +76,7 @@ def env(**extra: str) -> dict:
 
 def hvdrun(*args: str, timeout: float = TIMEOUT, **popen) -> subprocess.CompletedProcess:
     """Runs `python -m hvd_lite.run ARGS...` to its end."""
-    return run_job([sys.executable, "-m", "hvd_lite.run", *args], timeout=timeout, env=env(),
-                   **popen)
+    return run_job([sys.executable, "-m", "hvd_lite.run", *args], timeout=timeout, env=env(), **popen)
 
 
 def py(code: str) -> List[str]:
@@ -96,8 +96,9 @@ def _compile_fake_hostname(root: str) -> str:
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")[0]
     if shutil.which(cc) is None:
         cc = "cc"
-    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", so, src], check=True, timeout=60,
-                   capture_output=True)
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O2", "-o", so, src], check=True, timeout=60, capture_output=True
+    )
     return so
 
 

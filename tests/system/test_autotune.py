@@ -2,6 +2,7 @@
 every rank applies the same values after the same rounds, the search settles after the documented
 number of samples (its pass, and a confirmation when the pass moved), and the log file has the
 documented format."""
+
 import csv
 import json
 import statistics
@@ -11,7 +12,7 @@ import textwrap
 import pytest
 from mpi_cmd import job_env, mpirun_cmd, run_job
 
-STEPS = 160        # enough for the longest search below (about 4 steps a sample) and 30 steps more
+STEPS = 160  # enough for the longest search below (about 4 steps a sample) and 30 steps more
 SETTLED_BY = STEPS - 30
 
 # Each step: a large all-reduce submitted first (the ring, over segments), then a group of four
@@ -42,42 +43,78 @@ JOB = f"""
     hvd.shutdown()
 """
 
-HEADER = ["kind", "sample", "round", "fusion_threshold", "segment_bytes", "batch_time_ms", "cycle_time_ms",
-          "steps", "bytes", "seconds", "score"]
+HEADER = [
+    "kind",
+    "sample",
+    "round",
+    "fusion_threshold",
+    "segment_bytes",
+    "batch_time_ms",
+    "cycle_time_ms",
+    "steps",
+    "bytes",
+    "seconds",
+    "score",
+]
 PARAMS = ["fusion_threshold", "segment_bytes", "batch_time_ms", "cycle_time_ms"]
 # The grids of csrc/engine/autotune.c and the defaults the search starts from.
-GRIDS = {"fusion_threshold": [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20],
-         "segment_bytes": [64 << 10, 256 << 10, 1 << 20, 4 << 20],
-         "batch_time_ms": [0.0, 0.5, 1.0, 2.0, 5.0],
-         "cycle_time_ms": [0.0, 1.0, 5.0]}
+GRIDS = {
+    "fusion_threshold": [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20],
+    "segment_bytes": [64 << 10, 256 << 10, 1 << 20, 4 << 20],
+    "batch_time_ms": [0.0, 0.5, 1.0, 2.0, 5.0],
+    "cycle_time_ms": [0.0, 1.0, 5.0],
+}
 CONFIRM_PAIRS = 3  # csrc/engine/engine.h, HVDL_TUNE_CONFIRM_PAIRS
-DEFAULTS = {"fusion_threshold": 256 << 10, "segment_bytes": 256 << 10, "batch_time_ms": 1.0,
-            "cycle_time_ms": 0.0}
+DEFAULTS = {
+    "fusion_threshold": 256 << 10,
+    "segment_bytes": 256 << 10,
+    "batch_time_ms": 1.0,
+    "cycle_time_ms": 0.0,
+}
 
 
 def run(np_, env):
-    res = run_job(mpirun_cmd(np_) + [sys.executable, "-c", textwrap.dedent(JOB)], timeout=300,
-                  env=job_env(env))
+    res = run_job(
+        mpirun_cmd(np_) + [sys.executable, "-c", textwrap.dedent(JOB)], timeout=300, env=job_env(env)
+    )
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
-    results = sorted((json.loads(line.split("RESULT ", 1)[1]) for line in res.stdout.splitlines()
-                      if line.startswith("RESULT ")), key=lambda d: d["rank"])
+    results = sorted(
+        (
+            json.loads(line.split("RESULT ", 1)[1])
+            for line in res.stdout.splitlines()
+            if line.startswith("RESULT ")
+        ),
+        key=lambda d: d["rank"],
+    )
     assert [d["rank"] for d in results] == list(range(np_)), out
     return results, res.stderr
 
 
 def values(row):
-    return (int(row["fusion_threshold"]), int(row["segment_bytes"]), float(row["batch_time_ms"]),
-            float(row["cycle_time_ms"]))
+    return (
+        int(row["fusion_threshold"]),
+        int(row["segment_bytes"]),
+        float(row["batch_time_ms"]),
+        float(row["cycle_time_ms"]),
+    )
 
 
-@pytest.mark.parametrize("np_,fixed", [(2, {}), (3, {}), (2, {"HVD_LITE_SEGMENT_BYTES": "65536"})],
-                         ids=["2-ranks", "3-ranks", "2-ranks-segment-set"])
+@pytest.mark.parametrize(
+    "np_,fixed",
+    [(2, {}), (3, {}), (2, {"HVD_LITE_SEGMENT_BYTES": "65536"})],
+    ids=["2-ranks", "3-ranks", "2-ranks-segment-set"],
+)
 def test_autotuning_agrees_across_ranks_settles_and_keeps_results_exact(tmp_path, np_, fixed):
     log = tmp_path / "autotune.csv"
-    env = {"HVD_LITE_AUTOTUNE": "1", "HVD_LITE_AUTOTUNE_WARMUP_SAMPLES": "1",
-           "HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE": "2", "HVD_LITE_AUTOTUNE_LOG": str(log),
-           "HVD_LITE_LOG_LEVEL": "info", **fixed}
+    env = {
+        "HVD_LITE_AUTOTUNE": "1",
+        "HVD_LITE_AUTOTUNE_WARMUP_SAMPLES": "1",
+        "HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE": "2",
+        "HVD_LITE_AUTOTUNE_LOG": str(log),
+        "HVD_LITE_LOG_LEVEL": "info",
+        **fixed,
+    }
     results, err = run(np_, env)
     tuned = [p for p in PARAMS if not (p == "segment_bytes" and fixed)]
     planned = 1 + sum(len(GRIDS[p]) - 1 for p in tuned)  # 15 with all four, 12 without the segment

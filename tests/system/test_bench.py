@@ -1,4 +1,5 @@
 """The shipped benchmarks run end to end and find every result exact (not a timed test)."""
+
 import json
 import os
 import shutil
@@ -24,19 +25,32 @@ def _env():
 
 def _mpirun(np_, args, tmp_path, command="allreduce"):
     out = tmp_path / "bench.json"
-    cmd = [MPIRUN, "-np", str(np_), sys.executable, "-m", "hvd_lite.bench", command,
-           *args, "--json", str(out)]
+    cmd = [
+        MPIRUN,
+        "-np",
+        str(np_),
+        sys.executable,
+        "-m",
+        "hvd_lite.bench",
+        command,
+        *args,
+        "--json",
+        str(out),
+    ]
     res = run_job(cmd, timeout=TIMEOUT, env=_env())
     assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stdout}\n{res.stderr}"
     return json.loads(out.read_text()), res.stdout
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
-@pytest.mark.parametrize("extra", [[], ["--inplace", "-d", "bfloat16", "-o", "avg"],
-                                   ["-d", "int8", "-o", "prod", "--api", "numpy"]])
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["--inplace", "-d", "bfloat16", "-o", "avg"], ["-d", "int8", "-o", "prod", "--api", "numpy"]],
+)
 def test_allreduce_bench_at_2_ranks_reports_no_wrong_elements(tmp_path, extra):
-    record, stdout = _mpirun(2, ["-b", "4", "-e", "64K", "-f", "4", "-n", "3", "-w", "1",
-                                 "--repeats", "2", *extra], tmp_path)
+    record, stdout = _mpirun(
+        2, ["-b", "4", "-e", "64K", "-f", "4", "-n", "3", "-w", "1", "--repeats", "2", *extra], tmp_path
+    )
     assert record["ranks"] == 2
     sizes = [e["bytes"] for e in record["results"]]
     assert sizes[-1] == 65536 and len(sizes) >= 8
@@ -50,31 +64,88 @@ def test_allreduce_bench_at_2_ranks_reports_no_wrong_elements(tmp_path, extra):
 
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
 def test_allreduce_bench_sweep_crosses_both_paths_without_wrong_elements(tmp_path):
-    record, _ = _mpirun(2, ["-b", "4", "-e", "64K", "-f", "16", "-n", "2", "-w", "1",
-                            "--repeats", "1", "--sweep",
-                            "HVD_LITE_SMALL_ALLREDUCE_BYTES=0,64K"], tmp_path)
+    record, _ = _mpirun(
+        2,
+        [
+            "-b",
+            "4",
+            "-e",
+            "64K",
+            "-f",
+            "16",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--repeats",
+            "1",
+            "--sweep",
+            "HVD_LITE_SMALL_ALLREDUCE_BYTES=0,64K",
+        ],
+        tmp_path,
+    )
     assert record["contenders"][:2] == ["hvd small=0", "hvd small=64K"]
     assert record["sweep"] == {"var": "HVD_LITE_SMALL_ALLREDUCE_BYTES", "values": [0, 65536]}
     assert all(lib["wrong"] == 0 for e in record["results"] for lib in e["libs"].values())
     pytest.importorskip("matplotlib")
     png = tmp_path / "ratio.png"
-    res = subprocess.run([sys.executable, "-m", "hvd_lite.bench", "plot", str(tmp_path / "bench.json"),
-                          "--ratio", "hvd small=64K/hvd small=0", "-o", str(png)],
-                         capture_output=True, text=True, timeout=TIMEOUT)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hvd_lite.bench",
+            "plot",
+            str(tmp_path / "bench.json"),
+            "--ratio",
+            "hvd small=64K/hvd small=0",
+            "-o",
+            str(png),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert res.returncode == 0, res.stderr
     assert png.stat().st_size > 1000
 
 
 def test_kernels_bench_prints_a_row_per_dtype_and_op(tmp_path):
     out = tmp_path / "kernels.json"
-    res = subprocess.run([sys.executable, "-m", "hvd_lite.bench", "kernels", "-d", "float32",
-                          "-d", "bfloat16", "-o", "sum", "-o", "max", "-s", "64K", "-n", "2",
-                          "--repeats", "1", "--json", str(out)],
-                         capture_output=True, text=True, timeout=TIMEOUT)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hvd_lite.bench",
+            "kernels",
+            "-d",
+            "float32",
+            "-d",
+            "bfloat16",
+            "-o",
+            "sum",
+            "-o",
+            "max",
+            "-s",
+            "64K",
+            "-n",
+            "2",
+            "--repeats",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert res.returncode == 0, res.stderr
     rows = json.loads(out.read_text())["results"]
-    assert [(r["dtype"], r["op"]) for r in rows] == [("float32", "sum"), ("float32", "max"),
-                                                    ("bfloat16", "sum"), ("bfloat16", "max")]
+    assert [(r["dtype"], r["op"]) for r in rows] == [
+        ("float32", "sum"),
+        ("float32", "max"),
+        ("bfloat16", "sum"),
+        ("bfloat16", "max"),
+    ]
     assert all(s["kernel_GBps"] > 0 and s["memcpy_GBps"] > 0 for r in rows for s in r["sizes"])
 
 
@@ -83,14 +154,19 @@ def test_the_device_allreduce_bench_says_what_it_needs_where_it_cannot_run():
 
     if _core.build_info()["cuda"] and _core.cuda_device_count() > 0:
         pytest.skip("this build and machine have CUDA: tests/parallel/test_cuda.py's command runs it")
-    res = subprocess.run([sys.executable, "-m", "hvd_lite.bench", "allreduce", "--device", "cuda",
-                          "-b", "4K", "-e", "4K"], capture_output=True, text=True, timeout=TIMEOUT)
+    res = subprocess.run(
+        [sys.executable, "-m", "hvd_lite.bench", "allreduce", "--device", "cuda", "-b", "4K", "-e", "4K"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert res.returncode != 0
     assert "--device cuda needs a CUDA build (HVD_LITE_CUDA=1) and a device" in res.stderr
 
 
 def test_resnet50_shapes_match_the_published_totals():
     from hvd_lite.bench import fusion, models
+
     shapes = fusion.tensor_shapes(1)  # asserts 161 tensors, 25,557,032 elements, 64..2,359,296
     assert shapes[0] == ("fc.bias", (1000,)) and shapes[-1] == ("conv1.weight", (64, 3, 7, 7))
     assert shapes == models.resnet50_forward()[::-1]
@@ -98,13 +174,36 @@ def test_resnet50_shapes_match_the_published_totals():
 
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
 def test_fusion_bench_at_2_ranks_reports_no_wrong_elements_across_engine_restarts(tmp_path):
-    record, stdout = _mpirun(2, ["--steps", "2", "-w", "1", "--shrink", "200", "--core", "--sweep",
-                                 "HVD_LITE_FUSION_THRESHOLD=0,64K", "--sweep",
-                                 "HVD_LITE_CYCLE_TIME=1"], tmp_path, command="fusion")
+    record, stdout = _mpirun(
+        2,
+        [
+            "--steps",
+            "2",
+            "-w",
+            "1",
+            "--shrink",
+            "200",
+            "--core",
+            "--sweep",
+            "HVD_LITE_FUSION_THRESHOLD=0,64K",
+            "--sweep",
+            "HVD_LITE_CYCLE_TIME=1",
+        ],
+        tmp_path,
+        command="fusion",
+    )
     assert record["tensors"] == 161 and record["ranks"] == 2
     labels = [r["label"] for r in record["results"]]
-    assert labels == ["hvd_lite", "hvd fusion=0", "hvd fusion=64K", "hvd cycle=1",
-                      "MPI per tensor", "MPI flat", "core per tensor", "core flat"]
+    assert labels == [
+        "hvd_lite",
+        "hvd fusion=0",
+        "hvd fusion=64K",
+        "hvd cycle=1",
+        "MPI per tensor",
+        "MPI flat",
+        "core per tensor",
+        "core flat",
+    ]
     for r in record["results"]:
         assert r["wrong"] == 0, r["label"]
         assert len(r["times_s"]) == 2 and r["median_s"] > 0
@@ -113,12 +212,12 @@ def test_fusion_bench_at_2_ranks_reports_no_wrong_elements_across_engine_restart
 
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
 def test_latency_bench_at_2_ranks_reports_no_wrong_elements(tmp_path):
-    record, _ = _mpirun(2, ["-s", "4", "-s", "4K", "-n", "20", "--repeats", "2", "-w", "5"],
-                        tmp_path, command="latency")
+    record, _ = _mpirun(
+        2, ["-s", "4", "-s", "4K", "-n", "20", "--repeats", "2", "-w", "5"], tmp_path, command="latency"
+    )
     assert [e["bytes"] for e in record["results"]] == [4, 4096]
     for entry in record["results"]:
-        assert set(entry["libs"]) == {"hvd named", "hvd auto", "core (no engine)",
-                                      "MPI_Allreduce"}
+        assert set(entry["libs"]) == {"hvd named", "hvd auto", "core (no engine)", "MPI_Allreduce"}
         for label, lib in entry["libs"].items():
             assert lib["wrong"] == 0, (label, entry["bytes"])
             assert 0 < lib["p10_us"] <= lib["median_us"] <= lib["p90_us"]
@@ -127,31 +226,74 @@ def test_latency_bench_at_2_ranks_reports_no_wrong_elements(tmp_path):
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
 def test_latency_bench_times_the_torch_call_when_asked(tmp_path):
     pytest.importorskip("torch")
-    record, _ = _mpirun(2, ["-s", "4", "-n", "20", "--repeats", "2", "-w", "5", "--only", "torch",
-                            "--only", "mpi"], tmp_path, command="latency")
+    record, _ = _mpirun(
+        2,
+        ["-s", "4", "-n", "20", "--repeats", "2", "-w", "5", "--only", "torch", "--only", "mpi"],
+        tmp_path,
+        command="latency",
+    )
     libs = record["results"][0]["libs"]
     assert set(libs) == {"hvd.torch auto", "MPI_Allreduce"}
     assert all(lib["wrong"] == 0 for lib in libs.values()), libs
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
-@pytest.mark.parametrize("command,factor", [("allgather", 2 / 3), ("reducescatter", 2 / 3),
-                                            ("broadcast", 1.0)])
+@pytest.mark.parametrize(
+    "command,factor", [("allgather", 2 / 3), ("reducescatter", 2 / 3), ("broadcast", 1.0)]
+)
 def test_collective_benches_at_3_ranks_report_no_wrong_elements(tmp_path, command, factor):
-    record, _ = _mpirun(3, ["-b", "1K", "-e", "256K", "-f", "16", "-n", "2", "-w", "1",
-                            "--repeats", "2", "-d", "bfloat16" if command == "broadcast" else "int32"],
-                        tmp_path, command)
+    record, _ = _mpirun(
+        3,
+        [
+            "-b",
+            "1K",
+            "-e",
+            "256K",
+            "-f",
+            "16",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--repeats",
+            "2",
+            "-d",
+            "bfloat16" if command == "broadcast" else "int32",
+        ],
+        tmp_path,
+        command,
+    )
     assert record["benchmark"] == command and record["busbw_factor"] == pytest.approx(factor)
     assert [e["bytes"] > 0 for e in record["results"]] == [True] * 3
     assert all(lib["wrong"] == 0 for e in record["results"] for lib in e["libs"].values())
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
-@pytest.mark.parametrize("command,api", [("alltoall", "core"), ("alltoall", "numpy"),
-                                         ("allgather", "numpy")])
+@pytest.mark.parametrize("command,api", [("alltoall", "core"), ("alltoall", "numpy"), ("allgather", "numpy")])
 def test_alltoall_and_allgather_benches_at_3_ranks_report_no_wrong_elements(tmp_path, command, api):
-    record, stdout = _mpirun(3, ["-b", "1K", "-e", "256K", "-f", "16", "-n", "2", "-w", "1",
-                                 "--repeats", "2", "-d", "int32", "--api", api], tmp_path, command)
+    record, stdout = _mpirun(
+        3,
+        [
+            "-b",
+            "1K",
+            "-e",
+            "256K",
+            "-f",
+            "16",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--repeats",
+            "2",
+            "-d",
+            "int32",
+            "--api",
+            api,
+        ],
+        tmp_path,
+        command,
+    )
     assert record["benchmark"] == command and record["api"] == api
     assert record["busbw_factor"] == pytest.approx(2 / 3)
     assert record["contenders"] == ["hvd_lite", "MPI"]
@@ -169,11 +311,26 @@ def test_alltoall_and_allgather_benches_at_3_ranks_report_no_wrong_elements(tmp_
 @pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
 def test_fit_writes_a_cost_model_file_that_init_accepts_and_the_selector_uses(tmp_path):
     conf = tmp_path / "cost_model.conf"
-    record, stdout = _mpirun(2, ["--out", str(conf), "--sizes", "8,64K,1M", "-n", "10",
-                                 "--repeats", "3", "--gamma-bytes", "1M", "--inter-alpha", "3e-6"],
-                             tmp_path, command="fit")
-    terms = dict(line.split() for line in conf.read_text().splitlines()
-                 if line and not line.startswith("#"))
+    record, stdout = _mpirun(
+        2,
+        [
+            "--out",
+            str(conf),
+            "--sizes",
+            "8,64K,1M",
+            "-n",
+            "10",
+            "--repeats",
+            "3",
+            "--gamma-bytes",
+            "1M",
+            "--inter-alpha",
+            "3e-6",
+        ],
+        tmp_path,
+        command="fit",
+    )
+    terms = dict(line.split() for line in conf.read_text().splitlines() if line and not line.startswith("#"))
     assert set(terms) == {"intra_alpha", "intra_beta", "gamma", "inter_alpha"}, terms
     assert float(terms["inter_alpha"]) == 3e-6
     assert 0 < float(terms["intra_alpha"]) < 1e-2 and 0 < float(terms["intra_beta"]) < 1e-6
@@ -181,9 +338,11 @@ def test_fit_writes_a_cost_model_file_that_init_accepts_and_the_selector_uses(tm
     assert record["terms"]["intra_beta"] == pytest.approx(float(terms["intra_beta"]), rel=1e-5)
     # A 2-rank job reads it: the ring's predicted time is the file's terms in the model's formula.
     env = {**_env(), "HVD_LITE_COST_MODEL_FILE": str(conf), "HVD_LITE_SHM": "0"}
-    code = ("import hvd_lite as hvd; hvd.init(); from hvd_lite import basics; "
-            "c = basics._core.Comm(); p = c.allreduce_plan(1 << 20); c.destroy(); "
-            "print('ring', repr(p['predicted']['ring']))")
+    code = (
+        "import hvd_lite as hvd; hvd.init(); from hvd_lite import basics; "
+        "c = basics._core.Comm(); p = c.allreduce_plan(1 << 20); c.destroy(); "
+        "print('ring', repr(p['predicted']['ring']))"
+    )
     res = run_job([MPIRUN, "-np", "2", sys.executable, "-c", code], timeout=TIMEOUT, env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     a, b, g = (float(terms[k]) for k in ("intra_alpha", "intra_beta", "gamma"))

@@ -1,4 +1,5 @@
 """Whole jobs that exercise the engine's failure paths, stall inspector, timeline and idle cost."""
+
 import json
 import sys
 import textwrap
@@ -14,13 +15,16 @@ def job(np_, script, env=None, timeout=TIMEOUT):
     """Runs `script` on np_ ranks; returns (CompletedProcess, seconds)."""
     full_env = job_env(env)
     t0 = time.monotonic()
-    res = run_job(mpirun_cmd(np_) + [sys.executable, "-c", textwrap.dedent(script)],
-                  timeout=timeout, env=full_env)
+    res = run_job(
+        mpirun_cmd(np_) + [sys.executable, "-c", textwrap.dedent(script)], timeout=timeout, env=full_env
+    )
     return res, time.monotonic() - t0
 
 
 def test_a_rank_that_leaves_early_fails_the_others_with_a_clear_error():
-    res, took = job(3, """
+    res, took = job(
+        3,
+        """
         import sys, numpy as np, hvd_lite as hvd
         hvd.init()
         r = hvd.rank()
@@ -32,42 +36,52 @@ def test_a_rank_that_leaves_early_fails_the_others_with_a_clear_error():
         except hvd.HvdLiteError as e:
             print(f"rank {r} caught: {e}", flush=True)
             sys.exit(3)
-    """)
+    """,
+    )
     assert res.returncode != 0
     for r in (0, 2):
         assert f"rank {r} caught: hvd_lite has been shut down on rank 1" in res.stdout, (
-            res.stdout + res.stderr)
+            res.stdout + res.stderr
+        )
     assert took < 60
 
 
 def test_a_rank_that_raises_ends_the_job():
-    res, took = job(3, """
+    res, took = job(
+        3,
+        """
         import numpy as np, hvd_lite as hvd
         hvd.init()
         for step in range(100000):
             if hvd.rank() == 2 and step == 5:
                 raise RuntimeError("boom")
             hvd.allreduce(np.ones(1000, np.float32), name=f"g{step % 3}")
-    """)
+    """,
+    )
     assert res.returncode != 0 and "boom" in res.stderr
     assert took < 60
 
 
 def test_a_killed_rank_ends_the_job():
-    res, took = job(2, """
+    res, took = job(
+        2,
+        """
         import os, signal, numpy as np, hvd_lite as hvd
         hvd.init()
         for step in range(100000):
             if hvd.rank() == 1 and step == 5:
                 os.kill(os.getpid(), signal.SIGKILL)
             hvd.allreduce(np.ones(1000, np.float32), name=f"g{step % 3}")
-    """)
+    """,
+    )
     assert res.returncode != 0
     assert took < 60
 
 
 def test_shutdown_fails_pending_handles_here_and_there():
-    res, _ = job(2, """
+    res, _ = job(
+        2,
+        """
         import time, numpy as np, hvd_lite as hvd
         hvd.init()
         x = np.ones(4, np.float32)
@@ -84,13 +98,16 @@ def test_shutdown_fails_pending_handles_here_and_there():
                 hvd.allreduce(x, name="x")
             except hvd.HvdLiteError as e:
                 print("rank 1:", e, flush=True)
-    """)
+    """,
+    )
     assert "rank 0: hvd_lite has been shut down on this rank" in res.stdout, res.stdout + res.stderr
     assert "rank 1: hvd_lite has been shut down on rank 0" in res.stdout, res.stdout + res.stderr
 
 
 def test_stall_warning_names_the_missing_rank_and_tensor():
-    res, _ = job(2, """
+    res, _ = job(
+        2,
+        """
         import time, numpy as np, hvd_lite as hvd
         hvd.init()
         if hvd.rank() == 1:
@@ -99,7 +116,9 @@ def test_stall_warning_names_the_missing_rank_and_tensor():
             time.sleep(3.0)
             out = hvd.allreduce(np.ones(3), op=hvd.Sum, name="lonely")
         print("result", out[0], flush=True)
-    """, env={"HVD_LITE_STALL_CHECK_TIME_SECONDS": "1"})
+    """,
+        env={"HVD_LITE_STALL_CHECK_TIME_SECONDS": "1"},
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("result 2.0") == 2
     assert "stall warning (rank 0)" in res.stderr
@@ -107,7 +126,9 @@ def test_stall_warning_names_the_missing_rank_and_tensor():
 
 
 def test_stall_shutdown_raises_on_every_rank():
-    res, took = job(2, """
+    res, took = job(
+        2,
+        """
         import time, numpy as np, hvd_lite as hvd
         hvd.init()
         try:
@@ -118,16 +139,22 @@ def test_stall_shutdown_raises_on_every_rank():
                 hvd.allreduce(np.ones(3), name="late")
         except hvd.HvdLiteError as e:
             print(f"rank {hvd.rank()} raised:", e, flush=True)
-    """, env={"HVD_LITE_STALL_CHECK_TIME_SECONDS": "1", "HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS": "2"})
+    """,
+        env={"HVD_LITE_STALL_CHECK_TIME_SECONDS": "1", "HVD_LITE_STALL_SHUTDOWN_TIME_SECONDS": "2"},
+    )
     for r in (0, 1):
-        assert f"rank {r} raised: hvd_lite stalled: 'lonely' was submitted by some ranks but not by ranks 0" \
-            in res.stdout, res.stdout + res.stderr
+        assert (
+            f"rank {r} raised: hvd_lite stalled: 'lonely' was submitted by some ranks but not by ranks 0"
+            in res.stdout
+        ), res.stdout + res.stderr
     assert took < 60
 
 
 def test_timeline_is_valid_json_with_the_phases(tmp_path):
     path = tmp_path / "timeline.json"
-    res, _ = job(2, """
+    res, _ = job(
+        2,
+        """
         import numpy as np, hvd_lite as hvd
         hvd.init()
         for step in range(3):
@@ -136,8 +163,13 @@ def test_timeline_is_valid_json_with_the_phases(tmp_path):
             hs.append(hvd.allreduce_async(np.ones(2_000_000, np.float32), name="big"))
             for h in hs:
                 hvd.synchronize(h)
-    """, env={"HVD_LITE_TIMELINE": str(path), "HVD_LITE_FUSION_THRESHOLD": str(1 << 20),
-              "HVD_LITE_ALLREDUCE_ALGO": "ring"})  # the ring's phases (shared memory: one ALLREDUCE)
+    """,
+        env={
+            "HVD_LITE_TIMELINE": str(path),
+            "HVD_LITE_FUSION_THRESHOLD": str(1 << 20),
+            "HVD_LITE_ALLREDUCE_ALGO": "ring",
+        },
+    )  # the ring's phases (shared memory: one ALLREDUCE)
     assert res.returncode == 0, res.stderr
     events = json.loads(path.read_text())
     rows = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
@@ -150,21 +182,27 @@ def test_timeline_is_valid_json_with_the_phases(tmp_path):
 
 def test_timeline_stays_valid_json_when_the_job_is_killed(tmp_path):
     path = tmp_path / "timeline.json"
-    res, _ = job(2, """
+    res, _ = job(
+        2,
+        """
         import os, signal, numpy as np, hvd_lite as hvd
         hvd.init()
         for step in range(100000):
             hvd.allreduce(np.ones(1000, np.float32), name=f"t{step % 5}")
             if step == 50 and hvd.rank() == 0:
                 os.kill(os.getpid(), signal.SIGKILL)
-    """, env={"HVD_LITE_TIMELINE": str(path)})
+    """,
+        env={"HVD_LITE_TIMELINE": str(path)},
+    )
     assert res.returncode != 0
     events = json.loads(path.read_text())
     assert sum(1 for e in events if e.get("name") == "NEGOTIATE") >= 50
 
 
 def test_an_idle_or_waiting_engine_uses_almost_no_cpu():
-    res, _ = job(2, """
+    res, _ = job(
+        2,
+        """
         import time, numpy as np, hvd_lite as hvd
         hvd.init()
         hvd.allreduce(np.ones(10))
@@ -180,7 +218,8 @@ def test_an_idle_or_waiting_engine_uses_almost_no_cpu():
             hvd.allreduce(np.ones(10), name="late")
             waiting = 0.0
         print(f"rank {hvd.rank()} idle_cpu {idle:.4f} waiting_cpu {waiting:.4f}", flush=True)
-    """)
+    """,
+    )
     assert res.returncode == 0, res.stderr
     lines = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("rank")]
     assert len(lines) == 2
@@ -191,17 +230,19 @@ def test_an_idle_or_waiting_engine_uses_almost_no_cpu():
     print(res.stdout)
 
 
-@pytest.mark.parametrize("batch_ms,rounds_ok", [(1000, lambda n: n <= 2), (0, lambda n: n >= 3)],
-                         ids=["batched", "unbatched"])
-def test_a_burst_of_submissions_enters_one_round_within_the_batch_time(tmp_path, batch_ms,
-                                                                        rounds_ok):
+@pytest.mark.parametrize(
+    "batch_ms,rounds_ok", [(1000, lambda n: n <= 2), (0, lambda n: n >= 3)], ids=["batched", "unbatched"]
+)
+def test_a_burst_of_submissions_enters_one_round_within_the_batch_time(tmp_path, batch_ms, rounds_ok):
     """Six submissions 3 ms apart, then the waits: with HVD_LITE_BATCH_TIME=1000 the engine lets
     the burst finish and negotiates it in one round (two if its 1 s idle tick falls inside the
     burst); with 0 each submission starts a round of its own. Rounds are the engine's own count
     (a round is collective: every rank counts the same), from the first submission to the last
     wait; the timeline says every tensor was negotiated."""
     path = tmp_path / "timeline.json"
-    res, _ = job(2, """
+    res, _ = job(
+        2,
+        """
         import time, numpy as np, hvd_lite as hvd
         hvd.init()
         hvd.allreduce(np.ones(1), name="warmup")
@@ -214,7 +255,9 @@ def test_a_burst_of_submissions_enters_one_round_within_the_batch_time(tmp_path,
         for h in hs:
             hvd.synchronize(h)
         print(f"rank {hvd.rank()} rounds {eng.stats()['rounds'] - before}", flush=True)
-    """, env={"HVD_LITE_TIMELINE": str(path), "HVD_LITE_BATCH_TIME": str(batch_ms)})
+    """,
+        env={"HVD_LITE_TIMELINE": str(path), "HVD_LITE_BATCH_TIME": str(batch_ms)},
+    )
     assert res.returncode == 0, res.stderr
     events = json.loads(path.read_text())
     rows = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
@@ -228,7 +271,9 @@ def test_a_signal_interrupts_a_waiting_synchronize():
     """Rank 1 waits for a collective rank 0 joins 3 s late; an alarm after 1 s raises in the
     waiting thread (Ctrl-C and pytest's timeout work the same way) instead of being held off.
     Rank 1 then waits in a barrier, so that it is still there when rank 0 comes."""
-    res, _ = job(2, """
+    res, _ = job(
+        2,
+        """
         import signal, time, numpy as np, hvd_lite as hvd
         hvd.init()
         if hvd.rank() == 0:
@@ -246,7 +291,8 @@ def test_a_signal_interrupts_a_waiting_synchronize():
             except TimeoutError:
                 print(f"interrupted after {time.monotonic() - t0:.1f} s", flush=True)
             hvd.barrier()
-    """)
+    """,
+    )
     assert res.returncode == 0, res.stderr
     assert "interrupted after 1." in res.stdout, res.stdout + res.stderr
 

@@ -8,6 +8,7 @@ The full matrix, 2-4 ranks with every rank as the victim, each on all three path
 
     HVD_LITE_FAULT_MATRIX=full python -m pytest -q tests/system/test_faults.py
 """
+
 import json
 import os
 import sys
@@ -45,8 +46,9 @@ def cases(n, every_victim):
                 continue  # CI: one stall (each costs three data timeouts)
             victims = range(n) if every_victim else [k % n]
             for v in victims:
-                if family == "broadcast" and (point in ("send", "stall") and v == n - 1 or
-                                              point == "recv" and v == 0):
+                if family == "broadcast" and (
+                    point in ("send", "stall") and v == n - 1 or point == "recv" and v == 0
+                ):
                     continue  # the chain's last rank sends nothing, its root receives nothing
                 out.append(f"{family}:{point}:{v}")
             k += 1
@@ -56,8 +58,11 @@ def cases(n, every_victim):
 def run_cases(n, case_list, extra=None):
     env = job_env({"HVD_LITE_DATA_TIMEOUT_SECONDS": str(DATA_TIMEOUT), **(extra or {})})
     t0 = time.monotonic()
-    res = run_job(mpirun_cmd(n) + [sys.executable, os.path.join(HERE, "fault_worker.py")] + case_list,
-                  timeout=120 + 15 * len(case_list), env=env)
+    res = run_job(
+        mpirun_cmd(n) + [sys.executable, os.path.join(HERE, "fault_worker.py")] + case_list,
+        timeout=120 + 15 * len(case_list),
+        env=env,
+    )
     took = time.monotonic() - t0
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
@@ -82,18 +87,20 @@ def check(rows, n, case_list, unnamed_stalls=False):
         for row in got:
             assert row["next_right"] is True, (case, row)
             if row["ok"]:  # a stalled rank itself is late, not failing: it may finish its part
-                assert (row["rank"] != int(victim) or point == "stall") and row["right"] is True, \
-                    (case, row)
+                assert (row["rank"] != int(victim) or point == "stall") and row["right"] is True, (case, row)
                 finished += 1
                 continue
             if point == "stall":  # the silence spreads round the ring: each waiter names its own
                 # (across emulated hosts, a lane's latency path waits on a peer it cannot name)
                 assert "no message from rank" in row["error"] or (
-                    unnamed_stalls and "no progress for" in row["error"]), (case, row)
+                    unnamed_stalls and "no progress for" in row["error"]
+                ), (case, row)
             else:
                 assert f"rank {victim}" in row["error"], (case, row)
-            assert "HVD_LITE_FAULT" in row["error"] or "HVD_LITE_DATA_TIMEOUT_SECONDS" in row["error"], \
-                (case, row)
+            assert "HVD_LITE_FAULT" in row["error"] or "HVD_LITE_DATA_TIMEOUT_SECONDS" in row["error"], (
+                case,
+                row,
+            )
             bound = STALL_BOUND if point == "stall" else BOUND
             assert row["seconds"] < bound, (case, row)
             longest = max(longest, row["seconds"])
@@ -101,8 +108,10 @@ def check(rows, n, case_list, unnamed_stalls=False):
                 longest_other = max(longest_other, row["seconds"])
         if point == "stall" and n == 2:  # the victim's only neighbour names it (with more ranks, the
             # waiters time out together and each may report another's alarm first)
-            assert all(f"no message from rank {victim} " in row["error"]
-                       for row in got if not row["ok"]), (case, got)
+            assert all(f"no message from rank {victim} " in row["error"] for row in got if not row["ok"]), (
+                case,
+                got,
+            )
     errors = sum(1 for case in case_list for row in by_case[case] if not row["ok"])
     assert errors >= finished, (errors, finished)  # mostly errors: the suite is not vacuous
     return longest, longest_other, finished
@@ -125,9 +134,11 @@ def test_a_fault_on_one_rank_fails_the_collective_on_every_rank_and_the_next_one
         env["HVD_LITE_ALLREDUCE_ALGO"] = "hier"
     rows, took = run_cases(n, case_list, env)
     longest, longest_other, finished = check(rows, n, case_list, unnamed_stalls=path == "hosts")
-    print(f"\nfaults injected: {len(case_list)} at {n} ranks; hangs 0; wrong results 0; "
-          f"ranks that finished their part first: {finished}; longest time to an error "
-          f"{longest:.3f} s ({longest_other:.3f} s but for stalls); job {took:.1f} s")
+    print(
+        f"\nfaults injected: {len(case_list)} at {n} ranks; hangs 0; wrong results 0; "
+        f"ranks that finished their part first: {finished}; longest time to an error "
+        f"{longest:.3f} s ({longest_other:.3f} s but for stalls); job {took:.1f} s"
+    )
 
 
 def test_a_fault_while_a_send_step_has_segments_waiting_fails_it_on_every_rank_and_the_next_one_works():
@@ -135,8 +146,14 @@ def test_a_fault_while_a_send_step_has_segments_waiting_fails_it_on_every_rank_a
     # broadcast's pieces take the 64-segment cap, so a send step posts 32 (transport.h's window) and the
     # rest while the next steps receive; the 40th send fails among those, with segments waiting.
     n = 3
-    case_list = ["allreduce_ring:send#40:0", "allreduce_ring:send#40:2", "allreduce_ring:recv#40:1",
-                 "reducescatter:send#40:1", "broadcast:send#40:0", "broadcast:send#40:1"]
+    case_list = [
+        "allreduce_ring:send#40:0",
+        "allreduce_ring:send#40:2",
+        "allreduce_ring:recv#40:1",
+        "reducescatter:send#40:1",
+        "broadcast:send#40:0",
+        "broadcast:send#40:1",
+    ]
     rows, _ = run_cases(n, case_list, {"HVD_LITE_SHM": "0", "HVD_LITE_SEGMENT_BYTES": "1024"})
     check(rows, n, case_list)
 
@@ -146,8 +163,12 @@ def test_a_fault_in_a_pairwise_allreduce_fails_it_on_every_rank_and_the_next_one
     # 3 ranks: rd and rab fold ranks 0 and 1 first (0 sends, then waits for the result), 1 and 2 pair;
     # the tree: 1 and 2 send to 0, which sends the result to 2, then to 1.
     n = 3
-    case_list = ["allreduce_ring:send:0", "allreduce_ring:recv:1", "allreduce_ring:send:2",
-                 "allreduce_ring:stall:1"]
+    case_list = [
+        "allreduce_ring:send:0",
+        "allreduce_ring:recv:1",
+        "allreduce_ring:send:2",
+        "allreduce_ring:stall:1",
+    ]
     rows, _ = run_cases(n, case_list, {"HVD_LITE_ALLREDUCE_ALGO": algo})
     check(rows, n, case_list)
 
@@ -172,8 +193,14 @@ def test_a_fault_in_a_tree_broadcast_fails_it_on_every_rank_and_the_next_one_wor
 def test_a_fault_in_a_log_step_allgather_or_reducescatter_fails_it_on_every_rank_and_the_next_one_works(n):
     # rd_far and halving: at 4 ranks rd_far's first step and halving's last send two messages each
     # way (pair_exchange.c's hvdl_pair_exchange_many); at 3 ranks ranks 0 and 1 fold first.
-    case_list = ["allgather:send:0", f"allgather:recv:{n - 1}", "allgather:stall:1",
-                 f"reducescatter:send:{n - 1}", "reducescatter:recv:0", "reducescatter:stall:2"]
+    case_list = [
+        "allgather:send:0",
+        f"allgather:recv:{n - 1}",
+        "allgather:stall:1",
+        f"reducescatter:send:{n - 1}",
+        "reducescatter:recv:0",
+        "reducescatter:stall:2",
+    ]
     env = {"HVD_LITE_ALLGATHER_ALGO": "rd_far", "HVD_LITE_REDUCESCATTER_ALGO": "halving"}
     rows, _ = run_cases(n, case_list, env)
     check(rows, n, case_list)
@@ -182,8 +209,12 @@ def test_a_fault_in_a_log_step_allgather_or_reducescatter_fails_it_on_every_rank
 def test_a_fault_in_the_hier_p2p_allreduce_fails_it_on_every_rank_and_the_next_one_works():
     # hier_p2p: 4 ranks as 2 hosts of 2 (ranks 0, 1 and 2, 3 within a host; 0-2 and 1-3 across)
     n = 4
-    case_list = ["allreduce_ring:send:0", "allreduce_ring:recv:3", "allreduce_ring:send:2",
-                 "allreduce_ring:stall:1"]
+    case_list = [
+        "allreduce_ring:send:0",
+        "allreduce_ring:recv:3",
+        "allreduce_ring:send:2",
+        "allreduce_ring:stall:1",
+    ]
     env = {"HVD_LITE_ALLREDUCE_ALGO": "hier_p2p", "HVD_LITE_RANKS_PER_HOST": "2"}
     rows, _ = run_cases(n, case_list, env)
     check(rows, n, case_list)
@@ -191,13 +222,16 @@ def test_a_fault_in_the_hier_p2p_allreduce_fails_it_on_every_rank_and_the_next_o
 
 def job(n, script, env):
     t0 = time.monotonic()
-    res = run_job(mpirun_cmd(n) + [sys.executable, "-c", textwrap.dedent(script)],
-                  timeout=120, env=job_env(env))
+    res = run_job(
+        mpirun_cmd(n) + [sys.executable, "-c", textwrap.dedent(script)], timeout=120, env=job_env(env)
+    )
     return res, time.monotonic() - t0
 
 
 def test_a_failed_negotiation_stops_the_engine_on_every_rank_with_its_cause():
-    res, took = job(3, """
+    res, took = job(
+        3,
+        """
         import numpy as np, hvd_lite as hvd
         hvd.init()
         for attempt in ("first", "next"):
@@ -206,33 +240,45 @@ def test_a_failed_negotiation_stops_the_engine_on_every_rank_with_its_cause():
                 print(f"rank {hvd.rank()} {attempt}: ok", flush=True)
             except hvd.HvdLiteError as e:
                 print(f"rank {hvd.rank()} {attempt}: {e}", flush=True)
-    """, {"HVD_LITE_FAULT": "negotiate@1"})
+    """,
+        {"HVD_LITE_FAULT": "negotiate@1"},
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     for r in range(3):
         for attempt in ("first", "next"):
-            assert (f"rank {r} {attempt}: hvd_lite engine failed on rank 1: injected fault "
-                    "(HVD_LITE_FAULT) in a negotiation round") in res.stdout, res.stdout + res.stderr
+            assert (
+                f"rank {r} {attempt}: hvd_lite engine failed on rank 1: injected fault "
+                "(HVD_LITE_FAULT) in a negotiation round"
+            ) in res.stdout, res.stdout + res.stderr
     assert took < 60
 
 
 def test_a_rank_that_dies_mid_collective_ends_the_job():
-    res, took = job(3, """
+    res, took = job(
+        3,
+        """
         import numpy as np, hvd_lite as hvd
         hvd.init()
         for step in range(20):
             hvd.allreduce(np.ones(1 << 20, np.float32), name=f"s{step}")
         print("finished", flush=True)
-    """, {"HVD_LITE_FAULT": "exit@2#5"})
+    """,
+        {"HVD_LITE_FAULT": "exit@2#5"},
+    )
     assert res.returncode != 0 and "finished" not in res.stdout
     assert took < 60
 
 
 def test_a_bad_fault_spec_is_refused_with_its_value():
-    res, _ = job(1, """
+    res, _ = job(
+        1,
+        """
         import hvd_lite as hvd
         try:
             hvd.init()
         except ValueError as e:
             print("refused:", e, flush=True)
-    """, {"HVD_LITE_FAULT": "sned@0"})
+    """,
+        {"HVD_LITE_FAULT": "sned@0"},
+    )
     assert "refused: HVD_LITE_FAULT=sned@0 is not valid" in res.stdout, res.stdout + res.stderr

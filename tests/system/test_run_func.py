@@ -1,4 +1,5 @@
 """hvd_lite.run.run(func): real jobs started from this process."""
+
 import time
 
 import pytest

@@ -1,4 +1,5 @@
 """`hvd_lite.run` as users run it: real jobs under the MPI of this environment."""
+
 import os
 import re
 import shlex
@@ -25,8 +26,18 @@ sys.stdout.write(f"RANK {hvd.rank()} {hvd.size()} {knobs} {sys.argv[1:]!r}\\n")
 
 def test_job_runs_every_rank_with_knobs_and_arguments_unchanged():
     odd = ["a b", "it's", 'say "hi"', "$HOME", "*", ""]
-    res = hvdrun("-np", "3", "--fusion-threshold-mb", "32", "--cycle-time-ms", "3.5",
-                 "--log-level", "DEBUG", *py(RANK_INFO), *odd)
+    res = hvdrun(
+        "-np",
+        "3",
+        "--fusion-threshold-mb",
+        "32",
+        "--cycle-time-ms",
+        "3.5",
+        "--log-level",
+        "DEBUG",
+        *py(RANK_INFO),
+        *odd,
+    )
     assert res.returncode == 0, res.stderr
     knobs = f"{32 * 1024 * 1024},3.5,debug"
     assert sorted(tagged(res.stdout, "RANK")) == [f"{r} 3 {knobs} {odd!r}" for r in range(3)]
@@ -83,8 +94,9 @@ time.sleep(60)
     assert "Traceback" not in res.stderr
     name = signal.Signals(sig).name
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("hvd_lite.run: ")]
-    assert lines[-1] == (f"hvd_lite.run: rank 1 was killed by {name} (signal {int(sig)}); "
-                         f"exit code {128 + sig}"), res.stderr
+    assert lines[-1] == (
+        f"hvd_lite.run: rank 1 was killed by {name} (signal {int(sig)}); exit code {128 + sig}"
+    ), res.stderr
 
 
 def _cores_on():
@@ -99,20 +111,35 @@ def test_the_rank_shim_dies_of_its_commands_signal_and_reports_it(tmp_path, sig)
     # The shim alone (no MPI): its command dies of `sig`; the exit marker carries 128 + sig and
     # the signal, and the shim dies of the same signal without a traceback. Core files are
     # allowed, but the command turns its own off: a core file in the directory is the shim's.
-    code = ("import os, resource; resource.setrlimit(resource.RLIMIT_CORE, "
-            f"(0, resource.getrlimit(resource.RLIMIT_CORE)[1])); os.kill(os.getpid(), {int(sig)})")
-    res = subprocess.run([sys.executable, SHIM, *py(code)], capture_output=True, text=True,
-                         timeout=60, cwd=tmp_path, env=env(**{TOKEN_VAR: "feed"}),
-                         preexec_fn=_cores_on)
+    code = (
+        "import os, resource; resource.setrlimit(resource.RLIMIT_CORE, "
+        f"(0, resource.getrlimit(resource.RLIMIT_CORE)[1])); os.kill(os.getpid(), {int(sig)})"
+    )
+    res = subprocess.run(
+        [sys.executable, SHIM, *py(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env(**{TOKEN_VAR: "feed"}),
+        preexec_fn=_cores_on,
+    )
     assert res.returncode == -sig, res.stderr
-    assert res.stderr.splitlines() == ["@@hvdl-run:feed:start:-1:0/1:",
-                                       f"@@hvdl-run:feed:exit:-1:0/1:{128 + sig}:{int(sig)}"]
+    assert res.stderr.splitlines() == [
+        "@@hvdl-run:feed:start:-1:0/1:",
+        f"@@hvdl-run:feed:exit:-1:0/1:{128 + sig}:{int(sig)}",
+    ]
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("core")]
 
 
 def test_the_rank_shim_exits_with_its_commands_code():
-    res = subprocess.run([sys.executable, SHIM, *py("raise SystemExit(3)")], capture_output=True,
-                         text=True, timeout=60, env=env(**{TOKEN_VAR: "feed"}))
+    res = subprocess.run(
+        [sys.executable, SHIM, *py("raise SystemExit(3)")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env(**{TOKEN_VAR: "feed"}),
+    )
     assert res.returncode == 3
     assert res.stderr.splitlines()[-1] == "@@hvdl-run:feed:exit:-1:0/1:3"
 
@@ -123,8 +150,10 @@ def test_a_command_that_cannot_run_is_a_line_and_exit_127(tmp_path):
     res = hvdrun("-np", "2", missing)
     assert res.returncode == 127, res.stderr
     assert "Traceback" not in res.stderr
-    assert re.search(r"hvd_lite\.run: rank [01]: cannot run " + re.escape(repr(missing)) +
-                     ": No such file or directory", res.stderr), res.stderr
+    assert re.search(
+        r"hvd_lite\.run: rank [01]: cannot run " + re.escape(repr(missing)) + ": No such file or directory",
+        res.stderr,
+    ), res.stderr
 
 
 def test_a_script_that_does_not_exist_gives_pythons_message_and_code(tmp_path):
@@ -136,13 +165,13 @@ def test_a_script_that_does_not_exist_gives_pythons_message_and_code(tmp_path):
 def test_an_mpirun_killed_by_a_signal_is_named_in_one_line(tmp_path):
     fake = tmp_path / "mpirun"
     version = "mpirun (Open MPI) 5.0.11" if MPI.flavour == OPENMPI else "HYDRA build details:"
-    fake.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] && {{ echo '{version}'; exit 0; }}\n"
-                    "kill -9 $$\n")
+    fake.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] && {{ echo '{version}'; exit 0; }}\nkill -9 $$\n")
     fake.chmod(0o755)
     res = hvdrun("--mpirun", str(fake), "-np", "1", "true")
     assert res.returncode == 128 + signal.SIGKILL, res.stderr
-    assert res.stderr == ("hvd_lite.run: mpirun was killed by SIGKILL (signal 9) after 0 of 1 "
-                          "ranks started\n")
+    assert res.stderr == (
+        "hvd_lite.run: mpirun was killed by SIGKILL (signal 9) after 0 of 1 ranks started\n"
+    )
 
 
 def test_an_unreachable_host_is_reported_without_a_traceback():
@@ -163,13 +192,16 @@ os.replace(path + ".part", path)  # the test never reads a file that is not yet 
 time.sleep(120)
 """
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    launcher = subprocess.Popen([sys.executable, "-m", "hvd_lite.run", "-np", "2", *py(code)],
-                                env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "hvd_lite.run", "-np", "2", *py(code)],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
-        while not all((tmp_path / str(r)).exists() for r in range(2)) \
-                and time.monotonic() < deadline:
+        while not all((tmp_path / str(r)).exists() for r in range(2)) and time.monotonic() < deadline:
             time.sleep(0.1)
         pids = [int((tmp_path / str(r)).read_text()) for r in range(2)]
         assert all(pid_alive(p) for p in pids)
@@ -196,18 +228,19 @@ time.sleep(120)
 
 def test_dry_run_prints_the_command_and_runs_nothing(tmp_path):
     marker = tmp_path / "ran"
-    res = hvdrun("--dry-run", "-np", "2", "--mpi-args", "--display-x 'a b'", *py(
-        f"open({str(marker)!r}, 'w')"))
+    res = hvdrun(
+        "--dry-run", "-np", "2", "--mpi-args", "--display-x 'a b'", *py(f"open({str(marker)!r}, 'w')")
+    )
     assert res.returncode == 0, res.stderr
     argv = shlex.split(res.stdout.strip())
     assert len(res.stdout.strip().splitlines()) == 1
     assert argv[0] == MPI.path and not marker.exists()
     assert argv[-3:] == [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
-    assert ["--display-x", "a b"] == argv[argv.index("--display-x"):argv.index("--display-x") + 2]
+    assert ["--display-x", "a b"] == argv[argv.index("--display-x") : argv.index("--display-x") + 2]
     expected = {OPENMPI: ["--bind-to", "none"], MPICH: ["-bind-to", "none"]}.get(MPI.flavour)
     if expected:
         i = argv.index(expected[0])
-        assert argv[i:i + 2] == expected
+        assert argv[i : i + 2] == expected
 
 
 def test_check_build_reports_build_mpi_threads_gpu_and_frameworks():
@@ -230,8 +263,9 @@ def test_check_build_reports_build_mpi_threads_gpu_and_frameworks():
 
 def test_check_build_warns_when_mpirun_is_another_mpi(tmp_path):
     fake = tmp_path / "mpirun"
-    other = ("HYDRA build details:\n    Version: 4.0.1" if MPI.flavour == OPENMPI
-             else "mpirun (Open MPI) 4.1.0")
+    other = (
+        "HYDRA build details:\n    Version: 4.0.1" if MPI.flavour == OPENMPI else "mpirun (Open MPI) 4.1.0"
+    )
     fake.write_text(f"#!/bin/sh\nprintf '%s\\n' '{other}'\n")
     fake.chmod(0o755)
     res = hvdrun("--check-build", "--mpirun", str(fake))

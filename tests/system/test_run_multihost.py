@@ -1,4 +1,5 @@
 """A job over two host names on one machine (see run_helpers.two_hosts for how)."""
+
 import os
 import re
 import time
@@ -46,15 +47,26 @@ def test_uneven_hosts_from_a_hostfile(tmp_path):
 def test_start_timeout_ends_a_job_whose_host_never_comes_up():
     with two_hosts() as (words, root):
         t0 = time.monotonic()
-        res = hvdrun("-np", "2", "-H", f"hosta:1,{HANG_HOST}:1", "--start-timeout", "3",
-                     *mpi_args(words), *py("import time; time.sleep(60)"))
+        res = hvdrun(
+            "-np",
+            "2",
+            "-H",
+            f"hosta:1,{HANG_HOST}:1",
+            "--start-timeout",
+            "3",
+            *mpi_args(words),
+            *py("import time; time.sleep(60)"),
+        )
         took = time.monotonic() - t0
         pid_file = f"{root}/{HANG_HOST}/pid"
         hung = int(open(pid_file).read()) if os.path.exists(pid_file) else None
     assert res.returncode == 124, res.stderr
     # Open MPI starts no rank before every daemon is up; Hydra starts the ranks of hosta.
-    assert re.search(r"only [01] of 2 ranks started within 3 s \(--start-timeout\); "
-                     r"not started: (0, )?1\.", res.stderr), res.stderr
+    assert re.search(
+        r"only [01] of 2 ranks started within 3 s \(--start-timeout\); "
+        r"not started: (0, )?1\.",
+        res.stderr,
+    ), res.stderr
     assert took < 20
     if hung is not None:
         assert not pid_alive(hung), "the stand-in for the host that never started still runs"

@@ -1,6 +1,7 @@
 """Whole Keras jobs under hvd_lite's MultiWorkerMirroredStrategy at two ranks: a job killed
 mid-epoch resumes from tf.keras.callbacks.BackupAndRestore's backup, and a peer that never arrives
 makes fit raise on every rank within CommunicationOptions' timeout."""
+
 import os
 import re
 import sys
@@ -14,19 +15,16 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_job_worker
 
 
 def job(*args, timeout=240):
-    return run_job(mpirun_cmd(2) + [sys.executable, WORKER, *map(str, args)], timeout=timeout,
-                   env=job_env())
+    return run_job(mpirun_cmd(2) + [sys.executable, WORKER, *map(str, args)], timeout=timeout, env=job_env())
 
 
 def final_weights(res):
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("rank ")]
     assert len(lines) == 2, res.stdout + res.stderr
-    return {int(ln.split()[1]): (int(ln.split()[3]), [float(v) for v in ln.split()[5:]])
-            for ln in lines}
+    return {int(ln.split()[1]): (int(ln.split()[3]), [float(v) for v in ln.split()[5:]]) for ln in lines}
 
 
-def test_a_job_killed_mid_epoch_resumes_from_backup_and_restore_and_ends_like_an_unbroken_one(
-        tmp_path):
+def test_a_job_killed_mid_epoch_resumes_from_backup_and_restore_and_ends_like_an_unbroken_one(tmp_path):
     backup = tmp_path / "backup"
     killed = job("backup", backup, 2)  # killed in epoch 2 (0-based): epochs 0 and 1 backed up
     assert killed.returncode != 0, killed.stdout + killed.stderr
@@ -48,10 +46,16 @@ def test_fit_raises_on_every_rank_within_the_communication_timeout_when_a_peer_n
     lines = sorted(ln for ln in res.stdout.splitlines() if ln.startswith("rank "))
     assert len(lines) == 2, res.stdout + res.stderr
     waiting, stalled = lines  # rank 0 waits for rank 1, which stalls for 3t
-    m = re.match(r"rank 0 raised (\w+) after ([\d.]+) s: .*CollectiveError: allreduce: \d+ "
-                 r"collective\(s\) not done after 2.0 s", waiting)
+    m = re.match(
+        r"rank 0 raised (\w+) after ([\d.]+) s: .*CollectiveError: allreduce: \d+ "
+        r"collective\(s\) not done after 2.0 s",
+        waiting,
+    )
     assert m, waiting
     assert t <= float(m.group(2)) < t + 3.0, waiting
     # the stalled rank raises as soon as it submits: its peer has given up and left
-    assert re.match(r"rank 1 raised \w+ after [\d.]+ s: .*CollectiveError: hvd_lite has been shut "
-                    r"down on rank 0", stalled), stalled
+    assert re.match(
+        r"rank 1 raised \w+ after [\d.]+ s: .*CollectiveError: hvd_lite has been shut "
+        r"down on rank 0",
+        stalled,
+    ), stalled

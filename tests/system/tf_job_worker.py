@@ -7,6 +7,7 @@
                                              the last rank stops before its third step for 3T
 Each rank prints one line: `rank R ...`.
 """
+
 import os
 import signal
 import sys
@@ -30,8 +31,9 @@ def model_and_data():
     rng = np.random.RandomState(0)
     x = rng.rand(48, 4).astype("float32")
     y = (x @ np.array([[1.0], [-2.0], [0.5], [3.0]], "float32")).astype("float32")
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5, activation="tanh"),
-                              keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(5, activation="tanh"), keras.layers.Dense(1)]
+    )
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     return model, tf.data.Dataset.from_tensor_slices((x, y)).batch(12)
 
@@ -57,11 +59,12 @@ def backup(directory, kill_epoch):
     with strategy.scope():
         model, ds = model_and_data()
     kill = At(kill_epoch, 1, lambda: os.kill(os.getpid(), signal.SIGKILL))
-    hist = model.fit(ds, epochs=4, verbose=0, callbacks=[
-        keras.callbacks.BackupAndRestore(directory), kill])
+    hist = model.fit(ds, epochs=4, verbose=0, callbacks=[keras.callbacks.BackupAndRestore(directory), kill])
     flat = np.concatenate([w.ravel() for w in model.get_weights()])
-    print(f"rank {hvd.rank()} epochs {len(hist.history['loss'])} weights "
-          f"{' '.join(f'{v:.6f}' for v in flat)}", flush=True)
+    print(
+        f"rank {hvd.rank()} epochs {len(hist.history['loss'])} weights {' '.join(f'{v:.6f}' for v in flat)}",
+        flush=True,
+    )
 
 
 def timeout(seconds):
@@ -76,8 +79,7 @@ def timeout(seconds):
     except Exception as exc:  # noqa: BLE001 - reported for the test to judge
         took = time.monotonic() - stall.began
         message = " ".join(str(exc).split())  # TF wraps hvd_lite's message in a graph error
-        print(f"rank {hvd.rank()} raised {type(exc).__name__} after {took:.2f} s: {message}",
-              flush=True)
+        print(f"rank {hvd.rank()} raised {type(exc).__name__} after {took:.2f} s: {message}", flush=True)
 
 
 if __name__ == "__main__":

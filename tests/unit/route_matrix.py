@@ -1,14 +1,19 @@
 """What the quick-route tests share (test_plain_args.py for numpy arrays, test_torch_plain_args.py
 for torch tensors): the matrix of call arguments, and the comparison of two routes' engine
 Submissions past the buffers."""
+
 import hvd_lite as hvd
 from hvd_lite._submission import FIELDS
 
 
 def cases(ops, factors, names):
     """(op, prescale, postscale, name) for every op, every factor on either side, every name."""
-    return ([(op, 1.0, 1.0, None) for op in ops] + [(hvd.Sum, f, 1.0, None) for f in factors]
-            + [(hvd.Sum, 1.0, f, None) for f in factors] + [(hvd.Sum, 1.0, 1.0, n) for n in names])
+    return (
+        [(op, 1.0, 1.0, None) for op in ops]
+        + [(hvd.Sum, f, 1.0, None) for f in factors]
+        + [(hvd.Sum, 1.0, f, None) for f in factors]
+        + [(hvd.Sum, 1.0, 1.0, n) for n in names]
+    )
 
 
 def past_buffers(submission, unnamed: bool = False) -> dict:

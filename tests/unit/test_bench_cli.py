@@ -1,4 +1,5 @@
 """The benchmark's helpers: size parsing and steps, and the exact input patterns."""
+
 import itertools
 
 import numpy as np
@@ -8,8 +9,10 @@ from hvd_lite.bench import common, exact
 from hvd_lite.bench.__main__ import build_parser
 
 
-@pytest.mark.parametrize("text,nbytes", [("4", 4), ("64K", 65536), ("1M", 1 << 20),
-                                         ("256M", 256 << 20), ("1G", 1 << 30), ("8KiB", 8192)])
+@pytest.mark.parametrize(
+    "text,nbytes",
+    [("4", 4), ("64K", 65536), ("1M", 1 << 20), ("256M", 256 << 20), ("1G", 1 << 30), ("8KiB", 8192)],
+)
 def test_parse_size_accepts_nccl_tests_suffixes(text, nbytes):
     assert common.parse_size(text) == nbytes
 
@@ -34,8 +37,9 @@ def test_every_registered_command_parses_its_defaults():
     assert parser.parse_args(["model", "--algo", "rd", "--algo", "rab"]).algo == ["rd", "rab"]
 
 
-@pytest.mark.parametrize("name,op,n", list(itertools.product(
-    list(common.DTYPES), ["sum", "prod", "max", "min"], [2, 3, 4, 8])))
+@pytest.mark.parametrize(
+    "name,op,n", list(itertools.product(list(common.DTYPES), ["sum", "prod", "max", "min"], [2, 3, 4, 8]))
+)
 def test_expected_pattern_does_not_depend_on_the_order_of_reduction(name, op, n):
     dtype = common.DTYPES[name]
     ufunc = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}[op]
@@ -69,6 +73,7 @@ def test_count_wrong_counts_flipped_elements_in_body_and_tail():
 
 def test_fit_line_goes_through_the_smallest_and_the_largest_size():
     from hvd_lite.bench.fit import fit_line
+
     sizes = [8, 1 << 10, 1 << 22]
     times = [1e-6 + s * 1e-10 for s in sizes]
     times[1] *= 3  # a noisy middle point does not move the line

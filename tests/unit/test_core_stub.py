@@ -1,6 +1,7 @@
 """hvd_lite/_core.pyi names what hvd_lite._core has, no more and no less: the module's functions
 and constants, and the attributes of Engine, Comm and SharedMemory (Handle is no module
 attribute). A name added to or removed from the C binding fails here until the stub says so."""
+
 import ast
 import os
 

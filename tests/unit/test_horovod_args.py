@@ -1,6 +1,7 @@
 """Horovod's argument rules, written once (hvd_lite._horovod_args) and shared by the adapters:
 `groups=k` cuts contiguous runs as Horovod's split_list, the same in hvd_lite.torch and
 hvd_lite.tensorflow, and (op, average) resolves as Horovod's handle_average_backwards_compatibility."""
+
 import warnings
 
 import pytest
@@ -15,7 +16,7 @@ def _horovods_split_list(items, n):
     size, longer = divmod(len(items), n)
     sizes = [size + (1 if i < longer else 0) for i in range(n)]
     starts = [sum(sizes[:i]) for i in range(n)]
-    return [list(items[s:s + k]) for s, k in zip(starts, sizes) if k]
+    return [list(items[s : s + k]) for s, k in zip(starts, sizes) if k]
 
 
 def test_groups_k_cuts_contiguous_runs_the_first_ones_longer():

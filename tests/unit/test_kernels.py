@@ -1,4 +1,5 @@
 """The C reduction kernels against numpy references, one process, no MPI traffic."""
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -7,15 +8,19 @@ from helpers import ALL_DTYPES, FLOAT16ISH, INT_DTYPES, horovod_scale
 from hvd_lite import _core
 from hvd_lite.ops import HVDL_DTYPES
 
-OPS = {"sum": _core.hvdlSum, "prod": _core.hvdlProd, "max": _core.hvdlMax, "min": _core.hvdlMin,
-       "avg": _core.hvdlAvg}
+OPS = {
+    "sum": _core.hvdlSum,
+    "prod": _core.hvdlProd,
+    "max": _core.hvdlMax,
+    "min": _core.hvdlMin,
+    "avg": _core.hvdlAvg,
+}
 
 
 def kernel(a, b, op):
     """dst = a op b with the C kernel."""
     dst = np.empty_like(a)
-    _core.reduce_local(dst.view(np.uint8), a.view(np.uint8), b.view(np.uint8),
-                       HVDL_DTYPES[a.dtype], OPS[op])
+    _core.reduce_local(dst.view(np.uint8), a.view(np.uint8), b.view(np.uint8), HVDL_DTYPES[a.dtype], OPS[op])
     return dst
 
 
@@ -30,8 +35,9 @@ def random_values(dtype, n, rng):
 def reference(a, b, op):
     dt = a.dtype
     if dt.kind in "iu":
-        return {"sum": a + b, "avg": a + b, "prod": a * b, "max": np.maximum(a, b),
-                "min": np.minimum(a, b)}[op].astype(dt)
+        return {"sum": a + b, "avg": a + b, "prod": a * b, "max": np.maximum(a, b), "min": np.minimum(a, b)}[
+            op
+        ].astype(dt)
     if op in ("max", "min"):
         # IEEE fmax/fmin (NaN loses), keeping the chosen operand's bits
         x, y = a.astype(np.float32), b.astype(np.float32)
@@ -56,8 +62,9 @@ def assert_same(got, want):
         assert np.array_equal(nan_g, nan_w), "NaN positions differ"
         g, w = g[~nan_g], w[~nan_w]
     bad = np.nonzero(g != w)[0]
-    assert bad.size == 0, (f"{bad.size} elements differ, first at {bad[:5]}: got {g[bad[:5]]}, "
-                           f"want {w[bad[:5]]}")
+    assert bad.size == 0, (
+        f"{bad.size} elements differ, first at {bad[:5]}: got {g[bad[:5]]}, want {w[bad[:5]]}"
+    )
 
 
 @pytest.mark.parametrize("op", list(OPS))
@@ -90,11 +97,19 @@ def test_float16_ties_round_to_even():
     assert got[0] == np.float16(1.0 + 2 * float(ulp))
 
 
-@pytest.mark.parametrize("dtype,a,b,want", [
-    (np.int8, 127, 1, -128), (np.uint8, 255, 1, 0), (np.int32, 2**31 - 1, 1, -2**31),
-    (np.uint32, 2**32 - 1, 2, 1), (np.int64, 2**63 - 1, 1, -2**63), (np.uint64, 2**64 - 1, 1, 0),
-    (np.int16, 2**15 - 1, 1, -2**15), (np.uint16, 2**16 - 1, 1, 0),
-])
+@pytest.mark.parametrize(
+    "dtype,a,b,want",
+    [
+        (np.int8, 127, 1, -128),
+        (np.uint8, 255, 1, 0),
+        (np.int32, 2**31 - 1, 1, -(2**31)),
+        (np.uint32, 2**32 - 1, 2, 1),
+        (np.int64, 2**63 - 1, 1, -(2**63)),
+        (np.uint64, 2**64 - 1, 1, 0),
+        (np.int16, 2**15 - 1, 1, -(2**15)),
+        (np.uint16, 2**16 - 1, 1, 0),
+    ],
+)
 def test_integer_sum_wraps(dtype, a, b, want):
     got = kernel(np.array([a], dtype), np.array([b], dtype), "sum")
     assert got[0] == np.array([want], dtype)[0]
@@ -130,8 +145,11 @@ def test_integer_avg_division_truncates_toward_zero(dtype):
         assert divide(values, n).tolist() == want
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16],
-                         ids=["float16", "float32", "float64", "bfloat16"])
+@pytest.mark.parametrize(
+    "dtype",
+    [np.float16, np.float32, np.float64, ml_dtypes.bfloat16],
+    ids=["float16", "float32", "float64", "bfloat16"],
+)
 def test_float_avg_division_is_correctly_rounded(dtype):
     rng = np.random.default_rng(3)
     values = random_values(dtype, 5000, rng)
@@ -155,8 +173,7 @@ def test_misaligned_buffers_reduce_correctly(dtype):
     ma[...] = a
     mb[...] = b
     assert not ma.flags.aligned or dt.itemsize == 1
-    _core.reduce_local(md.view(np.uint8), ma.view(np.uint8), mb.view(np.uint8), HVDL_DTYPES[dt],
-                       OPS["sum"])
+    _core.reduce_local(md.view(np.uint8), ma.view(np.uint8), mb.view(np.uint8), HVDL_DTYPES[dt], OPS["sum"])
     assert_same(md, reference(a, b, "sum"))
     want = divide(md.copy(), 3)
     _core.divide_local(md.view(np.uint8), HVDL_DTYPES[dt], 3)
@@ -168,12 +185,10 @@ def test_in_place_kernel_calls_alias_safely():
     a, b = random_values(np.float32, 10001, rng), random_values(np.float32, 10001, rng)
     want = reference(a, b, "sum")
     x = b.copy()
-    _core.reduce_local(x.view(np.uint8), a.view(np.uint8), x.view(np.uint8), _core.hvdlFloat32,
-                       _core.hvdlSum)
+    _core.reduce_local(x.view(np.uint8), a.view(np.uint8), x.view(np.uint8), _core.hvdlFloat32, _core.hvdlSum)
     assert_same(x, want)
     y = a.copy()
-    _core.reduce_local(y.view(np.uint8), y.view(np.uint8), b.view(np.uint8), _core.hvdlFloat32,
-                       _core.hvdlSum)
+    _core.reduce_local(y.view(np.uint8), y.view(np.uint8), b.view(np.uint8), _core.hvdlFloat32, _core.hvdlSum)
     assert_same(y, want)
 
 
@@ -190,16 +205,18 @@ FACTORS = [0.5, -0.5, 1 / 3, 2.5, -1.75, 1e-3, 3.0, 1e10, -1e10, 2.0**-60, np.na
 def test_integer_scaling_is_horovods_float64_product_truncated_toward_zero(dtype):
     rng = np.random.default_rng(11)
     info = np.iinfo(dtype)
-    edges = np.array([info.min, info.min + 1, -7, -3, -1, 0, 1, 3, 7, info.max - 1, info.max],
-                     dtype=object)
-    values = np.concatenate([random_values(dtype, 4099, rng),
-                             edges[[info.min <= int(v) <= info.max for v in edges]].astype(dtype)])
+    edges = np.array([info.min, info.min + 1, -7, -3, -1, 0, 1, 3, 7, info.max - 1, info.max], dtype=object)
+    values = np.concatenate(
+        [
+            random_values(dtype, 4099, rng),
+            edges[[info.min <= int(v) <= info.max for v in edges]].astype(dtype),
+        ]
+    )
     for f in FACTORS:
         got = scale(values, f)
         want = horovod_scale(values, f)
         bad = np.nonzero(got != want)[0]
-        assert bad.size == 0, (f"factor {f}: {values[bad[:4]]} -> {got[bad[:4]]}, "
-                               f"want {want[bad[:4]]}")
+        assert bad.size == 0, f"factor {f}: {values[bad[:4]]} -> {got[bad[:4]]}, want {want[bad[:4]]}"
 
 
 def test_integer_scaling_truncates_clamps_and_maps_nan_to_zero():
@@ -224,11 +241,15 @@ def test_misaligned_integer_scaling(dtype):
     assert np.array_equal(dst, horovod_scale(values, -2.5))
 
 
-@pytest.mark.parametrize("call", [
-    lambda b: _core.reduce_local(b, b, b, _core.hvdlBool, _core.hvdlSum),
-    lambda b: _core.divide_local(b, _core.hvdlBool, 2),
-    lambda b: _core.scale_local(b, b, _core.hvdlBool, 2.0),
-], ids=["reduce", "divide", "scale"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda b: _core.reduce_local(b, b, b, _core.hvdlBool, _core.hvdlSum),
+        lambda b: _core.divide_local(b, _core.hvdlBool, 2),
+        lambda b: _core.scale_local(b, b, _core.hvdlBool, 2.0),
+    ],
+    ids=["reduce", "divide", "scale"],
+)
 def test_bool_has_no_kernels(call):
     with pytest.raises(ValueError, match="bool data has no reduction ops"):
         call(np.zeros(4, np.uint8))
@@ -237,8 +258,9 @@ def test_bool_has_no_kernels(call):
 @pytest.mark.parametrize("dtype", [10, 31, 35, -1])
 def test_numbers_between_and_beyond_the_type_ranges_are_no_types(dtype):
     with pytest.raises(ValueError, match=f"invalid hvdl datatype {dtype}"):
-        _core.reduce_local(np.zeros(4, np.uint8), np.zeros(4, np.uint8), np.zeros(4, np.uint8),
-                           dtype, _core.hvdlSum)
+        _core.reduce_local(
+            np.zeros(4, np.uint8), np.zeros(4, np.uint8), np.zeros(4, np.uint8), dtype, _core.hvdlSum
+        )
 
 
 @pytest.mark.parametrize("nbytes", [1, 2048, 2049, 4096, 10_000, 65_536, 65_536 + 7])
@@ -255,16 +277,16 @@ def test_a_copy_gives_the_bytes_at_every_distance_between_its_buffers(nbytes):
     d0 = (-dst_mem.ctypes.data) % page
     for ahead in (0, 1, 16, 31, 32, 63, 64, 4095):
         src_mem[:] = rng.integers(1, 256, src_mem.size, dtype=np.uint8)  # a copy past the end shows
-        src = src_mem[s0:s0 + nbytes]
+        src = src_mem[s0 : s0 + nbytes]
         dst_mem[:] = 0
-        dst = dst_mem[d0 + ahead:d0 + ahead + nbytes]
+        dst = dst_mem[d0 + ahead : d0 + ahead + nbytes]
         _core.scale_local(dst, src, HVDL_DTYPES[np.dtype(np.uint8)], 1.0)
         assert np.array_equal(dst, src), ahead
-        assert not dst_mem[:d0 + ahead].any() and not dst_mem[d0 + ahead + nbytes:].any(), ahead
+        assert not dst_mem[: d0 + ahead].any() and not dst_mem[d0 + ahead + nbytes :].any(), ahead
     for shift in (-17, 17):  # overlapping: forwards and backwards, 17 bytes apart
         mem = rng.integers(0, 256, nbytes + 64, dtype=np.uint8)
         want = mem.copy()
         a, b = 32 + shift, 32
-        want[a:a + nbytes] = mem[b:b + nbytes]
-        _core.scale_local(mem[a:a + nbytes], mem[b:b + nbytes], HVDL_DTYPES[np.dtype(np.uint8)], 1.0)
+        want[a : a + nbytes] = mem[b : b + nbytes]
+        _core.scale_local(mem[a : a + nbytes], mem[b : b + nbytes], HVDL_DTYPES[np.dtype(np.uint8)], 1.0)
         assert np.array_equal(mem, want), shift

@@ -2,6 +2,7 @@
 refusals name their values, memory comes page-aligned and zeroed and is shared (a forked child's
 write is the parent's), and a pointer is freed once. The collectives on such memory:
 tests/parallel/test_shared_memory.py."""
+
 import ctypes
 import os
 

@@ -1,4 +1,5 @@
 """The tests' job runner launches again only when the MPI launcher itself failed to start."""
+
 import sys
 
 from mpi_cmd import LAUNCH_ATTEMPTS, LAUNCHER_FAILURES, run_job
@@ -7,9 +8,11 @@ from mpi_cmd import LAUNCH_ATTEMPTS, LAUNCHER_FAILURES, run_job
 def _flaky(tmp_path, failures: int, message: str):
     """A command that fails `failures` times printing `message`, then succeeds; and its count."""
     count = tmp_path / "count"
-    code = (f"import pathlib, sys; p = pathlib.Path({str(count)!r}); "
-            f"n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1)); "
-            f"sys.exit(0) if n >= {failures} else (sys.stderr.write({message!r}), sys.exit(1))")
+    code = (
+        f"import pathlib, sys; p = pathlib.Path({str(count)!r}); "
+        f"n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1)); "
+        f"sys.exit(0) if n >= {failures} else (sys.stderr.write({message!r}), sys.exit(1))"
+    )
     return [sys.executable, "-c", code], count
 
 

@@ -1,6 +1,7 @@
 """The allreduce's quick route (ops.plain_args, taken by the synchronous calls and by every
 allreduce_request) against its full checks (ops.checked_request): it takes only arguments the
 checks accept, and gives the engine the same ones they would."""
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -26,18 +27,25 @@ def _arrays():
     frozen = base.copy()
     frozen.flags.writeable = False
     return {
-        "float32": base, "float64": np.ones(5), "int8": np.ones(3, np.int8),
-        "bfloat16": np.ones(3, ml_dtypes.bfloat16), "0-d": np.array(2.0, np.float32),
-        "empty": np.ones(0, np.float16), "bool": np.ones(3, bool),
-        "complex": np.ones(3, np.complex64), "big-endian": np.ones(3, ">f4"),
-        "strided": base[:, 1], "transposed": base.T, "read-only": frozen,
-        "17 dims": np.ones((1,) * 17, np.float32), "list": [1.0, 2.0],
+        "float32": base,
+        "float64": np.ones(5),
+        "int8": np.ones(3, np.int8),
+        "bfloat16": np.ones(3, ml_dtypes.bfloat16),
+        "0-d": np.array(2.0, np.float32),
+        "empty": np.ones(0, np.float16),
+        "bool": np.ones(3, bool),
+        "complex": np.ones(3, np.complex64),
+        "big-endian": np.ones(3, ">f4"),
+        "strided": base[:, 1],
+        "transposed": base.T,
+        "read-only": frozen,
+        "17 dims": np.ones((1,) * 17, np.float32),
+        "list": [1.0, 2.0],
         "subclass": np.ones(3, np.float32).view(_Other),
     }
 
 
-_OPS = [hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product, ops.ReduceOp.Adasum, 1, 1.0, True,
-        "Sum", None]
+_OPS = [hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product, ops.ReduceOp.Adasum, 1, 1.0, True, "Sum", None]
 _FACTORS = [1.0, 0.5, 1, 2, True, np.float32(1.0), "1", float("nan")]
 _NAMES = [None, "loss", "é" * 127, "x" * 128, "é" * 300, "a\0b", 3, b"loss"]
 
@@ -70,9 +78,14 @@ def _same(quick, full, inplace):
 
 
 def test_the_quick_route_takes_only_what_the_checks_accept_and_gives_the_same_args(initialized):
-    taken = route_matrix.taken(_arrays(), _OPS, _FACTORS, _NAMES, ops.plain_args,
-                               lambda quick, array, inplace, *call:
-                               _same(quick, _full(array, inplace, *call), inplace))
+    taken = route_matrix.taken(
+        _arrays(),
+        _OPS,
+        _FACTORS,
+        _NAMES,
+        ops.plain_args,
+        lambda quick, array, inplace, *call: _same(quick, _full(array, inplace, *call), inplace),
+    )
     # The common calls do take it: without that this test would pass with a route never taken.
     for label in ("float32", "float64", "int8", "bfloat16", "0-d", "empty"):
         for inplace in (True, False):
@@ -112,10 +125,12 @@ def test_asynchronous_calls_on_either_route_take_the_same_counter_names(initiali
     on the other."""
     x, y = np.ones(3, np.float32), np.ones(2)
     assert ops.plain_args(x, True, hvd.Sum, 1, 1.0, None) is None
-    handles = [hvd.allreduce_async_(x, op=hvd.Sum), hvd.allreduce_async_(x, op=hvd.Sum,
-                                                                          prescale_factor=1),
-               hvd.allreduce_async(y, op=hvd.Sum), hvd.allreduce_async(y, op=hvd.Sum,
-                                                                       postscale_factor=1)]
+    handles = [
+        hvd.allreduce_async_(x, op=hvd.Sum),
+        hvd.allreduce_async_(x, op=hvd.Sum, prescale_factor=1),
+        hvd.allreduce_async(y, op=hvd.Sum),
+        hvd.allreduce_async(y, op=hvd.Sum, postscale_factor=1),
+    ]
     assert [h.name for h in handles] == [f"allreduce.noname.{i}" for i in range(4)]
     assert handles[0].output is handles[1].output is x
     assert handles[2].output is not y and handles[3].output is not y
@@ -143,22 +158,41 @@ def test_the_engine_takes_memory_by_address_and_refuses_a_bad_address(initialize
     place (one rank: a prescale of 2 doubles it), the owner held while in flight; a null address
     with bytes, a negative size or address, or a malformed tuple is refused before anything runs."""
     import sys
+
     engine = basics._engine()
     x = np.arange(4, dtype=np.float32)
     refs = sys.getrefcount(x)
 
     def submit(buf, name="by_address"):
-        return engine.submit(basics._core.COLL_ALLREDUCE, buf, buf, ops.hvdl_dtype(x.dtype),
-                             ops.HVDL_OPS[hvd.Sum], 2.0, 1.0, name, (4,), 0, None, "", True)
+        return engine.submit(
+            basics._core.COLL_ALLREDUCE,
+            buf,
+            buf,
+            ops.hvdl_dtype(x.dtype),
+            ops.HVDL_OPS[hvd.Sum],
+            2.0,
+            1.0,
+            name,
+            (4,),
+            0,
+            None,
+            "",
+            True,
+        )
 
     h = submit((x, x.ctypes.data, x.nbytes))
     assert sys.getrefcount(x) > refs
     h.wait()
     del h
     assert sys.getrefcount(x) == refs and x.tolist() == [0.0, 2.0, 4.0, 6.0]
-    for bad, exc in [((x, 0, 16), ValueError), ((x, x.ctypes.data, -1), ValueError),
-                     ((x, -8, 16), OverflowError), ((x, x.ctypes.data), TypeError),
-                     ((x, "1", 16), TypeError), ((x, x.ctypes.data, 15), ValueError)]:
+    for bad, exc in [
+        ((x, 0, 16), ValueError),
+        ((x, x.ctypes.data, -1), ValueError),
+        ((x, -8, 16), OverflowError),
+        ((x, x.ctypes.data), TypeError),
+        ((x, "1", 16), TypeError),
+        ((x, x.ctypes.data, 15), ValueError),
+    ]:
         with pytest.raises(exc):
             submit(bad, "bad")
     assert x.tolist() == [0.0, 2.0, 4.0, 6.0]
@@ -170,6 +204,7 @@ def test_threads_never_draw_the_same_automatic_name():
     different names (a read-then-write counter gave some twice)."""
     import sys
     import threading
+
     where = basics._Set(99, [0], None, {})
     drawn = [[] for _ in range(8)]
 

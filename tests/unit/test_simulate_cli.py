@@ -1,4 +1,5 @@
 """sim/simulate.py's argument checks, which run before anything is built (no SimGrid needed)."""
+
 import importlib.util
 import os
 

@@ -3,6 +3,7 @@
 itself, not the caller's tensor, which may be given other memory (set_, .data =) before the call
 completes. One process: the engine is held, so the call stays in flight while the tensor is given
 new memory and the allocator hands out fresh tensors, filled with 7, where freed memory would go."""
+
 import gc
 
 import pytest
@@ -34,24 +35,37 @@ def _renew(t, how):
 # name: (make the tensor, start the call, the result the tensor's old values should give).
 # A Parameter is a tensor subclass, so its calls take the numpy view (not _plain_args).
 _CALLS = {
-    "allreduce_async_": (torch.ones, lambda t: hvd.allreduce_async_(
-        t, op=hvd.Sum, prescale_factor=2.0), None),
-    "allreduce_async_ Parameter": (lambda n: torch.nn.Parameter(torch.ones(n), requires_grad=False),
-                                   lambda t: hvd.allreduce_async_(t, op=hvd.Sum,
-                                                                  prescale_factor=2.0), None),
+    "allreduce_async_": (
+        torch.ones,
+        lambda t: hvd.allreduce_async_(t, op=hvd.Sum, prescale_factor=2.0),
+        None,
+    ),
+    "allreduce_async_ Parameter": (
+        lambda n: torch.nn.Parameter(torch.ones(n), requires_grad=False),
+        lambda t: hvd.allreduce_async_(t, op=hvd.Sum, prescale_factor=2.0),
+        None,
+    ),
     "allreduce_async": (torch.ones, lambda t: hvd.allreduce_async(t, op=hvd.Sum), 1.0),
-    "allreduce_async Parameter": (lambda n: torch.nn.Parameter(torch.ones(n)),
-                                  lambda t: hvd.allreduce_async(t, op=hvd.Sum), 1.0),
+    "allreduce_async Parameter": (
+        lambda n: torch.nn.Parameter(torch.ones(n)),
+        lambda t: hvd.allreduce_async(t, op=hvd.Sum),
+        1.0,
+    ),
     "allgather_async": (torch.ones, hvd.allgather_async, 1.0),
     "grouped_allgather_async": (torch.ones, lambda t: hvd.grouped_allgather_async([t]), 1.0),
     "broadcast_async": (torch.ones, lambda t: hvd.broadcast_async(t, 0), 1.0),
     "alltoall_async": (torch.ones, hvd.alltoall_async, 1.0),
-    "reducescatter_async": (torch.ones, lambda t: hvd.reducescatter_async(
-        t, op=hvd.Sum, prescale_factor=3.0), 3.0),
-    "grouped_reducescatter_async": (torch.ones, lambda t: hvd.grouped_reducescatter_async(
-        [t], op=hvd.Sum), 1.0),
-    "grouped_allreduce_async": (torch.ones, lambda t: hvd.grouped_allreduce_async(
-        [t], op=hvd.Sum), 1.0),
+    "reducescatter_async": (
+        torch.ones,
+        lambda t: hvd.reducescatter_async(t, op=hvd.Sum, prescale_factor=3.0),
+        3.0,
+    ),
+    "grouped_reducescatter_async": (
+        torch.ones,
+        lambda t: hvd.grouped_reducescatter_async([t], op=hvd.Sum),
+        1.0,
+    ),
+    "grouped_allreduce_async": (torch.ones, lambda t: hvd.grouped_allreduce_async([t], op=hvd.Sum), 1.0),
 }
 
 
@@ -86,12 +100,19 @@ def test_a_tensor_whose_memory_holds_minus_its_values_gives_its_values(initializ
     outs = {
         "allreduce": hvd.allreduce(n, op=hvd.Sum, prescale_factor=2.0),
         "grouped_allreduce": hvd.grouped_allreduce([n], op=hvd.Sum)[0],
-        "allgather": hvd.allgather(n), "broadcast": hvd.broadcast(n, 0),
-        "alltoall": hvd.alltoall(n), "reducescatter": hvd.reducescatter(n, op=hvd.Sum),
+        "allgather": hvd.allgather(n),
+        "broadcast": hvd.broadcast(n, 0),
+        "alltoall": hvd.alltoall(n),
+        "reducescatter": hvd.reducescatter(n, op=hvd.Sum),
     }
     assert {k: v.tolist() for k, v in outs.items()} == {
-        "allreduce": [-4.0], "grouped_allreduce": [-2.0], "allgather": [-2.0],
-        "broadcast": [-2.0], "alltoall": [-2.0], "reducescatter": [-2.0]}
+        "allreduce": [-4.0],
+        "grouped_allreduce": [-2.0],
+        "allgather": [-2.0],
+        "broadcast": [-2.0],
+        "alltoall": [-2.0],
+        "reducescatter": [-2.0],
+    }
     assert hvd.allreduce_(n, op=hvd.Sum, prescale_factor=3.0) is n and n.tolist() == [-6.0]
     assert z.tolist() == [1 + 6j]
     hvd.synchronize(hvd.allreduce_async_(n, op=hvd.Sum, prescale_factor=0.5))

@@ -1,6 +1,7 @@
 """hvd_lite.torch's quick route (mpi_ops._plain_args: a tensor's memory to the engine by address)
 against its full route (the tensor's numpy view through the numpy API's checks): it takes only
 tensors and arguments the full route accepts, and gives the engine the same ones."""
+
 import numpy as np
 import pytest
 
@@ -24,16 +25,27 @@ def _tensors():
     base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     grad = torch.ones(3, requires_grad=True)
     return {
-        "float32": base, "float64": torch.ones(5, dtype=torch.float64),
-        "int8": torch.ones(3, dtype=torch.int8), "uint16": torch.ones(3, dtype=torch.uint16),
-        "bfloat16": torch.ones(3, dtype=torch.bfloat16), "float16": torch.ones(3, dtype=torch.float16),
-        "0-d": torch.tensor(2.0), "empty": torch.ones(0), "bool": torch.ones(3, dtype=torch.bool),
-        "complex": torch.ones(3, dtype=torch.complex64), "transposed": base.t(),
-        "strided": base[:, 1], "offset view": base[1], "requires grad": grad,
-        "parameter": torch.nn.Parameter(torch.ones(3)), "sparse": torch.ones(3).to_sparse(),
-        "17 dims": torch.ones((1,) * 17), "meta": torch.ones(3, device="meta"),
+        "float32": base,
+        "float64": torch.ones(5, dtype=torch.float64),
+        "int8": torch.ones(3, dtype=torch.int8),
+        "uint16": torch.ones(3, dtype=torch.uint16),
+        "bfloat16": torch.ones(3, dtype=torch.bfloat16),
+        "float16": torch.ones(3, dtype=torch.float16),
+        "0-d": torch.tensor(2.0),
+        "empty": torch.ones(0),
+        "bool": torch.ones(3, dtype=torch.bool),
+        "complex": torch.ones(3, dtype=torch.complex64),
+        "transposed": base.t(),
+        "strided": base[:, 1],
+        "offset view": base[1],
+        "requires grad": grad,
+        "parameter": torch.nn.Parameter(torch.ones(3)),
+        "sparse": torch.ones(3).to_sparse(),
+        "17 dims": torch.ones((1,) * 17),
+        "meta": torch.ones(3, device="meta"),
         "channels last": torch.ones(1, 2, 3, 3).to(memory_format=torch.channels_last),
-        "numpy": np.ones(3, np.float32), "negative view": torch.tensor(1 + 2j).conj().imag,
+        "numpy": np.ones(3, np.float32),
+        "negative view": torch.tensor(1 + 2j).conj().imag,
         "zero tensor": torch._efficientzerotensor(3),
     }
 
@@ -70,24 +82,50 @@ def _same(quick, full, tensor, inplace):
         assert (out.shape, out.dtype, out_bytes) == (tensor.shape, tensor.dtype, nbytes)
     if request.auto is not None:
         assert quick.name is None and request.auto == ops._KIND
-    route_matrix.assert_same_past_buffers(quick, request.submission,
-                                          unnamed=request.auto is not None)
+    route_matrix.assert_same_past_buffers(quick, request.submission, unnamed=request.auto is not None)
 
 
 def test_the_quick_route_takes_only_what_the_full_one_accepts_and_gives_the_same_args(initialized):
-    taken = route_matrix.taken(_tensors(), _OPS, _FACTORS, _NAMES, mpi_ops._plain_args,
-                               lambda quick, tensor, inplace, *call:
-                               _same(quick, _full(tensor, inplace, *call), tensor, inplace))
+    taken = route_matrix.taken(
+        _tensors(),
+        _OPS,
+        _FACTORS,
+        _NAMES,
+        mpi_ops._plain_args,
+        lambda quick, tensor, inplace, *call: _same(quick, _full(tensor, inplace, *call), tensor, inplace),
+    )
     # The common calls take it (else this test would pass with a route never taken), and the ones
     # it must leave to the full route (a copy, a view of another dtype, an error) do not.
-    for label in ("float32", "float64", "int8", "uint16", "bfloat16", "float16", "0-d",
-                  "offset view", "requires grad"):
+    for label in (
+        "float32",
+        "float64",
+        "int8",
+        "uint16",
+        "bfloat16",
+        "float16",
+        "0-d",
+        "offset view",
+        "requires grad",
+    ):
         for inplace in (True, False):
             assert (label, inplace, hvd.Sum, 1.0, 1.0, None) in taken, label
     assert ("float32", True, hvd.Sum, 0.5, 1.0, None) in taken
     assert ("float32", False, hvd.Sum, 1.0, 1.0, "loss") in taken
-    for label in ("transposed", "strided", "parameter", "sparse", "meta", "channels last",
-                  "empty", "bool", "complex", "17 dims", "numpy", "negative view", "zero tensor"):
+    for label in (
+        "transposed",
+        "strided",
+        "parameter",
+        "sparse",
+        "meta",
+        "channels last",
+        "empty",
+        "bool",
+        "complex",
+        "17 dims",
+        "numpy",
+        "negative view",
+        "zero tensor",
+    ):
         assert not any(t[0] == label for t in taken), label
 
 
@@ -104,6 +142,7 @@ def test_a_tensor_given_by_address_is_written_by_every_call(initialized):
     the engine holds the tensor until the call completes (test_plain_args.py counts the
     references of such an owner)."""
     import hvd_lite.torch as hvd_torch
+
     t = torch.arange(4, dtype=torch.float32)
     assert hvd_torch.allreduce_(t, op=hvd_torch.Sum, prescale_factor=2.0) is t
     assert t.tolist() == [0.0, 2.0, 4.0, 6.0]

@@ -2,6 +2,7 @@
 
 CI runs it as a step of its own with more cases; here it runs a shorter seeded pass.
 """
+
 import os
 import re
 import shutil
@@ -24,8 +25,12 @@ def sanitizers_work():
         with open(src, "w") as f:
             f.write("int main(void) { return 0; }\n")
         try:
-            subprocess.run([os.environ.get("CC", "gcc"), *SANITIZE, src, "-o", exe], check=True,
-                           capture_output=True, timeout=60)
+            subprocess.run(
+                [os.environ.get("CC", "gcc"), *SANITIZE, src, "-o", exe],
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
             subprocess.run([exe], check=True, capture_output=True, timeout=60)
         except (OSError, subprocess.SubprocessError):
             return False
@@ -35,8 +40,13 @@ def sanitizers_work():
 @pytest.mark.skipif(not sanitizers_work(), reason="needs gcc with AddressSanitizer and UBSan")
 def test_malformed_negotiation_messages_are_errors_naming_the_sender_never_reads_past_them():
     env = dict(os.environ, PYTHON=sys.executable)
-    res = subprocess.run(["bash", os.path.join(ROOT, "tests", "fuzz", "run.sh"), "6000", "11"],
-                         capture_output=True, text=True, env=env, timeout=240)
+    res = subprocess.run(
+        ["bash", os.path.join(ROOT, "tests", "fuzz", "run.sh"), "6000", "11"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "built with AddressSanitizer" in out and "fuzz_wire: ok" in out, out

@@ -58,16 +58,16 @@ struct region {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct region *regions;     /* under lock */
-static uint64_t serials;           /* under lock */
-static _Atomic int live;           /* regions in the table: 0 skips the lookup */
+static struct region *regions; /* under lock */
+static uint64_t serials;       /* under lock */
+static _Atomic int live;       /* regions in the table: 0 skips the lookup */
 
 hvdlResult_t hvdlMemAlloc(void **ptr, size_t size) {
   if (!ptr) return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlMemAlloc: ptr is NULL");
   *ptr = NULL;
   if (size == 0 || size > SIZE_MAX - MEM_PAGE)
-    return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlMemAlloc: size %zu (must be 1 to %zu)",
-                     size, SIZE_MAX - MEM_PAGE);
+    return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlMemAlloc: size %zu (must be 1 to %zu)", size,
+                     SIZE_MAX - MEM_PAGE);
   const size_t bytes = (size + MEM_PAGE - 1) & ~(MEM_PAGE - 1);
   struct region *r = malloc(sizeof *r);
   const int fd = r ? memfd_create("hvd_lite.mem", MFD_CLOEXEC) : -1;
@@ -79,10 +79,11 @@ hvdlResult_t hvdlMemAlloc(void **ptr, size_t size) {
     const int err = r ? errno : ENOMEM;
     if (fd >= 0) close(fd);
     free(r);
-    return hvdl_fail(NULL, hvdlSystemError, "hvdlMemAlloc: %zu bytes of shared memory: %s%s",
-                     size, strerror(err),
+    return hvdl_fail(NULL, hvdlSystemError, "hvdlMemAlloc: %zu bytes of shared memory: %s%s", size,
+                     strerror(err),
                      err == EMFILE ? " (each buffer holds a file descriptor while it lives: "
-                                     "raise the limit, ulimit -n)" : "");
+                                     "raise the limit, ulimit -n)"
+                                   : "");
   }
   pthread_mutex_lock(&lock);
   *r = (struct region){base, bytes, fd, ++serials, (uint64_t)st.st_ino, regions};
@@ -107,20 +108,23 @@ hvdlResult_t hvdlMemFree(void *ptr) {
   if (!r)
     return hvdl_fail(NULL, hvdlInvalidArgument,
                      "hvdlMemFree: %p is not a pointer that hvdlMemAlloc returned (or it was "
-                     "freed already)", ptr);
+                     "freed already)",
+                     ptr);
   munmap(r->base, r->size);
   close(r->fd);
   free(r);
   return hvdlSuccess;
 }
 
-struct page_region { uint64_t start, end, categories; };
+struct page_region {
+  uint64_t start, end, categories;
+};
 struct pm_scan_arg {
   uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages, category_inverted,
       category_mask, category_anyof_mask, return_mask;
 };
 #define PAGEMAP_SCAN_IOCTL _IOWR('f', 16, struct pm_scan_arg)
-#define PAGE_IS_HUGE ((uint64_t)1 << 6)
+#define PAGE_IS_HUGE       ((uint64_t)1 << 6)
 
 size_t hvdl_mem_small(const void *p, size_t bytes) {
   enum { RUNS = 8 };
@@ -128,7 +132,7 @@ size_t hvdl_mem_small(const void *p, size_t bytes) {
   const uint64_t a = (uintptr_t)p & ~(uint64_t)(MEM_PAGE - 1);
   const uint64_t b = ((uintptr_t)p + bytes + MEM_PAGE - 1) & ~(uint64_t)(MEM_PAGE - 1);
   /* The runs of pages whose huge bit is not set (inverted, then required). */
-  struct pm_scan_arg q = {sizeof q, 0, a, b, 0, (uintptr_t)run, RUNS, 0, PAGE_IS_HUGE,
+  struct pm_scan_arg q = {sizeof q,     0, a,           b, 0, (uintptr_t)run, RUNS, 0, PAGE_IS_HUGE,
                           PAGE_IS_HUGE, 0, PAGE_IS_HUGE};
   /* Opened for each question (few: single_copy.c keeps the last answer), so that a forked
    * child asks about its own pages. */
@@ -167,8 +171,7 @@ static char *map_region(const struct hvdl_shm *s, int q, const struct hvdl_mem_p
   if (fd < 0) return NULL;
   struct stat st;
   void *v = MAP_FAILED;
-  if (fstat(fd, &st) == 0 && (uint64_t)st.st_ino == p->inode &&
-      (uint64_t)st.st_size == p->size)
+  if (fstat(fd, &st) == 0 && (uint64_t)st.st_ino == p->inode && (uint64_t)st.st_size == p->size)
     v = mmap(NULL, (size_t)p->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   return v == MAP_FAILED ? NULL : v;

@@ -83,8 +83,8 @@
  * a cache line each, the regions that hold those buffers (256-335, single_copy.c), then
  * its two round slots (SHM_ROUND_WORDS words each); its four areas follow, page
  * aligned. */
-#define HEAD ((size_t)4096)
-#define ROUND_SLOTS ((size_t)384)
+#define HEAD             ((size_t)4096)
+#define ROUND_SLOTS      ((size_t)384)
 #define ROUND_SLOT_BYTES (((size_t)SHM_ROUND_WORDS * 8 + 63) & ~(size_t)63)
 _Static_assert(ROUND_SLOTS + 2 * ROUND_SLOT_BYTES <= HEAD, "the round slots fit the head page");
 
@@ -248,8 +248,8 @@ static void fold(const struct hvdl_shm *s, uint64_t k, size_t off, void *dst, si
   hvdl_shm_fold_inputs(s, s->inputs, dst, g, n, count, f);
 }
 
-hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                             size_t count, const struct hvdl_shm_fold *f, size_t lo, size_t hi) {
+hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
+                             const struct hvdl_shm_fold *f, size_t lo, size_t hi) {
   struct hvdl_shm *s = comm->shm;
   const size_t esize = hvdl_type_size(f->dt);
   const char *send = sendbuff;
@@ -291,7 +291,8 @@ hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbu
       b = hvdl_block_start(len, L, q + 1);
       a = base + a > lo ? base + a : lo;
       b = base + b < hi ? base + b : hi;
-      if (b > a) hvdl_copy(recv + a * esize, out_area(s, q, k - 1) + (a - base) * esize, (b - a) * esize);
+      if (b > a)
+        hvdl_copy(recv + a * esize, out_area(s, q, k - 1) + (a - base) * esize, (b - a) * esize);
     }
   }
   return hvdlSuccess;
@@ -312,7 +313,8 @@ hvdlResult_t hvdl_shm_share(hvdlComm_t comm, void *buf, size_t count, hvdlDataTy
       hi = hvdl_block_start(count, s->lanes, me + 1);
       lo = lo > base ? lo : base;
       hi = hi < end ? hi : end;
-      if (hi > lo) hvdl_copy(in_area(s, me, k) + (lo - base) * esize, b + lo * esize, (hi - lo) * esize);
+      if (hi > lo)
+        hvdl_copy(in_area(s, me, k) + (lo - base) * esize, b + lo * esize, (hi - lo) * esize);
     }
     HVDL_CHECK(hvdl_shm_step(comm, s));
     for (int j = 0; j < s->lanes; j++) {
@@ -321,7 +323,8 @@ hvdlResult_t hvdl_shm_share(hvdlComm_t comm, void *buf, size_t count, hvdlDataTy
       hi = hvdl_block_start(count, s->lanes, j + 1);
       lo = lo > base ? lo : base;
       hi = hi < end ? hi : end;
-      if (hi > lo) hvdl_copy(b + lo * esize, in_area(s, j, k) + (lo - base) * esize, (hi - lo) * esize);
+      if (hi > lo)
+        hvdl_copy(b + lo * esize, in_area(s, j, k) + (lo - base) * esize, (hi - lo) * esize);
     }
   }
   return hvdlSuccess;
@@ -348,7 +351,10 @@ hvdlResult_t hvdl_shm_reduce_one_step(hvdlComm_t comm, const void *sendbuff, voi
 static hvdlResult_t make_segment(hvdlComm_t comm, struct hvdl_shm *s) {
   const size_t part = (HEAD + 4 * s->area + 4095) & ~(size_t)4095; /* whole pages: first touch */
   const size_t bytes = part * (size_t)s->local_size;
-  struct { char name[56]; int err; } made = {{0}, 0};
+  struct {
+    char name[56];
+    int err;
+  } made = {{0}, 0};
   int fd = -1;
   if (s->local_rank == 0) {
     snprintf(made.name, sizeof made.name, "/dev/shm/hvd_lite.%ld.%p", (long)getpid(), (void *)s);
@@ -402,8 +408,10 @@ hvdlResult_t hvdl_shm_init(hvdlComm_t comm) {
   /* Rank 0's HVD_LITE_SHM, HVD_LITE_SHM_CMA and HVD_LITE_SHM_BYTES are every rank's:
    * ranks that differed would run different collectives below, or lay out one segment
    * differently. */
-  struct { int off, cma_off; unsigned long long bytes; } a = {
-      comm->config.disableShm, comm->config.disableShmCma, comm->config.shmBytes};
+  struct {
+    int off, cma_off;
+    unsigned long long bytes;
+  } a = {comm->config.disableShm, comm->config.disableShmCma, comm->config.shmBytes};
   HVDL_MPI(comm, MPI_Bcast(&a, (int)sizeof a, MPI_BYTE, 0, comm->mpi));
   comm->config.disableShm = a.off;
   comm->config.disableShmCma = a.cma_off;
@@ -421,7 +429,8 @@ hvdlResult_t hvdl_shm_init(hvdlComm_t comm) {
   if (err == MPI_SUCCESS) err = MPI_Allreduce(&first, &hosts, 1, MPI_INT, MPI_SUM, comm->mpi);
   if (err != MPI_SUCCESS || sizes[0] == 1) {
     MPI_Comm_free(&local);
-    return err == MPI_SUCCESS ? hvdlSuccess : hvdl_fail_mpi(comm, err, "MPI_Allreduce (host layout)");
+    return err == MPI_SUCCESS ? hvdlSuccess
+                              : hvdl_fail_mpi(comm, err, "MPI_Allreduce (host layout)");
   }
   struct hvdl_shm *s = calloc(1, sizeof *s);
   int ok = s != NULL;
@@ -450,7 +459,8 @@ hvdlResult_t hvdl_shm_init(hvdlComm_t comm) {
   if (err != MPI_SUCCESS || !ok) { /* the ring instead */
     shm_release(s);
     MPI_Comm_free(&local);
-    return err == MPI_SUCCESS ? hvdlSuccess : hvdl_fail_mpi(comm, err, "MPI_Allreduce (shm agreement)");
+    return err == MPI_SUCCESS ? hvdlSuccess
+                              : hvdl_fail_mpi(comm, err, "MPI_Allreduce (shm agreement)");
   }
   comm->shm = s;
   return hvdlSuccess;

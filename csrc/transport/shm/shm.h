@@ -15,41 +15,41 @@
 
 /* One rank's view of its host's segment, and the layout of hosts. */
 struct hvdl_shm {
-  MPI_Comm local;       /* the ranks of this host, in rank order */
-  char *base;           /* the segment's mapping (NULL when this rank is alone on its host) */
+  MPI_Comm local; /* the ranks of this host, in rank order */
+  char *base;     /* the segment's mapping (NULL when this rank is alone on its host) */
   size_t bytes;
   int local_rank, local_size;
-  int hosts;            /* hosts of the communicator */
-  int lanes;            /* the fewest ranks on any host: local ranks 0 .. lanes-1 carry a
+  int hosts;           /* hosts of the communicator */
+  int lanes;           /* the fewest ranks on any host: local ranks 0 .. lanes-1 carry a
                          * slice each across hosts (allreduce_hier.c) */
-  int *ranks;           /* the communicator's rank of each local rank (for messages) */
-  size_t area;          /* bytes of each of a rank's four areas: the chunk */
-  char **seg;           /* each local rank's segment: counter line, in[0], in[1], out[0], out[1] */
-  int cma;              /* every local rank can read and write every other's own memory
+  int *ranks;          /* the communicator's rank of each local rank (for messages) */
+  size_t area;         /* bytes of each of a rank's four areas: the chunk */
+  char **seg;          /* each local rank's segment: counter line, in[0], in[1], out[0], out[1] */
+  int cma;             /* every local rank can read and write every other's own memory
                          * (process_vm_readv/writev): large all-reduces take the single-copy form,
                          * all-gathers the single-copy all-gather (single_copy.c) */
-  int *pids;            /* each local rank's process id, for process_vm_readv/writev */
-  char *scratch;        /* local_size areas of this rank's own, each page-aligned and a
+  int *pids;           /* each local rank's process id, for process_vm_readv/writev */
+  char *scratch;       /* local_size areas of this rank's own, each page-aligned and a
                          * page longer: peers' chunks read in (and, in place with 3 ranks
                          * or more, its own), at their source's offset in its page, and
                          * writes staged (hvdl_cma_scratch, hvdl_cma_write) */
-  const char **inputs;  /* local_size pointers: the inputs a fold reads */
-  struct hvdl_mem_map *maps; /* HVDL_MEM_MAPS views of each local rank's hvdlMemAlloc regions
+  const char **inputs; /* local_size pointers: the inputs a fold reads */
+  struct hvdl_mem_map *maps;  /* HVDL_MEM_MAPS views of each local rank's hvdlMemAlloc regions
                               * (peer_memory.c), with s->cma; NULL otherwise */
-  uint64_t map_uses;    /* a clock for the views' last use */
-  char *stand_in;       /* this rank's stand-in for its plain buffers (hvdl_cma_stand_in): an
+  uint64_t map_uses;          /* a clock for the views' last use */
+  char *stand_in;             /* this rank's stand-in for its plain buffers (hvdl_cma_stand_in): an
                          * hvdlMemAlloc region made on first use, or NULL */
-  int stand_in_off;     /* its region could not be made: the kernel's copies from now on */
+  int stand_in_off;           /* its region could not be made: the kernel's copies from now on */
   struct hvdl_stand_in_memo { /* whether the last buffers asked are worth the stand-in */
     const void *send, *recv;
     size_t bytes;
     int small;
   } stand_in_memo;
-  _Atomic int views;    /* views mapped now (statistics: read by other threads) */
+  _Atomic int views;          /* views mapped now (statistics: read by other threads) */
   _Atomic uint64_t stand_ins; /* calls that took this rank's stand-in (statistics, likewise):
                                * each rank decides alone, by its own buffers' pages */
-  uint64_t step;        /* steps this rank has published */
-  uint64_t round;       /* negotiation rounds this rank has posted through the segment */
+  uint64_t step;              /* steps this rank has published */
+  uint64_t round;             /* negotiation rounds this rank has posted through the segment */
 };
 
 /* ---- memory the peers reach directly (peer_memory.c) ---- */
@@ -118,8 +118,7 @@ const char *hvdl_cma_off_reason(const hvdlComm_t comm);
  * as both buffers, copies into it before the call what the peers read, and out
  * of it after a successful close what they wrote. */
 uint64_t hvdl_cma_stand_ins(const struct hvdl_shm *s); /* s->stand_ins */
-char *hvdl_cma_stand_in(hvdlComm_t comm, const void *sendbuff, const void *recvbuff,
-                        size_t bytes);
+char *hvdl_cma_stand_in(hvdlComm_t comm, const void *sendbuff, const void *recvbuff, size_t bytes);
 
 /* Frees this rank's stand-in: with the communicator (comm.c: segment.c is below this unit), and
  * after a failed call (allreduce_shm.c), whose late peers may still write into it; the next
@@ -146,16 +145,14 @@ char *hvdl_cma_scratch(const struct hvdl_shm *s, int q, uint64_t src);
  * else process_vm_writev. A write whose distance would crawl goes through scratch
  * area q, so it moves at most an area and scratch area q is not the caller's to
  * keep across it. Fault point: send (the write then made at address 0). */
-hvdlResult_t hvdl_cma_write(hvdlComm_t comm, int q, const void *here, uint64_t addr,
-                            size_t bytes);
+hvdlResult_t hvdl_cma_write(hvdlComm_t comm, int q, const void *here, uint64_t addr, size_t bytes);
 
 /* Where the chunk [addr, addr + bytes) of local rank q's memory can be read: in
  * place through this rank's view of q's posted region, or else copied into
  * scratch area q at its source's place in a page (hvdl_cma_scratch) by
  * process_vm_readv. *at is valid until the next read from q. Fault point: recv
  * (the read then made at address 0). */
-hvdlResult_t hvdl_cma_read(hvdlComm_t comm, int q, uint64_t addr, size_t bytes,
-                           const char **at);
+hvdlResult_t hvdl_cma_read(hvdlComm_t comm, int q, uint64_t addr, size_t bytes, const char **at);
 /* As hvdl_cma_read, but into dst (at most an area's bytes): a plain copy from the view, or
  * process_vm_readv straight into dst (through scratch where that copy would crawl). */
 hvdlResult_t hvdl_cma_read_into(hvdlComm_t comm, int q, uint64_t addr, size_t bytes, void *dst);
@@ -182,8 +179,8 @@ hvdlResult_t hvdl_shm_renew(hvdlComm_t comm);
 struct hvdl_shm_fold {
   hvdlDataType_t dt;
   hvdlRedOp_t op;
-  uint64_t divisor;  /* 0, or divide every result by this (Avg) */
-  int ring_order;    /* 0: local-rank order, x0 op x1 op ... (the latency path's);
+  uint64_t divisor; /* 0, or divide every result by this (Avg) */
+  int ring_order;   /* 0: local-rank order, x0 op x1 op ... (the latency path's);
                       * 1: allreduce_ring.c's order, x(c+1) op x(c+2) op ... op x(c) for the
                       * elements of its chunk c (count cut into local_size chunks) */
 };
@@ -193,16 +190,16 @@ struct hvdl_shm_fold {
  * then copies elements [lo, hi) of the result into recvbuff (only those). In
  * place when sendbuff == recvbuff. A rank alone on its host copies [lo, hi) of
  * sendbuff (divided). */
-hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                             size_t count, const struct hvdl_shm_fold *f, size_t lo, size_t hi);
+hvdlResult_t hvdl_shm_reduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
+                             const struct hvdl_shm_fold *f, size_t lo, size_t hi);
 
 /* dst = elements [g, g + n) of the whole count-element buffer reduced over the L
  * local ranks' inputs, in[q] pointing at input q's element g: in_f op in_(f+1) op
  * ... op in_(f-1), left to right, f = 0 (local-rank order) or, in ring order,
  * f = c + 1 for the elements of ring chunk c. Advances in[]. dst may be one of
  * the inputs only where L == 2 (it is written before the third is read). */
-void hvdl_shm_fold_inputs(const struct hvdl_shm *s, const char **in, void *dst, size_t g,
-                          size_t n, size_t count, const struct hvdl_shm_fold *f);
+void hvdl_shm_fold_inputs(const struct hvdl_shm *s, const char **in, void *dst, size_t g, size_t n,
+                          size_t count, const struct hvdl_shm_fold *f);
 
 /* Ends step s->step + 1: publishes it, then waits (bounded, alarms) until every
  * local rank has. */

@@ -140,8 +140,7 @@ static hvdlResult_t kernel_copy(hvdlComm_t comm, int q, char *d, uint64_t addr, 
  * EPYC, tools/allreduce_loop.py --offset 0,16: a 1 MiB all-reduce 473-484 us a
  * call without it and the read placed as before, 194-224 with both; 174-187 at
  * 0,0; docs/benchmarks.md, "Buffers at their own place in a page"). */
-hvdlResult_t hvdl_cma_write(hvdlComm_t comm, int q, const void *here, uint64_t addr,
-                            size_t bytes) {
+hvdlResult_t hvdl_cma_write(hvdlComm_t comm, int q, const void *here, uint64_t addr, size_t bytes) {
   const int fault = hvdl_fault_hit(comm->faults, HVDL_FAULT_SEND);
   char *there = fault ? NULL : reach(comm->shm, q, addr, bytes);
   if (!there) return kernel_copy(comm, q, (char *)here, addr, bytes, 1, fault);
@@ -149,8 +148,7 @@ hvdlResult_t hvdl_cma_write(hvdlComm_t comm, int q, const void *here, uint64_t a
   return hvdlSuccess;
 }
 
-hvdlResult_t hvdl_cma_read(hvdlComm_t comm, int q, uint64_t addr, size_t bytes,
-                           const char **at) {
+hvdlResult_t hvdl_cma_read(hvdlComm_t comm, int q, uint64_t addr, size_t bytes, const char **at) {
   const int fault = hvdl_fault_hit(comm->faults, HVDL_FAULT_RECV);
   char *there = fault ? NULL : reach(comm->shm, q, addr, bytes);
   if (there) {
@@ -194,8 +192,7 @@ static int small_pages(struct hvdl_shm *s, const void *sendbuff, const void *rec
   return m->small;
 }
 
-char *hvdl_cma_stand_in(hvdlComm_t comm, const void *sendbuff, const void *recvbuff,
-                        size_t bytes) {
+char *hvdl_cma_stand_in(hvdlComm_t comm, const void *sendbuff, const void *recvbuff, size_t bytes) {
   struct hvdl_shm *s = comm->shm;
   const size_t most = comm->config.shmStandInBytes;
   if (!s->maps || s->stand_in_off || bytes > most) return NULL;
@@ -299,7 +296,10 @@ static int cma_works(struct hvdl_shm *s) {
       prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     fclose(yama);
   }
-  struct token { int64_t pid; uint64_t addr, value; };
+  struct token {
+    int64_t pid;
+    uint64_t addr, value;
+  };
   const int ls = s->local_size, me = s->local_rank;
   struct token *all = calloc((size_t)ls, sizeof *all);
   uint64_t *mine = calloc((size_t)ls + 1, sizeof *mine);
@@ -360,4 +360,3 @@ hvdlResult_t hvdl_shm_cma_init(hvdlComm_t comm) {
   if (s->cma) s->maps = calloc((size_t)ls * HVDL_MEM_MAPS, sizeof *s->maps); /* NULL: no views */
   return hvdlSuccess;
 }
-

@@ -1,4 +1,5 @@
 """`import hvd_lite.tensorflow.keras as hvd` in place of `import horovod.tensorflow.keras as hvd`:
 the same module as hvd_lite.keras (Keras 3 has one Keras)."""
+
 from ...keras import *  # noqa: F401,F403
 from ...keras import __all__, callbacks  # noqa: F401
