@@ -269,7 +269,12 @@ void hvdl_fault_stall(hvdlComm_t comm);
  * every local rank) "... a shared-memory publish failed" ("wait"). The single copy
  * (single_copy.c) takes hvdl_fault_hit alone: its fault makes the kernel's copy fail. */
 #define HVDL_FAULT_NO_PEER (-1)
-hvdlResult_t hvdl_fault(hvdlComm_t comm, enum hvdl_fault_point at, int peer);
+hvdlResult_t hvdl_fault_armed(hvdlComm_t comm, enum hvdl_fault_point at, int peer);
+/* Inline, so that a communicator without faults (every one outside tests) pays one load on the
+ * transports' per-segment path, not a call. */
+static inline hvdlResult_t hvdl_fault(hvdlComm_t comm, enum hvdl_fault_point at, int peer) {
+  return comm->faults ? hvdl_fault_armed(comm, at, peer) : hvdlSuccess;
+}
 const char *hvdl_fault_name(int p);
 
 /* clock.c: monotonic time in seconds; types.c: type and op names; memory.c: scratch and the bulk copy. */

@@ -83,8 +83,7 @@ void hvdl_fault_stall(hvdlComm_t comm) {
     hvdl_sleep(comm->data_timeout > 0 ? 3 * comm->data_timeout : 1.0);
 }
 
-hvdlResult_t hvdl_fault(hvdlComm_t comm, enum hvdl_fault_point at, int peer) {
-  if (!comm->faults) return hvdlSuccess;
+hvdlResult_t hvdl_fault_armed(hvdlComm_t comm, enum hvdl_fault_point at, int peer) {
   if (at == HVDL_FAULT_SEND) hvdl_fault_stall(comm);
   if (!hvdl_fault_hit(comm->faults, at)) return hvdlSuccess;
   const int send = at == HVDL_FAULT_SEND;
