@@ -3,7 +3,7 @@ communicator, host-shared memory, the module's functions and its constants."""
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, final
 
-# A buffer the core takes (csrc/py_buffer.c): an object with the buffer protocol or the CUDA
+# A buffer the core takes (csrc/python/py_buffer.c): an object with the buffer protocol or the CUDA
 # array interface, or a buffer by address: (owner, address, nbytes[, device, stream]).
 _Buffer = Any
 # One submission as Engine.submit takes it (hvd_lite._submission.Submission.entry()):
