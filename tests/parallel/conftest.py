@@ -58,16 +58,24 @@ def stand_in_everywhere() -> bool:
     return world().allreduce(int(small_pages(np.ones(1 << 14, np.float32)) > 0), op=MPI.MIN) == 1
 
 
-def cupy_or_skip():
-    """CuPy, for a module of device tests; else the module is skipped, saying why: a build without
-    CUDA, no device seen, or no CuPy (CI has none of them)."""
+def device_tests():
+    """(CuPy or None, the marks of a module of device tests). Where they cannot run (a build without
+    CUDA, no device seen, no CuPy: CI has none of them) every test of the module is collected and
+    skipped, saying why; a module skipped whole would collect nothing, which pytest under mpirun
+    (pytest-mpi) ends with exit status 5."""
     from hvd_lite import _core
 
+    cupy, why = None, None
     if not _core.build_info()["cuda"]:
-        pytest.skip("this build has no CUDA (build_info()['cuda'] is False)", allow_module_level=True)
-    if _core.cuda_device_count() == 0:
-        pytest.skip("no CUDA device is seen", allow_module_level=True)
-    return pytest.importorskip("cupy", reason="CuPy is not installed")
+        why = "this build has no CUDA (build_info()['cuda'] is False)"
+    elif _core.cuda_device_count() == 0:
+        why = "no CUDA device is seen"
+    else:
+        try:
+            import cupy
+        except ImportError:
+            why = "CuPy is not installed"
+    return cupy, [pytest.mark.mpi, pytest.mark.skipif(why is not None, reason=why or "")]
 
 
 def raised(call) -> Optional[BaseException]:

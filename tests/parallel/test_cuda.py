@@ -13,16 +13,14 @@ import zlib
 
 import numpy as np
 import pytest
-from conftest import agree, cupy_or_skip, make_comm, raised, world
+from conftest import agree, device_tests, make_comm, raised, world
 from helpers import ALL_DTYPES, exact_inputs, fold, random_bits, same_bits, same_or_both_nan, to_device
 
 import hvd_lite as hvd
 from hvd_lite import _core
 from hvd_lite.ops import HVDL_DTYPES
 
-pytestmark = pytest.mark.mpi
-
-cupy = cupy_or_skip()
+cupy, pytestmark = device_tests()
 
 OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 STAGE = 4 << 20  # cuda.h's HVDL_CUDA_STAGE_BYTES: a count above it crosses a chunk boundary

@@ -15,7 +15,7 @@ Skipped, with the reason, where the build has no CUDA, no device is seen or CuPy
 
 import numpy as np
 import pytest
-from conftest import agree, cupy_or_skip, raised, world
+from conftest import agree, device_tests, raised, world
 from helpers import ALL_DTYPES, exact_inputs, random_bits, same_bits, same_or_both_nan, to_device
 
 import hvd_lite as hvd
@@ -23,9 +23,7 @@ from hvd_lite import _core, basics
 from hvd_lite._submit import held
 from hvd_lite.ops import HVDL_DTYPES
 
-pytestmark = pytest.mark.mpi
-
-cupy = cupy_or_skip()
+cupy, pytestmark = device_tests()
 
 STAGE = 4 << 20  # cuda.h's HVDL_CUDA_STAGE_BYTES
 # CuPy's dtypes among the engine's (CuPy has no bfloat16: hvd_lite.torch's test covers it).
