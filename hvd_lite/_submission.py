@@ -8,8 +8,9 @@ from typing import Any, Optional
 FIELDS = ("coll", "send", "recv", "dtype", "op", "pre", "post", "name", "shape", "root", "splits", "error")
 
 
-def _field(index: int, doc: str) -> Any:
-    """A Submission's field: a property over its list item `index`."""
+def _field(name: str, doc: str) -> Any:
+    """A Submission's field: a property over the list item at `name`'s place in FIELDS."""
+    index = FIELDS.index(name)
 
     def set_item(s: list, value: Any) -> None:
         s[index] = value
@@ -28,18 +29,18 @@ class Submission(list):
 
     __slots__ = ()
 
-    coll = _field(0, "the collective (_core.COLL_*)")
-    send = _field(1, "the input buffer (None: no data)")
-    recv = _field(2, "the output buffer (None: the engine allocates it)")
-    dtype = _field(3, "the hvdl dtype code")
-    op = _field(4, "the hvdl op code")
-    pre = _field(5, "the prescale factor")
-    post = _field(6, "the postscale factor")
-    name = _field(7, "the name (None, or a stand-in, until an automatic call is named)")
-    shape = _field(8, "the shape (a tuple)")
-    root = _field(9, "the broadcast's root")
-    splits = _field(10, "alltoall's rows per rank (None: even)")
-    error = _field(11, "a problem this rank found, which fails the collective on every rank")
+    coll = _field("coll", "the collective (_core.COLL_*)")
+    send = _field("send", "the input buffer (None: no data)")
+    recv = _field("recv", "the output buffer (None: the engine allocates it)")
+    dtype = _field("dtype", "the hvdl dtype code")
+    op = _field("op", "the hvdl op code")
+    pre = _field("pre", "the prescale factor")
+    post = _field("post", "the postscale factor")
+    name = _field("name", "the name (None, or a stand-in, until an automatic call is named)")
+    shape = _field("shape", "the shape (a tuple)")
+    root = _field("root", "the broadcast's root")
+    splits = _field("splits", "alltoall's rows per rank (None: even)")
+    error = _field("error", "a problem this rank found, which fails the collective on every rank")
 
     @classmethod
     def of(
