@@ -98,20 +98,41 @@ typedef enum {
   hvdlExtTypesEnd = 35
 } hvdlDataType_t;
 
-/* Reduction ops: NCCL's numbers.
+/* Reduction ops.
+ * 0 .. 4 are NCCL's ops with NCCL's numbers, and hvdlNumOps keeps NCCL's meaning:
+ * the count of those. hvd_lite's own op, Adasum, is numbered from hvdlExtOpsBegin
+ * = 32 (NCCL hands out the numbers from 5 up to the ops a program makes with
+ * ncclRedOpCreatePreMulSum, which hvd_lite does not have; 5 .. 31 are refused as
+ * invalid).
  * Integers wrap (two's complement). Float16 and bfloat16 are computed in float32
  * and rounded to nearest-even after every binary operation. Min/max on floats
  * return the other operand when one is NaN (IEEE fmin/fmax, as NCCL).
  * Avg: integers take the wrapped sum and one truncating division by the number of
  * ranks; floats take the sum and one division by the number of ranks.
- * bool takes no op. */
+ * Adasum (Maleki et al., MLSys 2021; Horovod's op=Adasum): the ranks' vectors are
+ * combined pairwise, a and b into
+ *     (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b
+ * (the sum of orthogonal vectors, the mean of parallel ones; a coefficient is 1
+ * where its squared norm is below sqrt(DBL_MIN), so a zero vector is left out),
+ * over the whole buffer, level by level of a binary tree over the ranks in rank
+ * order: recursive vector halving, with the dot product and squared norms summed in
+ * float64 over the ranks that hold the pair, then distance doubling. Any number of
+ * ranks (Horovod takes a power of two): with p the largest power of two below n,
+ * ranks 0 .. 2(n-p)-1 are first combined in pairs (0,1), (2,3), ...
+ * AllReduce only, float16, bfloat16, float32 and float64 only, host memory only;
+ * every rank ends with the same bytes. Combined in float64 and rounded once to the
+ * type. bool takes no op. */
 typedef enum {
   hvdlSum = 0,
   hvdlProd = 1,
   hvdlMax = 2,
   hvdlMin = 3,
   hvdlAvg = 4,
-  hvdlNumOps = 5
+  hvdlNumOps = 5,
+  /* hvd_lite's ops (not NCCL's) */
+  hvdlExtOpsBegin = 32,
+  hvdlAdasum = 32,
+  hvdlExtOpsEnd = 33
 } hvdlRedOp_t;
 
 /* Opaque communicator. */

@@ -48,6 +48,7 @@ from .exceptions import (
 )
 from .memory import empty
 from .ops import (
+    Adasum,
     Average,
     Handle,
     Max,
@@ -124,6 +125,7 @@ __all__ = [
     "Min",
     "Max",
     "Product",
+    "Adasum",
     "HvdLiteError",
     "NotInitializedError",
     "MPIMismatchError",

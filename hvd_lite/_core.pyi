@@ -163,6 +163,9 @@ hvdlMax: int
 hvdlMin: int
 hvdlAvg: int
 hvdlNumOps: int
+hvdlExtOpsBegin: int
+hvdlAdasum: int
+hvdlExtOpsEnd: int
 
 # Build constants
 HVDL_VERSION_CODE: int

@@ -25,7 +25,7 @@ _core = basics._core
 
 
 class ReduceOp(enum.IntEnum):
-    """Reduction ops, with Horovod's numbers (Adasum is named, and refused: not implemented)."""
+    """Reduction ops, with Horovod's numbers."""
 
     Average = 0
     Sum = 1
@@ -50,7 +50,11 @@ HVDL_OPS: Dict[int, int] = {  # ReduceOp -> hvdlRedOp_t
     ReduceOp.Min: _core.hvdlMin,
     ReduceOp.Max: _core.hvdlMax,
     ReduceOp.Product: _core.hvdlProd,
+    ReduceOp.Adasum: _core.hvdlAdasum,
 }
+
+# The dtypes Adasum takes (csrc/hvdl.h): the floating-point ones.
+ADASUM_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 # NCCL's types, then hvd_lite's own (int16, uint16, bool: csrc/hvdl.h numbers them from 32).
 HVDL_DTYPES = {
@@ -191,15 +195,34 @@ def check_reducible(fn: str, array: np.ndarray) -> None:
         )
 
 
-def check_op(fn: str, op) -> int:
-    """The hvdl op code of a ReduceOp; NotImplementedError for Adasum, ValueError for anything
-    else."""
-    if isinstance(op, int) and op == Adasum:
-        raise NotImplementedError(f"{fn}: Adasum is not implemented in hvd_lite; use Average or Sum")
+def check_op(fn: str, op, adasum: bool = True) -> int:
+    """The hvdl op code of a ReduceOp; ValueError for anything else, and for Adasum where the
+    collective does not take it (`adasum` False: Adasum combines whole vectors, so only an
+    allreduce has it)."""
     code = HVDL_OPS.get(op) if isinstance(op, int) else None
     if code is None:
-        raise ValueError(f"{fn}: op {op!r} is not one of Sum, Average, Min, Max, Product")
+        raise ValueError(f"{fn}: op {op!r} is not one of Sum, Average, Adasum, Min, Max, Product")
+    if code == _core.hvdlAdasum and not adasum:
+        raise ValueError(
+            f"{fn}: op=Adasum applies to allreduce only (it combines the ranks' whole vectors); "
+            "use Sum or Average here"
+        )
     return code
+
+
+def check_adasum(fn: str, dtype_name: str, on_device: bool) -> None:
+    """TypeError for an Adasum allreduce of data that is not floating point, ValueError for one of
+    device memory (Adasum has no device form yet)."""
+    if dtype_name not in ADASUM_DTYPES:
+        raise TypeError(
+            f"{fn}: op=Adasum takes float16, bfloat16, float32 or float64 data, got {dtype_name} "
+            "(its dot products and norms are defined on real vectors); cast to a float type"
+        )
+    if on_device:
+        raise ValueError(
+            f"{fn}: op=Adasum takes host memory only (it has no device form yet); copy the "
+            "tensor to the CPU first"
+        )
 
 
 def check_scale(fn: str, label: str, factor) -> float:

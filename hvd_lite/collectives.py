@@ -225,7 +225,7 @@ def reducescatter_request(
     where = basics.set_for(fn, process_set)
     code = check_array(fn, array, False)
     check_reducible(fn, array)
-    hop = check_op(fn, op)
+    hop = check_op(fn, op, adasum=False)
     pre = check_scale(fn, "prescale_factor", prescale_factor)
     post = check_scale(fn, "postscale_factor", postscale_factor)
     name, auto = name_or_auto(fn, "reducescatter", name)

@@ -11,6 +11,7 @@ from ._submit import (
     HVDL_OPS,
     MAX_DIMS,
     MAX_NAME_BYTES,
+    Adasum,
     Average,
     Handle,
     Max,
@@ -20,6 +21,7 @@ from ._submit import (
     Request,
     Sum,
     at_once,
+    check_adasum,
     check_array,
     check_op,
     check_reducible,
@@ -29,6 +31,7 @@ from ._submit import (
     group_names,
     held,
     hvdl_dtype,
+    is_device_array,
     name_or_auto,
     poll,
     run,
@@ -65,6 +68,8 @@ def checked_request(
     code = check_array(fn, array, inplace, device_ok=True)
     check_reducible(fn, array)
     hop = check_op(fn, op)
+    if hop == _core.hvdlAdasum:
+        check_adasum(fn, array.dtype.name, is_device_array(array))
     pre = check_scale(fn, "prescale_factor", prescale_factor)
     post = check_scale(fn, "postscale_factor", postscale_factor)
     name, auto = name_or_auto(fn, _KIND, name)
@@ -178,7 +183,7 @@ def plain_op(op, pre, post, name) -> Optional[int]:
         or (name is not None and (type(name) is not str or len(name) > _PLAIN_NAME_CHARS or "\0" in name))
     ):
         return None
-    return HVDL_OPS.get(op)
+    return None if op == ReduceOp.Adasum else HVDL_OPS.get(op)
 
 
 def plain_args(array, inplace: bool, op, pre, post, name) -> Optional[Submission]:
@@ -300,6 +305,7 @@ __all__ = [
     "Min",
     "Max",
     "Product",
+    "Adasum",
     "HVDL_DTYPES",
     "HVDL_OPS",
     "hvdl_dtype",

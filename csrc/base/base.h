@@ -304,6 +304,11 @@ static inline int hvdl_type_reducible(int t) { return hvdl_type_valid(t) && t !=
 /* The size and name of a valid type ("unknown" names any other number). */
 size_t hvdl_type_size(hvdlDataType_t t);
 const char *hvdl_type_name(hvdlDataType_t t);
+/* 1 when op is a reduction op: NCCL's (0 .. hvdlNumOps-1) or hvd_lite's (hvdlAdasum). */
+static inline int hvdl_op_valid(int op) {
+  return (op >= 0 && op < hvdlNumOps) || (op >= hvdlExtOpsBegin && op < hvdlExtOpsEnd);
+}
+/* The name of a valid op ("unknown" names any other number). */
 const char *hvdl_op_name(hvdlRedOp_t op);
 
 /* Elements before block k of per-rank counts (counts[0] + ... + counts[k-1]): where

@@ -19,5 +19,6 @@ const char *hvdl_type_name(hvdlDataType_t t) {
 
 const char *hvdl_op_name(hvdlRedOp_t op) {
   static const char *names[hvdlNumOps] = {"sum", "prod", "max", "min", "avg"};
+  if (op == hvdlAdasum) return "adasum";
   return (unsigned)op < hvdlNumOps ? names[op] : "unknown";
 }

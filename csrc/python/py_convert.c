@@ -66,7 +66,7 @@ int hvdl_py_check_reducible(int dtype) {
 }
 
 int hvdl_py_check_op(int op) {
-  if (op < 0 || op >= hvdlNumOps) {
+  if (!hvdl_op_valid(op)) {
     PyErr_Format(PyExc_ValueError, "invalid hvdl op %d", op);
     return -1;
   }

@@ -142,8 +142,9 @@ int hvdl_desc_get(struct hvdl_reader *r, struct hvdl_desc *d) {
   if (!hvdl_type_valid(f.dtype))
     return bad(r, start, "descriptor: data type %d is not in 0..%d or %d..%d", f.dtype,
                hvdlNumTypes - 1, hvdlExtTypesBegin, hvdlExtTypesEnd - 1);
-  if (f.op < 0 || f.op >= hvdlNumOps)
-    return bad(r, start, "descriptor: reduction op %d is not in 0..%d", f.op, hvdlNumOps - 1);
+  if (!hvdl_op_valid(f.op))
+    return bad(r, start, "descriptor: reduction op %d is not in 0..%d or %d..%d", f.op,
+               hvdlNumOps - 1, hvdlExtOpsBegin, hvdlExtOpsEnd - 1);
   if (f.ndim < 0 || f.ndim > HVDL_MAX_DIMS)
     return bad(r, start, "descriptor: ndim %d is not in 0..%d", f.ndim, HVDL_MAX_DIMS);
   if (f.device != HVDL_MEM_HOST && f.device != HVDL_MEM_CUDA)

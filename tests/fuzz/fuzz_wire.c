@@ -116,7 +116,7 @@ static void random_desc(struct hvdl_desc *d, const char *name, int nranks) {
   memset(d, 0, sizeof *d);
   d->coll = (int32_t)below(HVDL_COLL_JOIN); /* JOIN is never announced */
   d->dtype = type_at(below(HVDL_TYPE_SLOTS));
-  d->op = (int32_t)below(hvdlNumOps);
+  d->op = chance(10) ? hvdlAdasum : (int32_t)below(hvdlNumOps);
   d->ndim = chance(3) ? HVDL_MAX_DIMS : (int32_t)below(4);
   for (int i = 0; i < d->ndim; i++) d->dims[i] = chance(3) ? 0 : (int64_t)below(6);
   if ((d->coll == HVDL_COLL_ALLGATHER || d->coll == HVDL_COLL_ALLTOALL) && d->ndim > 0)
@@ -137,7 +137,7 @@ static void random_desc(struct hvdl_desc *d, const char *name, int nranks) {
 static void check_desc_ranges(const struct hvdl_desc *d) {
   CHECK(d->coll >= 0 && d->coll < HVDL_NUM_COLLS, "coll %d", d->coll);
   CHECK(hvdl_type_valid(d->dtype), "dtype %d", d->dtype);
-  CHECK(d->op >= 0 && d->op < hvdlNumOps, "op %d", d->op);
+  CHECK(hvdl_op_valid(d->op), "op %d", d->op);
   CHECK(d->ndim >= 0 && d->ndim <= HVDL_MAX_DIMS, "ndim %d", d->ndim);
   CHECK(d->device == HVDL_MEM_HOST || d->device == HVDL_MEM_CUDA, "device %d", d->device);
   for (int i = 0; i < d->ndim && i < HVDL_MAX_DIMS; i++)

@@ -2,7 +2,7 @@
 types are numbered outside NCCL's range."""
 
 from hvd_lite import _core
-from hvd_lite.ops import HVDL_DTYPES
+from hvd_lite.ops import HVDL_DTYPES, HVDL_OPS, Adasum
 
 
 def test_datatype_numbers_are_nccls():
@@ -49,6 +49,13 @@ def test_redop_numbers_are_nccls():
         4,
         5,
     ]
+
+
+def test_hvd_lites_own_op_is_numbered_after_nccls_gap():
+    # NCCL numbers the ops a program makes (ncclRedOpCreatePreMulSum) from 5 up: Adasum sits
+    # where the own types sit, at 32, so that no number names one op in NCCL and another here
+    assert [_core.hvdlExtOpsBegin, _core.hvdlAdasum, _core.hvdlExtOpsEnd] == [32, 32, 33]
+    assert HVDL_OPS[Adasum] == _core.hvdlAdasum
 
 
 def test_result_numbers_are_nccls():
