@@ -123,6 +123,50 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
+# ---- Adasum (csrc/hvdl.h's hvdlAdasum), written from the paper's formula ---------------------
+
+ADASUM_DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
+
+
+def adasum_pair(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b in float64; a coefficient is 1 where its
+    squared norm is below sqrt(DBL_MIN) (Horovod's rule: a zero vector is left out)."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    dot, aa, bb = float(a @ b), float(a @ a), float(b @ b)
+    tiny = np.sqrt(np.finfo(np.float64).tiny)
+    ca = 1.0 - dot / aa * 0.5 if aa >= tiny else 1.0
+    cb = 1.0 - dot / bb * 0.5 if bb >= tiny else 1.0
+    return ca * a + cb * b
+
+
+def adasum_tree(vectors) -> np.ndarray:
+    """Adasum of the ranks' vectors (in rank order) over transport.h's tree: pairs (2i, 2i+1) for
+    i < n - p first (p the largest power of two <= n), then aligned pairs, lower on the left."""
+    n = len(vectors)
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    rem = n - p
+    level = [
+        adasum_pair(vectors[2 * v], vectors[2 * v + 1]) if v < rem else vectors[v + rem].astype(np.float64)
+        for v in range(p)
+    ]
+    while len(level) > 1:
+        level = [adasum_pair(level[i], level[i + 1]) for i in range(0, len(level), 2)]
+    return level[0]
+
+
+def adasum_reference(vectors, counts=None) -> np.ndarray:
+    """adasum_tree of each tensor on its own, for buffers holding tensors of `counts` elements one
+    after another (None: one tensor), in float64."""
+    counts = [len(vectors[0])] if counts is None else counts
+    out, at = [], 0
+    for c in counts:
+        out.append(adasum_tree([v[at : at + c] for v in vectors]))
+        at += c
+    return np.concatenate(out) if out else np.zeros(0)
+
+
 # ---- device buffers (the CUDA tests; CuPy is imported where a test asks for it) ----------------
 
 
