@@ -177,6 +177,9 @@ typedef struct {
                                  peers map, up to this many bytes per rank
                                  (HVD_LITE_SHM_STAND_IN_BYTES); 0 (unlike the fields above,
                                  not the default): never, the kernel's copies */
+  int adasumHierarchical;     /* 1: hvdlAdasum averages within each host and combines the
+                                 hosts with Adasum (HVD_LITE_ADASUM_HIERARCHICAL=1); 0: every
+                                 rank is combined with Adasum */
 } hvdlConfig_t;
 
 #define HVDL_SMALL_BYTES_AUTO ((size_t)-1)

@@ -50,6 +50,20 @@ void hvdl_hier_p2p_free(struct hvdl_hier_p2p *h);
 hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t across,
                                      const void *sendbuff, void *recvbuff, size_t count,
                                      hvdlDataType_t dt, hvdlRedOp_t op);
+/* This rank's host (cross 0) or its peers of the same local rank on the other hosts (cross 1),
+ * as groups. */
+const struct hvdl_group *hvdl_hier_p2p_group(const struct hvdl_hier_p2p *h, int cross);
+
+/* Adasum (allreduce_adasum.c; hvdl.h's hvdlAdasum): the buffer holds ntensors tensors of
+ * counts[t] elements one after another, each with its own dot product and norms; dt is
+ * float16, bfloat16, float32 or float64; sendbuff may be recvbuff. hvdl_adasum_group
+ * combines a group's members; hvdl_allreduce_adasum the communicator's ranks, or with
+ * config.adasumHierarchical averages within each host and combines the hosts. */
+hvdlResult_t hvdl_adasum_group(hvdlComm_t comm, const struct hvdl_group *g, const void *sendbuff,
+                               void *recvbuff, const size_t *counts, int ntensors,
+                               hvdlDataType_t dt);
+hvdlResult_t hvdl_allreduce_adasum(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                   const size_t *counts, int ntensors, hvdlDataType_t dt);
 
 /* The selector takes the shared-memory path on one host up to SHM_ALLREDUCE_MAX bytes per
  * rank. Shared memory beats the ring on a buffer that is in the cache (tools/shm_vs_ring.py,

@@ -7,7 +7,7 @@
  * dispatch by memory kind: host buffers go to the collective's host path, device
  * buffers (hvdlAllReduce and hvdlBroadcast) to cuda.c's staged form, whose steps
  * are the same host path on pinned chunks; the host path selects the algorithm
- * (select/) and runs it. It calls the algorithms, the selectors, cuda.c and base/;
+ * (select/) and runs it (hvdlAdasum, host memory only, has one: allreduce_adasum.c). It calls the algorithms, the selectors, cuda.c and base/;
  * none of them calls it.
  */
 #include <stdint.h>
@@ -32,7 +32,8 @@ enum {
   ROOT_RECEIVES = 8,  /* only the root writes recvbuff (reduce) */
   SEND_PER_RANK = 16, /* sendbuff holds count for each rank (reduce-scatter, all-to-all) */
   RECV_PER_RANK = 32, /* recvbuff holds count for each rank (all-gather, all-to-all) */
-  TAKES_DEVICE = 64   /* device buffers go through cuda.c's staged form */
+  TAKES_DEVICE = 64,  /* device buffers go through cuda.c's staged form */
+  TAKES_ADASUM = 128  /* hvdlAdasum (hvdlAllReduce only: it combines whole vectors) */
 };
 
 struct call;
@@ -137,16 +138,28 @@ static hvdlResult_t check_bytes(hvdlComm_t comm, const char *fn, size_t count, s
   return hvdlSuccess;
 }
 
-/* A reduction's op, and a type reductions apply to. */
-static hvdlResult_t check_op(hvdlComm_t comm, const char *fn, hvdlRedOp_t op, hvdlDataType_t dt) {
-  if ((unsigned)op >= hvdlNumOps)
-    return hvdl_fail(comm, hvdlInvalidArgument, "%s: invalid op %d (valid: 0..%d)", fn, (int)op,
-                     hvdlNumOps - 1);
+/* A reduction's op, a type reductions apply to, and for Adasum a collective and a type
+ * that take it (what: the collective's TAKES_* flags). */
+static hvdlResult_t check_op(hvdlComm_t comm, const char *fn, hvdlRedOp_t op, hvdlDataType_t dt,
+                             int what) {
+  if (!hvdl_op_valid(op))
+    return hvdl_fail(comm, hvdlInvalidArgument, "%s: invalid op %d (valid: 0..%d, %d..%d)", fn,
+                     (int)op, hvdlNumOps - 1, hvdlExtOpsBegin, hvdlExtOpsEnd - 1);
   if (!hvdl_type_reducible(dt))
     return hvdl_fail(comm, hvdlInvalidArgument,
                      "%s: %s data has no reduction ops (it moves with hvdlBroadcast, "
                      "hvdlAllGather and hvdlAllToAll)",
                      fn, hvdl_type_name(dt));
+  if (op == hvdlAdasum && !(what & TAKES_ADASUM))
+    return hvdl_fail(comm, hvdlInvalidArgument,
+                     "%s: hvdlAdasum is an all-reduce only (it combines the ranks' whole "
+                     "vectors); use hvdlAllReduce",
+                     fn);
+  if (op == hvdlAdasum && dt != hvdlFloat16 && dt != hvdlBfloat16 && dt != hvdlFloat32 &&
+      dt != hvdlFloat64)
+    return hvdl_fail(comm, hvdlInvalidArgument,
+                     "%s: hvdlAdasum takes float16, bfloat16, float32 or float64 data, not %s", fn,
+                     hvdl_type_name(dt));
   return hvdlSuccess;
 }
 
@@ -221,13 +234,19 @@ static hvdlResult_t check_args(struct call *c) {
   /* A reduction that takes device memory (hvdlAllReduce) checks its op before probing where
    * the memory is; the host-only ones check the memory first. */
   const int op_first = (what & TAKES_OP) && (what & TAKES_DEVICE);
-  if (op_first) HVDL_CHECK(check_op(comm, c->fn, c->op, c->dt));
+  if (op_first) HVDL_CHECK(check_op(comm, c->fn, c->op, c->dt, what));
   if (what & TAKES_DEVICE)
     HVDL_CHECK(check_memory(comm, c->fn, (what & ROOT_SENDS) && !c->sendbytes ? NULL : c->send,
                             c->recv, c->stream, &c->device));
   else
     HVDL_CHECK(check_host(comm, c->fn, c->send, c->recv, c->stream));
-  if ((what & TAKES_OP) && !op_first) HVDL_CHECK(check_op(comm, c->fn, c->op, c->dt));
+  if ((what & TAKES_OP) && !op_first) HVDL_CHECK(check_op(comm, c->fn, c->op, c->dt, what));
+  if ((what & TAKES_OP) && c->op == hvdlAdasum && c->device >= 0)
+    return hvdl_fail(comm, hvdlInvalidArgument,
+                     "%s: hvdlAdasum takes host memory only (the buffers are in CUDA device %d "
+                     "memory; its norms span the whole buffer, which the staged device path "
+                     "cuts into chunks); copy them to the host",
+                     c->fn, c->device);
   return hvdlSuccess;
 }
 
@@ -282,6 +301,7 @@ static size_t largest_step(const struct call *c) {
 
 static hvdlResult_t allreduce_host(const struct call *c, const void *send, void *recv,
                                    size_t count) {
+  if (c->op == hvdlAdasum) return hvdl_allreduce_adasum(c->comm, send, recv, &count, 1, c->dt);
   const size_t bytes = count * hvdl_type_size(c->dt);
   return run_allreduce(c->comm, hvdl_select_allreduce(c->comm, bytes), send, recv, count, c->dt,
                        c->op);
@@ -357,14 +377,16 @@ static hvdlResult_t alltoall_host(const struct call *c, const void *send, void *
 hvdlResult_t hvdlAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            hvdlDataType_t datatype, hvdlRedOp_t op, hvdlComm_t comm,
                            hvdlStream_t stream) {
-  struct call c = {"hvdlAllReduce", comm, sendbuff, recvbuff, count,
-                   datatype,        op,   0,        stream,   TAKES_OP | TAKES_DEVICE,
-                   allreduce_host,  0,    0,        -1};
+  struct call c = {
+      "hvdlAllReduce", comm, sendbuff, recvbuff, count,
+      datatype,        op,   0,        stream,   TAKES_OP | TAKES_DEVICE | TAKES_ADASUM,
+      allreduce_host,  0,    0,        -1};
   HVDL_CHECK(check_args(&c));
   if (count == 0) return hvdlSuccess;
   if (comm->size == 1) return copy_alone(&c);
   const size_t step = largest_step(&c);
-  HVDL_CHECK(check_latency_bytes(comm, c.fn, hvdl_select_allreduce(comm, step), step));
+  if (op != hvdlAdasum)
+    HVDL_CHECK(check_latency_bytes(comm, c.fn, hvdl_select_allreduce(comm, step), step));
   return dispatch(&c);
 }
 

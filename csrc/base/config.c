@@ -199,12 +199,14 @@ static const struct hvdl_cost_model default_model = {
 hvdlResult_t hvdl_config_check(const hvdlConfig_t *c) {
   if ((c->shmBytes && (c->shmBytes < MIN_SHM_BYTES || c->shmBytes > MAX_SHM_BYTES)) ||
       c->shmStandInBytes > MAX_SHM_BYTES || (c->disableShm != 0 && c->disableShm != 1) ||
-      (c->disableShmCma != 0 && c->disableShmCma != 1))
+      (c->disableShmCma != 0 && c->disableShmCma != 1) ||
+      (c->adasumHierarchical != 0 && c->adasumHierarchical != 1))
     return hvdl_fail(NULL, hvdlInvalidArgument,
                      "hvdlConfig_t out of range: shmBytes %zu (%zu .. %zu, or 0 for the default), "
-                     "shmStandInBytes %zu (0 .. %zu), disableShm %d, disableShmCma %d (0 or 1)",
+                     "shmStandInBytes %zu (0 .. %zu), disableShm %d, disableShmCma %d, "
+                     "adasumHierarchical %d (0 or 1)",
                      c->shmBytes, MIN_SHM_BYTES, MAX_SHM_BYTES, c->shmStandInBytes, MAX_SHM_BYTES,
-                     c->disableShm, c->disableShmCma);
+                     c->disableShm, c->disableShmCma, c->adasumHierarchical);
   if (c->allReduceAlgorithm < 0 || c->allReduceAlgorithm >= hvdlNumAlgos)
     return hvdl_fail(NULL, hvdlInvalidArgument,
                      "hvdlConfig_t out of range: allReduceAlgorithm %d (valid: 0..%d)",
@@ -240,6 +242,7 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
   config->disableShm = !shm;
   HVDL_CHECK(env_switch("HVD_LITE_SHM_CMA", &shm));
   config->disableShmCma = !shm;
+  HVDL_CHECK(env_int("HVD_LITE_ADASUM_HIERARCHICAL", 0, 0, 1, &config->adasumHierarchical));
   HVDL_CHECK(env_size("HVD_LITE_SHM_BYTES", DEFAULT_SHM_BYTES, MIN_SHM_BYTES, MAX_SHM_BYTES,
                       &config->shmBytes));
   HVDL_CHECK(env_size("HVD_LITE_SHM_STAND_IN_BYTES", DEFAULT_SHM_STAND_IN_BYTES, 0, MAX_SHM_BYTES,

@@ -21,6 +21,10 @@
  * splits the rows as evenly as possible (the first ranks take the extra ones);
  * broadcast is hvdlBroadcast; a barrier needs nothing beyond its negotiation.
  *
+ * Adasum requests fuse with each other alone (the key holds the op) and keep their own
+ * norms in the fused buffer (run_fused_adasum); they are host memory only (the binding
+ * refuses device memory for them).
+ *
  * Average on integers is Horovod's: the sum, then the postscale factor divided by
  * the number of ranks, applied in float64 and truncated toward zero (hvdl_scale).
  * Floats keep hvdlAvg (the sum, then one division by the number of ranks).
@@ -30,6 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "algorithms/algorithms.h"
 #include "execute/execute.h"
 #include "kernels/kernels.h"
 #include "request/request.h"
@@ -143,6 +148,18 @@ static hvdlResult_t reserve_fusion(struct hvdl_executor *x, size_t total) {
   return hvdl_reserve(x->data, &x->fusion, &x->fusion_bytes, total);
 }
 
+/* Adasum of a fused group: each member's dot products and norms are its own, so the algorithm
+ * takes the members' counts (a size of 1 leaves the buffer as it is, as hvdlAllReduce would). */
+static hvdlResult_t run_fused_adasum(struct hvdl_executor *x, struct hvdl_request **group, int m) {
+  size_t *counts = malloc((size_t)m * sizeof *counts);
+  if (!counts) return hvdl_fail(x->data, hvdlSystemError, "Adasum: out of memory for %d counts", m);
+  for (int i = 0; i < m; i++) counts[i] = group[i]->count;
+  const hvdlResult_t res = hvdl_allreduce_adasum(x->data, x->fusion, x->fusion, counts, m,
+                                                 (hvdlDataType_t)group[0]->desc.dtype);
+  free(counts);
+  return res;
+}
+
 static hvdlResult_t run_fused(struct hvdl_executor *x, struct hvdl_request **group, int m,
                               size_t total) {
   const hvdlDataType_t dt = (hvdlDataType_t)group[0]->desc.dtype;
@@ -174,7 +191,9 @@ static hvdlResult_t run_fused(struct hvdl_executor *x, struct hvdl_request **gro
     off += group[i]->nbytes;
   }
   const double t1 = hvdl_now();
-  if (res == hvdlSuccess)
+  if (res == hvdlSuccess && op == hvdlAdasum)
+    res = run_fused_adasum(x, group, m);
+  else if (res == hvdlSuccess)
     res = hvdlAllReduce(x->fusion, x->fusion, total / es, dt, op, x->data, NULL);
   const double t2 = hvdl_now();
   off = 0;

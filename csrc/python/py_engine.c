@@ -315,6 +315,17 @@ static hvdl_py_handle *new_handle(hvdl_py_engine *self, PyObject *args, int *at_
   if ((coll == HVDL_COLL_ALLREDUCE || coll == HVDL_COLL_REDUCESCATTER) &&
       hvdl_py_check_reducible(dtype))
     return NULL;
+  if (op == hvdlAdasum && coll != HVDL_COLL_ALLREDUCE) {
+    PyErr_SetString(PyExc_ValueError, "op Adasum applies to allreduce only");
+    return NULL;
+  }
+  if (op == hvdlAdasum && dtype != hvdlFloat16 && dtype != hvdlBfloat16 && dtype != hvdlFloat32 &&
+      dtype != hvdlFloat64) {
+    PyErr_Format(PyExc_TypeError,
+                 "op Adasum takes float16, bfloat16, float32 or float64 data, not %s",
+                 hvdl_type_name((hvdlDataType_t)dtype));
+    return NULL;
+  }
   if (name_len >= HVDL_MAX_NAME) {
     PyErr_Format(PyExc_ValueError, "name is %zd bytes long; the limit is %d", name_len,
                  HVDL_MAX_NAME - 1);
@@ -338,6 +349,12 @@ static hvdl_py_handle *new_handle(hvdl_py_engine *self, PyObject *args, int *at_
   atomic_store(&r->state, HVDL_REQ_FAILED); /* until it is submitted: nothing to wait for */
   size_t scount = 0;
   if (take_buffers(h, coll, dtype, sendobj, recvobj, &scount)) goto fail;
+  if (op == hvdlAdasum && r->desc.device == HVDL_MEM_CUDA) {
+    PyErr_SetString(PyExc_ValueError,
+                    "op Adasum takes host memory only (it has no device form); copy the data to "
+                    "the host");
+    goto fail;
+  }
   if (parse_shape(shape, &r->desc)) goto fail;
   if (splits != Py_None) {
     PyObject *seq = PySequence_Fast(splits, "splits must be a sequence of ints");

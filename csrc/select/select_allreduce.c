@@ -130,6 +130,7 @@ struct agreed {
   int algo;                  /* config.allReduceAlgorithm */
   int bcast;                 /* config.broadcastAlgorithm */
   int gather, scatter;       /* config.allGatherAlgorithm, reduceScatterAlgorithm */
+  int adasum;                /* config.adasumHierarchical */
   int res;                   /* rank 0's result reading the model */
   char msg[HVDL_ERRMSG_LEN]; /* and its message */
 };
@@ -148,8 +149,9 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
     a.bcast = comm->config.broadcastAlgorithm;
     a.gather = comm->config.allGatherAlgorithm;
     a.scatter = comm->config.reduceScatterAlgorithm;
+    a.adasum = comm->config.adasumHierarchical;
   }
-  /* Rank 0's model file, algorithm and crossover are everyone's: a choice made differently on
+  /* Rank 0's model file, algorithms, crossover and Adasum's form are everyone's: a choice made differently on
    * two ranks would pair them in different algorithms. */
   HVDL_MPI(comm, MPI_Bcast(&a, (int)sizeof a, MPI_BYTE, 0, comm->mpi));
   if (a.res != hvdlSuccess)
@@ -165,6 +167,7 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
   comm->config.broadcastAlgorithm = a.bcast;
   comm->config.allGatherAlgorithm = a.gather;
   comm->config.reduceScatterAlgorithm = a.scatter;
+  comm->config.adasumHierarchical = a.adasum;
   comm->model = (struct hvdl_cost_model){
       .alpha = {a.terms[0], a.terms[1]}, .beta = {a.terms[2], a.terms[3]}, .gamma = a.terms[4]};
   /* The host layout: how many hosts, the most and the fewest ranks on one; with

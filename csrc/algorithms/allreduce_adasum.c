@@ -1,0 +1,237 @@
+/*
+ * allreduce_adasum.c -- Adasum (hvdl.h's hvdlAdasum): the ranks' vectors combined
+ * pairwise by
+ *
+ *     adasum(a, b) = (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b
+ *
+ * (a coefficient is 1 where its squared norm is below sqrt(DBL_MIN): a zero vector is
+ * left out), level by level of a binary tree over the ranks in rank order, by recursive
+ * vector halving and distance doubling. The buffer may hold several tensors one after
+ * another (the engine's fusion buffer): each has its own dot product and norms.
+ *
+ * The schedule, at group member r (the fold, virtual ranks v and p are transport.h's;
+ * p = largest power of two <= n, rem = n - p):
+ *
+ *   fold in     r < 2rem, even: send the input to r+1, then wait for the result
+ *               r < 2rem, odd:  x = adasum(x(r-1), x(r)), its dots over the whole
+ *                               vectors, all here
+ *   halving, m = 1, 2, ..., p/2, on the element range [lo, hi) still held (all of it
+ *               at first): split it at mid = lo + (hi-lo)/2; the member with bit m of
+ *               v clear keeps the lower half, its partner v ^ m the upper; send the
+ *               other half, receive the partner's values of the kept one. The lower
+ *               member's vector is a (it holds the lower ranks' combination), the
+ *               partner's b. Each member sums a.b, |a|^2, |b|^2 per tensor over its
+ *               kept range, and the 2m members of the aligned group v & ~(2m-1), which
+ *               between them hold all of a and b, add their sums by recursive doubling
+ *               (log2(2m) exchanges of 3 doubles a tensor); then kept = adasum(a, b)
+ *   doubling, m = p/2, ..., 2, 1: send the range held, receive the partner's (the
+ *               other half of the range held one step up) in place
+ *   fold out    r < 2rem, odd: send the result to r-1
+ *
+ * At 4 ranks the result is adasum(adasum(x0, x1), adasum(x2, x3)); at 3,
+ * adasum(adasum(x0, x1), x2). Horovod's Adasum takes a power of two only; the fold is
+ * how this one takes any number.
+ *
+ * Why every rank ends with the same bytes. Each element of a level's result is computed
+ * on exactly one member (the one whose kept range holds it), from coefficients that are
+ * the same on every member of its group: the recursive doubling adds the same partial
+ * sums, two at a time, on both partners of each exchange (IEEE addition is
+ * commutative), so all of them end with the same bits. The doubling and the fold out
+ * copy finished elements verbatim. The order of everything is fixed by the schedule,
+ * never by timing.
+ *
+ * Cost per rank (B bytes, T tensors, rem = 0): log2(n) halving and log2(n) doubling
+ * steps, (n-1)/n * B sent and received in each, as Rabenseifner's all-reduce
+ * (allreduce_rab.c); two passes over the data held at each level (the dots and the
+ * combination) where rab makes one; and log2(n)(log2(n)+1)/2 small exchanges of 24T bytes
+ * for the sums.
+ *
+ * The hierarchical form (hvdl_allreduce_adasum with config.adasumHierarchical): a plain
+ * average within each host (Rabenseifner over the host's ranks), Adasum across hosts
+ * between the hosts' first ranks, and a binomial broadcast within each host. Hosts must
+ * hold the same number of ranks (the hierarchical all-reduce's groups,
+ * allreduce_hier_p2p.c); on one host it is the host's average.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algorithms/algorithms.h"
+#include "kernels/kernels.h"
+#include "transport/transport.h"
+
+#define ADASUM_TAG       0x4845 /* "HE": the vectors */
+#define ADASUM_DOTS_TAG  0x4846 /* the sums of the dots */
+#define ADASUM_BCAST_TAG 0x4848 /* the hierarchical form's broadcast */
+
+/* The tensors of a buffer: n of them, counts[t] elements each, one after another. */
+struct tensors {
+  const size_t *counts;
+  int n;
+  hvdlDataType_t dt;
+  size_t esize;
+};
+
+/* sums[3t .. 3t+2] = a.b, |a|^2, |b|^2 of tensor t over the elements [lo, hi) of the
+ * buffer, where a and b hold elements lo .. hi-1. */
+static void partial_dots(const struct tensors *ts, const char *a, const char *b, size_t lo,
+                         size_t hi, double *sums) {
+  memset(sums, 0, 3 * (size_t)ts->n * sizeof *sums);
+  size_t start = 0;
+  for (int t = 0; t < ts->n && start < hi; t++) {
+    const size_t end = start + ts->counts[t];
+    const size_t x0 = start > lo ? start : lo, x1 = end < hi ? end : hi;
+    if (x0 < x1)
+      hvdl_dots(a + (x0 - lo) * ts->esize, b + (x0 - lo) * ts->esize, x1 - x0, ts->dt,
+                sums + 3 * t);
+    start = end;
+  }
+}
+
+static double coefficient(double dot, double normsq) {
+  return normsq >= sqrt(DBL_MIN) ? 1.0 - dot / normsq * 0.5 : 1.0;
+}
+
+/* out = adasum(a, b) over the elements [lo, hi), each tensor with its own sums. */
+static void combine(const struct tensors *ts, char *out, const char *a, const char *b, size_t lo,
+                    size_t hi, const double *sums) {
+  size_t start = 0;
+  for (int t = 0; t < ts->n && start < hi; t++) {
+    const size_t end = start + ts->counts[t];
+    const size_t x0 = start > lo ? start : lo, x1 = end < hi ? end : hi;
+    if (x0 < x1) {
+      const double *s = sums + 3 * t;
+      const size_t at = (x0 - lo) * ts->esize;
+      hvdl_scaled_add(out + at, a + at, coefficient(s[0], s[1]), b + at, coefficient(s[0], s[2]),
+                      x1 - x0, ts->dt);
+    }
+    start = end;
+  }
+}
+
+/* Adds the sums of the `width` members of this member's aligned group of virtual ranks
+ * (a power of two), by recursive doubling: every member of the group ends with the same
+ * bits. */
+static hvdlResult_t add_sums(hvdlComm_t comm, const struct hvdl_group *g, const struct hvdl_fold *f,
+                             int width, double *sums, double *theirs, size_t k) {
+  for (int j = 1; j < width; j *= 2) {
+    const int peer = hvdl_group_peer(g, hvdl_fold_rank(f, f->vrank ^ j));
+    HVDL_CHECK(hvdl_pair_exchange(comm, peer, ADASUM_DOTS_TAG, sums, k * sizeof *sums, theirs,
+                                  k * sizeof *theirs));
+    for (size_t i = 0; i < k; i++) sums[i] += theirs[i];
+  }
+  return hvdlSuccess;
+}
+
+/* The halving and doubling of the p virtual ranks, on recvbuff (this member's input, or
+ * its pair's combination), with scratch `work` of the whole buffer's bytes. */
+static hvdlResult_t halve_and_double(hvdlComm_t comm, const struct hvdl_group *g,
+                                     const struct hvdl_fold *f, const struct tensors *ts, char *out,
+                                     size_t count, char *work, double *sums) {
+  const size_t es = ts->esize, k = 3 * (size_t)ts->n;
+  size_t lo[PAIR_MAX_STEPS + 1], hi[PAIR_MAX_STEPS + 1];
+  int steps = 0;
+  lo[0] = 0;
+  hi[0] = count;
+  for (int m = 1; m < f->p; m *= 2, steps++) {
+    const int peer = hvdl_group_peer(g, hvdl_fold_rank(f, f->vrank ^ m));
+    const int lower = (f->vrank & m) == 0;
+    const size_t mid = lo[steps] + (hi[steps] - lo[steps]) / 2;
+    const size_t k0 = lower ? lo[steps] : mid, k1 = lower ? mid : hi[steps];
+    const size_t g0 = lower ? mid : lo[steps], g1 = lower ? hi[steps] : mid;
+    HVDL_CHECK(hvdl_pair_exchange(comm, peer, ADASUM_TAG, out + g0 * es, (g1 - g0) * es, work,
+                                  (k1 - k0) * es));
+    char *mine = out + k0 * es;
+    const char *a = lower ? mine : work, *b = lower ? work : mine;
+    partial_dots(ts, a, b, k0, k1, sums);
+    HVDL_CHECK(add_sums(comm, g, f, 2 * m, sums, sums + k, k));
+    combine(ts, mine, a, b, k0, k1, sums);
+    lo[steps + 1] = k0;
+    hi[steps + 1] = k1;
+  }
+  for (int j = steps - 1; j >= 0; j--) { /* the halving undone, the last step first */
+    const int peer = hvdl_group_peer(g, hvdl_fold_rank(f, f->vrank ^ (1 << j)));
+    const size_t h0 = lo[j + 1], h1 = hi[j + 1];
+    const size_t o0 = h0 == lo[j] ? h1 : lo[j], o1 = h0 == lo[j] ? hi[j] : h0;
+    HVDL_CHECK(hvdl_pair_exchange(comm, peer, ADASUM_TAG, out + h0 * es, (h1 - h0) * es,
+                                  out + o0 * es, (o1 - o0) * es));
+  }
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_adasum_group(hvdlComm_t comm, const struct hvdl_group *g, const void *sendbuff,
+                               void *recvbuff, const size_t *counts, int ntensors,
+                               hvdlDataType_t dt) {
+  const struct tensors ts = {counts, ntensors, dt, hvdl_type_size(dt)};
+  size_t count = 0;
+  for (int t = 0; t < ntensors; t++) count += counts[t];
+  const size_t bytes = count * ts.esize;
+  char *out = recvbuff;
+  if (sendbuff != recvbuff) hvdl_copy(out, sendbuff, bytes);
+  if (g->size == 1 || count == 0) return hvdlSuccess;
+  const int r = g->rank;
+  struct hvdl_fold f;
+  hvdl_fold_plan(g->size, r, &f);
+  if (f.vrank < 0) { /* an even member of a pair: hand over the input, take back the result */
+    HVDL_CHECK(
+        hvdl_pair_exchange(comm, hvdl_group_peer(g, r + 1), ADASUM_TAG, out, bytes, NULL, 0));
+    return hvdl_pair_exchange(comm, hvdl_group_peer(g, r + 1), ADASUM_TAG, NULL, 0, out, bytes);
+  }
+  struct hvdl_scratch *s = &comm->scratch;
+  HVDL_CHECK(hvdl_reserve(comm, &s->work, &s->work_bytes, bytes));
+  double *sums = malloc(6 * (size_t)ntensors * sizeof *sums); /* this member's, and a peer's */
+  if (!sums)
+    return hvdl_fail(comm, hvdlSystemError, "Adasum: out of memory for %d tensors' sums", ntensors);
+  hvdlResult_t res = hvdlSuccess;
+  if (r < 2 * f.rem) { /* the odd member of a pair: combine the pair's vectors here */
+    res = hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), ADASUM_TAG, NULL, 0, s->work, bytes);
+    if (res == hvdlSuccess) {
+      partial_dots(&ts, s->work, out, 0, count, sums);
+      combine(&ts, out, s->work, out, 0, count, sums);
+    }
+  }
+  if (res == hvdlSuccess) res = halve_and_double(comm, g, &f, &ts, out, count, s->work, sums);
+  free(sums);
+  if (res == hvdlSuccess && r < 2 * f.rem)
+    res = hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), ADASUM_TAG, out, bytes, NULL, 0);
+  return res;
+}
+
+/* A binomial broadcast of buf from member 0 of g. */
+static hvdlResult_t broadcast_from_first(hvdlComm_t comm, const struct hvdl_group *g, void *buf,
+                                         size_t bytes) {
+  const int r = g->rank;
+  for (int m = 1; m < g->size; m *= 2) {
+    if (r < m && r + m < g->size)
+      HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_group_peer(g, r + m), ADASUM_BCAST_TAG, buf, bytes,
+                                    NULL, 0));
+    else if (r >= m && r < 2 * m)
+      HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_group_peer(g, r - m), ADASUM_BCAST_TAG, NULL, 0, buf,
+                                    bytes));
+  }
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdl_allreduce_adasum(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                   const size_t *counts, int ntensors, hvdlDataType_t dt) {
+  const struct hvdl_group all = hvdl_group_all(comm);
+  if (!comm->config.adasumHierarchical)
+    return hvdl_adasum_group(comm, &all, sendbuff, recvbuff, counts, ntensors, dt);
+  size_t count = 0;
+  for (int t = 0; t < ntensors; t++) count += counts[t];
+  if (comm->hosts <= 1) /* one host: its average */
+    return hvdl_allreduce_rab_group(comm, &all, sendbuff, recvbuff, count, dt, hvdlAvg);
+  if (!comm->hier_p2p)
+    return hvdl_fail(comm, hvdlInvalidUsage,
+                     "Adasum's hierarchical form (HVD_LITE_ADASUM_HIERARCHICAL=1) needs every "
+                     "host to run the same number of ranks (%d ranks on %d hosts here); unset it "
+                     "to combine every rank with Adasum",
+                     comm->size, comm->hosts);
+  const struct hvdl_group *local = hvdl_hier_p2p_group(comm->hier_p2p, 0);
+  const struct hvdl_group *cross = hvdl_hier_p2p_group(comm->hier_p2p, 1);
+  HVDL_CHECK(hvdl_allreduce_rab_group(comm, local, sendbuff, recvbuff, count, dt, hvdlAvg));
+  if (local->rank == 0)
+    HVDL_CHECK(hvdl_adasum_group(comm, cross, recvbuff, recvbuff, counts, ntensors, dt));
+  return broadcast_from_first(comm, local, recvbuff, count * hvdl_type_size(dt));
+}
