@@ -124,11 +124,13 @@ static hvdlResult_t add_sums(hvdlComm_t comm, const struct hvdl_group *g, const 
   return hvdlSuccess;
 }
 
-/* The halving and doubling of the p virtual ranks, on recvbuff (this member's input, or
- * its pair's combination), with scratch `work` of the whole buffer's bytes. */
+/* The halving and doubling of the p >= 2 virtual ranks, from `cur` (this member's input,
+ * or its pair's combination in out) into out, with scratch `work` of the whole buffer's
+ * bytes. */
 static hvdlResult_t halve_and_double(hvdlComm_t comm, const struct hvdl_group *g,
-                                     const struct hvdl_fold *f, const struct tensors *ts, char *out,
-                                     size_t count, char *work, double *sums) {
+                                     const struct hvdl_fold *f, const struct tensors *ts,
+                                     const char *cur, char *out, size_t count, char *work,
+                                     double *sums) {
   const size_t es = ts->esize, k = 3 * (size_t)ts->n;
   size_t lo[PAIR_MAX_STEPS + 1], hi[PAIR_MAX_STEPS + 1];
   int steps = 0;
@@ -140,13 +142,14 @@ static hvdlResult_t halve_and_double(hvdlComm_t comm, const struct hvdl_group *g
     const size_t mid = lo[steps] + (hi[steps] - lo[steps]) / 2;
     const size_t k0 = lower ? lo[steps] : mid, k1 = lower ? mid : hi[steps];
     const size_t g0 = lower ? mid : lo[steps], g1 = lower ? hi[steps] : mid;
-    HVDL_CHECK(hvdl_pair_exchange(comm, peer, ADASUM_TAG, out + g0 * es, (g1 - g0) * es, work,
+    HVDL_CHECK(hvdl_pair_exchange(comm, peer, ADASUM_TAG, cur + g0 * es, (g1 - g0) * es, work,
                                   (k1 - k0) * es));
-    char *mine = out + k0 * es;
+    const char *mine = cur + k0 * es;
     const char *a = lower ? mine : work, *b = lower ? work : mine;
     partial_dots(ts, a, b, k0, k1, sums);
     HVDL_CHECK(add_sums(comm, g, f, 2 * m, sums, sums + k, k));
-    combine(ts, mine, a, b, k0, k1, sums);
+    combine(ts, out + k0 * es, a, b, k0, k1, sums);
+    cur = out;
     lo[steps + 1] = k0;
     hi[steps + 1] = k1;
   }
@@ -168,14 +171,17 @@ hvdlResult_t hvdl_adasum_group(hvdlComm_t comm, const struct hvdl_group *g, cons
   for (int t = 0; t < ntensors; t++) count += counts[t];
   const size_t bytes = count * ts.esize;
   char *out = recvbuff;
-  if (sendbuff != recvbuff) hvdl_copy(out, sendbuff, bytes);
-  if (g->size == 1 || count == 0) return hvdlSuccess;
+  const char *cur = sendbuff; /* what this member holds: its input until the first combination */
+  if (g->size == 1 || count == 0) {
+    if (sendbuff != recvbuff) hvdl_copy(out, sendbuff, bytes);
+    return hvdlSuccess;
+  }
   const int r = g->rank;
   struct hvdl_fold f;
   hvdl_fold_plan(g->size, r, &f);
   if (f.vrank < 0) { /* an even member of a pair: hand over the input, take back the result */
     HVDL_CHECK(
-        hvdl_pair_exchange(comm, hvdl_group_peer(g, r + 1), ADASUM_TAG, out, bytes, NULL, 0));
+        hvdl_pair_exchange(comm, hvdl_group_peer(g, r + 1), ADASUM_TAG, cur, bytes, NULL, 0));
     return hvdl_pair_exchange(comm, hvdl_group_peer(g, r + 1), ADASUM_TAG, NULL, 0, out, bytes);
   }
   struct hvdl_scratch *s = &comm->scratch;
@@ -187,11 +193,12 @@ hvdlResult_t hvdl_adasum_group(hvdlComm_t comm, const struct hvdl_group *g, cons
   if (r < 2 * f.rem) { /* the odd member of a pair: combine the pair's vectors here */
     res = hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), ADASUM_TAG, NULL, 0, s->work, bytes);
     if (res == hvdlSuccess) {
-      partial_dots(&ts, s->work, out, 0, count, sums);
-      combine(&ts, out, s->work, out, 0, count, sums);
+      partial_dots(&ts, s->work, cur, 0, count, sums);
+      combine(&ts, out, s->work, cur, 0, count, sums);
+      cur = out;
     }
   }
-  if (res == hvdlSuccess) res = halve_and_double(comm, g, &f, &ts, out, count, s->work, sums);
+  if (res == hvdlSuccess) res = halve_and_double(comm, g, &f, &ts, cur, out, count, s->work, sums);
   free(sums);
   if (res == hvdlSuccess && r < 2 * f.rem)
     res = hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), ADASUM_TAG, out, bytes, NULL, 0);

@@ -18,6 +18,12 @@ time / MPI time).
 --sweep VAR=V1,V2,... times one hvd_lite communicator per value of an
 HVD_LITE_* knob (read when a communicator is made), all interleaved with each
 other and with MPI, e.g. --sweep HVD_LITE_SEGMENT_BYTES=64K,256K,1M.
+
+-o adasum times hvd_lite's Adasum against hvd_lite's own Average all-reduce of the
+same buffer (MPI has no Adasum): the ratio columns compare the two. Every rank
+gives the same input, which Adasum gives back bit for bit (identical vectors are
+averaged), so #wrong still checks every element. HVD_LITE_ALLREDUCE_ALGO=rab makes
+the Average take Adasum's message schedule (recursive halving and doubling).
 """
 
 import argparse
@@ -77,8 +83,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "-o",
         "--op",
         default="sum",
-        choices=common.OPS,
-        help="reduction (default sum; MPI has no avg and runs sum for it)",
+        choices=common.OPS + ("adasum",),
+        help="reduction (default sum; MPI has no avg and runs sum for it; adasum is timed "
+        "against hvd_lite's avg)",
     )
     p.add_argument("--inplace", action="store_true", help="reduce in place (recvbuf = sendbuf)")
     p.add_argument(
@@ -133,7 +140,7 @@ class Contender:
 
     def __init__(self, label: str, kind: str, expected: np.ndarray):
         self.label = label
-        self.kind = kind  # "hvd" or "mpi"
+        self.kind = kind  # "hvd", "mpi", or "base" (hvd_lite's Average beside its Adasum)
         self.expected = expected  # periodic pattern of the right answer
         self.call: Callable[[], object] = lambda: None
         self.result: Callable[[], np.ndarray] = lambda: np.empty(0)
@@ -204,7 +211,8 @@ def _bind(c: Contender, args, comm, world, MPI, send: np.ndarray, recv: np.ndarr
             c.call = lambda: world.Allreduce(send, recv, op=op)
         c.result = lambda: recv
         return
-    hop = {"sum": hvd.Sum, "avg": hvd.Average, "prod": hvd.Product, "max": hvd.Max, "min": hvd.Min}[args.op]
+    hops_by_name = {"sum": hvd.Sum, "avg": hvd.Average, "prod": hvd.Product, "max": hvd.Max, "min": hvd.Min}
+    hop = hvd.Average if c.kind == "base" else {**hops_by_name, "adasum": hvd.Adasum}[args.op]
     if args.api == "numpy":
         if args.inplace:
             c.call = lambda: hvd.allreduce_(recv, op=hop)
@@ -273,7 +281,7 @@ def _columns(contenders, compact: bool):
             ]
             groups.append((c.label, 4))
     hvds = [c for c in contenders if c.kind == "hvd"]
-    mpi = any(c.kind == "mpi" for c in contenders)
+    mpi = any(c.kind in ("mpi", "base") for c in contenders)
     if compact:
         cols.append(("#wrong", 6, "{}"))
         groups.append(("", 1))
@@ -287,6 +295,8 @@ def _columns(contenders, compact: bool):
 def main(args) -> int:
     """Runs the all-reduce benchmark; rank 0 prints and writes --json/--plot."""
     if args.device == "cuda":
+        if args.op == "adasum":
+            raise SystemExit("-o adasum takes host memory only (Adasum has no device form)")
         if args.sweep or args.json or args.plot or args.api != "core" or args.inplace or args.shared:
             raise SystemExit(
                 "--device cuda takes the sizes, -d, -o, -n, -w, --repeats, --batch-time and --max-iters only"
@@ -313,19 +323,28 @@ def main(args) -> int:
     if sweep and args.api == "numpy":
         raise SystemExit("--sweep times the C binding; use it without --api numpy")
 
+    adasum = args.op == "adasum"
+    if adasum and dtype.kind != "f" and common.dtype_name(dtype) != "bfloat16":
+        raise SystemExit(f"-o adasum takes a float type, not {common.dtype_name(dtype)}")
     maxcount = max(sizes) // dtype.itemsize
     alloc = hvd.empty if args.shared else np.empty
     send = alloc(maxcount, dtype)
     recv = alloc(maxcount, dtype)
-    exact.fill(send, exact.rank_pattern(dtype, "sum" if args.op == "avg" else args.op, rank))
+    pattern = exact.rank_pattern(
+        dtype, "sum" if args.op in ("avg", "adasum") else args.op, 0 if adasum else rank
+    )
+    exact.fill(send, pattern)
     recv[:] = 0  # touch every page before timing
 
-    hvd_expected = exact.expected_pattern(dtype, args.op, n)
+    hvd_expected = pattern if adasum else exact.expected_pattern(dtype, args.op, n)
     contenders = []
     comms = _make_comms(sweep)
     for label, _, _ in comms:
-        contenders.append(Contender(label, "hvd", hvd_expected))
-    mpi_why = _mpi_supports(world, MPI, dtype, _mpi_op(MPI, args.op))
+        contenders.append(Contender(label + (" adasum" if adasum else ""), "hvd", hvd_expected))
+    if adasum:  # the same input on every rank: its average is itself too
+        contenders.append(Contender("hvd_lite avg", "base", pattern))
+        comms.append(("hvd_lite avg", comms[0][1], False))
+    mpi_why = "MPI has no Adasum" if adasum else _mpi_supports(world, MPI, dtype, _mpi_op(MPI, args.op))
     if mpi_why is None:
         mpi_label = "MPI_Allreduce" + (" (sum)" if args.op == "avg" else "")
         contenders.append(
@@ -401,7 +420,7 @@ def main(args) -> int:
             row += [t * 1e6, bus] if compact else [t * 1e6, alg, bus, int(wrong[i])]
         if compact:
             row.append(int(wrong.sum()))
-        mpi = [v for v in entry["libs"].values() if v["kind"] == "mpi"]
+        mpi = [v for v in entry["libs"].values() if v["kind"] in ("mpi", "base")]
         for c in contenders:
             if c.kind == "hvd" and mpi:
                 h = entry["libs"][c.label]
