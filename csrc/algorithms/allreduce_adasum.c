@@ -220,6 +220,14 @@ static hvdlResult_t broadcast_from_first(hvdlComm_t comm, const struct hvdl_grou
   return hvdlSuccess;
 }
 
+/* The average over g (Rabenseifner's), a copy for a group of one. */
+static hvdlResult_t average(hvdlComm_t comm, const struct hvdl_group *g, const void *sendbuff,
+                            void *recvbuff, size_t count, hvdlDataType_t dt) {
+  if (g->size > 1) return hvdl_allreduce_rab_group(comm, g, sendbuff, recvbuff, count, dt, hvdlAvg);
+  if (sendbuff != recvbuff) hvdl_copy(recvbuff, sendbuff, count * hvdl_type_size(dt));
+  return hvdlSuccess;
+}
+
 hvdlResult_t hvdl_allreduce_adasum(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                    const size_t *counts, int ntensors, hvdlDataType_t dt) {
   const struct hvdl_group all = hvdl_group_all(comm);
@@ -228,7 +236,7 @@ hvdlResult_t hvdl_allreduce_adasum(hvdlComm_t comm, const void *sendbuff, void *
   size_t count = 0;
   for (int t = 0; t < ntensors; t++) count += counts[t];
   if (comm->hosts <= 1) /* one host: its average */
-    return hvdl_allreduce_rab_group(comm, &all, sendbuff, recvbuff, count, dt, hvdlAvg);
+    return average(comm, &all, sendbuff, recvbuff, count, dt);
   if (!comm->hier_p2p)
     return hvdl_fail(comm, hvdlInvalidUsage,
                      "Adasum's hierarchical form (HVD_LITE_ADASUM_HIERARCHICAL=1) needs every "
@@ -237,7 +245,7 @@ hvdlResult_t hvdl_allreduce_adasum(hvdlComm_t comm, const void *sendbuff, void *
                      comm->size, comm->hosts);
   const struct hvdl_group *local = hvdl_hier_p2p_group(comm->hier_p2p, 0);
   const struct hvdl_group *cross = hvdl_hier_p2p_group(comm->hier_p2p, 1);
-  HVDL_CHECK(hvdl_allreduce_rab_group(comm, local, sendbuff, recvbuff, count, dt, hvdlAvg));
+  HVDL_CHECK(average(comm, local, sendbuff, recvbuff, count, dt));
   if (local->rank == 0)
     HVDL_CHECK(hvdl_adasum_group(comm, cross, recvbuff, recvbuff, counts, ntensors, dt));
   return broadcast_from_first(comm, local, recvbuff, count * hvdl_type_size(dt));

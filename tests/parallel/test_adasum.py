@@ -3,9 +3,9 @@ the paper's formula over the ranks' tree (tests/helpers.py's float64 reference) 
 dtype, count and rank count, in place and not; bitwise identity across ranks; the exact cases
 (orthogonal vectors sum, identical ones come back, a zero vector is left out); each fused tensor's
 own norms; scale factors, process sets and a joined rank; the hierarchical form on emulated hosts;
-and the refusals, on every rank before anything is sent."""
-
-import time
+and the refusals, on every rank before anything is sent. (A rank failing mid-Adasum:
+tests/system/test_faults.py, in jobs of their own, as a failed collective's messages must not
+meet later tests'.)"""
 
 import ml_dtypes
 import numpy as np
@@ -149,21 +149,6 @@ def test_the_c_api_refuses_adasum_outside_an_allreduce_and_on_data_that_is_not_f
         # the communicator is still good
         c.allreduce(x, out, code(np.float32), ADASUM)
         agree(np.all(out == 1.0))
-
-
-def test_a_rank_failing_mid_adasum_fails_it_on_every_rank_in_bounded_time():
-    n, r = hvd.size(), hvd.rank()
-    if n == 1:
-        pytest.skip("needs 2 ranks")
-    with make_comm() as c:
-        c._inject_fault("send", 2 if r == n - 1 else 0, 5.0)
-        t0, err = time.monotonic(), None
-        try:
-            c.allreduce(np.ones(100_000, np.float32), np.zeros(100_000, np.float32), code(np.float32), ADASUM)
-        except hvd.HvdLiteError as e:
-            err = e
-        took = time.monotonic() - t0
-        agree(err is not None and took < 30, f"{err!r} after {took:.1f} s")
 
 
 # ---- the hierarchical form ------------------------------------------------------------------------

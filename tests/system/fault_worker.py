@@ -35,6 +35,11 @@ def families(r, n):
         ),
         "allreduce_ring": (lambda: hvd.allreduce(big, op=hvd.Sum), lambda o: bool(np.all(o == tri))),
         "allreduce_fused": (fused, lambda o: all(bool(np.all(x == tri)) for x in o)),
+        # identical vectors: Adasum gives them back
+        "allreduce_adasum": (
+            lambda: hvd.allreduce(np.full(RING, 3.0, np.float32), op=hvd.Adasum),
+            lambda o: bool(np.all(o == 3.0)),
+        ),
         "allgather": (
             lambda: hvd.allgather(np.full((r + 1, 1000), r, np.float32)),
             lambda o: (

@@ -31,6 +31,7 @@ POINTS = {
     "allreduce_small": ["send", "adapter"],
     "allreduce_fused": ["alloc", "send", "adapter"],
     "allreduce_ring": ["send", "recv", "stall", "adapter"],
+    "allreduce_adasum": ["send", "recv", "adapter"],
     "allgather": ["alloc", "send", "recv", "stall", "adapter"],
     "broadcast": ["send", "recv", "stall", "adapter"],
     "alltoall": ["alloc", "send", "recv", "adapter"],
@@ -170,6 +171,30 @@ def test_a_fault_in_a_pairwise_allreduce_fails_it_on_every_rank_and_the_next_one
         "allreduce_ring:stall:1",
     ]
     rows, _ = run_cases(n, case_list, {"HVD_LITE_ALLREDUCE_ALGO": algo})
+    check(rows, n, case_list)
+
+
+@pytest.mark.parametrize(
+    "n, env",
+    [
+        (3, {}),
+        (4, {}),
+        (4, {"HVD_LITE_ADASUM_HIERARCHICAL": "1", "HVD_LITE_RANKS_PER_HOST": "2"}),
+    ],
+    ids=["3-flat", "4-flat", "4-hierarchical"],
+)
+def test_a_fault_in_adasum_fails_it_on_every_rank_and_the_next_one_works(n, env):
+    # Flat: at 3 ranks rank 0 hands its vector to 1 (its first send) and waits; a halving exchange
+    # (rank 1's second send: its first is the fold's result at 3, the halving's at 4), the sums'
+    # exchange and the doubling (the last rank's third receive); a stall. Hierarchical, hosts of 2:
+    # the average within the host, Adasum between ranks 0 and 2, the broadcast within the host.
+    case_list = [
+        "allreduce_adasum:send:0",
+        "allreduce_adasum:send#2:1",
+        f"allreduce_adasum:recv#3:{n - 1}",
+        "allreduce_adasum:stall:1",
+    ]
+    rows, _ = run_cases(n, case_list, env)
     check(rows, n, case_list)
 
 
