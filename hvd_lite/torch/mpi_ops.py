@@ -31,6 +31,7 @@ from .._submit import (
     Request,
     Sum,
     at_once,
+    check_adasum,
     check_name,
     group_names,
     run,
@@ -73,6 +74,15 @@ def _check_tensor(fn: str, tensor) -> None:
         raise TypeError(
             f"{fn}: {tensor.layout} tensors are not supported; pass a dense tensor (tensor.to_dense())"
         )
+
+
+def _check_adasum(fn: str, tensor, op) -> None:
+    """For op=Adasum, what the engine's Adasum cannot take, refused before anything is sent: a
+    tensor that is not floating point (TypeError) or not in CPU memory (ValueError; without this
+    check a CUDA tensor would go through a CPU copy unsaid)."""
+    if isinstance(op, int) and op == Adasum:
+        _check_tensor(fn, tensor)
+        check_adasum(fn, str(tensor.dtype).replace("torch.", ""), not tensor.is_cpu)
 
 
 def numpy_view(tensor: torch.Tensor) -> np.ndarray:
@@ -331,6 +341,7 @@ def _allreduce_start(fn: str, tensor, inplace: bool, op, pre, post, name, proces
             start(where, ops._KIND if name is None else None, s, None),
             _in_place(tensor, tensor) if inplace else _given(s.recv[0]),
         )
+    _check_adasum(fn, tensor, op)
     if inplace:
         cpu = cpu_inplace(fn, tensor)
         return Handle(
@@ -348,6 +359,7 @@ def _allreduce_now(tensor: torch.Tensor, op, pre, post, name, process_set) -> to
     rank 0's coordinator must match). _plain_args' common case goes to the engine directly."""
     s = _plain_args(tensor, False, op, pre, post, name)
     if s is None:
+        _check_adasum("allreduce", tensor, op)
         src = cpu_input("allreduce", tensor)
         return _out_of_place(tensor)(ops.allreduce(numpy_view(src), op, pre, post, name, process_set))
     run(basics.set_for("allreduce", process_set), ops._KIND if name is None else None, s)
@@ -404,6 +416,7 @@ def allreduce_(
     op = resolve_op("allreduce_", op, average)
     s = _plain_args(tensor, True, op, prescale_factor, postscale_factor, name)
     if s is None:
+        _check_adasum("allreduce_", tensor, op)
         cpu = cpu_inplace("allreduce_", tensor)
         ops.allreduce_(numpy_view(cpu), op, prescale_factor, postscale_factor, name, process_set)
         return _in_place(tensor, cpu)(None)
@@ -439,6 +452,8 @@ def allreduce_group(
             Handle(h, _in_place(t, t) if inplace else _given(s.recv[0]))
             for h, t, s in zip(handles, tensors, plain)
         ]
+    for t in tensors:
+        _check_adasum(fn, t, op)
     cpus = [cpu_inplace(fn, t) if inplace else cpu_input(fn, t) for t in tensors]
     handles = ops.allreduce_group(
         fn, [numpy_view(c) for c in cpus], names, inplace, op, prescale_factor, postscale_factor, process_set
