@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Dict
 import torch
 
 from .._horovod_args import resolve_groups, split_list
-from .._submit import check_name, check_op
+from .._submit import check_adasum, check_name, check_op
 from ..process_sets import ProcessSet, global_process_set
 from .compression import Compression
 from .mpi_ops import Adasum, Average, Sum, allreduce_group, sparse_allreduce_async, synchronize
@@ -49,11 +49,6 @@ class _DistributedOptimizer(_WrappedOptimizer):
         process_set,
     ):
         params = [p for g in self.param_groups for p in g["params"]]
-        if op == Adasum:
-            raise NotImplementedError(
-                "DistributedOptimizer: op=Adasum (Horovod's delta optimizer) "
-                "is not implemented in hvd_lite; use Average or Sum"
-            )
         check_op("DistributedOptimizer", op)
         if named_parameters is not None:
             named = list(named_parameters)
@@ -306,6 +301,10 @@ class _DistributedOptimizer(_WrappedOptimizer):
 
     step.hooked = True  # type: ignore[attr-defined]  # torch reads it: the base class's step already runs the optimizer's step hooks
 
+    def _hvd_wrapped_step(self, closure=None):
+        """The wrapped optimizer's own step()."""
+        return super().step(closure)
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clears the gradients; refuses while their allreduces are in flight."""
         if self._hvd_handles:
@@ -315,6 +314,96 @@ class _DistributedOptimizer(_WrappedOptimizer):
                 "write into the cleared gradients. Call zero_grad() before backward or after step()."
             )
         return super().zero_grad(set_to_none)
+
+
+class _DistributedAdasumOptimizer(_DistributedOptimizer):
+    """op=Adasum: Horovod's delta optimizer, mixed in front of the wrapped optimizer's class.
+
+    When a parameter's gradient is ready (the same hooks, counts and groups as the averaging
+    optimizer's), the wrapped optimizer steps that parameter alone; the change it made, the local
+    update, is taken out again (the parameter keeps its weights until step()) and Adasum-allreduced
+    in the background under the parameter's name. step() waits for the combined updates and adds
+    them to the weights; the wrapped optimizer's state (momentum, Adam's moments) follows this
+    rank's own gradients, as in Horovod.
+    """
+
+    def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op, *rest):
+        for p in (p for g in self.param_groups for p in g["params"] if p.requires_grad):
+            check_adasum("DistributedOptimizer", str(p.dtype).replace("torch.", ""), not p.is_cpu)
+        super()._hvd_setup(named_parameters, compression, backward_passes_per_step, op, *rest)
+
+    def _hvd_submit(self, params) -> None:
+        """The local updates of these parameters, then their Adasum allreduces as one group."""
+        sent, ctxs = [], []
+        with torch.no_grad():
+            for p in params:
+                s, ctx = self._compression.compress(self._hvd_local_update(p))
+                sent.append(s)
+                ctxs.append(ctx)
+        handles = allreduce_group(
+            "DistributedOptimizer",
+            sent,
+            [self._hvd_names[p] for p in params],
+            True,
+            Adasum,
+            1.0,
+            1.0,
+            self.process_set,
+        )
+        for p, handle, ctx, s in zip(params, handles, ctxs, sent):
+            self._hvd_handles[p] = (handle, ctx, s, False)
+
+    def _hvd_local_update(self, p: torch.Tensor) -> torch.Tensor:
+        """What the wrapped optimizer's step changes `p` by (-lr * f(grad) for SGD), with `p` put
+        back as it was. A parameter without a gradient on this rank steps on zeros."""
+        if p.grad is None:
+            p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        start = p.detach().clone(memory_format=torch.contiguous_format)
+        stashed = [g["params"] for g in self.param_groups]
+        for g in self.param_groups:
+            g["params"] = [p] if any(p is q for q in g["params"]) else []
+        try:
+            self._hvd_wrapped_step()
+        finally:
+            for g, params in zip(self.param_groups, stashed):
+                g["params"] = params
+        delta = p.detach() - start
+        p.copy_(start)
+        return delta
+
+    def synchronize(self) -> None:
+        """Nothing to do: step() waits for the updates (as Horovod's Adasum optimizer)."""
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Refused: step() is where the combined updates are applied."""
+        raise AssertionError(
+            "Skipping synchronization is not supported with op=Adasum: step() applies the combined update"
+        )
+        yield  # a generator, for contextmanager
+
+    def step(self, closure=None):
+        """Adds every parameter's combined update to its weights (submitting the ones no hook
+        has: a parameter with fewer than backward_passes_per_step passes steps on what it has)."""
+        if not self._hvd_reduces:  # one rank in the set, or a rank outside it: a plain step
+            return self._hvd_wrapped_step(closure)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        missing = [p for p in self._hvd_requires_update if p not in self._hvd_handles]
+        try:
+            if missing:
+                self._hvd_submit(missing)
+            with torch.no_grad():
+                for p, (handle, ctx, sent, _) in self._hvd_handles.items():
+                    synchronize(handle)
+                    p.add_(self._compression.decompress(sent, ctx))
+        finally:
+            self._hvd_reset()
+        return loss
+
+    step.hooked = True  # type: ignore[attr-defined]  # as the averaging optimizer's step
 
 
 def DistributedOptimizer(
@@ -342,9 +431,10 @@ def DistributedOptimizer(
         raise ValueError("the optimizer is already a DistributedOptimizer")
     groups = resolve_groups("DistributedOptimizer", groups, num_groups)
     base = type(optimizer)
+    mixin = _DistributedAdasumOptimizer if isinstance(op, int) and op == Adasum else _DistributedOptimizer
     cls: Any = type(
         base.__name__,
-        (_DistributedOptimizer, base),  # made at run time
+        (mixin, base),  # made at run time
         {"__module__": base.__module__, "__qualname__": base.__qualname__},
     )
     wrapped = cls.__new__(cls)
