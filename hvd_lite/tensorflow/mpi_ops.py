@@ -29,15 +29,11 @@ import tensorflow as tf
 
 from .. import basics, collectives, ops
 from .._horovod_args import resolve_op
-from .._submit import HVDL_DTYPES, check_name, wait_for
+from .._submit import HVDL_DTYPES, check_adasum, check_name, check_op, wait_for
 from ..exceptions import CollectiveError, InvalidArgumentError, UnsupportedDtypeError
-from ..ops import Average, Max, Min, Product, ReduceOp, Sum
+from ..ops import Adasum, Average, Max, Min, Product, ReduceOp, Sum
 from .compression import Compression, called_back
 from .process_sets import global_process_set, member_set, set_by_id
-
-# Horovod's Adasum op (its number): refused with NotImplementedError wherever an op is taken.
-Adasum = 2
-
 
 # TensorFlow's own folder: its frames (tf.function's, AutoGraph's) may lie between a user's line
 # and hvd_lite's warning, and are skipped with hvd_lite's (_horovod_args.user_stacklevel).
@@ -119,13 +115,11 @@ def check_dtype(fn: str, dtype: tf.DType) -> None:
 
 def reduce_op(fn: str, op, average=None) -> ReduceOp:
     """The ReduceOp for Horovod's (op, average) pair (_horovod_args.resolve_op: op=None means
-    Average, `average` is Horovod's deprecated spelling); Adasum raises NotImplementedError,
-    anything else that is no ReduceOp ValueError."""
+    Average, `average` is Horovod's deprecated spelling); anything that is no ReduceOp raises
+    ValueError."""
     op = resolve_op(fn, op, average, TF_DIR)
-    if isinstance(op, int) and not isinstance(op, ReduceOp) and op == Adasum:
-        raise NotImplementedError(f"{fn}: op=Adasum is not implemented in hvd_lite; use Average or Sum")
     if op not in tuple(ReduceOp):
-        raise ValueError(f"{fn}: op {op!r} is not one of Sum, Average, Min, Max, Product")
+        raise ValueError(f"{fn}: op {op!r} is not one of Sum, Average, Adasum, Min, Max, Product")
     return ReduceOp(op)
 
 
@@ -232,6 +226,8 @@ def _grouped_allreduce(
     sent = [p[0] for p in packed]
     for s in sent:
         check_dtype("grouped_allreduce", s.dtype)
+        if op == Adasum:  # float data only, refused now (not when a graph runs)
+            check_adasum("grouped_allreduce", s.dtype.name, False)
     name = _graph_name("grouped_allreduce", name, process_set)
 
     def fn(*arrays):
@@ -259,6 +255,12 @@ def _reduce_slices(
 ) -> tf.IndexedSlices:
     """Horovod's reduction of tf.IndexedSlices: allgathers of the values and the indices (in
     `process_set`; None: every rank)."""
+    if op == Adasum:
+        raise NotImplementedError(
+            f"{fn}: op=Adasum does not take tf.IndexedSlices (sparse gradients), as in Horovod; "
+            "pass sparse_as_dense=True to DistributedOptimizer or DistributedGradientTape, or "
+            "tf.convert_to_tensor the slices first"
+        )
     if op not in (Sum, Average):
         raise NotImplementedError(f"{fn}: only Sum and Average are supported with tf.IndexedSlices")
     if pre != 1.0 or post != 1.0:
@@ -542,6 +544,7 @@ def grouped_reducescatter(
     if not tensors:
         return tensors
     op = reduce_op(fn, op)
+    check_op(fn, op, adasum=False)
     check_device(fn, "device_dense", device_dense)
     member_set(fn, process_set)
     compress, decompress = called_back(compression)
