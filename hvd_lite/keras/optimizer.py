@@ -12,14 +12,15 @@ accumulated gradients. Horovod's default sums the n passes (average_aggregated_g
 the mean is then scaled back by n, as a prescale factor of the same reduction.
 """
 
-from typing import Any
+from typing import Any, List
 
 import keras
+import tensorflow as tf
 
 from ..process_sets import global_process_set
 from ..tensorflow.compression import Compression
 from ..tensorflow.functions import GradientReduction
-from ..tensorflow.mpi_ops import Adasum, Average, Sum, graph_safe
+from ..tensorflow.mpi_ops import Adasum, Average, Sum, graph_safe, reduce_op
 
 
 class _DistributedOptimizer:
@@ -49,6 +50,10 @@ class _DistributedOptimizer:
             grads = self._hvd_reduce(grads, variables)
         return super().apply(grads, trainable_variables)
 
+    def _hvd_wrapped_apply(self, grads, trainable_variables=None):
+        """The wrapped optimizer's own apply()."""
+        return super().apply(grads, trainable_variables)
+
     def _clip_gradients(self, grads):
         if self.gradient_accumulation_steps:  # the n-th pass: the mean of n local passes
             n = self.gradient_accumulation_steps
@@ -61,6 +66,64 @@ class _DistributedOptimizer:
         # Keras filtered out None gradients; match by position only when nothing was filtered
         variables = list(self._trainable_variables)
         return variables if len(variables) == len(grads) else None
+
+
+class _DistributedAdasumOptimizer(_DistributedOptimizer):
+    """op=Adasum: Horovod's delta optimizer (horovod.tensorflow's), mixed in front of the wrapped
+    optimizer's class. Every apply() is the wrapped optimizer's own step on this rank's gradients;
+    on every n-th (backward_passes_per_step=n) the weights' change since the first of the n, this
+    rank's local update, is Adasum-allreduced (one fused call, or one per group), and the weights
+    become what they were before the n steps plus the combined update. A local variable
+    (register_local_var) keeps its local steps. With n > 1 the weights before the n steps are kept
+    in optimizer variables ('adasum_start', one per trainable variable)."""
+
+    _hvd_passes: int
+    _hvd_starts: List[Any]
+
+    def build(self, variables):
+        super().build(variables)
+        if self._hvd_passes > 1:
+            self._hvd_starts = [self.add_variable_from_reference(v, "adasum_start") for v in variables]
+
+    @graph_safe
+    def apply(self, grads, trainable_variables=None):
+        reduction = self._hvd_reduction
+        if not reduction.reduces():  # one rank in the set, or a rank outside it: a plain step
+            return self._hvd_wrapped_apply(grads, trainable_variables)
+        if trainable_variables is not None:
+            variables = list(trainable_variables)
+            if not self.built:
+                self.build(variables)
+        elif self.built:
+            variables = list(self._trainable_variables)
+        else:  # the wrapped apply says what is missing
+            return self._hvd_wrapped_apply(grads, trainable_variables)
+        grads = [
+            reduction.local_gradient(g) if reduction.is_local(v) else g for g, v in zip(grads, variables)
+        ]
+        shared = [v for v in variables if not reduction.is_local(v)]
+        n = self._hvd_passes
+        if n == 1:
+            starts = [tf.identity(v.value) for v in shared]  # read before the step assigns them
+            self._hvd_wrapped_apply(grads, variables)
+            self._hvd_combine(shared, starts)
+            return
+        starts = [self._hvd_starts[self._get_variable_index(v)] for v in shared]
+        phase = self.iterations % n  # read before the step counts itself
+
+        def begin():
+            for s, v in zip(starts, shared):
+                s.assign(v.value)
+
+        tf.cond(tf.equal(phase, 0), begin, lambda: None)
+        self._hvd_wrapped_apply(grads, variables)
+        tf.cond(tf.equal(phase, n - 1), lambda: self._hvd_combine(shared, starts), lambda: None)
+
+    def _hvd_combine(self, variables, starts) -> None:
+        """variables = starts + the Adasum of the ranks' (variables - starts)."""
+        deltas = [v.value - tf.convert_to_tensor(s) for v, s in zip(variables, starts)]
+        for v, s, d in zip(variables, starts, self._hvd_reduction(deltas, variables)):
+            v.assign(tf.convert_to_tensor(s) + d)
 
 
 def DistributedOptimizer(
@@ -85,10 +148,14 @@ def DistributedOptimizer(
         raise TypeError(
             f"DistributedOptimizer wraps a keras.optimizers.Optimizer, got {type(optimizer).__name__}"
         )
-    if op == Adasum:
-        raise NotImplementedError("op=Adasum is not implemented in hvd_lite")
-    if op not in (Average, Sum):
-        raise ValueError("op currently only supports Average and Sum")
+    adasum = reduce_op("DistributedOptimizer", op) == Adasum
+    if not adasum and op not in (Average, Sum):
+        raise ValueError("op currently only supports Average, Sum and Adasum")
+    if adasum and average_aggregated_gradients:
+        raise ValueError(
+            "op=Adasum does not take average_aggregated_gradients=True (as in Horovod): its "
+            "backward passes are local steps whose updates add up, not gradients to average"
+        )
     if (
         isinstance(backward_passes_per_step, bool)
         or not isinstance(backward_passes_per_step, int)
@@ -96,6 +163,12 @@ def DistributedOptimizer(
     ):
         raise ValueError(f"backward_passes_per_step must be an int >= 1, got {backward_passes_per_step!r}")
     config = optimizer.get_config()
+    if config.get("gradient_accumulation_steps") and adasum:
+        raise ValueError(
+            "op=Adasum combines the weights' updates, not gradients: it does not take an "
+            "optimizer that accumulates gradients (gradient_accumulation_steps="
+            f"{config['gradient_accumulation_steps']}); pass backward_passes_per_step instead"
+        )
     if config.get("gradient_accumulation_steps") and backward_passes_per_step > 1:
         raise ValueError(
             "the optimizer already accumulates gradients (gradient_accumulation_steps="
@@ -115,19 +188,20 @@ def DistributedOptimizer(
         process_set,
         scale_local_gradients,
     )
-    if backward_passes_per_step > 1:
+    if backward_passes_per_step > 1 and not adasum:
         config["gradient_accumulation_steps"] = backward_passes_per_step
     if name is not None:
         config["name"] = name
     base = type(optimizer)
     cls: Any = type(
         base.__name__,
-        (_DistributedOptimizer, base),  # made at run time
+        (_DistributedAdasumOptimizer if adasum else _DistributedOptimizer, base),  # made at run time
         {"__module__": base.__module__},
     )
     dist = cls.from_config(config)
     dist._hvd_reduction = reduction
     dist._hvd_average_aggregated = bool(average_aggregated_gradients)
+    dist._hvd_passes = backward_passes_per_step
     return dist
 
 

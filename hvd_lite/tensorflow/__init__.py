@@ -119,8 +119,6 @@ def DistributedOptimizer(
         )
     if use_locking:
         raise ValueError("use_locking=True applies to TF1 optimizers only; Keras optimizers do not lock")
-    if op == Adasum:
-        raise ValueError("op == Adasum is not supported yet with Keras")
     from ..keras import DistributedOptimizer as keras_distributed
 
     return keras_distributed(

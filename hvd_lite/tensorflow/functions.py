@@ -144,6 +144,25 @@ class GradientReduction:
     def register_local(self, variable) -> None:
         self.local.add(_key(variable))
 
+    def is_local(self, variable) -> bool:
+        """Whether this variable's gradient stays local (register_local)."""
+        return variable is not None and _key(variable) in self.local
+
+    def reduces(self) -> bool:
+        """Whether this rank reduces anything: it is in the set, and the set has other ranks."""
+        where = registered_set(self.fn, self.process_set)
+        return where.size > 1 and basics.rank() in where.ranks
+
+    def local_gradient(self, g):
+        """A local variable's gradient as the update takes it: divided by the set's size with
+        scale_local_gradients (so that it weighs as much as a reduced one)."""
+        n = registered_set(self.fn, self.process_set).size
+        if not self.scale_local_gradients or n == 1 or g is None:
+            return g
+        if isinstance(g, tf.IndexedSlices):
+            return tf.IndexedSlices(g.values / n, g.indices, g.dense_shape)
+        return g / n
+
     def _partition(self, idx, variables):
         """Lists of positions in `idx`, one per fused call."""
         if self.groups is None:
@@ -166,21 +185,14 @@ class GradientReduction:
         grads = list(grads)
         variables = list(variables) if variables is not None else [None] * len(grads)
         out = list(grads)
-        where = registered_set(self.fn, self.process_set)
-        n = where.size
-        reduces = n > 1 and basics.rank() in where.ranks
+        reduces = self.reduces()
         dense: List[int] = []
         sparse: List[int] = []
         for i, (g, v) in enumerate(zip(grads, variables)):
             if g is None:
                 continue
-            if v is not None and _key(v) in self.local:
-                if self.scale_local_gradients and n > 1:
-                    out[i] = (
-                        tf.IndexedSlices(g.values / n, g.indices, g.dense_shape)
-                        if isinstance(g, tf.IndexedSlices)
-                        else g / n
-                    )
+            if self.is_local(v):
+                out[i] = self.local_gradient(g)
                 continue
             if isinstance(g, tf.IndexedSlices) and self.sparse_as_dense:
                 g = out[i] = tf.convert_to_tensor(g)
