@@ -10,6 +10,9 @@ which updates the weights on every n-th pass with the mean of the n passes' grad
 reduction runs in that update, from `_clip_gradients`, the first thing Keras does with the
 accumulated gradients. Horovod's default sums the n passes (average_aggregated_gradients=False):
 the mean is then scaled back by n, as a prescale factor of the same reduction.
+
+With op=Adasum it is Horovod's delta optimizer instead (_DistributedAdasumOptimizer): the wrapped
+optimizer steps on this rank's own gradients, and the weights' change is combined by Adasum.
 """
 
 from typing import Any, List

@@ -5,7 +5,8 @@ engine the tensor's memory by address, everything else goes as numpy views of it
 an int16 view) through the numpy API's checks. Out-of-place calls copy a non-contiguous input once;
 in-place calls refuse it. In a build with CUDA, a CUDA tensor's allreduce in that common case goes
 to the engine by address too, on torch's current stream (_memory). Any other call on a tensor on
-another device goes through a CPU copy and its result comes back to that device.
+another device goes through a CPU copy and its result comes back to that device, but an op=Adasum
+allreduce, which takes floating-point CPU tensors only (_check_adasum).
 """
 
 import functools

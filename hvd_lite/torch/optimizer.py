@@ -10,6 +10,10 @@ which submits what no hook did (a parameter without a gradient on this rank send
 rank submits every name), waits for all of them and writes the results into `p.grad`; then the
 wrapped optimizer's own `step()` runs.
 
+With op=Adasum the optimizer is Horovod's delta optimizer (_DistributedAdasumOptimizer): the
+same hooks run the wrapped optimizer's step on each ready parameter alone and Adasum-allreduce the
+change it made; step() adds the combined changes to the weights.
+
 The attributes Horovod's users read keep Horovod's names: `_parameter_names` ({parameter: name},
 'allreduce.noname.<group>.<index>' without named_parameters), `backward_passes_per_step` (change
 it with `set_backward_passes_per_step`), `op`, `gradient_predivide_factor`, `sparse_as_dense`,
@@ -423,7 +427,9 @@ def DistributedOptimizer(
     The result is an instance of a subclass of the optimizer's class with the same name, sharing
     its param_groups, state and defaults (so state_dict, load_state_dict and LR schedulers keep
     working); build LR schedulers on the returned optimizer. With `process_set`, gradients are
-    averaged over that set's ranks only; ranks outside it step on their own gradients.
+    averaged over that set's ranks only; ranks outside it step on their own gradients. With
+    op=Adasum, each rank's update (the wrapped optimizer's step on its own gradients) is combined
+    by Adasum instead, and step() applies the combined update (docs/adasum.md).
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got {type(optimizer).__name__}")

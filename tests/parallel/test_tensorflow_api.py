@@ -379,7 +379,6 @@ def test_names_hvd_lite_does_not_implement_raise_not_implemented_error():
         "SyncBatchNormalization": hvd.SyncBatchNormalization,
         "broadcast_object_fn": hvd.broadcast_object_fn,
         "BestModelCheckpoint": hvdk.callbacks.BestModelCheckpoint,
-        "Adasum": lambda: hvd.allreduce(tf.ones([2]), op=hvd.Adasum),
         "TF1 optimizer": lambda: hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1)),
     }
     wrong = {}
@@ -393,6 +392,26 @@ def test_names_hvd_lite_does_not_implement_raise_not_implemented_error():
         except Exception as exc:  # noqa: BLE001
             wrong[what] = repr(exc)
     agree(not wrong, str(wrong))
+
+
+def test_adasum_is_taken_by_allreduce_and_the_optimizers_and_refused_by_reducescatter():
+    """Horovod's op=Adasum works (tests/parallel/test_adasum_tensorflow.py checks its values): the
+    same vector on every rank comes back as itself, and both DistributedOptimizers take it;
+    reducescatter, which Adasum does not apply to, raises ValueError."""
+    import keras
+
+    got = hvd.allreduce(tf.ones([2]), op=hvd.Adasum)
+    opts = [
+        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), op=hvd.Adasum),
+        hvdk.DistributedOptimizer(keras.optimizers.SGD(0.1), op=hvdk.Adasum),
+    ]
+    agree(
+        np.array_equal(got.numpy(), np.ones(2, np.float32)) and all(type(o).__name__ == "SGD" for o in opts),
+        f"{got}, {[type(o) for o in opts]}",
+    )
+    raises_on_every_rank(
+        ValueError, "Adasum", lambda: hvd.reducescatter(tf.ones([4 * hvd.size()]), op=hvd.Adasum)
+    )
 
 
 def shared_is_homogeneous():

@@ -175,18 +175,12 @@ def test_is_homogeneous_is_true_on_one_host():
 @pytest.mark.parametrize(
     "call",
     [
-        lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum),
-        lambda: hvd.DistributedOptimizer(
-            torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=1), op=hvd.Adasum
-        ),
         lambda: hvd.start_timeline("/tmp/timeline.json"),
         lambda: hvd.stop_timeline(),
         lambda: hvd.elastic.run(lambda state: None),
         lambda: hvd.elastic.TorchState(),
     ],
     ids=[
-        "allreduce-adasum",
-        "optimizer-adasum",
         "start_timeline",
         "stop_timeline",
         "elastic.run",
@@ -195,6 +189,18 @@ def test_is_homogeneous_is_true_on_one_host():
 )
 def test_what_hvd_lite_does_not_implement_raises_not_implemented(call):
     raises_on_every_rank(NotImplementedError, "hvd_lite", call)
+
+
+def test_adasum_is_taken_by_allreduce_and_the_optimizer_and_refused_by_reducescatter():
+    """Horovod's op=Adasum works (tests/parallel/test_adasum_torch.py checks its values): the same
+    vector on every rank comes back as itself, and the optimizer keeps the wrapped class's name;
+    reducescatter, which Adasum does not apply to, raises ValueError."""
+    got = hvd.allreduce(torch.ones(2), op=hvd.Adasum)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=1), op=hvd.Adasum)
+    agree(torch.equal(got, torch.ones(2)) and type(opt).__name__ == "SGD", f"{got}, {type(opt)}")
+    raises_on_every_rank(
+        ValueError, "Adasum", lambda: hvd.reducescatter(torch.ones(4 * hvd.size()), op=hvd.Adasum)
+    )
 
 
 # ------------------------------------------------------------------ gradients
