@@ -149,6 +149,7 @@ def slices():
 def test_indexed_slices_with_adasum_are_refused_naming_sparse_as_dense(call):
     if call == "tape" and hvd.size() == 1:
         pytest.skip("one rank reduces nothing: the tape gives its gradients as they are, as Horovod's")
+
     def tape():
         v = tf.Variable(tf.ones([4, 3]))
         with tf.GradientTape() as t:
