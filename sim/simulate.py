@@ -60,6 +60,11 @@ MPI_ALGOS = [
 ]
 # hier (shared memory within hosts) is not here: the driver runs without the shared-memory path.
 HVDL_ALGOS = ["auto", "ring", "rd", "rab", "tree", "hier_p2p", "small"]
+# hvd_lite's Adasum all-reduce (--op adasum; hvdlAllReduce with hvdlAdasum), by form: flat, and an average
+# within each host with Adasum across hosts (HVD_LITE_ADASUM_HIERARCHICAL=1).
+ADASUM_FORMS = {"adasum": "0", "adasum_hier": "1"}
+# The types the driver's Adasum takes (sim/driver.c's adasum_types), bytes each.
+ADASUM_TYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 # Per collective: SMPI's --cfg name, hvd_lite's knob and algorithms, the SMPI algorithms raced by
 # default (SMPI's lists: smpirun ... --cfg=smpi/bcast:help names them in its error).
 COLLS = {
@@ -155,7 +160,8 @@ def fmt_time(seconds: float) -> str:
 
 
 def build(verbose: bool = False) -> str:
-    """Builds sim/build/driver with smpicc (every csrc/**/*.c but the Python binding's, csrc/python/)."""
+    """Builds sim/build/driver with smpicc (sim/driver.c, sim/adasum_reference.c and every csrc/**/*.c but
+    the Python binding's, csrc/python/)."""
     if not shutil.which("smpicc"):
         sys.exit("smpicc not found: install SimGrid (Debian/Ubuntu: apt-get install libsimgrid-dev)")
     os.makedirs(BUILD, exist_ok=True)
@@ -174,6 +180,7 @@ def build(verbose: bool = False) -> str:
         "-include",
         os.path.join(HERE, "sim_shim.h"),
         os.path.join(HERE, "driver.c"),
+        os.path.join(HERE, "adasum_reference.c"),
         *sources,
         "-o",
         out,
@@ -203,11 +210,12 @@ def run_driver(
     per_host=RANKS_PER_HOST,
     ranks=None,
     env_extra=None,
+    dtype="float32",
 ):
     """One smpirun: {bytes: parsed output line} for the sizes, run in one or two groups (buffers
     that fit --memory-gib are checked; larger ones share memory and are not). per_host ranks are
     placed on a host (ranks: how many in all, default --ranks or every slot); env_extra: more
-    HVD_LITE_* variables."""
+    HVD_LITE_* variables. An algo of ADASUM_FORMS runs hvd_lite's Adasum all-reduce on dtype."""
     hosts = PLATFORMS[platform]
     ranks = ranks or args.ranks or hosts * per_host
     budget = args.memory_gib * (1 << 30)
@@ -224,6 +232,8 @@ def run_driver(
         smpi_name, knob, _, _ = COLLS[args.coll]
         if side == "mpi":
             cfg.append(f"--cfg=smpi/{smpi_name}:{algo}")
+        elif algo in ADASUM_FORMS:
+            env["HVD_LITE_ADASUM_HIERARCHICAL"] = ADASUM_FORMS[algo]
         else:
             env[knob] = algo
         if args.model_file:
@@ -247,6 +257,8 @@ def run_driver(
             "--reps",
             str(args.reps),
         ]
+        if algo in ADASUM_FORMS and side == "hvdl":
+            cmd += ["--op", "adasum", "--type", dtype]
         if check:
             cmd.append("--check")
         cmd += [str(s) for s in group]
@@ -263,6 +275,8 @@ def run_driver(
                     "model_s": float(f[11]),
                     "failed": "FAILED" in f,
                 }
+                if "err" in f:  # Adasum's largest error against the float64 reference
+                    results[int(f[1])]["err"] = float(f[f.index("err") + 1])
         if proc.returncode != 0 or any(s not in results for s in group):
             tail = (proc.stdout + proc.stderr)[-2000:]
             raise RuntimeError(f"{side}:{algo} on {platform} failed (exit {proc.returncode}):\n{tail}")
@@ -298,6 +312,35 @@ def table(platform, ranks, sizes, hvdl, mpi, coll="allreduce", out=sys.stdout):
         )
 
 
+def adasum_table(platform, ranks, sizes, forms, plain, mpi, out=sys.stdout):
+    """Adasum's table: its forms, hvd_lite's plain all-reduces (a sum) and the best SMPI algorithm of
+    the same run, and each form's time over each plain all-reduce's and over the best's."""
+    print(
+        f"\n{ranks} ranks ({platform}: {PLATFORMS[platform]} host(s) of {RANKS_PER_HOST}), "
+        "simulated time of one all-reduce of float32, Adasum and a sum, slowest rank's best",
+        file=out,
+    )
+    against = list(plain) + (["best MPI"] if mpi else [])
+    cols = [f"hvd_lite {a}" for a in (*forms, *plain)] + (["best MPI algorithm"] if mpi else [])
+    cols += [f"{f} / {a}" for f in forms for a in against]
+    print("| bytes per rank | " + " | ".join(cols) + " |", file=out)
+    print("|---" * (len(cols) + 1) + "|", file=out)
+    for s in sizes:
+        times = {a: side[a][s]["time_s"] for side in (forms, plain) for a in side}
+        cells = [fmt_time(forms[f][s]["time_s"]) for f in forms]
+        cells += [
+            fmt_time(plain[a][s]["time_s"]) + (f" ({plain[a][s]['algo']})" if a == "auto" else "")
+            for a in plain
+        ]
+        if mpi:
+            right = [a for a in mpi if mpi[a][s]["wrong"] <= 0] or list(mpi)  # a wrong result never wins
+            best = min(right, key=lambda a: mpi[a][s]["time_s"])
+            times["best MPI"] = mpi[best][s]["time_s"]
+            cells.append(f"{fmt_time(times['best MPI'])} ({best})")
+        cells += [f"{times[f] / times[a]:.2f}x" for f in forms for a in against]
+        print(f"| {human(s)} | " + " | ".join(cells) + " |", file=out)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--platform", choices=list(PLATFORMS), default="8x8")
@@ -311,6 +354,20 @@ def main(argv=None) -> int:
         help="the collective (default allreduce; broadcast from rank 0, in place)",
     )
     p.add_argument(
+        "--op",
+        choices=["sum", "adasum"],
+        default="sum",
+        help="the all-reduce's op (default sum); adasum: hvd_lite's Adasum all-reduce, checked against a "
+        "float64 reference, with --hvdl's plain all-reduces and the SMPI ones (a sum) beside it, and the "
+        "ratios",
+    )
+    p.add_argument(
+        "--adasum-hierarchical",
+        action="store_true",
+        help="--op adasum: also its hierarchical form (HVD_LITE_ADASUM_HIERARCHICAL=1: an average within "
+        "each host, Adasum across hosts)",
+    )
+    p.add_argument(
         "--sizes",
         default="4K,256K,4M,64M",
         help="bytes per rank's buffer, comma-separated (default 4K,256K,4M,64M; the "
@@ -318,10 +375,11 @@ def main(argv=None) -> int:
     )
     p.add_argument(
         "--hvdl",
-        default="auto",
+        default=None,
         help="hvd_lite's algorithms to run, comma-separated ("
         + "; ".join(f"{c}: {','.join(v[2])}" for c, v in COLLS.items())
-        + "); the first is the one compared",
+        + "); the first is the one compared (default auto; with --op adasum, auto,rab: the plain all-reduces "
+        "Adasum is compared with)",
     )
     p.add_argument(
         "--mpi",
@@ -355,6 +413,12 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write every result to this file")
     args = p.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",") if s]
+    if args.op == "adasum" and args.coll != "allreduce":
+        p.error(f"--op adasum: Adasum is an all-reduce only, not --coll {args.coll}")
+    if args.adasum_hierarchical and args.op != "adasum":
+        p.error("--adasum-hierarchical is a form of --op adasum")
+    if args.hvdl is None:
+        args.hvdl = "auto,rab" if args.op == "adasum" else "auto"
     hvdl_algos = [a for a in args.hvdl.split(",") if a]
     if args.mpi is None:
         args.mpi = ",".join(COLLS[args.coll][3])
@@ -389,6 +453,12 @@ def main(argv=None) -> int:
                 ("allreduce", "hier_p2p", "hier_p2p/4", {"env_extra": {"HVD_LITE_RANKS_PER_HOST": "4"}}),
                 ("allreduce", "hier_p2p", "hier_p2p/6", {"per_host": 6, "ranks": 6 * min(hosts, ranks // 6)}),
             ]
+        # Adasum in each type, against its float64 reference (the fold: 60 ranks combine 28 pairs first);
+        # the hierarchical form on emulated hosts of 4 (at 60 ranks, 15 of them: the fold across hosts too).
+        runs += [("allreduce", "adasum", f"adasum {t}", {"dtype": t}) for t in ADASUM_TYPES]
+        if ranks % 4 == 0:  # hosts of one size
+            hosts_of_4 = {"env_extra": {"HVD_LITE_RANKS_PER_HOST": "4"}}
+            runs += [("allreduce", "adasum_hier", "adasum_hier/4", hosts_of_4)]
         runs += [("broadcast", a, a, {}) for a in COLLS["broadcast"][2]]
         runs += [(c, a, a, {}) for c in ("allgather", "reducescatter") for a in COLLS[c][2]]
         # The all-gather's and reduce-scatter's buffers are n equal float32 blocks: sizes rounded down
@@ -396,26 +466,28 @@ def main(argv=None) -> int:
         blocks = sorted({max(s - s % (4 * ranks), 4 * ranks) for s in sizes})
         for coll, a, label, how in runs:
             args.coll = coll
-            res = run_driver(
-                driver,
-                args.platform,
-                "hvdl",
-                a,
-                blocks if coll in ("allgather", "reducescatter") else sizes,
-                args,
-                check=True,
-                **how,
-            )
+            size = ADASUM_TYPES[how.get("dtype", "float32")]
+            run_sizes = sizes
+            if coll in ("allgather", "reducescatter"):
+                run_sizes = blocks
+            elif a in ADASUM_FORMS:  # whole elements of the type
+                run_sizes = sorted({s + -s % size for s in sizes})
+            res = run_driver(driver, args.platform, "hvdl", a, run_sizes, args, check=True, **how)
             for s, r in sorted(res.items()):
                 ok = r["wrong"] == 0 and r["identical"] and not r["failed"]
                 bad += not ok
+                err = f" err {r['err']:.2g}" if "err" in r else ""
                 print(
-                    f"{args.platform} {coll} hvdl {label:10s} {human(s):>8s}: {r['algo']:8s} "
-                    f"{fmt_time(r['time_s']):>10s} wrong {r['wrong']} identical {int(r['identical'])}"
+                    f"{args.platform} {coll} hvdl {label:15s} {human(s):>8s}: {r['algo']:8s} "
+                    f"{fmt_time(r['time_s']):>10s} wrong {r['wrong']} identical {int(r['identical'])}{err}"
                     f"{'' if ok else '  <-- FAILED'}"
                 )
         return 1 if bad else 0
 
+    forms = (
+        ["adasum", "adasum_hier"] if args.adasum_hierarchical else ["adasum"] if args.op == "adasum" else []
+    )
+    adasum = {f: run_driver(driver, args.platform, "hvdl", f, sizes, args) for f in forms}
     hvdl = {a: run_driver(driver, args.platform, "hvdl", a, sizes, args) for a in hvdl_algos}
     mpi = {}
     for a in mpi_algos:
@@ -423,8 +495,12 @@ def main(argv=None) -> int:
             mpi[a] = run_driver(driver, args.platform, "mpi", a, sizes, args)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:  # an SMPI algorithm that fails here
             print(f"skipped mpi:{a}: {str(exc).splitlines()[0]}", file=sys.stderr)
-    wrong = [(a, s) for side in (hvdl, mpi) for a in side for s, r in side[a].items() if r["wrong"] > 0]
-    if mpi:
+    wrong = [
+        (a, s) for side in (adasum, hvdl, mpi) for a in side for s, r in side[a].items() if r["wrong"] > 0
+    ]
+    if adasum:
+        adasum_table(args.platform, ranks, sizes, adasum, hvdl, mpi)
+    elif mpi:
         table(args.platform, ranks, sizes, hvdl, mpi, args.coll)
     if args.json:
         with open(args.json, "w") as f:
@@ -433,7 +509,9 @@ def main(argv=None) -> int:
                     "platform": args.platform,
                     "ranks": ranks,
                     "coll": args.coll,
+                    "op": args.op,
                     "charge_compute": args.charge_compute,
+                    "adasum": adasum,
                     "hvdl": hvdl,
                     "mpi": mpi,
                 },
