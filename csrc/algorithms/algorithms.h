@@ -30,6 +30,17 @@ typedef hvdlResult_t (*hvdl_allreduce_fn)(hvdlComm_t comm, const void *sendbuff,
 hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                  size_t count, hvdlDataType_t dt, hvdlRedOp_t op,
                                  hvdl_allreduce_fn lane_allreduce);
+/* A hierarchical all-reduce's phase across hosts, the caller's own: lane_fn(comm, cross, lane,
+ * lo, n, dt, op, arg) reduces in place, over the group `cross` of comm (one rank per host), the
+ * n elements from element lo of the buffer that this rank carries across hosts (op: Sum for
+ * Avg, which is divided by the ranks afterwards). Every lane carrier calls it, with an empty
+ * lane too. allreduce_hier.c calls it on comm->cross, allreduce_hier_p2p.c on its cross group. */
+typedef hvdlResult_t (*hvdl_lane_fn)(hvdlComm_t comm, const struct hvdl_group *cross, void *lane,
+                                     size_t lo, size_t n, hvdlDataType_t dt, hvdlRedOp_t op,
+                                     void *arg);
+hvdlResult_t hvdl_allreduce_hier_lanes(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                       size_t count, hvdlDataType_t dt, hvdlRedOp_t op,
+                                       hvdl_lane_fn lane_fn, void *arg);
 hvdlResult_t hvdl_allreduce_rd(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
                                hvdlDataType_t dt, hvdlRedOp_t op);
 hvdlResult_t hvdl_allreduce_rab(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
@@ -50,6 +61,10 @@ void hvdl_hier_p2p_free(struct hvdl_hier_p2p *h);
 hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t across,
                                      const void *sendbuff, void *recvbuff, size_t count,
                                      hvdlDataType_t dt, hvdlRedOp_t op);
+/* The same with L lanes (one per local rank) and the caller's phase across hosts. */
+hvdlResult_t hvdl_allreduce_hier_p2p_lanes(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                           size_t count, hvdlDataType_t dt, hvdlRedOp_t op,
+                                           hvdl_lane_fn lane_fn, void *arg);
 /* This rank's host (cross 0) or its peers of the same local rank on the other hosts (cross 1),
  * as groups. */
 const struct hvdl_group *hvdl_hier_p2p_group(const struct hvdl_hier_p2p *h, int cross);

@@ -46,11 +46,15 @@
  * combination) where rab makes one; and log2(n)(log2(n)+1)/2 small exchanges of 24T bytes
  * for the sums.
  *
- * The hierarchical form (hvdl_allreduce_adasum with config.adasumHierarchical): a plain
- * average within each host (Rabenseifner over the host's ranks), Adasum across hosts
- * between the hosts' first ranks, and a binomial broadcast within each host. Hosts must
- * hold the same number of ranks (the hierarchical all-reduce's groups,
- * allreduce_hier_p2p.c); on one host it is the host's average.
+ * The hierarchical form (hvdl_allreduce_adasum with config.adasumHierarchical; hosts of
+ * equal size, L ranks each), on the three phases of allreduce_hier.c (through the shared
+ * segment) or, without one, of allreduce_hier_p2p.c (by messages): the host's sum of every
+ * element, local rank j keeping lane j; lane j divided by L (the host's average) and
+ * combined with the other hosts' lane j by the schedule above, where every sum is also added over
+ * the host's L lanes (recursive doubling over the host's ranks, hier_p2p's local group), so
+ * that each tensor's dot product and norms span all of it; every lane copied to every
+ * local rank. Each lane carrier runs every step, an empty lane too. On one host the result
+ * is the host's average; with one rank a host, flat Adasum.
  */
 #include <float.h>
 #include <math.h>
@@ -59,11 +63,12 @@
 
 #include "algorithms/algorithms.h"
 #include "kernels/kernels.h"
+#include "transport/shm/shm.h"
 #include "transport/transport.h"
 
 #define ADASUM_TAG       0x4845 /* "HE": the vectors */
 #define ADASUM_DOTS_TAG  0x4846 /* the sums of the dots */
-#define ADASUM_BCAST_TAG 0x4848 /* the hierarchical form's broadcast */
+#define ADASUM_LANES_TAG 0x4848 /* the hierarchical form's sums over a host's lanes */
 
 /* The tensors of a buffer: n of them, counts[t] elements each, one after another. */
 struct tensors {
@@ -110,6 +115,50 @@ static void combine(const struct tensors *ts, char *out, const char *a, const ch
   }
 }
 
+/* Where a member's sums are added besides its group's: in the hierarchical form, over the
+ * ranks of its host, whose lanes hold the other parts of the same tensors. */
+struct lanes_sum {
+  hvdlComm_t comm;                /* the communicator the host's ranks exchange on */
+  const struct hvdl_group *local; /* the host's ranks */
+};
+
+/* Adds the sums over the host's lanes: recursive doubling over the host's ranks, through
+ * transport.h's fold for a count that is not a power of two (its own exchanges into
+ * `theirs`: the member's scratch may be in use), so that each of them, on every host (which
+ * holds the same sums by local rank), ends with the same bits; nothing without lanes. A
+ * failure is also reported on `comm`, the member's communicator. */
+static hvdlResult_t add_lanes(hvdlComm_t comm, const struct lanes_sum *lanes, double *sums,
+                              double *theirs, size_t k) {
+  if (!lanes || lanes->local->size == 1) return hvdlSuccess;
+  const struct hvdl_group *g = lanes->local;
+  hvdlComm_t on = lanes->comm;
+  const size_t bytes = k * sizeof *sums;
+  const int r = g->rank;
+  struct hvdl_fold f;
+  hvdl_fold_plan(g->size, r, &f);
+  hvdlResult_t res = hvdlSuccess;
+  if (f.vrank < 0) { /* hand the sums to the odd member, take back the total */
+    res = hvdl_pair_exchange(on, hvdl_group_peer(g, r + 1), ADASUM_LANES_TAG, sums, bytes, NULL, 0);
+    if (res == hvdlSuccess)
+      res =
+          hvdl_pair_exchange(on, hvdl_group_peer(g, r + 1), ADASUM_LANES_TAG, NULL, 0, sums, bytes);
+    return res == hvdlSuccess ? res : hvdl_fail(comm, res, "%s", on->last_error);
+  }
+  if (r < 2 * f.rem) {
+    res =
+        hvdl_pair_exchange(on, hvdl_group_peer(g, r - 1), ADASUM_LANES_TAG, NULL, 0, theirs, bytes);
+    for (size_t i = 0; res == hvdlSuccess && i < k; i++) sums[i] = theirs[i] + sums[i];
+  }
+  for (int m = 1; res == hvdlSuccess && m < f.p; m *= 2) {
+    const int peer = hvdl_group_peer(g, hvdl_fold_rank(&f, f.vrank ^ m));
+    res = hvdl_pair_exchange(on, peer, ADASUM_LANES_TAG, sums, bytes, theirs, bytes);
+    for (size_t i = 0; res == hvdlSuccess && i < k; i++) sums[i] += theirs[i];
+  }
+  if (res == hvdlSuccess && r < 2 * f.rem)
+    res = hvdl_pair_exchange(on, hvdl_group_peer(g, r - 1), ADASUM_LANES_TAG, sums, bytes, NULL, 0);
+  return res == hvdlSuccess ? res : hvdl_fail(comm, res, "%s", on->last_error);
+}
+
 /* Adds the sums of the `width` members of this member's aligned group of virtual ranks
  * (a power of two), by recursive doubling: every member of the group ends with the same
  * bits. */
@@ -130,7 +179,7 @@ static hvdlResult_t add_sums(hvdlComm_t comm, const struct hvdl_group *g, const 
 static hvdlResult_t halve_and_double(hvdlComm_t comm, const struct hvdl_group *g,
                                      const struct hvdl_fold *f, const struct tensors *ts,
                                      const char *cur, char *out, size_t count, char *work,
-                                     double *sums) {
+                                     double *sums, const struct lanes_sum *lanes) {
   const size_t es = ts->esize, k = 3 * (size_t)ts->n;
   size_t lo[PAIR_MAX_STEPS + 1], hi[PAIR_MAX_STEPS + 1];
   int steps = 0;
@@ -148,6 +197,7 @@ static hvdlResult_t halve_and_double(hvdlComm_t comm, const struct hvdl_group *g
     const char *a = lower ? mine : work, *b = lower ? work : mine;
     partial_dots(ts, a, b, k0, k1, sums);
     HVDL_CHECK(add_sums(comm, g, f, 2 * m, sums, sums + k, k));
+    HVDL_CHECK(add_lanes(comm, lanes, sums, sums + k, k));
     combine(ts, out + k0 * es, a, b, k0, k1, sums);
     cur = out;
     lo[steps + 1] = k0;
@@ -163,16 +213,19 @@ static hvdlResult_t halve_and_double(hvdlComm_t comm, const struct hvdl_group *g
   return hvdlSuccess;
 }
 
-hvdlResult_t hvdl_adasum_group(hvdlComm_t comm, const struct hvdl_group *g, const void *sendbuff,
-                               void *recvbuff, const size_t *counts, int ntensors,
-                               hvdlDataType_t dt) {
+/* Adasum over g; with `lanes`, the buffer is one lane of the host's (of every tensor, the
+ * part in it: counts may be 0) and every rank of the host runs the schedule, an empty lane
+ * too, adding its sums over the host's lanes at every step. */
+static hvdlResult_t adasum(hvdlComm_t comm, const struct hvdl_group *g, const void *sendbuff,
+                           void *recvbuff, const size_t *counts, int ntensors, hvdlDataType_t dt,
+                           const struct lanes_sum *lanes) {
   const struct tensors ts = {counts, ntensors, dt, hvdl_type_size(dt)};
   size_t count = 0;
   for (int t = 0; t < ntensors; t++) count += counts[t];
   const size_t bytes = count * ts.esize;
   char *out = recvbuff;
   const char *cur = sendbuff; /* what this member holds: its input until the first combination */
-  if (g->size == 1 || count == 0) {
+  if (g->size == 1 || (count == 0 && !lanes)) {
     if (sendbuff != recvbuff) hvdl_copy(out, sendbuff, bytes);
     return hvdlSuccess;
   }
@@ -194,59 +247,93 @@ hvdlResult_t hvdl_adasum_group(hvdlComm_t comm, const struct hvdl_group *g, cons
     res = hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), ADASUM_TAG, NULL, 0, s->work, bytes);
     if (res == hvdlSuccess) {
       partial_dots(&ts, s->work, cur, 0, count, sums);
+      res = add_lanes(comm, lanes, sums, sums + 3 * (size_t)ntensors, 3 * (size_t)ntensors);
+    }
+    if (res == hvdlSuccess) {
       combine(&ts, out, s->work, cur, 0, count, sums);
       cur = out;
     }
   }
-  if (res == hvdlSuccess) res = halve_and_double(comm, g, &f, &ts, cur, out, count, s->work, sums);
+  if (res == hvdlSuccess)
+    res = halve_and_double(comm, g, &f, &ts, cur, out, count, s->work, sums, lanes);
   free(sums);
   if (res == hvdlSuccess && r < 2 * f.rem)
     res = hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), ADASUM_TAG, out, bytes, NULL, 0);
   return res;
 }
 
-/* A binomial broadcast of buf from member 0 of g. */
-static hvdlResult_t broadcast_from_first(hvdlComm_t comm, const struct hvdl_group *g, void *buf,
-                                         size_t bytes) {
-  const int r = g->rank;
-  for (int m = 1; m < g->size; m *= 2) {
-    if (r < m && r + m < g->size)
-      HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_group_peer(g, r + m), ADASUM_BCAST_TAG, buf, bytes,
-                                    NULL, 0));
-    else if (r >= m && r < 2 * m)
-      HVDL_CHECK(hvdl_pair_exchange(comm, hvdl_group_peer(g, r - m), ADASUM_BCAST_TAG, NULL, 0, buf,
-                                    bytes));
-  }
-  return hvdlSuccess;
+hvdlResult_t hvdl_adasum_group(hvdlComm_t comm, const struct hvdl_group *g, const void *sendbuff,
+                               void *recvbuff, const size_t *counts, int ntensors,
+                               hvdlDataType_t dt) {
+  return adasum(comm, g, sendbuff, recvbuff, counts, ntensors, dt, NULL);
 }
 
-/* The average over g (Rabenseifner's), a copy for a group of one. */
-static hvdlResult_t average(hvdlComm_t comm, const struct hvdl_group *g, const void *sendbuff,
-                            void *recvbuff, size_t count, hvdlDataType_t dt) {
-  if (g->size > 1) return hvdl_allreduce_rab_group(comm, g, sendbuff, recvbuff, count, dt, hvdlAvg);
+/* The hierarchical form's phase across hosts (allreduce_hier.c's lane function): the host's
+ * average of this rank's lane, combined with the other hosts' by Adasum, each tensor's sums
+ * over its parts in all the host's lanes. */
+struct lane_job {
+  const size_t *counts; /* the tensors, over the whole buffer */
+  int ntensors;
+  size_t *lane_counts; /* their parts in this rank's lane */
+  uint64_t local_size;
+  struct lanes_sum sum;
+};
+
+static hvdlResult_t adasum_lane(hvdlComm_t comm, const struct hvdl_group *cross, void *lane,
+                                size_t lo, size_t n, hvdlDataType_t dt, hvdlRedOp_t op, void *arg) {
+  (void)op; /* Sum: the host's sum, averaged here */
+  struct lane_job *job = arg;
+  size_t start = 0;
+  for (int t = 0; t < job->ntensors; t++) {
+    const size_t end = start + job->counts[t];
+    const size_t x0 = start > lo ? start : lo, x1 = end < lo + n ? end : lo + n;
+    job->lane_counts[t] = x1 > x0 ? x1 - x0 : 0;
+    start = end;
+  }
+  hvdl_divide(lane, n, dt, job->local_size);
+  return adasum(comm, cross, lane, lane, job->lane_counts, job->ntensors, dt, &job->sum);
+}
+
+/* The average over all ranks (one host), a copy for one rank. */
+static hvdlResult_t average(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,
+                            hvdlDataType_t dt) {
+  if (comm->size > 1) return hvdl_allreduce_rab(comm, sendbuff, recvbuff, count, dt, hvdlAvg);
   if (sendbuff != recvbuff) hvdl_copy(recvbuff, sendbuff, count * hvdl_type_size(dt));
   return hvdlSuccess;
 }
 
 hvdlResult_t hvdl_allreduce_adasum(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                    const size_t *counts, int ntensors, hvdlDataType_t dt) {
-  const struct hvdl_group all = hvdl_group_all(comm);
-  if (!comm->config.adasumHierarchical)
-    return hvdl_adasum_group(comm, &all, sendbuff, recvbuff, counts, ntensors, dt);
+  if (!comm->config.adasumHierarchical) {
+    const struct hvdl_group all = hvdl_group_all(comm);
+    return adasum(comm, &all, sendbuff, recvbuff, counts, ntensors, dt, NULL);
+  }
   size_t count = 0;
   for (int t = 0; t < ntensors; t++) count += counts[t];
-  if (comm->hosts <= 1) /* one host: its average */
-    return average(comm, &all, sendbuff, recvbuff, count, dt);
-  if (!comm->hier_p2p)
+  if (comm->hosts <= 1) return average(comm, sendbuff, recvbuff, count, dt); /* one host */
+  if (comm->local_size == 1) { /* hosts of one rank: each host's average is its rank's input */
+    const struct hvdl_group all = hvdl_group_all(comm);
+    return adasum(comm, &all, sendbuff, recvbuff, counts, ntensors, dt, NULL);
+  }
+  if (!comm->hier_p2p || (comm->shm && comm->shm->lanes != comm->local_size))
     return hvdl_fail(comm, hvdlInvalidUsage,
-                     "Adasum's hierarchical form (HVD_LITE_ADASUM_HIERARCHICAL=1) needs every "
-                     "host to run the same number of ranks (%d ranks on %d hosts here); unset it "
-                     "to combine every rank with Adasum",
+                     "Adasum's hierarchical form (HVD_LITE_ADASUM_HIERARCHICAL=1) needs every host "
+                     "to run the same number of ranks (%d ranks on %d hosts here); unset it to "
+                     "combine every rank with Adasum",
                      comm->size, comm->hosts);
-  const struct hvdl_group *local = hvdl_hier_p2p_group(comm->hier_p2p, 0);
-  const struct hvdl_group *cross = hvdl_hier_p2p_group(comm->hier_p2p, 1);
-  HVDL_CHECK(average(comm, local, sendbuff, recvbuff, count, dt));
-  if (local->rank == 0)
-    HVDL_CHECK(hvdl_adasum_group(comm, cross, recvbuff, recvbuff, counts, ntensors, dt));
-  return broadcast_from_first(comm, local, recvbuff, count * hvdl_type_size(dt));
+  struct lane_job job = {counts,
+                         ntensors,
+                         malloc((size_t)ntensors * sizeof(size_t)),
+                         (uint64_t)comm->local_size,
+                         {comm, hvdl_hier_p2p_group(comm->hier_p2p, 0)}};
+  if (!job.lane_counts)
+    return hvdl_fail(comm, hvdlSystemError, "Adasum: out of memory for %d tensors", ntensors);
+  /* Within each host through the shared segment where there is one, else by messages. */
+  const hvdlResult_t res = comm->shm
+                               ? hvdl_allreduce_hier_lanes(comm, sendbuff, recvbuff, count, dt,
+                                                           hvdlSum, adasum_lane, &job)
+                               : hvdl_allreduce_hier_p2p_lanes(comm, sendbuff, recvbuff, count, dt,
+                                                               hvdlSum, adasum_lane, &job);
+  free(job.lane_counts);
+  return res;
 }

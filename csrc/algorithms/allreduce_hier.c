@@ -20,7 +20,10 @@
  *                         rd, rab or the latency path); the m lanes in parallel.
  *                         Avg divides by the number of ranks here. Its waits beat
  *                         the host's heartbeat (shm.h): the host's other ranks,
- *                         waiting for this one in phase 3, see it busy, not silent
+ *                         waiting for this one in phase 3, see it busy, not silent.
+ *                         (hvdl_allreduce_hier_lanes: the caller's lane function,
+ *                         which every carrier calls, an empty lane too: Adasum's
+ *                         hierarchical form, allreduce_adasum.c.)
  *   3. within each host   hvdl_shm_share: every local rank copies every lane
  *
  * Bitwise identity. Every element's host partials are each computed once by one
@@ -58,9 +61,9 @@ static hvdlResult_t watch_lane(void *arg, double waited) {
   return res;
 }
 
-hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
-                                 size_t count, hvdlDataType_t dt, hvdlRedOp_t op,
-                                 hvdl_allreduce_fn lane_allreduce) {
+hvdlResult_t hvdl_allreduce_hier_lanes(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                       size_t count, hvdlDataType_t dt, hvdlRedOp_t op,
+                                       hvdl_lane_fn lane_fn, void *arg) {
   const struct hvdl_shm *s = comm->shm;
   const size_t esize = hvdl_type_size(dt);
   const hvdlRedOp_t across = op == hvdlAvg ? hvdlSum : op;
@@ -71,7 +74,7 @@ hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *re
   const struct hvdl_shm_fold f = {dt, across, 0, 0};
   HVDL_CHECK(hvdl_shm_reduce(comm, sendbuff, recvbuff, count, &f, lo, hi));
 
-  if (hi > lo) {
+  if (carrier) {
     hvdlComm_t x = comm->cross;
     struct lane_watch w = {comm, 0};
     x->watch = watch_lane;
@@ -80,7 +83,8 @@ hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *re
     x->faults = comm->faults;
     char *lane = (char *)recvbuff + lo * esize;
     const size_t n = hi - lo;
-    hvdlResult_t res = lane_allreduce(x, lane, lane, n, dt, across);
+    const struct hvdl_group all = hvdl_group_all(x);
+    hvdlResult_t res = lane_fn(x, &all, lane, lo, n, dt, across, arg);
     x->watch = NULL;
     if (res != hvdlSuccess) {
       if (w.failed) { /* the caller's hook said why, on comm */
@@ -93,4 +97,25 @@ hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *re
   }
 
   return hvdl_shm_share(comm, recvbuff, count, dt);
+}
+
+/* The selector's lane all-reduce, for lanes with elements. */
+struct selected {
+  hvdl_allreduce_fn fn;
+};
+
+static hvdlResult_t run_selected(hvdlComm_t cross, const struct hvdl_group *all, void *lane,
+                                 size_t lo, size_t n, hvdlDataType_t dt, hvdlRedOp_t op,
+                                 void *arg) {
+  (void)all;
+  (void)lo;
+  const struct selected *s = arg;
+  return n ? s->fn(cross, lane, lane, n, dt, op) : hvdlSuccess;
+}
+
+hvdlResult_t hvdl_allreduce_hier(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                 size_t count, hvdlDataType_t dt, hvdlRedOp_t op,
+                                 hvdl_allreduce_fn lane_allreduce) {
+  struct selected s = {lane_allreduce};
+  return hvdl_allreduce_hier_lanes(comm, sendbuff, recvbuff, count, dt, op, run_selected, &s);
 }

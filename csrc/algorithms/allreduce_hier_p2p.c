@@ -227,9 +227,9 @@ static hvdlResult_t spread_lanes(hvdlComm_t comm, struct hvdl_hier_p2p *h, int l
   return hvdl_pair_exchange_set(comm, SPREAD_TAG, nm, h->msgs, h->reqs);
 }
 
-hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t across,
-                                     const void *sendbuff, void *recvbuff, size_t count,
-                                     hvdlDataType_t dt, hvdlRedOp_t op) {
+static hvdlResult_t run(hvdlComm_t comm, int lanes, const void *sendbuff, void *recvbuff,
+                        size_t count, hvdlDataType_t dt, hvdlRedOp_t op, hvdl_lane_fn lane_fn,
+                        void *arg) {
   struct hvdl_hier_p2p *h = comm->hier_p2p;
   if (!h)
     return hvdl_fail(comm, hvdlInternalError,
@@ -240,10 +240,30 @@ hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t
   if (j < lanes) {
     const size_t b0 = hvdl_block_start(count, lanes, j), b1 = hvdl_block_start(count, lanes, j + 1);
     char *lane = (char *)recvbuff + b0 * hvdl_type_size(dt);
-    if (b1 > b0)
-      HVDL_CHECK(across == hvdlAlgoRabenseifner
-                     ? hvdl_allreduce_rab_group(comm, &h->cross, lane, lane, b1 - b0, dt, op)
-                     : hvdl_allreduce_rd_group(comm, &h->cross, lane, lane, b1 - b0, dt, op));
+    HVDL_CHECK(lane_fn(comm, &h->cross, lane, b0, b1 - b0, dt, op, arg));
   }
   return spread_lanes(comm, h, lanes, recvbuff, count, dt);
+}
+
+/* Phase 2 of hvdl_allreduce_hier_p2p: rd or rab over the cross group, for lanes with elements. */
+static hvdlResult_t across_hosts(hvdlComm_t comm, const struct hvdl_group *cross, void *lane,
+                                 size_t lo, size_t n, hvdlDataType_t dt, hvdlRedOp_t op,
+                                 void *arg) {
+  (void)lo;
+  const hvdlAlgorithm_t algo = *(const hvdlAlgorithm_t *)arg;
+  if (n == 0) return hvdlSuccess;
+  return algo == hvdlAlgoRabenseifner ? hvdl_allreduce_rab_group(comm, cross, lane, lane, n, dt, op)
+                                      : hvdl_allreduce_rd_group(comm, cross, lane, lane, n, dt, op);
+}
+
+hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t across,
+                                     const void *sendbuff, void *recvbuff, size_t count,
+                                     hvdlDataType_t dt, hvdlRedOp_t op) {
+  return run(comm, lanes, sendbuff, recvbuff, count, dt, op, across_hosts, &across);
+}
+
+hvdlResult_t hvdl_allreduce_hier_p2p_lanes(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                           size_t count, hvdlDataType_t dt, hvdlRedOp_t op,
+                                           hvdl_lane_fn lane_fn, void *arg) {
+  return run(comm, 0, sendbuff, recvbuff, count, dt, op, lane_fn, arg);
 }

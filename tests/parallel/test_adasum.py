@@ -10,7 +10,7 @@ meet later tests'.)"""
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import agree, make_comm, raises_before_submitting, raises_on_every_rank, world
+from conftest import agree, make_comm, raises_before_submitting, raises_on_every_rank, reinit, world
 from helpers import ADASUM_DTYPES, adasum_reference, same_bits
 from test_process_sets import added
 
@@ -154,18 +154,41 @@ def test_the_c_api_refuses_adasum_outside_an_allreduce_and_on_data_that_is_not_f
 # ---- the hierarchical form ------------------------------------------------------------------------
 
 
-def test_the_hierarchical_form_averages_each_host_and_combines_the_hosts():
-    n, r, count = hvd.size(), hvd.rank(), 10_007
+@pytest.mark.parametrize("shm", ["1", "0"], ids=["shared-memory", "messages"])
+def test_the_hierarchical_form_averages_each_host_and_combines_the_hosts(shm):
+    """Hosts of k emulated ranks, within them through the shared segment or by messages: Adasum of
+    the hosts' averages (k = 1: of the ranks; one host: its average); counts below the lanes leave
+    lanes empty."""
+    n, r = hvd.size(), hvd.rank()
     for k in [k for k in range(1, n + 1) if n % k == 0]:
-        xs = all_inputs(np.float32, count, k)
-        hosts = [
-            np.mean([x.astype(np.float64) for x in xs[h * k : (h + 1) * k]], axis=0) for h in range(n // k)
-        ]
-        want = adasum_reference(hosts)
-        with make_comm(HVD_LITE_ADASUM_HIERARCHICAL=1, HVD_LITE_RANKS_PER_HOST=k) as c:
-            out = np.zeros(count, np.float32)
-            c.allreduce(xs[r], out, code(np.float32), ADASUM)
-        agree(close(out, want) and same_everywhere(out), f"hosts of {k}")
+        with make_comm(HVD_LITE_ADASUM_HIERARCHICAL=1, HVD_LITE_RANKS_PER_HOST=k, HVD_LITE_SHM=shm) as c:
+            for count in (1, 3, 10_007):
+                xs = all_inputs(np.float32, count, k + count)
+                hosts = [
+                    np.mean([x.astype(np.float64) for x in xs[h * k : (h + 1) * k]], axis=0)
+                    for h in range(n // k)
+                ]
+                want = adasum_reference(hosts)
+                out = np.zeros(count, np.float32)
+                c.allreduce(xs[r], out, code(np.float32), ADASUM)
+                agree(close(out, want) and same_everywhere(out), f"hosts of {k}, {count}")
+
+
+def test_the_hierarchical_form_keeps_each_fused_tensors_norms():
+    """Two hosts of 2: tensor A is the same everywhere (comes back exactly), tensor B has orthogonal
+    supports across hosts and the same values within one (sums exactly); with one set of sums for
+    the fused buffer neither would be exact. (That the sums span the host's lanes, the test above
+    checks: without it random inputs miss the reference.)"""
+    n, r = hvd.size(), hvd.rank()
+    if n != 4:
+        pytest.skip("two hosts of 2 need 4 ranks")
+    host = r // 2
+    a = inputs(np.float32, 1001, 0, 21)
+    b = np.zeros(999, np.float32)
+    b[host::2] = 5.0
+    with reinit(HVD_LITE_ADASUM_HIERARCHICAL=1, HVD_LITE_RANKS_PER_HOST=2):
+        outs = hvd.grouped_allreduce([a, b], op=hvd.Adasum, name="adasum.hier.fused")
+    agree(same_bits(outs[0], a) and same_bits(outs[1], np.full(999, 5.0, np.float32)), f"{outs[1][:4]}")
 
 
 def test_the_hierarchical_form_refuses_hosts_of_different_sizes():
