@@ -49,13 +49,31 @@ def small_pages(x) -> int:
     return f(x.ctypes.data, x.nbytes)
 
 
-def stand_in_everywhere() -> bool:
-    """Whether every rank's kernel says that a fresh 64 KiB numpy array lies on small pages, so that
-    plain buffers take the stand-in (collective)."""
+def on_small_pages(a):
+    """A copy of numpy array `a` in plain anonymous memory (not hvdlMemAlloc's) that the kernel is
+    told never to back with huge pages (MADV_NOHUGEPAGE): buffers the single-copy all-reduce's
+    stand-in takes whatever the process's heap holds by then (a numpy array may lie on huge pages
+    after earlier tests' allocations)."""
+    import mmap
+
+    import numpy as np
+
+    m = mmap.mmap(-1, max(a.nbytes, 1))
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        m.madvise(mmap.MADV_NOHUGEPAGE)
+    out = np.frombuffer(m, a.dtype, a.size).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def stand_in_everywhere(probe=None) -> bool:
+    """Whether every rank's kernel says that `probe` (default: a fresh 64 KiB numpy array) lies on
+    small pages, so that such buffers take the stand-in (collective)."""
     import numpy as np
     from mpi4py import MPI
 
-    return world().allreduce(int(small_pages(np.ones(1 << 14, np.float32)) > 0), op=MPI.MIN) == 1
+    probe = np.ones(1 << 14, np.float32) if probe is None else probe
+    return world().allreduce(int(small_pages(probe) > 0), op=MPI.MIN) == 1
 
 
 def device_tests():

@@ -18,6 +18,7 @@ from conftest import (
     agree,
     fails_everywhere_at_the_fault,
     make_comm,
+    on_small_pages,
     reinit,
     skip_unless_single_copy,
     stand_in_everywhere,
@@ -339,11 +340,12 @@ def in_shared_memory(a: np.ndarray) -> np.ndarray:
 def test_single_copy_exact_results_every_dtype_and_op_across_every_chunk_and_lane_edge(dtype, memory):
     # 64-byte areas: every lane is read in chunks of 8 to 64 elements; counts just above the
     # single-copy minimum, with lanes that do not divide evenly. Buffers from hvd.empty are read and
-    # written through views of the peers' regions (test_shared_memory.py); numpy's through each
-    # rank's stand-in, whose region the peers map too, or with no stand-in by the kernel.
+    # written through views of the peers' regions (test_shared_memory.py); plain memory on small
+    # pages through each rank's stand-in, whose region the peers map too, or with no stand-in by the
+    # kernel.
     n = hvd.size()
     esize = np.dtype(dtype).itemsize
-    place = in_shared_memory if memory == "hvd.empty" else np.copy
+    place = {"hvd.empty": in_shared_memory, "numpy": on_small_pages}.get(memory, np.copy)
     stand_in_env = {"HVD_LITE_SHM_STAND_IN_BYTES": 0} if memory == "numpy, kernel" else {}
     with make_comm(HVD_LITE_SHM_BYTES=64, **stand_in_env) as c:
         single_copy_or_skip(c)
@@ -354,7 +356,7 @@ def test_single_copy_exact_results_every_dtype_and_op_across_every_chunk_and_lan
         # numpy's through stand-ins only where every rank's kernel says its pages are small (else
         # the views are those of the ranks that did)
         views = c.shm_views()
-        told = memory != "numpy" or n == 1 or stand_in_everywhere()
+        told = memory != "numpy" or n == 1 or stand_in_everywhere(on_small_pages(np.ones(1 << 14)))
         agree(
             not told or (views > 0 if memory != "numpy, kernel" and n > 1 else views == 0),
             f"{memory}: {views} views of the peers' regions",
