@@ -273,7 +273,8 @@ def test_single_copy_exact_results_with_each_ranks_buffers_at_its_own_place_in_a
     with make_comm(HVD_LITE_SHM_BYTES=4096, **stand_in_env) as c:  # chunks of 4 KiB: many writes a call
         single_copy_or_skip(c)
         count = _core.SHM_CMA_MIN // 4 + 4099  # lanes that are not whole chunks or pages
-        raw_in, raw_out = np.zeros(count * 8 + 8192, np.uint8), np.zeros(count * 8 + 8192, np.uint8)
+        raw_in = on_small_pages(np.zeros(count * 8 + 8192, np.uint8))
+        raw_out = on_small_pages(np.zeros(count * 8 + 8192, np.uint8))
         for i, dtype in enumerate((np.float32, np.int64)):
             for inplace in (True, False):
                 x = placed(raw_in, mine, count, dtype)
@@ -287,7 +288,7 @@ def test_single_copy_exact_results_with_each_ranks_buffers_at_its_own_place_in_a
                 )
         # the peers' stand-ins, mapped; where some rank's kernel does not say that its pages are
         # small, that rank copies through the kernel and the others' views are not known here
-        views, told = c.shm_views(), stand_in == "kernel" or n == 1 or stand_in_everywhere()
+        views, told = c.shm_views(), stand_in == "kernel" or n == 1 or stand_in_everywhere(raw_in)
         agree(
             not told or (views > 0 if stand_in != "kernel" and n > 1 else views == 0),
             f"{stand_in}: {views} views",
