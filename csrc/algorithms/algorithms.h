@@ -65,9 +65,8 @@ hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t
 hvdlResult_t hvdl_allreduce_hier_p2p_lanes(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                            size_t count, hvdlDataType_t dt, hvdlRedOp_t op,
                                            hvdl_lane_fn lane_fn, void *arg);
-/* This rank's host (cross 0) or its peers of the same local rank on the other hosts (cross 1),
- * as groups. */
-const struct hvdl_group *hvdl_hier_p2p_group(const struct hvdl_hier_p2p *h, int cross);
+/* This rank's host, as a group. */
+const struct hvdl_group *hvdl_hier_p2p_local(const struct hvdl_hier_p2p *h);
 
 /* Adasum (allreduce_adasum.c; hvdl.h's hvdlAdasum): the buffer holds ntensors tensors of
  * counts[t] elements one after another, each with its own dot product and norms; dt is

@@ -66,9 +66,8 @@
 #include "transport/shm/shm.h"
 #include "transport/transport.h"
 
-#define ADASUM_TAG       0x4845 /* "HE": the vectors */
-#define ADASUM_DOTS_TAG  0x4846 /* the sums of the dots */
-#define ADASUM_LANES_TAG 0x4848 /* the hierarchical form's sums over a host's lanes */
+#define ADASUM_TAG      0x4845 /* "HE": the vectors */
+#define ADASUM_DOTS_TAG 0x4846 /* the sums of the dots */
 
 /* The tensors of a buffer: n of them, counts[t] elements each, one after another. */
 struct tensors {
@@ -122,41 +121,16 @@ struct lanes_sum {
   const struct hvdl_group *local; /* the host's ranks */
 };
 
-/* Adds the sums over the host's lanes: recursive doubling over the host's ranks, through
- * transport.h's fold for a count that is not a power of two (its own exchanges into
- * `theirs`: the member's scratch may be in use), so that each of them, on every host (which
- * holds the same sums by local rank), ends with the same bits; nothing without lanes. A
- * failure is also reported on `comm`, the member's communicator. */
+/* Adds the sums over the host's lanes by recursive doubling over the host's ranks
+ * (allreduce_rd.c: the same bits on each of them, and on every host, which holds the same
+ * sums by local rank); nothing without lanes. A failure is also reported on `comm`, the
+ * member's communicator. */
 static hvdlResult_t add_lanes(hvdlComm_t comm, const struct lanes_sum *lanes, double *sums,
-                              double *theirs, size_t k) {
+                              size_t k) {
   if (!lanes || lanes->local->size == 1) return hvdlSuccess;
-  const struct hvdl_group *g = lanes->local;
-  hvdlComm_t on = lanes->comm;
-  const size_t bytes = k * sizeof *sums;
-  const int r = g->rank;
-  struct hvdl_fold f;
-  hvdl_fold_plan(g->size, r, &f);
-  hvdlResult_t res = hvdlSuccess;
-  if (f.vrank < 0) { /* hand the sums to the odd member, take back the total */
-    res = hvdl_pair_exchange(on, hvdl_group_peer(g, r + 1), ADASUM_LANES_TAG, sums, bytes, NULL, 0);
-    if (res == hvdlSuccess)
-      res =
-          hvdl_pair_exchange(on, hvdl_group_peer(g, r + 1), ADASUM_LANES_TAG, NULL, 0, sums, bytes);
-    return res == hvdlSuccess ? res : hvdl_fail(comm, res, "%s", on->last_error);
-  }
-  if (r < 2 * f.rem) {
-    res =
-        hvdl_pair_exchange(on, hvdl_group_peer(g, r - 1), ADASUM_LANES_TAG, NULL, 0, theirs, bytes);
-    for (size_t i = 0; res == hvdlSuccess && i < k; i++) sums[i] = theirs[i] + sums[i];
-  }
-  for (int m = 1; res == hvdlSuccess && m < f.p; m *= 2) {
-    const int peer = hvdl_group_peer(g, hvdl_fold_rank(&f, f.vrank ^ m));
-    res = hvdl_pair_exchange(on, peer, ADASUM_LANES_TAG, sums, bytes, theirs, bytes);
-    for (size_t i = 0; res == hvdlSuccess && i < k; i++) sums[i] += theirs[i];
-  }
-  if (res == hvdlSuccess && r < 2 * f.rem)
-    res = hvdl_pair_exchange(on, hvdl_group_peer(g, r - 1), ADASUM_LANES_TAG, sums, bytes, NULL, 0);
-  return res == hvdlSuccess ? res : hvdl_fail(comm, res, "%s", on->last_error);
+  const hvdlResult_t res =
+      hvdl_allreduce_rd_group(lanes->comm, lanes->local, sums, sums, k, hvdlFloat64, hvdlSum);
+  return res == hvdlSuccess ? res : hvdl_fail(comm, res, "%s", lanes->comm->last_error);
 }
 
 /* Adds the sums of the `width` members of this member's aligned group of virtual ranks
@@ -197,7 +171,7 @@ static hvdlResult_t halve_and_double(hvdlComm_t comm, const struct hvdl_group *g
     const char *a = lower ? mine : work, *b = lower ? work : mine;
     partial_dots(ts, a, b, k0, k1, sums);
     HVDL_CHECK(add_sums(comm, g, f, 2 * m, sums, sums + k, k));
-    HVDL_CHECK(add_lanes(comm, lanes, sums, sums + k, k));
+    HVDL_CHECK(add_lanes(comm, lanes, sums, k));
     combine(ts, out + k0 * es, a, b, k0, k1, sums);
     cur = out;
     lo[steps + 1] = k0;
@@ -238,24 +212,26 @@ static hvdlResult_t adasum(hvdlComm_t comm, const struct hvdl_group *g, const vo
     return hvdl_pair_exchange(comm, hvdl_group_peer(g, r + 1), ADASUM_TAG, NULL, 0, out, bytes);
   }
   struct hvdl_scratch *s = &comm->scratch;
-  HVDL_CHECK(hvdl_reserve(comm, &s->work, &s->work_bytes, bytes));
+  /* The partner's values: in `stage`, as the sums over a host's lanes (the hierarchical form
+   * on messages) run recursive doubling on this communicator, whose partner data is `work`. */
+  HVDL_CHECK(hvdl_reserve(comm, &s->stage, &s->stage_bytes, bytes));
   double *sums = malloc(6 * (size_t)ntensors * sizeof *sums); /* this member's, and a peer's */
   if (!sums)
     return hvdl_fail(comm, hvdlSystemError, "Adasum: out of memory for %d tensors' sums", ntensors);
   hvdlResult_t res = hvdlSuccess;
   if (r < 2 * f.rem) { /* the odd member of a pair: combine the pair's vectors here */
-    res = hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), ADASUM_TAG, NULL, 0, s->work, bytes);
+    res = hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), ADASUM_TAG, NULL, 0, s->stage, bytes);
     if (res == hvdlSuccess) {
-      partial_dots(&ts, s->work, cur, 0, count, sums);
-      res = add_lanes(comm, lanes, sums, sums + 3 * (size_t)ntensors, 3 * (size_t)ntensors);
+      partial_dots(&ts, s->stage, cur, 0, count, sums);
+      res = add_lanes(comm, lanes, sums, 3 * (size_t)ntensors);
     }
     if (res == hvdlSuccess) {
-      combine(&ts, out, s->work, cur, 0, count, sums);
+      combine(&ts, out, s->stage, cur, 0, count, sums);
       cur = out;
     }
   }
   if (res == hvdlSuccess)
-    res = halve_and_double(comm, g, &f, &ts, cur, out, count, s->work, sums, lanes);
+    res = halve_and_double(comm, g, &f, &ts, cur, out, count, s->stage, sums, lanes);
   free(sums);
   if (res == hvdlSuccess && r < 2 * f.rem)
     res = hvdl_pair_exchange(comm, hvdl_group_peer(g, r - 1), ADASUM_TAG, out, bytes, NULL, 0);
@@ -325,7 +301,7 @@ hvdlResult_t hvdl_allreduce_adasum(hvdlComm_t comm, const void *sendbuff, void *
                          ntensors,
                          malloc((size_t)ntensors * sizeof(size_t)),
                          (uint64_t)comm->local_size,
-                         {comm, hvdl_hier_p2p_group(comm->hier_p2p, 0)}};
+                         {comm, hvdl_hier_p2p_local(comm->hier_p2p)}};
   if (!job.lane_counts)
     return hvdl_fail(comm, hvdlSystemError, "Adasum: out of memory for %d tensors", ntensors);
   /* Within each host through the shared segment where there is one, else by messages. */

@@ -86,9 +86,7 @@ struct hvdl_hier_p2p {
   int ranks[];           /* the local group's ranks, then the cross group's */
 };
 
-const struct hvdl_group *hvdl_hier_p2p_group(const struct hvdl_hier_p2p *h, int cross) {
-  return cross ? &h->cross : &h->local;
-}
+const struct hvdl_group *hvdl_hier_p2p_local(const struct hvdl_hier_p2p *h) { return &h->local; }
 
 void hvdl_hier_p2p_free(struct hvdl_hier_p2p *h) {
   if (!h) return;

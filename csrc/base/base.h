@@ -25,7 +25,8 @@ struct hvdl_scratch {
   char *sreq; /* pipeline.c: MPI_Request[2][cap], sends of the two most recent steps */
   size_t sreq_bytes;
   char *stage; /* reduce-scatter: the partials being forwarded, two blocks (the
-                         * ring), or the partial of the whole buffer (halving) */
+                         * ring), or the partial of the whole buffer (halving); Adasum
+                         * (allreduce_adasum.c): the partner's values */
   size_t stage_bytes;
   char *block; /* reduce: a non-root rank's reduced block */
   size_t block_bytes;
