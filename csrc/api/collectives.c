@@ -155,8 +155,7 @@ static hvdlResult_t check_op(hvdlComm_t comm, const char *fn, hvdlRedOp_t op, hv
                      "%s: hvdlAdasum is an all-reduce only (it combines the ranks' whole "
                      "vectors); use hvdlAllReduce",
                      fn);
-  if (op == hvdlAdasum && dt != hvdlFloat16 && dt != hvdlBfloat16 && dt != hvdlFloat32 &&
-      dt != hvdlFloat64)
+  if (op == hvdlAdasum && !hvdl_type_floating(dt))
     return hvdl_fail(comm, hvdlInvalidArgument,
                      "%s: hvdlAdasum takes float16, bfloat16, float32 or float64 data, not %s", fn,
                      hvdl_type_name(dt));

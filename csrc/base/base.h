@@ -302,6 +302,10 @@ static inline int hvdl_type_slot(int t) {
 /* 1 when t is a data type; 1 when reduction ops apply to it (every type but bool). */
 static inline int hvdl_type_valid(int t) { return hvdl_type_slot(t) >= 0; }
 static inline int hvdl_type_reducible(int t) { return hvdl_type_valid(t) && t != hvdlBool; }
+/* 1 for the floating-point types (the ones Adasum takes). */
+static inline int hvdl_type_floating(int t) {
+  return t == hvdlFloat16 || t == hvdlBfloat16 || t == hvdlFloat32 || t == hvdlFloat64;
+}
 /* The size and name of a valid type ("unknown" names any other number). */
 size_t hvdl_type_size(hvdlDataType_t t);
 const char *hvdl_type_name(hvdlDataType_t t);

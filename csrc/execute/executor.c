@@ -44,11 +44,8 @@
 /* The op a request's reduction runs with, and *post its postscale factor. */
 static hvdlRedOp_t reduction(const struct hvdl_executor *x, const struct hvdl_request *r,
                              double *post) {
-  const int dt = r->desc.dtype;
-  const int is_float =
-      dt == hvdlFloat16 || dt == hvdlFloat32 || dt == hvdlFloat64 || dt == hvdlBfloat16;
   *post = r->desc.postscale;
-  if (r->desc.op != hvdlAvg || is_float) return (hvdlRedOp_t)r->desc.op;
+  if (r->desc.op != hvdlAvg || hvdl_type_floating(r->desc.dtype)) return (hvdlRedOp_t)r->desc.op;
   *post = r->desc.postscale / (double)x->data->size;
   return hvdlSum;
 }

@@ -319,8 +319,7 @@ static hvdl_py_handle *new_handle(hvdl_py_engine *self, PyObject *args, int *at_
     PyErr_SetString(PyExc_ValueError, "op Adasum applies to allreduce only");
     return NULL;
   }
-  if (op == hvdlAdasum && dtype != hvdlFloat16 && dtype != hvdlBfloat16 && dtype != hvdlFloat32 &&
-      dtype != hvdlFloat64) {
+  if (op == hvdlAdasum && !hvdl_type_floating(dtype)) {
     PyErr_Format(PyExc_TypeError,
                  "op Adasum takes float16, bfloat16, float32 or float64 data, not %s",
                  hvdl_type_name((hvdlDataType_t)dtype));
