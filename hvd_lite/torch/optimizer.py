@@ -27,10 +27,18 @@ from typing import TYPE_CHECKING, Any, Dict
 import torch
 
 from .._horovod_args import resolve_groups, split_list
-from .._submit import check_adasum, check_name, check_op
+from .._submit import check_name, check_op
 from ..process_sets import ProcessSet, global_process_set
 from .compression import Compression
-from .mpi_ops import Adasum, Average, Sum, allreduce_group, sparse_allreduce_async, synchronize
+from .mpi_ops import (
+    Adasum,
+    Average,
+    Sum,
+    _check_adasum,
+    allreduce_group,
+    sparse_allreduce_async,
+    synchronize,
+)
 
 if TYPE_CHECKING:  # the class it is mixed in front of, for the checker: made at run time
     from torch.optim import Optimizer as _WrappedOptimizer
@@ -333,7 +341,7 @@ class _DistributedAdasumOptimizer(_DistributedOptimizer):
 
     def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op, *rest):
         for p in (p for g in self.param_groups for p in g["params"] if p.requires_grad):
-            check_adasum("DistributedOptimizer", str(p.dtype).replace("torch.", ""), not p.is_cpu)
+            _check_adasum("DistributedOptimizer", p, Adasum)
         super()._hvd_setup(named_parameters, compression, backward_passes_per_step, op, *rest)
 
     def _hvd_submit(self, params) -> None:
