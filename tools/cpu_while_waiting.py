@@ -4,7 +4,7 @@ submitted yet: process CPU time (every thread: caller, engine, MPI's) over wall 
     mpirun -np 2 python tools/cpu_while_waiting.py [SECONDS]      # default 10
 
 Both ranks sleep SECONDS (idle); then rank 1 calls hvd.allreduce while rank 0 sleeps SECONDS more
-before joining it (blocked). Issue 14's bar: idle ~0 %, blocked <= 1 % of a core.
+before joining it (blocked). The aim: idle ~0 %, blocked <= 1 % of a core.
 """
 
 import sys

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Horovod 0.28.1's own test/parallel/test_torch.py against hvd_lite.torch: a measurement of how much
-# of Horovod's PyTorch contract hvd_lite keeps (issue 12, point 7). Not part of CI.
+# of Horovod's PyTorch contract hvd_lite keeps. Not part of CI.
 #
 #   bash tools/horovod_torch_tests.sh [WORKDIR] [TEST ...]
 #

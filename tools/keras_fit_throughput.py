@@ -1,5 +1,5 @@
 """Keras `model.fit` throughput under hvd_lite's MultiWorkerMirroredStrategy against one process on
-the same global batch (issue 13's performance figure).
+the same global batch.
 
     mpirun -np 2 python tools/keras_fit_throughput.py      # 2 ranks, global batch 128
     python tools/keras_fit_throughput.py                   # 1 process, the same global batch
