@@ -142,7 +142,7 @@ typedef struct hvdlComm *hvdlComm_t;
 typedef void *hvdlStream_t;
 
 /* Tunables of one communicator. hvdlConfigDefault() fills it from the
- * HVD_LITE_* environment variables (see README); a field left at 0 means
+ * HVD_LITE_* environment variables (see docs/tuning.md); a field left at 0 means
  * "the default", but for shmStandInBytes (0: off). */
 typedef struct {
   size_t segmentBytes;        /* ring pipeline segment size (HVD_LITE_SEGMENT_BYTES) */

@@ -124,7 +124,7 @@ def _check_runtime_mpi() -> None:
         raise MPIMismatchError(
             f"hvd_lite was built against {info['mpi_header']} but the MPI loaded at run time is "
             f"{runtime.splitlines()[0] if runtime else 'unknown'}; rebuild hvd_lite against this MPI "
-            "or run it with the MPI it was built with (README, 'Choosing the MPI')."
+            "or run it with the MPI it was built with (docs/install.md)."
         )
 
 
@@ -133,7 +133,7 @@ def _launcher_mismatch(launcher: str, var: str, value: str) -> MPIMismatchError:
         f"this process was started by {launcher} for {value} ranks ({var}={value}), but the "
         f"launcher belongs to a different MPI than the one hvd_lite was built against "
         f"({_core.build_info()['mpi_header']}). Use that MPI's mpirun (or hvd_lite.run), or rebuild "
-        "hvd_lite against this MPI (README, 'Choosing the MPI')."
+        "hvd_lite against this MPI (docs/install.md)."
     )
 
 

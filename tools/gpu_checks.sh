@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every check of the device code, in one bounded run, for a GPU machine lent for a few minutes
-# (README, "GPUs"): build in place with CUDA, the descriptor's unit tests, the device tests at 2, 3,
+# (docs/gpu.md): build in place with CUDA, the descriptor's unit tests, the device tests at 2, 3,
 # 4 and 1 ranks, and the device benchmark at 2 ranks. Each step has a time limit, and no test run
 # starts past LIMIT seconds, so one hung step cannot eat the lease.
 #

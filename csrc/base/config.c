@@ -1,6 +1,6 @@
 /*
  * config.c -- every HVD_LITE_* environment variable the C core reads, parsed
- * here and nowhere else (README, "Knobs", lists the same table).
+ * here and nowhere else (docs/tuning.md lists the same table).
  */
 #include <errno.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@ API's all-reduce and broadcast on CuPy arrays and torch.cuda tensors (the staged
 pinned host memory) against the same calls on host memory, bit for bit, at every rank count.
 
 Skipped, with the reason, where the build has no CUDA, no device is seen or CuPy is missing
-(CI has no GPU). On a GPU machine (README, "GPUs"):
+(CI has no GPU). On a GPU machine (docs/gpu.md):
 
     mpirun -np 2 python -m pytest -q --with-mpi tests/parallel/test_cuda.py
 """

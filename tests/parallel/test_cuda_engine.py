@@ -8,7 +8,7 @@ on where the data is get a mismatch error; a joined rank's host stand-ins match 
 steps, alone and fused.
 
 Skipped, with the reason, where the build has no CUDA, no device is seen or CuPy is missing
-(CI has none). On a GPU machine (README, "GPUs"):
+(CI has none). On a GPU machine (docs/gpu.md):
 
     mpirun -np 2 python -m pytest -q --with-mpi tests/parallel/test_cuda_engine.py
 """

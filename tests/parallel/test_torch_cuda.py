@@ -6,7 +6,7 @@ global batch.
 In a build with CUDA, allreduce runs on the device (the engine's device path, on torch's current
 stream); the other collectives, and every call in a build without CUDA, move a CUDA tensor through
 a CPU copy (hvd_lite/torch/mpi_ops.py). This file checks both routes. Skipped, with the reason,
-where torch sees no CUDA device (CI has none). On a GPU machine (README, "GPUs"):
+where torch sees no CUDA device (CI has none). On a GPU machine (docs/gpu.md):
 
     mpirun -np 2 python -m pytest -q --with-mpi tests/parallel/test_torch_cuda.py
 """
