@@ -20,6 +20,7 @@ Horovod's type, and `hvd_lite.CollectiveError`); inside a graph TF turns it into
 `tf.errors.UnknownError` carrying the same message.
 """
 
+import functools
 import os
 import time
 from typing import List, Optional, Sequence
@@ -197,9 +198,13 @@ def _tensor(fn: str, x) -> tf.Tensor:
     return t
 
 
-def _rows(t: tf.Tensor) -> tf.Tensor:
-    """`t` with its shape known except for dim 0 (what a gather or scatter changes)."""
-    return tf.ensure_shape(t, [None] + t.shape.as_list()[1:]) if t.shape.rank else t
+def _rows(out: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
+    """`out` given `like`'s static shape but for dim 0, which a gather, scatter or all-to-all
+    changes (Horovod's shape functions): a graph's numpy_function output has no shape of its own,
+    and layers after it need one."""
+    if like.shape.rank is not None:
+        out.set_shape([None] + like.shape.as_list()[1:])
+    return out
 
 
 # ---------------------------------------------------------------------------- allreduce
@@ -245,7 +250,7 @@ def _grouped_allreduce(
     outs = _run(fn, sent, [s.dtype for s in sent], "allreduce")
     result = []
     for o, s, (_, ctx) in zip(outs, sent, packed):
-        o = tf.ensure_shape(o, s.shape) if s.shape.is_fully_defined() else o
+        o.set_shape(s.shape)  # the input's static shape, known or partly known
         result.append(decompress(o, ctx))
     return result
 
@@ -402,7 +407,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
             counts = tf.reshape(counts, [n, len(xs)])
             return [tf.split(g, counts[:, i], num=n, axis=0)[r] for i, g in enumerate(reduced)]
 
-        return [_rows(o) for o in outs], grad
+        return [_rows(o, x) for o, x in zip(outs, xs)], grad
 
     return list(_gather(*ts))
 
@@ -438,8 +443,8 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 
 @graph_safe
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
-    """Rows splits[i] of `tensor` go to rank i (as evenly as possible without splits, the first
-    ranks taking the extra rows); returns the rows received in rank order and, with `splits`
+    """Rows splits[i] of `tensor` go to rank i (without splits, dim 0 must divide evenly by the
+    ranks, as in Horovod); returns the rows received in rank order and, with `splits`
     given, the number of rows received from each rank (as Horovod does); differentiable in
     `tensor` (the gradient goes back the way the rows came)."""
     fn = "alltoall"
@@ -449,28 +454,37 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
         raise ValueError(f"{fn}: a scalar cannot be split along dim 0; reshape it to [1]")
     gname = _graph_name(fn, name, process_set)
     n = where.size
-    if splits is None:
-        rows = tf.shape(t, out_type=tf.int64)[0]
-        s = rows // n + tf.cast(tf.range(n, dtype=tf.int64) < rows % n, tf.int64)
+    even = splits is None
+    if even:  # Horovod's rule: dim 0 divided evenly, or an error on every rank
+        s = tf.fill([n], tf.shape(t, out_type=tf.int64)[0] // n)
     else:
         s = tf.cast(tf.convert_to_tensor(splits), tf.int64)
 
-    def send(x, sp, label):
+    def send(x, sp, label, even=False):
         def run(a, b):
             try:
-                recv, rsplits = collectives.alltoall(_np(a), [int(v) for v in b], label, process_set)
+                out = ops.synchronize(
+                    ops.at_once(
+                        functools.partial(collectives.alltoall_async, even=even),
+                        _np(a),
+                        None if even else [int(v) for v in b],
+                        label,
+                        process_set,
+                    )
+                )  # even: the rows only, and every rank received b's even split
+                recv, rsplits = (out, b) if even else out
             except CollectiveError as exc:  # bad splits (on any rank): Horovod's argument error
-                if "alltoall splits" in str(exc):
+                if "splits" in str(exc):
                     raise InvalidArgumentError(exc.code, str(exc)) from None
                 raise
             return [recv, np.asarray(rsplits, np.int64)]
 
         out, rsplits = _run(run, [x, sp], [x.dtype, tf.int64], "alltoall")
-        return _rows(out), tf.ensure_shape(rsplits, [n])
+        return _rows(out, x), tf.ensure_shape(rsplits, [n])
 
     @tf.custom_gradient
     def _a2a(x):
-        out, rsplits = send(x, s, gname)
+        out, rsplits = send(x, s, gname, even)
 
         def grad(dy, _):
             return send(dy, rsplits, _graph_name(fn, None, process_set))[0]
@@ -503,7 +517,7 @@ def _scatter(fn, tensors, op, pre, post, name, process_set):
             scale = (where.size if op == Sum else 1.0) * pre * post
             return [allgather(dy * scale if scale != 1.0 else dy, process_set=process_set) for dy in dys]
 
-        return [_rows(o) for o in outs], grad
+        return [_rows(o, x) for o, x in zip(outs, xs)], grad
 
     return list(_rs(*ts))
 

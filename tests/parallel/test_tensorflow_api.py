@@ -741,3 +741,61 @@ def test_autograph_calls_hvd_lites_entry_points_as_they_are_and_still_converts_t
         and outs[2].dtype == np.float32,
         f"converted by AutoGraph: {converted}; the step gave {got}; with the compressors {outs}",
     )
+
+
+def test_graph_outputs_keep_the_inputs_static_shape_but_dim_0_as_horovods_shape_functions_do():
+    """Inside tf.function every collective's output has the input's static shape, dim 0 unknown
+    where the collective changes it, so a Keras layer after it builds."""
+    n = hvd.size()
+    dense = keras.layers.Dense(2)
+    seen = {}
+
+    @tf.function
+    def step(x):
+        outs = {
+            "allreduce": hvd.allreduce(x),
+            "grouped_allreduce": hvd.grouped_allreduce([x])[0],
+            "allgather": hvd.allgather(x),
+            "broadcast": hvd.broadcast(x, 0),
+            "reducescatter": hvd.reducescatter(x),
+            "alltoall": hvd.alltoall(x),
+        }
+        out, rsplits = hvd.alltoall(x, splits=tf.fill([n], 2 * n // n))
+        outs["alltoall_splits"], outs["received_splits"] = out, rsplits
+        for k, v in outs.items():
+            seen[k] = v.shape.as_list()
+        return dense(outs["allgather"])
+
+    y = step(tf.ones([2 * n, 3]))
+    want = {
+        "allreduce": [2 * n, 3],
+        "grouped_allreduce": [2 * n, 3],
+        "allgather": [None, 3],
+        "broadcast": [2 * n, 3],
+        "reducescatter": [None, 3],
+        "alltoall": [None, 3],
+        "alltoall_splits": [None, 3],
+        "received_splits": [n],
+    }
+    agree(seen == want and y.shape == (2 * n * n, 2), f"{seen}; {y.shape}")
+
+
+def test_alltoall_without_splits_needs_dim_0_divisible_by_the_ranks_eager_and_in_a_graph():
+    """As Horovod's: no uneven split without splits; every rank raises tf.errors.InvalidArgumentError
+    naming dim 0 and the ranks, and the engine carries on."""
+    n = hvd.size()
+    if n == 1:  # every dim 0 divides by 1
+        out = hvd.alltoall(tf.ones([3, 2]))
+        agree(out.shape == (3, 2), str(out.shape))
+        return
+    raises_on_every_rank(
+        tf.errors.InvalidArgumentError, "divisible", lambda: hvd.alltoall(tf.ones([n + 1, 2]), name="a2a.odd")
+    )
+    raises_on_every_rank(
+        tf.errors.InvalidArgumentError,
+        "divisible",
+        lambda: tf.function(lambda x: hvd.alltoall(x, name="a2a.odd.graph"))(tf.ones([n + 1, 2])),
+    )
+    out = hvd.alltoall(tf.fill([2 * n, 2], float(hvd.rank())), name="a2a.even")
+    want = np.repeat(np.arange(n, dtype=np.float32), 2)[:, None] * np.ones((1, 2), np.float32)
+    agree(np.array_equal(out.numpy(), want), str(out.numpy()))
