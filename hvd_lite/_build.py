@@ -61,7 +61,7 @@ def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     """Not supported: hvd_lite's timeline is set before init() by HVD_LITE_TIMELINE=<file>."""
     raise NotImplementedError(
         "hvd_lite does not start a timeline at run time; set "
-        "HVD_LITE_TIMELINE=<file> before init() (docs/tuning.md)"
+        "HVD_LITE_TIMELINE=<file> before init() (docs/timeline.md)"
     )
 
 

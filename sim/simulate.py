@@ -25,10 +25,13 @@ tests (hvd_lite polls); computation is not simulated, because SMPI runs MPI_Allr
 the simulator for free, so hvd_lite's are not charged either (--charge-compute charges them, at the speed
 of the machine running the simulation). Runs whose buffers would take more than --memory-gib are made with
 SMPI's shared buffers, and their results are not checked (wrong = -1).
+
+Each smpirun (one algorithm over the sizes) starts with a progress line on stderr; --quiet leaves them out.
 """
 
 import argparse
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -40,6 +43,21 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BUILD = os.path.join(HERE, "build")
+
+
+def _load_progress():
+    """hvd_lite/bench/progress.py (a progress line per smpirun on stderr), loaded by its path: this
+    script runs without the package and its dependencies."""
+    path = os.path.join(ROOT, "hvd_lite", "bench", "progress.py")
+    spec = importlib.util.spec_from_file_location("hvd_lite_bench_progress", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+progress = _load_progress()
+
 RANKS_PER_HOST = 8
 # The platforms of sim/platforms: name -> hosts (RANKS_PER_HOST ranks each).
 PLATFORMS = {"host1x8": 1, "8x8": 8, "32x8": 32, "128x8": 128, "512x8": 512}
@@ -414,6 +432,7 @@ def main(argv=None) -> int:
     )
     p.add_argument("--timeout", type=float, default=3600, help="seconds per smpirun")
     p.add_argument("--json", help="write every result to this file")
+    progress.add_argument(p)
     args = p.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",") if s]
     if args.op == "adasum" and args.coll != "allreduce":
@@ -467,7 +486,9 @@ def main(argv=None) -> int:
         # The all-gather's and reduce-scatter's buffers are n equal float32 blocks: sizes rounded down
         # to a multiple of 4n bytes.
         blocks = sorted({max(s - s % (4 * ranks), 4 * ranks) for s in sizes})
+        bar = progress.Progress("simulate --check", len(runs), not args.quiet)
         for coll, a, label, how in runs:
+            bar.point(f"{coll} {label}")
             args.coll = coll
             size = ADASUM_TYPES[how.get("dtype", "float32")]
             run_sizes = sizes
@@ -489,19 +510,29 @@ def main(argv=None) -> int:
                     f"{fmt_time(r['time_s']):>10s} wrong {r['wrong']} identical {int(r['identical'])}{err}"
                     f"{'' if ok else '  <-- FAILED'}"
                 )
+        bar.finish()
         return 1 if bad else 0
 
     forms = (
         ["adasum", "adasum_hier"] if args.adasum_hierarchical else ["adasum"] if args.op == "adasum" else []
     )
-    adasum = {f: run_driver(driver, args.platform, "hvdl", f, sizes, args) for f in forms}
-    hvdl = {a: run_driver(driver, args.platform, "hvdl", a, sizes, args) for a in hvdl_algos}
+    bar = progress.Progress(
+        f"simulate {args.coll}", len(forms) + len(hvdl_algos) + len(mpi_algos), not args.quiet
+    )
+
+    def run(side, algo):
+        bar.point(f"{side} {algo}")
+        return run_driver(driver, args.platform, side, algo, sizes, args)
+
+    adasum = {f: run("hvdl", f) for f in forms}
+    hvdl = {a: run("hvdl", a) for a in hvdl_algos}
     mpi = {}
     for a in mpi_algos:
         try:
-            mpi[a] = run_driver(driver, args.platform, "mpi", a, sizes, args)
+            mpi[a] = run("mpi", a)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:  # an SMPI algorithm that fails here
             print(f"skipped mpi:{a}: {str(exc).splitlines()[0]}", file=sys.stderr)
+    bar.finish()
     wrong = [
         (a, s) for side in (adasum, hvdl, mpi) for a in side for s, r in side[a].items() if r["wrong"] > 0
     ]

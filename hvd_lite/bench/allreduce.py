@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from . import common, exact
+from . import common, exact, progress
 
 KNOBS = ("HVD_LITE_SEGMENT_BYTES", "HVD_LITE_SMALL_ALLREDUCE_BYTES", "HVD_LITE_SHM_STAND_IN_BYTES")
 
@@ -133,6 +133,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE.png",
         help="draw busbw against size (needs matplotlib: pip install hvd_lite[plot])",
     )
+    progress.add_argument(p)
 
 
 class Contender:
@@ -386,7 +387,9 @@ def main(args) -> int:
 
     load_start = common.loadavg()
     results = []
+    bar = progress.Progress("bench allreduce", len(sizes), root and not args.quiet)
     for nbytes in sizes:
+        bar.point(common.format_size(nbytes))
         count = nbytes // dtype.itemsize
         s, r = send[:count], recv[:count]
         for c in contenders:
@@ -427,6 +430,7 @@ def main(args) -> int:
                 row += [mpi[0]["median_s"] / h["median_s"], h["median_s"] / mpi[0]["median_s"]]
         table.row(row)
         results.append(entry)
+    bar.finish()
 
     for _, comm, owned in comms:
         if owned:

@@ -29,7 +29,7 @@ from typing import Callable, List
 
 import numpy as np
 
-from . import common
+from . import common, progress
 
 BUSBW = {
     "allgather": lambda n: (n - 1) / n,
@@ -98,6 +98,7 @@ def add_arguments(p: argparse.ArgumentParser, api: str = "core", name: str = "")
         + f" (default {api})",
     )
     p.add_argument("--json", metavar="FILE", help="write every repeat's times to FILE")
+    progress.add_argument(p)
 
 
 def _inputs(dtype, count: int, rank: int) -> np.ndarray:
@@ -246,7 +247,9 @@ def run(name: str, args) -> int:
         table.header([("", 1)] + [(lb, 4) for lb in labels] + ([("ratio", 1)] if mpi_ok else []))
     load_start = common.loadavg()
     results = []
+    bar = progress.Progress(f"bench {name}", len(sizes), root and not args.quiet)
     for nbytes in sizes:
+        bar.point(common.format_size(nbytes))
         case = _Case(name, comm, world, MPI, dtype, nbytes, code, args.api)
         calls = [case.hvd] + ([case.mpi] if mpi_ok else [])
         iters = _pick_iters(args, calls, world, MPI)
@@ -279,6 +282,7 @@ def run(name: str, args) -> int:
             row.append(entry["libs"]["MPI"]["median_s"] / entry["libs"]["hvd_lite"]["median_s"])
         table.row(row)
         results.append(entry)
+    bar.finish()
     comm.destroy()
     load_end = common.loadavg()
     if root:

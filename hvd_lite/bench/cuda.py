@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List
 
 import numpy as np
 
-from . import common, exact
+from . import common, exact, progress
 
 
 def main(args) -> int:
@@ -71,7 +71,9 @@ def main(args) -> int:
             f"{'hvd/copy':>8} {'busbw GB/s':>10} {'#wrong':>6}",
             flush=True,
         )
+    bar = progress.Progress("bench allreduce --device cuda", len(sizes), rank == 0 and not args.quiet)
     for nbytes in sizes:
+        bar.point(common.format_size(nbytes))
         count = nbytes // dtype.itemsize
         host = np.empty(count, dtype)
         exact.fill(host, exact.rank_pattern(dtype, args.op, rank))
@@ -147,6 +149,7 @@ def main(args) -> int:
                 flush=True,
             )
         send = recv = scratch = pinned = staged = None  # let go of this size's memory before the next
+    bar.finish()
     comm.destroy()
     hvd.shutdown()
     return 0

@@ -21,7 +21,7 @@ from typing import List
 
 import numpy as np
 
-from . import common
+from . import common, progress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,6 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inter-alpha", type=float, help="seconds: written as inter_alpha if given")
     p.add_argument("--inter-beta", type=float, help="seconds per byte: written as inter_beta")
     p.add_argument("--json", metavar="FILE", help="write the measurements to FILE")
+    progress.add_argument(p)
 
 
 def _pingpong(world, nbytes: int, iters: int) -> float:
@@ -90,14 +91,18 @@ def main(args) -> int:
     if len(set(sizes)) < 2:
         raise SystemExit(f"bench fit: --sizes needs at least two different sizes, got {args.sizes}")
     one_way = []
+    bar = progress.Progress("bench fit", len(sizes) + 1, world.Get_rank() == 0 and not args.quiet)
     for nbytes in sizes:
+        bar.point(f"ping-pong {common.format_size(nbytes)}")
         _pingpong(world, nbytes, 5)  # warm-up
         one_way.append(common.median([_pingpong(world, nbytes, args.iters) for _ in range(args.repeats)]))
     alpha, beta = fit_line(sizes, one_way)
     core = basics._core
     code, op = HVDL_DTYPES[np.dtype(np.float32)], HVDL_OPS[Sum]
+    bar.point(f"reduction kernel {common.format_size(args.gamma_bytes)}")
     core.kernel_bench(code, op, args.gamma_bytes, 2)
     kernel = common.median([core.kernel_bench(code, op, args.gamma_bytes, 5)[0] for _ in range(args.repeats)])
+    bar.finish()
     gamma = kernel / args.gamma_bytes
     if world.Get_rank() != 0:
         return 0

@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import common, exact, models
+from . import common, exact, models, progress
 
 # Engine knobs --sweep accepts; byte knobs take sizes (4M), the cycle time milliseconds.
 SWEEP_KNOBS = {
@@ -106,6 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "and one of the whole flat buffer",
     )
     p.add_argument("--json", metavar="FILE", help="write every step's times to FILE")
+    progress.add_argument(p)
 
 
 class Contender:
@@ -304,7 +305,9 @@ def main(args) -> int:
     times = np.zeros((args.steps, k))
     submit = np.zeros((args.steps, k))
     wrong = np.zeros(k, dtype=np.int64)
+    bar = progress.Progress("bench fusion", args.steps, root and not args.quiet)
     for s in range(args.steps):
+        bar.point(f"step {s + 1}")
         for j in range(k):
             i = (j + s) % k
             c = contenders[i]
@@ -315,6 +318,7 @@ def main(args) -> int:
             submit[s, i] = c.step()
             times[s, i] = time.perf_counter() - t0
             wrong[i] += exact.count_wrong(flat, expected[c.kind])
+    bar.finish()
     world.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
     world.Allreduce(MPI.IN_PLACE, submit, op=MPI.MAX)
     world.Allreduce(MPI.IN_PLACE, wrong, op=MPI.SUM)

@@ -12,7 +12,7 @@ import argparse
 import math
 import sys
 
-from . import common
+from . import common, progress
 
 KERNEL_OPS = ("sum", "prod", "max", "min")
 
@@ -49,6 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="target seconds per measurement when -n is 0 (default 0.02)",
     )
     p.add_argument("--json", metavar="FILE", help="write every repeat's times to FILE")
+    progress.add_argument(p)
 
 
 def _iters(core, dt, op, nbytes, args) -> int:
@@ -82,12 +83,14 @@ def main(args) -> int:
     table.header(groups)
 
     rows = []
+    bar = progress.Progress("bench kernels", len(dtypes) * len(ops) * len(sizes), not args.quiet)
     for dtype in dtypes:
         code = hops.HVDL_DTYPES[dtype]
         for op in ops:
             row = [common.dtype_name(dtype), op]
             entry = {"dtype": common.dtype_name(dtype), "op": op, "sizes": []}
             for nbytes in sizes:
+                bar.point(f"{common.dtype_name(dtype)} {op} {common.format_size(nbytes)}")
                 iters = _iters(core, code, op_codes[op], nbytes, args)
                 runs = [core.kernel_bench(code, op_codes[op], nbytes, iters) for _ in range(args.repeats)]
                 tk = common.median([k for k, _ in runs])
@@ -106,6 +109,7 @@ def main(args) -> int:
                 )
             table.row(row)
             rows.append(entry)
+    bar.finish()
     if args.json:
         common.write_json(
             args.json,

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict
 
 import numpy as np
 
-from . import common, exact
+from . import common, exact, progress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="time only these contenders (may be repeated; default all but the torch ones)",
     )
     p.add_argument("--json", metavar="FILE", help="write every call's time to FILE")
+    progress.add_argument(p)
 
 
 LABELS = {
@@ -123,7 +124,9 @@ def main(args) -> int:
 
     load_start = common.loadavg()
     results = []
+    bar = progress.Progress("bench latency", len(sizes), root and not args.quiet)
     for nbytes in sizes:
+        bar.point(common.format_size(nbytes))
         count = max(1, nbytes // dtype.itemsize)
         x = np.empty(count, dtype)
         pristine = np.empty(count, dtype)
@@ -192,6 +195,7 @@ def main(args) -> int:
                 ]
             )
         results.append(entry)
+    bar.finish()
 
     if comm is not None:
         comm.destroy()

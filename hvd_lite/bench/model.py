@@ -16,7 +16,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from . import common
+from . import common, progress
 
 ALGOS = ("ring", "rd", "rab", "tree", "small", "shm", "hier", "hier_p2p")
 
@@ -40,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--algo", action="append", choices=ALGOS, help="algorithms to time (may be repeated; default all)"
     )
     p.add_argument("--json", metavar="FILE", help="write the figures to FILE")
+    progress.add_argument(p)
 
 
 def make_comm(algo: str):
@@ -76,8 +77,10 @@ def main(args) -> int:
                 raise
     algos = list(comms)
     rows: List[Dict] = []
+    bar = progress.Progress("bench model", len(sizes), world.rank == 0 and not args.quiet)
     try:
         for nbytes in sizes:
+            bar.point(common.format_size(nbytes))
             count = nbytes // 4
             x = np.ones(count, np.float32)
             out = np.empty_like(x)
@@ -100,6 +103,7 @@ def main(args) -> int:
                 ]
                 row["measured"][a] = common.median(times)
             rows.append(row)
+        bar.finish()
     finally:
         for c in comms.values():
             c.destroy()
