@@ -1,8 +1,10 @@
 """hvd_lite: Horovod-style data-parallel collectives over MPI.
 
-import hvd_lite as hvd
-hvd.init()
-y = hvd.allreduce(x)            # numpy arrays; Average by default
+    import hvd_lite as hvd
+    hvd.init()
+    y = hvd.allreduce(x)            # numpy arrays; Average by default
+
+docs/numpy.md shows the API by example.
 """
 
 from .basics import (
@@ -71,6 +73,7 @@ from .process_sets import ProcessSet, add_process_set, global_process_set, remov
 from .state import allgather_object, broadcast_object, broadcast_parameters
 
 __version__ = "0.1.0"
+"""hvd_lite's version."""
 
 __all__ = [
     "init",

@@ -10,10 +10,12 @@ class Compressor:
 
     @staticmethod
     def compress(tensor) -> Tuple[Any, Any]:
+        """(what to send, the context decompress needs)."""
         raise NotImplementedError
 
     @staticmethod
     def decompress(tensor, ctx: Any):
+        """The received tensor as the caller's result."""
         raise NotImplementedError
 
 
@@ -22,10 +24,12 @@ class NoneCompressor(Compressor):
 
     @staticmethod
     def compress(tensor):
+        """(tensor, None): the tensor as it is."""
         return tensor, None
 
     @staticmethod
     def decompress(tensor, ctx):
+        """The tensor as it is."""
         return tensor
 
 
@@ -39,18 +43,22 @@ class FP16Compressor(Compressor):
 
     @staticmethod
     def is_floating(dtype) -> bool:
+        """Whether `dtype` is a floating-point type (defined by the framework's subclass)."""
         raise NotImplementedError
 
     @staticmethod
     def cast(tensor, dtype):
+        """`tensor` cast to `dtype` (defined by the framework's subclass)."""
         raise NotImplementedError
 
     @classmethod
     def compress(cls, tensor):
+        """(the tensor as float16, its dtype) for a floating-point tensor; (tensor, None) otherwise."""
         if cls.is_floating(tensor.dtype) and tensor.dtype != cls.float16:
             return cls.cast(tensor, cls.float16), tensor.dtype
         return tensor, None
 
     @classmethod
     def decompress(cls, tensor, ctx):
+        """The tensor cast back to its dtype (`ctx`), if compress cast it."""
         return tensor if ctx is None else cls.cast(tensor, ctx)

@@ -28,21 +28,31 @@ class ReduceOp(enum.IntEnum):
     """Reduction ops, with Horovod's numbers."""
 
     Average = 0
+    """The sum divided by the number of ranks."""
     Sum = 1
+    """The elementwise sum."""
     Adasum = 2
+    """Adaptive summation of floating-point vectors (docs/adasum.md)."""
     Min = 3
+    """The elementwise minimum."""
     Max = 4
+    """The elementwise maximum."""
     Product = 5
+    """The elementwise product."""
 
 
-Average, Sum, Adasum, Min, Max, Product = (
-    ReduceOp.Average,
-    ReduceOp.Sum,
-    ReduceOp.Adasum,
-    ReduceOp.Min,
-    ReduceOp.Max,
-    ReduceOp.Product,
-)
+Average = ReduceOp.Average
+"""ReduceOp.Average: the sum divided by the number of ranks."""
+Sum = ReduceOp.Sum
+"""ReduceOp.Sum: the elementwise sum."""
+Adasum = ReduceOp.Adasum
+"""ReduceOp.Adasum: adaptive summation of floating-point vectors (docs/adasum.md)."""
+Min = ReduceOp.Min
+"""ReduceOp.Min: the elementwise minimum."""
+Max = ReduceOp.Max
+"""ReduceOp.Max: the elementwise maximum."""
+Product = ReduceOp.Product
+"""ReduceOp.Product: the elementwise product."""
 
 HVDL_OPS: Dict[int, int] = {  # ReduceOp -> hvdlRedOp_t
     ReduceOp.Average: _core.hvdlAvg,
@@ -52,6 +62,7 @@ HVDL_OPS: Dict[int, int] = {  # ReduceOp -> hvdlRedOp_t
     ReduceOp.Product: _core.hvdlProd,
     ReduceOp.Adasum: _core.hvdlAdasum,
 }
+"""The C API's op (hvdlRedOp_t) for each ReduceOp."""
 
 # The dtypes Adasum takes (csrc/hvdl.h): the floating-point ones.
 ADASUM_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -72,6 +83,7 @@ HVDL_DTYPES = {
     np.dtype(np.uint16): _core.hvdlUint16,
     np.dtype(np.bool_): _core.hvdlBool,
 }
+"""The C API's type (hvdlDataType_t) for each numpy dtype the engine moves."""
 
 # The longest name the engine takes, in UTF-8 bytes: csrc/request/request.h's HVDL_MAX_NAME less its NUL.
 MAX_NAME_BYTES = 511
@@ -318,7 +330,9 @@ class Handle:
     def __init__(self, c_handle, output, name: Optional[str], finish=None):
         self._c = c_handle
         self.output = output
+        """The result, as synchronize() returns it (where it is built once done, set by synchronize())."""
         self.name = name
+        """The collective's name, as negotiated with the other ranks."""
         self._finish = finish  # builds the output from the engine's buffer, once done
 
     def __repr__(self) -> str:

@@ -23,8 +23,11 @@ class RemoteRankError(HvdLiteError):
     def __init__(self, rank: int, remote_traceback: str, exception=None):
         super().__init__(f"rank {rank} raised an exception; its traceback:\n{remote_traceback.rstrip()}")
         self.rank = rank
+        """The rank that raised."""
         self.remote_traceback = remote_traceback
+        """The exception's traceback on that rank, as text."""
         self.exception = exception
+        """The exception itself, if it could be sent back (else None)."""
 
 
 class CollectiveError(HvdLiteError):
@@ -33,7 +36,9 @@ class CollectiveError(HvdLiteError):
     def __init__(self, code: int, message: str):
         super().__init__(message)
         self.code = code
+        """The hvdlResult_t value (csrc/hvdl.h)."""
         self.message = message
+        """What failed and where, as the C core reported it."""
 
 
 class InvalidArgumentError(CollectiveError, ValueError):

@@ -22,8 +22,11 @@ class ProcessSet:
     or hvd_lite.add_process_set(), then as process_set= to the collectives."""
 
     process_set_id: Optional[int] = None
+    """The set's id once registered (0 is the global set), else None."""
     ranks: Optional[List[int]] = None
+    """The set's ranks, sorted."""
     mpi_comm = None
+    """Always None: hvd_lite makes sets from lists of ranks, not from MPI communicators."""
 
     def __init__(self, ranks: Sequence[int]):
         if hasattr(ranks, "py2f"):
@@ -82,6 +85,7 @@ class _GlobalProcessSet(ProcessSet):
 
 
 global_process_set = _GlobalProcessSet()
+"""Every rank of the job (of init(comm=...)'s ranks): the set a collective runs on by default."""
 
 
 def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:

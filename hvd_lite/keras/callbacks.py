@@ -37,6 +37,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self._local_vars.add(id(var))
 
     def on_train_begin(self, logs=None):
+        """Broadcasts the model's and the optimizer's variables from `root_rank` (once)."""
         if self.broadcast_done:
             return
         model = self.model
@@ -71,6 +72,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
             logs[k] = float(v)
 
     def on_epoch_end(self, epoch, logs=None):
+        """Averages the epoch's numeric logs over the ranks."""
         self._average(logs)
 
 
@@ -118,6 +120,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         return lr
 
     def on_train_begin(self, logs=None):
+        """Checks the optimizer and finds the number of steps per epoch."""
         self._lr_variable()
         if self.momentum_correction and _momentum_refused(self.model.optimizer):
             # Keras 3 optimizers keep momentum as a Python float, read when the step is traced:
@@ -140,9 +143,11 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self._lr_variable().assign(self.initial_lr * self.multiplier(epoch))
 
     def on_epoch_begin(self, epoch, logs=None):
+        """Notes the epoch."""
         self.current_epoch = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
+        """Sets the learning rate for this batch, within the callback's epochs."""
         if self.current_epoch < self.start_epoch or (
             self.end_epoch is not None and self.current_epoch >= self.end_epoch
         ):
@@ -153,6 +158,7 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
             self._adjust(self.current_epoch + float(batch) / self.steps_per_epoch)
 
     def on_epoch_end(self, epoch, logs=None):
+        """Logs the learning rate as `lr`."""
         if logs is not None:
             logs["lr"] = float(np.asarray(self._lr_variable().numpy()))
 
@@ -183,6 +189,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         self.verbose = verbose
 
     def on_epoch_end(self, epoch, logs=None):
+        """Logs the learning rate as `lr`, and on rank 0 says when the warmup ends (`verbose`)."""
         super().on_epoch_end(epoch, logs)
         if epoch == self.end_epoch - 1 and self.verbose > 0 and basics.rank() == 0:
             print(

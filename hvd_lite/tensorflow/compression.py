@@ -14,10 +14,12 @@ class FP16Compressor(_FP16Compressor):
 
     @staticmethod
     def is_floating(dtype) -> bool:
+        """Whether the tf dtype is a floating-point one."""
         return dtype.is_floating
 
     @staticmethod
     def cast(tensor, dtype):
+        """`tf.cast(tensor, dtype)`."""
         return tf.cast(tensor, dtype)
 
 
@@ -25,7 +27,9 @@ class Compression:
     """The compressors, by Horovod's names."""
 
     none = NoneCompressor
+    """No compression."""
     fp16 = FP16Compressor
+    """Floating-point tensors sent as float16."""
 
 
 def called_back(compression):

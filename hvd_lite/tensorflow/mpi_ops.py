@@ -62,6 +62,7 @@ class CollectiveFailedError(CollectiveError, tf.errors.FailedPreconditionError):
     def __init__(self, code: int, message: str):
         tf.errors.FailedPreconditionError.__init__(self, None, None, message)
         self.code = code
+        """The hvdlResult_t value (csrc/hvdl.h)."""
 
 
 class CollectiveArgumentError(InvalidArgumentError, tf.errors.InvalidArgumentError):
@@ -71,6 +72,7 @@ class CollectiveArgumentError(InvalidArgumentError, tf.errors.InvalidArgumentErr
     def __init__(self, code: int, message: str):
         tf.errors.InvalidArgumentError.__init__(self, None, None, message)
         self.code = code
+        """The hvdlResult_t value (csrc/hvdl.h)."""
 
 
 class CollectiveMismatchError(InvalidArgumentError, tf.errors.FailedPreconditionError):
@@ -81,6 +83,7 @@ class CollectiveMismatchError(InvalidArgumentError, tf.errors.FailedPrecondition
     def __init__(self, code: int, message: str):
         tf.errors.FailedPreconditionError.__init__(self, None, None, message)
         self.code = code
+        """The hvdlResult_t value (csrc/hvdl.h)."""
 
 
 def _as_tf_error(exc: CollectiveError) -> Exception:

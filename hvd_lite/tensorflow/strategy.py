@@ -118,6 +118,7 @@ class MultiWorkerMirroredStrategy(tf.distribute.OneDeviceStrategy):
 
     @property
     def cluster_resolver(self):
+        """A SimpleClusterResolver of the job's ranks, as tf.distribute's strategy has."""
         return self._cluster_resolver
 
     def __repr__(self):

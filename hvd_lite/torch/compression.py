@@ -14,10 +14,12 @@ class FP16Compressor(_FP16Compressor):
 
     @staticmethod
     def is_floating(dtype) -> bool:
+        """Whether the torch dtype is a floating-point one."""
         return dtype.is_floating_point
 
     @staticmethod
     def cast(tensor, dtype):
+        """`tensor.to(dtype)`."""
         return tensor.to(dtype)
 
 
@@ -25,7 +27,9 @@ class Compression:
     """The compressors, by horovod.torch's names."""
 
     none = NoneCompressor
+    """No compression."""
     fp16 = FP16Compressor
+    """Floating-point tensors sent as float16."""
 
 
 __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]

@@ -43,8 +43,8 @@ from ..exceptions import CollectiveError, UnsupportedDtypeError
 from ..process_sets import global_process_set
 from .compression import Compression
 
-# horovod.torch's name for a failed collective.
 HorovodInternalError = CollectiveError
+"""horovod.torch's name for a failed collective: hvd_lite.CollectiveError."""
 
 # Every dtype the engine takes (hvd_lite._submit.HVDL_DTYPES) but bfloat16, which numpy lacks.
 # bool moves with allgather, broadcast and alltoall only; reductions refuse it, as Horovod does.

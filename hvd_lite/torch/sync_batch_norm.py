@@ -20,6 +20,7 @@ class SyncBatchNorm(_BatchNorm):
             raise ValueError(f"SyncBatchNorm expects an input of 2 or more dimensions, got {input.dim()}")
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        """Normalizes `input`; in training, with the statistics of every rank's batch."""
         self._check_input_dim(input)
         if not self.training or basics.size() == 1:
             return super().forward(input)
