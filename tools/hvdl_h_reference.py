@@ -312,7 +312,7 @@ def member_table(decl: Decl, columns: Tuple[str, str]) -> List[str]:
 def table(columns: Tuple[str, str], rows: List[Tuple[str, str, str]]) -> List[str]:
     """A table of names, values (both as code) and comments; no comment column if none has one."""
     with_comments = any(comment for _, _, comment in rows)
-    out = [f"| {columns[0]} | {columns[1]} |" + (" |" if with_comments else "")]
+    out = [f"| {columns[0]} | {columns[1]} |" + (" what |" if with_comments else "")]
     out.append("|---|---|" + ("---|" if with_comments else ""))
     for name, value, comment in rows:
         cells = [f"`{name}`", "`" + value.replace("|", "\\|") + "`"]
