@@ -18,11 +18,13 @@ docs-serve: $(DOCS_TOOLS)/.installed
 	$(MKDOCS) serve
 
 # The group read with tomllib rather than `pip install --group` (pip 25.1 or later): no venv, no
-# newer pip, no hvd_lite build; --no-compile saves the byte-compilation of files never imported.
+# newer pip, no hvd_lite build. --no-compile saves byte-compiling files never imported; the folder is
+# on PYTHONPATH for mkdocs alone, so the versions installed beside the running Python do not matter.
 $(DOCS_TOOLS)/.installed: pyproject.toml
 	rm -rf $(DOCS_TOOLS)
 	$(PYTHON) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["dependency-groups"]["docs"]))' \
 	  > $(DOCS_TOOLS).txt
-	$(PYTHON) -m pip install -q --disable-pip-version-check --no-compile --target $(DOCS_TOOLS) -r $(DOCS_TOOLS).txt
+	$(PYTHON) -m pip install -q --disable-pip-version-check --no-warn-conflicts --root-user-action=ignore \
+	  --no-compile --target $(DOCS_TOOLS) -r $(DOCS_TOOLS).txt
 	rm -f $(DOCS_TOOLS).txt
 	touch $@
