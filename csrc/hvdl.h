@@ -255,7 +255,10 @@ hvdlResult_t hvdlCommDestroy(hvdlComm_t comm);
 /* Frees a communicator without talking to the other ranks; use after a failure. */
 hvdlResult_t hvdlCommAbort(hvdlComm_t comm);
 
+/* The number of ranks in the communicator. */
 hvdlResult_t hvdlCommCount(const hvdlComm_t comm, int *count);
+
+/* This process's rank in the communicator (0 .. count - 1). */
 hvdlResult_t hvdlCommUserRank(const hvdlComm_t comm, int *rank);
 
 /* Returns a static string naming the result code. */
