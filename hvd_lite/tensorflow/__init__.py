@@ -149,19 +149,16 @@ class BroadcastGlobalVariablesHook:
         )
 
 
-class SyncBatchNormalization:
-    """Horovod's synchronous batch normalization: not implemented."""
-
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("SyncBatchNormalization is not implemented in hvd_lite")
-
-
 def __getattr__(name):
     # the strategy module imports TF's distribute internals: load it on first use
     if name == "MultiWorkerMirroredStrategy":
         from .strategy import MultiWorkerMirroredStrategy
 
         return MultiWorkerMirroredStrategy
+    if name == "SyncBatchNormalization":  # a Keras layer: Keras is imported on first use
+        from .sync_batch_norm import SyncBatchNormalization
+
+        return SyncBatchNormalization
     raise AttributeError(f"module 'hvd_lite.tensorflow' has no attribute {name!r}")
 
 

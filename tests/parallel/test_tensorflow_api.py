@@ -799,3 +799,57 @@ def test_alltoall_without_splits_needs_dim_0_divisible_by_the_ranks_eager_and_in
     out = hvd.alltoall(tf.fill([2 * n, 2], float(hvd.rank())), name="a2a.even")
     want = np.repeat(np.arange(n, dtype=np.float32), 2)[:, None] * np.ones((1, 2), np.float32)
     agree(np.array_equal(out.numpy(), want), str(out.numpy()))
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "tf.function"])
+def test_sync_batch_normalization_equals_batch_norm_over_the_global_batch(graph):
+    """Outputs, the gradients of gamma, beta and the input, and the moving statistics: each rank
+    on its rows (3 ranks' batches of different sizes at 3+ ranks) against Keras' BatchNormalization
+    of one process on every row."""
+    r, n = hvd.rank(), hvd.size()
+    rows = [4 + (i % 3) for i in range(n)]  # uneven batches
+    start = sum(rows[:r])
+    rng = np.random.RandomState(7)
+    x_all = (rng.rand(sum(rows), 3) * [1.0, 10.0, 0.1] + [0.0, 5.0, -2.0]).astype("float32")
+    w_all = rng.rand(sum(rows), 3).astype("float32")  # a loss weighting, so gradients differ per row
+    x = tf.constant(x_all[start : start + rows[r]])
+    w = tf.constant(w_all[start : start + rows[r]])
+
+    sync = hvd.SyncBatchNormalization(momentum=0.5)
+    ref = keras.layers.BatchNormalization(momentum=0.5)
+
+    def forward(layer, xs, ws):
+        with tf.GradientTape() as tape:
+            tape.watch(xs)
+            y = layer(xs, training=True)
+            loss = tf.reduce_sum(y * ws)
+        return (y, *tape.gradient(loss, [xs, layer.gamma, layer.beta]))
+
+    step = tf.function(forward) if graph else forward
+    y, dx, dgamma, dbeta = step(sync, x, w)
+    y_ref, dx_ref, dgamma_ref, dbeta_ref = forward(ref, tf.constant(x_all), tf.constant(w_all))
+    # the loss is the sum of every rank's: gamma's and beta's gradients are the sum of the ranks'
+    dgamma, dbeta = hvd.allreduce(dgamma, op=hvd.Sum), hvd.allreduce(dbeta, op=hvd.Sum)
+    mine = slice(start, start + rows[r])
+    pairs = {
+        "output": (y, y_ref[mine]),
+        "d input": (dx, dx_ref[mine]),
+        "d gamma": (dgamma, dgamma_ref),
+        "d beta": (dbeta, dbeta_ref),
+        "moving mean": (sync.moving_mean, ref.moving_mean),
+        "moving variance": (sync.moving_variance, ref.moving_variance),
+        "inference": (sync(x, training=False), ref(tf.constant(x_all), training=False)[mine]),
+    }
+    # relative to the largest value: float32 rounding (sums in other orders; gamma's gradient sums
+    # terms of both signs); batch norm of the local batch alone is off by 1e-1 or more
+    bad = {
+        k: float(np.abs(np.asarray(a) - np.asarray(b)).max() / max(1.0, np.abs(np.asarray(b)).max()))
+        for k, (a, b) in pairs.items()
+    }
+    agree(all(v < 1e-4 for v in bad.values()), f"relative differences {bad}")
+
+
+def test_sync_batch_normalization_refuses_fused_as_horovod():
+    for fused, exc in ((True, ValueError), (None, ValueError), ("yes", TypeError)):
+        with pytest.raises(exc, match="fused"):
+            hvd.SyncBatchNormalization(fused=fused)
