@@ -15,8 +15,8 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
     In training (with more than one rank) each call allreduces, per feature, the count, the sum
     and the sum of squares of its input (masked entries left out), so every rank must call it the
     same number of times; the gradient flows back through that allreduce (the sum of every
-    rank's). Ranks' batches may differ in size; the sums are taken in float64. In inference, or with one rank, it is Keras' batch
-    normalization. `fused` is accepted as Horovod's: False only."""
+    rank's). Ranks' batches may differ in size; the sums are taken in float64. In inference, or
+    with one rank, it is Keras' batch normalization. `fused` is accepted as Horovod's: False only."""
 
     def __init__(self, fused=False, **kwargs):
         if fused in (True, None):
