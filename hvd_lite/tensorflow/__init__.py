@@ -88,6 +88,7 @@ from .mpi_ops import (
     size_op,
 )
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from .tf1 import BroadcastGlobalVariablesHook
 
 
 def DistributedOptimizer(
@@ -107,15 +108,35 @@ def DistributedOptimizer(
     process_set=global_process_set,
     scale_local_gradients=True,
 ):
-    """A Keras optimizer whose updates use gradients reduced across ranks
-    (hvd_lite.keras.DistributedOptimizer); TF1 optimizers are not supported."""
+    """An optimizer whose updates use gradients reduced across ranks: a Keras optimizer's
+    (hvd_lite.keras.DistributedOptimizer), or a tf.compat.v1.train optimizer's for TF1 graphs
+    (its compute_gradients reduces them)."""
     import keras
 
+    if isinstance(optimizer, _tf.compat.v1.train.Optimizer):
+        from .tf1 import distributed_optimizer_v1
+
+        return distributed_optimizer_v1(
+            optimizer,
+            name,
+            use_locking,
+            backward_passes_per_step,
+            average_aggregated_gradients,
+            device_dense=device_dense,
+            device_sparse=device_sparse,
+            compression=compression,
+            sparse_as_dense=sparse_as_dense,
+            op=op,
+            gradient_predivide_factor=gradient_predivide_factor,
+            num_groups=num_groups,
+            groups=groups,
+            process_set=process_set,
+            scale_local_gradients=scale_local_gradients,
+        )
     if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise NotImplementedError(
-            f"hvd_lite.tensorflow.DistributedOptimizer wraps a keras.optimizers.Optimizer; "
-            f"{type(optimizer).__name__} is not one (TF1 tf.compat.v1.train optimizers are not "
-            "supported: use a Keras optimizer, or DistributedGradientTape)"
+        raise TypeError(
+            f"hvd_lite.tensorflow.DistributedOptimizer wraps a keras.optimizers.Optimizer or a "
+            f"tf.compat.v1.train.Optimizer; {type(optimizer).__name__} is neither"
         )
     if use_locking:
         raise ValueError("use_locking=True applies to TF1 optimizers only; Keras optimizers do not lock")
@@ -137,16 +158,6 @@ def DistributedOptimizer(
         process_set=process_set,
         scale_local_gradients=scale_local_gradients,
     )
-
-
-class BroadcastGlobalVariablesHook:
-    """Horovod's TF1 SessionRunHook: not implemented (TensorFlow 2 has no sessions)."""
-
-    def __init__(self, root_rank, device=""):
-        raise NotImplementedError(
-            "BroadcastGlobalVariablesHook is a TF1 SessionRunHook; under "
-            "TensorFlow 2 call hvd.broadcast_variables(variables, root_rank)"
-        )
 
 
 def __getattr__(name):

@@ -9,14 +9,14 @@ import tensorflow as tf
 from .. import basics, ops, state
 from .._horovod_args import resolve_groups, split_list
 from .._submit import group_names
-from ..collectives import broadcast_group_
+from ..collectives import _check_root, broadcast_group_
 from .compression import Compression
 from .mpi_ops import (
     TF_DIR,
     Average,
+    _graph_name,
     _grouped_allreduce,
     _reduce_slices,
-    broadcast,
     check_device,
     check_dtype,
     graph_safe,
@@ -47,7 +47,25 @@ def broadcast_variables(
             ops.synchronize(h)
             v.assign(a)
         return None
-    return tf.group([v.assign(broadcast(v, root_rank, process_set=process_set)) for v in variables])
+    if not variables:
+        return tf.no_op()
+    for v in variables:
+        check_dtype(fn, v.dtype)
+    root = _check_root(fn, root_rank)
+    where.set_rank(fn, root)  # a root outside the set: ValueError now
+    name = _graph_name(fn, None, process_set)
+    values = [tf.convert_to_tensor(v) for v in variables]
+
+    def run(*arrays):  # one op, one engine round for every variable
+        arrays = [np.array(a, order="C", copy=True) for a in arrays]
+        names = group_names(fn, fn, arrays, name, "variables", where)
+        for h in broadcast_group_(fn, arrays, names, root, process_set):
+            ops.synchronize(h)
+        return arrays
+
+    outs = tf.numpy_function(run, values, [t.dtype for t in values], stateful=True, name="hvdl_broadcast")
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    return tf.group([v.assign(tf.ensure_shape(o, t.shape)) for v, o, t in zip(variables, outs, values)])
 
 
 @graph_safe
@@ -64,12 +82,15 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
 
 @graph_safe
 def broadcast_global_variables(root_rank):
-    """Horovod's TF1 call: refused under eager TensorFlow 2, as Horovod refuses it."""
-    raise RuntimeError(
-        "hvd.broadcast_global_variables() does not support eager execution (TF2 "
-        "has no global variable collection); use hvd.broadcast_variables(<model/"
-        "optimizer variables>, root_rank) instead"
-    )
+    """In a graph, the op that assigns rank `root_rank`'s value to every global variable
+    (tf.compat.v1.global_variables()); refused when executing eagerly, as Horovod refuses it."""
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "hvd.broadcast_global_variables() does not support eager execution (TF2 "
+            "has no global variable collection); use hvd.broadcast_variables(<model/"
+            "optimizer variables>, root_rank) instead"
+        )
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):

@@ -485,3 +485,70 @@ def test_tf_config_that_disagrees_with_the_mpi_world_is_refused(monkeypatch):
         monkeypatch.setenv("TF_CONFIG", json.dumps(bad))
         with pytest.raises(hvd.HvdLiteError, match=f"{n + 1} workers but the MPI world has {n} ranks"):
             _check_tf_config(r, n, [])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_tf1_session_trains_as_one_process_with_a_v1_optimizer_and_the_broadcast_hook(threads):
+    """A TF1 graph (tf.compat.v1 session, `threads` inter-op threads): the hook broadcasts rank 0's
+    global variables (each rank starts from its own), and DistributedOptimizer around a
+    tf.compat.v1.train optimizer averages the gradients, so three steps on each rank's rows give
+    what one process gives on every row."""
+    r = hvd.rank()
+    x, y = data(rows=G)
+    w0 = np.random.RandomState(3).rand(4, 1).astype("float32")
+    lr, steps = 0.1, 3
+    w_ref = w0.astype("float64")
+    for _ in range(steps):  # one process: mean squared error on every row
+        w_ref -= lr * 2.0 * x.T @ (x @ w_ref - y) / len(x)
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable("w", initializer=w0 + r)  # rank 0's wins
+        b = tf.compat.v1.get_variable("b", initializer=np.float32(r))  # not trained, broadcast
+        xs, ys = tf.constant(shard(x)), tf.constant(shard(y))
+        loss = tf.reduce_mean(tf.square(tf.matmul(xs, w) - ys))
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(lr))
+        train = opt.minimize(loss, var_list=[w])
+        config = tf.compat.v1.ConfigProto(
+            inter_op_parallelism_threads=threads, intra_op_parallelism_threads=1
+        )
+        hooks = [hvd.BroadcastGlobalVariablesHook(0)]
+        with tf.compat.v1.train.SingularMonitoredSession(hooks=hooks, config=config) as sess:
+            for _ in range(steps):
+                sess.run(train)
+            got_w, got_b = sess.run([w, b])
+    agree(
+        np.allclose(got_w, w_ref, atol=1e-5)
+        and got_b == 0.0
+        and opt.get_name() == "DistributedGradientDescentOptimizer",
+        f"w {got_w.ravel()} vs {w_ref.ravel()}; b {got_b}; {opt.get_name()}",
+    )
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_broadcast_global_variables_in_a_tf1_graph_is_one_op_for_every_variable(threads):
+    """Many variables, one collective op (so a pool of one or two threads cannot hold
+    independent broadcasts in different orders on different ranks): every rank ends with rank
+    0's values, and a second run still works."""
+    r = hvd.rank()
+    with tf.Graph().as_default():
+        vs = [
+            tf.compat.v1.get_variable(f"v{i}", initializer=np.full([i + 1, 2], r + i, np.float32))
+            for i in range(6)
+        ]
+        vs.append(tf.compat.v1.get_variable("count", initializer=np.int64(10 + r)))
+        op = hvd.broadcast_global_variables(0)
+        collectives = [
+            o.name for o in tf.compat.v1.get_default_graph().get_operations() if o.type == "PyFunc"
+        ]
+        config = tf.compat.v1.ConfigProto(
+            inter_op_parallelism_threads=threads, intra_op_parallelism_threads=1
+        )
+        with tf.compat.v1.Session(config=config) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(op)
+            sess.run(op)
+            got = sess.run(vs)
+    want = [np.full([i + 1, 2], i, np.float32) for i in range(6)] + [10]
+    agree(
+        len(collectives) == 1 and all(np.array_equal(a, b) for a, b in zip(got, want)),
+        f"{collectives}; {got}",
+    )

@@ -375,11 +375,11 @@ def test_names_hvd_lite_does_not_implement_raise_not_implemented_error():
     calls = {
         "start_timeline": lambda: hvd.start_timeline("/tmp/t.json"),
         "stop_timeline": hvd.stop_timeline,
-        "BroadcastGlobalVariablesHook": lambda: hvd.BroadcastGlobalVariablesHook(0),
-        "SyncBatchNormalization": hvd.SyncBatchNormalization,
         "broadcast_object_fn": hvd.broadcast_object_fn,
         "BestModelCheckpoint": hvdk.callbacks.BestModelCheckpoint,
-        "TF1 optimizer": lambda: hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1)),
+        "TF1 optimizer accumulating": lambda: hvd.DistributedOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.1), backward_passes_per_step=2
+        ),
     }
     wrong = {}
     for what, call in calls.items():
