@@ -94,14 +94,18 @@ def broadcast_global_variables(root_rank):
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):
-    """Rank `root_rank`'s picklable `obj` on every rank (of the set)."""
-    _no_session("broadcast_object", session)
+    """Rank `root_rank`'s picklable `obj` on every rank (of the set). `session` (TF1) may be given
+    as in Horovod; the object moves without one."""
+    _check_session("broadcast_object", session)
+    member_set("broadcast_object", process_set)
     return state.broadcast_object(obj, root_rank, name, process_set)
 
 
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
-    """Every rank's (of the set) picklable `obj`, as a list in rank order."""
-    _no_session("allgather_object", session)
+    """Every rank's (of the set) picklable `obj`, as a list in rank order. `session` (TF1) may be
+    given as in Horovod; the objects move without one."""
+    _check_session("allgather_object", session)
+    member_set("allgather_object", process_set)
     return state.allgather_object(obj, name, process_set)
 
 
@@ -113,9 +117,11 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
     )
 
 
-def _no_session(fn: str, session) -> None:
-    if session is not None:
-        raise ValueError(f"{fn}: session= is a TF1 argument; TensorFlow 2 runs eagerly, pass no session")
+def _check_session(fn: str, session) -> None:
+    """Horovod's TF1 `session=`: None or a tf.compat.v1 session (hvd_lite sends objects without
+    running a graph, so any session gives the same result); TypeError otherwise."""
+    if session is not None and not isinstance(session, tf.compat.v1.Session):
+        raise TypeError(f"{fn}: session must be a tf.compat.v1.Session or None, got {type(session).__name__}")
 
 
 # ---------------------------------------------------------------------------- gradients

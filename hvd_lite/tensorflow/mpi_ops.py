@@ -581,6 +581,7 @@ def join():
 def barrier(process_set=global_process_set) -> None:
     """Returns once every rank (of the set) has called barrier() (eager; hvd_lite's, not in
     Horovod's TF API)."""
+    member_set("barrier", process_set)
     collectives.barrier(process_set)
 
 

@@ -3,18 +3,37 @@
 
 A collective on tf tensors runs in its set's engine through the numpy layer, which checks the set
 again when a graph runs (a set removed since the trace raises there). At call (trace) time:
-`member_set` for a collective (TypeError for a non-set, ValueError for a set that is not
-registered or that this rank is not in, as the core raises), `registered_set` where a non-member
-is allowed (the gradient reductions, which leave a non-member's gradients as they are)."""
+`member_set` for a collective (TypeError for a non-set; for a set that is not registered or that
+this rank is not in, a ValueError that is also tf.errors.InvalidArgumentError), `registered_set`
+where a non-member is allowed (the gradient reductions, which leave a non-member's gradients as
+they are)."""
+
+import tensorflow as tf
 
 from .. import basics
 from ..process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 
 
+class ProcessSetArgumentError(ValueError, tf.errors.InvalidArgumentError):
+    """A collective on a process set this rank is not in, or on one that is not registered: a
+    ValueError, as the numpy API raises, and a tf.errors.InvalidArgumentError, as Horovod's ops
+    raise."""
+
+    def __init__(self, node_def, op, message, *args):
+        # TF's signature, which AutoGraph calls when it re-raises an error from a function it
+        # traces with the user's lines added (any other signature becomes its StagingError)
+        ValueError.__init__(self, message)
+        tf.errors.InvalidArgumentError.__init__(self, node_def, op, message, *args)
+
+
 def member_set(fn: str, process_set):
     """The registered set a collective on `process_set` (None: the global set) runs in; TypeError
-    or ValueError, before anything is sent, unless this rank is a member of a registered set."""
-    return basics.set_for(fn, process_set)
+    for a non-set, or ProcessSetArgumentError, before anything is sent, unless this rank is a
+    member of a registered set."""
+    try:
+        return basics.set_for(fn, process_set)
+    except ValueError as exc:
+        raise ProcessSetArgumentError(None, None, str(exc)) from None
 
 
 def registered_set(fn: str, process_set):
@@ -43,6 +62,7 @@ __all__ = [
     "add_process_set",
     "remove_process_set",
     "member_set",
+    "ProcessSetArgumentError",
     "registered_set",
     "set_by_id",
 ]

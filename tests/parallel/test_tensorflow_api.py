@@ -544,7 +544,7 @@ def test_arguments_hvd_lite_cannot_honour_raise_before_anything_is_sent():
             "use_locking",
             lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), use_locking=True),
         ),
-        (ValueError, "session", lambda: hvd.broadcast_object(1, session=object())),
+        (TypeError, "session", lambda: hvd.broadcast_object(1, session=object())),
         (ValueError, "legacy_opts", lambda: hvdk.load_model("x.keras", legacy_opts=True)),
         (RuntimeError, "broadcast_variables", lambda: hvd.broadcast_global_variables(0)),
         (
