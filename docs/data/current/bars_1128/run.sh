@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 14's performance bars, one after the other, on one build (docs/benchmarks.md, "Issue 14's bars
+# The 2-rank performance targets, one after the other, on one build (docs/benchmarks-history.md, "The 2-rank performance targets measured
 # together"). Run from the repository root with the venv's mpirun and python on PATH; writes here.
 set -u
 D=docs/data/current/bars_1128

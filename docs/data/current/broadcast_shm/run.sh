@@ -1,5 +1,5 @@
 #!/bin/bash
-# The single-copy broadcast against the chain, forced in turn (docs/benchmarks.md, "The single-copy
+# The single-copy broadcast against the chain, forced in turn (docs/benchmarks-history.md, "The single-copy
 # broadcast"). Run from the repository root with the venv's mpirun and python on PATH; writes here.
 D=docs/data/current/broadcast_shm
 for i in 1 2; do for a in shm chain; do

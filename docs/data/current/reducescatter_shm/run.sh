@@ -1,5 +1,5 @@
 #!/bin/bash
-# The single-copy reduce-scatter against the ring, forced in turn (docs/benchmarks.md, "The single-copy
+# The single-copy reduce-scatter against the ring, forced in turn (docs/benchmarks-history.md, "The single-copy
 # reduce-scatter"). Run from the repository root with the venv's mpirun and python on PATH; writes here.
 D=docs/data/current/reducescatter_shm
 for i in 1 2; do for a in shm ring; do

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The records of docs/benchmarks.md, "A stand-in for plain buffers" (2 ranks, one host).
+# The records of docs/benchmarks-history.md, "A stand-in for plain buffers" (2 ranks, one host).
 # Run from the repository root with the build to measure in place: bash docs/data/current/stand_in/run.sh
 set -e
 out=docs/data/current/stand_in
@@ -14,7 +14,7 @@ for i in 1 2 3; do
   mpirun -np 2 $bench --api core --inplace -b 64K -e 16M -f 2 --repeats 7 \
       --sweep HVD_LITE_SHM_STAND_IN_BYTES=0,4194304 --json $out/huge_pages_r$i.json
 done
-# Issue 14's numpy-API bar, as written (a 256 MiB array: huge pages), with the default.
+# The numpy-API target, as written (a 256 MiB array: huge pages), with the default.
 for i in 1 2; do
   mpirun -np 2 $bench --api numpy --inplace -b 4 -e 256M -f 4 --repeats 5 --json $out/numpy_full_r$i.json
 done
