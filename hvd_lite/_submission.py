@@ -23,7 +23,7 @@ class Submission(list):
     the FIELDS in the binding's order, so that handing it over is `submit(*s, at_once)`, read and
     written by field name. Built by field with Submission.of; a small call's quick route
     (ops.plain_args, hvd_lite.torch's _plain_args) builds it from a list in FIELDS order, a list
-    literal and one C call (docs/benchmarks.md, "Through the numpy API"), and
+    literal and one C call (docs/benchmarks-history.md, "Through the numpy API"), and
     tests/unit/test_plain_args.py holds that route's fields to the checked route's. Filled in
     once (the name of an automatic call, an armed fault's error) before it is handed over."""
 

@@ -6,7 +6,7 @@
 A collective on such arrays gives the same result as on any other array. On one host, where every
 rank's buffer is such an array, the single-copy all-reduce (above 32 KiB) and all-gather read and
 write the peers' arrays with plain loads and stores instead of the kernel's process_vm_readv/writev,
-which pins every page of every copy: docs/benchmarks.md, "Memory the peers reach". A tensor smaller
+which pins every page of every copy: docs/benchmarks-history.md, "Memory the peers reach". A tensor smaller
 than HVD_LITE_FUSION_THRESHOLD is fused through the engine's own buffer, which is such memory too.
 
 The memory is freed when the array and every NumPy view of it are gone, except that a peer rank on

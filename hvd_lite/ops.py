@@ -191,7 +191,7 @@ def plain_args(array, inplace: bool, op, pre, post, name) -> Optional[Submission
     glance, or None: a C-contiguous numpy.ndarray (writable in place) of a reducible dtype, and
     what plain_op takes. Automatically named, the name is left for run(), start() or submit() to
     set. Whatever this declines, checked_request checks in full, so each error is written once;
-    this is what a small call's microseconds allow (docs/benchmarks.md, "Through the numpy API")."""
+    this is what a small call's microseconds allow (docs/benchmarks-history.md, "Through the numpy API")."""
     if type(array) is not np.ndarray:
         return None
     hop, code, flags = plain_op(op, pre, post, name), _REDUCIBLE.get(array.dtype), array.flags

@@ -1,5 +1,5 @@
 """One in-place all-reduce (or all-gather) through the C API, in a loop and nothing else: a job for a
-profiler (docs/benchmarks.md, "The single-copy form", "On an AMD machine"), or for where in their
+profiler (docs/benchmarks-history.md, "The single-copy form", "On an AMD machine"), or for where in their
 pages the ranks' buffers lie (`--offset`; "Buffers at their own place in a page").
 
     mpirun -np 2 sh -c 'exec perf record -g -o perf.$OMPI_COMM_WORLD_RANK.data \
@@ -42,7 +42,7 @@ def main(argv=None):
         "--shared",
         action="store_true",
         help="take the buffers from hvdlMemAlloc (hvd_lite.empty), which the peers reach "
-        'directly (docs/benchmarks.md, "Memory the peers reach")',
+        'directly (docs/benchmarks-history.md, "Memory the peers reach")',
     )
     args = p.parse_args(argv)
     if args.bytes <= 0 or args.bytes % 4 or args.calls <= 0 or args.warmup < 0:

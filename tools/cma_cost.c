@@ -3,7 +3,7 @@
  * (default 512 KiB) of its parent's memory in chunks of C (default 256 KiB) with
  * process_vm_readv, with process_vm_writev (both pin every page they touch in the parent), and
  * with memcpy from a mapping they share; 400 times each, median and minimum printed.
- * docs/benchmarks.md, "A stand-in for plain buffers".
+ * docs/benchmarks-history.md, "A stand-in for plain buffers".
  *
  *   cc -O2 -o /tmp/cma_cost tools/cma_cost.c && /tmp/cma_cost 524288 262144
  */

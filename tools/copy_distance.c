@@ -2,7 +2,7 @@
  * One memcpy of a buffer from a page-aligned shared mapping into a private one, timed at each
  * distance (destination minus source, modulo 4 KiB) from 0 to 72 bytes, against the same copy
  * in 2 KiB pieces (what csrc/base/memory.c's hvdl_copy does at distances 1-63): a check of glibc's
- * `rep movsb` on the machine at hand (docs/benchmarks.md, "A copy's distance").
+ * `rep movsb` on the machine at hand (docs/benchmarks-history.md, "A copy's distance").
  *
  *   gcc -O2 -o /tmp/copy_distance tools/copy_distance.c && /tmp/copy_distance 65536
  */

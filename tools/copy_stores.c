@@ -4,7 +4,7 @@
  * non-temporal 32-byte stores (the destination's lines are not read first), `rep movsb` (what the
  * kernel's process_vm_readv/writev copies use) and plain 32-byte stores. Printed by process 0: the
  * median and best of 15 batches of 5 copies, a copy's time. What bounds an all-reduce's large
- * sizes on the machine at hand (docs/benchmarks.md, "What memory allows").
+ * sizes on the machine at hand (docs/benchmarks-history.md, "What memory allows").
  *
  *   gcc -O2 -mavx2 -o /tmp/copy_stores tools/copy_stores.c -lpthread && /tmp/copy_stores 16 2
  */

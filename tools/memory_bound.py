@@ -1,5 +1,5 @@
 """What memory allows an in-place all-reduce on one host, against MPI_Allreduce, in one run, interleaved
-(docs/benchmarks.md, "What memory allows").
+(docs/benchmarks-history.md, "What memory allows").
 
     mpirun -np 2 python tools/memory_bound.py [--repeats 8]
 

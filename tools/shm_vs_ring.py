@@ -1,5 +1,5 @@
 """The shared-memory all-reduce against the ring and MPI_Allreduce on one host, interleaved in one
-run (docs/benchmarks.md, "Shared memory against the ring"; algorithms.h's SHM_ALLREDUCE_MAX).
+run (docs/benchmarks-history.md, "Shared memory against the ring"; algorithms.h's SHM_ALLREDUCE_MAX).
 
     mpirun -np 2 python tools/shm_vs_ring.py [--cold MiB] [--sizes 65536,1048576]
 

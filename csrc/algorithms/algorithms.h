@@ -84,7 +84,7 @@ hvdlResult_t hvdl_allreduce_adasum(hvdlComm_t comm, const void *sendbuff, void *
  * 2 ranks: 0.68-0.81x its time from 64 KiB to 1 MiB) and loses from 2 MiB (1.04-1.64x); on
  * a buffer that is not (ResNet-50's fused step, whose buffers come from memory) it saves
  * less, as it copies more than the ring does through MPI's single copy. Measured through the
- * engine, builds alternating (docs/benchmarks.md, "Shared memory against the ring"): up to
+ * engine, builds alternating (docs/benchmarks-history.md, "Shared memory against the ring"): up to
  * 1 MiB the numpy API's 1 MiB all-reduce went from 1.15-1.28x MPI's time to 0.82-0.95x (8
  * rounds) and the fused step's median stayed at 1.04x the best MPI's (10 rounds); up to 2 MiB
  * the 2 MiB all-reduce went from 1.08-1.13x to 1.34-1.55x. */
@@ -94,7 +94,7 @@ hvdlResult_t hvdl_allreduce_adasum(hvdlComm_t comm, const void *sendbuff, void *
 /* Above SHM_CMA_MIN bytes per rank the shared-memory path takes its single-copy form
  * (allreduce_shm.c: reads the peers' own buffers, writes the result into them) where every
  * local rank can (hvdl_shm.cma); the selector then takes the path at every size on one host.
- * At 2 ranks (tools/shm_vs_ring.py, docs/benchmarks.md "The single-copy form"): at 32 KiB it
+ * At 2 ranks (tools/shm_vs_ring.py, docs/benchmarks-history.md "The single-copy form"): at 32 KiB it
  * and the areas were alike (0.49-0.54x MPI's time, in the cache and from the L3); at 64 KiB -
  * 1 MiB in the cache it took 0.38-0.44x against the areas' 0.60-0.77x, from the L3 0.67-0.72x
  * against 0.59-0.76x (the areas ahead at 64-128 KiB); through the engine, with 32 KiB instead
@@ -106,7 +106,7 @@ hvdlResult_t hvdl_allreduce_adasum(hvdlComm_t comm, const void *sendbuff, void *
 /* Above SHM_ALLGATHER_MIN bytes in all (the result) the all-gather's selector takes the
  * single-copy all-gather (allgather_shm.c) where it can run; up to it, with every rank on
  * one host, the one-step all-gather through the segment's areas. At 2 ranks, C API, against
- * the ring in the same window (docs/benchmarks.md, "The single-copy all-gather"): the single
+ * the ring in the same window (docs/benchmarks-history.md, "The single-copy all-gather"): the single
  * copy at 8 B - 1 KiB took 1.2-1.8x the ring's time under Open MPI, 1.0-1.2x under MPICH (its
  * two steps and a system call against one message); at 4 KiB 0.96-1.02x and 0.94-1.01x; at
  * 16 KiB 0.61-0.67x and 0.60x; above, 0.73-0.99x and 0.63-0.99x. The one step took about
@@ -117,7 +117,7 @@ hvdlResult_t hvdl_allreduce_adasum(hvdlComm_t comm, const void *sendbuff, void *
 
 /* Above SHM_REDUCESCATTER_MIN bytes in all (the input) the reduce-scatter's selector takes
  * the single-copy reduce-scatter (reducescatter_shm.c) where it can run. At 2 ranks, C API,
- * Open MPI, against the ring forced in the same window, four runs (docs/benchmarks.md, "The
+ * Open MPI, against the ring forced in the same window, four runs (docs/benchmarks-history.md, "The
  * single-copy reduce-scatter"): 1.2-1.6x the ring's time at 1-2 KiB (two steps and a system
  * call against one message), 0.96-1.39x at 4 KiB, 0.62-0.95x at 8-64 KiB, 0.89-1.09x at
  * 128-512 KiB, 0.66-1.07x from 1 MiB to 16 MiB, and 0.90-1.30x at 32-64 MiB. */
@@ -127,7 +127,7 @@ hvdlResult_t hvdl_allreduce_adasum(hvdlComm_t comm, const void *sendbuff, void *
 
 /* Above SHM_BROADCAST_MIN bytes and up to SHM_BROADCAST_MAX the broadcast's selector takes
  * the single-copy broadcast (broadcast_shm.c) where it can run. At 2 ranks, C API, Open MPI,
- * against the chain forced in the same window, four runs (docs/benchmarks.md, "The
+ * against the chain forced in the same window, four runs (docs/benchmarks-history.md, "The
  * single-copy broadcast"): 1.05-1.24x the chain's time at 1-2 KiB, 0.68-0.91x at 4-32 KiB,
  * 0.79-1.08x at 64-512 KiB, and 0.79-1.38x from 1 MiB to 64 MiB, where the chain's one
  * message is itself a single copy (Open MPI's smsc/cma) and the two take turns. */

@@ -31,7 +31,7 @@
  * block written to each of the n-1 peers, one copy each, and 2 steps whatever
  * the size, where the ring takes n-1 steps (through MPI's messages: Open MPI's
  * also single-copy for large ones, MPICH's through its own shared buffers). At
- * 2 ranks: docs/benchmarks.md, "The single-copy all-gather".
+ * 2 ranks: docs/benchmarks-history.md, "The single-copy all-gather".
  */
 #include <string.h>
 

@@ -49,7 +49,7 @@
  * 2 steps whatever B. Pulling the result from its owner's recvbuff instead (its
  * lines then still in the owner's core's cache) made ResNet-50's step 1.25x
  * slower and a 4-16 MiB all-reduce 1.2-1.5x
- * (docs/benchmarks.md, "The single-copy form").
+ * (docs/benchmarks-history.md, "The single-copy form").
  *
  * The protocol every single-copy collective shares (the posted addresses, the
  * two steps, the probe at init, the failure rule and its drain) is single_copy.c's.

@@ -18,7 +18,7 @@
  * Nobody writes into another's buffers and the root's is only read: no step
  * between. Per rank: B read once, in 2 steps whatever the number of ranks and
  * the size, where the chain takes S + n - 2 stages of messages and the tree
- * log2 n of B (docs/benchmarks.md, "The single-copy broadcast"). The ranks all
+ * log2 n of B (docs/benchmarks-history.md, "The single-copy broadcast"). The ranks all
  * read the root's pages at once: their copies share its memory's bandwidth.
  */
 #include "algorithms/algorithms.h"

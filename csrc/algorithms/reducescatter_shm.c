@@ -21,7 +21,7 @@
  * copies its own chunk to scratch first, since the fold writes its destination
  * before it reads its own input last. Per rank: (n-1) B / n read, n-1 folds of
  * B / n (as the ring), 2 steps whatever the size, where the ring takes n-1 steps of B / n through
- * MPI's messages (docs/benchmarks.md, "The single-copy reduce-scatter").
+ * MPI's messages (docs/benchmarks-history.md, "The single-copy reduce-scatter").
  */
 #include "algorithms/algorithms.h"
 #include "kernels/kernels.h"

@@ -33,13 +33,13 @@
  * interruptibly. */
 #define DEFAULT_FAST_PATH_BYTES ((size_t)16 << 20)
 /* The shared-memory path's chunk (segment.c): 4 areas of this many bytes per rank. Measured at 2
- * ranks (docs/benchmarks.md, "Shared memory against the ring", "The chunk"): 256 KiB areas
+ * ranks (docs/benchmarks-history.md, "Shared memory against the ring", "The chunk"): 256 KiB areas
  * took shm's 1-4 MiB all-reduce from 0.77-1.22x MPI's time to 0.74-1.12x (C API, in the
  * cache), and the engine's 1 MiB all-reduce from 216-281 to 181-219 us, the fused step alike;
  * 64 and 128 KiB were no better, and a chunk's counter updates stay small beside its copies. */
 #define DEFAULT_SHM_BYTES ((size_t)256 << 10)
 /* The single-copy all-reduce's stand-in for plain buffers (single_copy.c's hvdl_cma_stand_in), up
- * to this many bytes per rank. At 2 ranks on small pages (docs/benchmarks.md, "A stand-in for
+ * to this many bytes per rank. At 2 ranks on small pages (docs/benchmarks-history.md, "A stand-in for
  * plain buffers"; the C API in place) it took less time than the kernel's copies in every run up
  * to 4 MiB (1.06-1.95x), was mixed at 8 MiB (0.82-1.07x) and took more from 16 MiB; each
  * communicator's stand-in is a region of this size, whose pages count once touched. */

@@ -28,7 +28,7 @@ hvdlResult_t hvdl_reserve(hvdlComm_t comm, char **buf, size_t *cap, size_t bytes
 /* glibc (2.36, AVX2) copies more than 4 KiB with `rep movsb`, which on AMD EPYC (the 2-core
  * machine of 27 Nov 2026) ran 15-27x slower when the destination lay 1-31 bytes past the source
  * modulo 4 KiB: 24-43 us instead of 1.4-2.6 us for 64 KiB at the other distances from 0 to 72
- * (tools/copy_distance.c; docs/benchmarks.md, "A copy's distance"). A page-aligned shared-memory
+ * (tools/copy_distance.c; docs/benchmarks-history.md, "A copy's distance"). A page-aligned shared-memory
  * area copied into a NumPy buffer 16 bytes past a page is that case. Such copies go in pieces
  * that glibc copies with its vector loop (2 KiB: below its threshold for every vector width).
  * Overlapping buffers are moved as memmove moves them. */

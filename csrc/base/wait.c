@@ -33,7 +33,7 @@
  * exception: there the peer a rank waits for may be waiting for this rank's core, so
  * every thread's spins yield, as MPI's own waits do then. Without it, 4 ranks on 2
  * cores took about 1 ms for a 4-byte all-reduce, the length of a scheduler tick
- * (docs/benchmarks.md, "Small calls on an oversubscribed host").
+ * (docs/benchmarks-history.md, "Small calls on an oversubscribed host").
  *
  * It also holds the transports' one fault point (hvdl_fault, HVD_LITE_FAULT, a testing
  * aid): the stall point, which makes a rank stop as a late peer would, and the failing
@@ -100,7 +100,7 @@ hvdlResult_t hvdl_fault_armed(hvdlComm_t comm, enum hvdl_fault_point at, int pee
  * by t is answered at most t / 50 later, and a rank blocked for seconds wakes 20 times
  * a second. A rank blocked 10 s in synchronize on a peer that had not submitted took
  * 0.70-0.74 % of a core with long_sleep alone (10 ms), 0.31-0.36 % with this
- * (tools/cpu_while_waiting.py; docs/benchmarks.md, "A waiting rank's CPU"). */
+ * (tools/cpu_while_waiting.py; docs/benchmarks-history.md, "A waiting rank's CPU"). */
 #define LATE_SHARE     0.02
 #define LATE_SLEEP_MAX 50e-3
 

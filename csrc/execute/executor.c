@@ -125,7 +125,7 @@ static int fused_on_device(struct hvdl_request **group, int m) {
 /* The fusion buffer holds at least `total` bytes. Where the ranks of a host run the
  * single-copy forms it is memory they reach directly (hvdlMemAlloc): the single-copy
  * all-reduce then reads and writes the peers' fusion buffers with plain copies, not
- * the kernel's (peer_memory.c; docs/benchmarks.md, "Memory the peers reach"). It is made
+ * the kernel's (peer_memory.c; docs/benchmarks-history.md, "Memory the peers reach"). It is made
  * the fusion threshold's size at once (pages are only used once touched), so that a
  * growing total does not leave the peers' views of old buffers behind; malloc's
  * where that memory cannot be had. */

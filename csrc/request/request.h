@@ -136,7 +136,7 @@ struct hvdl_request {
 
 /* Buckets of the in-flight names: a submission checks its name against one bucket's
  * few requests, not against everything in flight (which cost 10 us a submission with
- * 1,000 in flight: docs/benchmarks.md, "Submitting"). */
+ * 1,000 in flight: docs/benchmarks-history.md, "Submitting"). */
 #define HVDL_NAME_BUCKETS 1024
 
 /* The requests in flight, in submission order, and their waiters. mu also guards

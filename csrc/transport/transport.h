@@ -50,7 +50,7 @@
 /* Sends in flight: a send step (which has a whole piece to post) posts at most
  * PIPE_SEND_WINDOW of its segments at once and each further one when an earlier
  * one has completed, while the steps after it receive. The cause, measured
- * (docs/benchmarks.md, "The ring's 128-segment cliff"): every posted send puts a
+ * (docs/benchmarks-history.md, "The ring's 128-segment cliff"): every posted send puts a
  * small header into Open MPI's shared-memory mailbox for its peer (the sm BTL's
  * "fast box", 4 KiB per peer); posted all at once, 128 of them overflowed it and
  * the step ran at half speed (64 MiB at 2 ranks in 256 KiB segments with the cap

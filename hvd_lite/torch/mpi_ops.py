@@ -115,7 +115,7 @@ def _plain_args(tensor, inplace: bool, op, pre, post, name) -> Optional[Submissi
     non-empty CPU torch.Tensor (not a subclass) of a reducible dtype, and what ops.plain_op takes
     (the op, factors and name). Its memory goes to the engine by
     address, with its storage to keep it alive (no numpy view, which costs more than the rest of the
-    call: docs/benchmarks.md, "Submitting"); out of place, into a new tensor like it. The two
+    call: docs/benchmarks-history.md, "Submitting"); out of place, into a new tensor like it. The two
     routes give the engine the same arguments (tests/unit/test_torch_plain_args.py)."""
     if type(tensor) is not torch.Tensor:
         return None

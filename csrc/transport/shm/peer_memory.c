@@ -10,7 +10,7 @@
  * needs what process_vm_readv needs: the same user, ptrace's leave), and then
  * reads and writes the buffer with plain loads and stores: no system call and no
  * page pinned per copy, where process_vm_readv/writev pin every 4 KiB page of
- * every copy (docs/benchmarks.md, "Memory the peers reach").
+ * every copy (docs/benchmarks-history.md, "Memory the peers reach").
  *
  * Each buffer holds a file descriptor while it lives (the peers open it), so a
  * process's descriptor limit (ulimit -n) bounds how many it may have at once.

@@ -137,7 +137,7 @@ uint64_t hvdl_cma_recvbuff(const struct hvdl_shm *s, int q);
 /* Where in this rank's scratch area q a chunk read from src goes: at src's offset in
  * its 4 KiB page, so that the kernel's or libc's copy (`rep movsb`) never has its
  * destination 1-31 bytes past its source modulo 4 KiB, where it crawls on AMD EPYC
- * (memory.c's hvdl_copy; docs/benchmarks.md, "A copy's distance"). Holds an area. */
+ * (memory.c's hvdl_copy; docs/benchmarks-history.md, "A copy's distance"). Holds an area. */
 char *hvdl_cma_scratch(const struct hvdl_shm *s, int q, uint64_t src);
 
 /* Copies bytes from `here` in this process to addr in local rank q's own memory:

@@ -37,7 +37,7 @@
  * before open it copies into it what the peers read (all but its own lane),
  * and after a successful close it copies out of it what they wrote there. Two
  * local copies then replace the peers' copies through the kernel, which pin
- * every small page they touch (docs/benchmarks.md, "A stand-in for plain
+ * every small page they touch (docs/benchmarks-history.md, "A stand-in for plain
  * buffers"). Buffers with under half of their pages small (the kernel
  * pins a huge page, 512 small ones, in one step) and those above
  * config.shmStandInBytes go through the kernel. The peers see only a region,
@@ -139,7 +139,7 @@ static hvdlResult_t kernel_copy(hvdlComm_t comm, int q, char *d, uint64_t addr, 
  * the destination's place: the copy costs far less than the crawl (2 ranks, AMD
  * EPYC, tools/allreduce_loop.py --offset 0,16: a 1 MiB all-reduce 473-484 us a
  * call without it and the read placed as before, 194-224 with both; 174-187 at
- * 0,0; docs/benchmarks.md, "Buffers at their own place in a page"). */
+ * 0,0; docs/benchmarks-history.md, "Buffers at their own place in a page"). */
 hvdlResult_t hvdl_cma_write(hvdlComm_t comm, int q, const void *here, uint64_t addr, size_t bytes) {
   const int fault = hvdl_fault_hit(comm->faults, HVDL_FAULT_SEND);
   char *there = fault ? NULL : reach(comm->shm, q, addr, bytes);
