@@ -2,8 +2,8 @@
 
 Each record already holds hvd_lite against its MPI baseline from the same run. For every point
 (size, or contender) this takes hvd_lite's time as a fraction of the baseline's in each run, the
-median of those over the runs of one build, and prints after / before. 1.00 = unchanged; the
-issue's bar for a restructuring is within +-5 %.
+median of those over the runs of one build, and prints after / before. 1.00 = unchanged; a
+restructuring that moves no work should stay within +-5 %.
 
     python tools/bench_compare.py --before old/fusion_*.json --after new/fusion_*.json
     python tools/bench_compare.py --table new/fusion_*.json     # one build's figures, as markdown
