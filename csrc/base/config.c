@@ -254,7 +254,7 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
     if (a < 0)
       return hvdl_fail(
           NULL, hvdlInvalidArgument,
-          "HVD_LITE_ALLREDUCE_ALGO=%s is not valid: expected auto, ring, rd, rab, hier, "
+          "HVD_LITE_ALLREDUCE_ALGO=%s is not valid: expected auto, ring, rd, rab, tree, hier, "
           "hier_p2p, shm or small",
           algo);
     config->allReduceAlgorithm = a;
