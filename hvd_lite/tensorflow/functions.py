@@ -37,33 +37,30 @@ def broadcast_variables(
     fn = "broadcast_variables"
     where = member_set(fn, process_set)
     variables = list(variables)
-    if tf.executing_eagerly():
-        for v in variables:
-            check_dtype(fn, v.dtype)  # every dtype checked before anything is sent
-        arrays = [np.array(v.numpy(), order="C", copy=True) for v in variables]  # writable copies
-        names = group_names(fn, fn, arrays, None, "variables", where)
-        # every variable checked before any is submitted, then all in one round
-        for v, a, h in zip(variables, arrays, broadcast_group_(fn, arrays, names, root_rank, process_set)):
+    for v in variables:
+        check_dtype(fn, v.dtype)  # every dtype checked before anything is sent
+
+    def run(name, *values):
+        """Every variable's value, root_rank's on return: writable copies broadcast in place, each
+        checked before any is submitted, then all in one engine round."""
+        arrays = [np.array(a, order="C", copy=True) for a in values]
+        names = group_names(fn, fn, arrays, name, "variables", where)
+        for h in broadcast_group_(fn, arrays, names, root_rank, process_set):
             ops.synchronize(h)
+        return arrays
+
+    if tf.executing_eagerly():
+        for v, a in zip(variables, run(None, *[v.numpy() for v in variables])):
             v.assign(a)
         return None
     if not variables:
         return tf.no_op()
-    for v in variables:
-        check_dtype(fn, v.dtype)
-    root = _check_root(fn, root_rank)
-    where.set_rank(fn, root)  # a root outside the set: ValueError now
-    name = _graph_name(fn, None, process_set)
+    where.set_rank(fn, _check_root(fn, root_rank))  # a root outside the set: ValueError now
+    name = _graph_name(fn, None, process_set)  # the same on every rank and every run of the graph
     values = [tf.convert_to_tensor(v) for v in variables]
-
-    def run(*arrays):  # one op, one engine round for every variable
-        arrays = [np.array(a, order="C", copy=True) for a in arrays]
-        names = group_names(fn, fn, arrays, name, "variables", where)
-        for h in broadcast_group_(fn, arrays, names, root, process_set):
-            ops.synchronize(h)
-        return arrays
-
-    outs = tf.numpy_function(run, values, [t.dtype for t in values], stateful=True, name="hvdl_broadcast")
+    outs = tf.numpy_function(
+        lambda *a: run(name, *a), values, [t.dtype for t in values], stateful=True, name="hvdl_broadcast"
+    )
     outs = outs if isinstance(outs, (list, tuple)) else [outs]
     return tf.group([v.assign(tf.ensure_shape(o, t.shape)) for v, o, t in zip(variables, outs, values)])
 
