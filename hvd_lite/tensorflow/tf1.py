@@ -4,7 +4,7 @@ and the SessionRunHook that broadcasts the global variables once a session is ma
 import tensorflow as tf
 
 from .functions import GradientReduction, broadcast_global_variables
-from .mpi_ops import check_device
+from .mpi_ops import Adasum, check_device, reduce_op
 
 
 class _DistributedOptimizerV1(tf.compat.v1.train.Optimizer):
@@ -44,7 +44,19 @@ class _DistributedOptimizerV1(tf.compat.v1.train.Optimizer):
 def distributed_optimizer_v1(
     optimizer, name, use_locking, backward_passes_per_step, average_aggregated_gradients, **kw
 ):
-    """horovod.tensorflow.DistributedOptimizer for a tf.compat.v1.train optimizer."""
+    """horovod.tensorflow.DistributedOptimizer for a tf.compat.v1.train optimizer. Locking is the
+    wrapped optimizer's, which applies the gradients: use_locking=True is refused unless it locks."""
+    if use_locking and not getattr(optimizer, "_use_locking", False):
+        raise ValueError(
+            "DistributedOptimizer(use_locking=True): the wrapped optimizer applies the gradients, "
+            "so construct it with use_locking=True instead"
+        )
+    if reduce_op("DistributedOptimizer", kw["op"]) == Adasum:
+        raise NotImplementedError(
+            "DistributedOptimizer(op=Adasum) of a tf.compat.v1.train optimizer (Horovod's delta "
+            "optimizer) is not implemented; use a Keras optimizer (hvd_lite.keras.DistributedOptimizer "
+            "takes op=Adasum), or DistributedGradientTape(op=Adasum) for the gradients"
+        )
     if backward_passes_per_step != 1 or average_aggregated_gradients:
         raise NotImplementedError(
             "DistributedOptimizer of a tf.compat.v1.train optimizer: backward_passes_per_step "

@@ -505,7 +505,9 @@ def test_a_tf1_session_trains_as_one_process_with_a_v1_optimizer_and_the_broadca
         b = tf.compat.v1.get_variable("b", initializer=np.float32(r))  # not trained, broadcast
         xs, ys = tf.constant(shard(x)), tf.constant(shard(y))
         loss = tf.reduce_mean(tf.square(tf.matmul(xs, w) - ys))
-        opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(lr))
+        opt = hvd.DistributedOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(lr, use_locking=True), use_locking=True
+        )
         train = opt.minimize(loss, var_list=[w])
         config = tf.compat.v1.ConfigProto(
             inter_op_parallelism_threads=threads, intra_op_parallelism_threads=1

@@ -380,6 +380,9 @@ def test_names_hvd_lite_does_not_implement_raise_not_implemented_error():
         "TF1 optimizer accumulating": lambda: hvd.DistributedOptimizer(
             tf.compat.v1.train.GradientDescentOptimizer(0.1), backward_passes_per_step=2
         ),
+        "TF1 optimizer with Adasum": lambda: hvd.DistributedOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.1), op=hvd.Adasum
+        ),
     }
     wrong = {}
     for what, call in calls.items():
@@ -543,6 +546,13 @@ def test_arguments_hvd_lite_cannot_honour_raise_before_anything_is_sent():
             ValueError,
             "use_locking",
             lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(), use_locking=True),
+        ),
+        (
+            ValueError,
+            "construct it with use_locking=True",
+            lambda: hvd.DistributedOptimizer(
+                tf.compat.v1.train.GradientDescentOptimizer(0.1), use_locking=True
+            ),
         ),
         (TypeError, "session", lambda: hvd.broadcast_object(1, session=object())),
         (ValueError, "legacy_opts", lambda: hvdk.load_model("x.keras", legacy_opts=True)),
