@@ -343,10 +343,11 @@ def _grouped_allreduce(
 
 
 def _reduce_slices(
-    fn: str, t: tf.IndexedSlices, op: ReduceOp, pre, post, process_set=None
+    fn: str, t: tf.IndexedSlices, op: ReduceOp, pre, post, process_set=None, name=None
 ) -> tf.IndexedSlices:
     """Horovod's reduction of tf.IndexedSlices: allgathers of the values and the indices (in
-    `process_set`; None: every rank)."""
+    `process_set`; None: every rank), named `<name>.values` and `<name>.indices` when `name` is
+    given."""
     if op == Adasum:
         raise NotImplementedError(
             f"{fn}: op=Adasum does not take tf.IndexedSlices (sparse gradients), as in Horovod; "
@@ -359,8 +360,8 @@ def _reduce_slices(
         raise NotImplementedError(
             f"{fn}: prescale_factor and postscale_factor are not supported with tf.IndexedSlices"
         )
-    values = allgather(t.values, process_set=process_set)
-    indices = allgather(t.indices, process_set=process_set)
+    values = allgather(t.values, name and f"{name}.values", process_set=process_set)
+    indices = allgather(t.indices, name and f"{name}.indices", process_set=process_set)
     if op == Average:
         values = values / tf.cast(member_set(fn, process_set).size, values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=t.dense_shape)
@@ -395,7 +396,8 @@ def grouped_allreduce(
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     for i, t in enumerate(tensors):
         if isinstance(t, tf.IndexedSlices):
-            out[i] = _reduce_slices(fn, t, op, prescale_factor, postscale_factor, process_set)
+            sname = name if name is None or len(tensors) == 1 else f"{name}.{i}"
+            out[i] = _reduce_slices(fn, t, op, prescale_factor, postscale_factor, process_set, sname)
     if dense:
 
         @tf.custom_gradient
