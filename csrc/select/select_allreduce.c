@@ -23,17 +23,40 @@
  *      (comm->hier_p2p). Both may be candidates; without the shared-memory
  *      path (HVD_LITE_SHM=0, or the simulation) only hier_p2p is. A tie goes
  *      to the earlier of ring, rab, rd, hier, hier_p2p.
+ *   5. The fail-safe rule, on more than one host, for the ring: the one
+ *      candidate whose latency term grows with the ranks (2(n-1) steps, each
+ *      across hosts on the slowest link), where the others take 2 log2 n at
+ *      most (rab; hier_p2p fewer, rd log2 n) and stay within a bounded factor of
+ *      the best schedule at mid and large sizes. The model's error is in its
+ *      latencies: one number per link class for what MPI's eager and
+ *      rendezvous protocols make a step function of the size, measured at a
+ *      few sizes or taken from defaults written for another network. So the
+ *      ring is priced with each step at the largest latency across hosts the
+ *      model knows (hvdl_select_alpha_inter_max), not at its messages' own;
+ *      and from FAILSAFE_RING_RANKS (16) ranks it is a candidate only when the
+ *      terms across hosts were measured at init or given by a model file, and
+ *      only when that worst case times FAILSAFE_RING_MARGIN (1.25) still beats
+ *      the best other prediction. Why: on a cluster the defaults did not
+ *      describe (docs/scale.md, 8 hosts of 8 behind a backbone, no model file)
+ *      the defaults' one 2 us latency made the ring the cheapest prediction at
+ *      64 ranks and 4 MiB, and it ran 6.8x SMPI's best, its 126 steps each
+ *      paying 58 us; Rabenseifner and hier_p2p ran 1.0x and 0.88x. A wrong
+ *      choice of a bounded algorithm costs a fraction; a wrong ring costs
+ *      multiples that grow with n. Predict (hvdl_select_predict, what the
+ *      tests and the simulation print) stays the nominal model.
  *
- * The model. A message of s bytes over a link of class c costs alpha[c] +
- * s * beta[c]; reducing s bytes costs s * gamma. Ranks are assumed placed by
+ * The model. A message of s bytes over a link of class c costs alpha[c](s) +
+ * s * beta[c] (across hosts alpha is a step function of s, below; within a host
+ * one number); reducing s bytes costs s * gamma. Ranks are assumed placed by
  * host (L consecutive ranks share one), so a pairwise step with mask m < L
  * stays within a host; a step across hosts has all L ranks of a host sending
  * through its one NIC at once, so it pays L * s * beta. With B bytes per rank,
  * p the largest power of two <= n:
  *
  *   ring  2(n-1) alpha + (n-1)/n * B * (beta + max(beta, gamma)), the link the
- *         slowest on the ring (across hosts when H > 1); its reduce-scatter
- *         overlaps reducing with receiving, segment by segment
+ *         slowest on the ring (across hosts when H > 1), alpha at its message
+ *         (B/n, at most a segment); its reduce-scatter overlaps reducing with
+ *         receiving, segment by segment
  *   rd    sum over m = 1 .. p/2 of  alpha + B * beta * contention + B * gamma
  *   rab   sum over m of  2 alpha + 2 * B/2m * beta * contention + B/2m * gamma
  *   (rd, rab: n > p adds 2 (alpha + B beta) + B gamma, within a host; across
@@ -54,15 +77,23 @@
  * The broadcast's selector (select_broadcast.c) and the all-gather's and
  * reduce-scatter's (select_gather.c) use the same terms and layout.
  *
- * The terms come from config.c (defaults, or HVD_LITE_COST_MODEL_FILE). Every
- * rank must choose the same algorithm, so at init rank 0's terms, forced
- * algorithms (all-reduce, broadcast, all-gather, reduce-scatter) and crossover
- * are agreed by all (one broadcast), and so is the layout: the hosts of topology.c (emulated ones
+ * The terms come from config.c (defaults, or HVD_LITE_COST_MODEL_FILE), and
+ * where the ranks span hosts from a measurement at init (select_measure.c): a
+ * ping-pong of 7 sizes between rank 0 and a rank on another host gives the terms
+ * across hosts, the latency as a step function of the size (alpha[INTER] below
+ * the first step; each step from its bytes up), and one between rank 0 and
+ * another rank of its host (where it has one) those within. A model file's terms
+ * override the measurement class by class; HVD_LITE_COST_MODEL_MEASURE=0 skips
+ * it; gamma is always config.c's. Every rank must choose the same algorithm, so
+ * at init rank 0's terms, forced algorithms (all-reduce, broadcast, all-gather,
+ * reduce-scatter) and crossover are agreed by all (one broadcast, and a second
+ * of rank 0's measured model, or of its unchanged one where the measurement
+ * failed), and so is the layout: the hosts of topology.c (emulated ones
  * included) by small all-reduces, and whether a shared segment exists by
  * segment.c's own agreement. The one host split made here also gives hier_p2p its
  * groups (hvdl_hier_p2p_init). A lane of the shared-memory hierarchical path
  * (comm->cross) has one rank per host and chooses its own algorithm here, like
- * any communicator.
+ * any communicator, on its parent's model (comm.c: it measures nothing).
  */
 #include <stdio.h>
 #include <string.h>
