@@ -49,7 +49,8 @@ static const size_t MEASURE_SIZES[] = {8, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 
 #define MEASURE_NSIZES (sizeof MEASURE_SIZES / sizeof MEASURE_SIZES[0])
 
 /* Waits for the requests until done (1), or until the deadline or an MPI error (0:
- * they are abandoned, the first `receives` cancelled, wait.c's hvdl_abandon). */
+ * they are abandoned by wait.c's hvdl_abandon, the first `receives` of them, the
+ * receives, cancelled, the sends parked on the communicator). */
 static int wait_until(hvdlComm_t comm, MPI_Request *reqs, int n, int receives, double deadline) {
   for (;;) {
     int done = 0;
@@ -58,7 +59,9 @@ static int wait_until(hvdlComm_t comm, MPI_Request *reqs, int n, int receives, d
     if (MPI_Wtime() > deadline) break;
     sched_yield(); /* the peer may be waiting for this core (an oversubscribed host) */
   }
-  hvdl_abandon(comm, n, reqs, receives, hvdl_now() + HVDL_ABANDON_GRACE);
+  const double until = hvdl_now() + HVDL_ABANDON_GRACE;
+  if (receives) hvdl_abandon(comm, receives, reqs, 1, until);
+  if (n > receives) hvdl_abandon(comm, n - receives, reqs + receives, 0, until);
   return 0;
 }
 
