@@ -1,18 +1,21 @@
 /*
- * select_measure.c -- the cost model's terms across hosts, measured when a
- * communicator spanning hosts is made (hvdl_select_init), so that no model file
- * is needed to choose well on an unknown network.
+ * select_measure.c -- the cost model's terms, measured when a communicator spanning
+ * hosts is made (hvdl_select_init), so that no model file is needed to choose well on
+ * an unknown network.
  *
- * Who: rank 0 and `peer`, the lowest rank on another host than rank 0's (the host
- * layout of topology.c, emulated hosts included). Every other rank takes no part
- * and goes on to the broadcast of rank 0's result (select_allreduce.c).
+ * Who: rank 0 with inter_peer, the lowest rank on another host than rank 0's (the
+ * host layout of topology.c, emulated hosts included), for the terms across hosts;
+ * then rank 0 with intra_peer, the lowest other rank on its own host (where it has
+ * one), for those within. Every other rank takes no part and goes on to the
+ * broadcast of rank 0's result (select_allreduce.c).
  *
  * What: a ping-pong of each size in MEASURE_SIZES, MEASURE_WARMUP round trips then
  * MEASURE_REPS timed ones, rank 0 sending first; a size's one-way time is half its
  * quickest timed round trip (the least disturbed: init shares the machine with
  * nothing of ours, but with other jobs and the MPI's own progress). That is
- * 7 x 6 round trips, about 4 MiB each way in all: a few milliseconds on a
- * 10 Gb/s network, 0.6 ms on the simulated 100 Gb/s one (docs/scale.md).
+ * 7 x 6 round trips a series, about 8 MiB each way: a few milliseconds on a
+ * 10 Gb/s network; hvdlCommInitMpi took 4.8 ms of simulated time at 64 ranks on
+ * 100 Gb/s links (docs/scale.md).
  *
  * The fit: beta, the time per byte, from the two largest sizes (their latency is
  * the same step of MPI's protocols, the rendezvous one, on the MPIs and the
@@ -24,13 +27,14 @@
  * starts a step (step_bytes, step_alpha: from s_i bytes up, alpha_i), which the
  * selectors read through hvdl_select_alpha_inter. A message between two measured
  * sizes takes the smaller one's latency; the fail-safe rule of select_allreduce.c
- * guards the one algorithm that guess could mislead much (the ring).
+ * guards the one algorithm that guess could mislead much (the ring). Within a host
+ * the model keeps one latency, the smallest size's, and beta as across.
  *
  * Bounded: every wait polls with a deadline (MEASURE_TIMEOUT_S for the whole
  * measurement on each side). A timeout, an MPI error or an implausible fit (a
  * time not positive and finite, a term outside the model file's [0, 1]) gives
- * up: the receives are cancelled, and rank 0 reports failure, so every rank keeps
- * the defaults. The tag is the measurement's own, so a message a timed-out side
+ * up on that class: the requests are abandoned (hvdl_abandon), and rank 0 keeps
+ * its terms for it, the defaults or its file's, which every rank then receives. The tag is the measurement's own, so a message a timed-out side
  * leaves behind can match no collective's receive.
  */
 #include <math.h>
