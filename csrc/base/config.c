@@ -191,7 +191,10 @@ static hvdlResult_t env_choice(const char *variable, const char *const *names, i
 /* The cost model's defaults. Within a host, this machine (2 cores, Open MPI over
  * shared memory; docs/benchmarks.md): about 1.5 us per message (MPI_Allreduce of 4 B
  * takes 1.3 us at 2 ranks), 9.5 GB/s per copy (the 1 MiB ring), 10 GB/s reduced.
- * Across hosts, the simulated platform of sim/ (100 Gb/s NICs, 2 us host to host);
+ * Across hosts, the simulated platform of sim/ (100 Gb/s NICs, 2 us host to host,
+ * without SMPI's latency factors): a guess for a network nobody measured, used only
+ * where the ranks span hosts and the measurement at init (select_measure.c) is off or
+ * failed; the selector then keeps the ring out from 16 ranks (select_allreduce.c).
  * HVD_LITE_COST_MODEL_FILE replaces any of them (docs/scale.md). */
 static const struct hvdl_cost_model default_model = {.alpha = {1.5e-6, 2e-6},
                                                      .beta = {1.05e-10, 8e-11},
