@@ -193,6 +193,11 @@ class ObjectState(State):
         self._set_attrs()
 
 
+# The start of the error of a collective whose peer shut down (csrc/negotiate/negotiate.c): the
+# peer left on purpose (its script ended or raised), so it did not die: no relaunch is asked for.
+_PEER_LEFT = "hvd_lite has been shut down on rank"
+
+
 def _reset() -> None:
     """Re-forms the job in place: the engine stopped and started again on the same ranks."""
     basics.shutdown()
@@ -251,7 +256,7 @@ def run(func: Callable) -> Callable:
             except InvalidArgumentError:
                 raise
             except HorovodInternalError as exc:
-                if directory is not None:
+                if directory is not None and _PEER_LEFT not in str(exc):
                     _exit_for_relaunch(exc)
                 raise
             except HostsUpdatedInterrupt as exc:

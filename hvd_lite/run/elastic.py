@@ -7,11 +7,12 @@ available now (the same -np on the same hosts, or what --host-discovery-script r
 host keeps in HVD_LITE_ELASTIC_DIR (a path unique to the job, the same on every host, kept across the
 launches, removed here at the end).
 
-Which endings are relaunched (`should_relaunch`): only those whose first failing rank was killed by
-a signal (SIGKILL, the out-of-memory killer, a crash) or exited with RESTART_EXIT (a collective
-failed under elastic.run). A rank that exited with another code failed for its own reason (a
-Python exception), which a relaunch would repeat; a job the launcher was told to stop, whose ranks
-did not start in time, or whose mpirun could not run, is not relaunched either.
+Which endings are relaunched (`should_relaunch`): only those where every failing rank was killed
+by a signal (SIGKILL, the out-of-memory killer, a crash; or mpirun ending the others) or exited
+with RESTART_EXIT (a collective failed under elastic.run). A rank that exited with another code
+failed for its own reason (a Python exception), which a relaunch would repeat, whichever rank
+reported first; a job the launcher was told to stop, whose ranks did not start in time, or whose
+mpirun could not run, is not relaunched either.
 """
 
 import math
@@ -125,12 +126,13 @@ def should_relaunch(result: JobResult) -> Tuple[bool, str]:
         if result.error:
             return False, result.error
         return False, f"mpirun exited with code {result.mpirun_code} and no rank reported a failure"
+    for rank, code in result.exits.items():
+        if code != 0 and rank not in result.killed and code != RESTART_EXIT:
+            return False, f"{result.describe(rank)}: a failure of the script, which a relaunch would repeat"
     rank, code = first
     if rank in result.killed:
         return True, result.describe(rank)
-    if code == RESTART_EXIT:
-        return True, f"rank {rank} lost a peer in a collective (exit code {RESTART_EXIT})"
-    return False, f"{result.describe(rank)}: a failure of the script, which a relaunch would repeat"
+    return True, f"rank {rank} lost a peer in a collective (exit code {RESTART_EXIT})"
 
 
 def parse_discovered(text: str, slots_per_host: int) -> List[Host]:

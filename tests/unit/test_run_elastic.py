@@ -114,6 +114,11 @@ def test_a_rank_that_lost_its_peer_under_elastic_run_asks_for_a_relaunch():
         (JobResult(exit_code=START_TIMEOUT_EXIT, mpirun_code=1, error="only 1 of 2"), "--start-timeout"),
         (JobResult(exit_code=127, mpirun_code=127, error="cannot run 'mpirun'"), "cannot run"),
         (JobResult(exit_code=1, mpirun_code=1), "no rank reported a failure"),
+        # the rank whose script raised reports after the peers it left behind
+        (
+            JobResult(exit_code=75, mpirun_code=1, exits={0: 75, 1: 1, 2: 143}, killed={2: 15}),
+            "rank 1 exited with code 1: a failure of the script",
+        ),
     ],
 )
 def test_clean_ends_stops_and_script_errors_are_not_relaunched(result, words):
