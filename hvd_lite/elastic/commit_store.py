@@ -77,6 +77,13 @@ class CommitStore:
         """(counter, payload) of the commit of `name` on this host, or None when there is none."""
         path = self.path(name)
         try:
+            owner = os.stat(self.directory).st_uid
+        except OSError:
+            return None
+        if owner != os.getuid():  # a commit is unpickled: only from a directory of this user's
+            _warn(f"{self.directory} belongs to user id {owner}, not this user's; ignoring its commits")
+            return None
+        try:
             with open(path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:

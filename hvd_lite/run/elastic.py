@@ -196,10 +196,13 @@ def wait_for_slots(
         time.sleep(min(DISCOVERY_POLL_S, max(0.0, deadline - clock())))
 
 
-def job_directory() -> str:
-    """A new path for the job's commits, the same on every host: under this host's temporary
-    directory (which the other hosts are expected to have too, as they have the same Python)."""
-    return os.path.join(tempfile.gettempdir(), f"hvd_lite-elastic-{os.getpid()}-{os.urandom(4).hex()}")
+def job_directory(base: Optional[str] = None) -> str:
+    """A new path for the job's commits, the same on every host: in `base` ($HVD_LITE_ELASTIC_DIR as
+    the user set it), else in this host's temporary directory (which the other hosts are expected to
+    have too, as they have the same Python). Unique to the job, so removing it removes only its
+    commits."""
+    parent = base or tempfile.gettempdir()
+    return os.path.join(os.path.abspath(parent), f"hvd_lite-elastic-{os.getpid()}-{os.urandom(4).hex()}")
 
 
 def run_elastic(
@@ -218,7 +221,7 @@ def run_elastic(
             sys.stderr.write(f"hvd_lite.run: {text}\n")
             sys.stderr.flush()
 
-    directory = os.environ.get(ELASTIC_DIR_VAR) or job_directory()
+    directory = job_directory(os.environ.get(ELASTIC_DIR_VAR) or None)
     first_np = np if np is not None else (opts.min_np if opts.discovery_script is None else None)
     try:
         restarts = 0

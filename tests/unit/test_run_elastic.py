@@ -220,3 +220,11 @@ def test_a_writer_killed_at_any_moment_leaves_a_whole_commit_at_least_as_new_as_
         counter, payload = CommitStore(directory).read("s")
         assert counter >= reported
         assert len(payload) == 4 * 1024 * 1024 and payload[0] == counter % 256
+
+
+def test_the_job_directory_is_unique_and_inside_a_directory_the_user_names(tmp_path):
+    from hvd_lite.run.elastic import job_directory
+
+    a, b = job_directory(str(tmp_path)), job_directory(str(tmp_path))
+    assert a != b and os.path.dirname(a) == str(tmp_path)
+    assert os.path.basename(a).startswith("hvd_lite-elastic-")
