@@ -26,7 +26,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         seed: the shuffle's seed, the same on every rank.
     """
 
-    def __init__(self, dataset, shuffle: bool = True, seed: int = 0):
+    def __init__(self, dataset: Any, shuffle: bool = True, seed: int = 0):
         self.dataset = dataset
         """The dataset sampled."""
         self.shuffle = bool(shuffle)
@@ -144,7 +144,12 @@ class TorchState(ObjectState):
 
     _handlers: Dict[str, _Handler]
 
-    def __init__(self, model: Optional[torch.nn.Module] = None, optimizer=None, **kwargs):
+    def __init__(
+        self,
+        model: Optional[torch.nn.Module] = None,
+        optimizer: Optional[torch.optim.Optimizer] = None,
+        **kwargs: Any,
+    ):
         kwargs.update(model=model, optimizer=optimizer)
         handlers: Dict[str, _Handler] = {}
         plain: Dict[str, Any] = {}
