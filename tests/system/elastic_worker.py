@@ -72,7 +72,8 @@ def main():
             maybe_die(state.step)
             one_step(state.model, state.optimizer, state.step)
             if first and relaunched and hvd.rank() == 0:
-                print(f"FIRST_STEP_AFTER_RELAUNCH {time.time()!r} step={state.step}", flush=True)
+                sys.stdout.write(f"FIRST_STEP_AFTER_RELAUNCH {time.time()!r} step={state.step}\n")
+                sys.stdout.flush()
             first = False
             state.step += 1
             if state.step % COMMIT_EVERY == 0:
@@ -87,10 +88,9 @@ def main():
     everyone = hvd.allgather_object([t.tolist() for t in mine])
     identical = all(w == everyone[0] for w in everyone)
     if hvd.rank() == 0:
-        print(
-            f"RESULT equal_ref={equal_ref} identical={identical} resets={resets} step={state.step}",
-            flush=True,
-        )
+        line = f"RESULT equal_ref={equal_ref} identical={identical} resets={resets} step={state.step}"
+        sys.stdout.write(line + "\n")  # one write: Hydra tags each write
+        sys.stdout.flush()
     hvd.shutdown()
     return 0
 

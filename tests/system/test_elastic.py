@@ -42,7 +42,8 @@ def train(state):
 
 
 train(state)
-print("DONE", state.step, state.w.tolist(), flush=True)
+sys.stdout.write(f"DONE {state.step} {state.w.tolist()}\\n")  # one write: Hydra tags each write
+sys.stdout.flush()
 """
 
 
@@ -53,6 +54,7 @@ def elastic_run(tmp_path, *args, extra=None):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     e = env(TMPDIR=str(tmp), PYTHONPATH=ROOT, EW_MARKERS=str(markers), **(extra or {}))
+    e.pop("PYTHONUNBUFFERED", None)  # a print is then one write (Hydra tags each write)
     t0 = time.monotonic()
     res = run_job([sys.executable, "-m", "hvd_lite.run", *args], timeout=TIMEOUT, env=e, cwd=ROOT)
     return res, sorted(os.listdir(markers)), time.monotonic() - t0, tmp
