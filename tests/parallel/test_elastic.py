@@ -100,14 +100,15 @@ def test_elastic_sampler_splits_what_is_left_of_the_epoch_over_the_ranks():
     import hvd_lite.torch as hvd
 
     n, size, rank = 10, hvd.size(), hvd.rank()
+
+    def share(left):  # padded by repeating its start to a multiple of the size, then every size-th
+        per_rank = -(-len(left) // size)
+        return per_rank, (left + left[: per_rank * size - len(left)])[rank::size]
+
     sampler = hvd.elastic.ElasticSampler(list(range(n)), shuffle=False)
-    assert list(sampler) == list(range(n))[rank::size][: len(sampler)]
+    assert (len(sampler), list(sampler)) == share(list(range(n)))
     sampler.record_batch(0, 1)  # one sample on each rank
     sampler.reset()
-    left = list(range(size, n))
-    assert len(sampler) == -(-len(left) // size)
-    mine = list(sampler)
-    padded = left + left[: len(sampler) * size - len(left)]
-    assert mine == padded[rank::size]
+    assert (len(sampler), list(sampler)) == share(list(range(size, n)))
     sampler.set_epoch(1)
     assert sampler.processed_num == 0 and sampler.state_dict() == {"epoch": 1, "processed_num": 0}
