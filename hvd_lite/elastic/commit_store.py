@@ -8,7 +8,7 @@ leaves either the previous commit or the new one whole; a torn temporary file is
 that does not parse (a disk that lies about fsync, a stranger's file) reads as no commit, with a
 warning, rather than as state.
 
-The directory comes from the launcher (`HVD_LITE_ELASTIC_DIR`): the same path on every host, unique
+The directory comes from the launcher (`HVD_LITE_ELASTIC_JOB_DIR`): the same path on every host, unique
 to the job, kept across relaunches.
 """
 

@@ -11,6 +11,7 @@ from .elastic import DEFAULT_RESET_LIMIT, check_options, discover, run_elastic
 from .job import JobResult
 from .knobs import LOG_LEVELS, MAX_AUTOTUNE_STEPS, MAX_AUTOTUNE_WARMUP, MAX_STALL_S, knob_env
 from .launch import default_start_timeout, execute, make_plan
+from .rank import ELASTIC_DIR_VAR, ELASTIC_RESTARTS_VAR
 from .values import MAX_RANKS, parse_float, parse_int
 
 USAGE_EXAMPLE = """examples:
@@ -246,6 +247,15 @@ def _knobs(args: argparse.Namespace) -> dict:
     )
 
 
+def _outer_env() -> dict:
+    """This process's environment without an enclosing elastic job's variables for its ranks (a
+    launch from inside such a job's rank is a job of its own)."""
+    env = dict(os.environ)
+    env.pop(ELASTIC_DIR_VAR, None)
+    env.pop(ELASTIC_RESTARTS_VAR, None)
+    return env
+
+
 def _report(result: JobResult, verbose: bool) -> None:
     """The launcher's last line: why the job failed, when the ranks' own output may not say."""
     first = result.first_failure()
@@ -297,7 +307,7 @@ def _main(argv: Optional[List[str]]) -> int:
                 hostfile=hostfile,
                 mpi_args=args.mpi_args,
                 knob_env=_knobs(args),
-                env={**os.environ, **extra_env},
+                env={**_outer_env(), **extra_env},
                 tag_output=args.tag_output,
                 mpirun=args.mpirun,
             )

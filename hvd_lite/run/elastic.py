@@ -4,7 +4,7 @@ The MPI cannot shrink a running job (no ULFM), so `hvd_lite.run --min-np A --max
 rank's death the way torchrun does: the job ends, and this loop launches it again on the slots
 available now (the same -np on the same hosts, or what --host-discovery-script reports, capped at
 --max-np), at most --reset-limit times; hvd_lite.elastic.run resumes from the last commit, which each
-host keeps in HVD_LITE_ELASTIC_DIR (a path unique to the job, the same on every host, kept across the
+host keeps in HVD_LITE_ELASTIC_JOB_DIR (a path unique to the job, the same on every host, kept across the
 launches, removed here at the end).
 
 Which endings are relaunched (`should_relaunch`): only those where every failing rank was killed
@@ -29,7 +29,7 @@ from typing import Callable, List, Optional, Tuple
 from ..exceptions import LauncherError
 from .hosts import Host, parse_hosts, total_slots
 from .job import START_TIMEOUT_EXIT, JobResult
-from .rank import ELASTIC_DIR_VAR, ELASTIC_RESTARTS_VAR, RESTART_EXIT
+from .rank import ELASTIC_BASE_VAR, ELASTIC_DIR_VAR, ELASTIC_RESTARTS_VAR, RESTART_EXIT
 from .values import MAX_RANKS
 
 DEFAULT_RESET_LIMIT = 3
@@ -221,7 +221,7 @@ def run_elastic(
             sys.stderr.write(f"hvd_lite.run: {text}\n")
             sys.stderr.flush()
 
-    directory = job_directory(os.environ.get(ELASTIC_DIR_VAR) or None)
+    directory = job_directory(os.environ.get(ELASTIC_BASE_VAR) or None)
     first_np = np if np is not None else (opts.min_np if opts.discovery_script is None else None)
     try:
         restarts = 0

@@ -63,7 +63,7 @@ def main():
     state = hvd.elastic.TorchState(model, opt, step=0)
     resets = []
     state.register_reset_callbacks([lambda: resets.append(hvd.size())])
-    relaunched = os.environ.get("HVD_LITE_ELASTIC_RESTARTS", "0") != "0"
+    relaunched = os.environ.get("HVD_LITE_ELASTIC_RESTARTS", "0") != "0"  # set by hvd_lite.run
 
     @hvd.elastic.run
     def train(state):
