@@ -14,7 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 WORKER = os.path.join(ROOT, "tests", "system", "elastic_worker.py")
 TIMEOUT = 110
 
-# ObjectState over NumPy: rank 1 dies at step 4 while fewer than KILLS markers exist (or raises).
+# ObjectState over NumPy: rank 1 dies at step 4 while fewer than KILLS markers exist (or raises);
+# with a hosts file as a 4th argument, it first writes there the slots left after its death.
 NUMPY_WORKER = """
 import os, signal, sys
 import numpy as np
@@ -33,6 +34,9 @@ def train(state):
                 raise ValueError("a bug in the script")
             n = len(os.listdir(markers))
             if n < kills:
+                if len(sys.argv) > 4:
+                    with open(sys.argv[4], "w") as f:
+                        f.write(f"localhost:{hvd.size() - 1}\\n")
                 open(os.path.join(markers, f"killed{n}"), "w").close()
                 os.kill(os.getpid(), signal.SIGKILL)
         state.w = state.w + hvd.allreduce(np.full(4, float(state.step + hvd.rank())), op=hvd.Sum)
@@ -128,3 +132,37 @@ def test_a_clean_elastic_job_runs_once_and_leaves_no_commits(tmp_path):
     # w = sum over steps 0..5 of (step + 0) + (step + 1) = 2 * 15 + 6
     assert tagged(res.stdout, "DONE") == ["6 [36.0, 36.0, 36.0, 36.0]"] * 2
     assert "relaunch" not in res.stderr and commit_dirs(tmp) == []
+
+
+def test_a_relaunch_takes_the_slots_the_discovery_script_reports_and_resumes_with_fewer_ranks(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:3\n")
+    res, killed, _, tmp = elastic_run(
+        tmp_path,
+        *("-np", "3", "--min-np", "2", "--max-np", "3", "--reset-limit", "1"),
+        *("--host-discovery-script", f"cat {hosts}"),
+        *(sys.executable, "-c", NUMPY_WORKER, str(tmp_path / "markers"), "1", "kill", str(hosts)),
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert killed == ["killed0"]
+    assert "relaunch 1: 2 rank(s) resume from commit 2" in res.stderr
+    # steps 0-3 on 3 ranks add 3s + 3 each (30), steps 4-5 on 2 ranks add 2s + 1 each (20)
+    assert tagged(res.stdout, "DONE") == ["6 [50.0, 50.0, 50.0, 50.0]"] * 2
+    assert commit_dirs(tmp) == []
+
+
+def test_fewer_slots_than_min_np_after_a_death_end_the_job_after_the_elastic_timeout(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\n")
+    res, killed, took, tmp = elastic_run(
+        tmp_path,
+        *("-np", "2", "--min-np", "2", "--elastic-timeout", "2"),
+        *("--host-discovery-script", f"cat {hosts}"),
+        *(sys.executable, "-c", NUMPY_WORKER, str(tmp_path / "markers"), "1", "kill", str(hosts)),
+    )
+    assert res.returncode != 0 and killed == ["killed0"]
+    assert (
+        "hvd_lite.run: error: only 1 slot(s) available (localhost:1), fewer than --min-np 2, "
+        "after waiting --elastic-timeout 2 s"
+    ) in res.stderr, res.stderr
+    assert "DONE" not in res.stdout and commit_dirs(tmp) == []
