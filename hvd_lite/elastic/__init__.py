@@ -241,14 +241,18 @@ def run(func: Callable) -> Callable:
             )
         directory, restarts = _launch_env()
         skip_sync = False
-        if directory is not None and restarts > 0:
-            counter = state._resume()
-            if basics.rank() == 0:
-                where = "no commit was made: starting again" if counter is None else f"commit {counter}"
-                _note(f"relaunch {restarts}: {basics.size()} rank(s) resume from {where}")
-            state.on_reset()
+        resume = directory is not None and restarts > 0
         while True:
             try:
+                if resume:  # a relaunched job: the newest commit, then the callbacks (Horovod's order)
+                    resume = False
+                    counter = state._resume()
+                    if basics.rank() == 0:
+                        where = (
+                            "no commit was made: starting again" if counter is None else f"commit {counter}"
+                        )
+                        _note(f"relaunch {restarts}: {basics.size()} rank(s) resume from {where}")
+                    state.on_reset()
                 if not skip_sync:
                     state.sync()
                 result = func(state, *args, **kwargs)
