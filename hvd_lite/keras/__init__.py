@@ -64,7 +64,7 @@ from ..tensorflow.basics import (  # noqa: E402
 from ..tensorflow.compression import Compression  # noqa: E402
 from ..tensorflow.functions import broadcast_variables  # noqa: E402
 from ..tensorflow.mpi_ops import Adasum, Average, Max, Min, Product, Sum, graph_safe  # noqa: E402
-from . import callbacks  # noqa: E402
+from . import callbacks, elastic  # noqa: E402
 from .callbacks import (  # noqa: E402
     BroadcastGlobalVariablesCallback,
     LearningRateScheduleCallback,
@@ -184,6 +184,7 @@ __all__ = [
     "broadcast_object",
     "load_model",
     "callbacks",
+    "elastic",
     "Average",
     "Sum",
     "Adasum",
