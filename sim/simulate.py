@@ -35,6 +35,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -58,9 +59,21 @@ def _load_progress():
 
 progress = _load_progress()
 
-RANKS_PER_HOST = 8
-# The platforms of sim/platforms: name -> hosts (RANKS_PER_HOST ranks each).
-PLATFORMS = {"host1x8": 1, "8x8": 8, "8x8bb": 8, "32x8": 32, "128x8": 128, "512x8": 512}
+# The platforms of sim/platforms: name -> (hosts, ranks a host: the cores of each). The first group
+# is the one sim/model.conf was written for; the family after it is what the default settings (no
+# model file) are judged on (--judge; docs/scale.md, "The family of platforms").
+PLATFORMS = {
+    "host1x8": (1, 8),
+    "8x8": (8, 8),
+    "32x8": (32, 8),
+    "128x8": (128, 8),
+    "512x8": (512, 8),
+    "8x8_10g": (8, 8),
+    "16x4_25g": (16, 4),
+    "8x8bb": (8, 8),
+    "8x8_100g_oversub": (8, 8),
+    "8x8_400g_fattree": (8, 8),
+}
 # SMPI's all-reduce algorithms worth racing (its list: smpirun --cfg=smpi/allreduce:help).
 MPI_ALGOS = [
     "ompi",
@@ -213,7 +226,7 @@ def build(verbose: bool = False) -> str:
     return out
 
 
-def hostfile(hosts: int, per_host: int = RANKS_PER_HOST) -> str:
+def hostfile(hosts: int, per_host: int) -> str:
     path = os.path.join(BUILD, f"hosts_{hosts}x{per_host}")
     with open(path, "w") as f:
         f.writelines(f"node-{i}:{per_host}\n" for i in range(hosts))
@@ -228,16 +241,17 @@ def run_driver(
     sizes,
     args,
     check=False,
-    per_host=RANKS_PER_HOST,
+    per_host=None,
     ranks=None,
     env_extra=None,
     dtype="float32",
 ):
     """One smpirun: {bytes: parsed output line} for the sizes, run in one or two groups (buffers
     that fit --memory-gib are checked; larger ones share memory and are not). per_host ranks are
-    placed on a host (ranks: how many in all, default --ranks or every slot); env_extra: more
+    placed on a host (default: the platform's cores a host) (ranks: how many in all, default --ranks or every slot); env_extra: more
     HVD_LITE_* variables. An algo of ADASUM_FORMS runs hvd_lite's Adasum all-reduce on dtype."""
-    hosts = PLATFORMS[platform]
+    hosts, cores = PLATFORMS[platform]
+    per_host = per_host or cores
     ranks = ranks or args.ranks or hosts * per_host
     budget = args.memory_gib * (1 << 30)
     fits = [s for s in sizes if 3 * s * ranks <= budget]
@@ -312,7 +326,7 @@ def run_driver(
 def table(platform, ranks, sizes, hvdl, mpi, coll="allreduce", out=sys.stdout):
     """The nccl-tests-style table: hvd_lite's contenders, the best SMPI algorithm, the ratio."""
     print(
-        f"\n{ranks} ranks ({platform}: {PLATFORMS[platform]} host(s) of {RANKS_PER_HOST}), "
+        f"\n{ranks} ranks ({platform}: {PLATFORMS[platform][0]} host(s) of {PLATFORMS[platform][1]}), "
         f"simulated time of one {coll} (float32), slowest rank's best",
         file=out,
     )
@@ -345,7 +359,7 @@ def adasum_table(platform, ranks, sizes, forms, plain, mpi, out=sys.stdout):
     """Adasum's table: its forms, hvd_lite's plain all-reduces (a sum) and the best SMPI algorithm of
     the same run, and each form's time over each plain all-reduce's and over the best's."""
     print(
-        f"\n{ranks} ranks ({platform}: {PLATFORMS[platform]} host(s) of {RANKS_PER_HOST}), "
+        f"\n{ranks} ranks ({platform}: {PLATFORMS[platform][0]} host(s) of {PLATFORMS[platform][1]}), "
         "simulated time of one all-reduce of float32, Adasum and a sum, slowest rank's best",
         file=out,
     )
@@ -459,11 +473,12 @@ def main(argv=None) -> int:
             f"--coll {args.coll}: hvd_lite has no algorithm {unknown[0]!r} "
             f"(valid: {','.join(COLLS[args.coll][2])})"
         )
-    ranks = args.ranks or PLATFORMS[args.platform] * RANKS_PER_HOST
-    if not 1 <= ranks <= PLATFORMS[args.platform] * RANKS_PER_HOST:
+    slots = PLATFORMS[args.platform][0] * PLATFORMS[args.platform][1]
+    ranks = args.ranks or slots
+    if not 1 <= ranks <= slots:
         p.error(
             f"--ranks {ranks}: the platform {args.platform} has "
-            f"{PLATFORMS[args.platform] * RANKS_PER_HOST} slots"
+            f"{slots} slots"
         )
     unchecked = [s for s in sizes if 3 * s * ranks > args.memory_gib * (1 << 30)]
     if args.check and unchecked:
@@ -476,7 +491,7 @@ def main(argv=None) -> int:
 
     if args.check:  # every algorithm of every collective
         bad = 0
-        hosts = PLATFORMS[args.platform]
+        hosts = PLATFORMS[args.platform][0]
         runs = [("allreduce", a, a, {}) for a in HVDL_ALGOS if a != "hier_p2p"]
         if hosts > 1:  # hier_p2p needs hosts of one size: emulated hosts of 4, and 6 ranks a host
             runs += [
@@ -552,6 +567,7 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(
                 {
+                    "command": "python3 sim/simulate.py " + shlex.join(sys.argv[1:] if argv is None else argv),
                     "platform": args.platform,
                     "ranks": ranks,
                     "coll": args.coll,
