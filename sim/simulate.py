@@ -1,7 +1,7 @@
 """hvd_lite's collectives against SMPI's MPI algorithms on a simulated cluster (SimGrid SMPI).
 
 Builds the C core and sim/driver.c with smpicc into sim/build/, runs the driver with smpirun on one of
-sim/platforms/*.xml (8 ranks a host), once for hvd_lite (HVD_LITE_ALLREDUCE_ALGO=auto unless told, or
+sim/platforms/*.xml (a rank a core), once for hvd_lite (HVD_LITE_ALLREDUCE_ALGO=auto unless told, or
 HVD_LITE_BROADCAST_ALGO, HVD_LITE_ALLGATHER_ALGO, HVD_LITE_REDUCESCATTER_ALGO for the other collectives)
 and once per SMPI algorithm (--cfg=smpi/allreduce:<name>,
 smpi/bcast, smpi/allgather, smpi/reduce_scatter), and prints an nccl-tests-style table: the simulated
@@ -73,6 +73,16 @@ PLATFORMS = {
     "8x8bb": (8, 8),
     "8x8_100g_oversub": (8, 8),
     "8x8_400g_fattree": (8, 8),
+}
+# The SMPI side of each platform of the family, stored (the simulation is deterministic): the records
+# under docs/data/scale/ that --judge reads, in order (a later record's figures for a size win).
+RECORDS = os.path.join(ROOT, "docs", "data", "scale")
+FAMILY_RECORDS = {
+    "8x8_10g": ["family/8x8_10g.json", "family/8x8_10g_64m.json"],
+    "16x4_25g": ["family/16x4_25g.json", "family/16x4_25g_64m.json"],
+    "8x8bb": ["allreduce_64_8x8bb_before.json", "allreduce_64_8x8bb_before_64m.json"],
+    "8x8_100g_oversub": ["family/8x8_100g_oversub.json", "family/8x8_100g_oversub_64m.json"],
+    "8x8_400g_fattree": ["family/8x8_400g_fattree.json", "family/8x8_400g_fattree_64m.json"],
 }
 # SMPI's all-reduce algorithms worth racing (its list: smpirun --cfg=smpi/allreduce:help).
 MPI_ALGOS = [
@@ -248,8 +258,9 @@ def run_driver(
 ):
     """One smpirun: {bytes: parsed output line} for the sizes, run in one or two groups (buffers
     that fit --memory-gib are checked; larger ones share memory and are not). per_host ranks are
-    placed on a host (default: the platform's cores a host) (ranks: how many in all, default --ranks or every slot); env_extra: more
-    HVD_LITE_* variables. An algo of ADASUM_FORMS runs hvd_lite's Adasum all-reduce on dtype."""
+    placed on a host (default: the platform's cores a host; ranks: how many in all, default --ranks or
+    every slot); env_extra: more HVD_LITE_* variables. An algo of ADASUM_FORMS runs hvd_lite's Adasum
+    all-reduce on dtype."""
     hosts, cores = PLATFORMS[platform]
     per_host = per_host or cores
     ranks = ranks or args.ranks or hosts * per_host
@@ -337,8 +348,7 @@ def table(platform, ranks, sizes, hvdl, mpi, coll="allreduce", out=sys.stdout):
     )
     print("|---" * (len(cols) + 4) + "|", file=out)
     for s in sizes:
-        right = [a for a in mpi if mpi[a][s]["wrong"] <= 0] or list(mpi)  # a wrong result never wins
-        best = min(right, key=lambda a: mpi[a][s]["time_s"])
+        best = best_mpi(mpi, s)
         first = hvdl[next(iter(hvdl))][s]
         cells = []
         for a in hvdl:
@@ -376,17 +386,77 @@ def adasum_table(platform, ranks, sizes, forms, plain, mpi, out=sys.stdout):
             for a in plain
         ]
         if mpi:
-            right = [a for a in mpi if mpi[a][s]["wrong"] <= 0] or list(mpi)  # a wrong result never wins
-            best = min(right, key=lambda a: mpi[a][s]["time_s"])
+            best = best_mpi(mpi, s)
             times["best MPI"] = mpi[best][s]["time_s"]
             cells.append(f"{fmt_time(times['best MPI'])} ({best})")
         cells += [f"{times[f] / times[a]:.2f}x" for f in forms for a in against]
         print(f"| {human(s)} | " + " | ".join(cells) + " |", file=out)
 
 
+def read_mpi_records(paths, platform, ranks, coll, sizes):
+    """The SMPI side from stored records ({algorithm: {bytes: result}}), as run_driver's results, for
+    the platform, ranks and collective: every algorithm a record has at a size, a later record's
+    figures winning. Raises ValueError naming what a record lacks."""
+    mpi = {}
+    for path in paths:
+        with open(path) as f:
+            rec = json.load(f)
+        got = (rec["platform"], rec["ranks"], rec.get("coll", "allreduce"))
+        if got != (platform, ranks, coll):
+            raise ValueError(f"{path} is a record of {got}, not of {(platform, ranks, coll)}")
+        for algo, results in rec["mpi"].items():
+            for size, r in results.items():
+                mpi.setdefault(algo, {})[int(size)] = r
+    for s in sizes:
+        if not any(s in res for res in mpi.values()):
+            raise ValueError(f"no SMPI figures for {human(s)} on {platform} in {', '.join(paths)}")
+    return {a: {s: res[s] for s in sizes if s in res} for a, res in mpi.items()}
+
+
+def best_mpi(mpi, size):
+    """The quickest SMPI algorithm at a size whose result was right (all of them, if none was)."""
+    have = [a for a in mpi if size in mpi[a]]
+    right = [a for a in have if mpi[a][size]["wrong"] <= 0] or have  # a wrong result never wins
+    return min(right, key=lambda a: mpi[a][size]["time_s"])
+
+
+def judge(driver, platforms, sizes, args) -> int:
+    """hvd_lite's auto on each platform at the sizes against the best SMPI algorithm of the stored
+    records (FAMILY_RECORDS, or --mpi-record): a line per point; 1 if auto is wrong or slower than
+    --judge-factor times the best at any point."""
+    bad = 0
+    bar = progress.Progress("simulate --judge", len(platforms), not args.quiet)
+    for platform in platforms:
+        bar.point(platform)
+        auto = run_driver(driver, platform, "hvdl", "auto", sizes, args)
+        mpi = args.mpi_records[platform]
+        for s in sizes:
+            r, best = auto[s], best_mpi(mpi, s)
+            ratio = r["time_s"] / mpi[best][s]["time_s"]
+            ok = r["wrong"] <= 0 and not r["failed"] and ratio <= args.judge_factor
+            bad += not ok
+            verdict = (
+                "ok"
+                if ok
+                else f"FAILED (over {args.judge_factor:g}x" + (", wrong)" if r["wrong"] > 0 else ")")
+            )
+            print(
+                f"{platform} {human(s):>8s}: auto {fmt_time(r['time_s']):>10s} ({r['algo']}), best SMPI "
+                f"{fmt_time(mpi[best][s]['time_s']):>10s} ({best}), {ratio:.2f}x  {verdict}",
+                flush=True,
+            )
+    bar.finish()
+    return 1 if bad else 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--platform", choices=list(PLATFORMS), default="8x8")
+    p.add_argument(
+        "--platform",
+        default="8x8",
+        help=f"one of {', '.join(PLATFORMS)} (--judge: several, comma-separated; default: the family, "
+        f"{','.join(FAMILY_RECORDS)})",
+    )
     p.add_argument(
         "--ranks", type=int, help="use only the first RANKS ranks of the platform (default: all, 8 a host)"
     )
@@ -443,8 +513,8 @@ def main(argv=None) -> int:
     )
     p.add_argument(
         "--model-file",
-        help="HVD_LITE_COST_MODEL_FILE for hvd_lite (default sim/model.conf)",
-        default=os.path.join(HERE, "model.conf"),
+        help="HVD_LITE_COST_MODEL_FILE for hvd_lite ('' for none: the terms measured at init; default "
+        "sim/model.conf, an example of an override written for 8x8 and its like; with --judge, none)",
     )
     p.add_argument(
         "--memory-gib",
@@ -454,9 +524,53 @@ def main(argv=None) -> int:
     )
     p.add_argument("--timeout", type=float, default=3600, help="seconds per smpirun")
     p.add_argument("--json", help="write every result to this file")
+    p.add_argument(
+        "--mpi-record",
+        help="read the SMPI side from these records (comma-separated --json files of the platform; a "
+        "later one's figures win) instead of running it: every algorithm they have at the sizes",
+    )
+    p.add_argument(
+        "--judge",
+        action="store_true",
+        help="run only hvd_lite's auto on each --platform at the sizes, against the best SMPI algorithm of "
+        "its stored records (FAMILY_RECORDS, or --mpi-record); exit 1 where auto is slower than "
+        "--judge-factor times the best, or wrong",
+    )
+    p.add_argument(
+        "--judge-factor", type=float, default=1.1, help="--judge: the most auto may take, times the best"
+    )
     progress.add_argument(p)
     args = p.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",") if s]
+    if args.model_file is None:
+        args.model_file = "" if args.judge else os.path.join(HERE, "model.conf")
+    platforms = [x for x in args.platform.split(",") if x]
+    if args.judge and "--platform" not in (sys.argv[1:] if argv is None else argv):
+        platforms = list(FAMILY_RECORDS)
+    unknown_platforms = [x for x in platforms if x not in PLATFORMS]
+    if unknown_platforms or not platforms:
+        p.error(f"--platform {args.platform}: not a platform (valid: {', '.join(PLATFORMS)})")
+    if len(platforms) > 1 and not args.judge:
+        p.error(f"--platform {args.platform}: one platform (several only with --judge)")
+    args.platform = platforms[0]
+    if args.judge and (
+        args.check or args.coll != "allreduce" or args.op != "sum" or args.hvdl not in (None, "auto")
+    ):
+        p.error("--judge runs hvd_lite's auto all-reduce (a sum) only: no --check, --coll, --op or --hvdl")
+    if args.mpi_record or args.judge:
+        args.mpi_records = {}
+        for x in platforms:
+            if args.mpi_record:
+                paths = [r for r in args.mpi_record.split(",") if r]
+            elif x in FAMILY_RECORDS:
+                paths = [os.path.join(RECORDS, r) for r in FAMILY_RECORDS[x]]
+            else:
+                p.error(f"--judge: {x} has no stored records (FAMILY_RECORDS); pass --mpi-record")
+            try:
+                x_ranks = args.ranks or PLATFORMS[x][0] * PLATFORMS[x][1]
+                args.mpi_records[x] = read_mpi_records(paths, x, x_ranks, args.coll, sizes)
+            except (OSError, ValueError, KeyError) as exc:
+                p.error(f"--mpi-record: {exc}")
     if args.op == "adasum" and args.coll != "allreduce":
         p.error(f"--op adasum: Adasum is an all-reduce only, not --coll {args.coll}")
     if args.adasum_hierarchical and args.op != "adasum":
@@ -466,7 +580,7 @@ def main(argv=None) -> int:
     hvdl_algos = [a for a in args.hvdl.split(",") if a]
     if args.mpi is None:
         args.mpi = ",".join(COLLS[args.coll][3])
-    mpi_algos = [a for a in args.mpi.split(",") if a]
+    mpi_algos = [a for a in args.mpi.split(",") if a] if not args.mpi_record else []  # not run: stored
     unknown = [a for a in hvdl_algos if a not in COLLS[args.coll][2]]
     if unknown:
         p.error(
@@ -476,10 +590,7 @@ def main(argv=None) -> int:
     slots = PLATFORMS[args.platform][0] * PLATFORMS[args.platform][1]
     ranks = args.ranks or slots
     if not 1 <= ranks <= slots:
-        p.error(
-            f"--ranks {ranks}: the platform {args.platform} has "
-            f"{slots} slots"
-        )
+        p.error(f"--ranks {ranks}: the platform {args.platform} has {slots} slots")
     unchecked = [s for s in sizes if 3 * s * ranks > args.memory_gib * (1 << 30)]
     if args.check and unchecked:
         p.error(
@@ -488,6 +599,8 @@ def main(argv=None) -> int:
             "smaller --sizes (CI: 4,1028,65540,262148) or a larger --memory-gib"
         )
     driver = build()
+    if args.judge:
+        return judge(driver, platforms, sizes, args)
 
     if args.check:  # every algorithm of every collective
         bad = 0
@@ -549,7 +662,7 @@ def main(argv=None) -> int:
 
     adasum = {f: run("hvdl", f) for f in forms}
     hvdl = {a: run("hvdl", a) for a in hvdl_algos}
-    mpi = {}
+    mpi = dict(args.mpi_records[args.platform]) if args.mpi_record else {}  # the stored SMPI side
     for a in mpi_algos:
         try:
             mpi[a] = run("mpi", a)
@@ -567,7 +680,8 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(
                 {
-                    "command": "python3 sim/simulate.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+                    "command": "python3 sim/simulate.py "
+                    + shlex.join(sys.argv[1:] if argv is None else argv),
                     "platform": args.platform,
                     "ranks": ranks,
                     "coll": args.coll,
