@@ -87,3 +87,15 @@ def test_several_platforms_only_with_the_judge(capsys):
         simulate().main(["--platform", "8x8,8x8bb", "--sizes", "4K"])
     assert e.value.code == 2
     assert "one platform (several only with --judge)" in capsys.readouterr().err
+
+
+def test_every_platform_of_the_family_has_its_smpi_records_at_the_four_sizes():
+    mod = simulate()
+    sizes = [4 << 10, 256 << 10, 4 << 20, 64 << 20]
+    for platform, records in mod.FAMILY_RECORDS.items():
+        hosts, per_host = mod.PLATFORMS[platform]
+        paths = [os.path.join(mod.RECORDS, r) for r in records]
+        mpi = mod.read_mpi_records(paths, platform, hosts * per_host, "allreduce", sizes)
+        for s in sizes:
+            best = mod.best_mpi(mpi, s)
+            assert mpi[best][s]["time_s"] > 0, (platform, s, best)
