@@ -18,6 +18,10 @@ Adasum all-reduce (hvdlAdasum) beside its plain all-reduces and SMPI's, all in t
                                                           # the CI correctness run (exit 1 on a wrong bit)
                                                           # (hier_p2p: on hosts of 4, and 8 hosts of 6;
                                                           # Adasum in 4 types against a float64 reference)
+    python sim/simulate.py --judge --platform 16x4_25g,8x8_100g_oversub,8x8_400g_fattree --sizes 4K,256K,4M
+                                                          # CI: auto without a model file against the
+                                                          # stored SMPI records (FAMILY_RECORDS); exit 1
+                                                          # over 1.1x the best SMPI algorithm
 
 Needs Debian's libsimgrid-dev (smpicc, smpirun). The simulation settings, and why (docs/scale.md):
 MPI_Test and MPI_Iprobe cost 0.1 us of simulated time, without SMPI's growth of that cost over failed
@@ -459,12 +463,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--platform",
-        default="8x8",
-        help=f"one of {', '.join(PLATFORMS)} (--judge: several, comma-separated; default: the family, "
-        f"{','.join(FAMILY_RECORDS)})",
+        help=f"one of {', '.join(PLATFORMS)} (default 8x8; --judge: several, comma-separated, default the "
+        f"family: {','.join(FAMILY_RECORDS)})",
     )
     p.add_argument(
-        "--ranks", type=int, help="use only the first RANKS ranks of the platform (default: all, 8 a host)"
+        "--ranks",
+        type=int,
+        help="use only the first RANKS ranks of the platform (default: all, a rank a core)",
     )
     p.add_argument(
         "--coll",
@@ -550,9 +555,9 @@ def main(argv=None) -> int:
     sizes = [parse_size(s) for s in args.sizes.split(",") if s]
     if args.model_file is None:
         args.model_file = "" if args.judge else os.path.join(HERE, "model.conf")
+    if args.platform is None:
+        args.platform = ",".join(FAMILY_RECORDS) if args.judge else "8x8"
     platforms = [x for x in args.platform.split(",") if x]
-    if args.judge and "--platform" not in (sys.argv[1:] if argv is None else argv):
-        platforms = list(FAMILY_RECORDS)
     unknown_platforms = [x for x in platforms if x not in PLATFORMS]
     if unknown_platforms or not platforms:
         p.error(f"--platform {args.platform}: not a platform (valid: {', '.join(PLATFORMS)})")
@@ -576,7 +581,7 @@ def main(argv=None) -> int:
                 x_ranks = args.ranks or PLATFORMS[x][0] * PLATFORMS[x][1]
                 args.mpi_records[x] = read_mpi_records(paths, x, x_ranks, args.coll, sizes)
             except (OSError, ValueError, KeyError) as exc:
-                p.error(f"--mpi-record: {exc}")
+                p.error(f"the SMPI records: {exc}")
     if args.op == "adasum" and args.coll != "allreduce":
         p.error(f"--op adasum: Adasum is an all-reduce only, not --coll {args.coll}")
     if args.adasum_hierarchical and args.op != "adasum":
