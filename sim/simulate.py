@@ -1,7 +1,7 @@
 """hvd_lite's collectives against SMPI's MPI algorithms on a simulated cluster (SimGrid SMPI).
 
 Builds the C core and sim/driver.c with smpicc into sim/build/, runs the driver with smpirun on one of
-sim/platforms/*.xml (8 ranks a host), once for hvd_lite (HVD_LITE_ALLREDUCE_ALGO=auto unless told, or
+sim/platforms/*.xml (a rank a core), once for hvd_lite (HVD_LITE_ALLREDUCE_ALGO=auto unless told, or
 HVD_LITE_BROADCAST_ALGO, HVD_LITE_ALLGATHER_ALGO, HVD_LITE_REDUCESCATTER_ALGO for the other collectives)
 and once per SMPI algorithm (--cfg=smpi/allreduce:<name>,
 smpi/bcast, smpi/allgather, smpi/reduce_scatter), and prints an nccl-tests-style table: the simulated
@@ -18,6 +18,10 @@ Adasum all-reduce (hvdlAdasum) beside its plain all-reduces and SMPI's, all in t
                                                           # the CI correctness run (exit 1 on a wrong bit)
                                                           # (hier_p2p: on hosts of 4, and 8 hosts of 6;
                                                           # Adasum in 4 types against a float64 reference)
+    python sim/simulate.py --judge --platform 16x4_25g,8x8_100g_oversub,8x8_400g_fattree --sizes 4K,256K,4M
+                                                          # CI: auto without a model file against the
+                                                          # stored SMPI records (FAMILY_RECORDS); exit 1
+                                                          # over 1.1x the best SMPI algorithm
 
 Needs Debian's libsimgrid-dev (smpicc, smpirun). The simulation settings, and why (docs/scale.md):
 MPI_Test and MPI_Iprobe cost 0.1 us of simulated time, without SMPI's growth of that cost over failed
@@ -35,6 +39,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -58,9 +63,31 @@ def _load_progress():
 
 progress = _load_progress()
 
-RANKS_PER_HOST = 8
-# The platforms of sim/platforms: name -> hosts (RANKS_PER_HOST ranks each).
-PLATFORMS = {"host1x8": 1, "8x8": 8, "8x8bb": 8, "32x8": 32, "128x8": 128, "512x8": 512}
+# The platforms of sim/platforms: name -> (hosts, ranks a host: the cores of each). The first group
+# is the one sim/model.conf was written for; the family after it is what the default settings (no
+# model file) are judged on (--judge; docs/scale.md, "The family of platforms").
+PLATFORMS = {
+    "host1x8": (1, 8),
+    "8x8": (8, 8),
+    "32x8": (32, 8),
+    "128x8": (128, 8),
+    "512x8": (512, 8),
+    "8x8_10g": (8, 8),
+    "16x4_25g": (16, 4),
+    "8x8bb": (8, 8),
+    "8x8_100g_oversub": (8, 8),
+    "8x8_400g_fattree": (8, 8),
+}
+# The SMPI side of each platform of the family, stored (the simulation is deterministic): the records
+# under docs/data/scale/ that --judge reads, in order (a later record's figures for a size win).
+RECORDS = os.path.join(ROOT, "docs", "data", "scale")
+FAMILY_RECORDS = {
+    "8x8_10g": ["family/8x8_10g.json", "family/8x8_10g_64m.json"],
+    "16x4_25g": ["family/16x4_25g.json", "family/16x4_25g_64m.json"],
+    "8x8bb": ["allreduce_64_8x8bb_before.json", "allreduce_64_8x8bb_before_64m.json"],
+    "8x8_100g_oversub": ["family/8x8_100g_oversub.json", "family/8x8_100g_oversub_64m.json"],
+    "8x8_400g_fattree": ["family/8x8_400g_fattree.json", "family/8x8_400g_fattree_64m.json"],
+}
 # SMPI's all-reduce algorithms worth racing (its list: smpirun --cfg=smpi/allreduce:help).
 MPI_ALGOS = [
     "ompi",
@@ -182,7 +209,7 @@ def fmt_time(seconds: float) -> str:
 
 def build(verbose: bool = False) -> str:
     """Builds sim/build/driver with smpicc (sim/driver.c, sim/adasum_reference.c and every csrc/**/*.c but
-    the Python binding's, csrc/python/)."""
+    the Python binding's, csrc/python/), unless it is newer than all of them and the headers."""
     if not shutil.which("smpicc"):
         sys.exit("smpicc not found: install SimGrid (Debian/Ubuntu: apt-get install libsimgrid-dev)")
     os.makedirs(BUILD, exist_ok=True)
@@ -193,6 +220,12 @@ def build(verbose: bool = False) -> str:
         if os.path.relpath(p, csrc).split(os.sep)[0] != "python"
     )
     out = os.path.join(BUILD, "driver")
+    inputs = [*sources, *glob.glob(os.path.join(csrc, "**", "*.h"), recursive=True), __file__]
+    inputs += [
+        os.path.join(HERE, f) for f in ("driver.c", "adasum_reference.c", "adasum_reference.h", "sim_shim.h")
+    ]
+    if os.path.exists(out) and os.path.getmtime(out) > max(os.path.getmtime(f) for f in inputs):
+        return out  # up to date (CI's --check and --judge, one after the other, build once)
     cmd = [
         "smpicc",
         "-O2",
@@ -213,7 +246,7 @@ def build(verbose: bool = False) -> str:
     return out
 
 
-def hostfile(hosts: int, per_host: int = RANKS_PER_HOST) -> str:
+def hostfile(hosts: int, per_host: int) -> str:
     path = os.path.join(BUILD, f"hosts_{hosts}x{per_host}")
     with open(path, "w") as f:
         f.writelines(f"node-{i}:{per_host}\n" for i in range(hosts))
@@ -228,16 +261,18 @@ def run_driver(
     sizes,
     args,
     check=False,
-    per_host=RANKS_PER_HOST,
+    per_host=None,
     ranks=None,
     env_extra=None,
     dtype="float32",
 ):
     """One smpirun: {bytes: parsed output line} for the sizes, run in one or two groups (buffers
     that fit --memory-gib are checked; larger ones share memory and are not). per_host ranks are
-    placed on a host (ranks: how many in all, default --ranks or every slot); env_extra: more
-    HVD_LITE_* variables. An algo of ADASUM_FORMS runs hvd_lite's Adasum all-reduce on dtype."""
-    hosts = PLATFORMS[platform]
+    placed on a host (default: the platform's cores a host; ranks: how many in all, default --ranks or
+    every slot); env_extra: more HVD_LITE_* variables. An algo of ADASUM_FORMS runs hvd_lite's Adasum
+    all-reduce on dtype."""
+    hosts, cores = PLATFORMS[platform]
+    per_host = per_host or cores
     ranks = ranks or args.ranks or hosts * per_host
     budget = args.memory_gib * (1 << 30)
     fits = [s for s in sizes if 3 * s * ranks <= budget]
@@ -312,7 +347,7 @@ def run_driver(
 def table(platform, ranks, sizes, hvdl, mpi, coll="allreduce", out=sys.stdout):
     """The nccl-tests-style table: hvd_lite's contenders, the best SMPI algorithm, the ratio."""
     print(
-        f"\n{ranks} ranks ({platform}: {PLATFORMS[platform]} host(s) of {RANKS_PER_HOST}), "
+        f"\n{ranks} ranks ({platform}: {PLATFORMS[platform][0]} host(s) of {PLATFORMS[platform][1]}), "
         f"simulated time of one {coll} (float32), slowest rank's best",
         file=out,
     )
@@ -323,8 +358,7 @@ def table(platform, ranks, sizes, hvdl, mpi, coll="allreduce", out=sys.stdout):
     )
     print("|---" * (len(cols) + 4) + "|", file=out)
     for s in sizes:
-        right = [a for a in mpi if mpi[a][s]["wrong"] <= 0] or list(mpi)  # a wrong result never wins
-        best = min(right, key=lambda a: mpi[a][s]["time_s"])
+        best = best_mpi(mpi, s)
         first = hvdl[next(iter(hvdl))][s]
         cells = []
         for a in hvdl:
@@ -345,7 +379,7 @@ def adasum_table(platform, ranks, sizes, forms, plain, mpi, out=sys.stdout):
     """Adasum's table: its forms, hvd_lite's plain all-reduces (a sum) and the best SMPI algorithm of
     the same run, and each form's time over each plain all-reduce's and over the best's."""
     print(
-        f"\n{ranks} ranks ({platform}: {PLATFORMS[platform]} host(s) of {RANKS_PER_HOST}), "
+        f"\n{ranks} ranks ({platform}: {PLATFORMS[platform][0]} host(s) of {PLATFORMS[platform][1]}), "
         "simulated time of one all-reduce of float32, Adasum and a sum, slowest rank's best",
         file=out,
     )
@@ -362,19 +396,80 @@ def adasum_table(platform, ranks, sizes, forms, plain, mpi, out=sys.stdout):
             for a in plain
         ]
         if mpi:
-            right = [a for a in mpi if mpi[a][s]["wrong"] <= 0] or list(mpi)  # a wrong result never wins
-            best = min(right, key=lambda a: mpi[a][s]["time_s"])
+            best = best_mpi(mpi, s)
             times["best MPI"] = mpi[best][s]["time_s"]
             cells.append(f"{fmt_time(times['best MPI'])} ({best})")
         cells += [f"{times[f] / times[a]:.2f}x" for f in forms for a in against]
         print(f"| {human(s)} | " + " | ".join(cells) + " |", file=out)
 
 
+def read_mpi_records(paths, platform, ranks, coll, sizes):
+    """The SMPI side from stored records ({algorithm: {bytes: result}}), as run_driver's results, for
+    the platform, ranks and collective: every algorithm a record has at a size, a later record's
+    figures winning. Raises ValueError naming what a record lacks."""
+    mpi = {}
+    for path in paths:
+        with open(path) as f:
+            rec = json.load(f)
+        got = (rec["platform"], rec["ranks"], rec.get("coll", "allreduce"))
+        if got != (platform, ranks, coll):
+            raise ValueError(f"{path} is a record of {got}, not of {(platform, ranks, coll)}")
+        for algo, results in rec["mpi"].items():
+            for size, r in results.items():
+                mpi.setdefault(algo, {})[int(size)] = r
+    for s in sizes:
+        if not any(s in res for res in mpi.values()):
+            raise ValueError(f"no SMPI figures for {human(s)} on {platform} in {', '.join(paths)}")
+    return {a: {s: res[s] for s in sizes if s in res} for a, res in mpi.items()}
+
+
+def best_mpi(mpi, size):
+    """The quickest SMPI algorithm at a size whose result was right (all of them, if none was)."""
+    have = [a for a in mpi if size in mpi[a]]
+    right = [a for a in have if mpi[a][size]["wrong"] <= 0] or have  # a wrong result never wins
+    return min(right, key=lambda a: mpi[a][size]["time_s"])
+
+
+def judge(driver, platforms, sizes, args) -> int:
+    """hvd_lite's auto on each platform at the sizes against the best SMPI algorithm of the stored
+    records (FAMILY_RECORDS, or --mpi-record): a line per point; 1 if auto is wrong or slower than
+    --judge-factor times the best at any point."""
+    bad = 0
+    bar = progress.Progress("simulate --judge", len(platforms), not args.quiet)
+    for platform in platforms:
+        bar.point(platform)
+        auto = run_driver(driver, platform, "hvdl", "auto", sizes, args)
+        mpi = args.mpi_records[platform]
+        for s in sizes:
+            r, best = auto[s], best_mpi(mpi, s)
+            ratio = r["time_s"] / mpi[best][s]["time_s"]
+            ok = r["wrong"] <= 0 and not r["failed"] and ratio <= args.judge_factor
+            bad += not ok
+            verdict = (
+                "ok"
+                if ok
+                else f"FAILED (over {args.judge_factor:g}x" + (", wrong)" if r["wrong"] > 0 else ")")
+            )
+            print(
+                f"{platform} {human(s):>8s}: auto {fmt_time(r['time_s']):>10s} ({r['algo']}), best SMPI "
+                f"{fmt_time(mpi[best][s]['time_s']):>10s} ({best}), {ratio:.2f}x  {verdict}",
+                flush=True,
+            )
+    bar.finish()
+    return 1 if bad else 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--platform", choices=list(PLATFORMS), default="8x8")
     p.add_argument(
-        "--ranks", type=int, help="use only the first RANKS ranks of the platform (default: all, 8 a host)"
+        "--platform",
+        help=f"one of {', '.join(PLATFORMS)} (default 8x8; --judge: several, comma-separated, default the "
+        f"family: {','.join(FAMILY_RECORDS)})",
+    )
+    p.add_argument(
+        "--ranks",
+        type=int,
+        help="use only the first RANKS ranks of the platform (default: all, a rank a core)",
     )
     p.add_argument(
         "--coll",
@@ -429,8 +524,8 @@ def main(argv=None) -> int:
     )
     p.add_argument(
         "--model-file",
-        help="HVD_LITE_COST_MODEL_FILE for hvd_lite (default sim/model.conf)",
-        default=os.path.join(HERE, "model.conf"),
+        help="HVD_LITE_COST_MODEL_FILE for hvd_lite ('' for none: the terms measured at init; default "
+        "sim/model.conf, an example of an override written for 8x8 and its like; with --judge, none)",
     )
     p.add_argument(
         "--memory-gib",
@@ -440,9 +535,53 @@ def main(argv=None) -> int:
     )
     p.add_argument("--timeout", type=float, default=3600, help="seconds per smpirun")
     p.add_argument("--json", help="write every result to this file")
+    p.add_argument(
+        "--mpi-record",
+        help="read the SMPI side from these records (comma-separated --json files of the platform; a "
+        "later one's figures win) instead of running it: every algorithm they have at the sizes",
+    )
+    p.add_argument(
+        "--judge",
+        action="store_true",
+        help="run only hvd_lite's auto on each --platform at the sizes, against the best SMPI algorithm of "
+        "its stored records (FAMILY_RECORDS, or --mpi-record); exit 1 where auto is slower than "
+        "--judge-factor times the best, or wrong",
+    )
+    p.add_argument(
+        "--judge-factor", type=float, default=1.1, help="--judge: the most auto may take, times the best"
+    )
     progress.add_argument(p)
     args = p.parse_args(argv)
     sizes = [parse_size(s) for s in args.sizes.split(",") if s]
+    if args.model_file is None:
+        args.model_file = "" if args.judge else os.path.join(HERE, "model.conf")
+    if args.platform is None:
+        args.platform = ",".join(FAMILY_RECORDS) if args.judge else "8x8"
+    platforms = [x for x in args.platform.split(",") if x]
+    unknown_platforms = [x for x in platforms if x not in PLATFORMS]
+    if unknown_platforms or not platforms:
+        p.error(f"--platform {args.platform}: not a platform (valid: {', '.join(PLATFORMS)})")
+    if len(platforms) > 1 and not args.judge:
+        p.error(f"--platform {args.platform}: one platform (several only with --judge)")
+    args.platform = platforms[0]
+    if args.judge and (
+        args.check or args.coll != "allreduce" or args.op != "sum" or args.hvdl not in (None, "auto")
+    ):
+        p.error("--judge runs hvd_lite's auto all-reduce (a sum) only: no --check, --coll, --op or --hvdl")
+    if args.mpi_record or args.judge:
+        args.mpi_records = {}
+        for x in platforms:
+            if args.mpi_record:
+                paths = [r for r in args.mpi_record.split(",") if r]
+            elif x in FAMILY_RECORDS:
+                paths = [os.path.join(RECORDS, r) for r in FAMILY_RECORDS[x]]
+            else:
+                p.error(f"--judge: {x} has no stored records (FAMILY_RECORDS); pass --mpi-record")
+            try:
+                x_ranks = args.ranks or PLATFORMS[x][0] * PLATFORMS[x][1]
+                args.mpi_records[x] = read_mpi_records(paths, x, x_ranks, args.coll, sizes)
+            except (OSError, ValueError, KeyError) as exc:
+                p.error(f"the SMPI records: {exc}")
     if args.op == "adasum" and args.coll != "allreduce":
         p.error(f"--op adasum: Adasum is an all-reduce only, not --coll {args.coll}")
     if args.adasum_hierarchical and args.op != "adasum":
@@ -452,19 +591,17 @@ def main(argv=None) -> int:
     hvdl_algos = [a for a in args.hvdl.split(",") if a]
     if args.mpi is None:
         args.mpi = ",".join(COLLS[args.coll][3])
-    mpi_algos = [a for a in args.mpi.split(",") if a]
+    mpi_algos = [a for a in args.mpi.split(",") if a] if not args.mpi_record else []  # not run: stored
     unknown = [a for a in hvdl_algos if a not in COLLS[args.coll][2]]
     if unknown:
         p.error(
             f"--coll {args.coll}: hvd_lite has no algorithm {unknown[0]!r} "
             f"(valid: {','.join(COLLS[args.coll][2])})"
         )
-    ranks = args.ranks or PLATFORMS[args.platform] * RANKS_PER_HOST
-    if not 1 <= ranks <= PLATFORMS[args.platform] * RANKS_PER_HOST:
-        p.error(
-            f"--ranks {ranks}: the platform {args.platform} has "
-            f"{PLATFORMS[args.platform] * RANKS_PER_HOST} slots"
-        )
+    slots = PLATFORMS[args.platform][0] * PLATFORMS[args.platform][1]
+    ranks = args.ranks or slots
+    if not 1 <= ranks <= slots:
+        p.error(f"--ranks {ranks}: the platform {args.platform} has {slots} slots")
     unchecked = [s for s in sizes if 3 * s * ranks > args.memory_gib * (1 << 30)]
     if args.check and unchecked:
         p.error(
@@ -473,10 +610,12 @@ def main(argv=None) -> int:
             "smaller --sizes (CI: 4,1028,65540,262148) or a larger --memory-gib"
         )
     driver = build()
+    if args.judge:
+        return judge(driver, platforms, sizes, args)
 
     if args.check:  # every algorithm of every collective
         bad = 0
-        hosts = PLATFORMS[args.platform]
+        hosts = PLATFORMS[args.platform][0]
         runs = [("allreduce", a, a, {}) for a in HVDL_ALGOS if a != "hier_p2p"]
         if hosts > 1:  # hier_p2p needs hosts of one size: emulated hosts of 4, and 6 ranks a host
             runs += [
@@ -534,7 +673,7 @@ def main(argv=None) -> int:
 
     adasum = {f: run("hvdl", f) for f in forms}
     hvdl = {a: run("hvdl", a) for a in hvdl_algos}
-    mpi = {}
+    mpi = dict(args.mpi_records[args.platform]) if args.mpi_record else {}  # the stored SMPI side
     for a in mpi_algos:
         try:
             mpi[a] = run("mpi", a)
@@ -552,6 +691,8 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(
                 {
+                    "command": "python3 sim/simulate.py "
+                    + shlex.join(sys.argv[1:] if argv is None else argv),
                     "platform": args.platform,
                     "ranks": ranks,
                     "coll": args.coll,
