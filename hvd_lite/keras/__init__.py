@@ -126,28 +126,28 @@ def load_model(
     """Loads a saved model (keras.models.load_model, or tf_keras's) with its optimizer wrapped in
     DistributedOptimizer and its state kept. The Keras is tf_keras when `custom_optimizers` are
     tf_keras classes or `tf.keras` is tf_keras (TF_USE_LEGACY_KERAS=1), Keras 3 otherwise;
-    `legacy_opts=True` loads the built-in optimizers as tf_keras.optimizers.legacy ones."""
+    `legacy_opts=True` (tf_keras only) expects a tf_keras.optimizers.legacy optimizer in the file."""
     use_tf_keras = (
         any(_keras2.is_tf_keras_class(c) for c in custom_optimizers)
         if custom_optimizers
         else _keras2.tf_keras_is_tf_keras()
     )
-    objects = {}
-    if legacy_opts:
-        if not use_tf_keras:
-            raise ValueError(
-                "legacy_opts=True loads tf_keras.optimizers.legacy optimizers, which Keras 3 does not "
-                "have: install tf_keras and set TF_USE_LEGACY_KERAS=1 (or pass tf_keras custom_optimizers)"
-            )
-        legacy = _tf_keras().optimizers.legacy
-        objects.update(
-            {name: cls for name, cls in vars(legacy).items() if isinstance(cls, type) and name != "Optimizer"}
+    if legacy_opts and not use_tf_keras:
+        raise ValueError(
+            "legacy_opts=True loads tf_keras.optimizers.legacy optimizers, which Keras 3 does not "
+            "have: install tf_keras and set TF_USE_LEGACY_KERAS=1 (or pass tf_keras custom_optimizers)"
         )
-    objects.update({c.__name__: c for c in custom_optimizers or ()})
+    objects = {c.__name__: c for c in custom_optimizers or ()}
     objects.update(custom_objects or {})
     loader = _tf_keras().models.load_model if use_tf_keras else _keras.models.load_model
     model = loader(filepath, custom_objects=objects or None)
     opt = getattr(model, "optimizer", None)
+    if legacy_opts and opt is not None and not _keras2.is_legacy_optimizer(opt):
+        raise ValueError(
+            f"legacy_opts=True, but {filepath!r} was saved with a tf_keras.optimizers."
+            f"{type(opt).__name__}, not a legacy one (tf_keras loads the kind that was saved, and "
+            "its state fits only that kind); load it with legacy_opts=False"
+        )
     if (
         custom_optimizers is not None
         and opt is not None

@@ -150,8 +150,10 @@ class LearningRateScheduleCallback(_Callback):
         )
 
     def _lr_variable(self):
-        lr = self.model.optimizer.learning_rate
-        if not hasattr(lr, "assign"):
+        opt = self.model.optimizer
+        lr = opt.learning_rate
+        # tf_keras's current optimizers show a schedule as a variable the step overwrites
+        if not hasattr(lr, "assign") or callable(getattr(opt, "_learning_rate", None)):
             raise ValueError(
                 f"{type(self).__name__} sets the optimizer's learning rate, but it is a "
                 f"{type(lr).__name__} (a schedule); pass a float learning rate"
