@@ -1,7 +1,8 @@
 """hvd_lite.keras with tf_keras (Keras 2, what tf.keras is under TF_USE_LEGACY_KERAS=1) at 1-4 ranks:
 DistributedOptimizer over tf_keras's current and legacy optimizers (backward_passes_per_step,
 average_aggregated_gradients, sparse_as_dense), the callbacks, load_model, and model.fit, each
-against one process training on the same global batches. Skipped without tf_keras
+against one process training on the same global batches. Runs under TF_USE_LEGACY_KERAS=1, as
+ci/test.sh's second Keras pass runs it (with test_keras_strategy.py); skipped without tf_keras
 (pip install --no-deps tf_keras==2.21.0)."""
 
 import os
@@ -15,6 +16,8 @@ tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip 
 K = pytest.importorskip(
     "tf_keras", reason="tf_keras is not installed (pip install --no-deps tf_keras==2.21.0)"
 )
+if os.environ.get("TF_USE_LEGACY_KERAS", "").lower() not in ("1", "true"):
+    pytest.skip("runs under TF_USE_LEGACY_KERAS=1 (ci/test.sh's second Keras pass)", allow_module_level=True)
 
 from conftest import agree, engine_calls, everywhere, raises_on_every_rank  # noqa: E402
 
