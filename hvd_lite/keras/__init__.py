@@ -124,14 +124,17 @@ def load_model(
     filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none, legacy_opts=False
 ):
     """Loads a saved model (keras.models.load_model, or tf_keras's) with its optimizer wrapped in
-    DistributedOptimizer and its state kept. The Keras is tf_keras when `custom_optimizers` are
-    tf_keras classes or `tf.keras` is tf_keras (TF_USE_LEGACY_KERAS=1), Keras 3 otherwise;
+    DistributedOptimizer and its state kept. The Keras is the one the file says saved it; where it
+    does not say, tf_keras when `custom_optimizers` are tf_keras classes or `tf.keras` is tf_keras
+    (TF_USE_LEGACY_KERAS=1), Keras 3 otherwise;
     `legacy_opts=True` (tf_keras only) expects a tf_keras.optimizers.legacy optimizer in the file."""
-    use_tf_keras = (
-        any(_keras2.is_tf_keras_class(c) for c in custom_optimizers)
-        if custom_optimizers
-        else _keras2.tf_keras_is_tf_keras()
-    )
+    use_tf_keras = _keras2.saved_by_tf_keras(filepath)
+    if use_tf_keras is None:
+        use_tf_keras = (
+            any(_keras2.is_tf_keras_class(c) for c in custom_optimizers)
+            if custom_optimizers
+            else _keras2.tf_keras_is_tf_keras()
+        )
     if legacy_opts and not use_tf_keras:
         raise ValueError(
             "legacy_opts=True loads tf_keras.optimizers.legacy optimizers, which Keras 3 does not "

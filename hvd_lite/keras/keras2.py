@@ -17,8 +17,10 @@ n-th pass the sums are reduced (divided by n with average_aggregated_gradients),
 accumulators cleared; the other passes only count the optimizer's `iterations`.
 """
 
+import json
 import os
-from typing import Any, Dict, List
+import zipfile
+from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
@@ -41,6 +43,33 @@ def tf_keras_is_tf_keras() -> bool:
     if os.environ.get("TF_USE_LEGACY_KERAS", "").lower() not in ("1", "true"):
         return False
     return getattr(tf.keras, "__name__", "").startswith("tf_keras")
+
+
+def saved_by_tf_keras(filepath) -> Optional[bool]:
+    """Whether the Keras that saved `filepath` was Keras 2 (tf_keras), as the file says: a .keras
+    archive's metadata.json or an HDF5 file's `keras_version`, a SavedModel directory (tf_keras's
+    only); None where it does not say."""
+    path = os.fspath(filepath) if isinstance(filepath, (str, os.PathLike)) else None
+    if path is None or not os.path.exists(path):
+        return None
+    if os.path.isdir(path):
+        return True
+    version = None
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            if "metadata.json" in z.namelist():
+                version = json.loads(z.read("metadata.json")).get("keras_version")
+    else:
+        try:
+            import h5py
+        except ImportError:
+            return None
+        if h5py.is_hdf5(path):
+            with h5py.File(path, "r") as f:
+                version = f.attrs.get("keras_version")
+    if isinstance(version, bytes):
+        version = version.decode()
+    return str(version).startswith("2.") if version else None
 
 
 def is_legacy_optimizer(optimizer) -> bool:

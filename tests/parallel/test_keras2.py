@@ -369,3 +369,25 @@ def test_arguments_a_tf_keras_optimizer_cannot_take_are_refused_before_anything_
         lambda: hvdk.DistributedOptimizer(opt, backward_passes_per_step=0),
     )
     raises_on_every_rank(TypeError, "tf_keras", lambda: hvdk.DistributedOptimizer(object()))
+
+
+def test_load_model_loads_a_file_with_the_keras_that_saved_it(tmp_path):
+    """Under TF_USE_LEGACY_KERAS=1 a Keras 3 file still loads as Keras 3, a tf_keras one as tf_keras."""
+    import keras
+
+    k3 = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    k3.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    k2 = K.Sequential([K.Input((2,)), K.layers.Dense(1)])
+    k2.compile(optimizer=K.optimizers.Adam(0.01), loss="mse")
+    loaded = {}
+    for name, model in (("k3", k3), ("k2", k2)):
+        model.fit(np.ones((4, 2)), np.ones((4, 1)), verbose=0)
+        path = str(tmp_path / f"{name}-{hvd.rank()}.keras")
+        model.save(path)
+        loaded[name] = hvdk.load_model(path)
+    with everywhere("load_model's Keras"):
+        assert isinstance(loaded["k3"], keras.Model) and isinstance(
+            loaded["k3"].optimizer, keras.optimizers.Adam
+        )
+        assert isinstance(loaded["k2"], K.Model) and isinstance(loaded["k2"].optimizer, K.optimizers.Adam)
+        assert all(hasattr(m.optimizer, "_hvd_reduction") for m in loaded.values())
