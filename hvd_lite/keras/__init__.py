@@ -1,11 +1,13 @@
-"""hvd_lite for Keras 3: `import hvd_lite.keras as hvd` in place of `import horovod.keras as hvd`.
+"""hvd_lite for Keras 3 and Keras 2 (tf_keras): `import hvd_lite.keras as hvd` in place of
+`import horovod.keras as hvd`.
 
     hvd.init()
     opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.001 * hvd.size()))
     model.compile(optimizer=opt, ...)
     model.fit(..., callbacks=[hvd.BroadcastGlobalVariablesCallback(0), hvd.MetricAverageCallback()])
 
-The TensorFlow backend is supported; the JAX and torch backends are refused with an error.
+The TensorFlow backend is supported; the JAX and torch backends are refused with an error. tf_keras's
+optimizers, models and callbacks (tf.keras under TF_USE_LEGACY_KERAS=1) are taken too: keras2.py.
 """
 
 try:
