@@ -87,12 +87,13 @@ fi
 
 # A second MPI runs the system tests whose outcome depends on the MPI: the launcher (it drives each
 # flavour's mpirun; emulated hosts through its daemons), how hvd_lite meets MPI (singletons,
-# mpi4py, another MPI's launcher), faults and signals (how a dying rank ends the job), whole engine
-# jobs. The others run code that is the same under any MPI once the parallel tests pass: the
-# examples and TensorFlow jobs (framework adapters over the same collectives), the benchmarks,
-# autotuning (engine logic), the MPICC build switch (setup.py; the MPICH build itself is CI's install).
+# mpi4py, another MPI's launcher), faults and signals (how a dying rank ends the job), elastic
+# relaunches (how each launcher ends a job whose rank died), whole engine jobs. The others run
+# code that is the same under any MPI once the parallel tests pass: the examples and TensorFlow
+# jobs (framework adapters over the same collectives), the benchmarks, autotuning (engine logic),
+# the MPICC build switch (setup.py; the MPICH build itself is CI's install).
 OTHER_MPI_SYSTEM_TESTS=(test_run_launcher.py test_run_multihost.py test_run_func.py test_mpi_setup.py
-                        test_faults.py test_interrupts.py test_engine_jobs.py)
+                        test_faults.py test_interrupts.py test_engine_jobs.py test_elastic.py)
 if [ "$mode" = all ]; then
   echo "== system tests"
   "${PYTEST[@]}" tests/system

@@ -7,6 +7,7 @@
 docs/numpy.md shows the API by example.
 """
 
+from . import elastic
 from .basics import (
     build_info,
     cross_rank,
@@ -40,6 +41,8 @@ from .collectives import (
 )
 from .exceptions import (
     CollectiveError,
+    HorovodInternalError,
+    HostsUpdatedInterrupt,
     HvdLiteError,
     InvalidArgumentError,
     LauncherError,
@@ -137,5 +140,8 @@ __all__ = [
     "LauncherError",
     "RemoteRankError",
     "UnsupportedDtypeError",
+    "HorovodInternalError",
+    "HostsUpdatedInterrupt",
+    "elastic",
     "__version__",
 ]

@@ -60,3 +60,18 @@ def error_from_code(code: int, message: str) -> CollectiveError:
     """Builds the exception for an hvdlResult_t; the C extension calls this."""
     cls = InvalidArgumentError if code == INVALID_ARGUMENT else CollectiveError
     return cls(code, message)
+
+
+HorovodInternalError = CollectiveError
+"""Horovod's name for a failed collective: the same class as CollectiveError, so `except
+HorovodInternalError` catches what hvd_lite's collectives raise (hvd_lite.elastic.run does)."""
+
+
+class HostsUpdatedInterrupt(HvdLiteError):
+    """The job's hosts changed: hvd_lite.elastic.run re-forms the job and resumes without rolling
+    back to the last commit (Horovod's name). `skip_sync`: the state need not be synced again."""
+
+    def __init__(self, skip_sync: bool = False):
+        super().__init__("the job's hosts changed")
+        self.skip_sync = bool(skip_sync)
+        """True when the ranks' states are already identical (no sync after the reset)."""

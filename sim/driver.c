@@ -33,7 +33,9 @@
  * of the elements, within adasum_types' tolerance for T, and its bytes must be
  * the same on every rank; with --check it also runs in place.
  *
- * Output, rank 0, one line per size:
+ * Output, rank 0: on the hvdl side first `init_s <T>`, the slowest rank's time in
+ * hvdlCommInitMpi (the measurement of the terms across hosts, select_measure.c, is most
+ * of it); then one line per size:
  *   bytes <B> time_s <T> wrong <W> identical <0|1> algo <name> model_s <M>
  * (identical is 1 without --check; wrong is -1 when not checked; algo and model_s,
  * the cost model's time for it, are the selector's, and "-" and 0 on the MPI
@@ -418,7 +420,12 @@ int main(int argc, char **argv) {
   hvdlResult_t res = use_hvdl ? hvdlConfigDefault(&cfg) : hvdlSuccess;
   if (use_hvdl && res == hvdlSuccess) {
     cfg.disableShm = 1;
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
     res = hvdlCommInitMpi(&comm, MPI_COMM_WORLD, &cfg);
+    double took = MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &took, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0 && res == hvdlSuccess) printf("init_s %.9g\n", took);
   }
   if (res != hvdlSuccess) {
     fprintf(stderr, "rank %d: hvdlCommInitMpi: %s\n", rank, hvdlGetLastError(NULL));

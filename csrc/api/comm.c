@@ -95,6 +95,8 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
     res = split_lanes(comm, comm->mpi, &lane);
     if (res == hvdlSuccess && lane != MPI_COMM_NULL) {
       res = new_comm(&comm->cross, lane, &across, 1);
+      /* the lane's ranks share this communicator's agreed model, measured terms included */
+      if (res == hvdlSuccess) comm->cross->model = comm->model;
       MPI_Comm_free(&lane);
       if (res == hvdlSuccess) res = name_ranks(comm, comm->cross);
     }

@@ -39,10 +39,25 @@ struct hvdl_scratch {
 
 /* The all-reduce cost model (select_allreduce.c): per link class, a message's latency
  * alpha (s) and the time per byte beta (s/B); gamma, the time per byte reduced.
- * Filled by config.c (defaults, HVD_LITE_COST_MODEL_FILE); rank 0's is everyone's. */
+ * Across hosts the latency may be a step function of the message's size (MPI's eager
+ * and rendezvous protocols): from step_bytes[i] bytes up (ascending) it is
+ * step_alpha[i], below step_bytes[0] alpha[HVDL_LINK_INTER]. Filled by config.c
+ * (defaults, HVD_LITE_COST_MODEL_FILE) or measured at init (select_measure.c);
+ * rank 0's is everyone's. inter_source and intra_source say where the terms across
+ * hosts and within one came from (gamma is always config.c's). */
 enum hvdl_link { HVDL_LINK_INTRA = 0, HVDL_LINK_INTER = 1 };
+#define HVDL_ALPHA_STEPS 8
+enum hvdl_model_source {
+  HVDL_MODEL_DEFAULT = 0, /* config.c's defaults: a guess for an unknown network */
+  HVDL_MODEL_FILE,        /* HVD_LITE_COST_MODEL_FILE named one of them */
+  HVDL_MODEL_MEASURED     /* hvdlCommInitMpi's ping-pong between two hosts */
+};
 struct hvdl_cost_model {
   double alpha[2], beta[2], gamma;
+  int steps; /* the steps of the latency across hosts in use, 0 .. HVDL_ALPHA_STEPS */
+  double step_bytes[HVDL_ALPHA_STEPS], step_alpha[HVDL_ALPHA_STEPS];
+  int inter_source, intra_source; /* enum hvdl_model_source of the terms across, within */
+  double measure_s;               /* HVDL_MODEL_MEASURED: how long rank 0's measurement took (s) */
 };
 
 /* Fault injection, a testing aid (docs/design.md, "Failures"): where a rank can be
@@ -181,6 +196,10 @@ hvdlResult_t hvdl_config_ranks_per_host(int *k);
 size_t hvdl_small_bytes_default(int nranks, int hosts);
 /* The cost model: the defaults, then HVD_LITE_COST_MODEL_FILE's values over them. */
 hvdlResult_t hvdl_config_cost_model(struct hvdl_cost_model *m);
+/* HVD_LITE_COST_MODEL_MEASURE: 1 (the default) measures the model's terms at communicator
+ * creation when the ranks span hosts, each class (across hosts, within one) that no model
+ * file gives; 0 skips it. */
+hvdlResult_t hvdl_config_cost_model_measure(int *on);
 /* HVD_LITE_ALLREDUCE_ALGO's spelling of an algorithm, and back (-1 if none). */
 const char *hvdl_algo_name(int algo);
 int hvdl_algo_parse(const char *name);

@@ -191,10 +191,20 @@ static hvdlResult_t env_choice(const char *variable, const char *const *names, i
 /* The cost model's defaults. Within a host, this machine (2 cores, Open MPI over
  * shared memory; docs/benchmarks.md): about 1.5 us per message (MPI_Allreduce of 4 B
  * takes 1.3 us at 2 ranks), 9.5 GB/s per copy (the 1 MiB ring), 10 GB/s reduced.
- * Across hosts, the simulated platform of sim/ (100 Gb/s NICs, 2 us host to host);
+ * Across hosts, the simulated platform of sim/ (100 Gb/s NICs, 2 us host to host,
+ * without SMPI's latency factors): a guess for a network nobody measured, used only
+ * where the ranks span hosts and the measurement at init (select_measure.c) is off or
+ * failed; the selector then keeps the ring out from 16 ranks (select_allreduce.c).
  * HVD_LITE_COST_MODEL_FILE replaces any of them (docs/scale.md). */
-static const struct hvdl_cost_model default_model = {
-    .alpha = {1.5e-6, 2e-6}, .beta = {1.05e-10, 8e-11}, .gamma = 1e-10};
+static const struct hvdl_cost_model default_model = {.alpha = {1.5e-6, 2e-6},
+                                                     .beta = {1.05e-10, 8e-11},
+                                                     .gamma = 1e-10,
+                                                     .inter_source = HVDL_MODEL_DEFAULT,
+                                                     .intra_source = HVDL_MODEL_DEFAULT};
+
+hvdlResult_t hvdl_config_cost_model_measure(int *on) {
+  return env_switch("HVD_LITE_COST_MODEL_MEASURE", on);
+}
 
 hvdlResult_t hvdl_config_check(const hvdlConfig_t *c) {
   if ((c->shmBytes && (c->shmBytes < MIN_SHM_BYTES || c->shmBytes > MAX_SHM_BYTES)) ||
@@ -269,6 +279,7 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
   int k;
   HVDL_CHECK(
       hvdl_config_ranks_per_host(&k)); /* read by topology.c: refused here, before any traffic */
+  HVDL_CHECK(hvdl_config_cost_model_measure(&k)); /* read by select_allreduce.c, on rank 0 */
   return hvdlSuccess;
 }
 
@@ -296,10 +307,15 @@ static hvdlResult_t config_autotune(struct hvdl_engine_config *c) {
 }
 
 /* HVD_LITE_COST_MODEL_FILE: lines `key value` (seconds, seconds per byte), '#'
- * comments; keys intra_alpha, intra_beta, inter_alpha, inter_beta, gamma. */
+ * comments; keys intra_alpha, intra_beta, inter_alpha, inter_beta, gamma, and
+ * `inter_alpha_step bytes seconds` (up to HVDL_ALPHA_STEPS, ascending bytes): from
+ * that many bytes up, a message across hosts has that latency. A file that names
+ * any term across hosts makes them the file's, and one within a host those (neither
+ * is measured at init then: select_measure.c). */
 hvdlResult_t hvdl_config_cost_model(struct hvdl_cost_model *m) {
   static const char *const keys[] = {"intra_alpha", "inter_alpha", "intra_beta", "inter_beta",
                                      "gamma"};
+  static const int across[] = {0, 1, 0, 1, -1}; /* 1 across, 0 within, -1 gamma */
   *m = default_model;
   double *slot[] = {&m->alpha[0], &m->alpha[1], &m->beta[0], &m->beta[1], &m->gamma};
   const char *path = getenv("HVD_LITE_COST_MODEL_FILE");
@@ -314,9 +330,24 @@ hvdlResult_t hvdl_config_cost_model(struct hvdl_cost_model *m) {
   while (res == hvdlSuccess && fgets(line, sizeof line, fp)) {
     lineno++;
     char key[64], extra[2];
-    double v;
+    double v, w;
     char *hash = strchr(line, '#');
     if (hash) *hash = '\0';
+    if (sscanf(line, "%63s", key) == 1 && strcmp(key, "inter_alpha_step") == 0) {
+      const int got = sscanf(line, "%63s %lf %lf %1s", key, &v, &w, extra);
+      if (got != 3 || !(v >= 0) || v > 1e15 || !(w >= 0) || w > 1.0 ||
+          m->steps == HVDL_ALPHA_STEPS || (m->steps && v <= m->step_bytes[m->steps - 1])) {
+        res = hvdl_fail(NULL, hvdlInvalidArgument,
+                        "HVD_LITE_COST_MODEL_FILE=%s, line %d: expected `inter_alpha_step bytes "
+                        "seconds`, at most %d of them, bytes ascending and seconds in [0, 1]",
+                        path, lineno, HVDL_ALPHA_STEPS);
+        break;
+      }
+      m->step_bytes[m->steps] = v;
+      m->step_alpha[m->steps++] = w;
+      m->inter_source = HVDL_MODEL_FILE;
+      continue;
+    }
     int got = sscanf(line, "%63s %lf %1s", key, &v, extra);
     if (got <= 0) continue; /* blank or comment */
     int k = -1;
@@ -326,10 +357,13 @@ hvdlResult_t hvdl_config_cost_model(struct hvdl_cost_model *m) {
       res = hvdl_fail(NULL, hvdlInvalidArgument,
                       "HVD_LITE_COST_MODEL_FILE=%s, line %d: expected `key value` with key one of "
                       "intra_alpha, intra_beta, inter_alpha, inter_beta, gamma and a value in "
-                      "[0, 1] (seconds, seconds per byte)",
+                      "[0, 1] (seconds, seconds per byte), or `inter_alpha_step bytes seconds`",
                       path, lineno);
-    else
+    else {
       *slot[k] = v;
+      if (across[k] == 1) m->inter_source = HVDL_MODEL_FILE;
+      if (across[k] == 0) m->intra_source = HVDL_MODEL_FILE;
+    }
   }
   fclose(fp);
   return res;

@@ -160,6 +160,9 @@ static PyMethodDef module_methods[] = {
     {"scale_local", hvdl_py_scale_local, METH_VARARGS, "dst = src * factor with the scale kernels"},
     {"kernel_bench", hvdl_py_kernel_bench, METH_VARARGS,
      "(kernel seconds, memcpy seconds) per call"},
+    {"plan_allreduce_model", hvdl_py_plan_allreduce_model, METH_VARARGS,
+     "plan_allreduce_model(size, hosts, local_size, nbytes, model) -> allreduce_plan's dict: the "
+     "selector on a made-up layout and cost model (tests of its rules)"},
     {NULL, NULL, 0, NULL},
 };
 

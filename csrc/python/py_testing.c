@@ -11,6 +11,9 @@
  *   Comm.shm_views() -> int              the peers' hvdlMemAlloc regions (stand-ins too) mapped
  *   Comm.shm_stand_ins() -> int          all-reduces that took this rank's stand-in
  *   Comm.allreduce_plan(nbytes)          the all-reduce selector's choice and model (select_allreduce.c)
+ *   Comm.cost_model()                    the model's terms agreed at init (measured ones too)
+ *   plan_allreduce_model(size, hosts, local_size, nbytes, model)
+ *                                        the selector's choice on a made-up layout and model
  *   Comm.broadcast_plan(nbytes)          the broadcast selector's choice and model (select_broadcast.c)
  *   Comm.gather_plan(coll, nbytes)       the all-gather's or reduce-scatter's (select_gather.c)
  * (The local kernels and their benchmark are py_kernels.c's.)
@@ -306,15 +309,12 @@ static PyObject *Comm_shm_stand_ins(CommObject *self, PyObject *unused) {
   return PyLong_FromUnsignedLongLong(self->comm->shm ? hvdl_cma_stand_ins(self->comm->shm) : 0);
 }
 
-/* The all-reduce selector's view of a call of nbytes per rank (select_allreduce.c). */
-static PyObject *Comm_allreduce_plan(CommObject *self, PyObject *args) {
-  unsigned long long nbytes;
-  if (!PyArg_ParseTuple(args, "K", &nbytes)) return NULL;
-  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+/* The all-reduce selector's view of a call of nbytes per rank on comm (select_allreduce.c). */
+static PyObject *allreduce_plan(hvdlComm_t comm, unsigned long long nbytes) {
   PyObject *pred = PyDict_New();
   if (!pred) return NULL;
   for (int a = hvdlAlgoRing; a < hvdlNumAlgos; a++) {
-    const double t = hvdl_select_predict(self->comm, (hvdlAlgorithm_t)a, (size_t)nbytes);
+    const double t = hvdl_select_predict(comm, (hvdlAlgorithm_t)a, (size_t)nbytes);
     PyObject *v = t >= 0 ? PyFloat_FromDouble(t) : (Py_INCREF(Py_None), Py_None);
     if (!v || PyDict_SetItemString(pred, hvdl_algo_name(a), v) < 0) {
       Py_XDECREF(v);
@@ -323,9 +323,130 @@ static PyObject *Comm_allreduce_plan(CommObject *self, PyObject *args) {
     }
     Py_DECREF(v);
   }
-  const char *chosen = hvdl_algo_name(hvdl_select_allreduce(self->comm, (size_t)nbytes));
+  const char *chosen = hvdl_algo_name(hvdl_select_allreduce(comm, (size_t)nbytes));
   return Py_BuildValue("{s:s,s:N,s:i,s:i}", "algorithm", chosen, "predicted", pred, "hosts",
-                       self->comm->hosts, "local_size", self->comm->local_size);
+                       comm->hosts, "local_size", comm->local_size);
+}
+
+static PyObject *Comm_allreduce_plan(CommObject *self, PyObject *args) {
+  unsigned long long nbytes;
+  if (!PyArg_ParseTuple(args, "K", &nbytes)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  return allreduce_plan(self->comm, nbytes);
+}
+
+static const char *const model_sources[] = {"default", "file", "measured"};
+
+/* The agreed cost model of comm (select_allreduce.c, select_measure.c) as a dict. */
+static PyObject *cost_model(const struct hvdl_cost_model *m) {
+  PyObject *steps = PyList_New(0);
+  for (int i = 0; steps && i < m->steps; i++) {
+    PyObject *step = Py_BuildValue("(dd)", m->step_bytes[i], m->step_alpha[i]);
+    if (!step || PyList_Append(steps, step) < 0) Py_CLEAR(steps);
+    Py_XDECREF(step);
+  }
+  if (!steps) return NULL;
+  const int inter = m->inter_source >= 0 && m->inter_source <= HVDL_MODEL_MEASURED
+                        ? m->inter_source
+                        : HVDL_MODEL_DEFAULT;
+  const int intra = m->intra_source >= 0 && m->intra_source <= HVDL_MODEL_MEASURED
+                        ? m->intra_source
+                        : HVDL_MODEL_DEFAULT;
+  return Py_BuildValue("{s:d,s:d,s:d,s:d,s:d,s:N,s:s,s:s,s:d}", "intra_alpha",
+                       m->alpha[HVDL_LINK_INTRA], "inter_alpha", m->alpha[HVDL_LINK_INTER],
+                       "intra_beta", m->beta[HVDL_LINK_INTRA], "inter_beta",
+                       m->beta[HVDL_LINK_INTER], "gamma", m->gamma, "inter_alpha_steps", steps,
+                       "inter_source", model_sources[inter], "intra_source", model_sources[intra],
+                       "measure_s", m->measure_s);
+}
+
+static PyObject *Comm_cost_model(CommObject *self, PyObject *unused) {
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  return cost_model(&self->comm->model);
+}
+
+/* A dict's float, or the default when the key is absent; -1 with an exception set on a
+ * value that is not a number. */
+static int model_term(PyObject *d, const char *key, double *out) {
+  PyObject *v = PyDict_GetItemString(d, key); /* borrowed */
+  if (!v) return 0;
+  const double x = PyFloat_AsDouble(v);
+  if (x == -1.0 && PyErr_Occurred()) return -1;
+  *out = x;
+  return 0;
+}
+
+/* plan_allreduce_model(size, hosts, local_size, nbytes, model): the all-reduce selector's
+ * choice on a layout no job has (tests of the rules at 64 ranks on one process): a
+ * communicator struct made up for the selector alone, with no MPI behind it and never
+ * used for a collective; hier_p2p a candidate where the hosts have local_size ranks each
+ * (more than one). model: cost_model()'s keys, any left out the defaults'. */
+PyObject *hvdl_py_plan_allreduce_model(PyObject *self, PyObject *args) {
+  int size, hosts, local_size;
+  unsigned long long nbytes;
+  PyObject *model;
+  if (!PyArg_ParseTuple(args, "iiiKO!", &size, &hosts, &local_size, &nbytes, &PyDict_Type, &model))
+    return NULL;
+  if (size < 1 || hosts < 1 || local_size < 1 || hosts > size || local_size > size)
+    return PyErr_Format(PyExc_ValueError,
+                        "plan_allreduce_model: size %d, hosts %d, local_size %d is no layout", size,
+                        hosts, local_size);
+  struct hvdlComm comm;
+  memset(&comm, 0, sizeof comm);
+  if (hvdlConfigDefault(&comm.config) != hvdlSuccess)
+    return hvdl_py_raise(hvdlInvalidArgument, NULL);
+  comm.config.allReduceAlgorithm = hvdlAlgoAuto;
+  comm.config.smallAllReduceBytes = hvdl_small_bytes_default(size, hosts);
+  comm.size = size;
+  comm.hosts = hosts;
+  comm.local_size = local_size;
+  static char p2p_stand_in; /* select_allreduce.c only tests the pointer */
+  if (hosts > 1 && local_size > 1 && size == hosts * local_size)
+    comm.hier_p2p = (struct hvdl_hier_p2p *)(void *)&p2p_stand_in;
+  struct hvdl_cost_model *m = &comm.model;
+  if (hvdl_config_cost_model(m) != hvdlSuccess) return hvdl_py_raise(hvdlInvalidArgument, NULL);
+  if (model_term(model, "intra_alpha", &m->alpha[HVDL_LINK_INTRA]) ||
+      model_term(model, "inter_alpha", &m->alpha[HVDL_LINK_INTER]) ||
+      model_term(model, "intra_beta", &m->beta[HVDL_LINK_INTRA]) ||
+      model_term(model, "inter_beta", &m->beta[HVDL_LINK_INTER]) ||
+      model_term(model, "gamma", &m->gamma))
+    return NULL;
+  const char *source_keys[2] = {"inter_source", "intra_source"};
+  int *sources[2] = {&m->inter_source, &m->intra_source};
+  for (int k = 0; k < 2; k++) {
+    PyObject *src = PyDict_GetItemString(model, source_keys[k]);
+    if (!src) continue;
+    const char *name = PyUnicode_AsUTF8(src);
+    if (!name) return NULL;
+    *sources[k] = -1;
+    for (int i = 0; i <= HVDL_MODEL_MEASURED; i++)
+      if (strcmp(name, model_sources[i]) == 0) *sources[k] = i;
+    if (*sources[k] < 0)
+      return PyErr_Format(PyExc_ValueError, "%s %s: expected default, file or measured",
+                          source_keys[k], name);
+  }
+  PyObject *steps = PyDict_GetItemString(model, "inter_alpha_steps");
+  if (steps) {
+    PyObject *seq = PySequence_Fast(steps, "inter_alpha_steps: a list of (bytes, seconds)");
+    if (!seq) return NULL;
+    const Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+    if (k > HVDL_ALPHA_STEPS) {
+      Py_DECREF(seq);
+      return PyErr_Format(PyExc_ValueError, "inter_alpha_steps: at most %d", HVDL_ALPHA_STEPS);
+    }
+    m->steps = 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+      double b, a;
+      if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "dd", &b, &a)) {
+        Py_DECREF(seq);
+        return NULL;
+      }
+      m->step_bytes[m->steps] = b;
+      m->step_alpha[m->steps++] = a;
+    }
+    Py_DECREF(seq);
+  }
+  return allreduce_plan(&comm, nbytes);
 }
 
 /* The broadcast selector's view of a call of nbytes (select_broadcast.c). */
@@ -387,6 +508,10 @@ static PyMethodDef Comm_methods[] = {
     {"broadcast_plan", (PyCFunction)Comm_broadcast_plan, METH_VARARGS,
      "broadcast_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds or None}}: the "
      "selector's choice and the cost model's times (None: not modelled, shm)"},
+    {"cost_model", (PyCFunction)Comm_cost_model, METH_NOARGS,
+     "cost_model() -> {'intra_alpha', 'inter_alpha', 'intra_beta', 'inter_beta', 'gamma', "
+     "'inter_alpha_steps': [(bytes, seconds)], 'inter_source', 'intra_source': 'default', 'file' "
+     "or 'measured', 'measure_s'}: the model every rank agreed on at init"},
     {"allreduce_plan", (PyCFunction)Comm_allreduce_plan, METH_VARARGS,
      "allreduce_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds or None}, 'hosts', "
      "'local_size'}: the selector's choice and the cost model's times"},

@@ -23,20 +23,45 @@ hvdlResult_t hvdl_allreduce_run(hvdlComm_t comm, hvdlAlgorithm_t algo, const voi
 /* The model's time for algo at bytes per rank on comm (seconds), or a negative
  * value when algo is not a candidate there or not modelled (shm). */
 double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
+/* The latency of a message of s bytes across hosts: the step of the model's step
+ * function that s reaches (base.h), else alpha[HVDL_LINK_INTER]. */
+static inline double hvdl_select_alpha_inter(const struct hvdl_cost_model *c, double s) {
+  double a = c->alpha[HVDL_LINK_INTER];
+  for (int i = 0; i < c->steps && s >= c->step_bytes[i]; i++) a = c->step_alpha[i];
+  return a;
+}
+/* The largest latency across hosts the model knows, at any size: what a message
+ * costs at worst (select_allreduce.c's fail-safe rule). */
+static inline double hvdl_select_alpha_inter_max(const struct hvdl_cost_model *c) {
+  double a = c->alpha[HVDL_LINK_INTER];
+  for (int i = 0; i < c->steps; i++)
+    if (c->step_alpha[i] > a) a = c->step_alpha[i];
+  return a;
+}
 /* The model's one step cost, for every collective's prediction (select_allreduce.c,
  * select_gather.c, select_broadcast.c): a message of s bytes each way, within a host
- * (alpha + s beta of the intra-host link) or across (alpha + s beta share of the
+ * (alpha + s beta of the intra-host link) or across (alpha(s) + s beta share of the
  * inter-host link: `share` ranks of a host sending through its NIC at once). Inline:
  * the three selectors share it without calling one another. */
 static inline double hvdl_select_step(const struct hvdl_cost_model *c, int across, int share,
                                       double s) {
   if (!across) return c->alpha[HVDL_LINK_INTRA] + s * c->beta[HVDL_LINK_INTRA];
-  return c->alpha[HVDL_LINK_INTER] + s * c->beta[HVDL_LINK_INTER] * share;
+  return hvdl_select_alpha_inter(c, s) + s * c->beta[HVDL_LINK_INTER] * share;
 }
 /* The selector's message-passing choice for the call, run (an hvdl_allreduce_fn: the
  * hierarchical all-reduce's lanes across hosts). */
 hvdlResult_t hvdl_allreduce_selected(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                      size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+
+/* select_measure.c: the cost model's terms measured when a communicator spanning hosts
+ * is made: rank 0 ping-pongs with inter_peer (a rank on another host; -1: none) for the
+ * terms across hosts, then with intra_peer (another rank of its own host; -1: none) for
+ * those within; other ranks return 0 at once. On rank 0, each class measured is written
+ * into m (its *_source HVDL_MODEL_MEASURED, measure_s): bit 0 of the result across,
+ * bit 1 within; a class whose measurement failed (a timeout, an MPI error, an
+ * implausible fit) keeps m's terms. Rank 0 then broadcasts m (hvdl_select_init), so
+ * every rank agrees. Never fails, never waits past its deadline. */
+int hvdl_select_measure(hvdlComm_t comm, int inter_peer, int intra_peer, struct hvdl_cost_model *m);
 
 /* select_gather.c: the choice for a call of `bytes` in all (the all-gather's
  * result, the reduce-scatter's input; the same on every rank), the model's time

@@ -23,17 +23,40 @@
  *      (comm->hier_p2p). Both may be candidates; without the shared-memory
  *      path (HVD_LITE_SHM=0, or the simulation) only hier_p2p is. A tie goes
  *      to the earlier of ring, rab, rd, hier, hier_p2p.
+ *   5. The fail-safe rule, on more than one host, for the ring: the one
+ *      candidate whose latency term grows with the ranks (2(n-1) steps, each
+ *      across hosts on the slowest link), where the others take 2 log2 n at
+ *      most (rab; hier_p2p fewer, rd log2 n) and stay within a bounded factor of
+ *      the best schedule at mid and large sizes. The model's error is in its
+ *      latencies: one number per link class for what MPI's eager and
+ *      rendezvous protocols make a step function of the size, measured at a
+ *      few sizes or taken from defaults written for another network. So the
+ *      ring is priced with each step at the largest latency across hosts the
+ *      model knows (hvdl_select_alpha_inter_max), not at its messages' own;
+ *      and from FAILSAFE_RING_RANKS (16) ranks it is a candidate only when the
+ *      terms across hosts were measured at init or given by a model file, and
+ *      only when that worst case times FAILSAFE_RING_MARGIN (1.25) still beats
+ *      the best other prediction. Why: on a cluster the defaults did not
+ *      describe (docs/scale.md, 8 hosts of 8 behind a backbone, no model file)
+ *      the defaults' one 2 us latency made the ring the cheapest prediction at
+ *      64 ranks and 4 MiB, and it ran 6.8x SMPI's best, its 126 steps each
+ *      paying 58 us; Rabenseifner and hier_p2p ran 1.0x and 0.88x. A wrong
+ *      choice of a bounded algorithm costs a fraction; a wrong ring costs
+ *      multiples that grow with n. Predict (hvdl_select_predict, what the
+ *      tests and the simulation print) stays the nominal model.
  *
- * The model. A message of s bytes over a link of class c costs alpha[c] +
- * s * beta[c]; reducing s bytes costs s * gamma. Ranks are assumed placed by
+ * The model. A message of s bytes over a link of class c costs alpha[c](s) +
+ * s * beta[c] (across hosts alpha is a step function of s, below; within a host
+ * one number); reducing s bytes costs s * gamma. Ranks are assumed placed by
  * host (L consecutive ranks share one), so a pairwise step with mask m < L
  * stays within a host; a step across hosts has all L ranks of a host sending
  * through its one NIC at once, so it pays L * s * beta. With B bytes per rank,
  * p the largest power of two <= n:
  *
  *   ring  2(n-1) alpha + (n-1)/n * B * (beta + max(beta, gamma)), the link the
- *         slowest on the ring (across hosts when H > 1); its reduce-scatter
- *         overlaps reducing with receiving, segment by segment
+ *         slowest on the ring (across hosts when H > 1), alpha at its message
+ *         (B/n, at most a segment); its reduce-scatter overlaps reducing with
+ *         receiving, segment by segment
  *   rd    sum over m = 1 .. p/2 of  alpha + B * beta * contention + B * gamma
  *   rab   sum over m of  2 alpha + 2 * B/2m * beta * contention + B/2m * gamma
  *   (rd, rab: n > p adds 2 (alpha + B beta) + B gamma, within a host; across
@@ -54,15 +77,23 @@
  * The broadcast's selector (select_broadcast.c) and the all-gather's and
  * reduce-scatter's (select_gather.c) use the same terms and layout.
  *
- * The terms come from config.c (defaults, or HVD_LITE_COST_MODEL_FILE). Every
- * rank must choose the same algorithm, so at init rank 0's terms, forced
- * algorithms (all-reduce, broadcast, all-gather, reduce-scatter) and crossover
- * are agreed by all (one broadcast), and so is the layout: the hosts of topology.c (emulated ones
+ * The terms come from config.c (defaults, or HVD_LITE_COST_MODEL_FILE), and
+ * where the ranks span hosts from a measurement at init (select_measure.c): a
+ * ping-pong of 7 sizes between rank 0 and a rank on another host gives the terms
+ * across hosts, the latency as a step function of the size (alpha[INTER] below
+ * the first step; each step from its bytes up), and one between rank 0 and
+ * another rank of its host (where it has one) those within. A model file's terms
+ * override the measurement class by class; HVD_LITE_COST_MODEL_MEASURE=0 skips
+ * it; gamma is always config.c's. Every rank must choose the same algorithm, so
+ * at init rank 0's terms, forced algorithms (all-reduce, broadcast, all-gather,
+ * reduce-scatter) and crossover are agreed by all (one broadcast, and a second
+ * of rank 0's measured model, or of its unchanged one where the measurement
+ * failed), and so is the layout: the hosts of topology.c (emulated ones
  * included) by small all-reduces, and whether a shared segment exists by
  * segment.c's own agreement. The one host split made here also gives hier_p2p its
  * groups (hvdl_hier_p2p_init). A lane of the shared-memory hierarchical path
  * (comm->cross) has one rank per host and chooses its own algorithm here, like
- * any communicator.
+ * any communicator, on its parent's model (comm.c: it measures nothing).
  */
 #include <stdio.h>
 #include <string.h>
@@ -74,6 +105,16 @@
 
 static hvdlResult_t hier_p2p_allreduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                        size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+
+/* The fail-safe rule (5 above). From FAILSAFE_RING_RANKS ranks across hosts the ring
+ * runs only on terms measured or given, and only where its worst case beats the best
+ * other prediction by FAILSAFE_RING_MARGIN. At 16 ranks its 30 steps are 3.75x
+ * Rabenseifner's 8, so a latency 4x off (SMPI's default network model takes it from x2
+ * to x11.6 between small and large messages) can reverse the order; and the model's
+ * times have been up to 1.4x off the simulation's (docs/scale.md), most of that in the
+ * latencies the ring pays 2(n-1) times. */
+#define FAILSAFE_RING_RANKS  16
+#define FAILSAFE_RING_MARGIN 1.25
 
 /* The message-passing algorithms; collectives.c runs shm and hier itself. */
 static hvdl_allreduce_fn algorithm(hvdlAlgorithm_t a) {
@@ -125,7 +166,8 @@ static const char *cannot_run(const hvdlComm_t comm, int algo, int fewest, char 
 
 /* What rank 0 tells every rank at init, so that all choose alike. */
 struct agreed {
-  double terms[5];           /* the cost model: alpha intra, inter; beta intra, inter; gamma */
+  struct hvdl_cost_model model; /* rank 0's: the defaults, its model file's terms */
+  int measure; /* measure the terms across hosts (1) and within (2): rank 0's knob, no file's */
   unsigned long long small;  /* config.smallAllReduceBytes */
   int algo;                  /* config.allReduceAlgorithm */
   int bcast;                 /* config.broadcastAlgorithm */
@@ -139,11 +181,12 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
   struct agreed a;
   memset(&a, 0, sizeof a);
   if (comm->rank == 0) {
-    struct hvdl_cost_model m;
-    a.res = hvdl_config_cost_model(&m);
+    a.res = hvdl_config_cost_model(&a.model);
+    if (a.res == hvdlSuccess) a.res = hvdl_config_cost_model_measure(&a.measure);
     if (a.res != hvdlSuccess) snprintf(a.msg, sizeof a.msg, "%s", hvdlGetLastError(NULL));
-    const double terms[5] = {m.alpha[0], m.alpha[1], m.beta[0], m.beta[1], m.gamma};
-    memcpy(a.terms, terms, sizeof terms);
+    if (a.measure) /* a model file's terms override the measurement, class by class */
+      a.measure = (a.model.inter_source != HVDL_MODEL_FILE ? 1 : 0) |
+                  (a.model.intra_source != HVDL_MODEL_FILE ? 2 : 0);
     a.small = comm->config.smallAllReduceBytes;
     a.algo = comm->config.allReduceAlgorithm;
     a.bcast = comm->config.broadcastAlgorithm;
@@ -168,30 +211,52 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
   comm->config.allGatherAlgorithm = a.gather;
   comm->config.reduceScatterAlgorithm = a.scatter;
   comm->config.adasumHierarchical = a.adasum;
-  comm->model = (struct hvdl_cost_model){
-      .alpha = {a.terms[0], a.terms[1]}, .beta = {a.terms[2], a.terms[3]}, .gamma = a.terms[4]};
-  /* The host layout: how many hosts, the most and the fewest ranks on one; with
+  comm->model = a.model;
+  /* The host layout: how many hosts, the most and the fewest ranks on one, and the
+   * lowest rank on another host than rank 0's (the measurement's peer); with
    * several hosts of one size, hier_p2p's groups from the same host split. */
   MPI_Comm local = MPI_COMM_NULL;
-  int local_rank = 0, local_size = 1;
+  int local_rank = 0, local_size = 1, first = comm->rank;
+  hvdlResult_t res = hvdlSuccess;
   if (!one_per_host) {
-    const hvdlResult_t r = hvdl_local_comm(comm->mpi, &local);
-    if (r != hvdlSuccess) return hvdl_fail(comm, r, "%s", hvdlGetLastError(NULL));
+    res = hvdl_local_comm(comm->mpi, &local);
+    if (res != hvdlSuccess) return hvdl_fail(comm, res, "%s", hvdlGetLastError(NULL));
     MPI_Comm_rank(local, &local_rank);
     MPI_Comm_size(local, &local_size);
+    const int err = MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, local);
+    if (err != MPI_SUCCESS)
+      res = hvdl_fail_mpi(comm, err, "MPI_Allreduce of the host's first rank");
   }
-  int leaders = local_rank == 0, sizes[2] = {local_size, -local_size};
-  hvdlResult_t res = hvdlSuccess;
-  int err = MPI_Allreduce(MPI_IN_PLACE, &leaders, 1, MPI_INT, MPI_SUM, comm->mpi);
-  if (err == MPI_SUCCESS) err = MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, comm->mpi);
+  /* sizes: the most ranks on a host, minus the fewest, minus the lowest rank off rank 0's
+   * host, minus the lowest but rank 0 on it (comm->size: none) */
+  int leaders = local_rank == 0;
+  int sizes[4] = {local_size, -local_size, first == 0 ? -comm->size : -comm->rank,
+                  first == 0 && comm->rank != 0 ? -comm->rank : -comm->size};
+  int err = res == hvdlSuccess
+                ? MPI_Allreduce(MPI_IN_PLACE, &leaders, 1, MPI_INT, MPI_SUM, comm->mpi)
+                : MPI_SUCCESS;
+  if (res == hvdlSuccess && err == MPI_SUCCESS)
+    err = MPI_Allreduce(MPI_IN_PLACE, sizes, 4, MPI_INT, MPI_MAX, comm->mpi);
   if (err != MPI_SUCCESS) res = hvdl_fail_mpi(comm, err, "MPI_Allreduce of the host layout");
   comm->hosts = leaders;
   comm->local_size = sizes[0];
-  const int fewest = -sizes[1];
+  const int fewest = -sizes[1], inter_peer = -sizes[2], intra_peer = -sizes[3];
   if (res == hvdlSuccess && local != MPI_COMM_NULL && leaders > 1 && fewest == sizes[0])
     res = hvdl_hier_p2p_init(comm, local, &comm->hier_p2p);
   if (local != MPI_COMM_NULL) MPI_Comm_free(&local);
   HVDL_CHECK(res);
+  /* The terms measured (select_measure.c) where the ranks span hosts: across hosts, and
+   * within rank 0's where it has another rank, each unless rank 0's knob is off or its
+   * model file gives that class; rank 0's result is everyone's, its defaults or file's
+   * terms where a measurement failed. A lane across hosts (one_per_host) takes its
+   * parent's model instead (comm.c). */
+  if (a.measure && !one_per_host && comm->hosts > 1) {
+    struct hvdl_cost_model m = comm->model;
+    hvdl_select_measure(comm, (a.measure & 1) && inter_peer < comm->size ? inter_peer : -1,
+                        (a.measure & 2) && intra_peer < comm->size ? intra_peer : -1, &m);
+    HVDL_MPI(comm, MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, 0, comm->mpi));
+    comm->model = m;
+  }
   /* Every rank sees the same layout and comm->shm (segment.c agrees on it), so every rank
    * refuses alike. */
   char buf[160];
@@ -290,13 +355,26 @@ static double ring_cost(int n, double alpha, double beta, double gamma, double b
   return 2.0 * (n - 1) * alpha + moved * (beta + (gamma > beta ? gamma : beta));
 }
 
+/* The latency of one of the ring's steps on B bytes per rank: within a host alpha;
+ * across, the step function's at the ring's message (a chunk of B/n, in segments of
+ * config.segmentBytes at most), or at `worst` its largest step (the fail-safe rule). */
+static double ring_alpha(const hvdlComm_t comm, double b, int worst) {
+  const struct hvdl_cost_model *c = &comm->model;
+  if (comm->hosts <= 1) return c->alpha[HVDL_LINK_INTRA];
+  if (worst) return hvdl_select_alpha_inter_max(c);
+  double piece = b / comm->size;
+  if (comm->config.segmentBytes && piece > (double)comm->config.segmentBytes)
+    piece = (double)comm->config.segmentBytes;
+  return hvdl_select_alpha_inter(c, piece);
+}
+
 double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) {
   const struct hvdl_cost_model *c = &comm->model;
   const int n = comm->size, L = comm->local_size, H = comm->hosts;
   const double b = (double)bytes;
   const int link = H > 1 ? HVDL_LINK_INTER : HVDL_LINK_INTRA;
   switch (algo) {
-    case hvdlAlgoRing: return ring_cost(n, c->alpha[link], c->beta[link], c->gamma, b);
+    case hvdlAlgoRing: return ring_cost(n, ring_alpha(comm, b, 0), c->beta[link], c->gamma, b);
     case hvdlAlgoRecursiveDoubling:
     case hvdlAlgoRabenseifner:
       /* ranks placed by host: steps with mask < L stay within one */
@@ -341,8 +419,16 @@ hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes) {
       hvdlAlgoHierarchical, hvdlAlgoHierP2p,      hvdlAlgoTree};
   hvdlAlgorithm_t best = hvdlAlgoRing;
   double best_t = -1;
+  const struct hvdl_cost_model *c = &comm->model;
   for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
-    const double t = hvdl_select_predict(comm, order[i], bytes);
+    double t = hvdl_select_predict(comm, order[i], bytes);
+    if (order[i] == hvdlAlgoRing && comm->hosts > 1) { /* the fail-safe rule (5 above) */
+      const int many = comm->size >= FAILSAFE_RING_RANKS;
+      if (many && c->inter_source == HVDL_MODEL_DEFAULT) continue;
+      t = ring_cost(comm->size, ring_alpha(comm, (double)bytes, 1), c->beta[HVDL_LINK_INTER],
+                    c->gamma, (double)bytes) *
+          (many ? FAILSAFE_RING_MARGIN : 1.0);
+    }
     if (t >= 0 && (best_t < 0 || t < best_t)) {
       best = order[i];
       best_t = t;

@@ -50,7 +50,8 @@ static double ring(const hvdlComm_t comm, double b, int reduce) {
   const struct hvdl_cost_model *c = &comm->model;
   const int n = comm->size, k = comm->hosts > 1 ? HVDL_LINK_INTER : HVDL_LINK_INTRA;
   const double beta = c->beta[k], per_byte = reduce && c->gamma > beta ? c->gamma : beta;
-  return (n - 1) * (c->alpha[k] + b / n * per_byte);
+  const double alpha = k == HVDL_LINK_INTER ? hvdl_select_alpha_inter(c, b / n) : c->alpha[k];
+  return (n - 1) * (alpha + b / n * per_byte);
 }
 
 double hvdl_select_predict_allgather(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo, size_t bytes) {

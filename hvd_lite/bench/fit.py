@@ -1,13 +1,19 @@
-"""The cost model's terms within a host, measured on this machine and written as a cost-model file.
+"""The cost model's terms, measured on this machine (and across hosts when the job spans them) and
+written as a cost-model file.
 
-Run under mpirun with at least 2 ranks on one host; rank 0 prints and writes --out. Ranks 0 and 1
-ping-pong messages of --sizes bytes (mpi4py Send/Recv on the world communicator, the MPI transport
-hvd_lite's messages take between ranks of a host); the one-way time, half the median round trip,
-is fitted as alpha + bytes * beta through the smallest and the largest size (the others are printed,
-to show how well a line fits). gamma is the C core's float32 sum kernel
-(dst = a op b) on --gamma-bytes per operand, seconds per operand byte, the median of --repeats. The
-terms across hosts are not measured here (one host): --inter-alpha and --inter-beta, if given, are
-written too; otherwise the file leaves them to the defaults (csrc/base/config.c).
+Run under mpirun with at least 2 ranks; rank 0 prints and writes --out. Within a host (ranks 0 and 1
+on one): ranks 0 and 1 ping-pong messages of --sizes bytes (mpi4py Send/Recv on the world
+communicator, the MPI transport hvd_lite's messages take between ranks of a host); the one-way time,
+half the median round trip, is fitted as alpha + bytes * beta through the smallest and the largest
+size (the others are printed, to show how well a line fits). gamma is the C core's float32 sum
+kernel (dst = a op b) on --gamma-bytes per operand, seconds per operand byte, the median of
+--repeats. Across hosts (the ranks on more than one, emulated ones of HVD_LITE_RANKS_PER_HOST
+included): the measurement every communicator spanning hosts makes at init
+(csrc/select/select_measure.c: a ping-pong between rank 0 and a rank on another host, the latency
+as a step function of the size), written as inter_alpha, inter_beta and inter_alpha_step lines,
+so that a job that names the file skips that measurement. --inter-alpha and --inter-beta, if given,
+are written instead; on one host the file leaves the terms across hosts to the measurement at init
+or the defaults (csrc/base/config.c).
 
     mpirun -np 2 python -m hvd_lite.bench fit --out cost_model.conf
     HVD_LITE_COST_MODEL_FILE=cost_model.conf mpirun -np 2 python train.py
@@ -17,7 +23,7 @@ import argparse
 import os
 import socket
 import time
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 
@@ -71,6 +77,26 @@ def fit_line(sizes: List[int], times: List[float]) -> tuple:
     return max(times[lo] - sizes[lo] * beta, 0.0), beta
 
 
+def _across_hosts(core) -> Optional[dict]:
+    """The terms across hosts a communicator measures at init (its cost_model()), or None when the
+    ranks are on one host or the measurement failed (collective)."""
+    saved = {k: os.environ.get(k) for k in ("HVD_LITE_COST_MODEL_FILE", "HVD_LITE_COST_MODEL_MEASURE")}
+    os.environ.update({"HVD_LITE_COST_MODEL_FILE": "", "HVD_LITE_COST_MODEL_MEASURE": "1"})
+    try:
+        comm = core.Comm()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    try:
+        model = comm.cost_model()
+    finally:
+        comm.destroy()
+    return model if model["inter_source"] == "measured" else None
+
+
 def main(args) -> int:
     """Measures, prints the terms and (rank 0) writes --out."""
     from mpi4py import MPI
@@ -80,24 +106,21 @@ def main(args) -> int:
 
     world = MPI.COMM_WORLD
     if world.Get_size() < 2:
-        raise SystemExit("bench fit: run it under mpirun with at least 2 ranks on one host")
+        raise SystemExit("bench fit: run it under mpirun with at least 2 ranks")
     hosts = world.allgather(socket.gethostname())
-    if hosts[0] != hosts[1]:
-        raise SystemExit(
-            f"bench fit: ranks 0 and 1 are on different hosts ({hosts[0]}, {hosts[1]});"
-            " it measures the terms within a host"
-        )
     sizes = [common.parse_size(s) for s in args.sizes.split(",") if s]
     if len(set(sizes)) < 2:
         raise SystemExit(f"bench fit: --sizes needs at least two different sizes, got {args.sizes}")
+    within = hosts[0] == hosts[1]
     one_way = []
-    bar = progress.Progress("bench fit", len(sizes) + 1, world.Get_rank() == 0 and not args.quiet)
-    for nbytes in sizes:
+    bar = progress.Progress("bench fit", len(sizes) + 2, world.Get_rank() == 0 and not args.quiet)
+    for nbytes in sizes if within else []:
         bar.point(f"ping-pong {common.format_size(nbytes)}")
         _pingpong(world, nbytes, 5)  # warm-up
         one_way.append(common.median([_pingpong(world, nbytes, args.iters) for _ in range(args.repeats)]))
-    alpha, beta = fit_line(sizes, one_way)
     core = basics._core
+    bar.point("across hosts")
+    across = _across_hosts(core)
     code, op = HVDL_DTYPES[np.dtype(np.float32)], HVDL_OPS[Sum]
     bar.point(f"reduction kernel {common.format_size(args.gamma_bytes)}")
     core.kernel_bench(code, op, args.gamma_bytes, 2)
@@ -106,7 +129,14 @@ def main(args) -> int:
     gamma = kernel / args.gamma_bytes
     if world.Get_rank() != 0:
         return 0
-    terms = {"intra_alpha": alpha, "intra_beta": beta, "gamma": gamma}
+    terms = {}
+    if within:
+        terms["intra_alpha"], terms["intra_beta"] = fit_line(sizes, one_way)
+    terms["gamma"] = gamma
+    steps = []
+    if across is not None and args.inter_alpha is None and args.inter_beta is None:
+        terms["inter_alpha"], terms["inter_beta"] = across["inter_alpha"], across["inter_beta"]
+        steps = across["inter_alpha_steps"]
     if args.inter_alpha is not None:
         terms["inter_alpha"] = args.inter_alpha
     if args.inter_beta is not None:
@@ -115,11 +145,23 @@ def main(args) -> int:
         if not 0 <= value <= 1:
             raise SystemExit(f"bench fit: {key} {value} is outside [0, 1] (seconds, seconds per byte)")
     lines = [
-        f"# hvd_lite cost model: the terms within a host measured by `python -m hvd_lite.bench "
-        f"fit` on {hosts[0]}, {time.strftime('%Y-%m-%d %H:%M')}; one-way times (s) "
-        + ", ".join(f"{common.format_size(s)}B {t:.3g}" for s, t in zip(sizes, one_way))
+        f"# hvd_lite cost model measured by `python -m hvd_lite.bench fit` on {hosts[0]}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}"
+        + (
+            "; within a host, one-way times (s) "
+            + ", ".join(f"{common.format_size(s)}B {t:.3g}" for s, t in zip(sizes, one_way))
+            if within
+            else f"; ranks 0 and 1 on different hosts ({hosts[0]}, {hosts[1]}): the terms within a host "
+            "are the defaults"
+        )
     ]
+    if across is not None:
+        lines.append(
+            f"# across hosts: hvdlCommInitMpi's measurement ({across['measure_s'] * 1e3:.2f} ms), "
+            "the latency from each inter_alpha_step's bytes up"
+        )
     lines += [f"{key} {value:.6g}" for key, value in terms.items()]
+    lines += [f"inter_alpha_step {int(b)} {a:.6g}" for b, a in steps]
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -136,6 +178,7 @@ def main(args) -> int:
                 "kernel_s": kernel,
                 "gamma_bytes": args.gamma_bytes,
                 "terms": terms,
+                "inter_alpha_steps": steps,
             },
         )
     return 0

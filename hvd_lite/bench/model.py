@@ -2,7 +2,8 @@
 
 Run under mpirun; rank 0 prints. For each size (-b .. -e, step -f; float32 sum, out of place), each
 algorithm forced through HVD_LITE_ALLREDUCE_ALGO on its own bare communicator (_core.Comm): the cost model's
-time (csrc/select/select_allreduce.c, with HVD_LITE_COST_MODEL_FILE's terms if set) and the measured one
+time (csrc/select/select_allreduce.c, with HVD_LITE_COST_MODEL_FILE's terms if set, or those measured at
+init where the ranks span hosts; the header line says which) and the measured one
 (the median of --repeats batches of -n calls, each batch's time the slowest rank's), and which algorithm the
 selector picks (`auto`). `*` marks the fastest measured; a row where the pick is not the fastest is where
 the model and the machine disagree. The shared-memory path (shm) has no model term (`-`); it, hier and
@@ -104,6 +105,7 @@ def main(args) -> int:
                 row["measured"][a] = common.median(times)
             rows.append(row)
         bar.finish()
+        terms = auto.cost_model()
     finally:
         for c in comms.values():
             c.destroy()
@@ -112,6 +114,12 @@ def main(args) -> int:
         print(
             f"# all-reduce cost model, {world.size} ranks on {plan['hosts']} host(s) "
             f"({plan['local_size']} a host at most): predicted / measured, float32 sum"
+        )
+        print(
+            f"# terms across hosts {terms['inter_source']}, within a host {terms['intra_source']}: "
+            f"alpha {terms['inter_alpha']:.3g} / {terms['intra_alpha']:.3g} s, "
+            f"beta {terms['inter_beta']:.3g} / {terms['intra_beta']:.3g} s/B, gamma {terms['gamma']:.3g} s/B"
+            + "".join(f", alpha across from {int(b)} B {a:.3g} s" for b, a in terms["inter_alpha_steps"])
         )
         print(f"{'bytes':>8}  {'pick':>5}  " + "  ".join(f"{a:>21}" for a in algos))
         for row in rows:

@@ -66,7 +66,7 @@ from ..tensorflow.basics import (  # noqa: E402
 from ..tensorflow.compression import Compression  # noqa: E402
 from ..tensorflow.functions import broadcast_variables  # noqa: E402
 from ..tensorflow.mpi_ops import Adasum, Average, Max, Min, Product, Sum, graph_safe  # noqa: E402
-from . import callbacks  # noqa: E402
+from . import callbacks, elastic  # noqa: E402
 from . import keras2 as _keras2  # noqa: E402
 from .callbacks import (  # noqa: E402
     BroadcastGlobalVariablesCallback,
@@ -218,6 +218,7 @@ __all__ = [
     "broadcast_object",
     "load_model",
     "callbacks",
+    "elastic",
     "Average",
     "Sum",
     "Adasum",

@@ -90,6 +90,15 @@ def _threads_multiple() -> bool:
         hvd.shutdown()
 
 
+def elastic_mode() -> str:
+    """How an elastic job survives a rank's death with this build: by a relaunch (restart mode);
+    shrinking in place would need an MPI with ULFM, which hvd_lite does not use yet."""
+    return (
+        "restart (a rank's death relaunches the job, which resumes from its last commit; "
+        "shrinking in place needs ULFM, not used)"
+    )
+
+
 def report(mpirun: Optional[str] = None) -> str:
     """The --check-build text."""
     import hvd_lite
@@ -126,6 +135,7 @@ def report(mpirun: Optional[str] = None) -> str:
         if info.get("cuda")
         else "no (build with HVD_LITE_CUDA=1 for device buffers)"
     )
+    lines.append(f"  Elastic mode:        {elastic_mode()}")
     lines += [
         "",
         f"  CUDA in this build:  {built_cuda}",

@@ -7,9 +7,11 @@ import sys
 from typing import Callable, List, Optional
 
 from ..exceptions import HvdLiteError
+from .elastic import DEFAULT_RESET_LIMIT, check_options, discover, run_elastic
 from .job import JobResult
 from .knobs import LOG_LEVELS, MAX_AUTOTUNE_STEPS, MAX_AUTOTUNE_WARMUP, MAX_STALL_S, knob_env
 from .launch import default_start_timeout, execute, make_plan
+from .rank import ELASTIC_DIR_VAR, ELASTIC_RESTARTS_VAR
 from .values import MAX_RANKS, parse_float, parse_int
 
 USAGE_EXAMPLE = """examples:
@@ -114,6 +116,49 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print how hvd_lite was built and what it can use here, then exit",
     )
+    e = p.add_argument_group(
+        "elastic jobs (restart mode: a rank's death relaunches the job, which resumes from its last commit)"
+    )
+    e.add_argument(
+        "--min-np",
+        "--min-num-proc",
+        dest="min_np",
+        type=_whole(1, MAX_RANKS),
+        metavar="N",
+        help="the fewest ranks to run with; makes the job elastic (default: -np)",
+    )
+    e.add_argument(
+        "--max-np",
+        "--max-num-proc",
+        dest="max_np",
+        type=_whole(1, MAX_RANKS),
+        metavar="N",
+        help="the most ranks to run with; makes the job elastic (default: unbounded)",
+    )
+    e.add_argument(
+        "--reset-limit",
+        type=_whole(0, 1_000_000),
+        metavar="K",
+        help=f"relaunch the job at most K times (default: {DEFAULT_RESET_LIMIT})",
+    )
+    e.add_argument(
+        "--elastic-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="wait at most this long for --min-np slots before a launch (default: 600)",
+    )
+    e.add_argument(
+        "--host-discovery-script",
+        metavar="SCRIPT",
+        help="a command that prints the hosts available now, one 'host' or 'host:slots' per line; "
+        "run before each launch (instead of -H/--hostfile)",
+    )
+    e.add_argument(
+        "--slots-per-host",
+        type=_whole(1, MAX_RANKS),
+        metavar="N",
+        help="slots of a discovered host printed without ':slots' (default: 1)",
+    )
     k = p.add_argument_group("engine knobs (set as HVD_LITE_* on every rank)")
     k.add_argument(
         "--fusion-threshold-mb",
@@ -202,6 +247,15 @@ def _knobs(args: argparse.Namespace) -> dict:
     )
 
 
+def _outer_env() -> dict:
+    """This process's environment without an enclosing elastic job's variables for its ranks (a
+    launch from inside such a job's rank is a job of its own)."""
+    env = dict(os.environ)
+    env.pop(ELASTIC_DIR_VAR, None)
+    env.pop(ELASTIC_RESTARTS_VAR, None)
+    return env
+
+
 def _report(result: JobResult, verbose: bool) -> None:
     """The launcher's last line: why the job failed, when the ranks' own output may not say."""
     first = result.first_failure()
@@ -234,26 +288,60 @@ def _main(argv: Optional[List[str]]) -> int:
             print(report(args.mpirun), flush=True)
             return 0
         start_timeout = default_start_timeout() if args.start_timeout is None else args.start_timeout
-        plan = make_plan(
-            command,
-            np=args.np,
-            hosts=args.hosts,
-            hostfile=args.hostfile,
-            mpi_args=args.mpi_args,
-            knob_env=_knobs(args),
-            tag_output=args.tag_output,
-            mpirun=args.mpirun,
+        elastic = check_options(
+            args.np,
+            args.min_np,
+            args.max_np,
+            args.reset_limit,
+            args.elastic_timeout,
+            args.host_discovery_script,
+            args.slots_per_host,
+            hosts_given=args.hosts is not None or args.hostfile is not None,
         )
+
+        def launch(np, hosts, hostfile, extra_env) -> JobResult:
+            plan = make_plan(
+                command,
+                np=np,
+                hosts=hosts,
+                hostfile=hostfile,
+                mpi_args=args.mpi_args,
+                knob_env=_knobs(args),
+                env={**_outer_env(), **extra_env},
+                tag_output=args.tag_output,
+                mpirun=args.mpirun,
+            )
+            if args.verbose:
+                sys.stderr.write(
+                    f"hvd_lite.run: {plan.np} rank(s) with {plan.mpi.describe()}\n"
+                    f"hvd_lite.run: {plan.shell_line()}\n"
+                )
+                sys.stderr.flush()
+            return execute(plan, start_timeout=start_timeout, stdin=None)
+
         if args.dry_run:
+            np, hosts = args.np, args.hosts
+            if elastic is not None and elastic.discovery_script is not None:
+                found = discover(elastic.discovery_script, elastic.slots_per_host)
+                hosts = ",".join(map(str, found)) or None
+            elif elastic is not None and np is None:
+                np = elastic.min_np
+            plan = make_plan(
+                command,
+                np=np,
+                hosts=hosts,
+                hostfile=args.hostfile,
+                mpi_args=args.mpi_args,
+                knob_env=_knobs(args),
+                tag_output=args.tag_output,
+                mpirun=args.mpirun,
+            )
             print(plan.shell_line(), flush=True)
             return 0
-        if args.verbose:
-            sys.stderr.write(
-                f"hvd_lite.run: {plan.np} rank(s) with {plan.mpi.describe()}\n"
-                f"hvd_lite.run: {plan.shell_line()}\n"
-            )
-            sys.stderr.flush()
-        result = execute(plan, start_timeout=start_timeout, stdin=None)
+        if elastic is None:
+            result = launch(args.np, args.hosts, args.hostfile, {})
+        else:
+            result = run_elastic(elastic, args.np, args.hosts, args.hostfile, launch)
     except HvdLiteError as exc:
         sys.stderr.write(f"hvd_lite.run: error: {exc}\n")
         return 2

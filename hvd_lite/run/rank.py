@@ -18,6 +18,11 @@ import sys
 
 TOKEN_VAR = "HVD_LITE_RUN_TOKEN"
 FUNC_VAR = "HVD_LITE_RUN_FUNC"  # run(func): the pickled function, read by task.py
+# An elastic job (hvd_lite.run --min-np ...), read by hvd_lite.elastic on the ranks:
+ELASTIC_BASE_VAR = "HVD_LITE_ELASTIC_DIR"  # the user's: where the launcher makes the job's commit directory
+ELASTIC_DIR_VAR = "HVD_LITE_ELASTIC_JOB_DIR"  # the job's commit directory, the same path on every host
+ELASTIC_RESTARTS_VAR = "HVD_LITE_ELASTIC_RESTARTS"  # how many times the launcher has relaunched the job
+RESTART_EXIT = 75  # a rank's exit code asking for a relaunch: a collective failed under elastic.run
 PREFIX = "@@hvdl-run"
 CHUNK = 2000  # characters of payload per marker line: one write, below PIPE_BUF
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")

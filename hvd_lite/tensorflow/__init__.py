@@ -33,6 +33,7 @@ from ..basics import (
     size,
 )
 from ..exceptions import HvdLiteError
+from . import elastic
 from .basics import (
     ccl_built,
     check_num_rank_power_of_2,
@@ -177,6 +178,7 @@ def __getattr__(name):
 
 
 __all__ = [
+    "elastic",
     "init",
     "shutdown",
     "is_initialized",

@@ -19,6 +19,7 @@ from .mpi_ops import (
     _reduce_slices,
     check_device,
     check_dtype,
+    graph_op,
     graph_safe,
     reduce_op,
 )
@@ -58,10 +59,7 @@ def broadcast_variables(
     where.set_rank(fn, _check_root(fn, root_rank))  # a root outside the set: ValueError now
     name = _graph_name(fn, None, process_set)  # the same on every rank and every run of the graph
     values = [tf.convert_to_tensor(v) for v in variables]
-    outs = tf.numpy_function(
-        lambda *a: run(name, *a), values, [t.dtype for t in values], stateful=True, name="hvdl_broadcast"
-    )
-    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    outs = graph_op(lambda *a: run(name, *a), values, [t.dtype for t in values], "broadcast")
     return tf.group([v.assign(tf.ensure_shape(o, t.shape)) for v, o, t in zip(variables, outs, values)])
 
 

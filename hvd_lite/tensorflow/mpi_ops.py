@@ -2,11 +2,12 @@
 signatures.
 
 Eagerly, a call converts its tensors to numpy, runs the numpy collective and converts back.
-Inside a graph it becomes one stateful `tf.numpy_function` op that does the same when the graph
-runs. tf.function's automatic control dependencies keep stateful ops in program order, so every
-rank issues its collectives in the order the function was written; a name given at trace time
-(`tf.<kind>.noname.<n>`, counted per process set as the core counts its automatic names) makes a
-mismatch stall with a name instead of mixing two tensors up.
+Inside a graph it becomes ops that do the same when the graph runs (graph_op): in a tf.function
+one stateful `tf.numpy_function` op, which TensorFlow runs in program order; in a TF1 graph a
+quick submit op and an asynchronous wait that holds none of the session's threads. Either way no
+collective can keep another from starting. A name given at trace time (`tf.<kind>.noname.<n>`,
+counted per process set as the core counts its automatic names) makes a mismatch stall with a
+name instead of mixing two tensors up.
 A grouped call (`grouped_allreduce`) is one op for a whole list: one fused step per call.
 
 Every call takes Horovod's `process_set=` (the core's ProcessSet; default: every rank) and runs in
@@ -14,14 +15,18 @@ that set's engine; its gradient runs in the same set, with the set's size and ra
 
 Errors: arguments are checked when the call is made (traced), before anything is sent
 (ValueError, TypeError, NotImplementedError as Horovod raises them; a rank outside the process set
-gets the core's ValueError). A collective that fails
-across ranks raises, eagerly, `CollectiveFailedError` (both `tf.errors.FailedPreconditionError`,
-Horovod's type, and `hvd_lite.CollectiveError`); inside a graph TF turns it into
-`tf.errors.UnknownError` carrying the same message.
+gets ProcessSetArgumentError, a tf.errors.InvalidArgumentError). A collective that fails across
+ranks raises Horovod's types (_as_tf_error): eagerly, `CollectiveMismatchError` for a mismatch and
+`CollectiveFailedError` otherwise (both `tf.errors.FailedPreconditionError` and
+`hvd_lite.CollectiveError`). Inside a graph TensorFlow maps an exception raised by Python code by
+its Python type only: the mismatch (a ValueError) reaches the caller as
+`tf.errors.InvalidArgumentError`, any other failure as `tf.errors.UnknownError`, each with the
+same message.
 """
 
 import functools
 import os
+import queue
 import time
 from typing import List, Optional, Sequence
 
@@ -178,21 +183,100 @@ def _np(x) -> np.ndarray:
 
 
 def _run(fn, tensors: Sequence[tf.Tensor], tout: List[tf.DType], kind: str):
-    """Runs `fn(*numpy arrays) -> list of arrays` now (eager) or as one graph op."""
+    """Runs `fn(*numpy arrays) -> list of arrays` now (eager) or as a graph op (graph_op)."""
     if tf.executing_eagerly():
+        outs = _converting(fn)(*[t.numpy() for t in tensors])
+        return [tf.convert_to_tensor(o, dtype=d) for o, d in zip(outs, tout)]
+    return graph_op(fn, tensors, tout, kind)
+
+
+def _converting(fn):
+    """fn, raising Horovod's tf.errors types for a CollectiveError (_as_tf_error), eager and in a
+    graph alike. In a graph TensorFlow then maps the raised exception by its Python type only
+    (ValueError, TypeError: InvalidArgumentError; others: UnknownError), whatever its tf.errors
+    class, and keeps its message."""
+
+    def converted(*arrays):
         try:
-            outs = fn(*[t.numpy() for t in tensors])
+            return fn(*arrays)
         except CollectiveError as exc:
             raise _as_tf_error(exc) from None
-        return [tf.convert_to_tensor(o, dtype=d) for o, d in zip(outs, tout)]
-    outs = tf.numpy_function(
-        lambda *a: [np.asarray(o, d.as_numpy_dtype) for o, d in zip(fn(*a), tout)],
-        list(tensors),
-        tout,
-        stateful=True,
-        name=f"hvdl_{kind}",
-    )
-    return list(outs) if isinstance(outs, (list, tuple)) else [outs]
+
+    return converted
+
+
+def _ordered_graph() -> bool:
+    """True inside a graph whose stateful ops TensorFlow runs in program order: a tf.function's
+    (its automatic control dependencies; the flag is how tf.function's own code marks the graph).
+    A TF1 graph, and tf.compat.v1.wrap_function's, have no such order."""
+    return bool(getattr(tf.compat.v1.get_default_graph(), "_add_control_dependencies", False))
+
+
+def graph_op(fn, tensors: Sequence[tf.Tensor], tout: List[tf.DType], kind: str) -> List[tf.Tensor]:
+    """`fn(*numpy arrays) -> list of arrays` (a collective: it waits for the other ranks) as ops
+    of the current graph, run when the graph runs.
+
+    In a tf.function it is one stateful numpy_function op: TensorFlow runs those one after another
+    in program order, the same on every rank, so one waiting collective never holds back a peer's.
+
+    In a graph without that order (a TF1 session) a waiting op would hold one of the session's
+    inter-op threads; with every thread held by collectives that the ranks started in different
+    orders, none could finish. So the wait holds none: a `submit` op (quick, on the pool) hands
+    the inputs over, and the iterator of a dataset of this op's results, which waits on a thread
+    of its own (a private tf.data pool) while IteratorGetNext is asynchronous and frees the pool,
+    runs `fn` and returns its outputs; a last quick op re-raises fn's exception, if any.
+    Collectives that become ready together are submitted together, and fuse.
+    """
+    fn = _converting(fn)
+    if _ordered_graph():
+        outs = tf.numpy_function(
+            lambda *a: [np.asarray(o, d.as_numpy_dtype) for o, d in zip(fn(*a), tout)],
+            list(tensors),
+            tout,
+            stateful=True,
+            name=f"hvdl_{kind}",
+        )
+        return list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    return _unordered_graph_op(fn, tensors, tout, kind)
+
+
+def _unordered_graph_op(fn, tensors, tout, kind) -> List[tf.Tensor]:
+    inputs: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()  # one entry a run, in run order
+    failures: "queue.SimpleQueue[BaseException]" = queue.SimpleQueue()
+
+    def submit(*arrays):
+        inputs.put(arrays)
+        return np.bool_(True)
+
+    def results():  # the dataset's generator, on its own thread; never ends, never raises
+        while True:
+            arrays = inputs.get()
+            try:
+                outs = [np.asarray(o, d.as_numpy_dtype) for o, d in zip(fn(*arrays), tout)]
+            except Exception as exc:  # raised by `check`: the iterator lives on for the next run
+                failures.put(exc)
+                outs = [np.zeros([0], d.as_numpy_dtype) for d in tout]
+                yield (np.bool_(False), *outs)
+            else:
+                yield (np.bool_(True), *outs)
+
+    def check(ok):
+        if not ok:
+            raise failures.get()
+        return ok
+
+    submitted = tf.numpy_function(submit, list(tensors), tf.bool, stateful=True, name=f"hvdl_{kind}")
+    spec = (tf.TensorSpec([], tf.bool), *[tf.TensorSpec(None, d) for d in tout])
+    opts = tf.data.Options()
+    opts.threading.private_threadpool_size = 1  # fn waits on this pool's thread, not the session's
+    opts.autotune.enabled = False  # and nothing asks for the next run's element ahead of time
+    opts.experimental_optimization.inject_prefetch = False
+    ds = tf.data.Dataset.from_generator(results, output_signature=spec).with_options(opts)
+    with tf.control_dependencies([submitted]):
+        ok, *outs = tf.compat.v1.data.make_one_shot_iterator(ds).get_next(name=f"hvdl_{kind}_wait")
+    checked = tf.numpy_function(check, [ok], tf.bool, stateful=True, name=f"hvdl_{kind}_check")
+    with tf.control_dependencies([checked]):
+        return [tf.identity(o) for o in outs]
 
 
 def _tensor(fn: str, x) -> tf.Tensor:
@@ -259,10 +343,11 @@ def _grouped_allreduce(
 
 
 def _reduce_slices(
-    fn: str, t: tf.IndexedSlices, op: ReduceOp, pre, post, process_set=None
+    fn: str, t: tf.IndexedSlices, op: ReduceOp, pre, post, process_set=None, name=None
 ) -> tf.IndexedSlices:
     """Horovod's reduction of tf.IndexedSlices: allgathers of the values and the indices (in
-    `process_set`; None: every rank)."""
+    `process_set`; None: every rank), named `<name>.values` and `<name>.indices` when `name` is
+    given."""
     if op == Adasum:
         raise NotImplementedError(
             f"{fn}: op=Adasum does not take tf.IndexedSlices (sparse gradients), as in Horovod; "
@@ -275,8 +360,8 @@ def _reduce_slices(
         raise NotImplementedError(
             f"{fn}: prescale_factor and postscale_factor are not supported with tf.IndexedSlices"
         )
-    values = allgather(t.values, process_set=process_set)
-    indices = allgather(t.indices, process_set=process_set)
+    values = allgather(t.values, name and f"{name}.values", process_set=process_set)
+    indices = allgather(t.indices, name and f"{name}.indices", process_set=process_set)
     if op == Average:
         values = values / tf.cast(member_set(fn, process_set).size, values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=t.dense_shape)
@@ -311,7 +396,8 @@ def grouped_allreduce(
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     for i, t in enumerate(tensors):
         if isinstance(t, tf.IndexedSlices):
-            out[i] = _reduce_slices(fn, t, op, prescale_factor, postscale_factor, process_set)
+            sname = name if name is None or len(tensors) == 1 else f"{name}.{i}"
+            out[i] = _reduce_slices(fn, t, op, prescale_factor, postscale_factor, process_set, sname)
     if dense:
 
         @tf.custom_gradient
@@ -398,9 +484,10 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
 
         def grad(*dys):
             reduced = _grouped_allreduce(dys, Average, process_set=process_set)
+            cname = _graph_name("allgather", None, process_set)  # now: graph ops run in any order
             counts = _run(
                 lambda *a: [
-                    collectives.allgather(np.array([len(x) for x in a], np.int64), process_set=process_set)
+                    collectives.allgather(np.array([len(x) for x in a], np.int64), cname, process_set)
                 ],
                 xs,
                 [tf.int64],

@@ -553,6 +553,93 @@ def test_a_tf1_session_trains_as_one_process_with_a_v1_optimizer_and_the_broadca
     )
 
 
+def tf1_session(threads):
+    return tf.compat.v1.Session(
+        config=tf.compat.v1.ConfigProto(inter_op_parallelism_threads=threads, intra_op_parallelism_threads=1)
+    )
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_independent_collectives_in_a_tf1_graph_complete_whatever_the_creation_order(threads):
+    """Sixteen collectives that do not depend on each other (all-gathers of different sizes,
+    reduce-scatters, all-reduces, an all-to-all, a broadcast and a sparse gradient's all-gathers),
+    made in a different order on every rank and fetched in one run, in a session of one or two
+    inter-op threads: every one completes with the right values, run after run. (Waiting on
+    the session's threads, the ranks held them with different collectives and stalled.)"""
+    r, n = hvd.rank(), hvd.size()
+    kinds = [("ag", i) for i in range(6)] + [("rs", i) for i in range(3)] + [("ar", i) for i in range(3)]
+    kinds += [("a2a", 0), ("bc", 0), ("sparse", 0), ("sparse", 1)]
+    order = np.random.RandomState(100 + r).permutation(len(kinds))
+    with tf.Graph().as_default():
+        outs = {}
+        for k in order:
+            kind, i = kinds[k]
+            if kind == "ag":
+                outs[k] = hvd.allgather(tf.fill([r + i + 1, 3], float(r)), name=f"ag{i}")
+            elif kind == "rs":
+                outs[k] = hvd.reducescatter(tf.fill([2 * n, i + 1], float(r + i)), op=hvd.Sum, name=f"rs{i}")
+            elif kind == "ar":
+                outs[k] = hvd.allreduce(tf.fill([i + 2], float(r * i)), op=hvd.Sum, name=f"ar{i}")
+            elif kind == "a2a":
+                outs[k] = hvd.alltoall(tf.range(n) + 10 * r, name="a2a")
+            elif kind == "bc":
+                outs[k] = hvd.broadcast(tf.fill([4], float(r)), root_rank=n - 1, name="bc")
+            else:  # an embedding's gradient: tf.IndexedSlices, all-gathered (two collectives)
+                table = tf.constant(np.arange(10 * (i + 1), dtype=np.float32).reshape(10, i + 1))
+                with tf.GradientTape() as tape:
+                    tape.watch(table)
+                    loss = tf.reduce_sum(tf.gather(table, [r % 10, 9]))
+                grad = tape.gradient(loss, table)
+                outs[k] = tf.convert_to_tensor(hvd.allreduce(grad, op=hvd.Sum, name=f"sparse{i}"))
+        with tf1_session(threads) as sess:
+            runs = [sess.run([outs[k] for k in range(len(kinds))]) for _ in range(2)]
+    want = []
+    for kind, i in kinds:
+        if kind == "ag":
+            want.append(np.concatenate([np.full([q + i + 1, 3], q, np.float32) for q in range(n)]))
+        elif kind == "rs":
+            want.append(np.full([2, i + 1], sum(q + i for q in range(n)), np.float32))
+        elif kind == "ar":
+            want.append(np.full([i + 2], sum(q * i for q in range(n)), np.float32))
+        elif kind == "a2a":
+            want.append(np.array([r + 10 * q for q in range(n)]))
+        elif kind == "bc":
+            want.append(np.full([4], n - 1, np.float32))
+        else:
+            g = np.zeros([10, i + 1], np.float32)
+            for q in range(n):
+                g[q % 10] += 1
+                g[9] += 1
+            want.append(g)
+    bad = [
+        (kinds[j], t)
+        for t, got in enumerate(runs)
+        for j, (a, b) in enumerate(zip(got, want))
+        if not np.array_equal(a, b)
+    ]
+    agree(not bad, f"wrong (collective, run): {bad}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_failed_collective_in_a_tf1_graph_raises_there_and_the_next_run_works(threads):
+    """A collective whose shapes differ between ranks fails in its run with the core's message,
+    on every rank; the same op run again with matching shapes returns the sum (its wait lives on
+    after a failure)."""
+    r, n = hvd.rank(), hvd.size()
+    with tf.Graph().as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None])
+        total = hvd.allreduce(x, op=hvd.Sum, name="varying")
+        with tf1_session(threads) as sess:
+            if n > 1:
+                raises_on_every_rank(
+                    tf.errors.InvalidArgumentError,
+                    "shape",
+                    lambda: sess.run(total, {x: np.ones(r + 1, np.float32)}),
+                )
+            got = sess.run(total, {x: np.full(3, r, np.float32)})
+    agree(np.array_equal(got, np.full(3, sum(range(n)), np.float32)), f"{got}")
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_broadcast_global_variables_in_a_tf1_graph_is_one_op_for_every_variable(threads):
     """Many variables, one collective op (so a pool of one or two threads cannot hold
@@ -566,13 +653,10 @@ def test_broadcast_global_variables_in_a_tf1_graph_is_one_op_for_every_variable(
         ]
         vs.append(tf.compat.v1.get_variable("count", initializer=np.int64(10 + r)))
         op = hvd.broadcast_global_variables(0)
-        collectives = [
-            o.name for o in tf.compat.v1.get_default_graph().get_operations() if o.type == "PyFunc"
+        collectives = [  # each collective's wait
+            o.name for o in tf.compat.v1.get_default_graph().get_operations() if o.type == "IteratorGetNext"
         ]
-        config = tf.compat.v1.ConfigProto(
-            inter_op_parallelism_threads=threads, intra_op_parallelism_threads=1
-        )
-        with tf.compat.v1.Session(config=config) as sess:
+        with tf1_session(threads) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             sess.run(op)
             sess.run(op)

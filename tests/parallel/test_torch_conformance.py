@@ -177,14 +177,10 @@ def test_is_homogeneous_is_true_on_one_host():
     [
         lambda: hvd.start_timeline("/tmp/timeline.json"),
         lambda: hvd.stop_timeline(),
-        lambda: hvd.elastic.run(lambda state: None),
-        lambda: hvd.elastic.TorchState(),
     ],
     ids=[
         "start_timeline",
         "stop_timeline",
-        "elastic.run",
-        "elastic.TorchState",
     ],
 )
 def test_what_hvd_lite_does_not_implement_raises_not_implemented(call):

@@ -1,5 +1,6 @@
 """The shipped benchmarks run end to end and find every result exact (not a timed test)."""
 
+import ast
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ def _env():
     return env
 
 
-def _mpirun(np_, args, tmp_path, command="allreduce"):
+def _mpirun(np_, args, tmp_path, command="allreduce", env=None):
     out = tmp_path / "bench.json"
     cmd = [
         MPIRUN,
@@ -37,7 +38,7 @@ def _mpirun(np_, args, tmp_path, command="allreduce"):
         "--json",
         str(out),
     ]
-    res = run_job(cmd, timeout=TIMEOUT, env=_env())
+    res = run_job(cmd, timeout=TIMEOUT, env={**_env(), **(env or {})})
     assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{res.stdout}\n{res.stderr}"
     return json.loads(out.read_text()), res.stdout
 
@@ -351,3 +352,29 @@ def test_fit_writes_a_cost_model_file_that_init_accepts_and_the_selector_uses(tm
     want = 2 * a + 0.5 * b_ * (b + max(b, g))
     got = float(res.stdout.split("ring", 1)[1].split()[0])
     assert got == pytest.approx(want, rel=1e-6), (got, want)
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="no mpirun on PATH")
+def test_fit_across_emulated_hosts_writes_the_measured_terms_that_a_job_then_takes_from_the_file(tmp_path):
+    conf = tmp_path / "cost_model.conf"
+    args = ["--out", str(conf), "--sizes", "8,64K", "-n", "5", "--repeats", "2", "--gamma-bytes", "64K"]
+    record, _ = _mpirun(2, args, tmp_path, command="fit", env={"HVD_LITE_RANKS_PER_HOST": "1"})
+    lines = [line.split() for line in conf.read_text().splitlines() if line and not line.startswith("#")]
+    terms = {line[0]: float(line[1]) for line in lines if len(line) == 2}
+    steps = [(float(line[1]), float(line[2])) for line in lines if line[0] == "inter_alpha_step"]
+    assert {"inter_alpha", "inter_beta", "intra_alpha", "intra_beta", "gamma"} <= set(terms), terms
+    assert terms["inter_alpha"] > 0 and terms["inter_beta"] > 0 and len(steps) >= 2, (terms, steps)
+    assert record["inter_alpha_steps"] and len(record["inter_alpha_steps"]) == len(steps)
+    # A job on the same emulated hosts names the file: it takes those terms and measures nothing.
+    env = {**_env(), "HVD_LITE_COST_MODEL_FILE": str(conf), "HVD_LITE_RANKS_PER_HOST": "1"}
+    code = (
+        "import hvd_lite as hvd; hvd.init(); from hvd_lite import basics; "
+        "c = basics._core.Comm(); m = c.cost_model(); c.destroy(); "
+        "print('model', m['inter_source'], m['measure_s'], repr(m['inter_alpha_steps']))"
+    )
+    res = run_job([MPIRUN, "-np", "2", sys.executable, "-c", code], timeout=TIMEOUT, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = res.stdout.split("model", 1)[1].split(None, 2)
+    assert got[0] == "file" and float(got[1]) == 0, res.stdout
+    read = ast.literal_eval(got[2].splitlines()[0])
+    assert [x for step in read for x in step] == pytest.approx([x for step in steps for x in step], rel=1e-5)

@@ -1,6 +1,8 @@
-"""Whole Keras jobs under hvd_lite's MultiWorkerMirroredStrategy at two ranks: a job killed
+"""Whole TensorFlow jobs: under hvd_lite's MultiWorkerMirroredStrategy at two ranks, a job killed
 mid-epoch resumes from tf.keras.callbacks.BackupAndRestore's backup, and a peer that never arrives
-makes fit raise on every rank within CommunicationOptions' timeout."""
+makes fit raise on every rank within CommunicationOptions' timeout; a tf.function's independent
+collectives complete with two inter-op threads (a pool the parallel tests, at one thread, cannot
+have)."""
 
 import os
 import re
@@ -14,8 +16,10 @@ pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip insta
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_job_worker.py")
 
 
-def job(*args, timeout=240):
-    return run_job(mpirun_cmd(2) + [sys.executable, WORKER, *map(str, args)], timeout=timeout, env=job_env())
+def job(*args, timeout=240, ranks=2, env=None):
+    return run_job(
+        mpirun_cmd(ranks) + [sys.executable, WORKER, *map(str, args)], timeout=timeout, env=job_env(env)
+    )
 
 
 def final_weights(res):
@@ -59,3 +63,12 @@ def test_fit_raises_on_every_rank_within_the_communication_timeout_when_a_peer_n
         r"down on rank 0",
         stalled,
     ), stalled
+
+
+def test_independent_collectives_in_a_tf_function_complete_with_two_inter_op_threads():
+    """TensorFlow runs a tf.function's stateful ops in program order, whatever its pool: twelve
+    collectives that do not depend on each other, with two inter-op threads at two ranks, all
+    complete with the right values."""
+    res = job("independent", ranks=2, env={"TF_NUM_INTEROP_THREADS": "2"}, timeout=180)
+    lines = sorted(ln for ln in res.stdout.splitlines() if ln.startswith("rank "))
+    assert lines == [f"rank {r} right with 2 inter-op threads" for r in range(2)], res.stdout + res.stderr

@@ -5,6 +5,9 @@
                                              that epoch's second batch
     tf_job_worker.py timeout T               fit with CommunicationOptions(timeout_seconds=T);
                                              the last rank stops before its third step for 3T
+    tf_job_worker.py independent             a tf.function of twelve collectives that do not
+                                             depend on each other, run three times (inter-op
+                                             threads: TF_NUM_INTEROP_THREADS, else 1)
 Each rank prints one line: `rank R ...`.
 """
 
@@ -23,7 +26,8 @@ import tensorflow as tf  # noqa: E402
 import hvd_lite.tensorflow as hvd  # noqa: E402
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
-tf.config.threading.set_inter_op_parallelism_threads(1)
+if "TF_NUM_INTEROP_THREADS" not in os.environ:
+    tf.config.threading.set_inter_op_parallelism_threads(1)
 
 
 def model_and_data():
@@ -82,8 +86,31 @@ def timeout(seconds):
         print(f"rank {hvd.rank()} raised {type(exc).__name__} after {took:.2f} s: {message}", flush=True)
 
 
+def independent():
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+
+    @tf.function
+    def step(x):
+        gathered = [hvd.allgather(tf.fill([r + i + 1, 2], x)) for i in range(6)]
+        scattered = [hvd.reducescatter(tf.fill([2 * n, 3], x + i), op=hvd.Sum) for i in range(3)]
+        reduced = [hvd.allreduce(tf.fill([i + 1], x), op=hvd.Sum) for i in range(3)]
+        return gathered + scattered + reduced
+
+    for _ in range(3):
+        got = step(tf.constant(float(r)))
+    want = [np.concatenate([np.full([q + i + 1, 2], q, np.float32) for q in range(n)]) for i in range(6)]
+    want += [np.full([2, 3], sum(q + i for q in range(n)), np.float32) for i in range(3)]
+    want += [np.full([i + 1], sum(range(n)), np.float32) for i in range(3)]
+    ok = all(np.array_equal(a.numpy(), b) for a, b in zip(got, want))
+    threads = os.environ.get("TF_NUM_INTEROP_THREADS", 1)  # TensorFlow's pool reads it
+    print(f"rank {r} {'right' if ok else 'wrong'} with {threads} inter-op threads", flush=True)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "backup":
         backup(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "independent":
+        independent()
     else:
         timeout(float(sys.argv[2]))

@@ -1,0 +1,286 @@
+"""Elastic training, Horovod's API: a job that keeps training through the loss of a rank.
+
+    state = hvd.elastic.ObjectState(epoch=0, batch=0)
+
+    @hvd.elastic.run
+    def train(state):
+        for state.epoch in range(state.epoch, epochs):
+            ...
+            state.commit()
+
+    train(state)
+
+Run it with `hvd_lite.run -np 4 --min-np 2 --max-np 4 python train.py`. This MPI cannot shrink a job
+in place, so a job survives a rank's death in *restart mode*: the launcher relaunches every rank and
+`run` resumes from the newest commit, which each host keeps on its own disk (commit_store.py;
+docs/elastic.md says why that is safe). Outside an elastic launch, commits stay in memory and a
+failed collective is raised as usual.
+"""
+
+import functools
+import os
+import pickle
+import sys
+from typing import Any, Callable, List, Optional, Tuple
+
+import numpy as np
+
+from .. import basics
+from ..collectives import barrier
+from ..exceptions import (
+    CollectiveError,
+    HorovodInternalError,
+    HostsUpdatedInterrupt,
+    InvalidArgumentError,
+)
+from ..ops import Max, Min, allreduce
+from ..state import broadcast_object
+from .commit_store import CommitStore
+
+_made = [0]  # states made so far in this process
+
+
+def _next_name() -> str:
+    """state0, state1, ...: a state's commit file name, the same in every launch of the script as
+    long as it makes its states in the same order."""
+    _made[0] += 1
+    return f"state{_made[0] - 1}"
+
+
+def _launch_env() -> Tuple[Optional[str], int]:
+    """(the commit directory, the number of relaunches so far) of an elastic launch, else (None, 0)."""
+    from ..run.rank import ELASTIC_DIR_VAR, ELASTIC_RESTARTS_VAR
+
+    directory = os.environ.get(ELASTIC_DIR_VAR) or None
+    text = os.environ.get(ELASTIC_RESTARTS_VAR, "0")
+    restarts = int(text) if text.isascii() and text.isdigit() else 0
+    return directory, restarts
+
+
+def _note(text: str) -> None:
+    sys.stderr.write(f"hvd_lite.elastic: {text}\n")
+    sys.stderr.flush()
+
+
+class State:
+    """State kept across failures: `commit()` saves it, `restore()` goes back to the last commit,
+    `sync()` makes every rank's state rank 0's. Subclasses say what is saved (`save`, `restore`,
+    `sync`, and the committed snapshot that a relaunched job resumes from).
+
+    Args:
+        bcast_object: broadcasts an object from rank 0 (default: hvd_lite.broadcast_object).
+        get_rank: returns this process's rank (default: hvd_lite.rank).
+    """
+
+    def __init__(self, bcast_object: Optional[Callable] = None, get_rank: Optional[Callable] = None):
+        self._bcast_object = bcast_object or broadcast_object
+        self._rank = get_rank or basics.rank
+        self._reset_callbacks: List[Callable[[], Any]] = []
+        self._commit_name = _next_name()
+        self._commits = 0
+
+    def register_reset_callbacks(self, callbacks: List[Callable[[], Any]]) -> None:
+        """Adds functions to call after each reset (the job re-formed, perhaps with another size)."""
+        if callable(callbacks) or not all(callable(c) for c in callbacks):
+            raise TypeError(f"register_reset_callbacks takes a list of functions, got {callbacks!r}")
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self) -> None:
+        """Runs `reset()`, then the reset callbacks in the order registered."""
+        self.reset()
+        for callback in self._reset_callbacks:
+            callback()
+
+    def commit(self) -> None:
+        """Saves the state (in memory, and in an elastic launch on each host's disk, where a
+        relaunched job resumes from it), then checks for host changes (`check_host_updates`)."""
+        self.save()
+        self._commits += 1
+        directory, _ = _launch_env()
+        if directory is not None and basics.local_rank() == 0:
+            payload = pickle.dumps(self._snapshot(), protocol=pickle.HIGHEST_PROTOCOL)
+            CommitStore(directory).write(self._commit_name, self._commits, payload)
+        self.check_host_updates()
+
+    def check_host_updates(self) -> None:
+        """Raises HostsUpdatedInterrupt on every rank when the job's hosts changed. In restart mode
+        the launcher relaunches the job when it learns of a change, so this returns at once."""
+
+    def save(self) -> None:
+        """Saves the state in memory (the point `restore()` goes back to)."""
+        raise NotImplementedError(f"{type(self).__name__}.save")
+
+    def restore(self) -> None:
+        """Goes back to the last saved state, dropping the changes made since."""
+        raise NotImplementedError(f"{type(self).__name__}.restore")
+
+    def sync(self) -> None:
+        """Makes every rank's state rank 0's."""
+        raise NotImplementedError(f"{type(self).__name__}.sync")
+
+    def reset(self) -> None:
+        """Called after the job re-formed, before the callbacks and the sync; does nothing here."""
+
+    def _snapshot(self) -> Any:
+        """The saved state, as a picklable object (what a commit file holds)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be committed to disk")
+
+    def _load_snapshot(self, snapshot: Any) -> None:
+        """Makes `snapshot` the saved state and restores it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be resumed from disk")
+
+    def _resume(self) -> Optional[int]:
+        """In a relaunched elastic job: loads the newest commit any host holds (the ranks agree which,
+        and its holder broadcasts it); returns its counter, or None when no host holds one."""
+        directory, _ = _launch_env()
+        mine: Optional[Tuple[int, bytes]] = None
+        if directory is not None and basics.local_rank() == 0:
+            mine = CommitStore(directory).read(self._commit_name)
+        counter = -1 if mine is None else mine[0]
+        newest = int(allreduce(np.array([counter], np.int64), op=Max, name="hvd_lite.elastic.newest")[0])
+        if newest < 0:
+            return None
+        big = basics.size()
+        holder = int(
+            allreduce(
+                np.array([basics.rank() if counter == newest else big], np.int64),
+                op=Min,
+                name="hvd_lite.elastic.holder",
+            )[0]
+        )
+        payload = mine[1] if mine is not None and basics.rank() == holder else None
+        payload = broadcast_object(payload, root_rank=holder, name="hvd_lite.elastic.commit")
+        self._load_snapshot(pickle.loads(payload))
+        self._commits = newest
+        return newest
+
+
+class ObjectState(State):
+    """State made of plain Python objects, given as keyword arguments and read and set as
+    attributes (`state.epoch += 1`); synced with bcast_object, saved by reference as Horovod does
+    (keep the values immutable, or copy before changing them in place)."""
+
+    def __init__(
+        self, bcast_object: Optional[Callable] = None, get_rank: Optional[Callable] = None, **kwargs
+    ):
+        self._saved_state = dict(kwargs)
+        self._set_attrs()
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank)
+
+    def save(self) -> None:
+        """Saves the attributes' current values."""
+        self._saved_state = {name: getattr(self, name) for name in self._saved_state}
+
+    def restore(self) -> None:
+        """Sets the attributes back to their saved values."""
+        self._set_attrs()
+
+    def sync(self) -> None:
+        """Makes every rank's saved values rank 0's, and sets the attributes to them."""
+        if self._saved_state:
+            self._saved_state = self._bcast_object(self._saved_state)
+            self._set_attrs()
+
+    def _set_attrs(self) -> None:
+        for name, value in self._saved_state.items():
+            setattr(self, name, value)
+
+    def _snapshot(self) -> Any:
+        return dict(self._saved_state)
+
+    def _load_snapshot(self, snapshot: Any) -> None:
+        self._saved_state = dict(snapshot)
+        self._set_attrs()
+
+
+# The start of the error of a collective whose peer shut down (csrc/negotiate/negotiate.c): the
+# peer left on purpose (its script ended or raised), so it did not die: no relaunch is asked for.
+_PEER_LEFT = "hvd_lite has been shut down on rank"
+
+
+def _reset() -> None:
+    """Re-forms the job in place: the engine stopped and started again on the same ranks."""
+    basics.shutdown()
+    basics.init()
+
+
+def _exit_for_relaunch(exc: BaseException) -> None:
+    """A collective failed and this MPI cannot shrink the job: end this process with the code
+    that tells hvd_lite.run to relaunch the job from the last commit."""
+    from ..run.rank import RESTART_EXIT
+
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    _note(
+        f"rank {basics.rank()}: a collective failed ({first}); this MPI cannot shrink the job in "
+        f"place, so the rank exits with code {RESTART_EXIT} and hvd_lite.run relaunches the job from "
+        "the last commit"
+    )
+    sys.stdout.flush()
+    os._exit(RESTART_EXIT)
+
+
+def run(func: Callable) -> Callable:
+    """Decorates `func(state, ...)` to run elastically (Horovod's `hvd.elastic.run`).
+
+    The call syncs `state` from rank 0, then runs `func`. In a job that `hvd_lite.run` relaunched
+    after a failure, it first loads the newest commit and runs the reset callbacks (Horovod's
+    order: restore, re-form, callbacks, sync, resume). A failed collective (HorovodInternalError)
+    under an elastic launch ends the process with exit code 75, for the launcher to relaunch the
+    job; elsewhere it is raised. HostsUpdatedInterrupt re-forms the job in place and resumes
+    without going back to the commit. A mismatch of arguments (InvalidArgumentError) is the
+    script's error, and is raised."""
+    if not callable(func):
+        raise TypeError(f"hvd_lite.elastic.run decorates a function, got {func!r}")
+
+    @functools.wraps(func)
+    def wrapper(state: State, *args, **kwargs):
+        if not isinstance(state, State):
+            raise TypeError(
+                f"{getattr(func, '__name__', 'func')}'s first argument must be an hvd_lite.elastic.State "
+                f"(ObjectState, TorchState, ...), got {type(state).__name__}"
+            )
+        directory, restarts = _launch_env()
+        skip_sync = False
+        resume = directory is not None and restarts > 0
+        while True:
+            try:
+                if resume:  # a relaunched job: the newest commit, then the callbacks (Horovod's order)
+                    resume = False
+                    counter = state._resume()
+                    if basics.rank() == 0:
+                        where = (
+                            "no commit was made: starting again" if counter is None else f"commit {counter}"
+                        )
+                        _note(f"relaunch {restarts}: {basics.size()} rank(s) resume from {where}")
+                    state.on_reset()
+                if not skip_sync:
+                    state.sync()
+                result = func(state, *args, **kwargs)
+                break
+            except InvalidArgumentError:
+                raise
+            except HorovodInternalError as exc:
+                if directory is not None and _PEER_LEFT not in str(exc):
+                    _exit_for_relaunch(exc)
+                raise
+            except HostsUpdatedInterrupt as exc:
+                skip_sync = exc.skip_sync
+            _reset()
+            state.on_reset()
+        if directory is not None:
+            barrier()  # every rank has returned: no commit is needed any more
+            if basics.local_rank() == 0:
+                CommitStore(directory).remove(state._commit_name)
+        return result
+
+    return wrapper
+
+
+__all__ = [
+    "run",
+    "State",
+    "ObjectState",
+    "HorovodInternalError",
+    "HostsUpdatedInterrupt",
+    "CollectiveError",
+]

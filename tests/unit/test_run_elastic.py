@@ -1,0 +1,230 @@
+"""hvd_lite.run's elastic options, its relaunch rule, host discovery and the commit store, in one
+process (the relaunches themselves: tests/system/test_elastic.py)."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from hvd_lite.elastic.commit_store import CommitStore
+from hvd_lite.exceptions import LauncherError
+from hvd_lite.run.cli import main
+from hvd_lite.run.elastic import (
+    DEFAULT_RESET_LIMIT,
+    check_options,
+    parse_discovered,
+    should_relaunch,
+    wait_for_slots,
+)
+from hvd_lite.run.hosts import Host
+from hvd_lite.run.job import START_TIMEOUT_EXIT, JobResult
+from hvd_lite.run.rank import RESTART_EXIT
+
+
+def opts(
+    np=None, min_np=None, max_np=None, reset_limit=None, timeout=None, script=None, slots=None, hosts=False
+):
+    return check_options(np, min_np, max_np, reset_limit, timeout, script, slots, hosts)
+
+
+def test_a_job_without_min_np_max_np_or_a_discovery_script_is_not_elastic():
+    assert opts(np=4) is None
+
+
+def test_elastic_defaults_min_np_from_np_and_a_bounded_reset_limit():
+    o = opts(np=3, max_np=4)
+    assert (o.min_np, o.max_np, o.reset_limit, o.elastic_timeout) == (3, 4, DEFAULT_RESET_LIMIT, 600.0)
+    o = opts(np=3, min_np=2, max_np=3, reset_limit=0, timeout=5)
+    assert (o.min_np, o.reset_limit, o.elastic_timeout) == (2, 0, 5.0)
+
+
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        (dict(np=4, reset_limit=2), "--reset-limit only apply to an elastic job"),
+        (dict(np=4, timeout=3.0), "--elastic-timeout only apply"),
+        (dict(min_np=3, max_np=2), "--min-np 3 is more than --max-np 2"),
+        (dict(np=5, min_np=2, max_np=4), "-np 5 must be from --min-np 2 to --max-np 4"),
+        (dict(np=1, min_np=2), "-np 1 must be from --min-np 2"),
+        (dict(max_np=4), "needs -np or --min-np"),
+        (dict(np=2, min_np=1, script="./d.sh", hosts=True), "either --host-discovery-script or -H"),
+        (dict(np=2, min_np=1, slots=2), "--slots-per-host applies to the hosts of --host-discovery-script"),
+        (dict(np=2, script="  "), "the command is empty"),
+        (dict(np=2, min_np=1, reset_limit=-1), "--reset-limit must be >= 0, got -1"),
+        (dict(np=2, min_np=1, timeout=float("inf")), "--elastic-timeout must be a finite"),
+    ],
+)
+def test_elastic_options_that_do_not_fit_together_are_refused_naming_them(kw, words):
+    with pytest.raises(LauncherError, match=None) as info:
+        opts(**kw)
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["-np", "2", "--reset-limit", "1", "true"], "only apply to an elastic job"),
+        (["-np", "2", "--min-np", "3", "true"], "-np 2 must be from --min-np 3"),
+        (["-np", "2", "--min-np", "x", "true"], "--min-np/--min-num-proc: expected a whole number from 1"),
+        (
+            ["-np", "2", "--min-np", "1", "--reset-limit", "-1", "true"],
+            "--reset-limit: expected a whole number from 0 to 1000000 (digits 0-9), got '-1'",
+        ),
+        (["-np", "2", "--min-np", "1", "--elastic-timeout", "0", "true"], "seconds > 0"),
+    ],
+)
+def test_the_cli_refuses_bad_elastic_flags_with_one_line_and_exit_2(argv, words, capsys):
+    with pytest.raises(SystemExit) as info:
+        code = main(argv)
+        raise SystemExit(code)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def killed(rank, sig, first=None):
+    exits = {} if first is None else {first[0]: first[1]}
+    exits[rank] = 128 + sig
+    return JobResult(exit_code=128 + sig, mpirun_code=1, exits=exits, killed={rank: sig})
+
+
+def test_a_job_whose_first_failing_rank_was_killed_by_a_signal_is_relaunched():
+    again, why = should_relaunch(killed(1, signal.SIGKILL))
+    assert again and "rank 1 was killed by SIGKILL" in why
+
+
+def test_a_rank_that_lost_its_peer_under_elastic_run_asks_for_a_relaunch():
+    result = JobResult(exit_code=RESTART_EXIT, mpirun_code=1, exits={2: RESTART_EXIT})
+    assert should_relaunch(result)[0]
+
+
+@pytest.mark.parametrize(
+    "result, words",
+    [
+        (JobResult(exit_code=0, mpirun_code=0, exits={0: 0, 1: 0}), "exited cleanly"),
+        (
+            JobResult(exit_code=1, mpirun_code=1, exits={0: 1, 1: 143}, killed={1: 15}),
+            "failure of the script",
+        ),
+        (JobResult(exit_code=130, mpirun_code=1, signal=signal.SIGINT), "stopped by SIGINT"),
+        (JobResult(exit_code=START_TIMEOUT_EXIT, mpirun_code=1, error="only 1 of 2"), "--start-timeout"),
+        (JobResult(exit_code=127, mpirun_code=127, error="cannot run 'mpirun'"), "cannot run"),
+        (JobResult(exit_code=1, mpirun_code=1), "no rank reported a failure"),
+        # the rank whose script raised reports after the peers it left behind
+        (
+            JobResult(exit_code=75, mpirun_code=1, exits={0: 75, 1: 1, 2: 143}, killed={2: 15}),
+            "rank 1 exited with code 1: a failure of the script",
+        ),
+    ],
+)
+def test_clean_ends_stops_and_script_errors_are_not_relaunched(result, words):
+    again, why = should_relaunch(result)
+    assert not again and words in why
+
+
+def test_discovered_hosts_take_slots_per_host_unless_they_say_and_comments_are_skipped():
+    text = "# now\nhosta\nhostb:3\n\n hostc:1 # small\n"
+    assert parse_discovered(text, 2) == [Host("hosta", 2), Host("hostb", 3), Host("hostc", 1)]
+    assert parse_discovered("", 2) == []
+    with pytest.raises(LauncherError, match="cannot be read"):
+        parse_discovered("bad host:2\n", 1)
+
+
+def discovery_script(tmp_path, body):
+    path = tmp_path / "discover.sh"
+    path.write_text("#!/bin/sh\n" + textwrap.dedent(body))
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_discovery_caps_the_ranks_at_max_np_and_starts_with_np(tmp_path):
+    script = discovery_script(tmp_path, "echo a:2\necho b:3\n")
+    o = opts(np=2, min_np=1, max_np=4, script=script)
+    assert wait_for_slots(o, None, print) == (4, [Host("a", 2), Host("b", 3)])
+    assert wait_for_slots(o, 2, print)[0] == 2
+
+
+def test_too_few_discovered_slots_fail_after_the_elastic_timeout(tmp_path):
+    script = discovery_script(tmp_path, "echo a:1\n")
+    o = opts(np=2, min_np=2, timeout=0.3, script=script)
+    notes = []
+    t0 = time.monotonic()
+    with pytest.raises(LauncherError, match=r"only 1 slot\(s\) available .*fewer than --min-np 2"):
+        wait_for_slots(o, None, notes.append)
+    assert time.monotonic() - t0 < 5 and notes
+
+
+def test_a_failing_discovery_script_is_an_error_naming_its_code(tmp_path):
+    script = discovery_script(tmp_path, "echo oops >&2\nexit 3\n")
+    with pytest.raises(LauncherError, match="exited with code 3: oops"):
+        wait_for_slots(opts(np=1, min_np=1, script=script), None, print)
+
+
+def test_a_commit_reads_back_and_the_next_one_replaces_it(tmp_path):
+    store = CommitStore(str(tmp_path / "job"))
+    assert store.read("state0") is None
+    store.write("state0", 1, b"one")
+    store.write("state0", 2, b"two")
+    assert store.read("state0") == (2, b"two")
+    assert os.stat(tmp_path / "job").st_mode & 0o777 == 0o700
+    store.remove("state0")
+    assert not (tmp_path / "job").exists()
+
+
+def test_a_torn_temporary_file_is_never_read_and_a_damaged_commit_reads_as_none(tmp_path, capsys):
+    tmp_path = tmp_path / "job"
+    store = CommitStore(str(tmp_path))
+    store.write("s", 4, b"whole")
+    (tmp_path / "s.commit.tmp.999").write_bytes(b"hvd_lite-commit 1\n5 100 0\nhal")
+    assert store.read("s") == (4, b"whole")
+    data = (tmp_path / "s.commit").read_bytes()
+    (tmp_path / "s.commit").write_bytes(data[:-1] + b"X")
+    assert store.read("s") is None
+    assert "is damaged" in capsys.readouterr().err
+    store.remove("s")  # the commit, the temporary file, then the empty directory
+    assert not tmp_path.exists()
+
+
+@pytest.mark.parametrize("name", ["", "a/b", ".hidden"])
+def test_a_commit_name_must_be_a_plain_file_name(tmp_path, name):
+    with pytest.raises(ValueError, match="plain file name"):
+        CommitStore(str(tmp_path)).write(name, 1, b"")
+
+
+WRITER = """
+import sys
+from hvd_lite.elastic.commit_store import CommitStore
+store = CommitStore(sys.argv[1])
+payload = bytes(range(256)) * 16384  # 4 MiB: a kill lands mid-write now and then
+n = 0
+while True:
+    n += 1
+    store.write("s", n, payload[n % 256:] + payload[:n % 256])
+    print(n, flush=True)
+"""
+
+
+def test_a_writer_killed_at_any_moment_leaves_a_whole_commit_at_least_as_new_as_the_last_reported(tmp_path):
+    for delay in (0.05, 0.2, 0.35):
+        directory = str(tmp_path / f"d{delay}")
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, directory], stdout=subprocess.PIPE, text=True)
+        reported = int(proc.stdout.readline())  # at least one commit is whole
+        time.sleep(delay)
+        proc.kill()
+        out, _ = proc.communicate(timeout=30)
+        reported = max([reported] + [int(x) for x in out.split()])
+        counter, payload = CommitStore(directory).read("s")
+        assert counter >= reported
+        assert len(payload) == 4 * 1024 * 1024 and payload[0] == counter % 256
+
+
+def test_the_job_directory_is_unique_and_inside_a_directory_the_user_names(tmp_path):
+    from hvd_lite.run.elastic import job_directory
+
+    a, b = job_directory(str(tmp_path)), job_directory(str(tmp_path))
+    assert a != b and os.path.dirname(a) == str(tmp_path)
+    assert os.path.basename(a).startswith("hvd_lite-elastic-")
