@@ -44,30 +44,46 @@ fi
 skip=()
 if [ "$mode" = --other-mpi ]; then skip+=(--ignore=tests/parallel/test_torch_compile.py); fi
 
-# One parallel run at np ranks. Open MPI's launcher now and then fails to start itself (CI saw "The
-# PMIx server's listener thread failed to start" once); then no rank ever ran (each one leaves a
-# started-rank* marker as it begins), so the run is launched again, up to three times in all.
+# One parallel run of the given test paths at np ranks. Open MPI's launcher now and then fails to
+# start itself (CI saw "The PMIx server's listener thread failed to start" once); then no rank ever
+# ran (each one leaves a started-rank* marker as it begins), so the run is launched again, up to
+# three times in all.
 parallel() {
   local np=$1 attempt
+  shift
   for attempt in 1 2 3; do
     rm -f "$HVD_LITE_TEST_LOGDIR"/started-rank*
     timeout 1200 "$MPIRUN" "${flags[@]}" -np "$np" ci/mpi_pytest.sh "${PYTEST[@]}" --with-mpi \
-      ${skip[@]+"${skip[@]}"} tests/parallel && return 0
+      ${skip[@]+"${skip[@]}"} "$@" && return 0
     compgen -G "$HVD_LITE_TEST_LOGDIR/started-rank*" >/dev/null && return 1
     echo "== mpirun failed before any rank started (attempt $attempt)"
   done
   return 1
 }
 
+failed_logs() {
+  for log in "$HVD_LITE_TEST_LOGDIR"/pytest-rank*.log; do
+    [ -f "$log" ] && { echo "---- $log"; tail -n 40 "$log"; }
+  done
+}
+
 for np in $NP_LIST; do
   echo "== parallel tests, $np rank(s)"
-  if ! parallel "$np"; then
-    for log in "$HVD_LITE_TEST_LOGDIR"/pytest-rank*.log; do
-      [ -f "$log" ] && { echo "---- $log"; tail -n 40 "$log"; }
-    done
-    exit 1
-  fi
+  if ! parallel "$np" tests/parallel; then failed_logs; exit 1; fi
 done
+
+# The Keras test files again with Keras 2: under TF_USE_LEGACY_KERAS=1 tf.keras is tf_keras, which
+# test_keras_strategy.py then trains and test_keras2.py (skipped in the pass above) tests. Where
+# tf_keras is not installed (the MPICH pass), the pass is left out.
+if "$PY" -c 'import tf_keras' 2>/dev/null; then
+  for np in $NP_LIST; do
+    echo "== Keras 2 (tf_keras) parallel tests, $np rank(s)"
+    if ! TF_USE_LEGACY_KERAS=1 parallel "$np" tests/parallel/test_keras2.py tests/parallel/test_keras_strategy.py; then
+      failed_logs
+      exit 1
+    fi
+  done
+fi
 
 # A second MPI runs the system tests whose outcome depends on the MPI: the launcher (it drives each
 # flavour's mpirun; emulated hosts through its daemons), how hvd_lite meets MPI (singletons,

@@ -1,11 +1,13 @@
-"""hvd_lite for Keras 3: `import hvd_lite.keras as hvd` in place of `import horovod.keras as hvd`.
+"""hvd_lite for Keras 3 and Keras 2 (tf_keras): `import hvd_lite.keras as hvd` in place of
+`import horovod.keras as hvd`.
 
     hvd.init()
     opt = hvd.DistributedOptimizer(keras.optimizers.Adam(0.001 * hvd.size()))
     model.compile(optimizer=opt, ...)
     model.fit(..., callbacks=[hvd.BroadcastGlobalVariablesCallback(0), hvd.MetricAverageCallback()])
 
-The TensorFlow backend is supported; the JAX and torch backends are refused with an error.
+The TensorFlow backend is supported; the JAX and torch backends are refused with an error. tf_keras's
+optimizers, models and callbacks (tf.keras under TF_USE_LEGACY_KERAS=1) are taken too: keras2.py.
 """
 
 try:
@@ -65,6 +67,7 @@ from ..tensorflow.compression import Compression  # noqa: E402
 from ..tensorflow.functions import broadcast_variables  # noqa: E402
 from ..tensorflow.mpi_ops import Adasum, Average, Max, Min, Product, Sum, graph_safe  # noqa: E402
 from . import callbacks, elastic  # noqa: E402
+from . import keras2 as _keras2  # noqa: E402
 from .callbacks import (  # noqa: E402
     BroadcastGlobalVariablesCallback,
     LearningRateScheduleCallback,
@@ -122,13 +125,34 @@ def reducescatter(value, name=None, op=Average):
 def load_model(
     filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none, legacy_opts=False
 ):
-    """keras.models.load_model, with the saved optimizer wrapped in DistributedOptimizer."""
-    if legacy_opts:
-        raise ValueError(
-            "legacy_opts=True loads tf.keras.optimizers.legacy optimizers, which Keras 3 does not have"
+    """Loads a saved model (keras.models.load_model, or tf_keras's) with its optimizer wrapped in
+    DistributedOptimizer and its state kept. The Keras is the one the file says saved it; where it
+    does not say, tf_keras when `custom_optimizers` are tf_keras classes or `tf.keras` is tf_keras
+    (TF_USE_LEGACY_KERAS=1), Keras 3 otherwise;
+    `legacy_opts=True` (tf_keras only) expects a tf_keras.optimizers.legacy optimizer in the file."""
+    use_tf_keras = _keras2.saved_by_tf_keras(filepath)
+    if use_tf_keras is None:
+        use_tf_keras = (
+            any(_keras2.is_tf_keras_class(c) for c in custom_optimizers)
+            if custom_optimizers
+            else _keras2.tf_keras_is_tf_keras()
         )
-    model = _keras.models.load_model(filepath, custom_objects=custom_objects)
+    if legacy_opts and not use_tf_keras:
+        raise ValueError(
+            "legacy_opts=True loads tf_keras.optimizers.legacy optimizers, which Keras 3 does not "
+            "have: install tf_keras and set TF_USE_LEGACY_KERAS=1 (or pass tf_keras custom_optimizers)"
+        )
+    objects = {c.__name__: c for c in custom_optimizers or ()}
+    objects.update(custom_objects or {})
+    loader = _tf_keras().models.load_model if use_tf_keras else _keras.models.load_model
+    model = loader(filepath, custom_objects=objects or None)
     opt = getattr(model, "optimizer", None)
+    if legacy_opts and opt is not None and not _keras2.is_legacy_optimizer(opt):
+        raise ValueError(
+            f"legacy_opts=True, but {filepath!r} was saved with a tf_keras.optimizers."
+            f"{type(opt).__name__}, not a legacy one (tf_keras loads the kind that was saved, and "
+            "its state fits only that kind); load it with legacy_opts=False"
+        )
     if (
         custom_optimizers is not None
         and opt is not None
@@ -140,12 +164,22 @@ def load_model(
         )
     if opt is not None and not hasattr(opt, "_hvd_reduction"):
         dist = DistributedOptimizer(opt, compression=compression)
-        if opt.built:
-            dist.build(model.trainable_variables)
-            for mine, saved in zip(dist.variables, opt.variables):
+        if _keras2.optimizer_built(opt):
+            _keras2.build_optimizer(dist, model.trainable_variables)
+            for mine, saved in zip(_keras2.optimizer_variables(dist), _keras2.optimizer_variables(opt)):
                 mine.assign(saved)
         model.optimizer = dist
     return model
+
+
+def _tf_keras():
+    try:
+        import tf_keras
+    except ImportError as exc:
+        raise ImportError(
+            "loading a Keras 2 model needs tf_keras: pip install --no-deps tf_keras==2.21.0"
+        ) from exc
+    return tf_keras
 
 
 __all__ = [

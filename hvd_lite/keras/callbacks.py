@@ -1,7 +1,12 @@
 """Horovod's Keras callbacks: broadcast the initial state, average the epoch's metrics, schedule
-and warm up the learning rate."""
+and warm up the learning rate.
 
-from typing import Set
+They are Keras callbacks of the Keras that `tf.keras` names: tf_keras's (Keras 2) under
+TF_USE_LEGACY_KERAS=1, Keras 3's otherwise (decided once, when this module is imported). Either
+kind also runs under the other Keras's model.fit: a Keras 3 callback here has the three
+`_implements_*_batch_hooks` methods tf_keras's fit asks of every callback."""
+
+from typing import Any, Optional, Set
 
 import keras
 import numpy as np
@@ -10,9 +15,31 @@ import tensorflow as tf
 from .. import basics, ops
 from ..tensorflow.functions import broadcast_variables
 from ..tensorflow.mpi_ops import check_device
+from . import keras2
+
+_Callback: Any
+if keras2.tf_keras_is_tf_keras():
+    _Callback = tf.keras.callbacks.Callback
+else:
+
+    class _Callback(keras.callbacks.Callback):  # type: ignore[no-redef]
+        """Keras 3's Callback, with what tf_keras's model.fit also asks of a callback."""
+
+        def _implements_train_batch_hooks(self) -> bool:
+            base = keras.callbacks.Callback
+            return (
+                type(self).on_train_batch_begin is not base.on_train_batch_begin
+                or type(self).on_train_batch_end is not base.on_train_batch_end
+            )
+
+        def _implements_test_batch_hooks(self) -> bool:
+            return False
+
+        def _implements_predict_batch_hooks(self) -> bool:
+            return False
 
 
-class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+class BroadcastGlobalVariablesCallback(_Callback):
     """At the start of training, every rank takes rank `root_rank`'s model and optimizer state
     (except `local_variables`)."""
 
@@ -42,14 +69,14 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
             return
         model = self.model
         opt = getattr(model, "optimizer", None)
-        if opt is not None and not opt.built:
-            opt.build(model.trainable_variables)
-        variables = list(model.variables) + (list(opt.variables) if opt is not None else [])
+        if opt is not None:
+            keras2.build_optimizer(opt, model.trainable_variables)
+        variables = list(model.variables) + (keras2.optimizer_variables(opt) if opt is not None else [])
         broadcast_variables([v for v in variables if id(v) not in self._local_vars], self.root_rank)
         self.broadcast_done = True
 
 
-class MetricAverageCallback(keras.callbacks.Callback):
+class MetricAverageCallback(_Callback):
     """At the end of each epoch, replaces every numeric log by its average over the ranks (same
     keys on every rank, in sorted order; one reduction)."""
 
@@ -76,11 +103,22 @@ class MetricAverageCallback(keras.callbacks.Callback):
         self._average(logs)
 
 
+def _momentum_variable(optimizer) -> Optional[Any]:
+    """A legacy tf_keras optimizer's momentum (a variable the step reads), else None."""
+    if not keras2.is_legacy_optimizer(optimizer):
+        return None
+    try:
+        momentum = optimizer.momentum
+    except AttributeError:
+        return None
+    return momentum if hasattr(momentum, "assign") else None
+
+
 def _momentum_refused(optimizer) -> bool:
-    return bool(getattr(optimizer, "momentum", 0))
+    return _momentum_variable(optimizer) is None and bool(getattr(optimizer, "momentum", 0))
 
 
-class LearningRateScheduleCallback(keras.callbacks.Callback):
+class LearningRateScheduleCallback(_Callback):
     """Sets the learning rate to `initial_lr * multiplier(epoch)` from `start_epoch` up to
     `end_epoch` (exclusive): at each epoch's start with `staircase`, else at every batch with a
     fractional epoch. `multiplier` is a function of the epoch or a constant (then
@@ -106,13 +144,16 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.momentum_correction = momentum_correction
         self.steps_per_epoch = steps_per_epoch
         self.current_epoch = None
+        self._restore_momentum: Optional[float] = None
         self.multiplier = (
             multiplier if callable(multiplier) else (lambda epoch: multiplier ** (epoch - start_epoch))
         )
 
     def _lr_variable(self):
-        lr = self.model.optimizer.learning_rate
-        if not hasattr(lr, "assign"):
+        opt = self.model.optimizer
+        lr = opt.learning_rate
+        # tf_keras's current optimizers show a schedule as a variable the step overwrites
+        if not hasattr(lr, "assign") or callable(getattr(opt, "_learning_rate", None)):
             raise ValueError(
                 f"{type(self).__name__} sets the optimizer's learning rate, but it is a "
                 f"{type(lr).__name__} (a schedule); pass a float learning rate"
@@ -123,12 +164,14 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         """Checks the optimizer and finds the number of steps per epoch."""
         self._lr_variable()
         if self.momentum_correction and _momentum_refused(self.model.optimizer):
-            # Keras 3 optimizers keep momentum as a Python float, read when the step is traced:
-            # changing it during fit would do nothing.
+            # Keras 3 optimizers, and tf_keras's current ones, keep momentum as a Python float,
+            # read when the step is traced: changing it during fit would do nothing. tf_keras's
+            # legacy optimizers keep it in a variable, which is corrected.
             raise ValueError(
                 f"{type(self).__name__}: momentum_correction=True cannot be applied to "
-                f"{type(self.model.optimizer).__name__} (Keras 3 fixes the momentum "
-                "when the training step is compiled); pass momentum_correction=False"
+                f"{type(self.model.optimizer).__name__} (its momentum is fixed when the "
+                "training step is compiled; a tf_keras.optimizers.legacy optimizer's is not); "
+                "pass momentum_correction=False"
             )
         if not self.staircase and not self.steps_per_epoch:
             self.steps_per_epoch = (self.params or {}).get("steps")
@@ -140,7 +183,14 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
                 )
 
     def _adjust(self, epoch: float) -> None:
-        self._lr_variable().assign(self.initial_lr * self.multiplier(epoch))
+        lr, new = self._lr_variable(), self.initial_lr * self.multiplier(epoch)
+        momentum = _momentum_variable(self.model.optimizer) if self.momentum_correction else None
+        if momentum is not None:  # for this batch: momentum * new_lr / old_lr (Horovod's correction)
+            old = float(lr.numpy())
+            if old != 0.0:
+                self._restore_momentum = float(momentum.numpy())
+                momentum.assign(self._restore_momentum * new / old)
+        lr.assign(new)
 
     def on_epoch_begin(self, epoch, logs=None):
         """Notes the epoch."""
@@ -156,6 +206,12 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
             self._adjust(self.current_epoch)
         elif not self.staircase:
             self._adjust(self.current_epoch + float(batch) / self.steps_per_epoch)
+
+    def on_train_batch_end(self, batch, logs=None):
+        """Puts back the momentum that momentum correction changed for the batch."""
+        if self._restore_momentum is not None:
+            _momentum_variable(self.model.optimizer).assign(self._restore_momentum)
+            self._restore_momentum = None
 
     def on_epoch_end(self, epoch, logs=None):
         """Logs the learning rate as `lr`."""

@@ -22,8 +22,9 @@ import tensorflow as tf
 
 from ..process_sets import global_process_set
 from ..tensorflow.compression import Compression
-from ..tensorflow.functions import GradientReduction
+from ..tensorflow.functions import GradientReduction, local_layer_list
 from ..tensorflow.mpi_ops import Adasum, Average, Sum, graph_safe, reduce_op
+from . import keras2
 
 
 class _DistributedOptimizer:
@@ -144,14 +145,39 @@ def DistributedOptimizer(
     groups=None,
     process_set=global_process_set,
     scale_local_gradients=True,
-) -> keras.optimizers.Optimizer:
+) -> Any:
     """A copy of `optimizer` (same class name and config) whose updates use gradients reduced by
-    `op` across ranks; with backward_passes_per_step=n, reduced once per n passes."""
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
+    `op` across ranks; with backward_passes_per_step=n, reduced once per n passes. Takes a Keras 3
+    optimizer or a tf_keras (Keras 2) one, current or legacy."""
+
+    def _reduction() -> GradientReduction:
+        return GradientReduction(
+            "DistributedOptimizer",
+            device_dense,
+            device_sparse,
+            compression,
+            sparse_as_dense,
+            op,
+            gradient_predivide_factor,
+            num_groups,
+            groups,
+            process_set,
+            scale_local_gradients,
+        )
+
+    tf_keras = keras2.is_tf_keras(optimizer)
+    if not tf_keras and not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(
-            f"DistributedOptimizer wraps a keras.optimizers.Optimizer, got {type(optimizer).__name__}"
+            "DistributedOptimizer wraps a keras.optimizers.Optimizer (Keras 3) or a "
+            "tf_keras.optimizers.Optimizer (Keras 2, tf.keras under TF_USE_LEGACY_KERAS=1), got "
+            f"{type(optimizer).__module__}.{type(optimizer).__name__}"
         )
     adasum = reduce_op("DistributedOptimizer", op) == Adasum
+    if adasum and tf_keras:
+        raise ValueError(
+            "op=Adasum (Horovod's delta optimizer) takes a Keras 3 optimizer; with a tf_keras "
+            "optimizer use op=Average or op=Sum"
+        )
     if not adasum and op not in (Average, Sum):
         raise ValueError("op currently only supports Average, Sum and Adasum")
     if adasum and average_aggregated_gradients:
@@ -165,6 +191,15 @@ def DistributedOptimizer(
         or backward_passes_per_step < 1
     ):
         raise ValueError(f"backward_passes_per_step must be an int >= 1, got {backward_passes_per_step!r}")
+    if tf_keras:
+        return keras2.distributed_optimizer(
+            optimizer,
+            name,
+            _reduction(),
+            sparse_as_dense,
+            backward_passes_per_step,
+            average_aggregated_gradients,
+        )
     config = optimizer.get_config()
     if config.get("gradient_accumulation_steps") and adasum:
         raise ValueError(
@@ -178,19 +213,7 @@ def DistributedOptimizer(
             f"{config['gradient_accumulation_steps']}); pass backward_passes_per_step "
             "or gradient_accumulation_steps, not both"
         )
-    reduction = GradientReduction(
-        "DistributedOptimizer",
-        device_dense,
-        device_sparse,
-        compression,
-        sparse_as_dense,
-        op,
-        gradient_predivide_factor,
-        num_groups,
-        groups,
-        process_set,
-        scale_local_gradients,
-    )
+    reduction = _reduction()
     if backward_passes_per_step > 1 and not adasum:
         config["gradient_accumulation_steps"] = backward_passes_per_step
     if name is not None:
@@ -221,14 +244,9 @@ def PartialDistributedOptimizer(
     process_set=global_process_set,
     local_layers=None,
     scale_local_gradients=True,
-) -> keras.optimizers.Optimizer:
+) -> Any:
     """DistributedOptimizer whose `local_layers`' gradients stay local."""
-    if local_layers is None:
-        local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
-        local_layers = [local_layers]
-    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
-        raise ValueError("All local layers must be of keras.layers.Layer type.")
+    local_layers = local_layer_list(local_layers)
     opt = DistributedOptimizer(
         optimizer,
         name,

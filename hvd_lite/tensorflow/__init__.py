@@ -109,8 +109,8 @@ def DistributedOptimizer(
     process_set=global_process_set,
     scale_local_gradients=True,
 ):
-    """An optimizer whose updates use gradients reduced across ranks: a Keras optimizer's
-    (hvd_lite.keras.DistributedOptimizer), or a tf.compat.v1.train optimizer's for TF1 graphs
+    """An optimizer whose updates use gradients reduced across ranks: a Keras 3 or tf_keras
+    optimizer's (hvd_lite.keras.DistributedOptimizer), or a tf.compat.v1.train optimizer's for TF1 graphs
     (its compute_gradients reduces them)."""
     import keras
 
@@ -134,14 +134,17 @@ def DistributedOptimizer(
             process_set=process_set,
             scale_local_gradients=scale_local_gradients,
         )
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
+    from ..keras import DistributedOptimizer as keras_distributed
+    from ..keras.keras2 import is_tf_keras
+
+    if not isinstance(optimizer, keras.optimizers.Optimizer) and not is_tf_keras(optimizer):
         raise TypeError(
-            f"hvd_lite.tensorflow.DistributedOptimizer wraps a keras.optimizers.Optimizer or a "
-            f"tf.compat.v1.train.Optimizer; {type(optimizer).__name__} is neither"
+            f"hvd_lite.tensorflow.DistributedOptimizer wraps a Keras optimizer (Keras 3's "
+            f"keras.optimizers.Optimizer or tf_keras's) or a tf.compat.v1.train.Optimizer; "
+            f"{type(optimizer).__module__}.{type(optimizer).__name__} is none of them"
         )
     if use_locking:
         raise ValueError("use_locking=True applies to TF1 optimizers only; Keras optimizers do not lock")
-    from ..keras import DistributedOptimizer as keras_distributed
 
     return keras_distributed(
         optimizer,

@@ -328,14 +328,7 @@ def PartialDistributedGradientTape(
     scale_local_gradients=True,
 ):
     """DistributedGradientTape whose `local_layers`' gradients stay local."""
-    import keras
-
-    if local_layers is None:
-        local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
-        local_layers = [local_layers]
-    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
-        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    local_layers = local_layer_list(local_layers)
     tape = DistributedGradientTape(
         gradtape,
         device_dense,
@@ -353,3 +346,23 @@ def PartialDistributedGradientTape(
         for v in layer.trainable_weights:
             tape.register_local_source(v)
     return tape
+
+
+def _is_keras_layer(obj) -> bool:
+    """A Keras 3 layer or a tf_keras (Keras 2) one."""
+    import keras
+
+    if isinstance(obj, keras.layers.Layer):
+        return True
+    return any(c.__name__ == "Layer" and c.__module__.startswith("tf_keras.") for c in type(obj).__mro__)
+
+
+def local_layer_list(local_layers) -> list:
+    """Horovod's `local_layers` (None, a layer or layers of Keras 3 or tf_keras) as a list."""
+    if local_layers is None:
+        return []
+    if _is_keras_layer(local_layers):
+        return [local_layers]
+    if not all(_is_keras_layer(layer) for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    return list(local_layers)

@@ -24,6 +24,7 @@ model whose `distribute_strategy` is an hvd_lite strategy, and leaves every othe
 import functools
 import os
 import shutil
+import sys
 import tempfile
 
 import tensorflow as tf
@@ -53,11 +54,20 @@ def _metric_variables(model):
     seen = set()
     for metric in model.metrics:
         for v in metric.variables:
-            op = {"sum": Sum, "mean": Average}.get(getattr(v, "aggregation", None))
+            aggregation = getattr(
+                v, "aggregation", None
+            )  # "sum" (Keras 3), VariableAggregation.SUM (tf_keras)
+            op = {"sum": Sum, "mean": Average}.get(str(getattr(aggregation, "name", aggregation)).lower())
             if op is not None and id(v) not in seen:
                 seen.add(id(v))
                 by_op[op].append(v)
     return by_op
+
+
+def _read(v):
+    """A metric variable's value (a property of a Keras 3 variable, a method of a tf.Variable)."""
+    value = v.value
+    return tf.convert_to_tensor(value() if callable(value) else value)
 
 
 def _global_metrics_result(get_metrics_result):
@@ -69,7 +79,7 @@ def _global_metrics_result(get_metrics_result):
         for op, variables in _metric_variables(self).items():
             if not variables:
                 continue
-            local = [tf.identity(tf.convert_to_tensor(v.value)) for v in variables]
+            local = [tf.identity(_read(v)) for v in variables]
             for v, g in zip(variables, _grouped_allreduce(local, op)):
                 v.assign(g)
             saved.append((variables, local))
@@ -129,20 +139,47 @@ def _chief_only(method):
 
 
 def install() -> None:
-    """Installs the hooks (once per process)."""
+    """Installs the hooks (once per process): Keras 3's, and tf_keras's where tf_keras is in use
+    (imported, or named by TF_USE_LEGACY_KERAS=1)."""
     global _installed
-    if _installed:
-        return
-    import keras
-    from keras.src.backend.tensorflow import trainer as tf_trainer
+    if not _installed:
+        import keras
+        from keras.src.backend.tensorflow import trainer as tf_trainer
 
-    cls = tf_trainer.TensorFlowTrainer
-    cls.get_metrics_result = _global_metrics_result(cls.get_metrics_result)
-    tf_trainer.reduce_per_replica = _gathering(tf_trainer.reduce_per_replica)
-    keras.Model.save = _written_by_chief(keras.Model.save)
-    keras.Model.save_weights = _written_by_chief(keras.Model.save_weights)
-    ckpt, backup = keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore
+        cls = tf_trainer.TensorFlowTrainer
+        cls.get_metrics_result = _global_metrics_result(cls.get_metrics_result)
+        tf_trainer.reduce_per_replica = _gathering(tf_trainer.reduce_per_replica)
+        keras.Model.save = _written_by_chief(keras.Model.save)
+        keras.Model.save_weights = _written_by_chief(keras.Model.save_weights)
+        ckpt, backup = keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore
+        ckpt._save_model = _chief_only(ckpt._save_model)
+        backup._save_model = _chief_only(backup._save_model)
+        backup.on_train_end = _chief_only(backup.on_train_end)
+        _installed = True
+    _install_tf_keras()
+
+
+_installed_tf_keras = False
+
+
+def _install_tf_keras() -> None:
+    """tf_keras's (Keras 2's) trainer has the same three places: Model.get_metrics_result,
+    training.reduce_per_replica, Model.save and save_weights, ModelCheckpoint._save_model.
+    (Its BackupAndRestore keeps a TF checkpoint of its own, which these hooks leave as it is.)"""
+    global _installed_tf_keras
+    legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true")
+    if _installed_tf_keras or not (legacy or "tf_keras" in sys.modules):
+        return
+    try:
+        import tf_keras
+        from tf_keras.src.engine import training
+    except ImportError:
+        return
+    model = training.Model
+    model.get_metrics_result = _global_metrics_result(model.get_metrics_result)
+    training.reduce_per_replica = _gathering(training.reduce_per_replica)
+    model.save = _written_by_chief(model.save)
+    model.save_weights = _written_by_chief(model.save_weights)
+    ckpt = tf_keras.callbacks.ModelCheckpoint
     ckpt._save_model = _chief_only(ckpt._save_model)
-    backup._save_model = _chief_only(backup._save_model)
-    backup.on_train_end = _chief_only(backup.on_train_end)
-    _installed = True
+    _installed_tf_keras = True

@@ -1,4 +1,5 @@
-"""Keras 3 under hvd_lite.tensorflow.MultiWorkerMirroredStrategy at 1-4 ranks answers as under
+"""Keras 3 (or tf_keras, under TF_USE_LEGACY_KERAS=1) under hvd_lite.tensorflow.MultiWorkerMirroredStrategy
+at 1-4 ranks answers as under
 tf.distribute: predict returns every row in input order, evaluate and fit's History (per batch
 and per epoch, validation included) are the whole data set's metrics, identical on every rank,
 and checkpoints are written once, by rank 0. Each is compared with one process (no strategy)
@@ -14,7 +15,12 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed (pip install -e '.[tensorflow]')")
-keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip install -e '.[tensorflow]')")
+if os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true"):  # ci/test.sh's second Keras pass
+    keras = pytest.importorskip(
+        "tf_keras", reason="tf_keras is not installed (pip install --no-deps tf_keras==2.21.0)"
+    )
+else:
+    keras = pytest.importorskip("keras", reason="Keras 3 is not installed (pip install -e '.[tensorflow]')")
 
 from conftest import agree, world  # noqa: E402
 

@@ -305,6 +305,34 @@ def test_backward_passes_per_step_accumulates_locally_and_reduces_once_per_n_pas
     agree(ok and reductions == want, f"{detail}; {reductions} reductions")
 
 
+def test_the_callbacks_run_under_tf_keras_fit_too():
+    """Without TF_USE_LEGACY_KERAS the callbacks are Keras 3's; a tf_keras model's fit takes them
+    (broadcast, warmup, metric average) as well."""
+    K = pytest.importorskip(
+        "tf_keras", reason="tf_keras is not installed (pip install --no-deps tf_keras==2.21.0)"
+    )
+    K.utils.set_random_seed(hvd.rank())
+    model = K.Sequential([K.Input((4,)), K.layers.Dense(1)])
+    model.compile(optimizer=hvdk.DistributedOptimizer(K.optimizers.SGD(0.1)), loss="mse")
+    x, y = data()
+    warm = hvdk.LearningRateWarmupCallback(initial_lr=0.1, warmup_epochs=1)
+    hist = model.fit(
+        shard(x),
+        shard(y),
+        batch_size=G // hvd.size(),
+        epochs=2,
+        verbose=0,
+        callbacks=[hvdk.BroadcastGlobalVariablesCallback(0), warm, hvdk.MetricAverageCallback()],
+    )
+    flat = np.concatenate([w.ravel() for w in model.get_weights()])
+    every = hvd.allgather_object((flat, hist.history["loss"]))
+    agree(
+        all(np.array_equal(f, every[0][0]) and np.allclose(ln, every[0][1]) for f, ln in every)
+        and np.allclose(hist.history["lr"], [0.1, 0.1]),
+        f"weights or losses differ across ranks, or lr {hist.history['lr']}",
+    )
+
+
 def test_keras_refuses_a_backend_other_than_tensorflow(monkeypatch):
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
     raises_on_every_rank(hvd.HvdLiteError, "'jax' backend", hvdk._check_backend)
