@@ -27,10 +27,8 @@ else:
 
         def _implements_train_batch_hooks(self) -> bool:
             base = keras.callbacks.Callback
-            return (
-                type(self).on_train_batch_begin is not base.on_train_batch_begin
-                or type(self).on_train_batch_end is not base.on_train_batch_end
-            )
+            hooks = ("on_batch_begin", "on_batch_end", "on_train_batch_begin", "on_train_batch_end")
+            return any(getattr(type(self), h) is not getattr(base, h) for h in hooks)
 
         def _implements_test_batch_hooks(self) -> bool:
             return False

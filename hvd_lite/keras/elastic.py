@@ -1,13 +1,13 @@
-"""horovod.keras.elastic's names for Keras 3: `run`, `KerasState` and the callbacks that keep a
-state's epoch and batch and commit it during `model.fit` (docs/elastic.md)."""
+"""horovod.keras.elastic's names: `run`, `KerasState` and the callbacks that keep a state's epoch
+and batch and commit it during `model.fit` (docs/elastic.md). The callbacks are of the Keras that
+`tf.keras` names, as hvd_lite.keras.callbacks's are, and run under either Keras's fit."""
 
 from typing import Any
-
-import keras
 
 from ..elastic import ObjectState, State, run
 from ..exceptions import HorovodInternalError, HostsUpdatedInterrupt
 from ..tensorflow.elastic import TensorFlowKerasState
+from .callbacks import _Callback
 
 
 class KerasState(TensorFlowKerasState):
@@ -24,7 +24,7 @@ class KerasState(TensorFlowKerasState):
         super().__init__(model, optimizer=optimizer, **kwargs)
 
 
-class CommitStateCallback(keras.callbacks.Callback):
+class CommitStateCallback(_Callback):
     """Commits `state` every `batches_per_commit` batches and at the end of each epoch.
 
     Args:
@@ -63,7 +63,7 @@ class CommitStateCallback(keras.callbacks.Callback):
         self.state.commit()
 
 
-class UpdateBatchStateCallback(keras.callbacks.Callback):
+class UpdateBatchStateCallback(_Callback):
     """Keeps `state.batch` at the last batch ended, and 0 after each epoch. Unlike Horovod's, it
     does not shorten the first epoch after a relaunch (Keras 3 does not take `params['steps']`
     changes): skip the batches done yourself, from `state.batch`."""
@@ -82,7 +82,7 @@ class UpdateBatchStateCallback(keras.callbacks.Callback):
         self.state.batch = 0
 
 
-class UpdateEpochStateCallback(keras.callbacks.Callback):
+class UpdateEpochStateCallback(_Callback):
     """Keeps `state.epoch` at the number of epochs done: its value at the start of `fit`, plus
     the epochs that ended since (as Horovod's: call fit with `epochs=epochs - state.epoch`)."""
 
