@@ -51,7 +51,7 @@ def test_fit_raises_on_every_rank_within_the_communication_timeout_when_a_peer_n
     assert len(lines) == 2, res.stdout + res.stderr
     waiting, stalled = lines  # rank 0 waits for rank 1, which stalls for 3t
     m = re.match(
-        r"rank 0 raised (\w+) after ([\d.]+) s: .*CollectiveError: allreduce: \d+ "
+        r"rank 0 raised (\w+) after ([\d.]+) s: .*CollectiveFailedError: allreduce: \d+ "
         r"collective\(s\) not done after 2.0 s",
         waiting,
     )
@@ -59,7 +59,7 @@ def test_fit_raises_on_every_rank_within_the_communication_timeout_when_a_peer_n
     assert t <= float(m.group(2)) < t + 3.0, waiting
     # the stalled rank raises as soon as it submits: its peer has given up and left
     assert re.match(
-        r"rank 1 raised \w+ after [\d.]+ s: .*CollectiveError: hvd_lite has been shut "
+        r"rank 1 raised \w+ after [\d.]+ s: .*CollectiveFailedError: hvd_lite has been shut "
         r"down on rank 0",
         stalled,
     ), stalled
