@@ -77,6 +77,11 @@ PLATFORMS = {
     "8x8bb": (8, 8),
     "8x8_100g_oversub": (8, 8),
     "8x8_400g_fattree": (8, 8),
+    "32x8_10g": (32, 8),
+    "64x4_25g": (64, 4),
+    "32x8bb": (32, 8),
+    "32x8_100g_oversub": (32, 8),
+    "32x8_400g_fattree": (32, 8),
 }
 # The SMPI side of each platform of the family, stored (the simulation is deterministic): the records
 # under docs/data/scale/ that --judge reads, in order (a later record's figures for a size win).
