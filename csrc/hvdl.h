@@ -180,6 +180,9 @@ typedef struct {
   int adasumHierarchical;     /* 1: hvdlAdasum averages within each host and combines the
                                  hosts with Adasum (HVD_LITE_ADASUM_HIERARCHICAL=1); 0: every
                                  rank is combined with Adasum */
+  int allToAllAlgorithm;      /* an hvdlAllToAllAlgorithm_t (HVD_LITE_ALLTOALL_ALGO);
+                                 hvdlAllToAllAuto: the cost model's choice where every block
+                                 is the same size, else pairwise */
 } hvdlConfig_t;
 
 #define HVDL_SMALL_BYTES_AUTO ((size_t)-1)
@@ -232,6 +235,16 @@ typedef enum {
                                     every other's sendbuff (process_vm_readv) */
   hvdlNumReduceScatterAlgos = 4
 } hvdlReduceScatterAlgorithm_t;
+
+/* All-to-all algorithms (docs/algorithms.md). A forced one runs at every size; Bruck's runs
+ * where every block is the same size (hvdlAllToAll always; the engine's alltoall where every
+ * rank's splits are all equal), pairwise elsewhere. */
+typedef enum {
+  hvdlAllToAllAuto = 0,
+  hvdlAllToAllPairwise = 1, /* "pairwise": every pair's block at once, n-1 messages each way */
+  hvdlAllToAllBruck = 2,    /* "bruck": Bruck's, ceil(log2 n) steps of about n/2 blocks */
+  hvdlNumAllToAllAlgos = 3
+} hvdlAllToAllAlgorithm_t;
 
 /* Library version as HVDL_VERSION_CODE. */
 hvdlResult_t hvdlGetVersion(int *version);
@@ -302,7 +315,8 @@ hvdlResult_t hvdlReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
 
 /* Sends count elements to every rank: block q (elements q*count .. (q+1)*count-1)
  * of sendbuff goes to rank q, and block q of recvbuff comes from rank q. Both hold
- * ranks * count elements and must not overlap (no in-place form). */
+ * ranks * count elements. In-place when sendbuff == recvbuff; any other overlap is
+ * invalid. The algorithm: HVD_LITE_ALLTOALL_ALGO (config.allToAllAlgorithm). */
 hvdlResult_t hvdlAllToAll(const void *sendbuff, void *recvbuff, size_t count,
                           hvdlDataType_t datatype, hvdlComm_t comm, hvdlStream_t stream);
 

@@ -10,8 +10,9 @@
  * "size"): allreduce (the default; hvdlAllReduce, a sum of BYTES per rank, or
  * MPI_Allreduce), broadcast (hvdlBroadcast from rank 0 of BYTES, in place, or
  * MPI_Bcast), allgather (hvdlAllGather of BYTES/n per rank into BYTES, or
- * MPI_Allgather) and reducescatter (hvdlReduceScatter of BYTES into BYTES/n,
- * a sum, or MPI_Reduce_scatter_block).
+ * MPI_Allgather), reducescatter (hvdlReduceScatter of BYTES into BYTES/n,
+ * a sum, or MPI_Reduce_scatter_block) and alltoall (hvdlAllToAll of BYTES, n blocks
+ * of BYTES/n each way, or MPI_Alltoall).
  *
  * For each size: every rank fills its buffer with small integers, x[q][i] =
  * (q % 5 - 2) + (i % 7 - 3) (index i in the whole buffer), whose sum over the
@@ -22,7 +23,7 @@
  * shared between ranks to save memory, see sim/simulate.py). With --check an
  * all-reduce also runs in place, and once on random floats (whose sum depends
  * on the order), whose result bytes must be the same on every rank; an
- * all-gather or reduce-scatter of hvd_lite also runs in place.
+ * all-gather, reduce-scatter or all-to-all of hvd_lite also runs in place.
  *
  * --op adasum (hvdl's all-reduce only): hvdlAllReduce with hvdlAdasum on type T
  * (float32, the default, float64, float16 or bfloat16; BYTES a multiple of its
@@ -43,7 +44,7 @@
  * on with "type <T> err <E>", E the largest |y - ref| / (|ref| + rms(ref)) over
  * the elements, -1 when not checked). The hvdl side reads HVD_LITE_* as usual
  * (HVD_LITE_ALLREDUCE_ALGO, HVD_LITE_BROADCAST_ALGO, HVD_LITE_ALLGATHER_ALGO,
- * HVD_LITE_REDUCESCATTER_ALGO, HVD_LITE_ADASUM_HIERARCHICAL), with the
+ * HVD_LITE_REDUCESCATTER_ALGO, HVD_LITE_ALLTOALL_ALGO, HVD_LITE_ADASUM_HIERARCHICAL), with the
  * shared-memory path off (so no shm or hier); the MPI side is SMPI's
  * --cfg=smpi/<collective>:<algo>.
  */
@@ -56,7 +57,8 @@
 #include "adasum_reference.h"
 #include "hvdl.h"
 
-/* The selectors' view (csrc/select/select_allreduce.c, select_broadcast.c, select_gather.c, select.h): the simulation reports which
+/* The selectors' view (csrc/select/select_allreduce.c, select_broadcast.c, select_gather.c,
+ * select_alltoall.c, select.h): the simulation reports which
  * algorithm ran and the cost model's time for it next to the simulated one. */
 hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes);
 double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
@@ -71,9 +73,13 @@ hvdlReduceScatterAlgorithm_t hvdl_select_reducescatter(hvdlComm_t comm, size_t b
 double hvdl_select_predict_reducescatter(hvdlComm_t comm, hvdlReduceScatterAlgorithm_t algo,
                                          size_t bytes);
 const char *hvdl_reducescatter_algo_name(int algo);
+hvdlAllToAllAlgorithm_t hvdl_select_alltoall(hvdlComm_t comm, size_t block);
+double hvdl_select_predict_alltoall(hvdlComm_t comm, hvdlAllToAllAlgorithm_t algo, size_t block);
+const char *hvdl_alltoall_algo_name(int algo);
 
-enum coll { ALLREDUCE, BROADCAST, ALLGATHER, REDUCESCATTER };
-static const char *const coll_names[] = {"allreduce", "broadcast", "allgather", "reducescatter"};
+enum coll { ALLREDUCE, BROADCAST, ALLGATHER, REDUCESCATTER, ALLTOALL, NUM_COLLS };
+static const char *const coll_names[] = {"allreduce", "broadcast", "allgather", "reducescatter",
+                                         "alltoall"};
 
 static int use_hvdl;
 static hvdlComm_t comm;
@@ -115,6 +121,13 @@ static int collective(enum coll c, const float *send, float *recv, size_t count,
                            hvdlReduceScatter(send, recv, block, hvdlFloat32, hvdlSum, comm, NULL));
       return MPI_Reduce_scatter_block(send, recv, (int)block, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD) !=
              MPI_SUCCESS;
+    case ALLTOALL:
+      if (use_hvdl)
+        return failed_call("hvdlAllToAll",
+                           hvdlAllToAll(send, recv, block, hvdlFloat32, comm, NULL));
+      return MPI_Alltoall(send, (int)block, MPI_FLOAT, recv, (int)block, MPI_FLOAT,
+                          MPI_COMM_WORLD) != MPI_SUCCESS;
+    case NUM_COLLS: break;
   }
   return 1;
 }
@@ -160,6 +173,11 @@ static long long wrong_result(enum coll c, const float *recv, size_t count, int 
       for (int q = 0; q < n; q++) wrong += wrong_copy_at(recv + (size_t)q * block, 0, block, q);
       return wrong;
     case REDUCESCATTER: return wrong_sum_at(recv, (size_t)rank * block, block, n);
+    case ALLTOALL: /* block q is block `rank` of rank q's buffer */
+      for (int q = 0; q < n; q++)
+        wrong += wrong_copy_at(recv + (size_t)q * block, (size_t)rank * block, block, q);
+      return wrong;
+    case NUM_COLLS: break;
   }
   return -1;
 }
@@ -227,9 +245,15 @@ static int sum_size(enum coll c, size_t bytes, int reps, int check, int verify, 
     failed |= allreduce(send, recv, count);
     o->identical = identical_everywhere(recv, count * sizeof(float));
   }
-  if (check && use_hvdl && (c == ALLGATHER || c == REDUCESCATTER) && !failed) { /* in place */
+  if (check && use_hvdl && (c == ALLGATHER || c == REDUCESCATTER || c == ALLTOALL) &&
+      !failed) { /* in place */
     float *mine = recv + (size_t)rank * block;
-    if (c == ALLGATHER) {
+    if (c == ALLTOALL) {
+      memcpy(recv, send, count * sizeof(float));
+      failed |=
+          failed_call("hvdlAllToAll", hvdlAllToAll(recv, recv, block, hvdlFloat32, comm, NULL));
+      if (verify) o->wrong += wrong_result(c, recv, count, rank, n);
+    } else if (c == ALLGATHER) {
       memset(recv, 0, count * sizeof(float));
       fill(mine, block, rank);
       failed |=
@@ -364,9 +388,10 @@ static int adasum_size(const struct adasum_type *ty, int hierarchical, size_t by
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: driver hvdl|mpi [--coll allreduce|broadcast|allgather|reducescatter] "
+          "usage: driver hvdl|mpi [--coll allreduce|broadcast|allgather|reducescatter|alltoall] "
           "[--op sum|adasum] [--type float32|float64|float16|bfloat16] [--check] [--reps N] "
-          "BYTES... (all-gather, reduce-scatter: BYTES a multiple of 4 x ranks; --op adasum: "
+          "BYTES... (all-gather, reduce-scatter, all-to-all: BYTES a multiple of 4 x ranks; --op "
+          "adasum: "
           "hvdl's all-reduce only, BYTES a multiple of the type's size; --type: Adasum's)\n");
 }
 
@@ -387,7 +412,7 @@ int main(int argc, char **argv) {
       reps = atoi(argv[++i]);
     } else if (strcmp(argv[i], "--coll") == 0 && i + 1 < argc) {
       bad_args = 1;
-      for (int k = 0; k < 4; k++)
+      for (int k = 0; k < NUM_COLLS; k++)
         if (strcmp(argv[i + 1], coll_names[k]) == 0) c = (enum coll)k, bad_args = 0;
       i++;
     } else if (strcmp(argv[i], "--op") == 0 && i + 1 < argc) {
@@ -402,8 +427,9 @@ int main(int argc, char **argv) {
       sizes[nsizes++] = strtoull(argv[i], NULL, 10);
     }
   }
-  for (int s = 0; s < nsizes; s++) /* all-gather, reduce-scatter: n equal blocks of float32 */
-    if ((c == ALLGATHER || c == REDUCESCATTER) && sizes[s] % (4 * (size_t)n) != 0) bad_args = 1;
+  for (int s = 0; s < nsizes; s++) /* all-gather, reduce-scatter, all-to-all: n equal blocks */
+    if ((c == ALLGATHER || c == REDUCESCATTER || c == ALLTOALL) && sizes[s] % (4 * (size_t)n) != 0)
+      bad_args = 1;
   if (adasum && (!use_hvdl || c != ALLREDUCE)) bad_args = 1; /* MPI has no Adasum */
   if (!adasum && ty != &adasum_types[0]) bad_args = 1;       /* the sums are float32 */
   for (int s = 0; s < nsizes && adasum; s++)
@@ -460,6 +486,10 @@ int main(int argc, char **argv) {
       const hvdlReduceScatterAlgorithm_t a = hvdl_select_reducescatter(comm, sizes[s]);
       algo = hvdl_reducescatter_algo_name(a);
       model = hvdl_select_predict_reducescatter(comm, a, sizes[s]);
+    } else if (use_hvdl && c == ALLTOALL) {
+      const hvdlAllToAllAlgorithm_t a = hvdl_select_alltoall(comm, sizes[s] / (size_t)n);
+      algo = hvdl_alltoall_algo_name(a);
+      model = hvdl_select_predict_alltoall(comm, a, sizes[s] / (size_t)n);
     }
     if (rank == 0) {
       printf("bytes %zu time_s %.9g wrong %lld identical %d algo %s model_s %.9g", sizes[s], o.best,

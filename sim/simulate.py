@@ -2,9 +2,9 @@
 
 Builds the C core and sim/driver.c with smpicc into sim/build/, runs the driver with smpirun on one of
 sim/platforms/*.xml (a rank a core), once for hvd_lite (HVD_LITE_ALLREDUCE_ALGO=auto unless told, or
-HVD_LITE_BROADCAST_ALGO, HVD_LITE_ALLGATHER_ALGO, HVD_LITE_REDUCESCATTER_ALGO for the other collectives)
-and once per SMPI algorithm (--cfg=smpi/allreduce:<name>,
-smpi/bcast, smpi/allgather, smpi/reduce_scatter), and prints an nccl-tests-style table: the simulated
+HVD_LITE_BROADCAST_ALGO, HVD_LITE_ALLGATHER_ALGO, HVD_LITE_REDUCESCATTER_ALGO, HVD_LITE_ALLTOALL_ALGO for the
+other collectives) and once per SMPI algorithm (--cfg=smpi/allreduce:<name>, smpi/bcast, smpi/allgather,
+smpi/reduce_scatter, smpi/alltoall), and prints an nccl-tests-style table: the simulated
 time of each, the best SMPI algorithm, and hvd_lite / best (docs/scale.md). --op adasum times hvd_lite's
 Adasum all-reduce (hvdlAdasum) beside its plain all-reduces and SMPI's, all in the same run, with the ratios.
 
@@ -13,6 +13,7 @@ Adasum all-reduce (hvdlAdasum) beside its plain all-reduces and SMPI's, all in t
     python sim/simulate.py --platform 8x8 --hvdl auto,ring,rd,rab --mpi ompi,mpich
     python sim/simulate.py --coll broadcast --platform 8x8 --sizes 4K,256K,4M --hvdl auto,chain,tree,scatter
     python sim/simulate.py --coll allgather --platform 8x8 --sizes 4K,256K,4M --hvdl auto,ring,rd,rd_far
+    python sim/simulate.py --coll alltoall --platform 8x8 --sizes 4K,256K,4M --hvdl auto,pairwise,bruck
     python sim/simulate.py --op adasum --adasum-hierarchical --platform 8x8 --sizes 4M --mpi rab_rdb
     python sim/simulate.py --check --platform 8x8 --ranks 60 --sizes 4,1028,65540,262148 --reps 1
                                                           # the CI correctness run (exit 1 on a wrong bit)
@@ -181,6 +182,31 @@ COLLS = {
             "mpich_pair",
             "mpich_rdb",
             "mpich_noncomm",
+        ],
+    ),
+    "alltoall": (
+        "alltoall",
+        "HVD_LITE_ALLTOALL_ALGO",
+        ["auto", "pairwise", "bruck"],
+        [
+            "ompi",
+            "mpich",
+            "mvapich2",
+            "impi",
+            "basic_linear",
+            "bruck",
+            "pair",
+            "ring",
+            "rdb",
+            "2dmesh",
+            "3dmesh",
+            "mvapich2_scatter_dest",
+            "pair_light_barrier",
+            "pair_mpi_barrier",
+            "pair_one_barrier",
+            "ring_light_barrier",
+            "ring_mpi_barrier",
+            "ring_one_barrier",
         ],
     ),
 }
@@ -500,7 +526,7 @@ def main(argv=None) -> int:
         "--sizes",
         default="4K,256K,4M,64M",
         help="bytes per rank's buffer, comma-separated (default 4K,256K,4M,64M; the "
-        "all-gather's result, the reduce-scatter's input)",
+        "all-gather's result, the reduce-scatter's input, the all-to-all's n blocks)",
     )
     p.add_argument(
         "--hvdl",
@@ -634,9 +660,9 @@ def main(argv=None) -> int:
             hosts_of_4 = {"env_extra": {"HVD_LITE_RANKS_PER_HOST": "4"}}
             runs += [("allreduce", "adasum_hier", "adasum_hier/4", hosts_of_4)]
         runs += [("broadcast", a, a, {}) for a in COLLS["broadcast"][2]]
-        runs += [(c, a, a, {}) for c in ("allgather", "reducescatter") for a in COLLS[c][2]]
-        # The all-gather's and reduce-scatter's buffers are n equal float32 blocks: sizes rounded down
-        # to a multiple of 4n bytes.
+        runs += [(c, a, a, {}) for c in ("allgather", "reducescatter", "alltoall") for a in COLLS[c][2]]
+        # The all-gather's, reduce-scatter's and all-to-all's buffers are n equal float32 blocks: sizes
+        # rounded down to a multiple of 4n bytes.
         blocks = sorted({max(s - s % (4 * ranks), 4 * ranks) for s in sizes})
         bar = progress.Progress("simulate --check", len(runs), not args.quiet)
         for coll, a, label, how in runs:
@@ -644,7 +670,7 @@ def main(argv=None) -> int:
             args.coll = coll
             size = ADASUM_TYPES[how.get("dtype", "float32")]
             run_sizes = sizes
-            if coll in ("allgather", "reducescatter"):
+            if coll in ("allgather", "reducescatter", "alltoall"):
                 run_sizes = blocks
             elif a in ADASUM_FORMS:  # whole elements of the type
                 run_sizes = sorted({s + -s % size for s in sizes})

@@ -8,6 +8,10 @@
  * each block inside its own MPI_Test calls).
  *
  * One step; per rank (n-1)/n * B sent and received, B/n copied locally.
+ *
+ * hvdl_alltoall_pairwise is the same for n blocks of one size (hvdlAllToAll's); in place,
+ * it first copies the input into scratch (comm->scratch.work), since a block's receive
+ * may land where a send has yet to read.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -51,5 +55,28 @@ hvdlResult_t hvdl_alltoallv(hvdlComm_t comm, const void *send, const int *scount
     hvdl_abandon(comm, k, sreq, 0, until);
   }
   free(reqs);
+  return res;
+}
+
+hvdlResult_t hvdl_alltoall_pairwise(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                    size_t block) {
+  const int n = comm->size;
+  int *ints = malloc(sizeof *ints * 2 * (size_t)n); /* the counts, then the displacements */
+  if (!ints) return hvdl_fail(comm, hvdlSystemError, "alltoall: out of memory");
+  for (int q = 0; q < n; q++) {
+    ints[q] = (int)block;
+    ints[n + q] = (int)(block * (size_t)q);
+  }
+  hvdlResult_t res = hvdlSuccess;
+  const void *send = sendbuff;
+  if (sendbuff == recvbuff && n > 1 && block > 0) {
+    struct hvdl_scratch *s = &comm->scratch;
+    res = hvdl_reserve(comm, &s->work, &s->work_bytes, block * (size_t)n);
+    if (res == hvdlSuccess) hvdl_copy(s->work, sendbuff, block * (size_t)n);
+    send = s->work;
+  }
+  if (res == hvdlSuccess)
+    res = hvdl_alltoallv(comm, send, ints, ints + n, recvbuff, ints, ints + n);
+  free(ints);
   return res;
 }

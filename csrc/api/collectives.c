@@ -218,8 +218,8 @@ static hvdlResult_t check_args(struct call *c) {
   const uintptr_t s = (uintptr_t)c->send, r = (uintptr_t)c->recv;
   const uintptr_t at = (size_t)comm->rank * block;
   if (per_rank == (SEND_PER_RANK | RECV_PER_RANK))
-    HVDL_CHECK(check_buffers(comm, c->fn, c->send, c->sendbytes, c->recv, c->recvbytes, 0,
-                             "(no in-place form)"));
+    HVDL_CHECK(check_buffers(comm, c->fn, c->send, c->sendbytes, c->recv, c->recvbytes, s == r,
+                             "being identical"));
   else if (per_rank == RECV_PER_RANK)
     HVDL_CHECK(check_buffers(comm, c->fn, c->send, c->sendbytes, c->recv, c->recvbytes, s == r + at,
                              "being in place (sendbuff == recvbuff + rank * sendcount)"));
@@ -353,22 +353,11 @@ static hvdlResult_t reducescatter_host(const struct call *c, const void *send, v
                                 counts, c->dt, c->op);
 }
 
-/* The pairwise exchange takes MPI's int counts and displacements: one block each way per
- * rank (the caller has refused more than 2 GiB). */
+/* n blocks of count elements each way (the caller has refused more than 2 GiB per rank). */
 static hvdlResult_t alltoall_host(const struct call *c, const void *send, void *recv,
                                   size_t count) {
-  hvdlComm_t comm = c->comm;
   const size_t block = count * hvdl_type_size(c->dt);
-  int *ints = malloc(sizeof *ints * 2 * (size_t)comm->size);
-  if (!ints) return hvdl_fail(comm, hvdlSystemError, "%s: out of memory", c->fn);
-  for (int q = 0; q < comm->size; q++) {
-    ints[q] = (int)block;
-    ints[comm->size + q] = (int)(block * (size_t)q);
-  }
-  hvdlResult_t res =
-      hvdl_alltoallv(comm, send, ints, ints + comm->size, recv, ints, ints + comm->size);
-  free(ints);
-  return res;
+  return hvdl_alltoall_run(c->comm, hvdl_select_alltoall(c->comm, block), send, recv, block);
 }
 
 /* ---- the entry points: check, then dispatch -------------------------------- */

@@ -33,7 +33,8 @@ struct hvdl_scratch {
   char *counts; /* reduce, scatter broadcast: size_t[n], the blocks */
   size_t counts_bytes;
   char *work; /* pairwise all-reduces (allreduce_rd.c, allreduce_rab.c) and the
-                         * halving reduce-scatter: the partner's data */
+                         * halving reduce-scatter: the partner's data; the all-to-all:
+                         * Bruck's packed blocks, pairwise's copy of an in-place input */
   size_t work_bytes;
 };
 
@@ -208,6 +209,8 @@ const char *hvdl_bcast_algo_name(int algo);
 /* And HVD_LITE_ALLGATHER_ALGO's, HVD_LITE_REDUCESCATTER_ALGO's. */
 const char *hvdl_allgather_algo_name(int algo);
 const char *hvdl_reducescatter_algo_name(int algo);
+/* And HVD_LITE_ALLTOALL_ALGO's (an hvdlAllToAllAlgorithm_t). */
+const char *hvdl_alltoall_algo_name(int algo);
 
 /* wait.c: how a waiter polls MPI requests. It spins for `spin` seconds (with
  * sched_yield between polls if `yield` and the thread yields in spins: see

@@ -175,6 +175,13 @@ const char *hvdl_reducescatter_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumReduceScatterAlgos ? reducescatter_names[algo] : "?";
 }
 
+/* HVD_LITE_ALLTOALL_ALGO's names, indexed by hvdlAllToAllAlgorithm_t. */
+static const char *const alltoall_names[hvdlNumAllToAllAlgos] = {"auto", "pairwise", "bruck"};
+
+const char *hvdl_alltoall_algo_name(int algo) {
+  return algo >= 0 && algo < hvdlNumAllToAllAlgos ? alltoall_names[algo] : "?";
+}
+
 /* *out = the index of variable's value in names (unset or empty: 0, auto); a
  * value not there is refused, naming the valid ones (`expected`). */
 static hvdlResult_t env_choice(const char *variable, const char *const *names, int count,
@@ -232,6 +239,10 @@ hvdlResult_t hvdl_config_check(const hvdlConfig_t *c) {
                      "reduceScatterAlgorithm %d (valid: 0..%d)",
                      c->allGatherAlgorithm, hvdlNumAllGatherAlgos - 1, c->reduceScatterAlgorithm,
                      hvdlNumReduceScatterAlgos - 1);
+  if (c->allToAllAlgorithm < 0 || c->allToAllAlgorithm >= hvdlNumAllToAllAlgos)
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "hvdlConfig_t out of range: allToAllAlgorithm %d (valid: 0..%d)",
+                     c->allToAllAlgorithm, hvdlNumAllToAllAlgos - 1);
   if (c->segmentBytes > MAX_SEGMENT_BYTES ||
       (c->smallAllReduceBytes > MAX_SMALL_BYTES && c->smallAllReduceBytes != HVDL_SMALL_BYTES_AUTO))
     return hvdl_fail(NULL, hvdlInvalidArgument,
@@ -276,6 +287,8 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
   HVDL_CHECK(env_choice("HVD_LITE_REDUCESCATTER_ALGO", reducescatter_names,
                         hvdlNumReduceScatterAlgos, "auto, ring, halving or shm",
                         &config->reduceScatterAlgorithm));
+  HVDL_CHECK(env_choice("HVD_LITE_ALLTOALL_ALGO", alltoall_names, hvdlNumAllToAllAlgos,
+                        "auto, pairwise or bruck", &config->allToAllAlgorithm));
   int k;
   HVDL_CHECK(
       hvdl_config_ranks_per_host(&k)); /* read by topology.c: refused here, before any traffic */

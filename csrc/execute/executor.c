@@ -16,7 +16,8 @@
  *
  * The other collectives run one call each, in list order: allgather exchanges
  * the ranks' first dimensions, then gathers into an output the engine allocates;
- * alltoall exchanges the split counts, then every block pairwise (point to point);
+ * alltoall exchanges the split counts, then runs the selector's choice where every block
+ * is one size (select_alltoall.c: pairwise or Bruck's), else every block pairwise;
  * reducescatter
  * splits the rows as evenly as possible (the first ranks take the extra ones);
  * broadcast is hvdlBroadcast; a barrier needs nothing beyond its negotiation.
@@ -271,27 +272,39 @@ static hvdlResult_t run_allgather(struct hvdl_executor *x, struct hvdl_request *
   return res;
 }
 
+/* The split counts go with this rank's `even` (its splits' one value where they are all
+ * equal, else -1) to every rank, so every rank holds every rank's `even` and all decide
+ * alike whether every block is one size, which the selector then runs (Bruck's or
+ * pairwise); else every block pairwise with its own size. */
 static hvdlResult_t run_alltoall(struct hvdl_executor *x, struct hvdl_request *r) {
   const int n = x->data->size;
   const size_t row_bytes = row_elems(&r->desc) * hvdl_type_size((hvdlDataType_t)r->desc.dtype);
   hvdlResult_t res = hvdlSuccess;
   int *ints = calloc((size_t)n * 4, sizeof *ints);
+  int64_t *pairs = calloc((size_t)n * 4, sizeof *pairs); /* (split, even) to, then from, each */
   r->recv_splits = calloc((size_t)n, sizeof *r->recv_splits);
-  if (!ints || !r->recv_splits)
+  if (!ints || !pairs || !r->recv_splits)
     res = hvdl_fail(x->data, hvdlSystemError, "alltoall: out of memory");
+  int64_t even = r->splits[0];
+  for (int q = 0; q < n && res == hvdlSuccess; q++) {
+    if (r->splits[q] != even) even = -1;
+    pairs[2 * q] = r->splits[q];
+  }
+  for (int q = 0; q < n && res == hvdlSuccess; q++) pairs[2 * q + 1] = even;
   MPI_Request req;
   if (res == hvdlSuccess) {
-    int err = MPI_Ialltoall(r->splits, 1, MPI_INT64_T, r->recv_splits, 1, MPI_INT64_T, x->data->mpi,
-                            &req);
+    int err =
+        MPI_Ialltoall(pairs, 2, MPI_INT64_T, pairs + 2 * n, 2, MPI_INT64_T, x->data->mpi, &req);
     res = err == MPI_SUCCESS ? hvdl_wait_all(x->data, 1, &req)
                              : hvdl_fail_mpi(x->data, err, "MPI_Ialltoall");
-    if (res != hvdlSuccess && err == MPI_SUCCESS) /* left to the abandoned exchange */
-      r->splits = r->recv_splits = NULL;
+    if (res != hvdlSuccess && err == MPI_SUCCESS) pairs = NULL; /* left to the abandoned exchange */
   }
   int *scounts = ints, *sdispls = ints + n, *rcounts = ints + 2 * n, *rdispls = ints + 3 * n;
-  int64_t total = 0;
+  int64_t total = 0, common = res == hvdlSuccess ? pairs[2 * n + 1] : -1;
   size_t soff = 0, roff = 0;
   for (int q = 0; q < n && res == hvdlSuccess; q++) {
+    r->recv_splits[q] = pairs[2 * n + 2 * q];
+    if (pairs[2 * n + 2 * q + 1] != common) common = -1;
     size_t sb = (size_t)r->splits[q] * row_bytes, rb = (size_t)r->recv_splits[q] * row_bytes;
     if (sb > 0x7fffffff || rb > 0x7fffffff || soff + sb > 0x7fffffff || roff + rb > 0x7fffffff)
       res = hvdl_fail(x->data, hvdlInvalidArgument,
@@ -305,9 +318,14 @@ static hvdlResult_t run_alltoall(struct hvdl_executor *x, struct hvdl_request *r
     total += r->recv_splits[q];
   }
   if (res == hvdlSuccess) res = alloc_out(x, r, total);
-  if (res == hvdlSuccess)
+  if (res == hvdlSuccess && common >= 0) {
+    const size_t block = (size_t)common * row_bytes;
+    res = hvdl_alltoall_run(x->data, hvdl_select_alltoall(x->data, block), r->send, r->out, block);
+  } else if (res == hvdlSuccess) {
     res = hvdl_alltoallv(x->data, r->send, scounts, sdispls, r->out, rcounts, rdispls);
+  }
   free(ints);
+  free(pairs);
   return res;
 }
 

@@ -150,5 +150,6 @@ PyObject *hvdl_py_divide_local(PyObject *self, PyObject *args);
 PyObject *hvdl_py_scale_local(PyObject *self, PyObject *args);
 PyObject *hvdl_py_kernel_bench(PyObject *self, PyObject *args);
 PyObject *hvdl_py_plan_allreduce_model(PyObject *self, PyObject *args);
+PyObject *hvdl_py_plan_alltoall_model(PyObject *self, PyObject *args);
 
 #endif /* HVDL_PY_BINDING_H_ */

@@ -163,6 +163,9 @@ static PyMethodDef module_methods[] = {
     {"plan_allreduce_model", hvdl_py_plan_allreduce_model, METH_VARARGS,
      "plan_allreduce_model(size, hosts, local_size, nbytes, model) -> allreduce_plan's dict: the "
      "selector on a made-up layout and cost model (tests of its rules)"},
+    {"plan_alltoall_model", hvdl_py_plan_alltoall_model, METH_VARARGS,
+     "plan_alltoall_model(size, hosts, local_size, block, model) -> Comm.alltoall_plan's dict: "
+     "the all-to-all's selector on a made-up layout and cost model (tests of its rules)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -376,77 +376,118 @@ static int model_term(PyObject *d, const char *key, double *out) {
   return 0;
 }
 
-/* plan_allreduce_model(size, hosts, local_size, nbytes, model): the all-reduce selector's
- * choice on a layout no job has (tests of the rules at 64 ranks on one process): a
- * communicator struct made up for the selector alone, with no MPI behind it and never
- * used for a collective; hier_p2p a candidate where the hosts have local_size ranks each
- * (more than one). model: cost_model()'s keys, any left out the defaults'. */
-PyObject *hvdl_py_plan_allreduce_model(PyObject *self, PyObject *args) {
+/* A communicator struct made up for a selector alone, on a layout no job has (tests of the
+ * rules at 64 ranks on one process), with no MPI behind it and never used for a collective,
+ * from plan_*_model's arguments (size, hosts, local_size, nbytes, model): every algorithm
+ * auto; hier_p2p a candidate where the hosts have local_size ranks each (more than one).
+ * model: cost_model()'s keys, any left out the defaults'. 0, or -1 with an exception set. */
+static int model_comm(const char *fn, PyObject *args, struct hvdlComm *c,
+                      unsigned long long *nbytes) {
   int size, hosts, local_size;
-  unsigned long long nbytes;
   PyObject *model;
-  if (!PyArg_ParseTuple(args, "iiiKO!", &size, &hosts, &local_size, &nbytes, &PyDict_Type, &model))
-    return NULL;
-  if (size < 1 || hosts < 1 || local_size < 1 || hosts > size || local_size > size)
-    return PyErr_Format(PyExc_ValueError,
-                        "plan_allreduce_model: size %d, hosts %d, local_size %d is no layout", size,
-                        hosts, local_size);
-  struct hvdlComm comm;
-  memset(&comm, 0, sizeof comm);
-  if (hvdlConfigDefault(&comm.config) != hvdlSuccess)
-    return hvdl_py_raise(hvdlInvalidArgument, NULL);
-  comm.config.allReduceAlgorithm = hvdlAlgoAuto;
-  comm.config.smallAllReduceBytes = hvdl_small_bytes_default(size, hosts);
-  comm.size = size;
-  comm.hosts = hosts;
-  comm.local_size = local_size;
+  if (!PyArg_ParseTuple(args, "iiiKO!", &size, &hosts, &local_size, nbytes, &PyDict_Type, &model))
+    return -1;
+  if (size < 1 || hosts < 1 || local_size < 1 || hosts > size || local_size > size) {
+    PyErr_Format(PyExc_ValueError, "%s: size %d, hosts %d, local_size %d is no layout", fn, size,
+                 hosts, local_size);
+    return -1;
+  }
+  memset(c, 0, sizeof *c);
+  if (hvdlConfigDefault(&c->config) != hvdlSuccess)
+    return hvdl_py_raise(hvdlInvalidArgument, NULL), -1;
+  c->config.allReduceAlgorithm = hvdlAlgoAuto;
+  c->config.allToAllAlgorithm = hvdlAllToAllAuto;
+  c->config.smallAllReduceBytes = hvdl_small_bytes_default(size, hosts);
+  c->size = size;
+  c->hosts = hosts;
+  c->local_size = local_size;
   static char p2p_stand_in; /* select_allreduce.c only tests the pointer */
   if (hosts > 1 && local_size > 1 && size == hosts * local_size)
-    comm.hier_p2p = (struct hvdl_hier_p2p *)(void *)&p2p_stand_in;
-  struct hvdl_cost_model *m = &comm.model;
-  if (hvdl_config_cost_model(m) != hvdlSuccess) return hvdl_py_raise(hvdlInvalidArgument, NULL);
+    c->hier_p2p = (struct hvdl_hier_p2p *)(void *)&p2p_stand_in;
+  struct hvdl_cost_model *m = &c->model;
+  if (hvdl_config_cost_model(m) != hvdlSuccess) return hvdl_py_raise(hvdlInvalidArgument, NULL), -1;
   if (model_term(model, "intra_alpha", &m->alpha[HVDL_LINK_INTRA]) ||
       model_term(model, "inter_alpha", &m->alpha[HVDL_LINK_INTER]) ||
       model_term(model, "intra_beta", &m->beta[HVDL_LINK_INTRA]) ||
       model_term(model, "inter_beta", &m->beta[HVDL_LINK_INTER]) ||
       model_term(model, "gamma", &m->gamma))
-    return NULL;
+    return -1;
   const char *source_keys[2] = {"inter_source", "intra_source"};
   int *sources[2] = {&m->inter_source, &m->intra_source};
   for (int k = 0; k < 2; k++) {
     PyObject *src = PyDict_GetItemString(model, source_keys[k]);
     if (!src) continue;
     const char *name = PyUnicode_AsUTF8(src);
-    if (!name) return NULL;
+    if (!name) return -1;
     *sources[k] = -1;
     for (int i = 0; i <= HVDL_MODEL_MEASURED; i++)
       if (strcmp(name, model_sources[i]) == 0) *sources[k] = i;
     if (*sources[k] < 0)
       return PyErr_Format(PyExc_ValueError, "%s %s: expected default, file or measured",
-                          source_keys[k], name);
+                          source_keys[k], name),
+             -1;
   }
   PyObject *steps = PyDict_GetItemString(model, "inter_alpha_steps");
   if (steps) {
     PyObject *seq = PySequence_Fast(steps, "inter_alpha_steps: a list of (bytes, seconds)");
-    if (!seq) return NULL;
+    if (!seq) return -1;
     const Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
     if (k > HVDL_ALPHA_STEPS) {
       Py_DECREF(seq);
-      return PyErr_Format(PyExc_ValueError, "inter_alpha_steps: at most %d", HVDL_ALPHA_STEPS);
+      return PyErr_Format(PyExc_ValueError, "inter_alpha_steps: at most %d", HVDL_ALPHA_STEPS), -1;
     }
     m->steps = 0;
     for (Py_ssize_t i = 0; i < k; i++) {
       double b, a;
       if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "dd", &b, &a)) {
         Py_DECREF(seq);
-        return NULL;
+        return -1;
       }
       m->step_bytes[m->steps] = b;
       m->step_alpha[m->steps++] = a;
     }
     Py_DECREF(seq);
   }
+  return 0;
+}
+
+/* plan_allreduce_model(size, hosts, local_size, nbytes, model): the all-reduce selector's
+ * choice for nbytes per rank on a made-up communicator (model_comm). */
+PyObject *hvdl_py_plan_allreduce_model(PyObject *self, PyObject *args) {
+  struct hvdlComm comm;
+  unsigned long long nbytes;
+  if (model_comm("plan_allreduce_model", args, &comm, &nbytes) < 0) return NULL;
   return allreduce_plan(&comm, nbytes);
+}
+
+/* The all-to-all selector's view of n blocks of `block` bytes (select_alltoall.c). */
+static PyObject *alltoall_plan(hvdlComm_t comm, unsigned long long block) {
+  PyObject *pred = PyDict_New();
+  for (int a = hvdlAllToAllPairwise; pred && a < hvdlNumAllToAllAlgos; a++) {
+    const double t = hvdl_select_predict_alltoall(comm, (hvdlAllToAllAlgorithm_t)a, (size_t)block);
+    PyObject *v = t < 0 ? (Py_INCREF(Py_None), Py_None) : PyFloat_FromDouble(t);
+    if (!v || PyDict_SetItemString(pred, hvdl_alltoall_algo_name(a), v) < 0) Py_CLEAR(pred);
+    Py_XDECREF(v);
+  }
+  if (!pred) return NULL;
+  const char *chosen = hvdl_alltoall_algo_name(hvdl_select_alltoall(comm, (size_t)block));
+  return Py_BuildValue("{s:s,s:N}", "algorithm", chosen, "predicted", pred);
+}
+
+/* plan_alltoall_model(size, hosts, local_size, block, model): the same for the all-to-all
+ * of n blocks of `block` bytes. */
+PyObject *hvdl_py_plan_alltoall_model(PyObject *self, PyObject *args) {
+  struct hvdlComm comm;
+  unsigned long long block;
+  if (model_comm("plan_alltoall_model", args, &comm, &block) < 0) return NULL;
+  return alltoall_plan(&comm, block);
+}
+
+static PyObject *Comm_alltoall_plan(CommObject *self, PyObject *args) {
+  unsigned long long block;
+  if (!PyArg_ParseTuple(args, "K", &block)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  return alltoall_plan(self->comm, block);
 }
 
 /* The broadcast selector's view of a call of nbytes (select_broadcast.c). */
@@ -505,6 +546,9 @@ static PyMethodDef Comm_methods[] = {
      "gather_plan(coll, nbytes) -> {'algorithm', 'predicted': {name: seconds or None}}: the "
      "all-gather's or reduce-scatter's selector's choice and the cost model's times (None: not "
      "modelled, the all-gather's shm)"},
+    {"alltoall_plan", (PyCFunction)Comm_alltoall_plan, METH_VARARGS,
+     "alltoall_plan(block) -> {'algorithm', 'predicted': {name: seconds}}: the all-to-all "
+     "selector's choice for ranks blocks of `block` bytes each, and the cost model's times"},
     {"broadcast_plan", (PyCFunction)Comm_broadcast_plan, METH_VARARGS,
      "broadcast_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds or None}}: the "
      "selector's choice and the cost model's times (None: not modelled, shm)"},

@@ -95,4 +95,14 @@ hvdlResult_t hvdl_broadcast_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo,
                                 const void *sendbuff, void *recvbuff, size_t count,
                                 hvdlDataType_t dt, int root);
 
+/* select_alltoall.c: the all-to-all's choice for n blocks of `block` bytes, every block
+ * the same size on every rank (the same on every rank), the model's time for one
+ * (negative if not a candidate), and the run (in place when sendbuff == recvbuff).
+ * hvdlAllToAll and the engine's alltoall with equal splits go through these; uneven
+ * blocks go to hvdl_alltoallv (pairwise). */
+hvdlAllToAllAlgorithm_t hvdl_select_alltoall(hvdlComm_t comm, size_t block);
+double hvdl_select_predict_alltoall(hvdlComm_t comm, hvdlAllToAllAlgorithm_t algo, size_t block);
+hvdlResult_t hvdl_alltoall_run(hvdlComm_t comm, hvdlAllToAllAlgorithm_t algo, const void *sendbuff,
+                               void *recvbuff, size_t block);
+
 #endif /* HVDL_SELECT_SELECT_H_ */

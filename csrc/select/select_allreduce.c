@@ -172,6 +172,7 @@ struct agreed {
   int algo;                  /* config.allReduceAlgorithm */
   int bcast;                 /* config.broadcastAlgorithm */
   int gather, scatter;       /* config.allGatherAlgorithm, reduceScatterAlgorithm */
+  int alltoall;              /* config.allToAllAlgorithm */
   int adasum;                /* config.adasumHierarchical */
   int res;                   /* rank 0's result reading the model */
   char msg[HVDL_ERRMSG_LEN]; /* and its message */
@@ -192,6 +193,7 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
     a.bcast = comm->config.broadcastAlgorithm;
     a.gather = comm->config.allGatherAlgorithm;
     a.scatter = comm->config.reduceScatterAlgorithm;
+    a.alltoall = comm->config.allToAllAlgorithm;
     a.adasum = comm->config.adasumHierarchical;
   }
   /* Rank 0's model file, algorithms, crossover and Adasum's form are everyone's: a choice made differently on
@@ -210,6 +212,7 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
   comm->config.broadcastAlgorithm = a.bcast;
   comm->config.allGatherAlgorithm = a.gather;
   comm->config.reduceScatterAlgorithm = a.scatter;
+  comm->config.allToAllAlgorithm = a.alltoall;
   comm->config.adasumHierarchical = a.adasum;
   comm->model = a.model;
   /* The host layout: how many hosts, the most and the fewest ranks on one, and the

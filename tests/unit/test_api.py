@@ -243,6 +243,7 @@ def test_init_rejects_bad_comm_arguments():
         ("HVD_LITE_AUTOTUNE_STEPS_PER_SAMPLE", "10x"),
         ("HVD_LITE_ALLREDUCE_ALGO", "binary_tree"),
         ("HVD_LITE_ALLGATHER_ALGO", "tree"),
+        ("HVD_LITE_ALLTOALL_ALGO", "ring"),
     ],
 )
 def test_bad_knob_values_are_named_at_init(monkeypatch, var, value):

@@ -1,0 +1,80 @@
+/*
+ * select_alltoall.c -- the all-to-all's selector: which algorithm runs an all-to-all of n
+ * blocks of b bytes each (every block the same size, on every rank) on n ranks over H
+ * hosts (at most L ranks on one), from the cost model and layout select_allreduce.c agreed
+ * at init (comm->model, hosts, local_size), and HVD_LITE_ALLTOALL_ALGO
+ * (config.allToAllAlgorithm, rank 0's, agreed there too): that one at every size when
+ * forced, else the cheaper of pairwise and Bruck's by the model below (a tie: pairwise).
+ * Blocks of different sizes (the engine's alltoall with uneven splits) always go
+ * pairwise: Bruck's schedule packs blocks of one size.
+ */
+#include "algorithms/algorithms.h"
+#include "base/base.h"
+#include "select/select.h"
+
+/* The model. Ranks placed by host; a(s) = alpha + s * beta of the link's class, across
+ * hosts with `share` ranks of a host sending through its NIC at once (s * beta * share):
+ *
+ *   pairwise  every rank posts its n-1 messages at once, all in flight together: one pays
+ *             a whole latency, each other costs the rank alpha_intra of its own time
+ *             (posting and completing a message, which is most of a message within a
+ *             host); the bytes at the busiest link, (n-L) L b through a host's NIC or
+ *             (L-1) b within the host:
+ *               (n-2) alpha_intra + max(alpha_inter(b) + (n-L) L b beta_inter,
+ *                                       alpha_intra + (L-1) b beta_intra)
+ *             (one host: the second term alone; 2 ranks: one message, as Bruck's one step)
+ *   bruck     steps m = 1, 2, 4, ... < n of a(c_m b), c_m the slots with bit m set; a step
+ *             crosses hosts when H > 1 (rank r+m is on another host for m of a host's L
+ *             ranks, for all of them from m = L), min(m, L) of a host's ranks at once
+ *
+ * So Bruck's ceil(log2 n) latencies beat pairwise's n-1 message costs for small blocks on
+ * many ranks, and its (n/2) log2(n) blocks lose to pairwise's n-1 for large ones. Neither
+ * charges the local copies (Bruck's rotation, packing and reversal), which the simulation
+ * does not charge either and which matter only where its blocks are small. */
+static double step(const hvdlComm_t comm, int across, int share, double s) {
+  return hvdl_select_step(&comm->model, across, share, s);
+}
+
+double hvdl_select_predict_alltoall(hvdlComm_t comm, hvdlAllToAllAlgorithm_t algo, size_t block) {
+  const struct hvdl_cost_model *c = &comm->model;
+  const int n = comm->size, L = comm->local_size < n ? comm->local_size : n;
+  const double b = (double)block;
+  double t = 0;
+  switch (algo) {
+    case hvdlAllToAllPairwise: {
+      if (n == 1) return 0;
+      const double within = c->alpha[HVDL_LINK_INTRA] + (L - 1) * b * c->beta[HVDL_LINK_INTRA];
+      const double across = comm->hosts > 1 ? hvdl_select_alpha_inter(c, b) +
+                                                  (n - L) * b * c->beta[HVDL_LINK_INTER] * L
+                                            : 0;
+      return (n - 2) * c->alpha[HVDL_LINK_INTRA] + (across > within ? across : within);
+    }
+    case hvdlAllToAllBruck:
+      for (int m = 1; m < n; m *= 2) {
+        int k = 0; /* the slots i < n with bit m set */
+        for (int i = m; i < n; i += 2 * m) k += n - i < m ? n - i : m;
+        t += step(comm, comm->hosts > 1, m < L ? m : L, k * b);
+      }
+      return t;
+    default: return -1;
+  }
+}
+
+hvdlAllToAllAlgorithm_t hvdl_select_alltoall(hvdlComm_t comm, size_t block) {
+  if (comm->config.allToAllAlgorithm != hvdlAllToAllAuto)
+    return (hvdlAllToAllAlgorithm_t)comm->config.allToAllAlgorithm;
+  const double pairwise_t = hvdl_select_predict_alltoall(comm, hvdlAllToAllPairwise, block);
+  const double bruck_t = hvdl_select_predict_alltoall(comm, hvdlAllToAllBruck, block);
+  return bruck_t < pairwise_t ? hvdlAllToAllBruck : hvdlAllToAllPairwise;
+}
+
+hvdlResult_t hvdl_alltoall_run(hvdlComm_t comm, hvdlAllToAllAlgorithm_t algo, const void *sendbuff,
+                               void *recvbuff, size_t block) {
+  switch (algo) {
+    case hvdlAllToAllPairwise: return hvdl_alltoall_pairwise(comm, sendbuff, recvbuff, block);
+    case hvdlAllToAllBruck: return hvdl_alltoall_bruck(comm, sendbuff, recvbuff, block);
+    default:
+      return hvdl_fail(comm, hvdlInternalError, "all-to-all algorithm %d (%s) is not available",
+                       (int)algo, hvdl_alltoall_algo_name(algo));
+  }
+}
