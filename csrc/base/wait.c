@@ -142,6 +142,11 @@ static hvdlResult_t no_progress(hvdlComm_t comm, double waited) {
                    waited);
 }
 
+/* How often a sleeping wait asks the MPI for dead ranks, where it can tell (failed.c):
+ * an MPI_Iprobe and a group query cost microseconds; the MPI's own detection takes tens
+ * of milliseconds. */
+#define FT_CHECK_EVERY 1e-3
+
 hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
                              const struct hvdl_wait_limits *w) {
   int done = 0;
@@ -149,7 +154,7 @@ hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
   if (done) return hvdlSuccess;
   const double start = hvdl_now() - w->waited_before;
   const double timeout = w->bounded ? comm->data_timeout : 0;
-  double sleep = 0, mark = start + w->waited_before + timeout;
+  double sleep = 0, mark = start + w->waited_before + timeout, ft_mark = 0;
   uint64_t seen = p->start;
   for (;;) {
     const double now = hvdl_now(), waited = now - start;
@@ -163,6 +168,10 @@ hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
         if (now_seen == seen) return no_progress(comm, timeout);
         seen = now_seen;
         mark = now + timeout;
+      }
+      if (comm->ft && now >= ft_mark) { /* dead ranks (ULFM), at most every FT_CHECK_EVERY */
+        HVDL_CHECK(hvdl_failed_check(comm));
+        ft_mark = now + FT_CHECK_EVERY;
       }
       sleep = hvdl_wait_next_sleep(w, sleep, waited);
       hvdl_sleep(sleep);
