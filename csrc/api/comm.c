@@ -203,10 +203,10 @@ static hvdlResult_t shrink_args(hvdlComm_t comm, const int *list, int count, hvd
                      "hvdlCommShrink: shrinkFlags %d is not HVDL_SHRINK_DEFAULT (0) or "
                      "HVDL_SHRINK_ABORT (1)",
                      flags);
-  if (count < 0 || count >= comm->size || (count > 0 && !list))
+  if (count < 0 || count > comm->size || (count > 0 && !list))
     return hvdl_fail(NULL, hvdlInvalidArgument,
                      "hvdlCommShrink: excludeRanksCount %d with excludeRanksList %s: expected "
-                     "0 .. %d ranks (at least one rank must be left)",
+                     "0 .. %d ranks",
                      count, list ? "given" : "NULL", comm->size - 1);
   for (int i = 0; i < count; i++) {
     if (list[i] < 0 || list[i] >= comm->size)
@@ -219,6 +219,10 @@ static hvdlResult_t shrink_args(hvdlComm_t comm, const int *list, int count, hvd
                        "hvdlCommShrink: rank %d is in excludeRanksList twice", list[i]);
     excluded[list[i]] = 1;
   }
+  if (count == comm->size)
+    return hvdl_fail(
+        NULL, hvdlInvalidArgument,
+        "hvdlCommShrink: excludeRanksList names all %d ranks: at least one must be left", count);
   *me_out = excluded[comm->rank];
   if (*me_out && flags == HVDL_SHRINK_DEFAULT)
     return hvdl_fail(NULL, hvdlInvalidArgument,

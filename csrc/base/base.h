@@ -70,6 +70,7 @@ enum hvdl_fault_point {
   HVDL_FAULT_STALL,
   HVDL_FAULT_EXIT,
   HVDL_FAULT_ADAPTER,
+  HVDL_FAULT_KILL,
   HVDL_FAULT_POINTS
 };
 struct hvdl_faults {
@@ -279,7 +280,8 @@ void hvdl_abandon(hvdlComm_t comm, int n, MPI_Request *reqs, int receives, doubl
 double hvdl_wait_next_sleep(const struct hvdl_wait_limits *limits, double sleep, double waited);
 void hvdl_sleep(double seconds);
 
-/* failed.c: ranks the MPI reports dead (ULFM). hvdl_ft_enabled: 1 when this MPI has
+/* failed.c: ranks the MPI reports dead (ULFM). hvdl_ft_built: 1 when hvd_lite was built
+ * against an MPI with ULFM (Open MPI's extension); hvdl_ft_enabled: 1 when this MPI has
  * ULFM and the job was started with it (Open MPI: mpirun --with-ft ulfm). Where
  * comm->ft: hvdl_failed_check drives MPI's progress and fails with hvdlRemoteError
  * naming the dead ranks (revoking the watched communicator, so that every rank learns
@@ -287,6 +289,7 @@ void hvdl_sleep(double seconds);
  * hvdl_failed_revoke revokes it after an MPI error that reports a dead rank.
  * hvdl_failed_shrink: from revoked, and the survivors' communicator in *out
  * (MPIX_Comm_shrink: collective over every living rank of from; errors return). */
+int hvdl_ft_built(void);
 int hvdl_ft_enabled(void);
 hvdlResult_t hvdl_failed_check(hvdlComm_t comm);
 int hvdl_failed_any(hvdlComm_t comm);

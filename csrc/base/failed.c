@@ -33,6 +33,8 @@
 #define HVDL_HAVE_ULFM 0
 #endif
 
+int hvdl_ft_built(void) { return HVDL_HAVE_ULFM; }
+
 int hvdl_ft_enabled(void) {
 #if HVDL_HAVE_ULFM
   int *on = NULL, flag = 0;

@@ -41,6 +41,7 @@
  * or step.
  */
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -85,6 +86,8 @@ void hvdl_fault_stall(hvdlComm_t comm) {
 
 hvdlResult_t hvdl_fault_armed(hvdlComm_t comm, enum hvdl_fault_point at, int peer) {
   if (at == HVDL_FAULT_SEND) hvdl_fault_stall(comm);
+  /* the kill point: the rank dies of SIGKILL before this send, mid-collective (elastic tests) */
+  if (at == HVDL_FAULT_SEND && hvdl_fault_hit(comm->faults, HVDL_FAULT_KILL)) raise(SIGKILL);
   if (!hvdl_fault_hit(comm->faults, at)) return hvdlSuccess;
   const int send = at == HVDL_FAULT_SEND;
   if (peer == HVDL_FAULT_NO_PEER)

@@ -216,8 +216,9 @@ def _shrink_in_place(exc: BaseException) -> None:
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if basics.size() < min_np:
         raise HorovodInternalError(
+            basics._core.hvdlRemoteError,
             f"{basics.size()} rank(s) survived, fewer than --min-np {min_np}: the job stops "
-            f"(the failure: {first})"
+            f"(the failure: {first})",
         ) from exc
     if basics.rank() == 0:
         _note(f"a collective failed ({first}); {basics.size()} of {before} rank(s) go on in place")
