@@ -459,6 +459,7 @@ def _shrink() -> None:
     fhandle, ranks = _state.base
     if ranks is not None:
         raise CollectiveError(
+            _core.hvdlInvalidUsage,
             "hvd_lite cannot shrink a job started with init(comm=[list of ranks]); use the whole "
             "job or an mpi4py communicator"
         )

@@ -286,14 +286,15 @@ void hvdl_sleep(double seconds);
  * comm->ft: hvdl_failed_check drives MPI's progress and fails with hvdlRemoteError
  * naming the dead ranks (revoking the watched communicator, so that every rank learns
  * it) or saying another rank revoked it; hvdl_failed_any says whether either holds;
- * hvdl_failed_revoke revokes it after an MPI error that reports a dead rank.
+ * hvdl_failed_revoke revokes it if the MPI knows of a dead rank (wait.c, after a failed
+ * test: an MPI error may be a dead peer's).
  * hvdl_failed_shrink: from revoked, and the survivors' communicator in *out
  * (MPIX_Comm_shrink: collective over every living rank of from; errors return). */
 int hvdl_ft_built(void);
 int hvdl_ft_enabled(void);
 hvdlResult_t hvdl_failed_check(hvdlComm_t comm);
 int hvdl_failed_any(hvdlComm_t comm);
-void hvdl_failed_revoke(hvdlComm_t comm, int mpi_err);
+void hvdl_failed_revoke(hvdlComm_t comm);
 hvdlResult_t hvdl_failed_shrink(MPI_Comm from, MPI_Comm *out);
 
 /* errors.c: 1 when an armed fault at point p fires now (f may be NULL); its name. */

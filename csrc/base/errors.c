@@ -27,7 +27,6 @@ hvdlResult_t hvdl_fail_mpi(hvdlComm_t comm, int mpi_err, const char *what) {
   if (MPI_Error_string(mpi_err, text, &len) != MPI_SUCCESS) len = 0;
   text[len] = '\0';
   if (comm) comm->broken = 1;
-  hvdl_failed_revoke(comm, mpi_err); /* a dead rank: every other rank learns it (failed.c) */
   return hvdl_fail(comm, hvdlSystemError, "%s failed: %s (MPI error %d)", what, text, mpi_err);
 }
 

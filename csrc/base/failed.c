@@ -98,16 +98,14 @@ hvdlResult_t hvdl_failed_check(hvdlComm_t comm) {
   return hvdlSuccess;
 }
 
-void hvdl_failed_revoke(hvdlComm_t comm, int mpi_err) {
+void hvdl_failed_revoke(hvdlComm_t comm) {
 #if HVDL_HAVE_ULFM
   if (!comm || !comm->ft) return;
-  int cls = mpi_err;
-  MPI_Error_class(mpi_err, &cls);
-  if (cls == MPIX_ERR_PROC_FAILED || cls == MPIX_ERR_PROC_FAILED_PENDING)
-    MPIX_Comm_revoke(watched(comm));
+  MPI_Comm c = watched(comm);
+  char who[16];
+  if (dead_ranks(c, who, sizeof who) > 0) MPIX_Comm_revoke(c);
 #else
   (void)comm;
-  (void)mpi_err;
 #endif
 }
 

@@ -150,10 +150,18 @@ static hvdlResult_t no_progress(hvdlComm_t comm, double waited) {
  * of milliseconds. */
 #define FT_CHECK_EVERY 1e-3
 
+/* A test that failed: where the MPI reports dead ranks (failed.c), they may be why, and
+ * revoking tells every other rank. */
+static hvdlResult_t tested(hvdlComm_t comm, hvdlResult_t res) {
+  if (res != hvdlSuccess && comm->ft) hvdl_failed_revoke(comm);
+  return res;
+}
+
 hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
                              const struct hvdl_wait_limits *w) {
   int done = 0;
-  HVDL_CHECK(p->test(comm, p->arg, &done)); /* most waits end here, before reading the clock */
+  HVDL_CHECK(tested(
+      comm, p->test(comm, p->arg, &done))); /* most waits end here, before reading the clock */
   if (done) return hvdlSuccess;
   const double start = hvdl_now() - w->waited_before;
   const double timeout = w->bounded ? comm->data_timeout : 0;
@@ -179,7 +187,7 @@ hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
       sleep = hvdl_wait_next_sleep(w, sleep, waited);
       hvdl_sleep(sleep);
     }
-    HVDL_CHECK(p->test(comm, p->arg, &done));
+    HVDL_CHECK(tested(comm, p->test(comm, p->arg, &done)));
     if (done) return hvdlSuccess;
   }
 }

@@ -142,11 +142,10 @@ static PyObject *py_build_info(PyObject *self, PyObject *noargs) {
 #else
   snprintf(header, sizeof header, "MPI %d.%d", MPI_VERSION, MPI_SUBVERSION);
 #endif
-  return Py_BuildValue("{s:s,s:s,s:s,s:s,s:i,s:O,s:O}", "mpi_vendor", vendor, "mpi_header",
-                       header, "libmpi", HVDL_BUILD_LIBMPI, "mpi_libdir", HVDL_BUILD_MPI_LIBDIR,
-                       "hvdl_version", HVDL_VERSION_CODE, "cuda",
-                       hvdl_cuda_built() ? Py_True : Py_False, "ulfm",
-                       hvdl_ft_built() ? Py_True : Py_False);
+  return Py_BuildValue(
+      "{s:s,s:s,s:s,s:s,s:i,s:O,s:O}", "mpi_vendor", vendor, "mpi_header", header, "libmpi",
+      HVDL_BUILD_LIBMPI, "mpi_libdir", HVDL_BUILD_MPI_LIBDIR, "hvdl_version", HVDL_VERSION_CODE,
+      "cuda", hvdl_cuda_built() ? Py_True : Py_False, "ulfm", hvdl_ft_built() ? Py_True : Py_False);
 }
 
 /* ---- module -------------------------------------------------------------- */
