@@ -268,6 +268,28 @@ hvdlResult_t hvdlCommDestroy(hvdlComm_t comm);
 /* Frees a communicator without talking to the other ranks; use after a failure. */
 hvdlResult_t hvdlCommAbort(hvdlComm_t comm);
 
+/* hvdlCommShrink's flags (NCCL's ncclCommShrink numbers). */
+#define HVDL_SHRINK_DEFAULT 0x00 /* no failure: the listed ranks leave */
+#define HVDL_SHRINK_ABORT   0x01 /* after a failure: dead ranks are dropped (ULFM) */
+
+/* Makes *newcomm of comm's ranks without the excludeRanksCount ranks of
+ * excludeRanksList (comm's rank numbers), keeping their order: a rank's new number
+ * is its place among those left, so rank 0 is the lowest one left. config NULL
+ * takes comm's; comm stays usable with HVDL_SHRINK_DEFAULT, and after
+ * HVDL_SHRINK_ABORT may only be aborted (hvdlCommAbort).
+ * - HVDL_SHRINK_DEFAULT (no failure): collective over the ranks left only, as in
+ *   NCCL: an excluded rank does not call it.
+ * - HVDL_SHRINK_ABORT (after a failure, under an MPI with ULFM: Open MPI's
+ *   mpirun --with-ft ulfm): comm is revoked, so every collective pending on it fails
+ *   on every rank, and the ranks the MPI reports dead are dropped whether listed or
+ *   not (MPIX_Comm_shrink). Unlike NCCL, every living rank of comm calls it (MPI's
+ *   shrink is collective over them): a living listed rank gets *newcomm NULL.
+ * Wrong arguments (a rank out of range or repeated, the caller's own rank with
+ * HVDL_SHRINK_DEFAULT, every rank excluded, another flag) are hvdlInvalidArgument
+ * before anything is sent; HVDL_SHRINK_ABORT without ULFM is hvdlInvalidUsage. */
+hvdlResult_t hvdlCommShrink(hvdlComm_t comm, const int *excludeRanksList, int excludeRanksCount,
+                            hvdlComm_t *newcomm, const hvdlConfig_t *config, int shrinkFlags);
+
 /* The number of ranks in the communicator. */
 hvdlResult_t hvdlCommCount(const hvdlComm_t comm, int *count);
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _loader
 from ._submission import Submission
-from .exceptions import MPIMismatchError, NotInitializedError
+from .exceptions import CollectiveError, MPIMismatchError, NotInitializedError
 
 _core = _loader._core
 
@@ -448,6 +448,28 @@ def shutdown() -> None:
         if _state.engine is engine:
             _state.engine = None
             _state.sets = {}
+
+
+def _shrink() -> None:
+    """After a rank's death under an MPI with ULFM: the engine stopped (it failed, and its
+    communicator is revoked), then started again on the survivors (MPIX_Comm_shrink of the
+    communicator init() was given, collective over every living rank). Ranks keep their order:
+    the new rank 0 is the lowest surviving rank. Process sets are dropped: every rank registers
+    them again (Horovod's reset callbacks are the place)."""
+    fhandle, ranks = _state.base
+    if ranks is not None:
+        raise CollectiveError(
+            _core.hvdlInvalidUsage,
+            "hvd_lite cannot shrink a job started with init(comm=[list of ranks]); use the whole "
+            "job or an mpi4py communicator"
+        )
+    shutdown()
+    survivors = _core.mpi_shrink(fhandle)
+    engine = _core.Engine(survivors, None)
+    _state.engine, _state.base = engine, (survivors, None)
+    _state.auto_names = {}  # automatic names restart with every engine, on every rank
+    _state.sets = {0: _Set(0, list(range(engine.size)), engine, _state.auto_names)}
+    _state.free_ids, _state.next_id = collections.deque(), 1
 
 
 def is_initialized() -> bool:

@@ -72,6 +72,7 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
   }
   /* Errors on our communicator come back as codes; they never abort the job. */
   MPI_Comm_set_errhandler(comm->mpi, MPI_ERRORS_RETURN);
+  comm->ft = hvdl_ft_enabled();
   MPI_Comm_rank(comm->mpi, &comm->rank);
   MPI_Comm_size(comm->mpi, &comm->size);
   int host_ranks = 1, host_cpus = 1; /* a lane across hosts has one rank on each */
@@ -97,6 +98,7 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
       res = new_comm(&comm->cross, lane, &across, 1);
       /* the lane's ranks share this communicator's agreed model, measured terms included */
       if (res == hvdlSuccess) comm->cross->model = comm->model;
+      if (res == hvdlSuccess) comm->cross->ft_top = comm; /* a dead rank anywhere fails it */
       MPI_Comm_free(&lane);
       if (res == hvdlSuccess) res = name_ranks(comm, comm->cross);
     }
@@ -172,8 +174,10 @@ hvdlResult_t hvdlCommDestroy(hvdlComm_t comm) {
   if (!comm) return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlCommDestroy: comm is NULL");
   int finalized = 0;
   MPI_Finalized(&finalized);
+  /* After a rank's death (failed.c) nothing collective can complete: as hvdlCommAbort. */
+  const int collective = !finalized && !hvdl_failed_any(comm);
   if (!finalized) MPI_Comm_free(&comm->mpi);
-  free_comm(comm, !finalized);
+  free_comm(comm, collective);
   return hvdlSuccess;
 }
 
@@ -183,6 +187,99 @@ hvdlResult_t hvdlCommAbort(hvdlComm_t comm) {
    * the peers may be gone, so the handle is dropped rather than freed (the shared window too). */
   free_comm(comm, 0);
   return hvdlSuccess;
+}
+
+/* The shrink's tag for MPI_Comm_create_group ("HS"). */
+#define SHRINK_TAG 0x4853
+
+/* Checks hvdlCommShrink's arguments; *me_out: 1 if this rank is in the list. */
+static hvdlResult_t shrink_args(hvdlComm_t comm, const int *list, int count, hvdlComm_t *newcomm,
+                                int flags, unsigned char *excluded, int *me_out) {
+  if (!comm || !newcomm)
+    return hvdl_fail(NULL, hvdlInvalidArgument, "hvdlCommShrink: %s is NULL",
+                     comm ? "newcomm" : "comm");
+  if (flags != HVDL_SHRINK_DEFAULT && flags != HVDL_SHRINK_ABORT)
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "hvdlCommShrink: shrinkFlags %d is not HVDL_SHRINK_DEFAULT (0) or "
+                     "HVDL_SHRINK_ABORT (1)",
+                     flags);
+  if (count < 0 || count > comm->size || (count > 0 && !list))
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "hvdlCommShrink: excludeRanksCount %d with excludeRanksList %s: expected "
+                     "0 .. %d ranks",
+                     count, list ? "given" : "NULL", comm->size - 1);
+  for (int i = 0; i < count; i++) {
+    if (list[i] < 0 || list[i] >= comm->size)
+      return hvdl_fail(NULL, hvdlInvalidArgument,
+                       "hvdlCommShrink: excludeRanksList[%d] = %d is not a rank of this "
+                       "communicator of %d",
+                       i, list[i], comm->size);
+    if (excluded[list[i]])
+      return hvdl_fail(NULL, hvdlInvalidArgument,
+                       "hvdlCommShrink: rank %d is in excludeRanksList twice", list[i]);
+    excluded[list[i]] = 1;
+  }
+  if (count == comm->size)
+    return hvdl_fail(
+        NULL, hvdlInvalidArgument,
+        "hvdlCommShrink: excludeRanksList names all %d ranks: at least one must be left", count);
+  *me_out = excluded[comm->rank];
+  if (*me_out && flags == HVDL_SHRINK_DEFAULT)
+    return hvdl_fail(NULL, hvdlInvalidArgument,
+                     "hvdlCommShrink: rank %d is in excludeRanksList: with HVDL_SHRINK_DEFAULT "
+                     "an excluded rank does not call it",
+                     comm->rank);
+  if (flags == HVDL_SHRINK_ABORT && !comm->ft)
+    return hvdl_fail(NULL, hvdlInvalidUsage,
+                     "hvdlCommShrink: HVDL_SHRINK_ABORT needs an MPI with ULFM, started with it "
+                     "(Open MPI 5: mpirun --with-ft ulfm)");
+  return hvdlSuccess;
+}
+
+hvdlResult_t hvdlCommShrink(hvdlComm_t comm, const int *list, int count, hvdlComm_t *newcomm,
+                            const hvdlConfig_t *config, int flags) {
+  if (newcomm) *newcomm = NULL;
+  unsigned char *excluded = comm ? calloc((size_t)comm->size, 1) : NULL;
+  if (comm && !excluded) return hvdl_fail(NULL, hvdlSystemError, "hvdlCommShrink: out of memory");
+  int me = 0;
+  hvdlResult_t res = shrink_args(comm, list, count, newcomm, flags, excluded, &me);
+  hvdlConfig_t cfg;
+  if (res == hvdlSuccess) {
+    cfg = config ? *config : comm->config;
+    res = hvdl_config_check(&cfg);
+  }
+  MPI_Comm left = MPI_COMM_NULL;
+  if (res == hvdlSuccess && flags == HVDL_SHRINK_ABORT) {
+    /* every living rank: the survivors, then those of them not listed */
+    MPI_Comm survivors = MPI_COMM_NULL;
+    res = hvdl_failed_shrink(comm->mpi, &survivors);
+    if (res == hvdlSuccess) {
+      int err = MPI_Comm_split(survivors, me ? MPI_UNDEFINED : 0, comm->rank, &left);
+      MPI_Comm_free(&survivors);
+      if (err != MPI_SUCCESS) res = hvdl_fail_mpi(NULL, err, "MPI_Comm_split in hvdlCommShrink");
+    }
+  } else if (res == hvdlSuccess) { /* the ranks left only */
+    MPI_Group all, kept;
+    MPI_Comm_group(comm->mpi, &all);
+    int *drop = malloc(sizeof(int) * (size_t)(count > 0 ? count : 1));
+    if (!drop) {
+      res = hvdl_fail(NULL, hvdlSystemError, "hvdlCommShrink: out of memory");
+    } else {
+      for (int i = 0; i < count; i++) drop[i] = list[i];
+      MPI_Group_excl(all, count, drop, &kept);
+      int err = MPI_Comm_create_group(comm->mpi, kept, SHRINK_TAG, &left);
+      MPI_Group_free(&kept);
+      if (err != MPI_SUCCESS)
+        res = hvdl_fail_mpi(NULL, err, "MPI_Comm_create_group in hvdlCommShrink");
+      free(drop);
+    }
+    MPI_Group_free(&all);
+  }
+  free(excluded);
+  if (res != hvdlSuccess || left == MPI_COMM_NULL) return res; /* a living listed rank: NULL */
+  res = new_comm(newcomm, left, &cfg, 0);
+  MPI_Comm_free(&left); /* the new communicator runs on its own duplicate */
+  return res;
 }
 
 hvdlResult_t hvdlCommCount(const hvdlComm_t comm, int *count) {

@@ -71,6 +71,7 @@ enum hvdl_fault_point {
   HVDL_FAULT_STALL,
   HVDL_FAULT_EXIT,
   HVDL_FAULT_ADAPTER,
+  HVDL_FAULT_KILL,
   HVDL_FAULT_POINTS
 };
 struct hvdl_faults {
@@ -105,6 +106,9 @@ struct hvdlComm {
   struct hvdl_hier_p2p *hier_p2p;     /* allreduce_hier_p2p.c: this rank's groups within and across
                           * hosts; NULL unless several hosts have the same number of ranks */
   struct hvdl_cuda_stage *cuda_stage; /* cuda.c: pinned chunks for device buffers, or NULL */
+  int ft;              /* failed.c: the MPI reports dead ranks (ULFM), and waits ask it */
+  hvdlComm_t ft_top;   /* failed.c: the communicator whose failures this one's waits watch
+                          (a lane's: the one it serves); NULL: this one */
   MPI_Request *parked; /* sends of failed collectives, released when the communicator is renewed */
   int nparked, parked_cap;
   char last_error[HVDL_ERRMSG_LEN];
@@ -278,6 +282,23 @@ void hvdl_abandon(hvdlComm_t comm, int n, MPI_Request *reqs, int receives, doubl
 /* The sleep after `sleep` (0: before the first one), `waited` seconds into a wait. */
 double hvdl_wait_next_sleep(const struct hvdl_wait_limits *limits, double sleep, double waited);
 void hvdl_sleep(double seconds);
+
+/* failed.c: ranks the MPI reports dead (ULFM). hvdl_ft_built: 1 when hvd_lite was built
+ * against an MPI with ULFM (Open MPI's extension); hvdl_ft_enabled: 1 when this MPI has
+ * ULFM and the job was started with it (Open MPI: mpirun --with-ft ulfm). Where
+ * comm->ft: hvdl_failed_check drives MPI's progress and fails with hvdlRemoteError
+ * naming the dead ranks (revoking the watched communicator, so that every rank learns
+ * it) or saying another rank revoked it; hvdl_failed_any says whether either holds;
+ * hvdl_failed_revoke revokes it if the MPI knows of a dead rank (wait.c, after a failed
+ * test: an MPI error may be a dead peer's).
+ * hvdl_failed_shrink: from revoked, and the survivors' communicator in *out
+ * (MPIX_Comm_shrink: collective over every living rank of from; errors return). */
+int hvdl_ft_built(void);
+int hvdl_ft_enabled(void);
+hvdlResult_t hvdl_failed_check(hvdlComm_t comm);
+int hvdl_failed_any(hvdlComm_t comm);
+void hvdl_failed_revoke(hvdlComm_t comm);
+hvdlResult_t hvdl_failed_shrink(MPI_Comm from, MPI_Comm *out);
 
 /* errors.c: 1 when an armed fault at point p fires now (f may be NULL); its name. */
 int hvdl_fault_hit(struct hvdl_faults *f, enum hvdl_fault_point p);

@@ -60,7 +60,7 @@ int hvdl_fault_hit(struct hvdl_faults *f, enum hvdl_fault_point p) {
 }
 
 const char *hvdl_fault_name(int p) {
-  static const char *names[HVDL_FAULT_POINTS] = {"alloc", "send", "recv",   "negotiate",
-                                                 "stall", "exit", "adapter"};
+  static const char *names[HVDL_FAULT_POINTS] = {"alloc", "send", "recv",    "negotiate",
+                                                 "stall", "exit", "adapter", "kill"};
   return p >= 0 && p < HVDL_FAULT_POINTS ? names[p] : NULL;
 }

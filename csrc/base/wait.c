@@ -41,6 +41,7 @@
  * or step.
  */
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -85,6 +86,8 @@ void hvdl_fault_stall(hvdlComm_t comm) {
 
 hvdlResult_t hvdl_fault_armed(hvdlComm_t comm, enum hvdl_fault_point at, int peer) {
   if (at == HVDL_FAULT_SEND) hvdl_fault_stall(comm);
+  /* the kill point: the rank dies of SIGKILL before this send, mid-collective (elastic tests) */
+  if (at == HVDL_FAULT_SEND && hvdl_fault_hit(comm->faults, HVDL_FAULT_KILL)) raise(SIGKILL);
   if (!hvdl_fault_hit(comm->faults, at)) return hvdlSuccess;
   const int send = at == HVDL_FAULT_SEND;
   if (peer == HVDL_FAULT_NO_PEER)
@@ -142,14 +145,27 @@ static hvdlResult_t no_progress(hvdlComm_t comm, double waited) {
                    waited);
 }
 
+/* How often a sleeping wait asks the MPI for dead ranks, where it can tell (failed.c):
+ * an MPI_Iprobe and a group query cost microseconds; the MPI's own detection takes tens
+ * of milliseconds. */
+#define FT_CHECK_EVERY 1e-3
+
+/* A test that failed: where the MPI reports dead ranks (failed.c), they may be why, and
+ * revoking tells every other rank. */
+static hvdlResult_t tested(hvdlComm_t comm, hvdlResult_t res) {
+  if (res != hvdlSuccess && comm->ft) hvdl_failed_revoke(comm);
+  return res;
+}
+
 hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
                              const struct hvdl_wait_limits *w) {
   int done = 0;
-  HVDL_CHECK(p->test(comm, p->arg, &done)); /* most waits end here, before reading the clock */
+  HVDL_CHECK(tested(
+      comm, p->test(comm, p->arg, &done))); /* most waits end here, before reading the clock */
   if (done) return hvdlSuccess;
   const double start = hvdl_now() - w->waited_before;
   const double timeout = w->bounded ? comm->data_timeout : 0;
-  double sleep = 0, mark = start + w->waited_before + timeout;
+  double sleep = 0, mark = start + w->waited_before + timeout, ft_mark = 0;
   uint64_t seen = p->start;
   for (;;) {
     const double now = hvdl_now(), waited = now - start;
@@ -164,10 +180,14 @@ hvdlResult_t hvdl_wait_until(hvdlComm_t comm, const struct hvdl_poll *p,
         seen = now_seen;
         mark = now + timeout;
       }
+      if (comm->ft && now >= ft_mark) { /* dead ranks (ULFM), at most every FT_CHECK_EVERY */
+        HVDL_CHECK(hvdl_failed_check(comm));
+        ft_mark = now + FT_CHECK_EVERY;
+      }
       sleep = hvdl_wait_next_sleep(w, sleep, waited);
       hvdl_sleep(sleep);
     }
-    HVDL_CHECK(p->test(comm, p->arg, &done));
+    HVDL_CHECK(tested(comm, p->test(comm, p->arg, &done)));
     if (done) return hvdlSuccess;
   }
 }

@@ -94,6 +94,26 @@ static PyObject *py_mpi_world_size(PyObject *self, PyObject *noargs) {
   return PyLong_FromLong(size);
 }
 
+static PyObject *py_mpi_ft(PyObject *self, PyObject *noargs) {
+  (void)self;
+  (void)noargs;
+  return PyBool_FromLong(hvdl_ft_enabled());
+}
+
+/* The survivors' communicator of base (None: MPI_COMM_WORLD) after a rank's death, as a
+ * Fortran handle: base revoked, then shrunk (collective over every living rank). */
+static PyObject *py_mpi_shrink(PyObject *self, PyObject *fobj) {
+  (void)self;
+  MPI_Comm base, out = MPI_COMM_NULL;
+  if (hvdl_py_base_comm(fobj, &base)) return NULL;
+  hvdlResult_t res;
+  Py_BEGIN_ALLOW_THREADS
+    res = hvdl_failed_shrink(base, &out);
+  Py_END_ALLOW_THREADS
+  if (res != hvdlSuccess) return hvdl_py_raise(res, NULL);
+  return PyLong_FromLongLong((long long)MPI_Comm_c2f(out));
+}
+
 static PyObject *py_mpi_library_version(PyObject *self, PyObject *noargs) {
   (void)self;
   (void)noargs;
@@ -122,10 +142,10 @@ static PyObject *py_build_info(PyObject *self, PyObject *noargs) {
 #else
   snprintf(header, sizeof header, "MPI %d.%d", MPI_VERSION, MPI_SUBVERSION);
 #endif
-  return Py_BuildValue("{s:s,s:s,s:s,s:s,s:i,s:O}", "mpi_vendor", vendor, "mpi_header", header,
-                       "libmpi", HVDL_BUILD_LIBMPI, "mpi_libdir", HVDL_BUILD_MPI_LIBDIR,
-                       "hvdl_version", HVDL_VERSION_CODE, "cuda",
-                       hvdl_cuda_built() ? Py_True : Py_False);
+  return Py_BuildValue(
+      "{s:s,s:s,s:s,s:s,s:i,s:O,s:O}", "mpi_vendor", vendor, "mpi_header", header, "libmpi",
+      HVDL_BUILD_LIBMPI, "mpi_libdir", HVDL_BUILD_MPI_LIBDIR, "hvdl_version", HVDL_VERSION_CODE,
+      "cuda", hvdl_cuda_built() ? Py_True : Py_False, "ulfm", hvdl_ft_built() ? Py_True : Py_False);
 }
 
 /* ---- module -------------------------------------------------------------- */
@@ -147,6 +167,10 @@ static PyMethodDef module_methods[] = {
     {"mpi_finalize", py_mpi_finalize, METH_NOARGS, "finalize MPI if it is initialised"},
     {"mpi_world_size", py_mpi_world_size, METH_NOARGS, "size of MPI_COMM_WORLD"},
     {"mpi_library_version", py_mpi_library_version, METH_NOARGS, "MPI_Get_library_version"},
+    {"mpi_ft", py_mpi_ft, METH_NOARGS,
+     "True when the MPI reports dead ranks (ULFM: Open MPI's mpirun --with-ft ulfm)"},
+    {"mpi_shrink", py_mpi_shrink, METH_O,
+     "mpi_shrink(fhandle or None) -> fhandle: the survivors' communicator (revoke, shrink)"},
     {"build_info", py_build_info, METH_NOARGS, "the MPI this extension was compiled against"},
     {"oversubscribed", py_oversubscribed, METH_NOARGS,
      "whether a communicator made so far found more ranks on its host than the CPUs they may run on "

@@ -271,6 +271,48 @@ static PyObject *Comm_destroy(CommObject *self, PyObject *noargs) {
   Py_RETURN_NONE;
 }
 
+/* hvdlCommShrink: a new Comm of the ranks not in `exclude` (None for a living excluded
+ * rank with HVDL_SHRINK_ABORT). */
+static PyObject *Comm_shrink(CommObject *self, PyObject *args) {
+  PyObject *seq;
+  int flags = HVDL_SHRINK_DEFAULT;
+  if (!PyArg_ParseTuple(args, "O|i", &seq, &flags)) return NULL;
+  if (!self->comm) return PyErr_Format(PyExc_RuntimeError, "the communicator was destroyed");
+  PyObject *fast = PySequence_Fast(seq, "shrink: exclude must be a sequence of ranks");
+  if (!fast) return NULL;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  int *list = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+  if (!list) {
+    Py_DECREF(fast);
+    return PyErr_NoMemory();
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (v == -1 && PyErr_Occurred()) {
+      free(list);
+      Py_DECREF(fast);
+      return NULL;
+    }
+    list[i] = (int)v;
+  }
+  Py_DECREF(fast);
+  hvdlComm_t out = NULL;
+  hvdlResult_t res;
+  Py_BEGIN_ALLOW_THREADS
+    res = hvdlCommShrink(self->comm, list, (int)n, &out, NULL, flags);
+  Py_END_ALLOW_THREADS
+  free(list);
+  if (res != hvdlSuccess) return hvdl_py_raise(res, NULL);
+  if (!out) Py_RETURN_NONE;
+  CommObject *c = (CommObject *)Py_TYPE(self)->tp_alloc(Py_TYPE(self), 0);
+  if (!c) {
+    hvdlCommAbort(out);
+    return NULL;
+  }
+  c->comm = out;
+  return (PyObject *)c;
+}
+
 /* Arms a fault on this rank and bounds the communicator's data waits (a bare
  * communicator's are unbounded), for tests of failures in the C API's calls. */
 static PyObject *Comm_inject_fault(CommObject *self, PyObject *args) {
@@ -572,6 +614,8 @@ static PyMethodDef Comm_methods[] = {
     {"alltoall", (PyCFunction)Comm_alltoall, METH_VARARGS,
      "alltoall(sendbuf, recvbuf, dtype): hvdlAllToAll, ranks x count elements each"},
     {"destroy", (PyCFunction)Comm_destroy, METH_NOARGS, "hvdlCommDestroy (collective)"},
+    {"shrink", (PyCFunction)Comm_shrink, METH_VARARGS,
+     "shrink(exclude, flags=0) -> Comm or None: hvdlCommShrink (the ranks left call it)"},
     {"_inject_fault", (PyCFunction)Comm_inject_fault, METH_VARARGS,
      "_inject_fault(point, n, data_timeout): this rank fails the n-th next time it reaches point "
      "(n=0: none), and the data waits end after data_timeout seconds without progress (testing)"},

@@ -204,6 +204,26 @@ def _reset() -> None:
     basics.init()
 
 
+def _shrink_in_place(exc: BaseException) -> None:
+    """A rank died and this MPI can go on without it (ULFM): the survivors re-form the job among
+    themselves; below the launcher's --min-np, every rank raises instead."""
+    from ..run.rank import ELASTIC_MIN_NP_VAR
+
+    before = basics.size()
+    basics._shrink()
+    text = os.environ.get(ELASTIC_MIN_NP_VAR, "1")
+    min_np = int(text) if text.isascii() and text.isdigit() else 1
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if basics.size() < min_np:
+        raise HorovodInternalError(
+            basics._core.hvdlRemoteError,
+            f"{basics.size()} rank(s) survived, fewer than --min-np {min_np}: the job stops "
+            f"(the failure: {first})",
+        ) from exc
+    if basics.rank() == 0:
+        _note(f"a collective failed ({first}); {basics.size()} of {before} rank(s) go on in place")
+
+
 def _exit_for_relaunch(exc: BaseException) -> None:
     """A collective failed and this MPI cannot shrink the job: end this process with the code
     that tells hvd_lite.run to relaunch the job from the last commit."""
@@ -260,9 +280,15 @@ def run(func: Callable) -> Callable:
             except InvalidArgumentError:
                 raise
             except HorovodInternalError as exc:
-                if directory is not None and _PEER_LEFT not in str(exc):
+                if directory is None or _PEER_LEFT in str(exc):
+                    raise
+                if not basics._core.mpi_ft():
                     _exit_for_relaunch(exc)
-                raise
+                state.restore()  # Horovod's order: restore, re-form, callbacks, sync
+                _shrink_in_place(exc)
+                state.on_reset()
+                skip_sync = False
+                continue
             except HostsUpdatedInterrupt as exc:
                 skip_sync = exc.skip_sync
             _reset()

@@ -90,12 +90,19 @@ def _threads_multiple() -> bool:
         hvd.shutdown()
 
 
-def elastic_mode() -> str:
-    """How an elastic job survives a rank's death with this build: by a relaunch (restart mode);
-    shrinking in place would need an MPI with ULFM, which hvd_lite does not use yet."""
+def elastic_mode(mpirun: Optional[str] = None) -> str:
+    """How an elastic job survives a rank's death with this build and this mpirun: in place
+    (shrink mode, Open MPI with ULFM), or by a relaunch (restart mode)."""
+    from .elastic import shrinks_in_place
+
+    if shrinks_in_place(mpirun):
+        return (
+            "shrink (ULFM: the survivors go on in place from the last commit; hvd_lite.run "
+            "starts an elastic job with mpirun --with-ft ulfm)"
+        )
     return (
-        "restart (a rank's death relaunches the job, which resumes from its last commit; "
-        "shrinking in place needs ULFM, not used)"
+        "restart (a rank's death relaunches the job, which resumes from its last commit; this "
+        "MPI has no ULFM to shrink it in place)"
     )
 
 
@@ -135,7 +142,7 @@ def report(mpirun: Optional[str] = None) -> str:
         if info.get("cuda")
         else "no (build with HVD_LITE_CUDA=1 for device buffers)"
     )
-    lines.append(f"  Elastic mode:        {elastic_mode()}")
+    lines.append(f"  Elastic mode:        {elastic_mode(mpirun)}")
     lines += [
         "",
         f"  CUDA in this build:  {built_cuda}",

@@ -2,16 +2,17 @@
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 from typing import Callable, List, Optional
 
-from ..exceptions import HvdLiteError
-from .elastic import DEFAULT_RESET_LIMIT, check_options, discover, run_elastic
+from ..exceptions import HvdLiteError, LauncherError
+from .elastic import DEFAULT_RESET_LIMIT, check_options, discover, run_elastic, shrinks_in_place
 from .job import JobResult
 from .knobs import LOG_LEVELS, MAX_AUTOTUNE_STEPS, MAX_AUTOTUNE_WARMUP, MAX_STALL_S, knob_env
 from .launch import default_start_timeout, execute, make_plan
-from .rank import ELASTIC_DIR_VAR, ELASTIC_RESTARTS_VAR
+from .rank import ELASTIC_DIR_VAR, ELASTIC_MIN_NP_VAR, ELASTIC_RESTARTS_VAR
 from .values import MAX_RANKS, parse_float, parse_int
 
 USAGE_EXAMPLE = """examples:
@@ -117,7 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="print how hvd_lite was built and what it can use here, then exit",
     )
     e = p.add_argument_group(
-        "elastic jobs (restart mode: a rank's death relaunches the job, which resumes from its last commit)"
+        "elastic jobs (a rank's death does not end the job: the survivors shrink it in place, or it "
+        "is relaunched; either way it resumes from its last commit)"
+    )
+    e.add_argument(
+        "--elastic-mode",
+        choices=("auto", "shrink", "restart"),
+        help="shrink: the survivors go on in place (Open MPI with ULFM); restart: the job is "
+        "relaunched on the slots left (any MPI); auto (default): shrink where this MPI can",
     )
     e.add_argument(
         "--min-np",
@@ -253,6 +261,7 @@ def _outer_env() -> dict:
     env = dict(os.environ)
     env.pop(ELASTIC_DIR_VAR, None)
     env.pop(ELASTIC_RESTARTS_VAR, None)
+    env.pop(ELASTIC_MIN_NP_VAR, None)
     return env
 
 
@@ -261,10 +270,39 @@ def _report(result: JobResult, verbose: bool) -> None:
     first = result.first_failure()
     if result.error and not result.error_printed:
         sys.stderr.write(f"hvd_lite.run: {result.error}\n")
-    elif result.error is None and first and first[0] in result.killed:
+    elif result.error is None and first and first[0] in result.killed and result.exit_code != 0:
         sys.stderr.write(f"hvd_lite.run: {result.describe(first[0])}; exit code {result.exit_code}\n")
     elif verbose and first:
         sys.stderr.write(f"hvd_lite.run: rank {first[0]} failed first, with exit code {first[1]}\n")
+
+
+def _shrink_mode(args, elastic: bool) -> bool:
+    """Whether the elastic job shrinks in place (--elastic-mode, default auto: where it can)."""
+    mode = args.elastic_mode or "auto"
+    if not elastic:
+        if args.elastic_mode is not None:
+            raise LauncherError(
+                "--elastic-mode only applies to an elastic job: add --min-np (and --max-np) "
+                "or --host-discovery-script"
+            )
+        return False
+    can = shrinks_in_place(args.mpirun)
+    if mode == "shrink" and not can:
+        raise LauncherError(
+            "--elastic-mode shrink needs hvd_lite built against an Open MPI with ULFM and that "
+            "Open MPI's mpirun (hvd_lite.run --check-build says which mode this MPI gives); use "
+            "--elastic-mode restart"
+        )
+    return mode == "shrink" or (mode == "auto" and can)
+
+
+def _with_ft(mpi_args: Optional[str]) -> str:
+    """--mpi-args with Open MPI's --with-ft ulfm added (unless given)."""
+    try:
+        given = shlex.split(mpi_args or "")
+    except ValueError:
+        return mpi_args or ""  # make_plan says what is wrong with it
+    return shlex.join(given if "--with-ft" in given else given + ["--with-ft", "ulfm"])
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -299,13 +337,18 @@ def _main(argv: Optional[List[str]]) -> int:
             hosts_given=args.hosts is not None or args.hostfile is not None,
         )
 
+        # An elastic job under an Open MPI with ULFM shrinks in place: mpirun --with-ft ulfm keeps
+        # the job running when a rank dies, and the survivors go on (docs/elastic.md).
+        shrink = _shrink_mode(args, elastic is not None)
+        mpi_args = _with_ft(args.mpi_args) if shrink else args.mpi_args
+
         def launch(np, hosts, hostfile, extra_env) -> JobResult:
             plan = make_plan(
                 command,
                 np=np,
                 hosts=hosts,
                 hostfile=hostfile,
-                mpi_args=args.mpi_args,
+                mpi_args=mpi_args,
                 knob_env=_knobs(args),
                 env={**_outer_env(), **extra_env},
                 tag_output=args.tag_output,
@@ -317,7 +360,7 @@ def _main(argv: Optional[List[str]]) -> int:
                     f"hvd_lite.run: {plan.shell_line()}\n"
                 )
                 sys.stderr.flush()
-            return execute(plan, start_timeout=start_timeout, stdin=None)
+            return execute(plan, start_timeout=start_timeout, stdin=None, survives_deaths=shrink)
 
         if args.dry_run:
             np, hosts = args.np, args.hosts

@@ -26,10 +26,17 @@ import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
-from ..exceptions import LauncherError
+from ..exceptions import HvdLiteError, LauncherError
+from . import flavour as flavours
 from .hosts import Host, parse_hosts, total_slots
 from .job import START_TIMEOUT_EXIT, JobResult
-from .rank import ELASTIC_BASE_VAR, ELASTIC_DIR_VAR, ELASTIC_RESTARTS_VAR, RESTART_EXIT
+from .rank import (
+    ELASTIC_BASE_VAR,
+    ELASTIC_DIR_VAR,
+    ELASTIC_MIN_NP_VAR,
+    ELASTIC_RESTARTS_VAR,
+    RESTART_EXIT,
+)
 from .values import MAX_RANKS
 
 DEFAULT_RESET_LIMIT = 3
@@ -111,6 +118,19 @@ def check_options(
         discovery_script=discovery_script,
         slots_per_host=1 if slots_per_host is None else slots_per_host,
     )
+
+
+def shrinks_in_place(mpirun: Optional[str] = None) -> bool:
+    """Whether an elastic job survives a death in place (shrink mode): hvd_lite built against an
+    Open MPI with ULFM, and that Open MPI's mpirun found (it takes --with-ft ulfm)."""
+    import hvd_lite
+
+    if not hvd_lite.build_info().get("ulfm"):
+        return False
+    try:
+        return flavours.find(mpirun).flavour == flavours.OPENMPI
+    except HvdLiteError:
+        return False
 
 
 def should_relaunch(result: JobResult) -> Tuple[bool, str]:
@@ -230,7 +250,11 @@ def run_elastic(
             if opts.discovery_script is not None:
                 n, found = wait_for_slots(opts, first_np if restarts == 0 else None, note)
                 host_text, file = ",".join(map(str, found)), None
-            env = {ELASTIC_DIR_VAR: directory, ELASTIC_RESTARTS_VAR: str(restarts)}
+            env = {
+                ELASTIC_DIR_VAR: directory,
+                ELASTIC_RESTARTS_VAR: str(restarts),
+                ELASTIC_MIN_NP_VAR: str(opts.min_np),
+            }
             result = launch(n, host_text, file, env)
             again, why = should_relaunch(result)
             if not again:

@@ -161,6 +161,11 @@ def _relay(pipe, markers: _Markers, write) -> None:
     pipe.close()
 
 
+def _only_deaths(result: JobResult) -> bool:
+    """Every rank that failed so far was killed by a signal (none exited with a code of its own)."""
+    return all(code == 0 or rank in result.killed for rank, code in result.exits.items())
+
+
 class Job:
     """One launch of an mpirun command line."""
 
@@ -173,9 +178,13 @@ class Job:
         start_timeout: float,
         stdin=None,
         quiet: bool = False,
+        survives_deaths: bool = False,
     ):
         self.argv, self.env, self.np, self.token = list(argv), dict(env), np, token
         self.start_timeout, self.stdin, self.quiet = start_timeout, stdin, quiet
+        # An elastic job under an MPI with ULFM: a rank killed by a signal does not end the job
+        # (the others shrink it and go on), and the job succeeds when every other rank exits 0.
+        self.survives_deaths = survives_deaths
         self.proc: Optional[subprocess.Popen] = None
         self._caught: Optional[int] = None
         self._ending_since: Optional[float] = None
@@ -269,6 +278,8 @@ class Job:
                 elif failed_at is not None and now - failed_at > FAILURE_GRACE_S:
                     so_far = markers.result(exit_code=0, mpirun_code=0)
                     failure = so_far.first_failure()
+                    if self.survives_deaths and _only_deaths(so_far):
+                        continue  # the survivors go on without the dead
                     if failure is not None:  # the markers' failure (failed_at is its time)
                         self._note(
                             f"{so_far.describe(failure[0])} and the job is still running "
@@ -296,6 +307,13 @@ class Job:
         elif error is not None:
             result.exit_code = START_TIMEOUT_EXIT
             result.error_printed = not self.quiet
+        elif self.survives_deaths and _only_deaths(result) and len(result.exits) > len(result.killed):
+            result.exit_code = 0  # the survivors finished the job
+            self._note(
+                "; ".join(result.describe(r) for r in result.killed)
+                + f"; the job went on without {'it' if len(result.killed) == 1 else 'them'}, "
+                "and every other rank exited 0"
+            )
         elif (failure := result.first_failure()) is not None:
             result.exit_code = failure[1]
         else:

@@ -94,9 +94,17 @@ def make_plan(
     return Plan(mpi, build_command(mpi.flavour, mpi.path, spec), job_env, n, token)
 
 
-def execute(plan: Plan, start_timeout: Optional[float] = None, stdin=None, quiet: bool = False) -> JobResult:
-    """Runs a plan to its end."""
+def execute(
+    plan: Plan,
+    start_timeout: Optional[float] = None,
+    stdin=None,
+    quiet: bool = False,
+    survives_deaths: bool = False,
+) -> JobResult:
+    """Runs a plan to its end; `survives_deaths`: a rank killed by a signal does not end the job
+    (an elastic job that shrinks in place)."""
     timeout = default_start_timeout() if start_timeout is None else float(start_timeout)
     if not (math.isfinite(timeout) and timeout > 0):
         raise LauncherError(f"--start-timeout must be a finite number of seconds > 0, got {timeout:g}")
-    return Job(plan.argv, plan.env, plan.np, plan.token, timeout, stdin=stdin, quiet=quiet).run()
+    job = Job(plan.argv, plan.env, plan.np, plan.token, timeout, stdin, quiet, survives_deaths)
+    return job.run()

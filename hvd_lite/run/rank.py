@@ -22,6 +22,7 @@ FUNC_VAR = "HVD_LITE_RUN_FUNC"  # run(func): the pickled function, read by task.
 ELASTIC_BASE_VAR = "HVD_LITE_ELASTIC_DIR"  # the user's: where the launcher makes the job's commit directory
 ELASTIC_DIR_VAR = "HVD_LITE_ELASTIC_JOB_DIR"  # the job's commit directory, the same path on every host
 ELASTIC_RESTARTS_VAR = "HVD_LITE_ELASTIC_RESTARTS"  # how many times the launcher has relaunched the job
+ELASTIC_MIN_NP_VAR = "HVD_LITE_ELASTIC_MIN_NP"  # --min-np: below it, survivors of a shrink stop
 RESTART_EXIT = 75  # a rank's exit code asking for a relaunch: a collective failed under elastic.run
 PREFIX = "@@hvdl-run"
 CHUNK = 2000  # characters of payload per marker line: one write, below PIPE_BUF

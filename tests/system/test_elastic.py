@@ -1,5 +1,6 @@
-"""Elastic jobs in restart mode, as users run them: `hvd_lite.run --min-np ...` with a rank that
-SIGKILLs itself, the job relaunched and resumed from its last commit (on localhost, 3 ranks)."""
+"""Elastic jobs as users run them: `hvd_lite.run --min-np ...` with a rank that SIGKILLs itself. In
+restart mode (any MPI) the job is relaunched and resumes from its last commit (on localhost, 3
+ranks); in shrink mode (Open MPI with ULFM) the survivors go on in place from it (4 ranks)."""
 
 import os
 import re
@@ -59,6 +60,8 @@ def elastic_run(tmp_path, *args, extra=None):
     tmp.mkdir()
     e = env(TMPDIR=str(tmp), PYTHONPATH=ROOT, EW_MARKERS=str(markers), **(extra or {}))
     e.pop("PYTHONUNBUFFERED", None)  # a print is then one write (Hydra tags each write)
+    if "--elastic-mode" not in args:  # these tests are restart mode's, whatever the MPI could do
+        args = ("--elastic-mode", "restart", *args)
     t0 = time.monotonic()
     res = run_job([sys.executable, "-m", "hvd_lite.run", *args], timeout=TIMEOUT, env=e, cwd=ROOT)
     return res, sorted(os.listdir(markers)), time.monotonic() - t0, tmp
@@ -166,3 +169,80 @@ def test_fewer_slots_than_min_np_after_a_death_end_the_job_after_the_elastic_tim
         "after waiting --elastic-timeout 2 s"
     ) in res.stderr, res.stderr
     assert "DONE" not in res.stdout and commit_dirs(tmp) == []
+
+
+# ---------------------------------------------------------------------------- shrink mode (ULFM)
+
+SHRINK_WORKER = os.path.join(ROOT, "tests", "system", "elastic_shrink_worker.py")
+
+
+def needs_shrink():
+    from hvd_lite.run.elastic import shrinks_in_place
+
+    if not shrinks_in_place():
+        pytest.skip("shrink mode needs hvd_lite built against an Open MPI with ULFM, and its mpirun")
+    pytest.importorskip("torch")
+
+
+def shrink_run(tmp_path, np, min_np, extra):
+    return elastic_run(
+        tmp_path,
+        *("--elastic-mode", "shrink", "-np", str(np), "--min-np", str(min_np)),
+        *(sys.executable, SHRINK_WORKER),
+        extra={"EW_STEPS": "16", "EW_COMMIT_EVERY": "3", **extra},
+    )
+
+
+@pytest.mark.parametrize(
+    "how,env",
+    [
+        ("between", {}),
+        ("send", {}),
+        ("send3", {"HVD_LITE_SHM": "0", "HVD_LITE_ALLREDUCE_ALGO": "ring"}),
+    ],
+    ids=["between-collectives", "fused-shared-memory-step", "fused-mid-ring"],
+)
+def test_the_survivors_of_a_killed_rank_go_on_in_place_from_the_last_commit_to_the_reference_weights(
+    tmp_path, how, env
+):
+    needs_shrink()
+    res, _, took, tmp = shrink_run(
+        tmp_path, 4, 2, {"EW_HOW": how, "EW_VICTIM": "1", "EW_KILL_AT": "7", **env}
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    # killed at step 7: the survivors roll back to the commit of step 6 and go on, 3 of them
+    assert "3 of 4 rank(s) go on in place" in res.stderr, res.stderr
+    assert tagged(res.stdout, "RESULT") == [
+        "identical=True equal_ref=True sizes=[3] rolled_back_to=[6] step=16"
+    ], res.stdout + res.stderr
+    assert (
+        "hvd_lite.run: rank 1 was killed by SIGKILL (signal 9); the job went on without it, and every "
+        "other rank exited 0"
+    ) in res.stderr
+    assert "relaunch" not in res.stderr and commit_dirs(tmp) == []
+    assert took < TIMEOUT
+
+
+def test_two_deaths_in_a_row_shrink_the_job_twice_down_to_min_np(tmp_path):
+    needs_shrink()
+    res, _, took, _ = shrink_run(
+        tmp_path,
+        4,
+        2,
+        {"EW_HOW": "between", "EW_VICTIM": "3", "EW_KILL_AT": "4", "EW_VICTIM2": "0", "EW_KILL_AT2": "11"},
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "3 of 4 rank(s) go on in place" in res.stderr and "2 of 3 rank(s) go on in place" in res.stderr
+    assert tagged(res.stdout, "RESULT") == [
+        "identical=True equal_ref=True sizes=[3, 2] rolled_back_to=[3, 9] step=16"
+    ], res.stdout + res.stderr
+    assert took < TIMEOUT
+
+
+def test_a_death_below_min_np_ends_the_job_on_every_rank_with_an_error_saying_so(tmp_path):
+    needs_shrink()
+    res, _, took, _ = shrink_run(tmp_path, 3, 3, {"EW_HOW": "between", "EW_VICTIM": "2", "EW_KILL_AT": "4"})
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert res.stderr.count("2 rank(s) survived, fewer than --min-np 3: the job stops") == 2, res.stderr
+    assert "RESULT" not in res.stdout and "relaunch" not in res.stderr
+    assert took < TIMEOUT

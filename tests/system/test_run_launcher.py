@@ -254,7 +254,10 @@ def test_check_build_reports_build_mpi_threads_gpu_and_frameworks():
     assert f"MPI built against:   {header}" in out
     assert f"mpirun on PATH:      {MPI.describe()}" in out
     assert "MPI thread support:  MPI_THREAD_MULTIPLE (yes)" in out
-    assert "Elastic mode:        restart (a rank's death relaunches the job" in out
+    from hvd_lite.run.elastic import shrinks_in_place
+
+    mode = "shrink (ULFM: the survivors go on in place" if shrinks_in_place() else "restart (a rank's death"
+    assert f"Elastic mode:        {mode}" in out
     assert "CUDA:" in out and "CuPy:" in out
     assert "[X] NumPy" in out
     assert "WARNING" not in out

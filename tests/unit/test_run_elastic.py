@@ -12,7 +12,7 @@ import pytest
 
 from hvd_lite.elastic.commit_store import CommitStore
 from hvd_lite.exceptions import LauncherError
-from hvd_lite.run.cli import main
+from hvd_lite.run.cli import _with_ft, main
 from hvd_lite.run.elastic import (
     DEFAULT_RESET_LIMIT,
     check_options,
@@ -21,7 +21,7 @@ from hvd_lite.run.elastic import (
     wait_for_slots,
 )
 from hvd_lite.run.hosts import Host
-from hvd_lite.run.job import START_TIMEOUT_EXIT, JobResult
+from hvd_lite.run.job import START_TIMEOUT_EXIT, JobResult, _only_deaths
 from hvd_lite.run.rank import RESTART_EXIT
 
 
@@ -75,6 +75,8 @@ def test_elastic_options_that_do_not_fit_together_are_refused_naming_them(kw, wo
             "--reset-limit: expected a whole number from 0 to 1000000 (digits 0-9), got '-1'",
         ),
         (["-np", "2", "--min-np", "1", "--elastic-timeout", "0", "true"], "seconds > 0"),
+        (["-np", "2", "--elastic-mode", "shrink", "true"], "--elastic-mode only applies to an elastic job"),
+        (["-np", "2", "--min-np", "1", "--elastic-mode", "grow", "true"], "invalid choice: 'grow'"),
     ],
 )
 def test_the_cli_refuses_bad_elastic_flags_with_one_line_and_exit_2(argv, words, capsys):
@@ -228,3 +230,16 @@ def test_the_job_directory_is_unique_and_inside_a_directory_the_user_names(tmp_p
     a, b = job_directory(str(tmp_path)), job_directory(str(tmp_path))
     assert a != b and os.path.dirname(a) == str(tmp_path)
     assert os.path.basename(a).startswith("hvd_lite-elastic-")
+
+
+def test_shrink_mode_adds_with_ft_ulfm_to_the_mpi_args_once():
+    assert _with_ft(None) == "--with-ft ulfm"
+    assert _with_ft("--mca btl self,sm") == "--mca btl self,sm --with-ft ulfm"
+    assert _with_ft("--with-ft ulfm --mca pml ob1") == "--with-ft ulfm --mca pml ob1"
+
+
+def test_only_ranks_killed_by_a_signal_count_as_deaths_a_shrinking_job_survives():
+    assert _only_deaths(JobResult(0, 0, exits={0: 0, 1: 137, 2: 0}, killed={1: 9}))
+    assert _only_deaths(JobResult(0, 0, exits={1: 137}, killed={1: 9}))
+    assert not _only_deaths(JobResult(1, 1, exits={0: 1, 1: 137}, killed={1: 9}))  # rank 0's own error
+    assert not _only_deaths(JobResult(75, 1, exits={2: RESTART_EXIT}))
