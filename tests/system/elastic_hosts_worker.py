@@ -1,13 +1,14 @@
-"""An elastic PyTorch job that grows and shrinks, for tests/system/test_elastic.py.
+"""An elastic job that grows and shrinks, for tests/system/test_elastic.py (NumPy: three launches of
+a PyTorch job would spend most of the test importing PyTorch; the mechanism is the same State).
 
 Run by `hvd_lite.run --host-discovery-script "cat HOSTS"`: at step GROW_AT, rank 0 of a 2-rank job
 writes `localhost:4` to HOSTS and every rank calls `state.check_host_updates()` until it raises
 (hvd_lite.run relaunches the job on 4 ranks); at step SHRINK_AT, rank 0 of the 4-rank job writes
-`localhost:2` and every rank commits until the commit raises (relaunched on 2 ranks). The model, a
-reference model trained on one process with the gradients every rank would average, and the step
-are all in the TorchState, so both travel through the commits. After each step rank 0 prints
-`STEP s size identical equal_ref`: whether every rank's weights are the same bits and equal the
-reference's. Each step's data depends only on (step, rank).
+`localhost:2` and every rank commits until the commit raises (relaunched on 2 ranks). The weights
+of a linear model, a reference trained on one process with the gradients every rank would average,
+and the step are all in the ObjectState, so they travel through the commits. After each step rank 0
+prints `STEP s size identical equal_ref`: whether every rank's weights are the same bits and equal
+the reference's. Each step's data depends only on (step, rank).
 
 Environment: EW_HOSTS (the hosts file the discovery script reads).
 """
@@ -16,38 +17,23 @@ import os
 import sys
 import time
 
-import torch
+import numpy as np
 
-import hvd_lite.torch as hvd
+import hvd_lite as hvd
 
 STEPS, GROW_AT, SHRINK_AT = 12, 4, 9
 COMMIT_EVERY = 3
+LR = 0.05
 WAIT_S = 30  # for the launcher to notice the hosts file (it runs the script every second)
 HOSTS = os.environ["EW_HOSTS"]
 
 
-def data(step, rank):
-    g = torch.Generator().manual_seed(1000 * step + rank)
-    x = torch.randn(8, 4, generator=g)
-    return x, x.sum(1, keepdim=True) * 0.5 + 1.0
-
-
-def grads(model, step, rank):
-    model.zero_grad()
-    x, y = data(step, rank)
-    torch.nn.functional.mse_loss(model(x), y).backward()
-    return [p.grad.clone() for p in model.parameters()]
-
-
-def reference_step(ref, ref_opt, step, size):
-    """One step of the reference: the average of every rank's gradients, folded in rank order."""
-    per_rank = [grads(ref, step, r) for r in range(size)]
-    for i, p in enumerate(ref.parameters()):
-        total = per_rank[0][i]
-        for g in per_rank[1:]:
-            total = total + g[i]
-        p.grad = total / size
-    ref_opt.step()
+def gradient(w, step, rank):
+    """The mean squared error's gradient of a linear model on (step, rank)'s batch."""
+    rng = np.random.default_rng(1000 * step + rank)
+    x = rng.standard_normal((8, 4))
+    y = x.sum(1) * 0.5 + 1.0
+    return 2.0 * x.T @ (x @ w - y) / len(y)
 
 
 def new_hosts(text):
@@ -56,7 +42,7 @@ def new_hosts(text):
     os.replace(HOSTS + ".tmp", HOSTS)
 
 
-def wait_for_the_interrupt(state, call):
+def wait_for_the_interrupt(call):
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         call()  # raises HostsUpdatedInterrupt on every rank at the same call
@@ -66,15 +52,7 @@ def wait_for_the_interrupt(state, call):
 
 def main():
     hvd.init()
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 1)
-    opt = hvd.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), named_parameters=model.named_parameters()
-    )
-    torch.manual_seed(0)
-    ref = torch.nn.Linear(4, 1)
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
-    state = hvd.elastic.TorchState(model, opt, ref=ref, ref_opt=ref_opt, step=0)
+    state = hvd.elastic.ObjectState(w=np.zeros(4), ref=np.zeros(4), step=0)
 
     @hvd.elastic.run
     def train(state):
@@ -82,22 +60,18 @@ def main():
             if state.step == GROW_AT and hvd.size() == 2:
                 if hvd.rank() == 0:
                     new_hosts("localhost:4\n")
-                wait_for_the_interrupt(state, state.check_host_updates)
+                wait_for_the_interrupt(state.check_host_updates)
             if state.step == SHRINK_AT and hvd.size() == 4:
                 if hvd.rank() == 0:
                     new_hosts("localhost:2\n")
-                wait_for_the_interrupt(state, state.commit)
-            opt.zero_grad()
-            x, y = data(state.step, hvd.rank())
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            opt.step()
-            reference_step(state.ref, state.ref_opt, state.step, hvd.size())
-            mine = [p.detach().clone() for p in model.parameters()]
-            everyone = hvd.allgather_object([t.tolist() for t in mine])
+                wait_for_the_interrupt(state.commit)
+            g = hvd.allreduce(gradient(state.w, state.step, hvd.rank()), op=hvd.Average, name="grad")
+            state.w = state.w - LR * g
+            mean = sum(gradient(state.ref, state.step, r) for r in range(hvd.size())) / hvd.size()
+            state.ref = state.ref - LR * mean
+            everyone = hvd.allgather_object(state.w.tobytes())
             identical = all(w == everyone[0] for w in everyone)
-            equal_ref = all(
-                torch.allclose(a, b, rtol=1e-6, atol=1e-7) for a, b in zip(mine, state.ref.parameters())
-            )
+            equal_ref = bool(np.allclose(state.w, state.ref, rtol=1e-12, atol=1e-14))
             if hvd.rank() == 0:
                 sys.stdout.write(f"STEP {state.step} {hvd.size()} {identical} {equal_ref}\n")
                 sys.stdout.flush()

@@ -135,17 +135,22 @@ def test_a_clean_elastic_job_runs_once_and_leaves_no_commits(tmp_path):
     assert "relaunch" not in res.stderr and commit_dirs(tmp) == []
 
 
-def test_a_relaunch_takes_the_slots_the_discovery_script_reports_and_resumes_with_fewer_ranks(tmp_path):
+def test_a_killed_ranks_host_is_blacklisted_for_its_cooldown_then_the_job_resumes_there_with_fewer_ranks(
+    tmp_path,
+):
     hosts = tmp_path / "hosts"
     hosts.write_text("localhost:3\n")
     res, killed, _, tmp = elastic_run(
         tmp_path,
         *("-np", "3", "--min-np", "2", "--max-np", "3", "--reset-limit", "1"),
-        *("--host-discovery-script", f"cat {hosts}"),
+        *("--host-discovery-script", f"cat {hosts}", "--blacklist-cooldown-range", "1", "2"),
         *(sys.executable, "-c", NUMPY_WORKER, str(tmp_path / "markers"), "1", "kill", str(hosts)),
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert killed == ["killed0"]
+    # the first failure's cooldown: 1 s * 2 plus up to 1 s, kept within [1, 2]
+    assert "host localhost blacklisted for 2 s (rank 1 was killed by SIGKILL (signal 9))" in res.stderr
+    assert "0 slot(s) available, waiting for --min-np 2" in res.stderr
     assert "relaunch 1: 2 rank(s) resume from commit 2" in res.stderr
     # steps 0-3 on 3 ranks add 3s + 3 each (30), steps 4-5 on 2 ranks add 2s + 1 each (20)
     assert tagged(res.stdout, "DONE") == ["6 [50.0, 50.0, 50.0, 50.0]"] * 2
@@ -162,11 +167,43 @@ def test_fewer_slots_than_min_np_after_a_death_end_the_job_after_the_elastic_tim
         *(sys.executable, "-c", NUMPY_WORKER, str(tmp_path / "markers"), "1", "kill", str(hosts)),
     )
     assert res.returncode != 0 and killed == ["killed0"]
-    assert (
-        "hvd_lite.run: error: only 1 slot(s) available (localhost:1), fewer than --min-np 2, "
-        "after waiting --elastic-timeout 2 s"
+    assert (  # localhost, where rank 1 died, is blacklisted
+        "hvd_lite.run: error: only 0 slot(s) available (no hosts; blacklisted: localhost), fewer than "
+        "--min-np 2, after waiting --elastic-timeout 2 s"
     ) in res.stderr, res.stderr
     assert "DONE" not in res.stdout and commit_dirs(tmp) == []
+
+
+HOSTS_WORKER = os.path.join(ROOT, "tests", "system", "elastic_hosts_worker.py")
+GROW_BOUND_S = 60  # three launches of a 2-, 4- and 2-rank NumPy job: see the time it prints
+
+
+def test_a_job_grows_from_2_to_4_ranks_and_shrinks_back_as_discovery_says_without_a_rollback(tmp_path):
+    """The discovery script's output changes while the job runs (elastic_hosts_worker.py rewrites the
+    file it reads): each change ends the job at the next check or commit, on every rank at once, and
+    the relaunch on the new slots resumes from the state at that point."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\n")
+    res, _, took, tmp = elastic_run(
+        tmp_path,
+        *("-np", "2", "--min-np", "2", "--max-np", "4", "--host-discovery-script", f"cat {hosts}"),
+        *(sys.executable, HOSTS_WORKER),
+        extra={"EW_HOSTS": str(hosts)},
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    steps = [line.split() for line in tagged(res.stdout, "STEP")]
+    # every step once (a rollback would repeat one), at the size of its launch, its weights the same
+    # bits on every rank and equal to the reference's
+    assert [int(s[0]) for s in steps] == list(range(12)), res.stdout
+    assert [int(s[1]) for s in steps] == [2] * 4 + [4] * 5 + [2] * 3, res.stdout
+    assert all(s[2:] == ["True", "True"] for s in steps), res.stdout
+    assert "the hosts changed (slots added); relaunching the job (1 of at most 3)" in res.stderr
+    assert "the hosts changed (slots removed); relaunching the job (2 of at most 3)" in res.stderr
+    assert "relaunch 1: 4 rank(s) resume from commit" in res.stderr
+    assert "relaunch 2: 2 rank(s) resume from commit" in res.stderr
+    assert commit_dirs(tmp) == []
+    sys.stderr.write(f"grow and shrink: {took:.1f} s\n")
+    assert took < GROW_BOUND_S
 
 
 # Horovod 0.28.1's examples/elastic scripts: (path in the repository, the import line, the model
