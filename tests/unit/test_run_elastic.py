@@ -1,6 +1,7 @@
 """hvd_lite.run's elastic options, its relaunch rule, host discovery and the commit store, in one
 process (the relaunches themselves: tests/system/test_elastic.py)."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -305,6 +306,7 @@ def test_an_update_is_added_removed_or_both_by_the_ranks_each_host_gains_or_lose
     assert kind_text(ADDED | REMOVED) == "slots added and removed"
 
 
+@contextlib.contextmanager
 def watch(tmp_path, first, blacklist=None, min_np=2, max_np=4, running=None):
     """A HostWatcher over a hosts file (first text: `first`) at a 0.05 s interval, with a real
     Notifier and rank 0's real HostUpdates client connected to it."""
@@ -327,7 +329,11 @@ def watch(tmp_path, first, blacklist=None, min_np=2, max_np=4, running=None):
         running if running is not None else placement(blacklist.usable(found), min_np, max_np),
         interval=0.05,
     )
-    return path, notifier, client, watcher
+    try:
+        yield path, notifier, client, watcher
+    finally:
+        watcher.stop()
+        notifier.close()
 
 
 def poll_for(client, seconds=5.0):
@@ -342,33 +348,25 @@ def poll_for(client, seconds=5.0):
 def test_more_slots_up_to_max_np_are_announced_to_rank_0_as_added(tmp_path):
     from hvd_lite.run.host_watch import ADDED
 
-    path, notifier, client, watcher = watch(tmp_path, "localhost:2\n")
-    try:
+    with watch(tmp_path, "localhost:2\n") as (path, notifier, client, watcher):
         assert client.poll() == 0  # connected; nothing yet
         path.write_text("localhost:2\nother:3\n")
         assert poll_for(client) == ADDED
         assert watcher.announced == (ADDED, [("localhost", 2), ("other", 2)])
         assert client.poll() == 0  # an update is read once
-    finally:
-        watcher.stop()
-        notifier.close()
 
 
 def test_a_host_removed_is_announced_and_a_rank_0_that_connects_later_still_hears_it(tmp_path):
     from hvd_lite.elastic.host_updates import HostUpdates
     from hvd_lite.run.host_watch import REMOVED
 
-    path, notifier, _, watcher = watch(tmp_path, "a:2\nb:2\n")
-    try:
+    with watch(tmp_path, "a:2\nb:2\n") as (path, notifier, _, watcher):
         path.write_text("a:2\n")
         deadline = time.monotonic() + 5
         while watcher.announced is None and time.monotonic() < deadline:
             time.sleep(0.02)
         late = HostUpdates(notifier.address(["localhost"]), notifier.secret)
         assert poll_for(late) == REMOVED
-    finally:
-        watcher.stop()
-        notifier.close()
 
 
 def test_slots_beyond_max_np_or_a_blacklisted_host_coming_back_change_nothing(tmp_path):
@@ -376,31 +374,23 @@ def test_slots_beyond_max_np_or_a_blacklisted_host_coming_back_change_nothing(tm
 
     blacklist = Blacklist()
     blacklist.add("bad")
-    path, notifier, client, watcher = watch(tmp_path, "a:4\n", blacklist=blacklist)
-    try:
+    with watch(tmp_path, "a:4\n", blacklist=blacklist) as (path, notifier, client, watcher):
         client.poll()
         path.write_text("a:8\nbad:2\n")  # still 4 ranks on a: the same placement
         time.sleep(0.5)
         assert client.poll() == 0 and watcher.announced is None
-    finally:
-        watcher.stop()
-        notifier.close()
 
 
 def test_a_client_without_the_secret_hears_nothing(tmp_path):
     from hvd_lite.elastic.host_updates import HostUpdates
 
-    path, notifier, client, watcher = watch(tmp_path, "localhost:2\n")
-    try:
+    with watch(tmp_path, "localhost:2\n") as (path, notifier, client, watcher):
         stranger = HostUpdates(notifier.address(["localhost"]), "wrong")
         stranger.poll()
         path.write_text("localhost:4\n")
         assert poll_for(client) != 0
         time.sleep(0.2)
         assert stranger.poll() == 0
-    finally:
-        watcher.stop()
-        notifier.close()
 
 
 def test_a_bad_notify_address_is_refused_naming_it():
