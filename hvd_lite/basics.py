@@ -461,7 +461,7 @@ def _shrink() -> None:
         raise CollectiveError(
             _core.hvdlInvalidUsage,
             "hvd_lite cannot shrink a job started with init(comm=[list of ranks]); use the whole "
-            "job or an mpi4py communicator"
+            "job or an mpi4py communicator",
         )
     shutdown()
     survivors = _core.mpi_shrink(fhandle)

@@ -4,7 +4,7 @@ import argparse
 import sys
 from typing import Dict, List, Optional, Protocol
 
-from . import allreduce, collectives, fit, fusion, kernels, latency, model, replot
+from . import allreduce, collectives, elastic, fit, fusion, kernels, latency, model, replot
 
 
 class Command(Protocol):
@@ -26,6 +26,7 @@ COMMANDS: Dict[str, Command] = {
     "latency": latency,
     "model": model,
     "fit": fit,
+    "elastic": elastic,
     "plot": replot,
 }
 

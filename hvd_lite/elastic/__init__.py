@@ -10,10 +10,11 @@
 
     train(state)
 
-Run it with `hvd_lite.run -np 4 --min-np 2 --max-np 4 python train.py`. This MPI cannot shrink a job
-in place, so a job survives a rank's death in *restart mode*: the launcher relaunches every rank and
-`run` resumes from the newest commit, which each host keeps on its own disk (commit_store.py;
-docs/elastic.md says why that is safe). Outside an elastic launch, commits stay in memory and a
+Run it with `hvd_lite.run -np 4 --min-np 2 --max-np 4 python train.py`. Under an Open MPI with ULFM a
+job survives a rank's death in *shrink mode*: the survivors go on in place from the last commit in
+memory. Elsewhere it does in *restart mode*: the launcher relaunches every rank and `run` resumes
+from the newest commit, which each host keeps on its own disk (commit_store.py; docs/elastic.md says
+why that is safe). Outside an elastic launch, commits stay in memory and a
 failed collective is raised as usual.
 """
 
@@ -26,7 +27,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 
 from .. import basics
-from ..collectives import barrier
+from ..collectives import barrier, broadcast
 from ..exceptions import (
     CollectiveError,
     HorovodInternalError,
@@ -34,7 +35,9 @@ from ..exceptions import (
     InvalidArgumentError,
 )
 from ..ops import Max, Min, allreduce
+from ..run.rank import HOSTS_REMOVED
 from ..state import broadcast_object
+from . import host_updates
 from .commit_store import CommitStore
 
 _made = [0]  # states made so far in this process
@@ -78,6 +81,8 @@ class State:
         self._reset_callbacks: List[Callable[[], Any]] = []
         self._commit_name = _next_name()
         self._commits = 0
+        self._in_commit = False
+        self._hosts_changed: Optional[bool] = None  # announced: whether right after a commit
 
     def register_reset_callbacks(self, callbacks: List[Callable[[], Any]]) -> None:
         """Adds functions to call after each reset (the job re-formed, perhaps with another size)."""
@@ -95,16 +100,34 @@ class State:
         """Saves the state (in memory, and in an elastic launch on each host's disk, where a
         relaunched job resumes from it), then checks for host changes (`check_host_updates`)."""
         self.save()
+        self._write_commit()
+        self._in_commit = True
+        try:
+            self.check_host_updates()
+        finally:
+            self._in_commit = False
+
+    def _write_commit(self) -> None:
+        """Counts a commit of the saved state and, in an elastic launch, writes it on each host."""
         self._commits += 1
         directory, _ = _launch_env()
         if directory is not None and basics.local_rank() == 0:
             payload = pickle.dumps(self._snapshot(), protocol=pickle.HIGHEST_PROTOCOL)
             CommitStore(directory).write(self._commit_name, self._commits, payload)
-        self.check_host_updates()
 
     def check_host_updates(self) -> None:
-        """Raises HostsUpdatedInterrupt on every rank when the job's hosts changed. In restart mode
-        the launcher relaunches the job when it learns of a change, so this returns at once."""
+        """Raises HostsUpdatedInterrupt on every rank when hvd_lite.run announced a change of the
+        job's hosts (its discovery script found slots added or removed): rank 0 reads the
+        launcher's announcements and broadcasts them, so every rank raises at the same call.
+        Without a discovery script there are no announcements, and this returns at once."""
+        updates = host_updates.from_env()
+        if updates is None:
+            return
+        mine = updates.poll() if basics.rank() == 0 else 0
+        kind = int(broadcast(np.array([mine], np.int64), root_rank=0, name="hvd_lite.elastic.hosts")[0])
+        if kind:
+            self._hosts_changed = self._in_commit
+            raise HostsUpdatedInterrupt(skip_sync=kind == HOSTS_REMOVED)
 
     def save(self) -> None:
         """Saves the state in memory (the point `restore()` goes back to)."""
@@ -239,16 +262,41 @@ def _exit_for_relaunch(exc: BaseException) -> None:
     os._exit(RESTART_EXIT)
 
 
+def _exit_for_new_hosts(state: State) -> None:
+    """hvd_lite.run announced new hosts: commit the state as it is (unless that was just done),
+    then every rank ends with the relaunch code, for the launcher to start the job on the new
+    hosts; the relaunched job resumes from this commit, so no step is done again."""
+    from ..run.rank import RESTART_EXIT
+
+    if not state._hosts_changed:
+        state.save()
+        state._write_commit()
+    barrier()  # every host's copy of the commit is written
+    if basics.rank() == 0:
+        _note(
+            f"the hosts changed: the {basics.size()} rank(s) exit with code {RESTART_EXIT} for "
+            f"hvd_lite.run to relaunch the job on the new hosts, resuming from commit {state._commits}"
+        )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(RESTART_EXIT)
+
+
 def run(func: Callable) -> Callable:
     """Decorates `func(state, ...)` to run elastically (Horovod's `hvd.elastic.run`).
 
     The call syncs `state` from rank 0, then runs `func`. In a job that `hvd_lite.run` relaunched
     after a failure, it first loads the newest commit and runs the reset callbacks (Horovod's
     order: restore, re-form, callbacks, sync, resume). A failed collective (HorovodInternalError)
-    under an elastic launch ends the process with exit code 75, for the launcher to relaunch the
-    job; elsewhere it is raised. HostsUpdatedInterrupt re-forms the job in place and resumes
-    without going back to the commit. A mismatch of arguments (InvalidArgumentError) is the
-    script's error, and is raised."""
+    under an elastic launch is survived: where the MPI reports dead ranks (ULFM, shrink mode) the
+    survivors restore the last commit, shrink the job in place, run the callbacks, sync and go on
+    (below --min-np they raise); elsewhere the process ends with exit code 75, for the launcher to
+    relaunch the job. Outside an elastic launch it is raised. HostsUpdatedInterrupt from
+    check_host_updates (hvd_lite.run's discovery script found other hosts) commits the state as
+    it is and ends the process with code 75 too, and the relaunched job resumes from that commit,
+    so nothing is rolled back; one the function raises itself re-forms the job in place and
+    resumes without going back to the commit. A mismatch of arguments (InvalidArgumentError) is
+    the script's error, and is raised."""
     if not callable(func):
         raise TypeError(f"hvd_lite.elastic.run decorates a function, got {func!r}")
 
@@ -290,6 +338,8 @@ def run(func: Callable) -> Callable:
                 skip_sync = False
                 continue
             except HostsUpdatedInterrupt as exc:
+                if directory is not None and state._hosts_changed is not None:
+                    _exit_for_new_hosts(state)
                 skip_sync = exc.skip_sync
             _reset()
             state.on_reset()

@@ -12,7 +12,13 @@ from .elastic import DEFAULT_RESET_LIMIT, check_options, discover, run_elastic, 
 from .job import JobResult
 from .knobs import LOG_LEVELS, MAX_AUTOTUNE_STEPS, MAX_AUTOTUNE_WARMUP, MAX_STALL_S, knob_env
 from .launch import default_start_timeout, execute, make_plan
-from .rank import ELASTIC_DIR_VAR, ELASTIC_MIN_NP_VAR, ELASTIC_RESTARTS_VAR
+from .rank import (
+    ELASTIC_DIR_VAR,
+    ELASTIC_MIN_NP_VAR,
+    ELASTIC_NOTIFY_VAR,
+    ELASTIC_RESTARTS_VAR,
+    ELASTIC_SECRET_VAR,
+)
 from .values import MAX_RANKS, parse_float, parse_int
 
 USAGE_EXAMPLE = """examples:
@@ -159,13 +165,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--host-discovery-script",
         metavar="SCRIPT",
         help="a command that prints the hosts available now, one 'host' or 'host:slots' per line; "
-        "run before each launch (instead of -H/--hostfile)",
+        "run before each launch and every second while it runs (instead of -H/--hostfile)",
     )
     e.add_argument(
         "--slots-per-host",
         type=_whole(1, MAX_RANKS),
         metavar="N",
         help="slots of a discovered host printed without ':slots' (default: 1)",
+    )
+    e.add_argument(
+        "--blacklist-cooldown-range",
+        dest="cooldown",
+        nargs=2,
+        type=_whole(1, 3600),
+        metavar=("LOW", "HIGH"),
+        help="take a blacklisted host back after a cooldown from LOW to HIGH seconds, doubling with "
+        "each failure of the host (default: a host where a rank failed is not used again)",
     )
     k = p.add_argument_group("engine knobs (set as HVD_LITE_* on every rank)")
     k.add_argument(
@@ -260,8 +275,8 @@ def _outer_env() -> dict:
     launch from inside such a job's rank is a job of its own)."""
     env = dict(os.environ)
     env.pop(ELASTIC_DIR_VAR, None)
-    env.pop(ELASTIC_RESTARTS_VAR, None)
-    env.pop(ELASTIC_MIN_NP_VAR, None)
+    for var in (ELASTIC_RESTARTS_VAR, ELASTIC_MIN_NP_VAR, ELASTIC_NOTIFY_VAR, ELASTIC_SECRET_VAR):
+        env.pop(var, None)
     return env
 
 
@@ -335,6 +350,7 @@ def _main(argv: Optional[List[str]]) -> int:
             args.host_discovery_script,
             args.slots_per_host,
             hosts_given=args.hosts is not None or args.hostfile is not None,
+            cooldown=args.cooldown,
         )
 
         # An elastic job under an Open MPI with ULFM shrinks in place: mpirun --with-ft ulfm keeps

@@ -24,17 +24,20 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from ..exceptions import HvdLiteError, LauncherError
 from . import flavour as flavours
+from .host_watch import Blacklist, HostWatcher, Notifier, kind_text, placement, rank_hosts
 from .hosts import Host, parse_hosts, total_slots
 from .job import START_TIMEOUT_EXIT, JobResult
 from .rank import (
     ELASTIC_BASE_VAR,
     ELASTIC_DIR_VAR,
     ELASTIC_MIN_NP_VAR,
+    ELASTIC_NOTIFY_VAR,
     ELASTIC_RESTARTS_VAR,
+    ELASTIC_SECRET_VAR,
     RESTART_EXIT,
 )
 from .values import MAX_RANKS
@@ -56,6 +59,7 @@ class ElasticOptions:
     elastic_timeout: float
     discovery_script: Optional[str]
     slots_per_host: int
+    cooldown: Optional[Tuple[int, int]] = None  # --blacklist-cooldown-range, seconds
 
 
 def check_options(
@@ -67,6 +71,7 @@ def check_options(
     discovery_script: Optional[str],
     slots_per_host: Optional[int],
     hosts_given: bool,
+    cooldown: Optional[Sequence[int]] = None,
 ) -> Optional[ElasticOptions]:
     """The elastic options, or None for a job that is not elastic; raises LauncherError naming the
     values that do not fit together."""
@@ -78,6 +83,7 @@ def check_options(
                 ("--reset-limit", reset_limit),
                 ("--elastic-timeout", elastic_timeout),
                 ("--slots-per-host", slots_per_host),
+                ("--blacklist-cooldown-range", cooldown),
             )
             if value is not None
         ]
@@ -91,6 +97,12 @@ def check_options(
         raise LauncherError("give either --host-discovery-script or -H/--hostfile, not both")
     if slots_per_host is not None and discovery_script is None:
         raise LauncherError("--slots-per-host applies to the hosts of --host-discovery-script; give that too")
+    if cooldown is not None and discovery_script is None:
+        raise LauncherError(
+            "--blacklist-cooldown-range applies to the hosts of --host-discovery-script; give that too"
+        )
+    if cooldown is not None:
+        Blacklist((int(cooldown[0]), int(cooldown[1])))  # raises naming the range when out of bounds
     if discovery_script is not None and not discovery_script.strip():
         raise LauncherError("--host-discovery-script: the command is empty")
     if np is None and min_np is None:
@@ -117,6 +129,7 @@ def check_options(
         elastic_timeout=timeout,
         discovery_script=discovery_script,
         slots_per_host=1 if slots_per_host is None else slots_per_host,
+        cooldown=None if cooldown is None else (int(cooldown[0]), int(cooldown[1])),
     )
 
 
@@ -193,14 +206,18 @@ def wait_for_slots(
     want: Optional[int],
     note: Callable[[str], None],
     clock: Callable[[], float] = time.monotonic,
+    blacklist: Optional[Blacklist] = None,
 ) -> Tuple[int, List[Host]]:
-    """(np, hosts) from the discovery script: `want` ranks (or all slots) capped at --max-np, as
-    soon as at least --min-np slots are there; LauncherError after --elastic-timeout."""
+    """(np, hosts) from the discovery script, less the blacklisted hosts: `want` ranks (or all
+    slots) capped at --max-np, as soon as at least --min-np slots are there; LauncherError after
+    --elastic-timeout."""
     assert opts.discovery_script is not None
     deadline = clock() + opts.elastic_timeout
     hosts: List[Host] = []
     while True:
         hosts = discover(opts.discovery_script, opts.slots_per_host)
+        if blacklist is not None:
+            hosts = blacklist.usable(hosts)
         slots = total_slots(hosts)
         if slots >= opts.min_np:
             n = slots if want is None else min(want, slots)
@@ -208,8 +225,10 @@ def wait_for_slots(
                 n = min(n, opts.max_np)
             return n, hosts
         if clock() >= deadline:
+            out = blacklist.listed() if blacklist is not None else []
             raise LauncherError(
-                f"only {slots} slot(s) available ({', '.join(map(str, hosts)) or 'no hosts'}), fewer than "
+                f"only {slots} slot(s) available ({', '.join(map(str, hosts)) or 'no hosts'}"
+                f"{'; blacklisted: ' + ', '.join(out) if out else ''}), fewer than "
                 f"--min-np {opts.min_np}, after waiting --elastic-timeout {opts.elastic_timeout:g} s"
             )
         note(f"{slots} slot(s) available, waiting for --min-np {opts.min_np}")
@@ -225,6 +244,19 @@ def job_directory(base: Optional[str] = None) -> str:
     return os.path.join(os.path.abspath(parent), f"hvd_lite-elastic-{os.getpid()}-{os.urandom(4).hex()}")
 
 
+def host_update_relaunch(result: JobResult, watcher: Optional[HostWatcher]) -> bool:
+    """Whether a launch ended because its ranks left for an announced host update: an update was
+    sent and the first rank to end exited with RESTART_EXIT (not killed)."""
+    first = result.first_failure()
+    return (
+        watcher is not None
+        and watcher.announced is not None
+        and first is not None
+        and first[1] == RESTART_EXIT
+        and first[0] not in result.killed
+    )
+
+
 def run_elastic(
     opts: ElasticOptions,
     np: Optional[int],
@@ -234,7 +266,9 @@ def run_elastic(
     quiet: bool = False,
 ) -> JobResult:
     """Launches the job, and relaunches it while should_relaunch says so, at most
-    --reset-limit times. `launch(np, hosts, hostfile, extra_env)` runs one launch."""
+    --reset-limit times. `launch(np, hosts, hostfile, extra_env)` runs one launch. With a
+    discovery script, a HostWatcher runs beside each launch (host_watch.py) and the host of a rank
+    that failed first is blacklisted."""
 
     def note(text: str) -> None:
         if not quiet:
@@ -243,20 +277,59 @@ def run_elastic(
 
     directory = job_directory(os.environ.get(ELASTIC_BASE_VAR) or None)
     first_np = np if np is not None else (opts.min_np if opts.discovery_script is None else None)
+    script = opts.discovery_script
+    blacklist = Blacklist(opts.cooldown)
+    notifier = Notifier() if script is not None else None
     try:
         restarts = 0
         while True:
             n, host_text, file = first_np, hosts, hostfile
-            if opts.discovery_script is not None:
-                n, found = wait_for_slots(opts, first_np if restarts == 0 else None, note)
-                host_text, file = ",".join(map(str, found)), None
             env = {
                 ELASTIC_DIR_VAR: directory,
                 ELASTIC_RESTARTS_VAR: str(restarts),
                 ELASTIC_MIN_NP_VAR: str(opts.min_np),
             }
-            result = launch(n, host_text, file, env)
-            again, why = should_relaunch(result)
+            watcher: Optional[HostWatcher] = None
+            placed: List[Tuple[str, int]] = []
+            if script is not None and notifier is not None:
+                n, found = wait_for_slots(
+                    opts, first_np if restarts == 0 else None, note, blacklist=blacklist
+                )
+                host_text, file = ",".join(map(str, found)), None
+                placed = placement(found, 1, n)
+                notifier.new_launch()
+                env[ELASTIC_NOTIFY_VAR] = notifier.address([h for h, _ in placed])
+                env[ELASTIC_SECRET_VAR] = notifier.secret
+                watcher = HostWatcher(
+                    lambda: discover(script, opts.slots_per_host),
+                    blacklist,
+                    opts.min_np,
+                    opts.max_np,
+                    notifier,
+                    found,
+                    placed,
+                )
+            try:
+                result = launch(n, host_text, file, env)
+            finally:
+                if watcher is not None:
+                    watcher.stop()
+            if host_update_relaunch(result, watcher):
+                assert watcher is not None and watcher.announced is not None
+                why = f"the hosts changed ({kind_text(watcher.announced[0])})"
+                again = True
+            else:
+                again, why = should_relaunch(result)
+                first = result.first_failure()
+                if again and placed and first is not None and first[0] in result.killed:
+                    host = rank_hosts(placed)[first[0]] if first[0] < len(rank_hosts(placed)) else None
+                    if host is not None:
+                        out = blacklist.add(host)
+                        note(
+                            f"host {host} blacklisted "
+                            + ("for the rest of the job" if out == float("inf") else f"for {out:.0f} s")
+                            + f" ({result.describe(first[0])})"
+                        )
             if not again:
                 if result.exit_code != 0 and restarts > 0:
                     note(f"not relaunching: {why}")
@@ -271,4 +344,6 @@ def run_elastic(
             restarts += 1
             note(f"{why}; relaunching the job ({restarts} of at most {opts.reset_limit})")
     finally:
+        if notifier is not None:
+            notifier.close()
         shutil.rmtree(directory, ignore_errors=True)

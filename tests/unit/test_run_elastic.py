@@ -1,6 +1,7 @@
 """hvd_lite.run's elastic options, its relaunch rule, host discovery and the commit store, in one
 process (the relaunches themselves: tests/system/test_elastic.py)."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -26,9 +27,17 @@ from hvd_lite.run.rank import RESTART_EXIT
 
 
 def opts(
-    np=None, min_np=None, max_np=None, reset_limit=None, timeout=None, script=None, slots=None, hosts=False
+    np=None,
+    min_np=None,
+    max_np=None,
+    reset_limit=None,
+    timeout=None,
+    script=None,
+    slots=None,
+    hosts=False,
+    cooldown=None,
 ):
-    return check_options(np, min_np, max_np, reset_limit, timeout, script, slots, hosts)
+    return check_options(np, min_np, max_np, reset_limit, timeout, script, slots, hosts, cooldown)
 
 
 def test_a_job_without_min_np_max_np_or_a_discovery_script_is_not_elastic():
@@ -243,3 +252,189 @@ def test_only_ranks_killed_by_a_signal_count_as_deaths_a_shrinking_job_survives(
     assert _only_deaths(JobResult(0, 0, exits={1: 137}, killed={1: 9}))
     assert not _only_deaths(JobResult(1, 1, exits={0: 1, 1: 137}, killed={1: 9}))  # rank 0's own error
     assert not _only_deaths(JobResult(75, 1, exits={2: RESTART_EXIT}))
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_blacklisted_host_stays_out_for_good_without_a_cooldown():
+    from hvd_lite.run.host_watch import Blacklist
+
+    clock = Clock()
+    b = Blacklist(clock=clock)
+    assert b.add("HostA") == float("inf")
+    clock.now += 1e9
+    assert b.blocks("hosta") and b.listed() == ["hosta"]
+    assert b.usable([Host("hostA", 2), Host("hostb", 1)]) == [Host("hostb", 1)]
+
+
+def test_a_cooldown_doubles_with_each_failure_of_the_host_within_its_range():
+    from hvd_lite.run.host_watch import Blacklist
+
+    clock = Clock()
+    b = Blacklist((10, 100), clock=clock)
+    first = b.add("a")  # 10 * 2 plus up to 10
+    assert 20 <= first <= 30 and b.blocks("a")
+    clock.now += first + 0.01
+    assert not b.blocks("a") and b.listed() == []
+    assert 40 <= b.add("a") <= 50  # 10 * 4 plus up to 10
+    b.add("a")
+    assert 80 <= b.add("a") <= 100  # 10 * 16 plus, capped at 100
+
+
+@pytest.mark.parametrize("low, high", [(0, 5), (5, 4), (1, 3601)])
+def test_a_cooldown_range_out_of_bounds_is_refused_naming_it(low, high):
+    with pytest.raises(LauncherError, match=f"--blacklist-cooldown-range {low} {high}: give LOW <= HIGH"):
+        opts(np=2, min_np=1, script="./d.sh", cooldown=(low, high))
+
+
+def test_a_cooldown_range_needs_a_discovery_script():
+    with pytest.raises(LauncherError, match="--blacklist-cooldown-range applies to the hosts of"):
+        opts(np=2, min_np=1, cooldown=(1, 2))
+    with pytest.raises(LauncherError, match="--blacklist-cooldown-range only apply to an elastic job"):
+        opts(np=2, cooldown=(1, 2))
+
+
+def test_the_placement_fills_hosts_in_order_up_to_max_np_and_is_empty_under_min_np():
+    from hvd_lite.run.host_watch import placement, rank_hosts
+
+    hosts = [Host("a", 2), Host("b", 3)]
+    assert placement(hosts, 2, 4) == [("a", 2), ("b", 2)]
+    assert placement(hosts, 2, None) == [("a", 2), ("b", 3)]
+    assert placement(hosts, 6, None) == []
+    assert rank_hosts([("a", 2), ("b", 1)]) == ["a", "a", "b"]
+
+
+def test_an_update_is_added_removed_or_both_by_the_ranks_each_host_gains_or_loses():
+    from hvd_lite.run.host_watch import ADDED, REMOVED, kind_text, update_kind
+
+    assert update_kind([("a", 2)], [("a", 4)]) == ADDED
+    assert update_kind([("a", 2), ("b", 2)], [("a", 2)]) == REMOVED
+    assert update_kind([("a", 2)], [("b", 2)]) == ADDED | REMOVED
+    assert kind_text(ADDED | REMOVED) == "slots added and removed"
+
+
+@contextlib.contextmanager
+def watch(tmp_path, first, blacklist=None, min_np=2, max_np=4, running=None):
+    """A HostWatcher over a hosts file (first text: `first`) at a 0.05 s interval, with a real
+    Notifier and rank 0's real HostUpdates client connected to it."""
+    from hvd_lite.elastic.host_updates import HostUpdates
+    from hvd_lite.run.host_watch import Blacklist, HostWatcher, Notifier, placement
+
+    path = tmp_path / "hosts"
+    path.write_text(first)
+    found = parse_discovered(first, 1)
+    notifier = Notifier()
+    client = HostUpdates(notifier.address(["localhost"]), notifier.secret)
+    blacklist = blacklist or Blacklist()
+    watcher = HostWatcher(
+        lambda: parse_discovered(path.read_text(), 1),
+        blacklist,
+        min_np,
+        max_np,
+        notifier,
+        found,
+        running if running is not None else placement(blacklist.usable(found), min_np, max_np),
+        interval=0.05,
+    )
+    try:
+        yield path, notifier, client, watcher
+    finally:
+        watcher.stop()
+        notifier.close()
+
+
+def poll_for(client, seconds=5.0):
+    deadline = time.monotonic() + seconds
+    kind = 0
+    while time.monotonic() < deadline and not kind:
+        kind = client.poll()
+        time.sleep(0.02)
+    return kind
+
+
+def test_more_slots_up_to_max_np_are_announced_to_rank_0_as_added(tmp_path):
+    from hvd_lite.run.host_watch import ADDED
+
+    with watch(tmp_path, "localhost:2\n") as (path, notifier, client, watcher):
+        assert client.poll() == 0  # connected; nothing yet
+        path.write_text("localhost:2\nother:3\n")
+        assert poll_for(client) == ADDED
+        assert watcher.announced == (ADDED, [("localhost", 2), ("other", 2)])
+        assert client.poll() == 0  # an update is read once
+
+
+def test_a_host_removed_is_announced_and_a_rank_0_that_connects_later_still_hears_it(tmp_path):
+    from hvd_lite.elastic.host_updates import HostUpdates
+    from hvd_lite.run.host_watch import REMOVED
+
+    with watch(tmp_path, "a:2\nb:2\n") as (path, notifier, _, watcher):
+        path.write_text("a:2\n")
+        deadline = time.monotonic() + 5
+        while watcher.announced is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        late = HostUpdates(notifier.address(["localhost"]), notifier.secret)
+        assert poll_for(late) == REMOVED
+
+
+def test_slots_beyond_max_np_or_a_blacklisted_host_coming_back_change_nothing(tmp_path):
+    from hvd_lite.run.host_watch import Blacklist
+
+    blacklist = Blacklist()
+    blacklist.add("bad")
+    with watch(tmp_path, "a:4\n", blacklist=blacklist) as (path, notifier, client, watcher):
+        client.poll()
+        path.write_text("a:8\nbad:2\n")  # still 4 ranks on a: the same placement
+        time.sleep(0.5)
+        assert client.poll() == 0 and watcher.announced is None
+
+
+def test_a_client_without_the_secret_hears_nothing(tmp_path):
+    from hvd_lite.elastic.host_updates import HostUpdates
+
+    with watch(tmp_path, "localhost:2\n") as (path, notifier, client, watcher):
+        stranger = HostUpdates(notifier.address(["localhost"]), "wrong")
+        stranger.poll()
+        path.write_text("localhost:4\n")
+        assert poll_for(client) != 0
+        time.sleep(0.2)
+        assert stranger.poll() == 0
+
+
+def test_a_bad_notify_address_is_refused_naming_it():
+    from hvd_lite.elastic.host_updates import HostUpdates
+
+    with pytest.raises(ValueError, match="HVD_LITE_ELASTIC_NOTIFY must be HOST:PORT, got 'nowhere'"):
+        HostUpdates("nowhere", "s")
+
+
+def test_wait_for_slots_skips_blacklisted_hosts_and_names_them_when_it_gives_up(tmp_path):
+    from hvd_lite.run.host_watch import Blacklist
+
+    script = discovery_script(tmp_path, "echo a:2\necho b:1\n")
+    blacklist = Blacklist()
+    blacklist.add("a")
+    o = opts(np=1, min_np=1, max_np=4, script=script)
+    assert wait_for_slots(o, None, print, blacklist=blacklist) == (1, [Host("b", 1)])
+    o = opts(np=2, min_np=2, timeout=0.2, script=script)
+    with pytest.raises(LauncherError, match=r"only 1 slot\(s\) available \(b:1; blacklisted: a\)"):
+        wait_for_slots(o, None, print, blacklist=blacklist)
+
+
+def test_only_a_launch_whose_ranks_left_for_an_announced_update_is_a_host_change():
+    from hvd_lite.run.elastic import host_update_relaunch
+
+    class Announced:
+        announced = (1, [("a", 4)])
+
+    left = JobResult(exit_code=RESTART_EXIT, mpirun_code=1, exits={1: RESTART_EXIT, 0: RESTART_EXIT})
+    assert host_update_relaunch(left, Announced())
+    assert not host_update_relaunch(left, None)
+    assert not host_update_relaunch(killed(1, signal.SIGKILL), Announced())
