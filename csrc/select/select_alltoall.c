@@ -17,10 +17,10 @@
  *
  *   pairwise  every rank posts its n-1 messages at once, all in flight together: one pays
  *             a whole latency, each other costs the rank alpha_intra of its own time
- *             (posting and completing a message, which is most of a message within a
- *             host); the bytes at the busiest link, (n-L) L b through a host's NIC or
+ *             (posting and completing a message: PAIRWISE_MESSAGE_SHARE of a message
+ *             within a host); the bytes at the busiest link, (n-L) L b through a host's NIC or
  *             (L-1) b within the host:
- *               (n-2) alpha_intra + max(alpha_inter(b) + (n-L) L b beta_inter,
+ *               (n-2) share alpha_intra + max(alpha_inter(b) + (n-L) L b beta_inter,
  *                                       alpha_intra + (L-1) b beta_intra)
  *             (one host: the second term alone; 2 ranks: one message, as Bruck's one step)
  *   bruck     steps m = 1, 2, 4, ... < n of a(c_m b), c_m the slots with bit m set; a step
@@ -31,6 +31,14 @@
  * many ranks, and its (n/2) log2(n) blocks lose to pairwise's n-1 for large ones. Neither
  * charges the local copies (Bruck's rotation, packing and reversal), which the simulation
  * does not charge either and which matter only where its blocks are small. */
+/* What one more message in flight costs pairwise's rank: a quarter of a latency within a
+ * host. In the simulation (64 ranks, 8 hosts of 8, 64 B blocks) pairwise's 63 messages took
+ * 18.9 us where one message across hosts takes about 4: 0.24 us a message, a quarter of the
+ * measured 1 us within a host (docs/scale.md, "All-to-all"). A whole latency a message (as
+ * before) made the model pick Bruck's 26.1 us there, and on one host of 4 ranks, where
+ * pairwise's 3 messages overlap and Bruck's 2 steps wait for each other. */
+#define PAIRWISE_MESSAGE_SHARE 0.25
+
 static double step(const hvdlComm_t comm, int across, int share, double s) {
   return hvdl_select_step(&comm->model, across, share, s);
 }
@@ -47,7 +55,8 @@ double hvdl_select_predict_alltoall(hvdlComm_t comm, hvdlAllToAllAlgorithm_t alg
       const double across = comm->hosts > 1 ? hvdl_select_alpha_inter(c, b) +
                                                   (n - L) * b * c->beta[HVDL_LINK_INTER] * L
                                             : 0;
-      return (n - 2) * c->alpha[HVDL_LINK_INTRA] + (across > within ? across : within);
+      return (n - 2) * PAIRWISE_MESSAGE_SHARE * c->alpha[HVDL_LINK_INTRA] +
+             (across > within ? across : within);
     }
     case hvdlAllToAllBruck:
       for (int m = 1; m < n; m *= 2) {

@@ -32,7 +32,7 @@ def no_model_file(monkeypatch):
 
 @pytest.mark.parametrize("terms", TERMS)
 @pytest.mark.parametrize(
-    "layout", [(256, 32, 8), (64, 1, 64), (1024, 128, 8)], ids=lambda x: f"{x[0]}r{x[1]}h"
+    "layout", [(64, 1, 64), (1024, 128, 8), (4096, 512, 8)], ids=lambda x: f"{x[0]}r{x[1]}h"
 )
 def test_the_selector_takes_bruck_for_small_blocks_on_many_ranks_and_pairwise_for_large(terms, layout):
     size, hosts, local = layout
@@ -77,3 +77,10 @@ def test_a_forced_algorithm_is_not_the_models_business(monkeypatch):
     # communicator's (tests/parallel/test_alltoall_algorithms.py forces it there).
     monkeypatch.setenv("HVD_LITE_ALLTOALL_ALGO", "bruck")
     assert plan(64, 8, 8, 1 << 20, {})["algorithm"] == "pairwise"
+
+
+@pytest.mark.parametrize("terms", TERMS)
+def test_a_few_ranks_on_one_host_take_pairwise_whose_messages_overlap(terms):
+    for n in (3, 4, 8):
+        p = plan(n, 1, n, 64, TERMS[terms])
+        assert p["algorithm"] == "pairwise", (n, p)
