@@ -10,7 +10,8 @@ EW_VICTIM2, if set) dies at step EW_KILL_AT (EW_KILL_AT2), how EW_HOW says:
 A reset callback records the restored state (the commit the survivors rolled back to); after
 training every survivor trains a fresh copy from that record over the same steps through the same
 collectives (the reference), and rank 0 prints one RESULT line: whether every rank's weights are
-identical, whether they match the reference, the sizes after each reset, the step.
+identical (bit for bit), whether they match the reference (to float32 rounding: which gradients fuse
+depends on timing, and with it the ring's order of summation), the sizes after each reset, the step.
 """
 
 import copy
@@ -94,7 +95,9 @@ def main():
     ref_opt.load_state_dict(opt_sd)
     for step in range(step0, STEPS):
         one_step(ref_model, ref_opt, step)
-    equal_ref = all(torch.equal(a, b) for a, b in zip(mine, ref_model.parameters()))
+    # Equal up to float32 rounding: the ring's reduction order follows each tensor's place in a
+    # fused buffer, and which gradients fuse depends on timing, in the run as in the reference.
+    equal_ref = all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(mine, ref_model.parameters()))
     if hvd.rank() == 0:
         sizes = [r[3] for r in rolled_back]
         steps = [r[0] for r in rolled_back]

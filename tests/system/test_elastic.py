@@ -258,6 +258,62 @@ HOSTS_WORKER = os.path.join(ROOT, "tests", "system", "elastic_hosts_worker.py")
 GROW_BOUND_S = 60  # three launches of a 2-, 4- and 2-rank NumPy job: see the time it prints
 
 
+# DistributedGradientTape over a Keras model in a TensorFlowKerasState: world rank 1 dies at step 7.
+TF_SHRINK_WORKER = """
+import os, signal, sys
+import numpy as np
+import tensorflow as tf
+import hvd_lite.tensorflow as hvd
+
+hvd.init()
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+opt = tf.keras.optimizers.SGD(0.05)
+state = hvd.elastic.TensorFlowKerasState(model, opt, step=0)
+sizes = []
+state.register_reset_callbacks([lambda: sizes.append(hvd.size())])
+world_rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+
+
+@hvd.elastic.run
+def train(state):
+    while state.step < 12:
+        if world_rank == 1 and state.step == 7:
+            os.kill(os.getpid(), signal.SIGKILL)
+        x = np.random.default_rng(100 * state.step + hvd.rank()).standard_normal((8, 4)).astype(np.float32)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - 1.0) ** 2)
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        state.step += 1
+        if state.step % 3 == 0:
+            state.commit()
+
+
+train(state)
+weights = hvd.allgather_object([v.numpy().tolist() for v in model.trainable_variables])
+if hvd.rank() == 0:
+    same = all(w == weights[0] for w in weights)
+    sys.stdout.write(f"RESULT identical={same} sizes={sizes} step={state.step}\\n")
+    sys.stdout.flush()
+"""
+
+
+def test_a_tensorflow_job_shrinks_in_place_with_distributed_gradient_tape(tmp_path):
+    needs_shrink()
+    pytest.importorskip("tensorflow")
+    res, _, took, _ = elastic_run(
+        tmp_path,
+        *("--elastic-mode", "shrink", "-np", "3", "--min-np", "2"),
+        *(sys.executable, "-c", TF_SHRINK_WORKER),
+        extra={"TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "2 of 3 rank(s) go on in place" in res.stderr, res.stderr
+    assert tagged(res.stdout, "RESULT") == ["identical=True sizes=[2] step=12"], res.stdout + res.stderr
+    assert took < TIMEOUT
+
+
 def test_a_job_grows_from_2_to_4_ranks_and_shrinks_back_as_discovery_says_without_a_rollback(tmp_path):
     """The discovery script's output changes while the job runs (elastic_hosts_worker.py rewrites the
     file it reads): each change ends the job at the next check or commit, on every rank at once, and
