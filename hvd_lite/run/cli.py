@@ -390,7 +390,7 @@ def _main(argv: Optional[List[str]]) -> int:
                 np=np,
                 hosts=hosts,
                 hostfile=args.hostfile,
-                mpi_args=args.mpi_args,
+                mpi_args=mpi_args,
                 knob_env=_knobs(args),
                 tag_output=args.tag_output,
                 mpirun=args.mpirun,
