@@ -215,12 +215,14 @@ typedef enum {
 /* All-gather algorithms (docs/algorithms.md). A forced one runs at every size. */
 typedef enum {
   hvdlAllGatherAuto = 0,
-  hvdlAllGatherRing = 1,  /* "ring": pipelined ring */
-  hvdlAllGatherRd = 2,    /* "rd": recursive doubling, nearest partner first */
-  hvdlAllGatherRdFar = 3, /* "rd_far": recursive doubling, farthest partner first */
-  hvdlAllGatherShm = 4,   /* "shm": ranks all on one host, each writes its block into
+  hvdlAllGatherRing = 1,    /* "ring": pipelined ring */
+  hvdlAllGatherRd = 2,      /* "rd": recursive doubling, nearest partner first */
+  hvdlAllGatherRdFar = 3,   /* "rd_far": recursive doubling, farthest partner first */
+  hvdlAllGatherShm = 4,     /* "shm": ranks all on one host, each writes its block into
                               every other's result (process_vm_writev) */
-  hvdlNumAllGatherAlgos = 5
+  hvdlAllGatherHierP2p = 5, /* "hier_p2p": within hosts, across hosts, within hosts, over
+                               point-to-point messages (hosts of the same size) */
+  hvdlNumAllGatherAlgos = 6
 } hvdlAllGatherAlgorithm_t;
 
 /* Reduce-scatter algorithms (docs/algorithms.md). A forced one runs at every size. */

@@ -144,7 +144,7 @@ COLLS = {
     "allgather": (
         "allgather",
         "HVD_LITE_ALLGATHER_ALGO",
-        ["auto", "ring", "rd", "rd_far"],
+        ["auto", "ring", "rd", "rd_far", "hier_p2p"],
         [
             "ompi",
             "mpich",
@@ -616,7 +616,8 @@ def main(argv=None) -> int:
     if args.check:  # every algorithm of every collective
         bad = 0
         hosts = PLATFORMS[args.platform][0]
-        runs = [("allreduce", a, a, {}) for a in HVDL_ALGOS if a != "hier_p2p"]
+        HIER = ("hier_p2p",)  # on hosts of one size only
+        runs = [("allreduce", a, a, {}) for a in HVDL_ALGOS if a not in HIER]
         if hosts > 1:  # hier_p2p needs hosts of one size: emulated hosts of 4, and 6 ranks a host
             runs += [
                 ("allreduce", "hier_p2p", "hier_p2p/4", {"env_extra": {"HVD_LITE_RANKS_PER_HOST": "4"}}),
@@ -629,10 +630,24 @@ def main(argv=None) -> int:
             hosts_of_4 = {"env_extra": {"HVD_LITE_RANKS_PER_HOST": "4"}}
             runs += [("allreduce", "adasum_hier", "adasum_hier/4", hosts_of_4)]
         runs += [("broadcast", a, a, {}) for a in COLLS["broadcast"][2]]
-        runs += [(c, a, a, {}) for c in ("allgather", "reducescatter") for a in COLLS[c][2]]
+        runs += [(c, a, a, {}) for c in ("allgather", "reducescatter") for a in COLLS[c][2] if a not in HIER]
+        if hosts > 1:  # the same emulated hosts of 4, and 6 ranks a host, for the two-level ones
+            runs += [
+                (c, a, f"{a}/{k}", how)
+                for c in ("allgather", "reducescatter")
+                for a in COLLS[c][2]
+                if a in HIER
+                for k, how in (
+                    (4, {"env_extra": {"HVD_LITE_RANKS_PER_HOST": "4"}}),
+                    (6, {"per_host": 6, "ranks": 6 * min(hosts, ranks // 6)}),
+                )
+            ]
+
         # The all-gather's and reduce-scatter's buffers are n equal float32 blocks: sizes rounded down
-        # to a multiple of 4n bytes.
-        blocks = sorted({max(s - s % (4 * ranks), 4 * ranks) for s in sizes})
+        # to a multiple of 4n bytes (n the run's ranks).
+        def blocks(n):
+            return sorted({max(s - s % (4 * n), 4 * n) for s in sizes})
+
         bar = progress.Progress("simulate --check", len(runs), not args.quiet)
         for coll, a, label, how in runs:
             bar.point(f"{coll} {label}")
@@ -640,7 +655,7 @@ def main(argv=None) -> int:
             size = ADASUM_TYPES[how.get("dtype", "float32")]
             run_sizes = sizes
             if coll in ("allgather", "reducescatter"):
-                run_sizes = blocks
+                run_sizes = blocks(how.get("ranks", ranks))
             elif a in ADASUM_FORMS:  # whole elements of the type
                 run_sizes = sorted({s + -s % size for s in sizes})
                 # The types differ only in the kernels' loads, stores and rounding, which the smaller

@@ -67,6 +67,14 @@ hvdlResult_t hvdl_allreduce_hier_p2p_lanes(hvdlComm_t comm, const void *sendbuff
                                            hvdl_lane_fn lane_fn, void *arg);
 /* This rank's host, as a group. */
 const struct hvdl_group *hvdl_hier_p2p_local(const struct hvdl_hier_p2p *h);
+/* Every host's ranks: H hosts numbered by their lowest ranks, in order, of L ranks each;
+ * local rank i of host g (its i-th lowest) is ranks[g * L + i]; this rank is local rank
+ * `local` of host `host`. */
+struct hvdl_host_grid {
+  int hosts, per_host, host, local;
+  const int *ranks;
+};
+const struct hvdl_host_grid *hvdl_hier_p2p_grid(const struct hvdl_hier_p2p *h);
 
 /* Adasum (allreduce_adasum.c; hvdl.h's hvdlAdasum): the buffer holds ntensors tensors of
  * counts[t] elements one after another, each with its own dot product and norms; dt is
@@ -158,6 +166,10 @@ hvdlResult_t hvdl_allgatherv_rd(hvdlComm_t comm, const void *sendbuff, void *rec
                                 const size_t *counts, hvdlDataType_t dt, int far_first);
 hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                          const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op);
+/* The two-level all-gather over messages (allgather_hier_p2p.c), on comm->hier_p2p's grid
+ * (several hosts of the same size; the selector's to check). */
+hvdlResult_t hvdl_allgatherv_hier_p2p(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                      const size_t *counts, hvdlDataType_t dt);
 /* The all-gather of ranks all on one host (allgather_shm.c): in one step through the
  * segment's areas up to SHM_ALLGATHER_MIN bytes in all where that fits an area, else the
  * single copy, which needs comm->shm->cma (the selector's to check). */

@@ -92,6 +92,8 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
     if (across.allReduceAlgorithm == hvdlAlgoHierarchical ||
         across.allReduceAlgorithm == hvdlAlgoHierP2p) /* the lanes: the selector's choice */
       across.allReduceAlgorithm = hvdlAlgoAuto;
+    if (across.allGatherAlgorithm == hvdlAllGatherHierP2p) /* a lane only all-reduces */
+      across.allGatherAlgorithm = hvdlAllGatherAuto;
     res = split_lanes(comm, comm->mpi, &lane);
     if (res == hvdlSuccess && lane != MPI_COMM_NULL) {
       res = new_comm(&comm->cross, lane, &across, 1);

@@ -162,8 +162,8 @@ const char *hvdl_bcast_algo_name(int algo) {
 
 /* HVD_LITE_ALLGATHER_ALGO's and HVD_LITE_REDUCESCATTER_ALGO's names, indexed by
  * hvdlAllGatherAlgorithm_t and hvdlReduceScatterAlgorithm_t. */
-static const char *const allgather_names[hvdlNumAllGatherAlgos] = {"auto", "ring", "rd", "rd_far",
-                                                                   "shm"};
+static const char *const allgather_names[hvdlNumAllGatherAlgos] = {"auto",   "ring", "rd",
+                                                                   "rd_far", "shm",  "hier_p2p"};
 static const char *const reducescatter_names[hvdlNumReduceScatterAlgos] = {"auto", "ring",
                                                                            "halving", "shm"};
 
@@ -272,7 +272,7 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
   HVDL_CHECK(env_choice("HVD_LITE_BROADCAST_ALGO", bcast_names, hvdlNumBcastAlgos,
                         "auto, chain, tree, scatter or shm", &config->broadcastAlgorithm));
   HVDL_CHECK(env_choice("HVD_LITE_ALLGATHER_ALGO", allgather_names, hvdlNumAllGatherAlgos,
-                        "auto, ring, rd, rd_far or shm", &config->allGatherAlgorithm));
+                        "auto, ring, rd, rd_far, shm or hier_p2p", &config->allGatherAlgorithm));
   HVDL_CHECK(env_choice("HVD_LITE_REDUCESCATTER_ALGO", reducescatter_names,
                         hvdlNumReduceScatterAlgos, "auto, ring, halving or shm",
                         &config->reduceScatterAlgorithm));

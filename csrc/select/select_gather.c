@@ -37,6 +37,13 @@
  *             a(2B/p) + B/p gamma, as rd_far's first
  *   (n > p adds the fold: a(B/n) and a(B) for the all-gathers, a(B) + B gamma
  *   and a(B/n) for the reduce-scatter; within a host, across when L = 1)
+ *   hier_p2p  (H hosts of L > 1 ranks, comm->hier_p2p; k = ceil((H-1)/L)) three
+ *             steps, each priced as hier_p2p's all-reduce prices a step of messages
+ *             at once (select_allreduce.c): one latency and the bytes of the busiest
+ *             end. Within the host a rank's L-1 blocks, a_intra((L-1) B/n); across,
+ *             alpha(B/H) + (H-1)/H B beta, every remote host-block of B/H through
+ *             the NIC once; within again a_intra of the larger of what a rank sends,
+ *             (L-1) k B/H, and what it receives, (H-1)/H (L-1)/L B
  */
 static double step(const hvdlComm_t comm, int across, double s) {
   return hvdl_select_step(&comm->model, across, comm->local_size, s);
@@ -69,6 +76,16 @@ double hvdl_select_predict_allgather(hvdlComm_t comm, hvdlAllGatherAlgorithm_t a
       t = step(comm, multi && p / 2 >= L, first_or_last(p, b));
       for (int m = p / 4; m >= 1; m /= 2) t += step(comm, multi && m >= L, b / (2.0 * m));
       break;
+    case hvdlAllGatherHierP2p: {
+      if (!comm->hier_p2p || L <= 1) return -1;
+      const struct hvdl_cost_model *c = &comm->model;
+      const int H = comm->hosts, k = (H - 1 + L - 1) / L;
+      const double host_block = b / H, sent = (L - 1.0) * k * host_block;
+      const double received = (H - 1.0) / H * (L - 1.0) / L * b;
+      return step(comm, 0, (L - 1.0) * b / n) + hvdl_select_alpha_inter(c, host_block) +
+             (H - 1) * host_block * c->beta[HVDL_LINK_INTER] +
+             step(comm, 0, sent > received ? sent : received);
+    }
     default: return -1;
   }
   if (p < n) t += step(comm, multi && L <= 1, b / n) + step(comm, multi && L <= 1, b);
@@ -95,7 +112,10 @@ double hvdl_select_predict_reducescatter(hvdlComm_t comm, hvdlReduceScatterAlgor
   }
 }
 
-const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo) {
+const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
+                                             int fewest, char *why_buf, size_t why_len) {
+  if (algo == hvdlAllGatherHierP2p)
+    return hvdl_select_hier_p2p_cannot_run(comm, fewest, why_buf, why_len);
   return algo == hvdlAllGatherShm ? hvdl_cma_off_reason(comm) : NULL;
 }
 
@@ -138,6 +158,8 @@ hvdlResult_t hvdl_allgather_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
     case hvdlAllGatherRd: return hvdl_allgatherv_rd(comm, sendbuff, recvbuff, counts, dt, 0);
     case hvdlAllGatherRdFar: return hvdl_allgatherv_rd(comm, sendbuff, recvbuff, counts, dt, 1);
     case hvdlAllGatherShm: return hvdl_allgatherv_shm(comm, sendbuff, recvbuff, counts, dt);
+    case hvdlAllGatherHierP2p:
+      return hvdl_allgatherv_hier_p2p(comm, sendbuff, recvbuff, counts, dt);
     default:
       return hvdl_fail(comm, hvdlInternalError, "all-gather algorithm %d (%s) is not available",
                        (int)algo, hvdl_allgather_algo_name(algo));
