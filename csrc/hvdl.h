@@ -209,7 +209,9 @@ typedef enum {
   hvdlBcastScatter = 3, /* "scatter": binomial scatter of n blocks + ring all-gather */
   hvdlBcastShm = 4,     /* "shm": ranks all on one host, each reads the root's buffer
                             (process_vm_readv) */
-  hvdlNumBcastAlgos = 5
+  hvdlBcastHierP2p = 5, /* "hier_p2p": k-nomial trees among one rank a host and within each
+                            host, over point-to-point messages (hosts of the same size) */
+  hvdlNumBcastAlgos = 6
 } hvdlBroadcastAlgorithm_t;
 
 /* All-gather algorithms (docs/algorithms.md). A forced one runs at every size. */

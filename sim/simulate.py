@@ -120,7 +120,7 @@ COLLS = {
     "broadcast": (
         "bcast",
         "HVD_LITE_BROADCAST_ALGO",
-        ["auto", "chain", "tree", "scatter"],
+        ["auto", "chain", "tree", "scatter", "hier_p2p"],
         [
             "ompi",
             "mpich",
@@ -629,12 +629,12 @@ def main(argv=None) -> int:
         if ranks % 4 == 0:  # hosts of one size
             hosts_of_4 = {"env_extra": {"HVD_LITE_RANKS_PER_HOST": "4"}}
             runs += [("allreduce", "adasum_hier", "adasum_hier/4", hosts_of_4)]
-        runs += [("broadcast", a, a, {}) for a in COLLS["broadcast"][2]]
-        runs += [(c, a, a, {}) for c in ("allgather", "reducescatter") for a in COLLS[c][2] if a not in HIER]
+        others = ("broadcast", "allgather", "reducescatter")
+        runs += [(c, a, a, {}) for c in others for a in COLLS[c][2] if a not in HIER]
         if hosts > 1:  # the same emulated hosts of 4, and 6 ranks a host, for the two-level ones
             runs += [
                 (c, a, f"{a}/{k}", how)
-                for c in ("allgather", "reducescatter")
+                for c in others
                 for a in COLLS[c][2]
                 if a in HIER
                 for k, how in (

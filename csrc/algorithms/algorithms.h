@@ -68,11 +68,11 @@ hvdlResult_t hvdl_allreduce_hier_p2p_lanes(hvdlComm_t comm, const void *sendbuff
 /* This rank's host, as a group. */
 const struct hvdl_group *hvdl_hier_p2p_local(const struct hvdl_hier_p2p *h);
 /* Every host's ranks: H hosts numbered by their lowest ranks, in order, of L ranks each;
- * local rank i of host g (its i-th lowest) is ranks[g * L + i]; this rank is local rank
- * `local` of host `host`. */
+ * local rank i of host g (its i-th lowest) is ranks[g * L + i], and slot[r] = g * L + i
+ * for that rank r; this rank is local rank `local` of host `host`. */
 struct hvdl_host_grid {
   int hosts, per_host, host, local;
-  const int *ranks;
+  const int *ranks, *slot;
 };
 const struct hvdl_host_grid *hvdl_hier_p2p_grid(const struct hvdl_hier_p2p *h);
 
@@ -190,6 +190,11 @@ hvdlResult_t hvdl_broadcast_tree(hvdlComm_t comm, const void *sendbuff, void *re
                                  size_t count, hvdlDataType_t dt, int root);
 hvdlResult_t hvdl_broadcast_scatter(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                     size_t count, hvdlDataType_t dt, int root);
+/* The two-level broadcast over messages (broadcast_hier_p2p.c), on comm->hier_p2p's grid
+ * (several hosts of the same size; the selector's to check): k-nomial trees of radix
+ * `across` (2 or more) among one rank a host and of radix `within` in each host. */
+hvdlResult_t hvdl_broadcast_hier_p2p(hvdlComm_t comm, int across, int within, const void *sendbuff,
+                                     void *recvbuff, size_t count, hvdlDataType_t dt, int root);
 /* The broadcast of ranks all on one host (broadcast_shm.c): the single copy, which
  * needs comm->shm->cma (the selector's to check). */
 hvdlResult_t hvdl_broadcast_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,

@@ -87,7 +87,7 @@ struct hvdl_hier_p2p {
   struct hvdl_host_grid grid; /* every host's ranks (allgather_hier_p2p.c, broadcast_tree.c) */
   struct hvdl_msg *msgs;      /* one phase's messages within the host: at most 2(L-1) */
   MPI_Request *reqs;          /* and their requests */
-  int *grid_ranks;            /* grid.ranks: H * L */
+  int *grid_ranks;            /* grid.ranks, then grid.slot: n each */
   int ranks[];                /* the local group's ranks, then the cross group's */
 };
 
@@ -110,7 +110,7 @@ static hvdlResult_t build_grid(hvdlComm_t comm, struct hvdl_hier_p2p *h) {
   const int n = comm->size, L = h->local.size, H = n / L;
   int *first = malloc(sizeof(int) * (size_t)n), *index = malloc(sizeof(int) * (size_t)n);
   int *seen = calloc((size_t)n, sizeof(int));
-  h->grid_ranks = malloc(sizeof(int) * (size_t)n);
+  h->grid_ranks = malloc(2 * sizeof(int) * (size_t)n);
   hvdlResult_t res = hvdlSuccess;
   if (!first || !index || !seen || !h->grid_ranks)
     res = hvdl_fail(comm, hvdlSystemError, "hvdl_hier_p2p_init: out of memory");
@@ -128,13 +128,14 @@ static hvdlResult_t build_grid(hvdlComm_t comm, struct hvdl_hier_p2p *h) {
       if (g >= H || i >= L)
         res = hvdl_fail(comm, hvdlInternalError, "hvdl_hier_p2p_init: hosts of different sizes");
       else
-        h->grid_ranks[g * L + i] = r;
+        h->grid_ranks[g * L + i] = r, h->grid_ranks[n + r] = g * L + i;
     }
     h->grid = (struct hvdl_host_grid){.hosts = H,
                                       .per_host = L,
                                       .host = index[first[comm->rank]],
                                       .local = h->local.rank,
-                                      .ranks = h->grid_ranks};
+                                      .ranks = h->grid_ranks,
+                                      .slot = h->grid_ranks + n};
   }
   free(first);
   free(index);

@@ -94,6 +94,7 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
       across.allReduceAlgorithm = hvdlAlgoAuto;
     if (across.allGatherAlgorithm == hvdlAllGatherHierP2p) /* a lane only all-reduces */
       across.allGatherAlgorithm = hvdlAllGatherAuto;
+    if (across.broadcastAlgorithm == hvdlBcastHierP2p) across.broadcastAlgorithm = hvdlBcastAuto;
     res = split_lanes(comm, comm->mpi, &lane);
     if (res == hvdlSuccess && lane != MPI_COMM_NULL) {
       res = new_comm(&comm->cross, lane, &across, 1);

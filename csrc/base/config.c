@@ -153,8 +153,8 @@ int hvdl_algo_parse(const char *name) {
 }
 
 /* HVD_LITE_BROADCAST_ALGO's names, indexed by hvdlBroadcastAlgorithm_t. */
-static const char *const bcast_names[hvdlNumBcastAlgos] = {"auto", "chain", "tree", "scatter",
-                                                           "shm"};
+static const char *const bcast_names[hvdlNumBcastAlgos] = {"auto",    "chain", "tree",
+                                                           "scatter", "shm",   "hier_p2p"};
 
 const char *hvdl_bcast_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumBcastAlgos ? bcast_names[algo] : "?";
@@ -270,7 +270,8 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
     config->allReduceAlgorithm = a;
   }
   HVDL_CHECK(env_choice("HVD_LITE_BROADCAST_ALGO", bcast_names, hvdlNumBcastAlgos,
-                        "auto, chain, tree, scatter or shm", &config->broadcastAlgorithm));
+                        "auto, chain, tree, scatter, shm or hier_p2p",
+                        &config->broadcastAlgorithm));
   HVDL_CHECK(env_choice("HVD_LITE_ALLGATHER_ALGO", allgather_names, hvdlNumAllGatherAlgos,
                         "auto, ring, rd, rd_far, shm or hier_p2p", &config->allGatherAlgorithm));
   HVDL_CHECK(env_choice("HVD_LITE_REDUCESCATTER_ALGO", reducescatter_names,

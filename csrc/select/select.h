@@ -95,9 +95,11 @@ hvdlResult_t hvdl_reducescatter_run(hvdlComm_t comm, hvdlReduceScatterAlgorithm_
 
 /* select_broadcast.c: the broadcast's choice for bytes (the same on every rank), the
  * model's time for one (negative if not a candidate), why this communicator cannot
- * run a forced one (NULL if it can), and the run. */
+ * run a forced one (NULL if it can; fewest and why_buf as for the all-gather), and the
+ * run. */
 hvdlBroadcastAlgorithm_t hvdl_select_broadcast(hvdlComm_t comm, size_t bytes);
-const char *hvdl_select_broadcast_cannot_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo);
+const char *hvdl_select_broadcast_cannot_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo,
+                                             int fewest, char *why_buf, size_t why_len);
 double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo, size_t bytes);
 hvdlResult_t hvdl_broadcast_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo,
                                 const void *sendbuff, void *recvbuff, size_t count,
