@@ -234,7 +234,9 @@ typedef enum {
   hvdlReduceScatterHalving = 2, /* "halving": recursive halving, neighbours first */
   hvdlReduceScatterShm = 3,     /* "shm": ranks all on one host, each reads its block from
                                     every other's sendbuff (process_vm_readv) */
-  hvdlNumReduceScatterAlgos = 4
+  hvdlReduceScatterHierP2p = 4, /* "hier_p2p": within hosts, across hosts, within hosts, over
+                                    point-to-point messages (hosts of the same size) */
+  hvdlNumReduceScatterAlgos = 5
 } hvdlReduceScatterAlgorithm_t;
 
 /* Library version as HVDL_VERSION_CODE. */

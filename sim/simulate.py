@@ -164,7 +164,7 @@ COLLS = {
     "reducescatter": (
         "reduce_scatter",
         "HVD_LITE_REDUCESCATTER_ALGO",
-        ["auto", "ring", "halving"],
+        ["auto", "ring", "halving", "hier_p2p"],
         [
             "ompi",
             "mpich",

@@ -166,10 +166,13 @@ hvdlResult_t hvdl_allgatherv_rd(hvdlComm_t comm, const void *sendbuff, void *rec
                                 const size_t *counts, hvdlDataType_t dt, int far_first);
 hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                          const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op);
-/* The two-level all-gather over messages (allgather_hier_p2p.c), on comm->hier_p2p's grid
- * (several hosts of the same size; the selector's to check). */
+/* The two-level all-gather and reduce-scatter over messages (allgather_hier_p2p.c,
+ * reducescatter_hier_p2p.c), on comm->hier_p2p's grid (several hosts of the same size;
+ * the selector's to check). */
 hvdlResult_t hvdl_allgatherv_hier_p2p(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                       const size_t *counts, hvdlDataType_t dt);
+hvdlResult_t hvdl_reducescatterv_hier_p2p(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                          const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op);
 /* The all-gather of ranks all on one host (allgather_shm.c): in one step through the
  * segment's areas up to SHM_ALLGATHER_MIN bytes in all where that fits an area, else the
  * single copy, which needs comm->shm->cma (the selector's to check). */

@@ -164,8 +164,8 @@ const char *hvdl_bcast_algo_name(int algo) {
  * hvdlAllGatherAlgorithm_t and hvdlReduceScatterAlgorithm_t. */
 static const char *const allgather_names[hvdlNumAllGatherAlgos] = {"auto",   "ring", "rd",
                                                                    "rd_far", "shm",  "hier_p2p"};
-static const char *const reducescatter_names[hvdlNumReduceScatterAlgos] = {"auto", "ring",
-                                                                           "halving", "shm"};
+static const char *const reducescatter_names[hvdlNumReduceScatterAlgos] = {
+    "auto", "ring", "halving", "shm", "hier_p2p"};
 
 const char *hvdl_allgather_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumAllGatherAlgos ? allgather_names[algo] : "?";
@@ -275,7 +275,7 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
   HVDL_CHECK(env_choice("HVD_LITE_ALLGATHER_ALGO", allgather_names, hvdlNumAllGatherAlgos,
                         "auto, ring, rd, rd_far, shm or hier_p2p", &config->allGatherAlgorithm));
   HVDL_CHECK(env_choice("HVD_LITE_REDUCESCATTER_ALGO", reducescatter_names,
-                        hvdlNumReduceScatterAlgos, "auto, ring, halving or shm",
+                        hvdlNumReduceScatterAlgos, "auto, ring, halving, shm or hier_p2p",
                         &config->reduceScatterAlgorithm));
   int k;
   HVDL_CHECK(

@@ -80,8 +80,8 @@ hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes);
  * fewest: the fewest ranks on one host; why_buf holds a composed reason. */
 const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
                                              int fewest, char *why_buf, size_t why_len);
-const char *hvdl_select_reducescatter_cannot_run(hvdlComm_t comm,
-                                                 hvdlReduceScatterAlgorithm_t algo);
+const char *hvdl_select_reducescatter_cannot_run(hvdlComm_t comm, hvdlReduceScatterAlgorithm_t algo,
+                                                 int fewest, char *why_buf, size_t why_len);
 double hvdl_select_predict_allgather(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo, size_t bytes);
 hvdlResult_t hvdl_allgather_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
                                 const void *sendbuff, void *recvbuff, const size_t *counts,

@@ -266,7 +266,7 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
   }
   /* Every rank sees the same layout and comm->shm (segment.c agrees on it), so every rank
    * refuses alike. */
-  char buf[160], gather_buf[160], bcast_buf[160];
+  char buf[160], gather_buf[160], bcast_buf[160], scatter_buf[160];
   const struct {
     const char *variable, *algo, *why;
   } forced[] = {
@@ -279,7 +279,8 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
        hvdl_select_broadcast_cannot_run(comm, (hvdlBroadcastAlgorithm_t)a.bcast, fewest, bcast_buf,
                                         sizeof bcast_buf)},
       {"HVD_LITE_REDUCESCATTER_ALGO", hvdl_reducescatter_algo_name(a.scatter),
-       hvdl_select_reducescatter_cannot_run(comm, (hvdlReduceScatterAlgorithm_t)a.scatter)},
+       hvdl_select_reducescatter_cannot_run(comm, (hvdlReduceScatterAlgorithm_t)a.scatter, fewest,
+                                            scatter_buf, sizeof scatter_buf)},
   };
   for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++)
     if (forced[i].why)

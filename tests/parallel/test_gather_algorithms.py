@@ -268,7 +268,7 @@ def test_the_selectors_pick_the_cheapest_modelled_the_ring_where_its_steps_are_f
     with make_comm(HVD_LITE_SHM=0) as c:
         picks = {}
         # hier_p2p (test_hier_p2p_collectives.py) needs several hosts: named, not modelled, on one.
-        for coll, names in (("allgather", GATHER + ["hier_p2p"]), ("reducescatter", SCATTER)):
+        for coll, names in (("allgather", GATHER + ["hier_p2p"]), ("reducescatter", SCATTER + ["hier_p2p"])):
             for nbytes in (4096, 1 << 20, 1 << 30):
                 plan = c.gather_plan(coll, nbytes)
                 picks[coll, nbytes] = plan["algorithm"]

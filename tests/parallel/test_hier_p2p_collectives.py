@@ -1,20 +1,35 @@
-"""The two-level all-gather and broadcast over point-to-point messages (csrc/algorithms/allgather_hier_p2p.c,
-broadcast_hier_p2p.c), forced by HVD_LITE_ALLGATHER_ALGO=hier_p2p and HVD_LITE_BROADCAST_ALGO=hier_p2p on
-hosts emulated with HVD_LITE_RANKS_PER_HOST under mpirun, on every layout of hosts of one size: exact
-results for every dtype (and every root and radix of the broadcast), in place and out of place, equal
-blocks through the C API's bare `_core.Comm` and uneven and empty blocks through the engine; the layouts
-they are refused on at init, saying why; and the selectors' considering them only where they can run."""
+"""The two-level all-gather, reduce-scatter and broadcast over point-to-point messages
+(csrc/algorithms/allgather_hier_p2p.c, reducescatter_hier_p2p.c, broadcast_hier_p2p.c), forced by
+HVD_LITE_ALLGATHER_ALGO, HVD_LITE_REDUCESCATTER_ALGO and HVD_LITE_BROADCAST_ALGO=hier_p2p on hosts
+emulated with HVD_LITE_RANKS_PER_HOST under mpirun, on every layout of hosts of one size: exact results
+for every dtype (every op of the reduce-scatter, every root and radix of the broadcast), in place and
+out of place, equal blocks through the C API's bare `_core.Comm` and uneven and empty blocks through the
+engine; the reduce-scatter's fixed order (hier_p2p's all-reduce's bits, reruns and in place alike); the
+layouts they are refused on at init, saying why; and the selectors' considering them only where they
+can run."""
 
 import numpy as np
 import pytest
 from conftest import agree, make_comm, raises_on_every_rank, reinit
-from helpers import MOVE_DTYPES, exact_inputs, same_bits
+from helpers import ALL_DTYPES, MOVE_DTYPES, exact_inputs, fold, same_bits
 from test_broadcast_algorithms import check as broadcast_ok
-from test_gather_algorithms import allgather_ok, counts, rows_of
+from test_gather_algorithms import (
+    HVD_OPS,
+    OPS,
+    allgather_ok,
+    code,
+    counts,
+    random_floats,
+    reducescatter_ok,
+    rows_of,
+)
 
 import hvd_lite as hvd
 
 pytestmark = pytest.mark.mpi
+
+
+KNOBS = ["HVD_LITE_ALLGATHER_ALGO", "HVD_LITE_REDUCESCATTER_ALGO", "HVD_LITE_BROADCAST_ALGO"]
 
 
 def layouts(n: int):
@@ -61,6 +76,74 @@ def test_hier_p2p_allgather_gathers_uneven_and_empty_blocks_through_the_engine()
     agree(not bad, f"wrong at (ranks a host, dtype, pattern, row shape) {bad[:5]}")
 
 
+def test_hier_p2p_reducescatter_reduces_every_dtype_and_op_exactly_on_every_layout_in_place_and_not():
+    n = hvd.size()
+    if n == 1:
+        pytest.skip("one rank is one host")
+    bad = []
+    for k in layouts(n):
+        with make_comm(HVD_LITE_REDUCESCATTER_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k) as c:
+            plan = c.gather_plan("reducescatter", 4096)
+            agree(plan["algorithm"] == "hier_p2p", f"hosts of {k}: {plan}")
+            for dtype in ALL_DTYPES:
+                for op in OPS:
+                    for count in counts(n) + [30_011]:
+                        for inplace in (False, True):
+                            if not reducescatter_ok(c, dtype, op, count, inplace, seed=count + k):
+                                bad.append((k, np.dtype(dtype).name, op, count, inplace))
+    agree(not bad, f"wrong at (ranks a host, dtype, op, count, in place) {bad[:5]}")
+
+
+def test_hier_p2p_reducescatter_reduces_uneven_and_empty_blocks_through_the_engine():
+    n, r = hvd.size(), hvd.rank()
+    if n == 1:
+        pytest.skip("one rank is one host")
+    bad = []
+    for k in layouts(n):
+        with reinit(HVD_LITE_REDUCESCATTER_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k):
+            for dtype in (np.float32, np.int32, np.float16):
+                for op in OPS:
+                    for rows in sorted({0, 1, n - 1, n + 1, 2 * n + 3, 101}):
+                        x = exact_inputs(dtype, rows * 3, r, seed=rows).reshape(rows, 3)
+                        full = fold(
+                            [exact_inputs(dtype, rows * 3, q, seed=rows) for q in range(n)], op, dtype
+                        ).reshape(rows, 3)
+                        starts = np.cumsum([0] + [rows // n + (q < rows % n) for q in range(n)])
+                        got = hvd.reducescatter(x, op=HVD_OPS[op])
+                        if not same_bits(got, full[starts[r] : starts[r + 1]]):
+                            bad.append((k, np.dtype(dtype).name, op, rows))
+    agree(not bad, f"wrong at (ranks a host, dtype, op, rows) {bad[:5]}")
+
+
+def test_hier_p2p_reducescatter_gives_hier_p2p_allreduces_bits_reruns_and_in_place_alike():
+    # Each host's ranks in turn, then the hosts in transport.h's tree: the hierarchical all-reduce's
+    # order, on order-dependent floats.
+    n, r = hvd.size(), hvd.rank()
+    if n == 1:
+        pytest.skip("one rank is one host")
+    for k in layouts(n):
+        env = {"HVD_LITE_REDUCESCATTER_ALGO": "hier_p2p", "HVD_LITE_ALLREDUCE_ALGO": "hier_p2p"}
+        with make_comm(HVD_LITE_RANKS_PER_HOST=k, **env) as c:
+            for count in (1, 777, 20_000):
+                for op in ("sum", "avg"):
+                    x = random_floats(n * count, 300 + r)
+                    every = np.empty_like(x)
+                    c.allreduce(x, every, code(np.float32), OPS[op])
+                    outs = [np.empty(count, np.float32) for _ in range(2)]
+                    for out in outs:
+                        c.reducescatter(x, out, code(np.float32), OPS[op])
+                    inplace = x.copy()
+                    c.reducescatter(inplace, inplace[r * count : (r + 1) * count], code(np.float32), OPS[op])
+                    want = every[r * count : (r + 1) * count]
+                    agree(
+                        same_bits(outs[0], want)
+                        and same_bits(outs[1], want)
+                        and same_bits(inplace[r * count : (r + 1) * count], want),
+                        f"hosts of {k}, count {count}, {op}: the reduce-scatter differs from the "
+                        "all-reduce's block",
+                    )
+
+
 # Cost-model files that make the selector take the broadcast's largest radix (every message's latency
 # dwarfs its bytes: 8, one level across up to 8 hosts) or its smallest (the bytes dwarf the latency: 2,
 # the binomial tree), each on both levels.
@@ -91,7 +174,7 @@ def test_hier_p2p_broadcast_gives_every_rank_the_roots_bytes_on_every_layout_roo
     agree(not bad, f"radix {radix}: wrong at (ranks a host, dtype, count, root, in place) {bad[:5]}")
 
 
-@pytest.mark.parametrize("knob", ["HVD_LITE_ALLGATHER_ALGO", "HVD_LITE_BROADCAST_ALGO"])
+@pytest.mark.parametrize("knob", KNOBS)
 def test_a_forced_hier_p2p_is_refused_at_init_on_one_host(knob):
     n = hvd.size()
     if n == 1:  # one rank runs anything (a copy)
@@ -110,7 +193,7 @@ def test_a_forced_hier_p2p_is_refused_at_init_on_one_host(knob):
     )
 
 
-@pytest.mark.parametrize("knob", ["HVD_LITE_ALLGATHER_ALGO", "HVD_LITE_BROADCAST_ALGO"])
+@pytest.mark.parametrize("knob", KNOBS)
 def test_a_forced_hier_p2p_is_refused_at_init_on_hosts_of_different_sizes(knob):
     n = hvd.size()
     if n < 3 or n % 2 == 0:
@@ -137,19 +220,20 @@ def test_the_broadcast_selector_considers_hier_p2p_only_on_hosts_of_one_size():
         agree(plan["predicted"]["hier_p2p"] is None and plan["algorithm"] != "hier_p2p", f"{plan}")
 
 
-def test_the_allgather_selector_considers_hier_p2p_only_on_hosts_of_one_size_with_several_ranks():
+@pytest.mark.parametrize("coll", ["allgather", "reducescatter"])
+def test_the_gather_selectors_consider_hier_p2p_only_on_hosts_of_one_size_with_several_ranks(coll):
     n = hvd.size()
     with make_comm(HVD_LITE_SHM=0) as c:
-        agree(c.gather_plan("allgather", 1 << 20)["predicted"]["hier_p2p"] is None, "one host: predicted")
+        agree(c.gather_plan(coll, 1 << 20)["predicted"]["hier_p2p"] is None, "one host: predicted")
     if n >= 4 and n % 2 == 0:
         with make_comm(HVD_LITE_SHM=0, HVD_LITE_RANKS_PER_HOST=2) as c:
-            plan = c.gather_plan("allgather", 1 << 20)
+            plan = c.gather_plan(coll, 1 << 20)
         agree(plan["predicted"]["hier_p2p"] is not None, f"hosts of 2: {plan}")
     if n >= 2:  # hosts of one rank: nothing to share within a host
         with make_comm(HVD_LITE_SHM=0, HVD_LITE_RANKS_PER_HOST=1) as c:
-            plan = c.gather_plan("allgather", 1 << 20)
+            plan = c.gather_plan(coll, 1 << 20)
         agree(plan["predicted"]["hier_p2p"] is None and plan["algorithm"] != "hier_p2p", f"{plan}")
     if n >= 3 and n % 2 == 1:
         with make_comm(HVD_LITE_SHM=0, HVD_LITE_RANKS_PER_HOST=2) as c:
-            plan = c.gather_plan("allgather", 1 << 20)
+            plan = c.gather_plan(coll, 1 << 20)
         agree(plan["predicted"]["hier_p2p"] is None and plan["algorithm"] != "hier_p2p", f"{plan}")
