@@ -13,8 +13,9 @@
  * host's blocks below depend on its L, and the ranks that carry block b across
  * hosts must hold the same range on every host. The same init also makes the
  * grid (hvdl_hier_p2p_grid): every host's ranks, the hosts numbered by their
- * lowest ranks, for the two-level all-gather and broadcast (allgather_hier_p2p.c,
- * broadcast_tree.c) on this layout; one all-gather of an int per rank.
+ * lowest ranks, for the two-level all-gather, reduce-scatter and broadcast
+ * (allgather_hier_p2p.c, reducescatter_hier_p2p.c, broadcast_hier_p2p.c) on this
+ * layout; one all-gather of an int per rank.
  *
  * The schedule at local rank j of a host of L (any L >= 1), B bytes, the
  * buffer cut into `lanes` blocks (base.h's even cut, hvdl_block_start; 1 <=
@@ -84,7 +85,7 @@
 
 struct hvdl_hier_p2p {
   struct hvdl_group local, cross;
-  struct hvdl_host_grid grid; /* every host's ranks (allgather_hier_p2p.c, broadcast_tree.c) */
+  struct hvdl_host_grid grid; /* every host's ranks, for the two-level collectives */
   struct hvdl_msg *msgs;      /* one phase's messages within the host: at most 2(L-1) */
   MPI_Request *reqs;          /* and their requests */
   int *grid_ranks;            /* grid.ranks, then grid.slot: n each */

@@ -34,7 +34,7 @@
  *            radix 8 with B small is where one latency for many copies pays,
  *            as in MVAPICH2's k-nomial broadcast
  *
- * auto takes the cheapest of chain, tree and hier_p2p (a tie: the earlier). Scatter runs only
+ * auto takes the cheapest of chain, tree and hier_p2p (a tie: hier_p2p, then the chain). Scatter runs only
  * when forced: in the simulation (docs/scale.md, 64 ranks) its n-1 ring steps
  * each pay SMPI's latency of a 64 KiB message, 23 us across hosts against the
  * model's 10, and it lost to the tree at 4 MiB (2.26 ms against 1.45), as
@@ -104,11 +104,13 @@ hvdlBroadcastAlgorithm_t hvdl_select_broadcast(hvdlComm_t comm, size_t bytes) {
     return hvdlBcastShm; /* its single copy */
   hvdlBroadcastAlgorithm_t best = hvdlBcastChain;
   double best_t = hvdl_select_predict_broadcast(comm, best, bytes);
-  static const hvdlBroadcastAlgorithm_t others[] = {hvdlBcastTree, hvdlBcastHierP2p};
-  for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
-    const double t = hvdl_select_predict_broadcast(comm, others[i], bytes);
-    if (t >= 0 && t < best_t) best = others[i], best_t = t;
-  }
+  const double tree_t = hvdl_select_predict_broadcast(comm, hvdlBcastTree, bytes);
+  if (tree_t < best_t) best = hvdlBcastTree, best_t = tree_t;
+  /* A tie goes to hier_p2p: with radix 2 on both levels it is the binomial tree's
+   * levels, its leaders sending within their host while they forward across; the
+   * tolerance keeps the tie from turning on the last bits of two sums. */
+  const double hier_t = hvdl_select_predict_broadcast(comm, hvdlBcastHierP2p, bytes);
+  if (hier_t >= 0 && hier_t <= best_t * (1 + 1e-9)) best = hvdlBcastHierP2p;
   return best;
 }
 
