@@ -75,6 +75,13 @@ struct hvdl_host_grid {
   const int *ranks, *slot;
 };
 const struct hvdl_host_grid *hvdl_hier_p2p_grid(const struct hvdl_hier_p2p *h);
+/* The rank of local rank i of host `host` (taken mod H). */
+int hvdl_grid_rank(const struct hvdl_host_grid *g, int host, int i);
+/* The run of consecutive ranks of host `host` from its local rank i: its blocks' elements
+ * [*at, *at + *len) of a buffer of blocks in rank order (counts[k] elements of rank k);
+ * returns the local rank past the run. A host's ranks are one run when placed by host. */
+int hvdl_grid_run(const struct hvdl_host_grid *g, const size_t *counts, int host, int i, size_t *at,
+                  size_t *len);
 
 /* Adasum (allreduce_adasum.c; hvdl.h's hvdlAdasum): the buffer holds ntensors tensors of
  * counts[t] elements one after another, each with its own dot product and norms; dt is

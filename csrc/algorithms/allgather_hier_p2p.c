@@ -68,17 +68,11 @@ struct place {
 /* Host-block `host` to or from `peer`: a message for each run of consecutive ranks
  * of the host (one where ranks are placed by host, at most L). */
 static void add_host_block(struct place *p, int host, int peer, int recv) {
-  const int L = p->g->per_host, *ranks = p->g->ranks + (size_t)host * L;
-  for (int i = 0, end; i < L; i = end) {
-    for (end = i + 1; end < L && ranks[end] == ranks[end - 1] + 1;) end++;
-    const size_t at = hvdl_before(p->counts, ranks[i]);
-    const size_t len = hvdl_before(p->counts, ranks[end - 1] + 1) - at;
+  size_t at, len;
+  for (int i = 0; i < p->g->per_host;) {
+    i = hvdl_grid_run(p->g, p->counts, host, i, &at, &len);
     p->msgs[p->nm++] = (struct hvdl_msg){peer, recv, p->recv + at * p->esize, len * p->esize};
   }
-}
-
-static int grid_rank(const struct hvdl_host_grid *g, int host, int local) {
-  return g->ranks[(size_t)((host % g->hosts + g->hosts) % g->hosts) * g->per_host + local];
 }
 
 hvdlResult_t hvdl_allgatherv_hier_p2p(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
@@ -106,7 +100,7 @@ hvdlResult_t hvdl_allgatherv_hier_p2p(hvdlComm_t comm, const void *sendbuff, voi
   /* 1. within the host: this rank's block to and from every other rank of it */
   for (int i = 0; i < L; i++) {
     if (i == j) continue;
-    const int peer = grid_rank(g, h, i);
+    const int peer = hvdl_grid_rank(g, h, i);
     const size_t at = hvdl_before(counts, peer) * esize;
     p.msgs[p.nm++] = (struct hvdl_msg){peer, 1, (char *)recvbuff + at, counts[peer] * esize};
     p.msgs[p.nm++] = (struct hvdl_msg){peer, 0, own, counts[r] * esize};
@@ -116,8 +110,8 @@ hvdlResult_t hvdl_allgatherv_hier_p2p(hvdlComm_t comm, const void *sendbuff, voi
   /* 2. across: host-block h out to hosts h+d, host-blocks h-d in, for d in D(j) */
   p.nm = 0;
   for (int d = j + 1; d < H; d += L) {
-    add_host_block(&p, (h - d + H) % H, grid_rank(g, h - d, j), 1);
-    add_host_block(&p, h, grid_rank(g, h + d, j), 0);
+    add_host_block(&p, (h - d + H) % H, hvdl_grid_rank(g, h - d, j), 1);
+    add_host_block(&p, h, hvdl_grid_rank(g, h + d, j), 0);
   }
   HVDL_CHECK(hvdl_pair_exchange_set(comm, AG_HIER_ACROSS_TAG, p.nm, p.msgs, reqs));
 
@@ -125,7 +119,7 @@ hvdlResult_t hvdl_allgatherv_hier_p2p(hvdlComm_t comm, const void *sendbuff, voi
   p.nm = 0;
   for (int i = 0; i < L; i++) {
     if (i == j) continue;
-    const int peer = grid_rank(g, h, i);
+    const int peer = hvdl_grid_rank(g, h, i);
     for (int d = i + 1; d < H; d += L) add_host_block(&p, (h - d + H) % H, peer, 1);
     for (int d = j + 1; d < H; d += L) add_host_block(&p, (h - d + H) % H, peer, 0);
   }

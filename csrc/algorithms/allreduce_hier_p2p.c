@@ -96,6 +96,20 @@ const struct hvdl_group *hvdl_hier_p2p_local(const struct hvdl_hier_p2p *h) { re
 
 const struct hvdl_host_grid *hvdl_hier_p2p_grid(const struct hvdl_hier_p2p *h) { return &h->grid; }
 
+int hvdl_grid_rank(const struct hvdl_host_grid *g, int host, int i) {
+  return g->ranks[(size_t)((host % g->hosts + g->hosts) % g->hosts) * g->per_host + i];
+}
+
+int hvdl_grid_run(const struct hvdl_host_grid *g, const size_t *counts, int host, int i, size_t *at,
+                  size_t *len) {
+  int end = i + 1;
+  while (end < g->per_host && hvdl_grid_rank(g, host, end) == hvdl_grid_rank(g, host, end - 1) + 1)
+    end++;
+  *at = hvdl_before(counts, hvdl_grid_rank(g, host, i));
+  *len = hvdl_before(counts, hvdl_grid_rank(g, host, end - 1) + 1) - *at;
+  return end;
+}
+
 void hvdl_hier_p2p_free(struct hvdl_hier_p2p *h) {
   if (!h) return;
   free(h->msgs);

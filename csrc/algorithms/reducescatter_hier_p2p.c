@@ -71,14 +71,10 @@ struct layout {
   int nm;
 };
 
-static int at(const struct hvdl_host_grid *g, int host, int local) {
-  return g->ranks[(size_t)((host % g->hosts + g->hosts) % g->hosts) * g->per_host + local];
-}
-
 /* Elements of host-block `host`, and of its local ranks below i (block i's offset in it packed). */
 static size_t host_block(const struct layout *y, int host, int i) {
   size_t s = 0;
-  for (int q = 0; q < i; q++) s += y->counts[at(y->g, host, q)];
+  for (int q = 0; q < i; q++) s += y->counts[hvdl_grid_rank(y->g, host, q)];
   return s;
 }
 
@@ -86,17 +82,11 @@ static size_t host_block(const struct layout *y, int host, int i) {
  * ranks; or (packed != NULL) from peer into packed, the same runs one after another. */
 static void add_host_block(struct layout *y, int host, int peer, const char *sendbuff,
                            char *packed) {
-  const int L = y->g->per_host;
-  size_t off = 0;
-  for (int i = 0, end; i < L; i = end) {
-    const int first = at(y->g, host, i);
-    for (end = i + 1; end < L && at(y->g, host, end) == at(y->g, host, end - 1) + 1;) end++;
-    const size_t len =
-        hvdl_before(y->counts, at(y->g, host, end - 1) + 1) - hvdl_before(y->counts, first);
-    char *buf = packed ? packed + off * y->esize
-                       : (char *)sendbuff + hvdl_before(y->counts, first) * y->esize;
+  size_t off = 0, at, len;
+  for (int i = 0; i < y->g->per_host; off += len) {
+    i = hvdl_grid_run(y->g, y->counts, host, i, &at, &len);
+    char *buf = packed ? packed + off * y->esize : (char *)sendbuff + at * y->esize;
     y->msgs[y->nm++] = (struct hvdl_msg){peer, packed != NULL, buf, len * y->esize};
-    off += len;
   }
 }
 
@@ -104,7 +94,7 @@ static void add_host_block(struct layout *y, int host, int peer, const char *sen
  * block (h, i); its length in elements. */
 static size_t share_len(const struct layout *y, int i) {
   const int H = y->g->hosts, L = y->g->per_host, h = y->g->host;
-  size_t s = y->counts[at(y->g, h, i)];
+  size_t s = y->counts[hvdl_grid_rank(y->g, h, i)];
   for (int d = i + 1; d < H; d += L) s += host_block(y, h + d, L);
   return s;
 }
@@ -118,7 +108,7 @@ static void add_share(struct layout *y, int i, int peer, const char *sendbuff, c
     add_host_block(y, h + d, peer, sendbuff, packed ? packed + off * y->esize : NULL);
     off += host_block(y, h + d, L);
   }
-  const int owner = at(y->g, h, i);
+  const int owner = hvdl_grid_rank(y->g, h, i);
   char *buf = packed ? packed + off * y->esize
                      : (char *)sendbuff + hvdl_before(y->counts, owner) * y->esize;
   y->msgs[y->nm++] = (struct hvdl_msg){peer, packed != NULL, buf, y->counts[owner] * y->esize};
@@ -182,7 +172,7 @@ hvdlResult_t hvdl_reducescatterv_hier_p2p(hvdlComm_t comm, const void *sendbuff,
   /* 1. within: every rank's input of this rank's share in, each peer's share out */
   for (int i = 0; i < L; i++) {
     if (i == j) continue;
-    const int peer = at(g, h, i);
+    const int peer = hvdl_grid_rank(g, h, i);
     add_share(&y, j, peer, sendbuff, area + (size_t)i * sz.share * esize);
     add_share(&y, i, peer, sendbuff, NULL);
   }
@@ -206,8 +196,10 @@ hvdlResult_t hvdl_reducescatterv_hier_p2p(hvdlComm_t comm, const void *sendbuff,
   size_t off = 0, got = 0;
   for (int d = j + 1; d < H; d += L) {
     const size_t len = host_block(&y, h + d, L);
-    y.msgs[y.nm++] = (struct hvdl_msg){at(g, h - d, j), 1, across + got * esize, hb * esize};
-    y.msgs[y.nm++] = (struct hvdl_msg){at(g, h + d, j), 0, acc + off * esize, len * esize};
+    y.msgs[y.nm++] =
+        (struct hvdl_msg){hvdl_grid_rank(g, h - d, j), 1, across + got * esize, hb * esize};
+    y.msgs[y.nm++] =
+        (struct hvdl_msg){hvdl_grid_rank(g, h + d, j), 0, acc + off * esize, len * esize};
     off += len;
     got += hb;
   }
@@ -218,7 +210,7 @@ hvdlResult_t hvdl_reducescatterv_hier_p2p(hvdlComm_t comm, const void *sendbuff,
   y.nm = 0;
   for (int i = 0; i < L; i++) {
     if (i == j) continue;
-    const int peer = at(g, h, i);
+    const int peer = hvdl_grid_rank(g, h, i);
     const size_t its = host_block(&y, h, i), len = counts[peer];
     for (int d = i + 1; d < H; d += L) {
       const int from = ((h - d) % H + H) % H;

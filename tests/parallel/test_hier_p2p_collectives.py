@@ -11,17 +11,16 @@ can run."""
 import numpy as np
 import pytest
 from conftest import agree, make_comm, raises_on_every_rank, reinit
-from helpers import ALL_DTYPES, MOVE_DTYPES, exact_inputs, fold, same_bits
+from helpers import ALL_DTYPES, MOVE_DTYPES
 from test_broadcast_algorithms import check as broadcast_ok
 from test_gather_algorithms import (
-    HVD_OPS,
     OPS,
     allgather_ok,
-    code,
     counts,
-    random_floats,
+    engine_allgather_wrong,
+    engine_reducescatter_wrong,
+    gives_the_allreduces_block,
     reducescatter_ok,
-    rows_of,
 )
 
 import hvd_lite as hvd
@@ -56,23 +55,13 @@ def test_hier_p2p_allgather_gathers_every_dtype_exactly_on_every_layout_in_place
 
 
 def test_hier_p2p_allgather_gathers_uneven_and_empty_blocks_through_the_engine():
-    n, r = hvd.size(), hvd.rank()
+    n = hvd.size()
     if n == 1:
         pytest.skip("one rank is one host")
     bad = []
     for k in layouts(n):
         with reinit(HVD_LITE_ALLGATHER_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k):
-            for dtype in (np.float32, np.int8, np.float64, np.bool_):
-                for pattern in range(4):
-                    for rest in ((), (3,)):
-                        m = int(np.prod(rest, dtype=int))
-                        mine = exact_inputs(dtype, rows_of(r, pattern) * m, r, pattern)
-                        want = np.concatenate(
-                            [exact_inputs(dtype, rows_of(q, pattern) * m, q, pattern) for q in range(n)]
-                        )
-                        got = hvd.allgather(mine.reshape((rows_of(r, pattern),) + rest))
-                        if not same_bits(got.reshape(-1), want):
-                            bad.append((k, np.dtype(dtype).name, pattern, rest))
+            bad += [(k, *b) for b in engine_allgather_wrong()]
     agree(not bad, f"wrong at (ranks a host, dtype, pattern, row shape) {bad[:5]}")
 
 
@@ -95,30 +84,20 @@ def test_hier_p2p_reducescatter_reduces_every_dtype_and_op_exactly_on_every_layo
 
 
 def test_hier_p2p_reducescatter_reduces_uneven_and_empty_blocks_through_the_engine():
-    n, r = hvd.size(), hvd.rank()
+    n = hvd.size()
     if n == 1:
         pytest.skip("one rank is one host")
     bad = []
     for k in layouts(n):
         with reinit(HVD_LITE_REDUCESCATTER_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k):
-            for dtype in (np.float32, np.int32, np.float16):
-                for op in OPS:
-                    for rows in sorted({0, 1, n - 1, n + 1, 2 * n + 3, 101}):
-                        x = exact_inputs(dtype, rows * 3, r, seed=rows).reshape(rows, 3)
-                        full = fold(
-                            [exact_inputs(dtype, rows * 3, q, seed=rows) for q in range(n)], op, dtype
-                        ).reshape(rows, 3)
-                        starts = np.cumsum([0] + [rows // n + (q < rows % n) for q in range(n)])
-                        got = hvd.reducescatter(x, op=HVD_OPS[op])
-                        if not same_bits(got, full[starts[r] : starts[r + 1]]):
-                            bad.append((k, np.dtype(dtype).name, op, rows))
+            bad += [(k, *b) for b in engine_reducescatter_wrong()]
     agree(not bad, f"wrong at (ranks a host, dtype, op, rows) {bad[:5]}")
 
 
 def test_hier_p2p_reducescatter_gives_hier_p2p_allreduces_bits_reruns_and_in_place_alike():
     # Each host's ranks in turn, then the hosts in transport.h's tree: the hierarchical all-reduce's
     # order, on order-dependent floats.
-    n, r = hvd.size(), hvd.rank()
+    n = hvd.size()
     if n == 1:
         pytest.skip("one rank is one host")
     for k in layouts(n):
@@ -126,19 +105,8 @@ def test_hier_p2p_reducescatter_gives_hier_p2p_allreduces_bits_reruns_and_in_pla
         with make_comm(HVD_LITE_RANKS_PER_HOST=k, **env) as c:
             for count in (1, 777, 20_000):
                 for op in ("sum", "avg"):
-                    x = random_floats(n * count, 300 + r)
-                    every = np.empty_like(x)
-                    c.allreduce(x, every, code(np.float32), OPS[op])
-                    outs = [np.empty(count, np.float32) for _ in range(2)]
-                    for out in outs:
-                        c.reducescatter(x, out, code(np.float32), OPS[op])
-                    inplace = x.copy()
-                    c.reducescatter(inplace, inplace[r * count : (r + 1) * count], code(np.float32), OPS[op])
-                    want = every[r * count : (r + 1) * count]
                     agree(
-                        same_bits(outs[0], want)
-                        and same_bits(outs[1], want)
-                        and same_bits(inplace[r * count : (r + 1) * count], want),
+                        gives_the_allreduces_block(c, count, op),
                         f"hosts of {k}, count {count}, {op}: the reduce-scatter differs from the "
                         "all-reduce's block",
                     )
