@@ -16,7 +16,8 @@ Adasum all-reduce (hvdlAdasum) beside its plain all-reduces and SMPI's, all in t
     python sim/simulate.py --op adasum --adasum-hierarchical --platform 8x8 --sizes 4M --mpi rab_rdb
     python sim/simulate.py --check --platform 8x8 --ranks 60 --sizes 4,1028,65540,262148 --reps 1
                                                           # the CI correctness run (exit 1 on a wrong bit)
-                                                          # (hier_p2p: on hosts of 4, and 8 hosts of 6;
+                                                          # (every collective's hier_p2p: on hosts of 4,
+                                                          # and 8 hosts of 6;
                                                           # Adasum in 4 types against a float64 reference)
     python sim/simulate.py --judge --platform 16x4_25g,8x8_100g_oversub,8x8_400g_fattree --sizes 4K,256K,4M
                                                           # CI: auto without a model file against the
