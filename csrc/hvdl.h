@@ -212,18 +212,22 @@ typedef enum {
   hvdlBcastScatter = 3, /* "scatter": binomial scatter of n blocks + ring all-gather */
   hvdlBcastShm = 4,     /* "shm": ranks all on one host, each reads the root's buffer
                             (process_vm_readv) */
-  hvdlNumBcastAlgos = 5
+  hvdlBcastHierP2p = 5, /* "hier_p2p": k-nomial trees among one rank a host and within each
+                            host, over point-to-point messages (hosts of the same size) */
+  hvdlNumBcastAlgos = 6
 } hvdlBroadcastAlgorithm_t;
 
 /* All-gather algorithms (docs/algorithms.md). A forced one runs at every size. */
 typedef enum {
   hvdlAllGatherAuto = 0,
-  hvdlAllGatherRing = 1,  /* "ring": pipelined ring */
-  hvdlAllGatherRd = 2,    /* "rd": recursive doubling, nearest partner first */
-  hvdlAllGatherRdFar = 3, /* "rd_far": recursive doubling, farthest partner first */
-  hvdlAllGatherShm = 4,   /* "shm": ranks all on one host, each writes its block into
+  hvdlAllGatherRing = 1,    /* "ring": pipelined ring */
+  hvdlAllGatherRd = 2,      /* "rd": recursive doubling, nearest partner first */
+  hvdlAllGatherRdFar = 3,   /* "rd_far": recursive doubling, farthest partner first */
+  hvdlAllGatherShm = 4,     /* "shm": ranks all on one host, each writes its block into
                               every other's result (process_vm_writev) */
-  hvdlNumAllGatherAlgos = 5
+  hvdlAllGatherHierP2p = 5, /* "hier_p2p": within hosts, across hosts, within hosts, over
+                               point-to-point messages (hosts of the same size) */
+  hvdlNumAllGatherAlgos = 6
 } hvdlAllGatherAlgorithm_t;
 
 /* Reduce-scatter algorithms (docs/algorithms.md). A forced one runs at every size. */
@@ -233,7 +237,9 @@ typedef enum {
   hvdlReduceScatterHalving = 2, /* "halving": recursive halving, neighbours first */
   hvdlReduceScatterShm = 3,     /* "shm": ranks all on one host, each reads its block from
                                     every other's sendbuff (process_vm_readv) */
-  hvdlNumReduceScatterAlgos = 4
+  hvdlReduceScatterHierP2p = 4, /* "hier_p2p": within hosts, across hosts, within hosts, over
+                                    point-to-point messages (hosts of the same size) */
+  hvdlNumReduceScatterAlgos = 5
 } hvdlReduceScatterAlgorithm_t;
 
 /* All-to-all algorithms (docs/algorithms.md). A forced one runs at every size; Bruck's runs

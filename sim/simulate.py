@@ -17,7 +17,8 @@ Adasum all-reduce (hvdlAdasum) beside its plain all-reduces and SMPI's, all in t
     python sim/simulate.py --op adasum --adasum-hierarchical --platform 8x8 --sizes 4M --mpi rab_rdb
     python sim/simulate.py --check --platform 8x8 --ranks 60 --sizes 4,1028,65540,262148 --reps 1
                                                           # the CI correctness run (exit 1 on a wrong bit)
-                                                          # (hier_p2p: on hosts of 4, and 8 hosts of 6;
+                                                          # (every collective's hier_p2p: on hosts of 4,
+                                                          # and 8 hosts of 6;
                                                           # Adasum in 4 types against a float64 reference)
     python sim/simulate.py --judge --platform 16x4_25g,8x8_100g_oversub,8x8_400g_fattree --sizes 4K,256K,4M
                                                           # CI: auto without a model file against the
@@ -126,7 +127,7 @@ COLLS = {
     "broadcast": (
         "bcast",
         "HVD_LITE_BROADCAST_ALGO",
-        ["auto", "chain", "tree", "scatter"],
+        ["auto", "chain", "tree", "scatter", "hier_p2p"],
         [
             "ompi",
             "mpich",
@@ -150,7 +151,7 @@ COLLS = {
     "allgather": (
         "allgather",
         "HVD_LITE_ALLGATHER_ALGO",
-        ["auto", "ring", "rd", "rd_far"],
+        ["auto", "ring", "rd", "rd_far", "hier_p2p"],
         [
             "ompi",
             "mpich",
@@ -170,7 +171,7 @@ COLLS = {
     "reducescatter": (
         "reduce_scatter",
         "HVD_LITE_REDUCESCATTER_ALGO",
-        ["auto", "ring", "halving"],
+        ["auto", "ring", "halving", "hier_p2p"],
         [
             "ompi",
             "mpich",
@@ -647,7 +648,8 @@ def main(argv=None) -> int:
     if args.check:  # every algorithm of every collective
         bad = 0
         hosts = PLATFORMS[args.platform][0]
-        runs = [("allreduce", a, a, {}) for a in HVDL_ALGOS if a != "hier_p2p"]
+        HIER = ("hier_p2p",)  # on hosts of one size only
+        runs = [("allreduce", a, a, {}) for a in HVDL_ALGOS if a not in HIER]
         if hosts > 1:  # hier_p2p needs hosts of one size: emulated hosts of 4, and 6 ranks a host
             runs += [
                 ("allreduce", "hier_p2p", "hier_p2p/4", {"env_extra": {"HVD_LITE_RANKS_PER_HOST": "4"}}),
@@ -659,11 +661,25 @@ def main(argv=None) -> int:
         if ranks % 4 == 0:  # hosts of one size
             hosts_of_4 = {"env_extra": {"HVD_LITE_RANKS_PER_HOST": "4"}}
             runs += [("allreduce", "adasum_hier", "adasum_hier/4", hosts_of_4)]
-        runs += [("broadcast", a, a, {}) for a in COLLS["broadcast"][2]]
-        runs += [(c, a, a, {}) for c in ("allgather", "reducescatter", "alltoall") for a in COLLS[c][2]]
-        # The all-gather's, reduce-scatter's and all-to-all's buffers are n equal float32 blocks: sizes
-        # rounded down to a multiple of 4n bytes.
-        blocks = sorted({max(s - s % (4 * ranks), 4 * ranks) for s in sizes})
+        others = ("broadcast", "allgather", "reducescatter", "alltoall")
+        runs += [(c, a, a, {}) for c in others for a in COLLS[c][2] if a not in HIER]
+        if hosts > 1:  # the same emulated hosts of 4, and 6 ranks a host, for the two-level ones
+            runs += [
+                (c, a, f"{a}/{k}", how)
+                for c in others
+                for a in COLLS[c][2]
+                if a in HIER
+                for k, how in (
+                    (4, {"env_extra": {"HVD_LITE_RANKS_PER_HOST": "4"}}),
+                    (6, {"per_host": 6, "ranks": 6 * min(hosts, ranks // 6)}),
+                )
+            ]
+
+        # The all-gather's, reduce-scatter's and all-to-all's buffers are n equal float32 blocks:
+        # sizes rounded down to a multiple of 4n bytes (n the run's ranks).
+        def blocks(n):
+            return sorted({max(s - s % (4 * n), 4 * n) for s in sizes})
+
         bar = progress.Progress("simulate --check", len(runs), not args.quiet)
         for coll, a, label, how in runs:
             bar.point(f"{coll} {label}")
@@ -671,7 +687,7 @@ def main(argv=None) -> int:
             size = ADASUM_TYPES[how.get("dtype", "float32")]
             run_sizes = sizes
             if coll in ("allgather", "reducescatter", "alltoall"):
-                run_sizes = blocks
+                run_sizes = blocks(how.get("ranks", ranks))
             elif a in ADASUM_FORMS:  # whole elements of the type
                 run_sizes = sorted({s + -s % size for s in sizes})
                 # The types differ only in the kernels' loads, stores and rounding, which the smaller

@@ -67,6 +67,21 @@ hvdlResult_t hvdl_allreduce_hier_p2p_lanes(hvdlComm_t comm, const void *sendbuff
                                            hvdl_lane_fn lane_fn, void *arg);
 /* This rank's host, as a group. */
 const struct hvdl_group *hvdl_hier_p2p_local(const struct hvdl_hier_p2p *h);
+/* Every host's ranks: H hosts numbered by their lowest ranks, in order, of L ranks each;
+ * local rank i of host g (its i-th lowest) is ranks[g * L + i], and slot[r] = g * L + i
+ * for that rank r; this rank is local rank `local` of host `host`. */
+struct hvdl_host_grid {
+  int hosts, per_host, host, local;
+  const int *ranks, *slot;
+};
+const struct hvdl_host_grid *hvdl_hier_p2p_grid(const struct hvdl_hier_p2p *h);
+/* The rank of local rank i of host `host` (taken mod H). */
+int hvdl_grid_rank(const struct hvdl_host_grid *g, int host, int i);
+/* The run of consecutive ranks of host `host` from its local rank i: its blocks' elements
+ * [*at, *at + *len) of a buffer of blocks in rank order (counts[k] elements of rank k);
+ * returns the local rank past the run. A host's ranks are one run when placed by host. */
+int hvdl_grid_run(const struct hvdl_host_grid *g, const size_t *counts, int host, int i, size_t *at,
+                  size_t *len);
 
 /* Adasum (allreduce_adasum.c; hvdl.h's hvdlAdasum): the buffer holds ntensors tensors of
  * counts[t] elements one after another, each with its own dot product and norms; dt is
@@ -158,6 +173,13 @@ hvdlResult_t hvdl_allgatherv_rd(hvdlComm_t comm, const void *sendbuff, void *rec
                                 const size_t *counts, hvdlDataType_t dt, int far_first);
 hvdlResult_t hvdl_reducescatterv_halving(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                          const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op);
+/* The two-level all-gather and reduce-scatter over messages (allgather_hier_p2p.c,
+ * reducescatter_hier_p2p.c), on comm->hier_p2p's grid (several hosts of the same size;
+ * the selector's to check). */
+hvdlResult_t hvdl_allgatherv_hier_p2p(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                      const size_t *counts, hvdlDataType_t dt);
+hvdlResult_t hvdl_reducescatterv_hier_p2p(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                          const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op);
 /* The all-gather of ranks all on one host (allgather_shm.c): in one step through the
  * segment's areas up to SHM_ALLGATHER_MIN bytes in all where that fits an area, else the
  * single copy, which needs comm->shm->cma (the selector's to check). */
@@ -178,6 +200,11 @@ hvdlResult_t hvdl_broadcast_tree(hvdlComm_t comm, const void *sendbuff, void *re
                                  size_t count, hvdlDataType_t dt, int root);
 hvdlResult_t hvdl_broadcast_scatter(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                     size_t count, hvdlDataType_t dt, int root);
+/* The two-level broadcast over messages (broadcast_hier_p2p.c), on comm->hier_p2p's grid
+ * (several hosts of the same size; the selector's to check): k-nomial trees of radix
+ * `across` (2 or more) among one rank a host and of radix `within` in each host. */
+hvdlResult_t hvdl_broadcast_hier_p2p(hvdlComm_t comm, int across, int within, const void *sendbuff,
+                                     void *recvbuff, size_t count, hvdlDataType_t dt, int root);
 /* The broadcast of ranks all on one host (broadcast_shm.c): the single copy, which
  * needs comm->shm->cma (the selector's to check). */
 hvdlResult_t hvdl_broadcast_shm(hvdlComm_t comm, const void *sendbuff, void *recvbuff, size_t count,

@@ -11,7 +11,11 @@
  * host, in rank order. Hosts of different sizes are refused (select_allreduce.c builds no
  * groups, the algorithm is then no candidate, and forcing it fails at init): a
  * host's blocks below depend on its L, and the ranks that carry block b across
- * hosts must hold the same range on every host.
+ * hosts must hold the same range on every host. The same init also makes the
+ * grid (hvdl_hier_p2p_grid): every host's ranks, the hosts numbered by their
+ * lowest ranks, for the two-level all-gather, reduce-scatter and broadcast
+ * (allgather_hier_p2p.c, reducescatter_hier_p2p.c, broadcast_hier_p2p.c) on this
+ * layout; one all-gather of an int per rank.
  *
  * The schedule at local rank j of a host of L (any L >= 1), B bytes, the
  * buffer cut into `lanes` blocks (base.h's even cut, hvdl_block_start; 1 <=
@@ -81,18 +85,77 @@
 
 struct hvdl_hier_p2p {
   struct hvdl_group local, cross;
-  struct hvdl_msg *msgs; /* one phase's messages within the host: at most 2(L-1) */
-  MPI_Request *reqs;     /* and their requests */
-  int ranks[];           /* the local group's ranks, then the cross group's */
+  struct hvdl_host_grid grid; /* every host's ranks, for the two-level collectives */
+  struct hvdl_msg *msgs;      /* one phase's messages within the host: at most 2(L-1) */
+  MPI_Request *reqs;          /* and their requests */
+  int *grid_ranks;            /* grid.ranks, then grid.slot: n each */
+  int ranks[];                /* the local group's ranks, then the cross group's */
 };
 
 const struct hvdl_group *hvdl_hier_p2p_local(const struct hvdl_hier_p2p *h) { return &h->local; }
+
+const struct hvdl_host_grid *hvdl_hier_p2p_grid(const struct hvdl_hier_p2p *h) { return &h->grid; }
+
+int hvdl_grid_rank(const struct hvdl_host_grid *g, int host, int i) {
+  return g->ranks[(size_t)((host % g->hosts + g->hosts) % g->hosts) * g->per_host + i];
+}
+
+int hvdl_grid_run(const struct hvdl_host_grid *g, const size_t *counts, int host, int i, size_t *at,
+                  size_t *len) {
+  int end = i + 1;
+  while (end < g->per_host && hvdl_grid_rank(g, host, end) == hvdl_grid_rank(g, host, end - 1) + 1)
+    end++;
+  *at = hvdl_before(counts, hvdl_grid_rank(g, host, i));
+  *len = hvdl_before(counts, hvdl_grid_rank(g, host, end - 1) + 1) - *at;
+  return end;
+}
 
 void hvdl_hier_p2p_free(struct hvdl_hier_p2p *h) {
   if (!h) return;
   free(h->msgs);
   free(h->reqs);
+  free(h->grid_ranks);
   free(h);
+}
+
+/* The grid: every rank's host (numbered by the hosts' lowest ranks, in order) and
+ * local rank (its place among its host's ranks, in rank order), from one all-gather
+ * of each rank's host's lowest rank. Every host has L ranks (the caller's check). */
+static hvdlResult_t build_grid(hvdlComm_t comm, struct hvdl_hier_p2p *h) {
+  const int n = comm->size, L = h->local.size, H = n / L;
+  int *first = malloc(sizeof(int) * (size_t)n), *index = malloc(sizeof(int) * (size_t)n);
+  int *seen = calloc((size_t)n, sizeof(int));
+  h->grid_ranks = malloc(2 * sizeof(int) * (size_t)n);
+  hvdlResult_t res = hvdlSuccess;
+  if (!first || !index || !seen || !h->grid_ranks)
+    res = hvdl_fail(comm, hvdlSystemError, "hvdl_hier_p2p_init: out of memory");
+  if (res == hvdlSuccess) {
+    const int err = MPI_Allgather(&h->ranks[0], 1, MPI_INT, first, 1, MPI_INT, comm->mpi);
+    if (err != MPI_SUCCESS) res = hvdl_fail_mpi(comm, err, "MPI_Allgather in hvdl_hier_p2p_init");
+  }
+  if (res == hvdlSuccess) {
+    for (int r = 0; r < n; r++) index[r] = -1;
+    int hosts = 0;
+    for (int r = 0; r < n; r++) /* first[r] <= r: a host's number is known at its lowest rank */
+      if (index[first[r]] < 0) index[first[r]] = hosts++;
+    for (int r = 0; r < n && res == hvdlSuccess; r++) {
+      const int g = index[first[r]], i = seen[g]++;
+      if (g >= H || i >= L)
+        res = hvdl_fail(comm, hvdlInternalError, "hvdl_hier_p2p_init: hosts of different sizes");
+      else
+        h->grid_ranks[g * L + i] = r, h->grid_ranks[n + r] = g * L + i;
+    }
+    h->grid = (struct hvdl_host_grid){.hosts = H,
+                                      .per_host = L,
+                                      .host = index[first[comm->rank]],
+                                      .local = h->local.rank,
+                                      .ranks = h->grid_ranks,
+                                      .slot = h->grid_ranks + n};
+  }
+  free(first);
+  free(index);
+  free(seen);
+  return res;
 }
 
 /* Each rank's group in comm's numbering: member i of sub is ranks[i] of comm. */
@@ -139,6 +202,11 @@ static hvdlResult_t build(hvdlComm_t comm, MPI_Comm local, MPI_Comm cross,
       (struct hvdl_group){.size = ls, .rank = lr, .ranks = h->ranks, .divisor = (uint64_t)ls};
   h->cross = (struct hvdl_group){
       .size = cs, .rank = cr, .ranks = h->ranks + ls, .divisor = (uint64_t)comm->size};
+  res = build_grid(comm, h);
+  if (res != hvdlSuccess) {
+    hvdl_hier_p2p_free(h);
+    return res;
+  }
   *out = h;
   return hvdlSuccess;
 }

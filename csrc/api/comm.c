@@ -93,6 +93,11 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
     if (across.allReduceAlgorithm == hvdlAlgoHierarchical ||
         across.allReduceAlgorithm == hvdlAlgoHierP2p) /* the lanes: the selector's choice */
       across.allReduceAlgorithm = hvdlAlgoAuto;
+    if (across.allGatherAlgorithm == hvdlAllGatherHierP2p) /* a lane only all-reduces */
+      across.allGatherAlgorithm = hvdlAllGatherAuto;
+    if (across.broadcastAlgorithm == hvdlBcastHierP2p) across.broadcastAlgorithm = hvdlBcastAuto;
+    if (across.reduceScatterAlgorithm == hvdlReduceScatterHierP2p)
+      across.reduceScatterAlgorithm = hvdlReduceScatterAuto;
     res = split_lanes(comm, comm->mpi, &lane);
     if (res == hvdlSuccess && lane != MPI_COMM_NULL) {
       res = new_comm(&comm->cross, lane, &across, 1);

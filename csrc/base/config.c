@@ -153,8 +153,8 @@ int hvdl_algo_parse(const char *name) {
 }
 
 /* HVD_LITE_BROADCAST_ALGO's names, indexed by hvdlBroadcastAlgorithm_t. */
-static const char *const bcast_names[hvdlNumBcastAlgos] = {"auto", "chain", "tree", "scatter",
-                                                           "shm"};
+static const char *const bcast_names[hvdlNumBcastAlgos] = {"auto",    "chain", "tree",
+                                                           "scatter", "shm",   "hier_p2p"};
 
 const char *hvdl_bcast_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumBcastAlgos ? bcast_names[algo] : "?";
@@ -162,10 +162,10 @@ const char *hvdl_bcast_algo_name(int algo) {
 
 /* HVD_LITE_ALLGATHER_ALGO's and HVD_LITE_REDUCESCATTER_ALGO's names, indexed by
  * hvdlAllGatherAlgorithm_t and hvdlReduceScatterAlgorithm_t. */
-static const char *const allgather_names[hvdlNumAllGatherAlgos] = {"auto", "ring", "rd", "rd_far",
-                                                                   "shm"};
-static const char *const reducescatter_names[hvdlNumReduceScatterAlgos] = {"auto", "ring",
-                                                                           "halving", "shm"};
+static const char *const allgather_names[hvdlNumAllGatherAlgos] = {"auto",   "ring", "rd",
+                                                                   "rd_far", "shm",  "hier_p2p"};
+static const char *const reducescatter_names[hvdlNumReduceScatterAlgos] = {
+    "auto", "ring", "halving", "shm", "hier_p2p"};
 
 const char *hvdl_allgather_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumAllGatherAlgos ? allgather_names[algo] : "?";
@@ -281,11 +281,12 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
     config->allReduceAlgorithm = a;
   }
   HVDL_CHECK(env_choice("HVD_LITE_BROADCAST_ALGO", bcast_names, hvdlNumBcastAlgos,
-                        "auto, chain, tree, scatter or shm", &config->broadcastAlgorithm));
+                        "auto, chain, tree, scatter, shm or hier_p2p",
+                        &config->broadcastAlgorithm));
   HVDL_CHECK(env_choice("HVD_LITE_ALLGATHER_ALGO", allgather_names, hvdlNumAllGatherAlgos,
-                        "auto, ring, rd, rd_far or shm", &config->allGatherAlgorithm));
+                        "auto, ring, rd, rd_far, shm or hier_p2p", &config->allGatherAlgorithm));
   HVDL_CHECK(env_choice("HVD_LITE_REDUCESCATTER_ALGO", reducescatter_names,
-                        hvdlNumReduceScatterAlgos, "auto, ring, halving or shm",
+                        hvdlNumReduceScatterAlgos, "auto, ring, halving, shm or hier_p2p",
                         &config->reduceScatterAlgorithm));
   HVDL_CHECK(env_choice("HVD_LITE_ALLTOALL_ALGO", alltoall_names, hvdlNumAllToAllAlgos,
                         "auto, pairwise or bruck", &config->allToAllAlgorithm));

@@ -20,6 +20,12 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host);
 hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes);
 hvdlResult_t hvdl_allreduce_run(hvdlComm_t comm, hvdlAlgorithm_t algo, const void *sendbuff,
                                 void *recvbuff, size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+/* Why the hier_p2p layout (hosts of one size, comm->hier_p2p) is not there, or NULL
+ * when it is: the reason a forced hier_p2p (all-reduce, all-gather, broadcast) is
+ * refused at init. fewest: the fewest ranks on one host; why_buf holds a composed
+ * reason. */
+const char *hvdl_select_hier_p2p_cannot_run(hvdlComm_t comm, int fewest, char *why_buf,
+                                            size_t why_len);
 /* The model's time for algo at bytes per rank on comm (seconds), or a negative
  * value when algo is not a candidate there or not modelled (shm). */
 double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
@@ -70,10 +76,12 @@ int hvdl_select_measure(hvdlComm_t comm, int inter_peer, int intra_peer, struct 
  * broadcast and the ring reduce run the rings above directly. */
 hvdlAllGatherAlgorithm_t hvdl_select_allgather(hvdlComm_t comm, size_t bytes);
 /* Why this communicator cannot run the all-gather algorithm algo (the reason,
- * for select_allreduce.c's refusal of a forced one at init), or NULL if it can. */
-const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo);
-const char *hvdl_select_reducescatter_cannot_run(hvdlComm_t comm,
-                                                 hvdlReduceScatterAlgorithm_t algo);
+ * for select_allreduce.c's refusal of a forced one at init), or NULL if it can;
+ * fewest: the fewest ranks on one host; why_buf holds a composed reason. */
+const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
+                                             int fewest, char *why_buf, size_t why_len);
+const char *hvdl_select_reducescatter_cannot_run(hvdlComm_t comm, hvdlReduceScatterAlgorithm_t algo,
+                                                 int fewest, char *why_buf, size_t why_len);
 double hvdl_select_predict_allgather(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo, size_t bytes);
 hvdlResult_t hvdl_allgather_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
                                 const void *sendbuff, void *recvbuff, const size_t *counts,
@@ -87,9 +95,11 @@ hvdlResult_t hvdl_reducescatter_run(hvdlComm_t comm, hvdlReduceScatterAlgorithm_
 
 /* select_broadcast.c: the broadcast's choice for bytes (the same on every rank), the
  * model's time for one (negative if not a candidate), why this communicator cannot
- * run a forced one (NULL if it can), and the run. */
+ * run a forced one (NULL if it can; fewest and why_buf as for the all-gather), and the
+ * run. */
 hvdlBroadcastAlgorithm_t hvdl_select_broadcast(hvdlComm_t comm, size_t bytes);
-const char *hvdl_select_broadcast_cannot_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo);
+const char *hvdl_select_broadcast_cannot_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo,
+                                             int fewest, char *why_buf, size_t why_len);
 double hvdl_select_predict_broadcast(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo, size_t bytes);
 hvdlResult_t hvdl_broadcast_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo,
                                 const void *sendbuff, void *recvbuff, size_t count,

@@ -145,22 +145,29 @@ static const char *cannot_run(const hvdlComm_t comm, int algo, int fewest, char 
                                      "(HVD_LITE_SHM=0; hier_p2p needs none)"
                                    : "no two ranks share a host's segment (hier_p2p needs none)";
   if (algo == hvdlAlgoHierarchical && s->hosts == 1) return "every rank is on one host (use shm)";
-  if (algo == hvdlAlgoHierP2p && comm->hosts <= 1) {
+  if (algo == hvdlAlgoHierP2p)
+    return hvdl_select_hier_p2p_cannot_run(comm, fewest, why_buf, why_len);
+  return NULL;
+}
+
+const char *hvdl_select_hier_p2p_cannot_run(hvdlComm_t comm, int fewest, char *why_buf,
+                                            size_t why_len) {
+  if (comm->size == 1) return NULL;
+  if (comm->hosts <= 1) {
     snprintf(why_buf, why_len,
              "all %d ranks are on one host (hosts from MPI_COMM_TYPE_SHARED, "
              "or HVD_LITE_RANKS_PER_HOST)",
              comm->size);
     return why_buf;
   }
-  if (algo == hvdlAlgoHierP2p && fewest != comm->local_size) {
+  if (fewest != comm->local_size) {
     snprintf(why_buf, why_len,
              "the %d hosts have different numbers of ranks (%d to %d); it "
              "needs the same on each",
              comm->hosts, fewest, comm->local_size);
     return why_buf;
   }
-  if (algo == hvdlAlgoHierP2p && !comm->hier_p2p)
-    return "this is a lane of the shared-memory hierarchical path";
+  if (!comm->hier_p2p) return "this is a lane of the shared-memory hierarchical path";
   return NULL;
 }
 
@@ -262,18 +269,21 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
   }
   /* Every rank sees the same layout and comm->shm (segment.c agrees on it), so every rank
    * refuses alike. */
-  char buf[160];
+  char buf[160], gather_buf[160], bcast_buf[160], scatter_buf[160];
   const struct {
     const char *variable, *algo, *why;
   } forced[] = {
       {"HVD_LITE_ALLREDUCE_ALGO", hvdl_algo_name(a.algo),
        a.algo == hvdlAlgoAuto ? NULL : cannot_run(comm, a.algo, fewest, buf, sizeof buf)},
       {"HVD_LITE_ALLGATHER_ALGO", hvdl_allgather_algo_name(a.gather),
-       hvdl_select_allgather_cannot_run(comm, (hvdlAllGatherAlgorithm_t)a.gather)},
+       hvdl_select_allgather_cannot_run(comm, (hvdlAllGatherAlgorithm_t)a.gather, fewest,
+                                        gather_buf, sizeof gather_buf)},
       {"HVD_LITE_BROADCAST_ALGO", hvdl_bcast_algo_name(a.bcast),
-       hvdl_select_broadcast_cannot_run(comm, (hvdlBroadcastAlgorithm_t)a.bcast)},
+       hvdl_select_broadcast_cannot_run(comm, (hvdlBroadcastAlgorithm_t)a.bcast, fewest, bcast_buf,
+                                        sizeof bcast_buf)},
       {"HVD_LITE_REDUCESCATTER_ALGO", hvdl_reducescatter_algo_name(a.scatter),
-       hvdl_select_reducescatter_cannot_run(comm, (hvdlReduceScatterAlgorithm_t)a.scatter)},
+       hvdl_select_reducescatter_cannot_run(comm, (hvdlReduceScatterAlgorithm_t)a.scatter, fewest,
+                                            scatter_buf, sizeof scatter_buf)},
   };
   for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++)
     if (forced[i].why)

@@ -37,6 +37,16 @@
  *             a(2B/p) + B/p gamma, as rd_far's first
  *   (n > p adds the fold: a(B/n) and a(B) for the all-gathers, a(B) + B gamma
  *   and a(B/n) for the reduce-scatter; within a host, across when L = 1)
+ *   hier_p2p  (H hosts of L > 1 ranks, comm->hier_p2p; k = ceil((H-1)/L)) three
+ *             steps, each priced as hier_p2p's all-reduce prices a step of messages
+ *             at once (select_allreduce.c): one latency and the bytes of the busiest
+ *             end. Within the host a rank's L-1 blocks, a_intra((L-1) B/n); across,
+ *             alpha(B/H) + (H-1)/H B beta, every remote host-block of B/H through
+ *             the NIC once; within again a_intra of the larger of what a rank sends,
+ *             (L-1) k B/H, and what it receives, (H-1)/H (L-1)/L B; the
+ *             reduce-scatter's mirror the same, with gamma on what it reduces:
+ *             (L-1) times its share (k B/H + B/n) within first, H-1 blocks of
+ *             B/n at the end
  */
 static double step(const hvdlComm_t comm, int across, double s) {
   return hvdl_select_step(&comm->model, across, comm->local_size, s);
@@ -45,6 +55,22 @@ static double step(const hvdlComm_t comm, int across, double s) {
 /* rd_far's first step and halving's last: two blocks of B/p out and in (one on
  * 2 ranks, where a rank holds its own). */
 static double first_or_last(int p, double b) { return (p == 2 ? 1 : 2) * b / p; }
+
+/* hier_p2p's three steps (the all-gather's, or with reduce its mirror's), or -1 where it
+ * is no candidate: no grid, or one rank a host (nothing to share within one). */
+static double hier_p2p(const hvdlComm_t comm, double b, int reduce) {
+  const int n = comm->size, L = comm->local_size, H = comm->hosts, k = (H - 1 + L - 1) / L;
+  if (!comm->hier_p2p || L <= 1) return -1;
+  const struct hvdl_cost_model *c = &comm->model;
+  const double host_block = b / H, gamma = reduce ? c->gamma : 0;
+  /* what a rank receives in step 1 (and reduces), sends and receives in step 3 */
+  const double in1 = (L - 1.0) * (reduce ? k * host_block + b / n : b / n);
+  const double out3 = (L - 1.0) * k * (reduce ? b / n : host_block);
+  const double in3 = reduce ? (H - 1.0) * b / n : (H - 1.0) / H * (L - 1.0) / L * b;
+  return step(comm, 0, in1) + in1 * gamma + hvdl_select_alpha_inter(c, host_block) +
+         (H - 1) * host_block * c->beta[HVDL_LINK_INTER] + step(comm, 0, out3 > in3 ? out3 : in3) +
+         (reduce ? (H - 1.0) * b / n * gamma : 0);
+}
 
 static double ring(const hvdlComm_t comm, double b, int reduce) {
   const struct hvdl_cost_model *c = &comm->model;
@@ -69,6 +95,7 @@ double hvdl_select_predict_allgather(hvdlComm_t comm, hvdlAllGatherAlgorithm_t a
       t = step(comm, multi && p / 2 >= L, first_or_last(p, b));
       for (int m = p / 4; m >= 1; m /= 2) t += step(comm, multi && m >= L, b / (2.0 * m));
       break;
+    case hvdlAllGatherHierP2p: return hier_p2p(comm, b, 0);
     default: return -1;
   }
   if (p < n) t += step(comm, multi && L <= 1, b / n) + step(comm, multi && L <= 1, b);
@@ -84,6 +111,7 @@ double hvdl_select_predict_reducescatter(hvdlComm_t comm, hvdlReduceScatterAlgor
   double t = 0;
   switch (algo) {
     case hvdlReduceScatterRing: return ring(comm, b, 1);
+    case hvdlReduceScatterHierP2p: return hier_p2p(comm, b, 1);
     case hvdlReduceScatterHalving:
       for (int m = 1; m < p / 2; m *= 2)
         t += step(comm, multi && m >= L, b / (2.0 * m)) + b / (2.0 * m) * gamma;
@@ -95,12 +123,17 @@ double hvdl_select_predict_reducescatter(hvdlComm_t comm, hvdlReduceScatterAlgor
   }
 }
 
-const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo) {
+const char *hvdl_select_allgather_cannot_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
+                                             int fewest, char *why_buf, size_t why_len) {
+  if (algo == hvdlAllGatherHierP2p)
+    return hvdl_select_hier_p2p_cannot_run(comm, fewest, why_buf, why_len);
   return algo == hvdlAllGatherShm ? hvdl_cma_off_reason(comm) : NULL;
 }
 
-const char *hvdl_select_reducescatter_cannot_run(hvdlComm_t comm,
-                                                 hvdlReduceScatterAlgorithm_t algo) {
+const char *hvdl_select_reducescatter_cannot_run(hvdlComm_t comm, hvdlReduceScatterAlgorithm_t algo,
+                                                 int fewest, char *why_buf, size_t why_len) {
+  if (algo == hvdlReduceScatterHierP2p)
+    return hvdl_select_hier_p2p_cannot_run(comm, fewest, why_buf, why_len);
   return algo == hvdlReduceScatterShm ? hvdl_cma_off_reason(comm) : NULL;
 }
 
@@ -125,9 +158,14 @@ hvdlReduceScatterAlgorithm_t hvdl_select_reducescatter(hvdlComm_t comm, size_t b
     return (hvdlReduceScatterAlgorithm_t)comm->config.reduceScatterAlgorithm;
   const struct hvdl_shm *sh = comm->shm;
   if (sh && sh->cma && bytes > SHM_REDUCESCATTER_MIN) return hvdlReduceScatterShm; /* single copy */
-  const double ring_t = hvdl_select_predict_reducescatter(comm, hvdlReduceScatterRing, bytes);
-  const double halving_t = hvdl_select_predict_reducescatter(comm, hvdlReduceScatterHalving, bytes);
-  return halving_t < ring_t ? hvdlReduceScatterHalving : hvdlReduceScatterRing;
+  hvdlReduceScatterAlgorithm_t best = hvdlReduceScatterRing;
+  double best_t = hvdl_select_predict_reducescatter(comm, best, bytes);
+  for (int a = hvdlReduceScatterHalving; a < hvdlNumReduceScatterAlgos; a++) {
+    const double t =
+        hvdl_select_predict_reducescatter(comm, (hvdlReduceScatterAlgorithm_t)a, bytes);
+    if (t >= 0 && t < best_t) best = (hvdlReduceScatterAlgorithm_t)a, best_t = t; /* shm: -1 */
+  }
+  return best;
 }
 
 hvdlResult_t hvdl_allgather_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
@@ -138,6 +176,8 @@ hvdlResult_t hvdl_allgather_run(hvdlComm_t comm, hvdlAllGatherAlgorithm_t algo,
     case hvdlAllGatherRd: return hvdl_allgatherv_rd(comm, sendbuff, recvbuff, counts, dt, 0);
     case hvdlAllGatherRdFar: return hvdl_allgatherv_rd(comm, sendbuff, recvbuff, counts, dt, 1);
     case hvdlAllGatherShm: return hvdl_allgatherv_shm(comm, sendbuff, recvbuff, counts, dt);
+    case hvdlAllGatherHierP2p:
+      return hvdl_allgatherv_hier_p2p(comm, sendbuff, recvbuff, counts, dt);
     default:
       return hvdl_fail(comm, hvdlInternalError, "all-gather algorithm %d (%s) is not available",
                        (int)algo, hvdl_allgather_algo_name(algo));
@@ -154,6 +194,8 @@ hvdlResult_t hvdl_reducescatter_run(hvdlComm_t comm, hvdlReduceScatterAlgorithm_
       return hvdl_reducescatterv_halving(comm, sendbuff, recvbuff, counts, dt, op);
     case hvdlReduceScatterShm:
       return hvdl_reducescatterv_shm(comm, sendbuff, recvbuff, counts, dt, op);
+    case hvdlReduceScatterHierP2p:
+      return hvdl_reducescatterv_hier_p2p(comm, sendbuff, recvbuff, counts, dt, op);
     default:
       return hvdl_fail(comm, hvdlInternalError, "reduce-scatter algorithm %d (%s) is not available",
                        (int)algo, hvdl_reducescatter_algo_name(algo));

@@ -120,23 +120,49 @@ def rows_of(r: int, pattern: int) -> int:
     return [(r * 3) % 4, 0 if r % 2 else r + 2, 0 if r < n - 1 else 5, 0][pattern]
 
 
+def engine_allgather_wrong():
+    """hvd.allgather of uneven and empty blocks on the current engine: the (dtype, pattern, row
+    shape) it got wrong."""
+    n, r = hvd.size(), hvd.rank()
+    bad = []
+    for dtype in (np.float32, np.int8, np.float64, np.bool_):
+        for pattern in range(4):
+            for rest in ((), (3,)):
+                k = int(np.prod(rest, dtype=int))
+                mine = exact_inputs(dtype, rows_of(r, pattern) * k, r, pattern)
+                want = np.concatenate(
+                    [exact_inputs(dtype, rows_of(q, pattern) * k, q, pattern) for q in range(n)]
+                )
+                got = hvd.allgather(mine.reshape((rows_of(r, pattern),) + rest))
+                if not same_bits(got.reshape(-1), want):
+                    bad.append((np.dtype(dtype).name, pattern, rest))
+    return bad
+
+
+def engine_reducescatter_wrong():
+    """hvd.reducescatter of rows cut unevenly (the first ranks one more; with fewer rows than ranks
+    the last blocks empty) on the current engine: the (dtype, op, rows) it got wrong."""
+    n, r = hvd.size(), hvd.rank()
+    bad = []
+    for dtype in (np.float32, np.int32, np.float16):
+        for op in OPS:
+            for rows in sorted({0, 1, n - 1, n + 1, 2 * n + 3, 101}):
+                x = exact_inputs(dtype, rows * 3, r, seed=rows).reshape(rows, 3)
+                full = fold(
+                    [exact_inputs(dtype, rows * 3, q, seed=rows) for q in range(n)], op, dtype
+                ).reshape(rows, 3)
+                starts = np.cumsum([0] + [rows // n + (q < rows % n) for q in range(n)])
+                got = hvd.reducescatter(x, op=HVD_OPS[op])
+                if not same_bits(got, full[starts[r] : starts[r + 1]]):
+                    bad.append((np.dtype(dtype).name, op, rows))
+    return bad
+
+
 @pytest.mark.parametrize("algo", GATHER)
 def test_every_allgather_algorithm_gathers_uneven_and_empty_blocks_through_the_engine(algo):
     skip_unless_single_copy(algo)
-    n, r = hvd.size(), hvd.rank()
-    bad = []
     with reinit(HVD_LITE_ALLGATHER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SHM_BYTES=64):
-        for dtype in (np.float32, np.int8, np.float64, np.bool_):
-            for pattern in range(4):
-                for rest in ((), (3,)):
-                    k = int(np.prod(rest, dtype=int))
-                    mine = exact_inputs(dtype, rows_of(r, pattern) * k, r, pattern)
-                    want = np.concatenate(
-                        [exact_inputs(dtype, rows_of(q, pattern) * k, q, pattern) for q in range(n)]
-                    )
-                    got = hvd.allgather(mine.reshape((rows_of(r, pattern),) + rest))
-                    if not same_bits(got.reshape(-1), want):
-                        bad.append((np.dtype(dtype).name, pattern, rest))
+        bad = engine_allgather_wrong()
     agree(not bad, f"{algo}: wrong at (dtype, pattern, row shape) {bad[:5]}")
 
 
@@ -145,20 +171,8 @@ def test_every_reducescatter_algorithm_reduces_uneven_and_empty_blocks_through_t
     # The engine cuts the rows as evenly as it can, the first ranks taking one more: with fewer
     # rows than ranks the last blocks are empty.
     skip_unless_single_copy(algo)
-    n, r = hvd.size(), hvd.rank()
-    bad = []
     with reinit(HVD_LITE_REDUCESCATTER_ALGO=algo, HVD_LITE_SEGMENT_BYTES=16, HVD_LITE_SHM_BYTES=64):
-        for dtype in (np.float32, np.int32, np.float16):
-            for op in OPS:
-                for rows in sorted({0, 1, n - 1, n + 1, 2 * n + 3, 101}):
-                    x = exact_inputs(dtype, rows * 3, r, seed=rows).reshape(rows, 3)
-                    full = fold(
-                        [exact_inputs(dtype, rows * 3, q, seed=rows) for q in range(n)], op, dtype
-                    ).reshape(rows, 3)
-                    starts = np.cumsum([0] + [rows // n + (q < rows % n) for q in range(n)])
-                    got = hvd.reducescatter(x, op=HVD_OPS[op])
-                    if not same_bits(got, full[starts[r] : starts[r + 1]]):
-                        bad.append((np.dtype(dtype).name, op, rows))
+        bad = engine_reducescatter_wrong()
     agree(not bad, f"{algo}: wrong at (dtype, op, rows) {bad[:5]}")
 
 
@@ -177,7 +191,6 @@ def test_the_reducescatter_gives_its_allreduces_bits_reruns_and_in_place_alike(r
     # single copy (shm), chunk by chunk of 4 KiB. Halving, rd and rab all build the balanced tree
     # over the ranks in order, element by element.
     skip_unless_single_copy(reducescatter)
-    n, r = hvd.size(), hvd.rank()
     with make_comm(
         HVD_LITE_SEGMENT_BYTES=4096,
         HVD_LITE_REDUCESCATTER_ALGO=reducescatter,
@@ -185,22 +198,28 @@ def test_the_reducescatter_gives_its_allreduces_bits_reruns_and_in_place_alike(r
         HVD_LITE_SHM_BYTES=4096,
     ) as c:
         for count in (1, 777, 20_000):
-            x = random_floats(n * count, 300 + r)
-            every = np.empty_like(x)
-            c.allreduce(x, every, code(np.float32), OPS["sum"])
-            outs = [np.empty(count, np.float32) for _ in range(2)]
-            for out in outs:
-                c.reducescatter(x, out, code(np.float32), OPS["sum"])
-            inplace = x.copy()
-            c.reducescatter(inplace, inplace[r * count : (r + 1) * count], code(np.float32), OPS["sum"])
-            want = every[r * count : (r + 1) * count]
             agree(
-                same_bits(outs[0], want)
-                and same_bits(outs[1], want)
-                and same_bits(inplace[r * count : (r + 1) * count], want),
+                gives_the_allreduces_block(c, count, "sum"),
                 f"count {count}: the {reducescatter} reduce-scatter differs from the {allreduce} "
                 "all-reduce's block",
             )
+
+
+def gives_the_allreduces_block(c, count: int, op: str) -> bool:
+    """Whether c's reduce-scatter of n * count order-dependent floats gives this rank's block of c's
+    all-reduce of them, bit for bit: twice, and in place."""
+    n, r = hvd.size(), hvd.rank()
+    x = random_floats(n * count, 300 + r)
+    every = np.empty_like(x)
+    c.allreduce(x, every, code(np.float32), OPS[op])
+    outs = [np.empty(count, np.float32) for _ in range(2)]
+    for out in outs:
+        c.reducescatter(x, out, code(np.float32), OPS[op])
+    inplace = x.copy()
+    mine = inplace[r * count : (r + 1) * count]
+    c.reducescatter(inplace, mine, code(np.float32), OPS[op])
+    want = every[r * count : (r + 1) * count]
+    return same_bits(outs[0], want) and same_bits(outs[1], want) and same_bits(mine, want)
 
 
 def test_the_halving_reducescatter_of_uneven_blocks_gives_the_rab_allreduces_bits():
@@ -267,13 +286,15 @@ def test_the_selectors_pick_the_cheapest_modelled_the_ring_where_its_steps_are_f
         )
     with make_comm(HVD_LITE_SHM=0) as c:
         picks = {}
-        for coll, names in (("allgather", GATHER), ("reducescatter", SCATTER)):
+        # hier_p2p (test_hier_p2p_collectives.py) needs several hosts: named, not modelled, on one.
+        for coll, names in (("allgather", GATHER + ["hier_p2p"]), ("reducescatter", SCATTER + ["hier_p2p"])):
             for nbytes in (4096, 1 << 20, 1 << 30):
                 plan = c.gather_plan(coll, nbytes)
                 picks[coll, nbytes] = plan["algorithm"]
                 modelled = {k: v for k, v in plan["predicted"].items() if v is not None}
                 agree(
-                    set(plan["predicted"]) == set(names) and set(modelled) == set(names) - {"shm"},
+                    set(plan["predicted"]) == set(names)
+                    and set(modelled) == set(names) - {"shm", "hier_p2p"},
                     f"{coll}: {plan}",
                 )
                 best = min(modelled.values())

@@ -1,0 +1,207 @@
+"""The two-level all-gather, reduce-scatter and broadcast over point-to-point messages
+(csrc/algorithms/allgather_hier_p2p.c, reducescatter_hier_p2p.c, broadcast_hier_p2p.c), forced by
+HVD_LITE_ALLGATHER_ALGO, HVD_LITE_REDUCESCATTER_ALGO and HVD_LITE_BROADCAST_ALGO=hier_p2p on hosts
+emulated with HVD_LITE_RANKS_PER_HOST under mpirun, on every layout of hosts of one size: exact results
+for every dtype (every op of the reduce-scatter, every root and radix of the broadcast), in place and
+out of place, equal blocks through the C API's bare `_core.Comm` and uneven and empty blocks through the
+engine; the reduce-scatter's fixed order (hier_p2p's all-reduce's bits, reruns and in place alike); the
+layouts they are refused on at init, saying why; and the selectors' considering them only where they
+can run."""
+
+import numpy as np
+import pytest
+from conftest import agree, make_comm, raises_on_every_rank, reinit
+from helpers import ALL_DTYPES, MOVE_DTYPES
+from test_broadcast_algorithms import check as broadcast_ok
+from test_gather_algorithms import (
+    OPS,
+    allgather_ok,
+    counts,
+    engine_allgather_wrong,
+    engine_reducescatter_wrong,
+    gives_the_allreduces_block,
+    reducescatter_ok,
+)
+
+import hvd_lite as hvd
+
+pytestmark = pytest.mark.mpi
+
+
+KNOBS = ["HVD_LITE_ALLGATHER_ALGO", "HVD_LITE_REDUCESCATTER_ALGO", "HVD_LITE_BROADCAST_ALGO"]
+
+
+def layouts(n: int):
+    """The emulated host sizes k that split n ranks into more than one host of k each."""
+    return [k for k in range(1, n) if n % k == 0]
+
+
+def test_hier_p2p_allgather_gathers_every_dtype_exactly_on_every_layout_in_place_and_not():
+    n = hvd.size()
+    if n == 1:
+        pytest.skip("one rank is one host")
+    bad = []
+    for k in layouts(n):
+        env = {"HVD_LITE_ALLGATHER_ALGO": "hier_p2p", "HVD_LITE_RANKS_PER_HOST": k}
+        with make_comm(**env) as c:
+            plan = c.gather_plan("allgather", 4096)
+            agree(plan["algorithm"] == "hier_p2p", f"hosts of {k}: {plan}")
+            for dtype in MOVE_DTYPES:
+                for count in counts(n) + [100_003]:
+                    for inplace in (False, True):
+                        if not allgather_ok(c, dtype, count, inplace, seed=count + k):
+                            bad.append((k, np.dtype(dtype).name, count, inplace))
+    agree(not bad, f"wrong at (ranks a host, dtype, count, in place) {bad[:5]}")
+
+
+def test_hier_p2p_allgather_gathers_uneven_and_empty_blocks_through_the_engine():
+    n = hvd.size()
+    if n == 1:
+        pytest.skip("one rank is one host")
+    bad = []
+    for k in layouts(n):
+        with reinit(HVD_LITE_ALLGATHER_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k):
+            bad += [(k, *b) for b in engine_allgather_wrong()]
+    agree(not bad, f"wrong at (ranks a host, dtype, pattern, row shape) {bad[:5]}")
+
+
+def test_hier_p2p_reducescatter_reduces_every_dtype_and_op_exactly_on_every_layout_in_place_and_not():
+    n = hvd.size()
+    if n == 1:
+        pytest.skip("one rank is one host")
+    bad = []
+    for k in layouts(n):
+        with make_comm(HVD_LITE_REDUCESCATTER_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k) as c:
+            plan = c.gather_plan("reducescatter", 4096)
+            agree(plan["algorithm"] == "hier_p2p", f"hosts of {k}: {plan}")
+            for dtype in ALL_DTYPES:
+                for op in OPS:
+                    for count in counts(n) + [30_011]:
+                        for inplace in (False, True):
+                            if not reducescatter_ok(c, dtype, op, count, inplace, seed=count + k):
+                                bad.append((k, np.dtype(dtype).name, op, count, inplace))
+    agree(not bad, f"wrong at (ranks a host, dtype, op, count, in place) {bad[:5]}")
+
+
+def test_hier_p2p_reducescatter_reduces_uneven_and_empty_blocks_through_the_engine():
+    n = hvd.size()
+    if n == 1:
+        pytest.skip("one rank is one host")
+    bad = []
+    for k in layouts(n):
+        with reinit(HVD_LITE_REDUCESCATTER_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k):
+            bad += [(k, *b) for b in engine_reducescatter_wrong()]
+    agree(not bad, f"wrong at (ranks a host, dtype, op, rows) {bad[:5]}")
+
+
+def test_hier_p2p_reducescatter_gives_hier_p2p_allreduces_bits_reruns_and_in_place_alike():
+    # Each host's ranks in turn, then the hosts in transport.h's tree: the hierarchical all-reduce's
+    # order, on order-dependent floats.
+    n = hvd.size()
+    if n == 1:
+        pytest.skip("one rank is one host")
+    for k in layouts(n):
+        env = {"HVD_LITE_REDUCESCATTER_ALGO": "hier_p2p", "HVD_LITE_ALLREDUCE_ALGO": "hier_p2p"}
+        with make_comm(HVD_LITE_RANKS_PER_HOST=k, **env) as c:
+            for count in (1, 777, 20_000):
+                for op in ("sum", "avg"):
+                    agree(
+                        gives_the_allreduces_block(c, count, op),
+                        f"hosts of {k}, count {count}, {op}: the reduce-scatter differs from the "
+                        "all-reduce's block",
+                    )
+
+
+# Cost-model files that make the selector take the broadcast's largest radix (every message's latency
+# dwarfs its bytes: 8, one level across up to 8 hosts) or its smallest (the bytes dwarf the latency: 2,
+# the binomial tree), each on both levels.
+RADIX_TERMS = {
+    "8": "intra_alpha 1e-3\nintra_beta 1e-15\ninter_alpha 1e-3\ninter_beta 1e-15\n",
+    "2": "intra_alpha 1e-12\nintra_beta 1e-6\ninter_alpha 1e-12\ninter_beta 1e-6\n",
+}
+
+
+@pytest.mark.parametrize("radix", sorted(RADIX_TERMS))
+def test_hier_p2p_broadcast_gives_every_rank_the_roots_bytes_on_every_layout_root_and_radix(radix, tmp_path):
+    n = hvd.size()
+    if n == 1:
+        pytest.skip("one rank is one host")
+    model = tmp_path / "model.conf"
+    model.write_text(RADIX_TERMS[radix])
+    bad = []
+    for k in layouts(n):
+        env = {"HVD_LITE_BROADCAST_ALGO": "hier_p2p", "HVD_LITE_RANKS_PER_HOST": k}
+        with make_comm(HVD_LITE_COST_MODEL_FILE=str(model), **env) as c:
+            agree(c.broadcast_plan(4096)["algorithm"] == "hier_p2p", f"hosts of {k}: not forced")
+            for dtype in MOVE_DTYPES:
+                for count in (0, 1, 2, 7, 1009, 100_003):
+                    for root in range(n):
+                        for inplace in (False, True):
+                            if not broadcast_ok(c, dtype, count, root, inplace, seed=count + 7 * root):
+                                bad.append((k, np.dtype(dtype).name, count, root, inplace))
+    agree(not bad, f"radix {radix}: wrong at (ranks a host, dtype, count, root, in place) {bad[:5]}")
+
+
+@pytest.mark.parametrize("knob", KNOBS)
+def test_a_forced_hier_p2p_is_refused_at_init_on_one_host(knob):
+    n = hvd.size()
+    if n == 1:  # one rank runs anything (a copy)
+        with make_comm(**{knob: "hier_p2p"}) as c:
+            ok = (
+                allgather_ok(c, np.float32, 1001, False, 1)
+                if "GATHER" in knob
+                else broadcast_ok(c, np.float32, 1001, 0, False, 1)
+            )
+        agree(ok, f"{knob}=hier_p2p on one rank: a wrong copy")
+        return
+    raises_on_every_rank(
+        hvd.InvalidArgumentError,
+        f"{knob}=hier_p2p cannot run on this communicator of {n} ranks: all {n} ranks are on one host",
+        lambda: make_comm(**{knob: "hier_p2p"}).__enter__(),
+    )
+
+
+@pytest.mark.parametrize("knob", KNOBS)
+def test_a_forced_hier_p2p_is_refused_at_init_on_hosts_of_different_sizes(knob):
+    n = hvd.size()
+    if n < 3 or n % 2 == 0:
+        pytest.skip("needs an odd number of ranks, at least 3, for hosts of 2 and 1")
+    raises_on_every_rank(
+        hvd.InvalidArgumentError,
+        f"{knob}=hier_p2p cannot run on this communicator of {n} ranks: "
+        f"the {(n + 1) // 2} hosts have different numbers of ranks \\(1 to 2\\)",
+        lambda: make_comm(**{knob: "hier_p2p", "HVD_LITE_RANKS_PER_HOST": 2}).__enter__(),
+    )
+
+
+def test_the_broadcast_selector_considers_hier_p2p_only_on_hosts_of_one_size():
+    n = hvd.size()
+    with make_comm(HVD_LITE_SHM=0) as c:
+        agree(c.broadcast_plan(4096)["predicted"]["hier_p2p"] is None, "one host: predicted")
+    if n >= 2:
+        with make_comm(HVD_LITE_SHM=0, HVD_LITE_RANKS_PER_HOST=1) as c:
+            plan = c.broadcast_plan(4096)
+        agree(plan["predicted"]["hier_p2p"] is not None, f"hosts of 1: {plan}")
+    if n >= 3 and n % 2 == 1:
+        with make_comm(HVD_LITE_SHM=0, HVD_LITE_RANKS_PER_HOST=2) as c:
+            plan = c.broadcast_plan(4096)
+        agree(plan["predicted"]["hier_p2p"] is None and plan["algorithm"] != "hier_p2p", f"{plan}")
+
+
+@pytest.mark.parametrize("coll", ["allgather", "reducescatter"])
+def test_the_gather_selectors_consider_hier_p2p_only_on_hosts_of_one_size_with_several_ranks(coll):
+    n = hvd.size()
+    with make_comm(HVD_LITE_SHM=0) as c:
+        agree(c.gather_plan(coll, 1 << 20)["predicted"]["hier_p2p"] is None, "one host: predicted")
+    if n >= 4 and n % 2 == 0:
+        with make_comm(HVD_LITE_SHM=0, HVD_LITE_RANKS_PER_HOST=2) as c:
+            plan = c.gather_plan(coll, 1 << 20)
+        agree(plan["predicted"]["hier_p2p"] is not None, f"hosts of 2: {plan}")
+    if n >= 2:  # hosts of one rank: nothing to share within a host
+        with make_comm(HVD_LITE_SHM=0, HVD_LITE_RANKS_PER_HOST=1) as c:
+            plan = c.gather_plan(coll, 1 << 20)
+        agree(plan["predicted"]["hier_p2p"] is None and plan["algorithm"] != "hier_p2p", f"{plan}")
+    if n >= 3 and n % 2 == 1:
+        with make_comm(HVD_LITE_SHM=0, HVD_LITE_RANKS_PER_HOST=2) as c:
+            plan = c.gather_plan(coll, 1 << 20)
+        agree(plan["predicted"]["hier_p2p"] is None and plan["algorithm"] != "hier_p2p", f"{plan}")
