@@ -20,6 +20,7 @@ import signal
 import sys
 
 import torch
+from elastic_worker import one_step  # restart mode's worker: the same data and step
 
 import hvd_lite.torch as hvd
 from hvd_lite import basics
@@ -35,24 +36,11 @@ DEATHS = {
 }
 
 
-def data(step, rank):
-    g = torch.Generator().manual_seed(1000 * step + rank)
-    x = torch.randn(8, 4, generator=g)
-    return x, x.sum(1, keepdim=True) * 0.5 + 1.0
-
-
 def make():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     return model, hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
-
-
-def one_step(model, opt, step):
-    x, y = data(step, hvd.rank())
-    opt.zero_grad()
-    torch.nn.functional.mse_loss(model(x), y).backward()
-    opt.step()
 
 
 def maybe_die(step):
