@@ -59,6 +59,34 @@ static hvdlResult_t name_ranks(hvdlComm_t comm, hvdlComm_t sub) {
   return hvdlSuccess;
 }
 
+/* The other collectives' forced algorithms that this layout cannot run, refused alike on
+ * every rank (the layout and the knobs are agreed by hvdl_select_init), saying why. */
+static hvdlResult_t refuse_forced(hvdlComm_t comm) {
+  const hvdlConfig_t *c = &comm->config;
+  const int fewest = comm->fewest_local;
+  char gather_buf[160], bcast_buf[160], scatter_buf[160];
+  const struct {
+    const char *variable, *algo, *why;
+  } forced[] = {
+      {"HVD_LITE_ALLGATHER_ALGO", hvdl_allgather_algo_name(c->allGatherAlgorithm),
+       hvdl_select_allgather_cannot_run(comm, (hvdlAllGatherAlgorithm_t)c->allGatherAlgorithm,
+                                        fewest, gather_buf, sizeof gather_buf)},
+      {"HVD_LITE_BROADCAST_ALGO", hvdl_bcast_algo_name(c->broadcastAlgorithm),
+       hvdl_select_broadcast_cannot_run(comm, (hvdlBroadcastAlgorithm_t)c->broadcastAlgorithm,
+                                        fewest, bcast_buf, sizeof bcast_buf)},
+      {"HVD_LITE_REDUCESCATTER_ALGO", hvdl_reducescatter_algo_name(c->reduceScatterAlgorithm),
+       hvdl_select_reducescatter_cannot_run(comm,
+                                            (hvdlReduceScatterAlgorithm_t)c->reduceScatterAlgorithm,
+                                            fewest, scatter_buf, sizeof scatter_buf)},
+  };
+  for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++)
+    if (forced[i].why)
+      return hvdl_fail(comm, hvdlInvalidArgument,
+                       "%s=%s cannot run on this communicator of %d ranks: %s", forced[i].variable,
+                       forced[i].algo, comm->size, forced[i].why);
+  return hvdlSuccess;
+}
+
 /* one_per_host: mpi_comm has one rank on each host (a lane across hosts). */
 static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfig_t *cfg,
                              int one_per_host) {
@@ -84,6 +112,7 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
   if (res == hvdlSuccess) res = hvdl_shm_cma_init(comm);
   /* The selector sees what the shared-memory unit made possible. */
   if (res == hvdlSuccess) res = hvdl_select_init(comm, one_per_host);
+  if (res == hvdlSuccess) res = refuse_forced(comm);
   if (res == hvdlSuccess && comm->config.smallAllReduceBytes == HVDL_SMALL_BYTES_AUTO)
     comm->config.smallAllReduceBytes = hvdl_small_bytes_default(comm->size, comm->hosts);
   if (res == hvdlSuccess && comm->shm && comm->shm->hosts > 1) {

@@ -103,6 +103,7 @@ struct hvdlComm {
   struct hvdl_cost_model model; /* select_allreduce.c: agreed by every rank at init */
   int hosts, local_size; /* select_allreduce.c: hosts, and the most ranks on one of them (the host
                           * layout of topology.c, emulated hosts included) */
+  int fewest_local;      /* select_allreduce.c: the fewest ranks on one host */
   struct hvdl_hier_p2p *hier_p2p;     /* allreduce_hier_p2p.c: this rank's groups within and across
                           * hosts; NULL unless several hosts have the same number of ranks */
   struct hvdl_cuda_stage *cuda_stage; /* cuda.c: pinned chunks for device buffers, or NULL */

@@ -268,28 +268,16 @@ hvdlResult_t hvdl_select_init(hvdlComm_t comm, int one_per_host) {
     comm->model = m;
   }
   /* Every rank sees the same layout and comm->shm (segment.c agrees on it), so every rank
-   * refuses alike. */
-  char buf[160], gather_buf[160], bcast_buf[160], scatter_buf[160];
-  const struct {
-    const char *variable, *algo, *why;
-  } forced[] = {
-      {"HVD_LITE_ALLREDUCE_ALGO", hvdl_algo_name(a.algo),
-       a.algo == hvdlAlgoAuto ? NULL : cannot_run(comm, a.algo, fewest, buf, sizeof buf)},
-      {"HVD_LITE_ALLGATHER_ALGO", hvdl_allgather_algo_name(a.gather),
-       hvdl_select_allgather_cannot_run(comm, (hvdlAllGatherAlgorithm_t)a.gather, fewest,
-                                        gather_buf, sizeof gather_buf)},
-      {"HVD_LITE_BROADCAST_ALGO", hvdl_bcast_algo_name(a.bcast),
-       hvdl_select_broadcast_cannot_run(comm, (hvdlBroadcastAlgorithm_t)a.bcast, fewest, bcast_buf,
-                                        sizeof bcast_buf)},
-      {"HVD_LITE_REDUCESCATTER_ALGO", hvdl_reducescatter_algo_name(a.scatter),
-       hvdl_select_reducescatter_cannot_run(comm, (hvdlReduceScatterAlgorithm_t)a.scatter, fewest,
-                                            scatter_buf, sizeof scatter_buf)},
-  };
-  for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++)
-    if (forced[i].why)
-      return hvdl_fail(comm, hvdlInvalidArgument,
-                       "%s=%s cannot run on this communicator of %d ranks: %s", forced[i].variable,
-                       forced[i].algo, comm->size, forced[i].why);
+   * refuses alike; the other collectives' forced algorithms are refused by their own
+   * selectors, which comm.c asks next (they call this unit's model, not the other way). */
+  comm->fewest_local = fewest;
+  char buf[160];
+  const char *why =
+      a.algo == hvdlAlgoAuto ? NULL : cannot_run(comm, a.algo, fewest, buf, sizeof buf);
+  if (why)
+    return hvdl_fail(comm, hvdlInvalidArgument,
+                     "HVD_LITE_ALLREDUCE_ALGO=%s cannot run on this communicator of %d ranks: %s",
+                     hvdl_algo_name(a.algo), comm->size, why);
   return hvdlSuccess;
 }
 
