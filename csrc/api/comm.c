@@ -1,8 +1,9 @@
 /*
  * comm.c -- communicators: made from an MPI communicator (its private
- * duplicate, the host layout, the shared segment, the lanes across hosts),
- * renewed after a failure, destroyed or aborted, and their queries. The
- * collectives' entry points are collectives.c's.
+ * duplicate, the host layout, the shared segment, the selectors' agreement and
+ * refusals, the lanes across hosts), shrunk (hvdlCommShrink), renewed after a
+ * failure, destroyed or aborted, and their queries. The collectives' entry
+ * points are collectives.c's.
  */
 #include <stdarg.h>
 #include <stdint.h>
