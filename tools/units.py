@@ -13,6 +13,8 @@ tests/unit/test_structure.py and to draw docs/img/units.svg:
 """
 
 import argparse
+import concurrent.futures
+import functools
 import glob
 import os
 import re
@@ -78,18 +80,28 @@ def mpi_include_dirs():
     return dirs
 
 
+@functools.lru_cache(maxsize=None)
 def symbols(cc="cc"):
-    """{unit: (defined symbols, used symbols)} for every csrc/**/*.c."""
+    """{unit: (defined symbols, used symbols)} for every csrc/**/*.c: compiled once a process (the
+    checks share it), on every CPU."""
     inc = ["-I" + CSRC, "-I" + sysconfig.get_paths()["include"]] + ["-I" + d for d in mpi_include_dirs()]
-    out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for rel in sources():
-            src = os.path.join(CSRC, rel)
-            unit = rel[:-2]
-            obj = os.path.join(tmp, unit.replace(os.sep, "__") + ".o")
-            subprocess.run(
-                [cc, "-c", "-O0", "-std=c11", "-D_GNU_SOURCE", "-w", *inc, src, "-o", obj], check=True
-            )
+
+        def one(rel):
+            obj = os.path.join(tmp, rel[:-2].replace(os.sep, "__") + ".o")
+            cmd = [
+                cc,
+                "-c",
+                "-O0",
+                "-std=c11",
+                "-D_GNU_SOURCE",
+                "-w",
+                *inc,
+                os.path.join(CSRC, rel),
+                "-o",
+                obj,
+            ]
+            subprocess.run(cmd, check=True)
             nm = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout
             defined, used = set(), set()
             for line in nm.splitlines():
@@ -99,8 +111,10 @@ def symbols(cc="cc"):
                     used.add(name)
                 elif kind in "TDBRCVW":  # a global definition (static ones are the unit's own)
                     defined.add(name)
-            out[unit] = (defined, used)
-    return out
+            return rel[:-2], (frozenset(defined), frozenset(used))
+
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            return dict(pool.map(one, sources()))
 
 
 def arrows(syms=None):
