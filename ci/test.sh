@@ -5,14 +5,21 @@
 #   bash ci/test.sh --other-mpi parallel tests and the system tests that depend on the MPI (how CI
 #                               runs the MPICH build)
 #
-# Environment: PYTHON (default: python), NP_LIST (default: "1 2 3 4"), KERAS2_NP_LIST (default: "1 3").
+# Environment: PYTHON (default: python), NP_LIST (default: "1 2 3 4"), KERAS2_NP_LIST (default: "1 3"),
+# PARTS (default: all of "unit parallel keras2 system"; a run of some of them, as CI runs the MPICH
+# pass's parallel tests beside Open MPI's system tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python}
 NP_LIST=${NP_LIST:-"1 2 3 4"}
+PARTS=" ${PARTS:-unit parallel keras2 system} "
 mode=${1:-all}
 case $mode in all|--other-mpi) ;; *) echo "usage: $0 [--other-mpi]" >&2; exit 2;; esac
+for part in $PARTS; do
+  case $part in unit|parallel|keras2|system) ;; *) echo "$0: PARTS: no part $part" >&2; exit 2;; esac
+done
+part() { [[ $PARTS == *" $1 "* ]]; }
 
 BIN=$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")
 MPIRUN=$BIN/mpirun
@@ -33,7 +40,7 @@ trap 'rm -rf "$HVD_LITE_TEST_LOGDIR"' EXIT  # a failed run's logs are printed be
 # --durations: the slowest tests of each run in the log, to see where CI's time goes.
 PYTEST=("$PY" -m pytest -q -rs -p no:cacheprovider --color=no --timeout=300 --durations=10)
 
-if [ "$mode" = all ]; then
+if [ "$mode" = all ] && part unit; then
   echo "== unit tests"
   "${PYTEST[@]}" tests/unit
 fi
@@ -68,6 +75,7 @@ failed_logs() {
 }
 
 for np in $NP_LIST; do
+  part parallel || break
   echo "== parallel tests, $np rank(s)"
   if ! parallel "$np" tests/parallel; then failed_logs; exit 1; fi
 done
@@ -77,7 +85,7 @@ done
 # tf_keras is not installed (the MPICH pass), the pass is left out. At 1 and 3 ranks by default
 # (KERAS2_NP_LIST): one rank's shortcuts and an odd count's uneven shards; the collectives under it
 # are the pass above's, and each rank count costs a minute or more on CI's two cores.
-if "$PY" -c 'import tf_keras' 2>/dev/null; then
+if part keras2 && "$PY" -c 'import tf_keras' 2>/dev/null; then
   for np in ${KERAS2_NP_LIST:-1 3}; do
     echo "== Keras 2 (tf_keras) parallel tests, $np rank(s)"
     if ! TF_USE_LEGACY_KERAS=1 parallel "$np" tests/parallel/test_keras2.py tests/parallel/test_keras_strategy.py; then
@@ -96,7 +104,9 @@ fi
 # the MPICC build switch (setup.py; the MPICH build itself is CI's install).
 OTHER_MPI_SYSTEM_TESTS=(test_run_launcher.py test_run_multihost.py test_run_func.py test_mpi_setup.py
                         test_faults.py test_interrupts.py test_engine_jobs.py test_elastic.py)
-if [ "$mode" = all ]; then
+if ! part system; then
+  :
+elif [ "$mode" = all ]; then
   echo "== system tests"
   "${PYTEST[@]}" tests/system
 else
