@@ -254,6 +254,14 @@ def test_only_ranks_killed_by_a_signal_count_as_deaths_a_shrinking_job_survives(
     assert not _only_deaths(JobResult(75, 1, exits={2: RESTART_EXIT}))
 
 
+def test_a_shrinking_jobs_code_is_its_survivors_own_failure_not_the_deaths_before_it():
+    # rank 2 died first, then the survivors stopped with their own error (below --min-np)
+    after_death = JobResult(0, 0, exits={2: 137, 0: 1, 1: 1}, killed={2: 9})
+    assert after_death.first_failure() == (2, 137)
+    assert after_death.first_failure(own=True) == (0, 1)
+    assert JobResult(0, 0, exits={2: 137, 0: 0}, killed={2: 9}).first_failure(own=True) is None
+
+
 class Clock:
     """A clock the test moves."""
 
