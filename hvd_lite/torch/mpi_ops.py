@@ -631,6 +631,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op=Average, process_
             vals = vals / n
         return torch.sparse_coo_tensor(idx.t(), vals, t.size())
 
+    wait.handles = (indices, values)  # type: ignore[attr-defined]  # what poll() can ask about
     return wait
 
 

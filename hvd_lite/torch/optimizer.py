@@ -36,6 +36,7 @@ from .mpi_ops import (
     Sum,
     _check_adasum,
     allreduce_group,
+    poll,
     sparse_allreduce_async,
     synchronize,
 )
@@ -44,6 +45,12 @@ if TYPE_CHECKING:  # the class it is mixed in front of, for the checker: made at
     from torch.optim import Optimizer as _WrappedOptimizer
 else:
     _WrappedOptimizer = object
+
+
+def _ended(handle) -> bool:
+    """Whether a gradient's reduction has ended, done or failed (a sparse gradient's wait function
+    carries its two allgathers' handles)."""
+    return all(poll(h) for h in getattr(handle, "handles", (handle,)))
 
 
 class _DistributedOptimizer(_WrappedOptimizer):
@@ -275,8 +282,9 @@ class _DistributedOptimizer(_WrappedOptimizer):
 
     def load_state_dict(self, state_dict) -> None:
         """The wrapped optimizer's load_state_dict; forgets gradients not yet synchronized
-        (their allreduces must not be in flight)."""
-        if self._hvd_handles:
+        (their allreduces must not be in flight; those that failed, as after a rank's death
+        before an elastic restore, have ended)."""
+        if not all(_ended(entry[0]) for entry in self._hvd_handles.values()):
             raise AssertionError(
                 "optimizer.load_state_dict() was called while gradient "
                 "allreduces are in flight; call optimizer.synchronize() first"

@@ -507,6 +507,55 @@ def test_hooks_start_every_allreduce_during_backward():
     )
 
 
+def test_load_state_dict_refuses_reductions_in_flight_and_drops_those_that_failed():
+    """Horovod's load_state_dict forgets in-flight handles; hvd_lite's refuses them while they are
+    in flight, but takes failed ones as ended: an elastic restore after a rank's death runs
+    with the dead engine's reductions still listed."""
+    import time
+
+    from hvd_lite import basics as hvd_basics
+
+    if hvd.size() == 1:
+        pytest.skip("a 1-rank optimizer reduces nothing")
+    model = make_model()
+    opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters())
+    saved = opt.state_dict()
+    x, y = batch(0)
+    # in flight: rank 0 submits its gradients before the others have (they wait on a barrier)
+    refused = None
+    if hvd.rank() == 0:
+        loss_of(model, shard(x), shard(y)).backward()
+        refused = raised(lambda: opt.load_state_dict(saved))
+    hvd.barrier()
+    if hvd.rank() != 0:
+        loss_of(model, shard(x), shard(y)).backward()
+    opt.step()
+    agree(
+        hvd.rank() != 0 or (isinstance(refused, AssertionError) and "in flight" in str(refused)),
+        f"in flight: {refused!r}",
+    )
+    # failed: rank 0's negotiation fails, which fails the engine, and the reductions, on every
+    # rank (as a rank's death does); a later gradient's hook may raise the engine's error
+    opt.zero_grad()
+    if hvd.rank() == 0:
+        hvd_basics.inject_fault("negotiate", 1)
+    raised(lambda: loss_of(model, shard(x), shard(y)).backward())
+    deadline = time.monotonic() + 60
+    while not all(hvd.poll(h[0]) for h in opt._hvd_handles.values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    failed = [raised(lambda h=h: hvd.synchronize(h[0])) for h in opt._hvd_handles.values()]
+    err = raised(lambda: opt.load_state_dict(saved))
+    hvd.shutdown()  # a new engine, as an elastic reset makes
+    hvd.init()
+    opt.zero_grad()
+    loss_of(model, shard(x), shard(y)).backward()
+    opt.step()  # and the next step works
+    agree(
+        any(failed) and err is None and same_on_every_rank(weights(model)),
+        f"failed reductions: {failed}; load_state_dict: {err!r}",
+    )
+
+
 # DDP's gloo process groups, freed at exit: freed in a test, when the test's frame drops the last
 # reference right after a gloo operation, ~ProcessGroupGloo (holding the GIL) waited for the mutex
 # of a worker thread that was still releasing its finished work and waited for the GIL: rank 1 of
