@@ -247,6 +247,14 @@ def _shrink_in_place(exc: BaseException) -> None:
         _note(f"a collective failed ({first}); {basics.size()} of {before} rank(s) go on in place")
 
 
+def _leave_without_finalize() -> None:
+    """This survivor will not join the shrink the others go on to: at its exit, MPI_Finalize
+    would wait for them (a barrier over the world) while they wait for it in the shrink or the
+    new engine, both forever. Without it the process ends, and hvd_lite.run ends the job on its
+    error."""
+    basics._state.finalize_at_exit = False
+
+
 def _exit_for_relaunch(exc: BaseException) -> None:
     """A collective failed and this MPI cannot shrink the job: end this process with the code
     that tells hvd_lite.run to relaunch the job from the last commit."""
@@ -332,7 +340,11 @@ def run(func: Callable) -> Callable:
                     raise
                 if not basics._core.mpi_ft():
                     _exit_for_relaunch(exc)
-                state.restore()  # Horovod's order: restore, re-form, callbacks, sync
+                try:
+                    state.restore()  # Horovod's order: restore, re-form, callbacks, sync
+                except BaseException:
+                    _leave_without_finalize()
+                    raise
                 _shrink_in_place(exc)
                 state.on_reset()
                 skip_sync = False
