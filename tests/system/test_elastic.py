@@ -382,19 +382,23 @@ def rank_pid(script: str, rank: int):
     return None
 
 
+@pytest.mark.parametrize("mode", ["shrink", "restart"])
 @pytest.mark.parametrize("name", sorted(HOROVOD_ELASTIC_EXAMPLES))
 def test_horovods_elastic_example_survives_a_rank_killed_half_way_with_only_the_import_changed(
-    name, tmp_path
+    name, mode, tmp_path
 ):
     """Horovod 0.28.1's elastic synthetic benchmark, read from the Horovod git repository that
     HVD_LITE_TEST_HOROVOD_REPO names (skipped without it), its import line pointed at hvd_lite and
-    nothing else changed, at 3 ranks; rank 1 is SIGKILLed when rank 0 prints `Iter #1`, and the
-    relaunched job finishes with exit 0. Slow (minutes on a loaded 2-core machine): not in CI."""
+    nothing else changed, at 3 ranks; rank 1 is SIGKILLed when rank 0 prints `Iter #1`, and the job
+    finishes with exit 0: its 2 survivors in place (shrink mode), or 3 relaunched ranks (restart
+    mode). Slow (minutes on a loaded 2-core machine): not in CI."""
     import subprocess
 
     repo = os.environ.get("HVD_LITE_TEST_HOROVOD_REPO")
     if not repo:
         pytest.skip("HVD_LITE_TEST_HOROVOD_REPO (a Horovod git repository) is not set")
+    if mode == "shrink":
+        needs_shrink()
     path, line, model, extra = HOROVOD_ELASTIC_EXAMPLES[name]
     module = "torchvision.models" if name == "pytorch" else "tf_keras"
     probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, env=env())
@@ -411,7 +415,8 @@ def test_horovods_elastic_example_survives_a_rank_killed_half_way_with_only_the_
     args += ["--num-batches-per-iter", "1", "--num-iters", "4"]
     e = env(PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])), **extra)
     e.pop("PYTHONUNBUFFERED", None)
-    launcher = [sys.executable, "-m", "hvd_lite.run", "-np", "3", "--min-np", "2", "--max-np", "3"]
+    launcher = [sys.executable, "-m", "hvd_lite.run", "--elastic-mode", mode, "-np", "3", "--min-np", "2"]
+    launcher += ["--max-np", "3"]
     errors = open(tmp_path / "stderr", "w+")  # a file: a full pipe would stall the job
     proc = subprocess.Popen(
         launcher + [sys.executable, script] + args,
@@ -440,6 +445,12 @@ def test_horovods_elastic_example_survives_a_rank_killed_half_way_with_only_the_
     stdout = "".join(out)
     assert proc.returncode == 0, stdout + err
     assert killed is not None, stdout
-    assert "rank 1 was killed by SIGKILL (signal 9); relaunching the job" in err, err
-    assert "relaunch 1: 3 rank(s) resume from commit" in err, err
-    assert "Total img/sec on 3 CPU(s):" in stdout and "nan" not in stdout, stdout
+    if mode == "shrink":
+        assert "2 of 3 rank(s) go on in place" in err, err
+        assert "rank 1 was killed by SIGKILL (signal 9); the job went on without it" in err, err
+        assert "relaunch" not in err and "Total img/sec on 2 CPU(s):" in stdout, stdout + err
+    else:
+        assert "rank 1 was killed by SIGKILL (signal 9); relaunching the job" in err, err
+        assert "relaunch 1: 3 rank(s) resume from commit" in err, err
+        assert "Total img/sec on 3 CPU(s):" in stdout, stdout
+    assert "nan" not in stdout, stdout
