@@ -7,6 +7,7 @@ EW_VICTIM2, if set) dies at step EW_KILL_AT (EW_KILL_AT2), how EW_HOW says:
   send     SIGKILL inside the data phase of its next step's all-reduce, before its first send: a
            message (HVD_LITE_SHM=0) or a shared-memory step (the fused gradients);
   send3    the same, before its third send (mid-ring, with HVD_LITE_ALLREDUCE_ALGO=ring).
+With EW_RESTORE_RAISES set to a world rank, that survivor's state.restore() raises instead.
 A reset callback records the restored state (the commit the survivors rolled back to); after
 training every survivor trains a fresh copy from that record over the same steps through the same
 collectives (the reference), and rank 0 prints one RESULT line: whether every rank's weights are
@@ -63,6 +64,12 @@ def main():
         )
 
     state.register_reset_callbacks([record])
+    if int(os.environ.get("EW_RESTORE_RAISES", "-1")) == WORLD_RANK:  # a survivor's restore fails
+
+        def broken_restore():
+            raise RuntimeError(f"world rank {WORLD_RANK}: restore failed (EW_RESTORE_RAISES)")
+
+        state.restore = broken_restore
 
     @hvd.elastic.run
     def train(state):

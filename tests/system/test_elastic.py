@@ -256,6 +256,19 @@ def test_a_death_below_min_np_ends_the_job_on_every_rank_with_an_error_saying_so
     assert took < TIMEOUT
 
 
+def test_a_survivor_whose_restore_raises_ends_the_job_with_its_error_and_no_hang(tmp_path):
+    """The other survivors go on to the shrink, which it never joins: it must leave (no
+    MPI_Finalize, whose barrier would wait on them) so that hvd_lite.run ends the job."""
+    needs_shrink()
+    res, _, took, _ = shrink_run(
+        tmp_path, 3, 2, {"EW_HOW": "between", "EW_VICTIM": "2", "EW_KILL_AT": "4", "EW_RESTORE_RAISES": "0"}
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "world rank 0: restore failed (EW_RESTORE_RAISES)" in res.stderr, res.stderr
+    assert "RESULT" not in res.stdout
+    assert took < TIMEOUT
+
+
 HOSTS_WORKER = os.path.join(ROOT, "tests", "system", "elastic_hosts_worker.py")
 GROW_BOUND_S = 60  # three launches of a 2-, 4- and 2-rank NumPy job: see the time it prints
 
