@@ -51,11 +51,34 @@ def launcher_failed(res: subprocess.CompletedProcess) -> bool:
     )
 
 
+def _run(cmd: List[str], timeout: Optional[float] = None, **kw) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, capture_output=True, text=True, ...), except that a command past its
+    timeout gets SIGTERM first, so that a launcher ends its job (mpirun in a session of its own
+    outlives a SIGKILLed hvd_lite.run, and its ranks would go on loading the machine), then
+    SIGKILL 10 s later; TimeoutExpired is raised as subprocess.run raises it."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                out, err = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                try:  # what it started may still hold the pipes
+                    out, err = proc.communicate(timeout=5)
+                except subprocess.TimeoutExpired:
+                    out, err = "", ""
+            raise subprocess.TimeoutExpired(proc.args, timeout or 0, output=out, stderr=err) from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def run_job(cmd: List[str], **kw) -> subprocess.CompletedProcess:
     """subprocess.run(cmd, capture_output=True, text=True, **kw), launched again if the MPI
-    launcher itself failed to start (see LAUNCHER_FAILURES)."""
+    launcher itself failed to start (see LAUNCHER_FAILURES); past `timeout`, the command is
+    ended as `_run` says."""
     for attempt in range(1, LAUNCH_ATTEMPTS + 1):
-        res = subprocess.run(cmd, capture_output=True, text=True, **kw)
+        res = _run(cmd, **kw)
         if not launcher_failed(res) or attempt == LAUNCH_ATTEMPTS:
             return res
         sys.stderr.write(
