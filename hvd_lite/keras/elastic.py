@@ -1,12 +1,13 @@
 """horovod.keras.elastic's names: `run`, `KerasState` and the callbacks that keep a state's epoch
-and batch and commit it during `model.fit` (docs/elastic.md). The callbacks are of the Keras that
+and batch and commit it during `model.fit` (docs/elastic.md). `run` is hvd_lite.tensorflow.elastic's,
+which survives a rank's death inside model.fit's compiled step. The callbacks are of the Keras that
 `tf.keras` names, as hvd_lite.keras.callbacks's are, and run under either Keras's fit."""
 
 from typing import Any
 
-from ..elastic import ObjectState, State, run
+from ..elastic import ObjectState, State
 from ..exceptions import HorovodInternalError, HostsUpdatedInterrupt
-from ..tensorflow.elastic import TensorFlowKerasState
+from ..tensorflow.elastic import TensorFlowKerasState, run
 from .callbacks import _Callback
 
 
