@@ -3,7 +3,7 @@ and batch and commit it during `model.fit` (docs/elastic.md). `run` is hvd_lite.
 which survives a rank's death inside model.fit's compiled step. The callbacks are of the Keras that
 `tf.keras` names, as hvd_lite.keras.callbacks's are, and run under either Keras's fit."""
 
-from typing import Any
+from typing import Any, Optional
 
 from ..elastic import ObjectState, State
 from ..exceptions import HorovodInternalError, HostsUpdatedInterrupt
@@ -85,7 +85,9 @@ class UpdateBatchStateCallback(_Callback):
 
 class UpdateEpochStateCallback(_Callback):
     """Keeps `state.epoch` at the number of epochs done: its value at the start of `fit`, plus
-    the epochs that ended since (as Horovod's: call fit with `epochs=epochs - state.epoch`)."""
+    the epochs that ended since, however fit numbers them: called as Horovod's docs do
+    (`epochs=epochs - state.epoch`, numbered from 0) or as Keras's own resumption does
+    (`initial_epoch=state.epoch, epochs=epochs`, numbered from state.epoch)."""
 
     def __init__(self, state: State):
         super().__init__()
@@ -93,14 +95,22 @@ class UpdateEpochStateCallback(_Callback):
         """The state whose `epoch` is kept."""
         self.initial_epoch = getattr(state, "epoch")
         """`state.epoch` when training began."""
+        self._first_epoch: Optional[int] = None  # fit's number for its first epoch
 
     def on_train_begin(self, logs=None):
         """Takes `state.epoch` as the starting point."""
         self.initial_epoch = getattr(self.state, "epoch")
+        self._first_epoch = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        """Notes fit's number for its first epoch."""
+        if self._first_epoch is None:
+            self._first_epoch = epoch
 
     def on_epoch_end(self, epoch, logs=None):
         """Sets `state.epoch` to the starting point plus the epochs ended."""
-        self.state.epoch = self.initial_epoch + epoch + 1
+        first = epoch if self._first_epoch is None else self._first_epoch
+        self.state.epoch = self.initial_epoch + epoch - first + 1
 
 
 __all__ = [

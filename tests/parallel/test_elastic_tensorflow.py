@@ -90,6 +90,18 @@ def test_the_callbacks_keep_epoch_and_batch_and_commit_every_n_batches_and_each_
     assert state._commits == 5
 
 
+def test_the_epoch_callback_counts_the_epochs_done_when_fit_starts_at_initial_epoch():
+    """Keras's way of resuming (`initial_epoch=state.epoch, epochs=epochs`): fit numbers the
+    epochs from state.epoch, not from 0 as with Horovod's `epochs=epochs - state.epoch`."""
+    model = make()
+    state = hvdk.elastic.KerasState(model, epoch=1, batch=0)
+    callback = hvdk.elastic.UpdateEpochStateCallback(state)
+    model.fit(*data(), batch_size=6, initial_epoch=state.epoch, epochs=3, callbacks=[callback], verbose=0)
+    assert state.epoch == 3
+    model.fit(*data(), batch_size=6, epochs=4 - state.epoch, callbacks=[callback], verbose=0)
+    assert state.epoch == 4
+
+
 def test_a_collective_failure_inside_a_tf_function_is_raised_by_run_as_the_horovod_internal_error():
     """TensorFlow turns an op's exception into tf.errors.UnknownError (message only); the elastic
     run of hvd_lite.tensorflow and hvd_lite.keras raises the failure itself, which an elastic
