@@ -6,7 +6,9 @@ reader thread copies stderr through, minus the marker lines the rank shim (rank.
 calling thread waits on mpirun and ends the job (SIGTERM to mpirun's process group, then SIGKILL
 after KILL_GRACE_S) when: the launcher gets SIGINT/SIGTERM/SIGHUP; not every rank started within
 the start timeout; or a rank failed and the MPI has not ended the job FAILURE_GRACE_S later
-(Hydra waits for the other ranks, which may be blocked on the dead one).
+(Hydra waits for the other ranks, which may be blocked on the dead one). A job that survives
+deaths (shrink mode) goes on without a rank killed by a signal: only a rank that exits with a code
+of its own starts that wait.
 """
 
 import os
@@ -43,10 +45,11 @@ class JobResult:
     signal: Optional[int] = None
     killed: Dict[int, int] = field(default_factory=dict)  # rank -> signal its command died of
 
-    def first_failure(self) -> Optional[Tuple[int, int]]:
-        """(rank, code) of the first rank that reported a non-zero exit, or None."""
+    def first_failure(self, of_its_own: bool = False) -> Optional[Tuple[int, int]]:
+        """(rank, code) of the first rank that reported a non-zero exit (of_its_own: the first
+        that exited with a code, not killed by a signal), or None."""
         for rank, code in self.exits.items():
-            if code != 0:
+            if code != 0 and not (of_its_own and rank in self.killed):
                 return rank, code
         return None
 
@@ -75,7 +78,8 @@ class _Markers:
         self.started: List[int] = []
         self.exits: Dict[int, int] = {}
         self.killed: Dict[int, int] = {}
-        self.failed_at: Optional[float] = None
+        self.failed_at: Optional[float] = None  # the first non-zero exit
+        self.own_failure_at: Optional[float] = None  # the first one not by a signal
         self.chunks: Dict[Tuple[str, int], Dict[int, str]] = {}
         self.counts: Dict[Tuple[str, int], int] = {}
 
@@ -94,6 +98,8 @@ class _Markers:
                     self.killed.setdefault(rank, int(signum))
                 if code != 0 and self.failed_at is None:
                     self.failed_at = time.monotonic()
+                if code != 0 and rank not in self.killed and self.own_failure_at is None:
+                    self.own_failure_at = time.monotonic()
             else:
                 self.chunks.setdefault((kind, rank), {})[index] = data
                 self.counts[(kind, rank)] = count
@@ -262,7 +268,10 @@ class Job:
                         self._tree.update(_descendants(self.proc.pid))
                     continue
                 with markers.lock:
-                    started, failed_at = len(markers.started), markers.failed_at
+                    started = len(markers.started)
+                    # a job that survives deaths goes on without the dead: its wait for the
+                    # others starts when a rank exits with a code of its own
+                    failed_at = markers.own_failure_at if self.survives_deaths else markers.failed_at
                     missing = sorted(set(range(self.np)) - set(markers.started))
                 if started < self.np and now - t0 > self.start_timeout:
                     shown = ", ".join(map(str, missing[:16]))
@@ -277,9 +286,7 @@ class Job:
                     self._end()
                 elif failed_at is not None and now - failed_at > FAILURE_GRACE_S:
                     so_far = markers.result(exit_code=0, mpirun_code=0)
-                    failure = so_far.first_failure()
-                    if self.survives_deaths and _only_deaths(so_far):
-                        continue  # the survivors go on without the dead
+                    failure = so_far.first_failure(of_its_own=self.survives_deaths)
                     if failure is not None:  # the markers' failure (failed_at is its time)
                         self._note(
                             f"{so_far.describe(failure[0])} and the job is still running "
