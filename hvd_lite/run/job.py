@@ -314,7 +314,12 @@ class Job:
         elif error is not None:
             result.exit_code = START_TIMEOUT_EXIT
             result.error_printed = not self.quiet
-        elif self.survives_deaths and _only_deaths(result) and len(result.exits) > len(result.killed):
+        elif (
+            self.survives_deaths
+            and result.killed
+            and _only_deaths(result)
+            and len(result.exits) > len(result.killed)
+        ):
             result.exit_code = 0  # the survivors finished the job
             self._note(
                 "; ".join(result.describe(r) for r in result.killed)

@@ -488,3 +488,19 @@ def test_a_job_that_survives_deaths_waits_for_its_ranks_from_the_first_exit_of_t
     result = ran.run()
     assert result.mpirun_code == 0  # not ended by the launcher
     assert result.exits == {0: 137, 1: RESTART_EXIT, 2: RESTART_EXIT} and result.killed == {0: 9}
+
+
+def test_a_job_that_survives_deaths_and_had_none_says_nothing_of_them(capfd):
+    from hvd_lite.run import job as job_module
+    from hvd_lite.run.rank import PREFIX
+
+    token = "5afe"
+    script = "; ".join(
+        f"echo '{PREFIX}:{token}:{kind}:{r}:0/1:{data}' >&2"
+        for kind, data in (("start", ""), ("exit", "0"))
+        for r in range(2)
+    )
+    ran = job_module.Job(["sh", "-c", script], dict(os.environ), 2, token, 60.0, survives_deaths=True)
+    result = ran.run()
+    assert result.exit_code == 0 and result.exits == {0: 0, 1: 0}
+    assert "hvd_lite.run" not in capfd.readouterr().err
