@@ -259,6 +259,9 @@ GROW_BOUND_S = 60  # three launches of a 2-, 4- and 2-rank NumPy job: see the ti
 
 
 # DistributedGradientTape over a Keras model in a TensorFlowKerasState: world rank 1 dies at step 7.
+# A reset callback records the state restored; after training each survivor checks it against the
+# variables it kept at that commit (bit for bit), then trains a fresh model and optimizer from it
+# over the same steps through the same collectives (the reference).
 TF_SHRINK_WORKER = """
 import os, signal, sys
 import numpy as np
@@ -266,12 +269,32 @@ import tensorflow as tf
 import hvd_lite.tensorflow as hvd
 
 hvd.init()
-model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
-opt = tf.keras.optimizers.SGD(0.05)
-state = hvd.elastic.TensorFlowKerasState(model, opt, step=0)
-sizes = []
-state.register_reset_callbacks([lambda: sizes.append(hvd.size())])
 world_rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+
+
+def make():
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+    return model, tf.keras.optimizers.SGD(0.05, momentum=0.9)
+
+
+def values(model, opt):
+    return [v.numpy().copy() for v in list(model.variables) + list(opt.variables)]
+
+
+def one_step(model, opt, step):
+    x = np.random.default_rng(100 * step + hvd.rank()).standard_normal((8, 4)).astype(np.float32)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(x) - 1.0) ** 2)
+    tape = hvd.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+
+
+model, opt = make()
+state = hvd.elastic.TensorFlowKerasState(model, opt, step=0)
+committed, rolled_back = {}, []  # step -> values at its commit; (step, values, size) at each reset
+state.register_reset_callbacks([lambda: rolled_back.append((state.step, values(model, opt), hvd.size()))])
 
 
 @hvd.elastic.run
@@ -279,22 +302,36 @@ def train(state):
     while state.step < 12:
         if world_rank == 1 and state.step == 7:
             os.kill(os.getpid(), signal.SIGKILL)
-        x = np.random.default_rng(100 * state.step + hvd.rank()).standard_normal((8, 4)).astype(np.float32)
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean((model(x) - 1.0) ** 2)
-        tape = hvd.DistributedGradientTape(tape)
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
+        one_step(model, opt, state.step)
         state.step += 1
         if state.step % 3 == 0:
             state.commit()
+            committed[state.step] = values(model, opt)
 
 
 train(state)
-weights = hvd.allgather_object([v.numpy().tolist() for v in model.trainable_variables])
+weights = hvd.allgather_object([v.numpy().tobytes() for v in model.trainable_variables])
+step0, restored, _ = rolled_back[-1]
+same_as_committed = all(np.array_equal(a, b) for a, b in zip(restored, committed[step0]))
+ref, ref_opt = make()
+ref_opt.build(ref.trainable_variables)
+ref_vars = list(ref.variables) + list(ref_opt.variables)
+assert len(ref_vars) == len(restored), (len(ref_vars), len(restored))
+for v, value in zip(ref_vars, restored):
+    v.assign(value)
+for step in range(step0, 12):
+    one_step(ref, ref_opt, step)
+equal_ref = all(
+    np.allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    for a, b in zip(model.trainable_variables, ref.trainable_variables)
+)
 if hvd.rank() == 0:
     same = all(w == weights[0] for w in weights)
-    sys.stdout.write(f"RESULT identical={same} sizes={sizes} step={state.step}\\n")
+    sys.stdout.write(
+        f"RESULT identical={same} equal_ref={equal_ref} restored={same_as_committed} "
+        f"sizes={[r[2] for r in rolled_back]} rolled_back_to={[r[0] for r in rolled_back]} "
+        f"step={state.step}\\n"
+    )
     sys.stdout.flush()
 """
 
@@ -310,7 +347,11 @@ def test_a_tensorflow_job_shrinks_in_place_with_distributed_gradient_tape(tmp_pa
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "2 of 3 rank(s) go on in place" in res.stderr, res.stderr
-    assert tagged(res.stdout, "RESULT") == ["identical=True sizes=[2] step=12"], res.stdout + res.stderr
+    # killed at step 7: the survivors restore the commit of step 6, bit for bit, and from there
+    # reach the reference's weights
+    assert tagged(res.stdout, "RESULT") == [
+        "identical=True equal_ref=True restored=True sizes=[2] rolled_back_to=[6] step=12"
+    ], res.stdout + res.stderr
     assert took < TIMEOUT
 
 
