@@ -355,6 +355,40 @@ def test_a_tensorflow_job_shrinks_in_place_with_distributed_gradient_tape(tmp_pa
     assert took < TIMEOUT
 
 
+KERAS_WORKER = os.path.join(ROOT, "tests", "system", "elastic_keras_worker.py")
+
+
+def test_a_keras_fit_with_the_elastic_callbacks_shrinks_in_place_when_a_rank_is_killed_mid_epoch(tmp_path):
+    """model.fit with KerasState and the three callbacks inside hvd.elastic.run; world rank 1 is
+    SIGKILLed before batch 3 of epoch 2 (of 4), so the others' collective fails inside fit's
+    compiled step (elastic_keras_worker.py)."""
+    needs_shrink()
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("keras")
+    res, _, took, tmp = elastic_run(
+        tmp_path,
+        *("--elastic-mode", "shrink", "-np", "3", "--min-np", "2"),
+        *(sys.executable, KERAS_WORKER),
+        extra={"TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"},
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "2 of 3 rank(s) go on in place" in res.stderr, res.stderr
+    # the survivors go back to the commit at epoch 1's end (epoch 2, batch 0), restored bit for
+    # bit, and fit epochs 2 and 3 again to the reference's weights; state.epoch counts 4 epochs
+    # done. Rank 0 saw 5 + 5 + 3 batches end before the death and 5 + 5 after it.
+    assert tagged(res.stdout, "RESULT") == [
+        "identical=True equal_ref=True restored=True sizes=[2] rolled_back_to=[(2, 0)] epoch=4 batch=0 "
+        "batches=23"
+    ], res.stdout + res.stderr
+    assert (
+        "hvd_lite.run: rank 1 was killed by SIGKILL (signal 9); the job went on without it, and every "
+        "other rank exited 0"
+    ) in res.stderr
+    assert commit_dirs(tmp) == []
+    sys.stderr.write(f"keras fit shrink: {took:.1f} s\n")
+    assert took < TIMEOUT
+
+
 def test_a_job_grows_from_2_to_4_ranks_and_shrinks_back_as_discovery_says_without_a_rollback(tmp_path):
     """The discovery script's output changes while the job runs (elastic_hosts_worker.py rewrites the
     file it reads): each change ends the job at the next check or commit, on every rank at once, and
