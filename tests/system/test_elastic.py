@@ -417,6 +417,44 @@ def test_a_job_grows_from_2_to_4_ranks_and_shrinks_back_as_discovery_says_withou
     assert took < GROW_BOUND_S
 
 
+def test_a_job_that_lost_its_rank_0_in_place_still_grows_when_discovery_adds_slots(tmp_path):
+    """Shrink mode with a discovery script: world rank 0, the rank that connected to the
+    launcher's host updates, is SIGKILLed at step 4 of a 3-rank job; the 2 survivors go on in
+    place from the commit of step 3, and the new rank 0 (world rank 1) connects when it first
+    checks. At step 7 it writes 4 slots to the hosts file and the ranks commit until the commit
+    raises HostsUpdatedInterrupt: the job is relaunched on 4 ranks from that commit, no step
+    done again, and no host blacklisted for the death the job went on without."""
+    needs_shrink()
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:3\n")
+    res, _, took, tmp = elastic_run(
+        tmp_path,
+        *("--elastic-mode", "shrink", "-np", "3", "--min-np", "2", "--max-np", "4"),
+        *("--host-discovery-script", f"cat {hosts}"),
+        *(sys.executable, HOSTS_WORKER),
+        extra={
+            "EW_HOSTS": str(hosts),
+            **{"EW_VICTIM": "0", "EW_KILL_AT": "4", "EW_GROW_AT": "7", "EW_SHRINK_AT": "99"},
+            "EW_GROW_CALL": "commit",
+        },
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    steps = [line.split() for line in tagged(res.stdout, "STEP")]
+    # step 3 twice (the rollback after the death), then each step once, at the size of its launch
+    assert [(int(s[0]), int(s[1])) for s in steps] == [(s, 3) for s in range(4)] + [
+        (s, 2) for s in range(3, 7)
+    ] + [(s, 4) for s in range(7, 12)], res.stdout + res.stderr
+    assert all(s[2:] == ["True", "True"] for s in steps), res.stdout
+    assert tagged(res.stdout, "RESET") == ["3 2", "7 4"], res.stdout
+    assert "a collective failed" in res.stderr and "2 of 3 rank(s) go on in place" in res.stderr
+    assert "the hosts changed (slots added); relaunching the job (1 of at most 3)" in res.stderr
+    assert "relaunch 1: 4 rank(s) resume from commit" in res.stderr
+    assert "blacklisted" not in res.stderr and "ending the other ranks" not in res.stderr, res.stderr
+    assert commit_dirs(tmp) == []
+    sys.stderr.write(f"rank 0 lost, then grow: {took:.1f} s\n")
+    assert took < GROW_BOUND_S
+
+
 # Horovod 0.28.1's examples/elastic scripts: (path in the repository, the import line, the model
 # flag's value, the environment they need). The TensorFlow one sets `opt.lr`, Keras 2's name: it
 # runs under tf_keras (Keras 3's optimizers have no `lr`).
