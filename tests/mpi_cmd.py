@@ -51,11 +51,33 @@ def launcher_failed(res: subprocess.CompletedProcess) -> bool:
     )
 
 
+STOP_GRACE_S = 15.0  # for a launcher told to stop (SIGTERM) to end its job before SIGKILL
+
+
+def _run(cmd: List[str], timeout: Optional[float] = None, **kw) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw), except that
+    past the timeout the command first gets SIGTERM: a launcher (hvd_lite.run, mpirun) then ends
+    its job's ranks, which SIGKILL of the launcher alone would leave running."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                out, err = proc.communicate(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def run_job(cmd: List[str], **kw) -> subprocess.CompletedProcess:
     """subprocess.run(cmd, capture_output=True, text=True, **kw), launched again if the MPI
-    launcher itself failed to start (see LAUNCHER_FAILURES)."""
+    launcher itself failed to start (see LAUNCHER_FAILURES); past a `timeout` the command gets
+    SIGTERM, then SIGKILL STOP_GRACE_S later (_run)."""
     for attempt in range(1, LAUNCH_ATTEMPTS + 1):
-        res = subprocess.run(cmd, capture_output=True, text=True, **kw)
+        res = _run(cmd, **kw)
         if not launcher_failed(res) or attempt == LAUNCH_ATTEMPTS:
             return res
         sys.stderr.write(
