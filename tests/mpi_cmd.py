@@ -51,32 +51,34 @@ def launcher_failed(res: subprocess.CompletedProcess) -> bool:
     )
 
 
+STOP_GRACE_S = 15.0  # for a launcher told to stop (SIGTERM) to end its job before SIGKILL
+
+
 def _run(cmd: List[str], timeout: Optional[float] = None, **kw) -> subprocess.CompletedProcess:
-    """subprocess.run(cmd, capture_output=True, text=True, ...), except that a command past its
-    timeout gets SIGTERM first, so that a launcher ends its job (mpirun in a session of its own
-    outlives a SIGKILLed hvd_lite.run, and its ranks would go on loading the machine), then
-    SIGKILL 10 s later; TimeoutExpired is raised as subprocess.run raises it."""
+    """subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw), except that
+    past the timeout the command first gets SIGTERM: a launcher (hvd_lite.run, mpirun) then ends
+    its job's ranks, which SIGKILL of the launcher alone would leave running."""
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.terminate()
             try:
-                out, err = proc.communicate(timeout=10)
+                out, err = proc.communicate(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 try:  # what it started may still hold the pipes
                     out, err = proc.communicate(timeout=5)
                 except subprocess.TimeoutExpired:
                     out, err = "", ""
-            raise subprocess.TimeoutExpired(proc.args, timeout or 0, output=out, stderr=err) from None
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+            raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def run_job(cmd: List[str], **kw) -> subprocess.CompletedProcess:
     """subprocess.run(cmd, capture_output=True, text=True, **kw), launched again if the MPI
-    launcher itself failed to start (see LAUNCHER_FAILURES); past `timeout`, the command is
-    ended as `_run` says."""
+    launcher itself failed to start (see LAUNCHER_FAILURES); past a `timeout` the command gets
+    SIGTERM, then SIGKILL STOP_GRACE_S later (_run)."""
     for attempt in range(1, LAUNCH_ATTEMPTS + 1):
         res = _run(cmd, **kw)
         if not launcher_failed(res) or attempt == LAUNCH_ATTEMPTS:

@@ -3,7 +3,9 @@
 In an elastic job whose launcher runs a discovery script, rank 0 connects to HVD_LITE_ELASTIC_NOTIFY
 on its first check, sends HVD_LITE_ELASTIC_SECRET, and from then on reads what has arrived without
 waiting: `update SEQ KIND` lines. The other ranks never connect; State.check_host_updates
-broadcasts rank 0's reading, so every rank sees the same update at the same step.
+broadcasts rank 0's reading, so every rank sees the same update at the same step. When rank 0 dies
+in shrink mode, the survivor that becomes rank 0 connects at its first check, and the launcher
+sends it the last update (host_watch.Notifier).
 """
 
 import os

@@ -1,12 +1,13 @@
 """horovod.keras.elastic's names: `run`, `KerasState` and the callbacks that keep a state's epoch
-and batch and commit it during `model.fit` (docs/elastic.md). The callbacks are of the Keras that
+and batch and commit it during `model.fit` (docs/elastic.md). `run` is hvd_lite.tensorflow.elastic's,
+which survives a rank's death inside model.fit's compiled step. The callbacks are of the Keras that
 `tf.keras` names, as hvd_lite.keras.callbacks's are, and run under either Keras's fit."""
 
-from typing import Any
+from typing import Any, Optional
 
-from ..elastic import ObjectState, State, run
+from ..elastic import ObjectState, State
 from ..exceptions import HorovodInternalError, HostsUpdatedInterrupt
-from ..tensorflow.elastic import TensorFlowKerasState
+from ..tensorflow.elastic import TensorFlowKerasState, run
 from .callbacks import _Callback
 
 
@@ -84,7 +85,9 @@ class UpdateBatchStateCallback(_Callback):
 
 class UpdateEpochStateCallback(_Callback):
     """Keeps `state.epoch` at the number of epochs done: its value at the start of `fit`, plus
-    the epochs that ended since (as Horovod's: call fit with `epochs=epochs - state.epoch`)."""
+    the epochs that ended since, however fit numbers them: called as Horovod's docs do
+    (`epochs=epochs - state.epoch`, numbered from 0) or as Keras's own resumption does
+    (`initial_epoch=state.epoch, epochs=epochs`, numbered from state.epoch)."""
 
     def __init__(self, state: State):
         super().__init__()
@@ -92,14 +95,22 @@ class UpdateEpochStateCallback(_Callback):
         """The state whose `epoch` is kept."""
         self.initial_epoch = getattr(state, "epoch")
         """`state.epoch` when training began."""
+        self._first_epoch: Optional[int] = None  # fit's number for its first epoch
 
     def on_train_begin(self, logs=None):
         """Takes `state.epoch` as the starting point."""
         self.initial_epoch = getattr(self.state, "epoch")
+        self._first_epoch = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        """Notes fit's number for its first epoch."""
+        if self._first_epoch is None:
+            self._first_epoch = epoch
 
     def on_epoch_end(self, epoch, logs=None):
         """Sets `state.epoch` to the starting point plus the epochs ended."""
-        self.state.epoch = self.initial_epoch + epoch + 1
+        first = epoch if self._first_epoch is None else self._first_epoch
+        self.state.epoch = self.initial_epoch + epoch - first + 1
 
 
 __all__ = [

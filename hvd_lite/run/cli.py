@@ -400,7 +400,7 @@ def _main(argv: Optional[List[str]]) -> int:
         if elastic is None:
             result = launch(args.np, args.hosts, args.hostfile, {})
         else:
-            result = run_elastic(elastic, args.np, args.hosts, args.hostfile, launch)
+            result = run_elastic(elastic, args.np, args.hosts, args.hostfile, launch, survives_deaths=shrink)
     except HvdLiteError as exc:
         sys.stderr.write(f"hvd_lite.run: error: {exc}\n")
         return 2

@@ -244,10 +244,14 @@ def job_directory(base: Optional[str] = None) -> str:
     return os.path.join(os.path.abspath(parent), f"hvd_lite-elastic-{os.getpid()}-{os.urandom(4).hex()}")
 
 
-def host_update_relaunch(result: JobResult, watcher: Optional[HostWatcher]) -> bool:
+def host_update_relaunch(
+    result: JobResult, watcher: Optional[HostWatcher], survives_deaths: bool = False
+) -> bool:
     """Whether a launch ended because its ranks left for an announced host update: an update was
-    sent and the first rank to end exited with RESTART_EXIT (not killed)."""
-    first = result.first_failure()
+    sent and the first rank to end exited with RESTART_EXIT (not killed). In a launch that
+    survives deaths (shrink mode) the ranks killed before, which it went on without, did not end
+    it: the first rank that exited with a code of its own did."""
+    first = result.first_failure(of_its_own=survives_deaths)
     return (
         watcher is not None
         and watcher.announced is not None
@@ -264,11 +268,13 @@ def run_elastic(
     hostfile: Optional[str],
     launch: Callable[[Optional[int], Optional[str], Optional[str], dict], JobResult],
     quiet: bool = False,
+    survives_deaths: bool = False,
 ) -> JobResult:
     """Launches the job, and relaunches it while should_relaunch says so, at most
-    --reset-limit times. `launch(np, hosts, hostfile, extra_env)` runs one launch. With a
-    discovery script, a HostWatcher runs beside each launch (host_watch.py) and the host of a rank
-    that failed first is blacklisted."""
+    --reset-limit times. `launch(np, hosts, hostfile, extra_env)` runs one launch;
+    `survives_deaths`: it goes on when a rank dies (shrink mode). With a discovery script, a
+    HostWatcher runs beside each launch (host_watch.py) and the host of a rank that failed first
+    is blacklisted, unless the launch ended for an announced host update."""
 
     def note(text: str) -> None:
         if not quiet:
@@ -314,7 +320,7 @@ def run_elastic(
             finally:
                 if watcher is not None:
                     watcher.stop()
-            if host_update_relaunch(result, watcher):
+            if host_update_relaunch(result, watcher, survives_deaths):
                 assert watcher is not None and watcher.announced is not None
                 why = f"the hosts changed ({kind_text(watcher.announced[0])})"
                 again = True

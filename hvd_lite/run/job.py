@@ -7,8 +7,8 @@ calling thread waits on mpirun and ends the job (SIGTERM to mpirun's process gro
 after KILL_GRACE_S) when: the launcher gets SIGINT/SIGTERM/SIGHUP; not every rank started within
 the start timeout; or a rank failed and the MPI has not ended the job FAILURE_GRACE_S later
 (Hydra waits for the other ranks, which may be blocked on the dead one). A job that survives
-deaths (an elastic job that shrinks in place) counts only a rank's own failure (an exit code,
-not a signal): its survivors may stop after a death (below --min-np), and their code is the job's.
+deaths (shrink mode) goes on without a rank killed by a signal: only a rank that exits with a code
+of its own starts that wait.
 """
 
 import os
@@ -45,11 +45,11 @@ class JobResult:
     signal: Optional[int] = None
     killed: Dict[int, int] = field(default_factory=dict)  # rank -> signal its command died of
 
-    def first_failure(self, own: bool = False) -> Optional[Tuple[int, int]]:
-        """(rank, code) of the first rank that reported a non-zero exit, or None; with `own`,
-        of the first that exited with a code of its own (not killed by a signal)."""
+    def first_failure(self, of_its_own: bool = False) -> Optional[Tuple[int, int]]:
+        """(rank, code) of the first rank that reported a non-zero exit (of_its_own: the first
+        that exited with a code, not killed by a signal), or None."""
         for rank, code in self.exits.items():
-            if code != 0 and not (own and rank in self.killed):
+            if code != 0 and not (of_its_own and rank in self.killed):
                 return rank, code
         return None
 
@@ -78,8 +78,8 @@ class _Markers:
         self.started: List[int] = []
         self.exits: Dict[int, int] = {}
         self.killed: Dict[int, int] = {}
-        self.failed_at: Optional[float] = None
-        self.own_failed_at: Optional[float] = None  # the first non-zero exit not by a signal
+        self.failed_at: Optional[float] = None  # the first non-zero exit
+        self.own_failure_at: Optional[float] = None  # the first one not by a signal
         self.chunks: Dict[Tuple[str, int], Dict[int, str]] = {}
         self.counts: Dict[Tuple[str, int], int] = {}
 
@@ -98,8 +98,8 @@ class _Markers:
                     self.killed.setdefault(rank, int(signum))
                 if code != 0 and self.failed_at is None:
                     self.failed_at = time.monotonic()
-                if code != 0 and rank not in self.killed and self.own_failed_at is None:
-                    self.own_failed_at = time.monotonic()
+                if code != 0 and rank not in self.killed and self.own_failure_at is None:
+                    self.own_failure_at = time.monotonic()
             else:
                 self.chunks.setdefault((kind, rank), {})[index] = data
                 self.counts[(kind, rank)] = count
@@ -269,8 +269,9 @@ class Job:
                     continue
                 with markers.lock:
                     started = len(markers.started)
-                    # where the job survives deaths, only a rank's own failure ends it
-                    failed_at = markers.own_failed_at if self.survives_deaths else markers.failed_at
+                    # a job that survives deaths goes on without the dead: its wait for the
+                    # others starts when a rank exits with a code of its own
+                    failed_at = markers.own_failure_at if self.survives_deaths else markers.failed_at
                     missing = sorted(set(range(self.np)) - set(markers.started))
                 if started < self.np and now - t0 > self.start_timeout:
                     shown = ", ".join(map(str, missing[:16]))
@@ -285,7 +286,7 @@ class Job:
                     self._end()
                 elif failed_at is not None and now - failed_at > FAILURE_GRACE_S:
                     so_far = markers.result(exit_code=0, mpirun_code=0)
-                    failure = so_far.first_failure(own=self.survives_deaths)
+                    failure = so_far.first_failure(of_its_own=self.survives_deaths)
                     if failure is not None:  # the markers' failure (failed_at is its time)
                         self._note(
                             f"{so_far.describe(failure[0])} and the job is still running "
@@ -313,16 +314,22 @@ class Job:
         elif error is not None:
             result.exit_code = START_TIMEOUT_EXIT
             result.error_printed = not self.quiet
-        elif self.survives_deaths and _only_deaths(result) and len(result.exits) > len(result.killed):
+        elif (
+            self.survives_deaths
+            and result.killed
+            and _only_deaths(result)
+            and len(result.exits) > len(result.killed)
+        ):
             result.exit_code = 0  # the survivors finished the job
             self._note(
                 "; ".join(result.describe(r) for r in result.killed)
                 + f"; the job went on without {'it' if len(result.killed) == 1 else 'them'}, "
                 "and every other rank exited 0"
             )
-        elif (failure := result.first_failure(own=self.survives_deaths)) is not None:
-            result.exit_code = failure[1]  # where deaths are survived, the survivors' own failure
-        elif (failure := result.first_failure()) is not None:
+        elif (
+            failure := result.first_failure(of_its_own=self.survives_deaths) or result.first_failure()
+        ) is not None:
+            # where deaths are survived, the survivors' own failure (below --min-np: their error)
             result.exit_code = failure[1]
         else:
             result.exit_code = rc if rc >= 0 else 128 - rc

@@ -2,15 +2,40 @@
 elastic training in eager TensorFlow 2 (hvd_lite.elastic's State and run, with Keras models,
 optimizers and tf.Variables as state; docs/elastic.md)."""
 
-from typing import Any, List, Optional, Sequence
+import functools
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from .. import basics
-from ..elastic import ObjectState, State, run
+from .. import elastic as _elastic
+from ..elastic import ObjectState, State
 from ..exceptions import HorovodInternalError, HostsUpdatedInterrupt
 from .functions import broadcast_object, broadcast_variables
+from .mpi_ops import graph_failure
+
+
+def run(func: Callable) -> Callable:
+    """hvd_lite.elastic.run for TensorFlow (horovod.tensorflow.elastic.run). A collective that
+    fails inside a tf.function (model.fit's step, a traced DistributedGradientTape) reaches
+    Python as a tf.errors.UnknownError, as TensorFlow turns an op's exception into one; it is
+    raised as the HorovodInternalError it was (mpi_ops.graph_failure), so the job survives it as
+    it survives an eager one."""
+    if not callable(func):
+        raise TypeError(f"hvd_lite.tensorflow.elastic.run decorates a function, got {func!r}")
+
+    @functools.wraps(func)
+    def failures_as_raised(state, *args, **kwargs):
+        try:
+            return func(state, *args, **kwargs)
+        except tf.errors.OpError as exc:
+            failure = graph_failure(exc)
+            if failure is None:
+                raise
+            raise failure from exc
+
+    return _elastic.run(failures_as_raised)
 
 
 def _eager(fn: str) -> None:

@@ -21,7 +21,8 @@ ranks raises Horovod's types (_as_tf_error): eagerly, `CollectiveMismatchError` 
 `hvd_lite.CollectiveError`). Inside a graph TensorFlow maps an exception raised by Python code by
 its Python type only: the mismatch (a ValueError) reaches the caller as
 `tf.errors.InvalidArgumentError`, any other failure as `tf.errors.UnknownError`, each with the
-same message.
+same message; `graph_failure` gives the failure back (hvd_lite.tensorflow.elastic.run raises it, so
+an elastic job survives a rank's death inside a tf.function, model.fit's step included).
 """
 
 import functools
@@ -190,19 +191,42 @@ def _run(fn, tensors: Sequence[tf.Tensor], tout: List[tf.DType], kind: str):
     return graph_op(fn, tensors, tout, kind)
 
 
+# The last failure (not a refused argument) of a collective run by _converting: inside a graph,
+# TensorFlow hands the caller only its message (graph_failure gives the exception back).
+_last_failure: List[CollectiveError] = []
+
+
 def _converting(fn):
     """fn, raising Horovod's tf.errors types for a CollectiveError (_as_tf_error), eager and in a
     graph alike. In a graph TensorFlow then maps the raised exception by its Python type only
     (ValueError, TypeError: InvalidArgumentError; others: UnknownError), whatever its tf.errors
-    class, and keeps its message."""
+    class, and keeps its message; a failure is kept for graph_failure."""
 
     def converted(*arrays):
         try:
             return fn(*arrays)
         except CollectiveError as exc:
+            if not isinstance(exc, InvalidArgumentError):
+                _last_failure[:] = [exc]
             raise _as_tf_error(exc) from None
 
     return converted
+
+
+def graph_failure(exc: BaseException) -> Optional[CollectiveError]:
+    """The collective failure a tf.errors.OpError from a graph stands for, or None: the last one
+    an op of hvd_lite's raised (a rank died, a timeout), when `exc` is no CollectiveError itself
+    (an eager call raises that) and its message holds the failure's first line. A failure is
+    given back once."""
+    if isinstance(exc, CollectiveError) or not isinstance(exc, tf.errors.OpError) or not _last_failure:
+        return None
+    failure = _last_failure[0]
+    text = str(failure)
+    first = text.splitlines()[0] if text else ""
+    if not first or first not in str(exc.message):
+        return None
+    _last_failure.clear()
+    return failure
 
 
 def _ordered_graph() -> bool:

@@ -90,6 +90,54 @@ def test_the_callbacks_keep_epoch_and_batch_and_commit_every_n_batches_and_each_
     assert state._commits == 5
 
 
+def test_the_epoch_callback_counts_the_epochs_done_when_fit_starts_at_initial_epoch():
+    """Keras's way of resuming (`initial_epoch=state.epoch, epochs=epochs`): fit numbers the
+    epochs from state.epoch, not from 0 as with Horovod's `epochs=epochs - state.epoch`."""
+    model = make()
+    state = hvdk.elastic.KerasState(model, epoch=1, batch=0)
+    callback = hvdk.elastic.UpdateEpochStateCallback(state)
+    model.fit(*data(), batch_size=6, initial_epoch=state.epoch, epochs=3, callbacks=[callback], verbose=0)
+    assert state.epoch == 3
+    model.fit(*data(), batch_size=6, epochs=4 - state.epoch, callbacks=[callback], verbose=0)
+    assert state.epoch == 4
+
+
+def test_a_collective_failure_inside_a_tf_function_is_raised_by_run_as_the_horovod_internal_error():
+    """TensorFlow turns an op's exception into tf.errors.UnknownError (message only); the elastic
+    run of hvd_lite.tensorflow and hvd_lite.keras raises the failure itself, which an elastic
+    launch survives (outside one, as here, it is raised); another error stays as it is."""
+    from hvd_lite import basics
+    from hvd_lite.exceptions import CollectiveError, HorovodInternalError
+    from hvd_lite.tensorflow import mpi_ops
+
+    failure = CollectiveError(basics._core.hvdlRemoteError, "rank(s) 1 died: the MPI reports it (ULFM)")
+
+    def dies(x):
+        raise failure
+
+    def breaks(x):
+        raise RuntimeError("not a collective")
+
+    @tf.function
+    def step(x, fn):
+        return mpi_ops.graph_op(fn, [x], [tf.float32], "allreduce")[0]
+
+    with pytest.raises(tf.errors.UnknownError, match="rank\\(s\\) 1 died"):
+        step(tf.constant(1.0), dies)
+    state = hvd.elastic.ObjectState(step=0)
+    for elastic in (hvd.elastic, hvdk.elastic):
+
+        @elastic.run
+        def train(state, fn):
+            step(tf.constant(1.0), fn)
+
+        with pytest.raises(HorovodInternalError) as raised:
+            train(state, dies)
+        assert raised.value is failure and isinstance(raised.value.__cause__, tf.errors.UnknownError)
+        with pytest.raises(tf.errors.UnknownError, match="not a collective"):
+            train(state, breaks)
+
+
 def test_what_the_elastic_states_do_not_take_is_refused():
     with pytest.raises(ValueError, match="needs variables="):
         hvd.elastic.TensorFlowState()

@@ -2,18 +2,23 @@
 a PyTorch job would spend most of the test importing PyTorch; the mechanism is the same State).
 
 Run by `hvd_lite.run --host-discovery-script "cat HOSTS"`: at step GROW_AT, rank 0 of a 2-rank job
-writes `localhost:4` to HOSTS and every rank calls `state.check_host_updates()` until it raises
-(hvd_lite.run relaunches the job on 4 ranks); at step SHRINK_AT, rank 0 of the 4-rank job writes
-`localhost:2` and every rank commits until the commit raises (relaunched on 2 ranks). The weights
-of a linear model, a reference trained on one process with the gradients every rank would average,
-and the step are all in the ObjectState, so they travel through the commits. After each step rank 0
-prints `STEP s size identical equal_ref`: whether every rank's weights are the same bits and equal
-the reference's. Each step's data depends only on (step, rank).
+writes `localhost:4` to HOSTS and every rank calls `state.check_host_updates()` (or, with
+EW_GROW_CALL=commit, `state.commit()`) until it raises (hvd_lite.run relaunches the job on 4 ranks);
+at step SHRINK_AT, rank 0 of the 4-rank job writes `localhost:2` and every rank commits until the
+commit raises (relaunched on 2 ranks). With EW_VICTIM and EW_KILL_AT, the process started as that
+world rank SIGKILLs itself at the start of that step of the first launch (in shrink mode the others
+go on in place, from the last commit). The weights of a linear model, a reference trained on one
+process with the gradients every rank would average, and the step are all in the ObjectState, so
+they travel through the commits. After each step rank 0 prints `STEP s size identical equal_ref`:
+whether every rank's weights are the same bits and equal the reference's; after each reset it
+prints `RESET s size`, the step it goes on from. Each step's data depends only on (step, rank).
 
-Environment: EW_HOSTS (the hosts file the discovery script reads).
+Environment: EW_HOSTS (the hosts file the discovery script reads); EW_GROW_AT (default 4),
+EW_SHRINK_AT (default 9; a step past the last one: never), EW_GROW_CALL, EW_VICTIM, EW_KILL_AT.
 """
 
 import os
+import signal
 import sys
 import time
 
@@ -21,11 +26,18 @@ import numpy as np
 
 import hvd_lite as hvd
 
-STEPS, GROW_AT, SHRINK_AT = 12, 4, 9
+STEPS = 12
+GROW_AT = int(os.environ.get("EW_GROW_AT", "4"))
+SHRINK_AT = int(os.environ.get("EW_SHRINK_AT", "9"))
+GROW_CALL = os.environ.get("EW_GROW_CALL", "check")
 COMMIT_EVERY = 3
 LR = 0.05
 WAIT_S = 30  # for the launcher to notice the hosts file (it runs the script every second)
 HOSTS = os.environ["EW_HOSTS"]
+WORLD_RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "-1")))
+FIRST_LAUNCH = os.environ.get("HVD_LITE_ELASTIC_RESTARTS", "0") == "0"
+VICTIM = int(os.environ.get("EW_VICTIM", "-1"))
+KILL_AT = int(os.environ.get("EW_KILL_AT", "-1"))
 
 
 def gradient(w, step, rank):
@@ -54,13 +66,22 @@ def main():
     hvd.init()
     state = hvd.elastic.ObjectState(w=np.zeros(4), ref=np.zeros(4), step=0)
 
+    def note_reset():
+        if hvd.rank() == 0:
+            sys.stdout.write(f"RESET {state.step} {hvd.size()}\n")
+            sys.stdout.flush()
+
+    state.register_reset_callbacks([note_reset])
+
     @hvd.elastic.run
     def train(state):
         while state.step < STEPS:
+            if FIRST_LAUNCH and WORLD_RANK == VICTIM and state.step == KILL_AT:
+                os.kill(os.getpid(), signal.SIGKILL)
             if state.step == GROW_AT and hvd.size() == 2:
                 if hvd.rank() == 0:
                     new_hosts("localhost:4\n")
-                wait_for_the_interrupt(state.check_host_updates)
+                wait_for_the_interrupt(state.commit if GROW_CALL == "commit" else state.check_host_updates)
             if state.step == SHRINK_AT and hvd.size() == 4:
                 if hvd.rank() == 0:
                     new_hosts("localhost:2\n")

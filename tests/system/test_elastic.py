@@ -274,6 +274,9 @@ GROW_BOUND_S = 60  # three launches of a 2-, 4- and 2-rank NumPy job: see the ti
 
 
 # DistributedGradientTape over a Keras model in a TensorFlowKerasState: world rank 1 dies at step 7.
+# A reset callback records the state restored; after training each survivor checks it against the
+# variables it kept at that commit (bit for bit), then trains a fresh model and optimizer from it
+# over the same steps through the same collectives (the reference).
 TF_SHRINK_WORKER = """
 import os, signal, sys
 import numpy as np
@@ -281,12 +284,32 @@ import tensorflow as tf
 import hvd_lite.tensorflow as hvd
 
 hvd.init()
-model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
-opt = tf.keras.optimizers.SGD(0.05)
-state = hvd.elastic.TensorFlowKerasState(model, opt, step=0)
-sizes = []
-state.register_reset_callbacks([lambda: sizes.append(hvd.size())])
 world_rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+
+
+def make():
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+    return model, tf.keras.optimizers.SGD(0.05, momentum=0.9)
+
+
+def values(model, opt):
+    return [v.numpy().copy() for v in list(model.variables) + list(opt.variables)]
+
+
+def one_step(model, opt, step):
+    x = np.random.default_rng(100 * step + hvd.rank()).standard_normal((8, 4)).astype(np.float32)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((model(x) - 1.0) ** 2)
+    tape = hvd.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+
+
+model, opt = make()
+state = hvd.elastic.TensorFlowKerasState(model, opt, step=0)
+committed, rolled_back = {}, []  # step -> values at its commit; (step, values, size) at each reset
+state.register_reset_callbacks([lambda: rolled_back.append((state.step, values(model, opt), hvd.size()))])
 
 
 @hvd.elastic.run
@@ -294,22 +317,36 @@ def train(state):
     while state.step < 12:
         if world_rank == 1 and state.step == 7:
             os.kill(os.getpid(), signal.SIGKILL)
-        x = np.random.default_rng(100 * state.step + hvd.rank()).standard_normal((8, 4)).astype(np.float32)
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean((model(x) - 1.0) ** 2)
-        tape = hvd.DistributedGradientTape(tape)
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
+        one_step(model, opt, state.step)
         state.step += 1
         if state.step % 3 == 0:
             state.commit()
+            committed[state.step] = values(model, opt)
 
 
 train(state)
-weights = hvd.allgather_object([v.numpy().tolist() for v in model.trainable_variables])
+weights = hvd.allgather_object([v.numpy().tobytes() for v in model.trainable_variables])
+step0, restored, _ = rolled_back[-1]
+same_as_committed = all(np.array_equal(a, b) for a, b in zip(restored, committed[step0]))
+ref, ref_opt = make()
+ref_opt.build(ref.trainable_variables)
+ref_vars = list(ref.variables) + list(ref_opt.variables)
+assert len(ref_vars) == len(restored), (len(ref_vars), len(restored))
+for v, value in zip(ref_vars, restored):
+    v.assign(value)
+for step in range(step0, 12):
+    one_step(ref, ref_opt, step)
+equal_ref = all(
+    np.allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    for a, b in zip(model.trainable_variables, ref.trainable_variables)
+)
 if hvd.rank() == 0:
     same = all(w == weights[0] for w in weights)
-    sys.stdout.write(f"RESULT identical={same} sizes={sizes} step={state.step}\\n")
+    sys.stdout.write(
+        f"RESULT identical={same} equal_ref={equal_ref} restored={same_as_committed} "
+        f"sizes={[r[2] for r in rolled_back]} rolled_back_to={[r[0] for r in rolled_back]} "
+        f"step={state.step}\\n"
+    )
     sys.stdout.flush()
 """
 
@@ -325,7 +362,45 @@ def test_a_tensorflow_job_shrinks_in_place_with_distributed_gradient_tape(tmp_pa
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "2 of 3 rank(s) go on in place" in res.stderr, res.stderr
-    assert tagged(res.stdout, "RESULT") == ["identical=True sizes=[2] step=12"], res.stdout + res.stderr
+    # killed at step 7: the survivors restore the commit of step 6, bit for bit, and from there
+    # reach the reference's weights
+    assert tagged(res.stdout, "RESULT") == [
+        "identical=True equal_ref=True restored=True sizes=[2] rolled_back_to=[6] step=12"
+    ], res.stdout + res.stderr
+    assert took < TIMEOUT
+
+
+KERAS_WORKER = os.path.join(ROOT, "tests", "system", "elastic_keras_worker.py")
+
+
+def test_a_keras_fit_with_the_elastic_callbacks_shrinks_in_place_when_a_rank_is_killed_mid_epoch(tmp_path):
+    """model.fit with KerasState and the three callbacks inside hvd.elastic.run; world rank 1 is
+    SIGKILLed before batch 3 of epoch 2 (of 4), so the others' collective fails inside fit's
+    compiled step (elastic_keras_worker.py)."""
+    needs_shrink()
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("keras")
+    res, _, took, tmp = elastic_run(
+        tmp_path,
+        *("--elastic-mode", "shrink", "-np", "3", "--min-np", "2"),
+        *(sys.executable, KERAS_WORKER),
+        extra={"TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow"},
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "2 of 3 rank(s) go on in place" in res.stderr, res.stderr
+    # the survivors go back to the commit at epoch 1's end (epoch 2, batch 0), restored bit for
+    # bit, and fit epochs 2 and 3 again to the reference's weights; state.epoch counts 4 epochs
+    # done. Rank 0 saw 5 + 5 + 3 batches end before the death and 5 + 5 after it.
+    assert tagged(res.stdout, "RESULT") == [
+        "identical=True equal_ref=True restored=True sizes=[2] rolled_back_to=[(2, 0)] epoch=4 batch=0 "
+        "batches=23"
+    ], res.stdout + res.stderr
+    assert (
+        "hvd_lite.run: rank 1 was killed by SIGKILL (signal 9); the job went on without it, and every "
+        "other rank exited 0"
+    ) in res.stderr
+    assert commit_dirs(tmp) == []
+    sys.stderr.write(f"keras fit shrink: {took:.1f} s\n")
     assert took < TIMEOUT
 
 
@@ -354,6 +429,44 @@ def test_a_job_grows_from_2_to_4_ranks_and_shrinks_back_as_discovery_says_withou
     assert "relaunch 2: 2 rank(s) resume from commit" in res.stderr
     assert commit_dirs(tmp) == []
     sys.stderr.write(f"grow and shrink: {took:.1f} s\n")
+    assert took < GROW_BOUND_S
+
+
+def test_a_job_that_lost_its_rank_0_in_place_still_grows_when_discovery_adds_slots(tmp_path):
+    """Shrink mode with a discovery script: world rank 0, the rank that connected to the
+    launcher's host updates, is SIGKILLed at step 4 of a 3-rank job; the 2 survivors go on in
+    place from the commit of step 3, and the new rank 0 (world rank 1) connects when it first
+    checks. At step 7 it writes 4 slots to the hosts file and the ranks commit until the commit
+    raises HostsUpdatedInterrupt: the job is relaunched on 4 ranks from that commit, no step
+    done again, and no host blacklisted for the death the job went on without."""
+    needs_shrink()
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:3\n")
+    res, _, took, tmp = elastic_run(
+        tmp_path,
+        *("--elastic-mode", "shrink", "-np", "3", "--min-np", "2", "--max-np", "4"),
+        *("--host-discovery-script", f"cat {hosts}"),
+        *(sys.executable, HOSTS_WORKER),
+        extra={
+            "EW_HOSTS": str(hosts),
+            **{"EW_VICTIM": "0", "EW_KILL_AT": "4", "EW_GROW_AT": "7", "EW_SHRINK_AT": "99"},
+            "EW_GROW_CALL": "commit",
+        },
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    steps = [line.split() for line in tagged(res.stdout, "STEP")]
+    # step 3 twice (the rollback after the death), then each step once, at the size of its launch
+    assert [(int(s[0]), int(s[1])) for s in steps] == [(s, 3) for s in range(4)] + [
+        (s, 2) for s in range(3, 7)
+    ] + [(s, 4) for s in range(7, 12)], res.stdout + res.stderr
+    assert all(s[2:] == ["True", "True"] for s in steps), res.stdout
+    assert tagged(res.stdout, "RESET") == ["3 2", "7 4"], res.stdout
+    assert "a collective failed" in res.stderr and "2 of 3 rank(s) go on in place" in res.stderr
+    assert "the hosts changed (slots added); relaunching the job (1 of at most 3)" in res.stderr
+    assert "relaunch 1: 4 rank(s) resume from commit" in res.stderr
+    assert "blacklisted" not in res.stderr and "ending the other ranks" not in res.stderr, res.stderr
+    assert commit_dirs(tmp) == []
+    sys.stderr.write(f"rank 0 lost, then grow: {took:.1f} s\n")
     assert took < GROW_BOUND_S
 
 

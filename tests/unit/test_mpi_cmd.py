@@ -1,7 +1,10 @@
-"""The tests' job runner launches again only when the MPI launcher itself failed to start."""
+"""The tests' job runner launches again only when the MPI launcher itself failed to start, and
+tells a job past its timeout to stop before killing it."""
 
+import subprocess
 import sys
 
+import pytest
 from mpi_cmd import LAUNCH_ATTEMPTS, LAUNCHER_FAILURES, run_job
 
 
@@ -33,3 +36,12 @@ def test_any_other_failure_is_returned_at_once(tmp_path):
     cmd, count = _flaky(tmp_path, 1, "Mismatched ALLREDUCE tensor shapes")
     res = run_job(cmd, timeout=60)
     assert res.returncode == 1 and count.read_text() == "1"
+
+
+def test_a_job_past_its_timeout_is_told_to_stop_before_it_is_killed(tmp_path):
+    """SIGTERM first, so that a launcher ends its ranks (SIGKILL would leave them running)."""
+    mark = tmp_path / "stopped"
+    cmd = ["sh", "-c", f"trap 'kill $!; echo bye > {mark}; exit 3' TERM; sleep 30 & wait"]
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_job(cmd, timeout=0.5)
+    assert mark.read_text() == "bye\n"

@@ -258,8 +258,8 @@ def test_a_shrinking_jobs_code_is_its_survivors_own_failure_not_the_deaths_befor
     # rank 2 died first, then the survivors stopped with their own error (below --min-np)
     after_death = JobResult(0, 0, exits={2: 137, 0: 1, 1: 1}, killed={2: 9})
     assert after_death.first_failure() == (2, 137)
-    assert after_death.first_failure(own=True) == (0, 1)
-    assert JobResult(0, 0, exits={2: 137, 0: 0}, killed={2: 9}).first_failure(own=True) is None
+    assert after_death.first_failure(of_its_own=True) == (0, 1)
+    assert JobResult(0, 0, exits={2: 137, 0: 0}, killed={2: 9}).first_failure(of_its_own=True) is None
 
 
 class Clock:
@@ -446,3 +446,69 @@ def test_only_a_launch_whose_ranks_left_for_an_announced_update_is_a_host_change
     assert host_update_relaunch(left, Announced())
     assert not host_update_relaunch(left, None)
     assert not host_update_relaunch(killed(1, signal.SIGKILL), Announced())
+
+
+def test_in_shrink_mode_ranks_leaving_for_an_update_after_a_death_they_went_on_without_are_a_host_change():
+    from hvd_lite.run.elastic import host_update_relaunch
+
+    class Announced:
+        announced = (1, [("localhost", 4)])
+
+    # rank 0 was killed long before; the survivors left for the update
+    ended = JobResult(
+        exit_code=137, mpirun_code=0, exits={0: 137, 1: RESTART_EXIT, 2: RESTART_EXIT}, killed={0: 9}
+    )
+    assert ended.first_failure() == (0, 137)
+    assert ended.first_failure(of_its_own=True) == (1, RESTART_EXIT)
+    assert host_update_relaunch(ended, Announced(), survives_deaths=True)
+    # in restart mode the death ended the launch: the others' code 75 is their lost peer
+    assert not host_update_relaunch(ended, Announced())
+    # a launch that went on without its dead and ended with an error of its own is none
+    failed = JobResult(exit_code=1, mpirun_code=1, exits={0: 137, 1: 1, 2: 1}, killed={0: 9})
+    assert not host_update_relaunch(failed, Announced(), survives_deaths=True)
+
+
+def test_a_job_that_survives_deaths_waits_for_its_ranks_from_the_first_exit_of_their_own(monkeypatch):
+    """A rank killed long ago does not start the grace the others get to end: the ranks that exit
+    later, one after another, each report, and the job is not ended under them."""
+    from hvd_lite.run import job as job_module
+    from hvd_lite.run.rank import PREFIX
+
+    monkeypatch.setattr(job_module, "FAILURE_GRACE_S", 1.0)
+    token = "0ddba11"  # hex, as the launcher makes it
+
+    def marker(kind, rank, data=""):
+        return f"echo '{PREFIX}:{token}:{kind}:{rank}:0/1:{data}' >&2"
+
+    script = "; ".join(
+        [marker("start", r) for r in range(3)]
+        + [
+            marker("exit", 0, "137:9"),
+            "sleep 1.5",
+            marker("exit", 1, "75"),
+            "sleep 0.2",
+            marker("exit", 2, "75"),
+        ]
+    )
+    ran = job_module.Job(
+        ["sh", "-c", script], dict(os.environ), 3, token, 60.0, quiet=True, survives_deaths=True
+    )
+    result = ran.run()
+    assert result.mpirun_code == 0  # not ended by the launcher
+    assert result.exits == {0: 137, 1: RESTART_EXIT, 2: RESTART_EXIT} and result.killed == {0: 9}
+
+
+def test_a_job_that_survives_deaths_and_had_none_says_nothing_of_them(capfd):
+    from hvd_lite.run import job as job_module
+    from hvd_lite.run.rank import PREFIX
+
+    token = "5afe"
+    script = "; ".join(
+        f"echo '{PREFIX}:{token}:{kind}:{r}:0/1:{data}' >&2"
+        for kind, data in (("start", ""), ("exit", "0"))
+        for r in range(2)
+    )
+    ran = job_module.Job(["sh", "-c", script], dict(os.environ), 2, token, 60.0, survives_deaths=True)
+    result = ran.run()
+    assert result.exit_code == 0 and result.exits == {0: 0, 1: 0}
+    assert "hvd_lite.run" not in capfd.readouterr().err
