@@ -211,8 +211,11 @@ hvdlResult_t hvdlCommDestroy(hvdlComm_t comm) {
   MPI_Finalized(&finalized);
   /* After a rank's death (failed.c) nothing collective can complete: as hvdlCommAbort. */
   const int collective = !finalized && !hvdl_failed_any(comm);
-  if (!finalized) MPI_Comm_free(&comm->mpi);
+  /* Freed last: the lane across hosts, freed with comm, checks this communicator for dead
+   * ranks (its ft_top), and MPI_COMM_NULL there is an error that aborts the process. */
+  MPI_Comm mpi = comm->mpi;
   free_comm(comm, collective);
+  if (!finalized) MPI_Comm_free(&mpi);
   return hvdlSuccess;
 }
 

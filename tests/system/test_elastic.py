@@ -10,7 +10,7 @@ import time
 
 import pytest
 from mpi_cmd import run_job
-from run_helpers import env, tagged
+from run_helpers import env, mpi_args, tagged, two_hosts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = os.path.join(ROOT, "tests", "system", "elastic_worker.py")
@@ -226,6 +226,38 @@ def test_the_survivors_of_a_killed_rank_go_on_in_place_from_the_last_commit_to_t
         "other rank exited 0"
     ) in res.stderr
     assert "relaunch" not in res.stderr and commit_dirs(tmp) == []
+    assert took < TIMEOUT
+
+
+@pytest.mark.parametrize(
+    "deaths,left",
+    [({"EW_VICTIM": "2"}, 3), ({"EW_VICTIM": "2", "EW_VICTIM2": "3", "EW_KILL_AT2": "7"}, 2)],
+    ids=["a-rank-of-host-b", "all-of-host-b"],
+)
+def test_survivors_on_two_hosts_go_on_when_a_rank_or_a_whole_host_dies(tmp_path, deaths, left):
+    """Two host names on this machine (run_helpers.two_hosts: a daemon each, TCP between them):
+    the lane across hosts is rebuilt on the survivors, and a lost host ends no one's MPI."""
+    needs_shrink()
+    with two_hosts() as (words, _root):
+        res, _, took, _ = elastic_run(
+            tmp_path,
+            *("--elastic-mode", "shrink", "-np", "4", "--min-np", "2", "-H", "hosta:2,hostb:2"),
+            *mpi_args(words),
+            *(sys.executable, SHRINK_WORKER),
+            extra={
+                "EW_STEPS": "16",
+                "EW_COMMIT_EVERY": "3",
+                "EW_HOW": "between",
+                "EW_KILL_AT": "7",
+                **deaths,
+            },
+        )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{left} of 4 rank(s) go on in place" in res.stderr, res.stderr
+    assert tagged(res.stdout, "RESULT") == [
+        f"identical=True equal_ref=True sizes=[{left}] rolled_back_to=[6] step=16"
+    ], res.stdout + res.stderr
+    assert "the job went on without" in res.stderr and "MPI_ERRORS_ARE_FATAL" not in res.stderr
     assert took < TIMEOUT
 
 
