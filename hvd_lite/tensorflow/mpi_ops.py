@@ -223,7 +223,7 @@ def graph_failure(exc: BaseException) -> Optional[CollectiveError]:
     failure = _last_failure[0]
     text = str(failure)
     first = text.splitlines()[0] if text else ""
-    if not first or first not in str(exc.message):
+    if not first or first not in str(getattr(exc, "message", exc)):
         return None
     _last_failure.clear()
     return failure
