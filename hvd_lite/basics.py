@@ -467,9 +467,6 @@ def _shrink() -> None:
     survivors = _core.mpi_shrink(fhandle)
     engine = _core.Engine(survivors, None)
     _state.engine, _state.base = engine, (survivors, None)
-    # MPI_Finalize after a death: Open MPI 5's waited forever when a whole (emulated) host's ranks
-    # had died, though the survivors had finished; the process ends without it (as after MPI_Abort).
-    _state.finalize_at_exit = False
     _state.auto_names = {}  # automatic names restart with every engine, on every rank
     _state.sets = {0: _Set(0, list(range(engine.size)), engine, _state.auto_names)}
     _state.free_ids, _state.next_id = collections.deque(), 1

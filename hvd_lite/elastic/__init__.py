@@ -248,10 +248,10 @@ def _shrink_in_place(exc: BaseException) -> None:
 
 
 def _leave_without_finalize() -> None:
-    """This survivor will not join the shrink the others go on to: at its exit, MPI_Finalize
-    would wait for them (a barrier over the world) while they wait for it in the shrink or the
-    new engine, both forever. Without it the process ends, and hvd_lite.run ends the job on its
-    error."""
+    """After a death this process ends without MPI_Finalize. Open MPI 5's waited forever once
+    every rank of a host had died, though the survivors had finished; and a survivor whose
+    recovery raises (its restore, say) would wait there on the others while they wait for it in
+    the shrink or the new engine. hvd_lite.run ends the job on such a rank's error."""
     basics._state.finalize_at_exit = False
 
 
@@ -340,11 +340,8 @@ def run(func: Callable) -> Callable:
                     raise
                 if not basics._core.mpi_ft():
                     _exit_for_relaunch(exc)
-                try:
-                    state.restore()  # Horovod's order: restore, re-form, callbacks, sync
-                except BaseException:
-                    _leave_without_finalize()
-                    raise
+                _leave_without_finalize()
+                state.restore()  # Horovod's order: restore, re-form, callbacks, sync
                 _shrink_in_place(exc)
                 state.on_reset()
                 skip_sync = False
