@@ -38,12 +38,7 @@ export HVD_LITE_TEST_LOGDIR
 HVD_LITE_TEST_LOGDIR=$(mktemp -d)
 trap 'rm -rf "$HVD_LITE_TEST_LOGDIR"' EXIT  # a failed run's logs are printed below first
 # --durations: the slowest tests of each run in the log, to see where CI's time goes.
-PYTEST=("$PY" -m pytest -q -rs -p no:cacheprovider --color=no --timeout=300 --durations=10)
-
-if [ "$mode" = all ] && part unit; then
-  echo "== unit tests"
-  "${PYTEST[@]}" tests/unit
-fi
+PYTEST=("$PY" -m pytest -q -rs -p no:cacheprovider --color=no --timeout=300 --durations=20)
 
 # Under the other MPI the parallel tests leave out torch.compile's (test_torch_compile.py): what
 # they test is Dynamo's tracing around the collectives, which does not depend on the MPI, and they
@@ -74,6 +69,49 @@ failed_logs() {
   done
 }
 
+# A pass at one rank is one process, as the unit tests are: the parallel tests' and the Keras 2 pass's
+# run beside them (on CI's 2 cores the three took 53, 63 and 32 s one after the other, and 75 s for the
+# first two side by side), each with its output kept and printed after the unit tests'.
+KERAS2_NP_LIST=${KERAS2_NP_LIST:-1 3}
+has_keras2() { part keras2 && "$PY" -c 'import tf_keras' 2>/dev/null; }
+# The Keras test files again with Keras 2 (below), at np ranks.
+keras2() { TF_USE_LEGACY_KERAS=1 parallel "$1" tests/parallel/test_keras2.py tests/parallel/test_keras_strategy.py; }
+without_1() { for np in $1; do [ "$np" = 1 ] || echo "$np"; done; }
+# One such pass in the background, with a log folder of its own (its rank's start marker apart from
+# the other's): `beside NAME DIR COMMAND...`.
+beside=()
+beside() {
+  local name=$1 dir=$HVD_LITE_TEST_LOGDIR/$2
+  shift 2
+  mkdir -p "$dir"
+  (HVD_LITE_TEST_LOGDIR=$dir && "$@") > "$dir/out.log" 2>&1 &
+  beside+=("$name:$!:$dir")
+}
+if [ "$mode" = all ] && part unit; then
+  if part parallel && [[ " $(echo $NP_LIST) " == *" 1 "* ]]; then
+    beside "parallel tests, 1 rank(s)" parallel-1 parallel 1 tests/parallel
+    NP_LIST=$(without_1 "$NP_LIST")
+  fi
+  if has_keras2 && [[ " $(echo $KERAS2_NP_LIST) " == *" 1 "* ]]; then
+    beside "Keras 2 (tf_keras) parallel tests, 1 rank(s)" keras2-1 keras2 1
+    KERAS2_NP_LIST=$(without_1 "$KERAS2_NP_LIST")
+  fi
+  echo "== unit tests"
+  unit_rc=0
+  "${PYTEST[@]}" tests/unit || unit_rc=$?
+  beside_failed=0
+  for job in ${beside[@]+"${beside[@]}"}; do
+    IFS=: read -r name pid dir <<<"$job"
+    echo "== $name (beside the unit tests)"
+    rc=0
+    wait "$pid" || rc=$?
+    cat "$dir/out.log"
+    [ "$rc" = 0 ] || beside_failed=1
+  done
+  if [ "$beside_failed" != 0 ]; then failed_logs; exit 1; fi
+  [ "$unit_rc" = 0 ] || exit "$unit_rc"
+fi
+
 for np in $NP_LIST; do
   part parallel || break
   echo "== parallel tests, $np rank(s)"
@@ -85,10 +123,10 @@ done
 # tf_keras is not installed (the MPICH pass), the pass is left out. At 1 and 3 ranks by default
 # (KERAS2_NP_LIST): one rank's shortcuts and an odd count's uneven shards; the collectives under it
 # are the pass above's, and each rank count costs a minute or more on CI's two cores.
-if part keras2 && "$PY" -c 'import tf_keras' 2>/dev/null; then
-  for np in ${KERAS2_NP_LIST:-1 3}; do
+if has_keras2; then
+  for np in $KERAS2_NP_LIST; do
     echo "== Keras 2 (tf_keras) parallel tests, $np rank(s)"
-    if ! TF_USE_LEGACY_KERAS=1 parallel "$np" tests/parallel/test_keras2.py tests/parallel/test_keras_strategy.py; then
+    if ! keras2 "$np"; then
       failed_logs
       exit 1
     fi

@@ -79,14 +79,8 @@ def test_hvd_lite_cuda_1_without_nvcc_stops_the_build_saying_so(tmp_path):
     assert "HVD_LITE_CUDA=1, but no nvcc with a CUDA toolkit was found" in build.stderr
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on PATH (the CUDA toolkit)")
-def test_the_cuda_build_compiles_and_loads_without_a_device(tmp_path):
-    """HVD_LITE_CUDA=1 where nvcc is found: the kernels compile and link (static runtime), the
-    extension loads on a machine with no GPU or driver, says it has CUDA and sees no device, a
-    host all-reduce is unchanged, and a kernel on an address the CUDA runtime cannot reach fails
-    with CUDA's own message instead of a crash. It is built over a CPU build of the same tree:
-    a change of flags alone must rebuild (distutils' own check looks at the files' times only,
-    and kept the CPU build)."""
+def _build_cuda_over_cpu(tmp_path):
+    """A copy of the tree built for the CPU, then with HVD_LITE_CUDA=1 over that build."""
     src = _copy_tree(tmp_path)
     cpu_env = dict(os.environ)
     cpu_env.pop("HVD_LITE_CUDA", None)
@@ -99,16 +93,36 @@ def test_the_cuda_build_compiles_and_loads_without_a_device(tmp_path):
         timeout=300,
     )
     assert cpu.returncode == 0, cpu.stdout + cpu.stderr
-    env = dict(os.environ, HVD_LITE_CUDA="1")
     build = subprocess.run(
         [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
         cwd=src,
-        env=env,
+        env=dict(os.environ, HVD_LITE_CUDA="1"),
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert build.returncode == 0, build.stdout + build.stderr
+    return src
+
+
+# A copy of the tree already built the way the test below builds one (a CPU build, then HVD_LITE_CUDA=1
+# over it): .ci/run makes one for its own tests of the CUDA build, and the test then checks that copy
+# instead of compiling the two builds a second time.
+CUDA_TREE = os.environ.get("HVD_LITE_TEST_CUDA_TREE")
+
+
+@pytest.mark.skipif(
+    shutil.which("nvcc") is None and not CUDA_TREE,
+    reason="no nvcc on PATH (the CUDA toolkit), and no HVD_LITE_TEST_CUDA_TREE",
+)
+def test_the_cuda_build_compiles_and_loads_without_a_device(tmp_path):
+    """HVD_LITE_CUDA=1 where nvcc is found: the kernels compile and link (static runtime), the
+    extension loads on a machine with no GPU or driver, says it has CUDA and sees no device, a
+    host all-reduce is unchanged, and a kernel on an address the CUDA runtime cannot reach fails
+    with CUDA's own message instead of a crash. It is built over a CPU build of the same tree:
+    a change of flags alone must rebuild (distutils' own check looks at the files' times only,
+    and kept the CPU build)."""
+    src = CUDA_TREE or _build_cuda_over_cpu(tmp_path)
     code = (
         "import hvd_lite, numpy as np\n"
         "from hvd_lite import _core\n"
