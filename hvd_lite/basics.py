@@ -167,6 +167,12 @@ def _atexit() -> None:
         _core.mpi_finalize()
 
 
+def skip_mpi_finalize() -> None:
+    """This process will end without MPI_Finalize, even if init() initialised MPI (elastic.run,
+    once a rank has died: docs/design.md, "Leaving")."""
+    _state.finalize_at_exit = False
+
+
 def init(comm: Any = None, process_sets: Any = None) -> None:
     """Initialises hvd_lite (and MPI, with thread support, if nobody has); `process_sets`: a
     list of hvd_lite.ProcessSet to register now (or "dynamic", Horovod's spelling for none:

@@ -252,7 +252,7 @@ def _leave_without_finalize() -> None:
     every rank of a host had died, though the survivors had finished; and a survivor whose
     recovery raises (its restore, say) would wait there on the others while they wait for it in
     the shrink or the new engine. hvd_lite.run ends the job on such a rank's error."""
-    basics._state.finalize_at_exit = False
+    basics.skip_mpi_finalize()
 
 
 def _exit_for_relaunch(exc: BaseException) -> None:
