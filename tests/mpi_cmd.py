@@ -54,6 +54,19 @@ def launcher_failed(res: subprocess.CompletedProcess) -> bool:
 STOP_GRACE_S = 15.0  # for a launcher told to stop (SIGTERM) to end its job before SIGKILL
 
 
+class JobTimeout(subprocess.TimeoutExpired):
+    """A command past its timeout, whose message ends with what it printed last (a test's
+    failure then says where the job stood)."""
+
+    def __str__(self) -> str:
+        tails = [
+            f"{name} (last 3,000 characters):\n{text[-3000:]}"
+            for name, text in (("stdout", self.output), ("stderr", self.stderr))
+            if text
+        ]
+        return "\n".join([super().__str__(), *tails])
+
+
 def _run(cmd: List[str], timeout: Optional[float] = None, **kw) -> subprocess.CompletedProcess:
     """subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw), except that
     past the timeout the command first gets SIGTERM: a launcher (hvd_lite.run, mpirun) then ends
@@ -71,7 +84,7 @@ def _run(cmd: List[str], timeout: Optional[float] = None, **kw) -> subprocess.Co
                     out, err = proc.communicate(timeout=5)
                 except subprocess.TimeoutExpired:
                     out, err = "", ""
-            raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err) from None
+            raise JobTimeout(cmd, timeout, output=out, stderr=err) from None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 

@@ -159,14 +159,12 @@ def should_relaunch(result: JobResult) -> Tuple[bool, str]:
         if result.error:
             return False, result.error
         return False, f"mpirun exited with code {result.mpirun_code} and no rank reported a failure"
+    for rank, code in result.exits.items():
+        if code != 0 and rank not in result.killed and code != RESTART_EXIT:
+            return False, f"{result.describe(rank)}: a failure of the script, which a relaunch would repeat"
     rank, code = first
     if rank in result.killed:
-        # A death came first: what the others exited with after it followed from it (across hosts,
-        # Open MPI aborts a rank whose connection to the dead one drops, before hvd_lite sees it).
         return True, result.describe(rank)
-    for other, other_code in result.exits.items():
-        if other_code != 0 and other not in result.killed and other_code != RESTART_EXIT:
-            return False, f"{result.describe(other)}: a failure of the script, which a relaunch would repeat"
     return True, f"rank {rank} lost a peer in a collective (exit code {RESTART_EXIT})"
 
 

@@ -96,29 +96,6 @@ def test_a_killed_rank_relaunches_the_job_which_resumes_from_the_last_commit_to_
     )
 
 
-def test_a_rank_killed_on_one_of_two_hosts_relaunches_the_job_on_the_other(tmp_path):
-    """Two host names on this machine (run_helpers.two_hosts: a daemon each, TCP between them): the
-    ranks of the other host lose their connection to the dead one (Open MPI aborts them), and
-    whatever they exit with, the job is relaunched on the same hosts from the last commit."""
-    pytest.importorskip("torch")
-    with two_hosts() as (words, _root):
-        res, killed, took, _ = elastic_run(
-            tmp_path,
-            *("-np", "4", "--min-np", "2", "--max-np", "4", "--reset-limit", "2", "-H", "hosta:2,hostb:2"),
-            *mpi_args(words),
-            *(sys.executable, WORKER),
-            extra={"EW_KILLS": "1", "EW_STEPS": "12", "EW_COMMIT_EVERY": "3", "EW_KILL_AT": "7"},
-        )
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert killed == ["killed0"]
-    assert "rank 1 was killed by SIGKILL (signal 9); relaunching the job (1 of at most 2)" in res.stderr, (
-        res.stderr
-    )
-    assert "relaunch 1: 4 rank(s) resume from commit 2" in res.stderr, res.stderr
-    assert tagged(res.stdout, "RESULT") == ["equal_ref=True identical=True resets=[4] step=12"], res.stdout
-    assert took < TIMEOUT
-
-
 def test_a_job_killed_more_often_than_the_reset_limit_fails_saying_so(tmp_path):
     res, killed, took, tmp = elastic_run(
         tmp_path,
