@@ -70,8 +70,8 @@ failed_logs() {
 }
 
 # A pass at one rank is one process, as the unit tests are: the parallel tests' and the Keras 2 pass's
-# run beside them (on CI's 2 cores the three took 53, 63 and 32 s one after the other, and 75 s for the
-# first two side by side), each with its output kept and printed after the unit tests'.
+# run beside them (on CI's 2 cores the three took 53, 63 and 32 s one after the other, 102 s side by
+# side), each with its output kept and printed after the unit tests'.
 KERAS2_NP_LIST=${KERAS2_NP_LIST:-1 3}
 has_keras2() { part keras2 && "$PY" -c 'import tf_keras' 2>/dev/null; }
 # The Keras test files again with Keras 2 (below), at np ranks.

@@ -169,7 +169,7 @@ def _atexit() -> None:
 
 def skip_mpi_finalize() -> None:
     """This process will end without MPI_Finalize, even if init() initialised MPI (elastic.run,
-    once a rank has died: docs/design.md, "Leaving")."""
+    once a rank has died: docs/design.md, "Elastic jobs: shrink mode")."""
     _state.finalize_at_exit = False
 
 

@@ -247,14 +247,6 @@ def _shrink_in_place(exc: BaseException) -> None:
         _note(f"a collective failed ({first}); {basics.size()} of {before} rank(s) go on in place")
 
 
-def _leave_without_finalize() -> None:
-    """After a death this process ends without MPI_Finalize. Open MPI 5's waited forever once
-    every rank of a host had died, though the survivors had finished; and a survivor whose
-    recovery raises (its restore, say) would wait there on the others while they wait for it in
-    the shrink or the new engine. hvd_lite.run ends the job on such a rank's error."""
-    basics.skip_mpi_finalize()
-
-
 def _exit_for_relaunch(exc: BaseException) -> None:
     """A collective failed and this MPI cannot shrink the job: end this process with the code
     that tells hvd_lite.run to relaunch the job from the last commit."""
@@ -340,7 +332,12 @@ def run(func: Callable) -> Callable:
                     raise
                 if not basics._core.mpi_ft():
                     _exit_for_relaunch(exc)
-                _leave_without_finalize()
+                # After a death this process ends without MPI_Finalize: Open MPI 5's waited forever
+                # once every rank of a host had died, though the survivors had finished, and a
+                # survivor whose recovery raises (its restore, say) would wait there on the others
+                # while they wait for it in the shrink or the new engine. hvd_lite.run ends the job
+                # on such a rank's error.
+                basics.skip_mpi_finalize()
                 state.restore()  # Horovod's order: restore, re-form, callbacks, sync
                 _shrink_in_place(exc)
                 state.on_reset()
