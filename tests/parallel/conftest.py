@@ -24,28 +24,12 @@ def world():
     return MPI.COMM_WORLD
 
 
-def wait_politely(request) -> None:
-    """Waits for an mpi4py request: polling for the first 5 ms, then sleeping 1 ms between polls.
-    A blocking MPI call spins under both MPIs, so a rank waiting in one for a slower rank (a
-    reference computed on rank 0 alone, a test that waits out a timeout) would take the CPU that
-    rank needs on a machine with fewer cores than ranks, as CI's two cores run four. Sleeping from
-    the first poll made each of the suite's thousands of agreements cost a millisecond or more
-    (each sleep holds up a step of the collective)."""
-    start = time.monotonic()
-    while not request.Test():
-        if time.monotonic() - start > 0.005:
-            time.sleep(0.001)
-
-
 def agree(ok: bool, detail: str = "") -> None:
     """Fails on every rank unless `ok` holds on every rank."""
-    import numpy as np
     from mpi4py import MPI
 
     comm = world()
-    mine, least = np.array([int(bool(ok))], np.int32), np.zeros(1, np.int32)
-    wait_politely(comm.Iallreduce(mine, least, op=MPI.MIN))
-    all_ok = bool(least[0])
+    all_ok = comm.allreduce(bool(ok), op=MPI.LAND)
     if not all_ok:
         verdicts = comm.allgather((bool(ok), detail))
         bad = {r: d for r, (good, d) in enumerate(verdicts) if not good}
