@@ -33,7 +33,7 @@ echo "== hvd_lite tests with $("$PY" -c 'import hvd_lite; print(hvd_lite.build_i
 
 # Open MPI's ofi BTL sleeps a second as it closes (btl_ofi_component.c), which it does in every
 # MPI_Init on a machine without a fabric it can use, such as CI's: 1.1 s against 0.1 s for MPI_Init,
-# in each of the system tests' hundreds of jobs. Left out unless the caller chose the BTLs (MPICH
+# in every job the system tests start. Left out unless the caller chose the BTLs (MPICH
 # ignores the variable; a test's own --mca btl wins over it).
 export OMPI_MCA_btl=${OMPI_MCA_btl-^ofi}
 # A test that stalls (ranks waiting on each other) fails in a minute instead of hanging.
