@@ -5,7 +5,8 @@
 #   bash ci/test.sh --other-mpi parallel tests and the system tests that depend on the MPI (how CI
 #                               runs the MPICH build)
 #
-# Environment: PYTHON (default: python), NP_LIST (default: "1 2 3 4"), KERAS2_NP_LIST (default: "1 3"),
+# Environment: PYTHON (default: python), NP_LIST (default: "1 2 3 4"), TF_NP_LIST (the rank counts of NP_LIST
+# at which the TensorFlow and Keras parallel test files run; default: all of them), KERAS2_NP_LIST (default: "1 3"),
 # PARTS (default: all of "unit parallel keras2 system"; a run of some of them, as CI runs the MPICH
 # pass's parallel tests beside Open MPI's system tests).
 set -euo pipefail
@@ -68,6 +69,18 @@ parallel() {
   return 1
 }
 
+# The TensorFlow and Keras test files (the slowest per test: TensorFlow's imports, tracing and fits on every
+# rank) leave the passes at a rank count that TF_NP_LIST does not name (CI: 1-3, the 4-rank pass without them).
+TF_NP_LIST=${TF_NP_LIST:-$NP_LIST}
+tf_files=(tests/parallel/test_*tensorflow*.py tests/parallel/test_keras*.py)
+tf_at() { [[ " $(echo $TF_NP_LIST) " == *" $1 "* ]]; }
+# The whole parallel pass at np ranks.
+parallel_all() {
+  local np=$1 leave_out=()
+  tf_at "$np" || leave_out=("${tf_files[@]/#/--ignore=}")
+  parallel "$np" tests/parallel ${leave_out[@]+"${leave_out[@]}"}
+}
+
 failed_logs() {
   for log in "$HVD_LITE_TEST_LOGDIR"/pytest-rank*.log; do
     [ -f "$log" ] && { echo "---- $log"; tail -n 40 "$log"; }
@@ -94,7 +107,7 @@ beside() {
 }
 if [ "$mode" = all ] && part unit; then
   if part parallel && [[ " $(echo $NP_LIST) " == *" 1 "* ]]; then
-    beside "parallel tests, 1 rank(s)" parallel-1 parallel 1 tests/parallel
+    beside "parallel tests, 1 rank(s)" parallel-1 parallel_all 1
     NP_LIST=$(without_1 "$NP_LIST")
   fi
   if has_keras2 && [[ " $(echo $KERAS2_NP_LIST) " == *" 1 "* ]]; then
@@ -119,8 +132,8 @@ fi
 
 for np in $NP_LIST; do
   part parallel || break
-  echo "== parallel tests, $np rank(s)"
-  if ! parallel "$np" tests/parallel; then failed_logs; exit 1; fi
+  echo "== parallel tests, $np rank(s)$(tf_at "$np" || echo " (without the TensorFlow and Keras files)")"
+  if ! parallel_all "$np"; then failed_logs; exit 1; fi
 done
 
 # The Keras test files again with Keras 2: under TF_USE_LEGACY_KERAS=1 tf.keras is tf_keras, which
