@@ -358,7 +358,7 @@ def _main(argv: Optional[List[str]]) -> int:
         shrink = _shrink_mode(args, elastic is not None)
         mpi_args = _with_ft(args.mpi_args) if shrink else args.mpi_args
 
-        def launch(np, hosts, hostfile, extra_env) -> JobResult:
+        def launch(np, hosts, hostfile, extra_env, on_death=None) -> JobResult:
             plan = make_plan(
                 command,
                 np=np,
@@ -376,7 +376,9 @@ def _main(argv: Optional[List[str]]) -> int:
                     f"hvd_lite.run: {plan.shell_line()}\n"
                 )
                 sys.stderr.flush()
-            return execute(plan, start_timeout=start_timeout, stdin=None, survives_deaths=shrink)
+            return execute(
+                plan, start_timeout=start_timeout, stdin=None, survives_deaths=shrink, on_death=on_death
+            )
 
         if args.dry_run:
             np, hosts = args.np, args.hosts

@@ -266,15 +266,17 @@ def run_elastic(
     np: Optional[int],
     hosts: Optional[str],
     hostfile: Optional[str],
-    launch: Callable[[Optional[int], Optional[str], Optional[str], dict], JobResult],
+    launch: Callable[..., JobResult],
     quiet: bool = False,
     survives_deaths: bool = False,
 ) -> JobResult:
     """Launches the job, and relaunches it while should_relaunch says so, at most
-    --reset-limit times. `launch(np, hosts, hostfile, extra_env)` runs one launch;
+    --reset-limit times. `launch(np, hosts, hostfile, extra_env, on_death)` runs one launch, and
+    calls `on_death(rank)` (when not None) as it reads that a rank was killed;
     `survives_deaths`: it goes on when a rank dies (shrink mode). With a discovery script, a
-    HostWatcher runs beside each launch (host_watch.py) and the host of a rank that failed first
-    is blacklisted, unless the launch ended for an announced host update."""
+    HostWatcher runs beside each launch (host_watch.py), told of the ranks a launch in shrink mode
+    goes on without, and the host of a rank that failed first is blacklisted, unless the launch
+    ended for an announced host update."""
 
     def note(text: str) -> None:
         if not quiet:
@@ -316,7 +318,9 @@ def run_elastic(
                     placed,
                 )
             try:
-                result = launch(n, host_text, file, env)
+                result = launch(
+                    n, host_text, file, env, watcher.lost if watcher is not None and survives_deaths else None
+                )
             finally:
                 if watcher is not None:
                     watcher.stop()

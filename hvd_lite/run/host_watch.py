@@ -92,14 +92,18 @@ def placement(hosts: Sequence[Host], min_np: int, max_np: Optional[int]) -> Plac
     return place(hosts, n) if n >= min_np and n > 0 else []
 
 
-def update_kind(before: Placement, after: Placement) -> int:
-    """ADDED and/or REMOVED: whether a host gains or loses ranks going from `before` to `after`."""
+def update_kind(before: Placement, after: Placement, live: Optional[Placement] = None) -> int:
+    """ADDED and/or REMOVED, going from the launch placed as `before` to `after`: ADDED when a host
+    gets more ranks than `before` gave it, REMOVED when it gets fewer than it still runs (`live`:
+    `before` less the ranks that died in a launch that went on without them; default `before`). A
+    dead rank's slot is neither new when it is still listed, nor a loss when it is no longer."""
     old, new = dict(before), dict(after)
+    running = dict(live) if live is not None else old
     kind = 0
-    for host in set(old) | set(new):
+    for host in set(old) | set(new) | set(running):
         if new.get(host, 0) > old.get(host, 0):
             kind |= ADDED
-        elif new.get(host, 0) < old.get(host, 0):
+        if new.get(host, 0) < running.get(host, 0):
             kind |= REMOVED
     return kind
 
@@ -196,7 +200,13 @@ class Notifier:
 
 class HostWatcher:
     """Runs the discovery script every DISCOVERY_INTERVAL_S while one launch runs, and announces an
-    update when the usable hosts change the placement. `discover()` returns the hosts printed."""
+    update when the usable hosts change the placement. `discover()` returns the hosts printed.
+
+    In a launch that goes on without a rank that died (shrink mode), `lost(rank)` takes the rank's
+    slot out of the running ranks: the survivors are what a host that the script drops, or lists
+    with fewer slots, must still make room for (update_kind). The dead slot is not offered back
+    while this launch runs (a host where a rank died is not blacklisted, its survivors go on there);
+    the next launch, for an update or a failure, places ranks on every slot listed then."""
 
     def __init__(
         self,
@@ -213,6 +223,8 @@ class HostWatcher:
         self._min_np, self._max_np, self._interval = min_np, max_np, interval
         self._seen = blacklist.usable(seen)
         self._running = running
+        self._lock = threading.Lock()
+        self._dead: List[int] = []  # ranks of this launch that died while it went on
         self._stop = threading.Event()
         self.announced: Optional[Tuple[int, Placement]] = None
         """(KIND, the placement announced) once an update was sent to rank 0."""
@@ -230,11 +242,27 @@ class HostWatcher:
                 continue
             self._seen = found
             target = placement(found, self._min_np, self._max_np)
-            if target == self._running or (self.announced and target == self.announced[1]):
+            kind = update_kind(self._running, target, self.live())
+            if not kind or (self.announced and target == self.announced[1]):
                 continue
-            kind = update_kind(self._running, target)
             self.announced = (kind, target)
             self._notifier.announce(kind)
+
+    def lost(self, rank: int) -> None:
+        """Rank `rank` of this launch died and the launch goes on without it (called from the
+        launcher's output thread)."""
+        with self._lock:
+            if rank not in self._dead:
+                self._dead.append(rank)
+
+    def live(self) -> Placement:
+        """The running launch's ranks per host, less those that died."""
+        hosts = rank_hosts(self._running)
+        with self._lock:
+            for rank in self._dead:
+                if 0 <= rank < len(hosts):
+                    hosts[rank] = ""
+        return [(h, sum(1 for x in hosts if x == h)) for h, _ in self._running]
 
     def stop(self) -> None:
         """Ends the thread (after the script's run in progress, if any)."""

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .rank import PREFIX
 
@@ -70,10 +70,12 @@ def _signal_text(signum: int) -> str:
 
 
 class _Markers:
-    """What the ranks reported, filled by the reader thread."""
+    """What the ranks reported, filled by the reader thread; `on_killed(rank)` is called as a rank's
+    death by a signal is read."""
 
-    def __init__(self, token: str):
+    def __init__(self, token: str, on_killed: Optional[Callable[[int], None]] = None):
         self.token = token.encode()
+        self.on_killed = on_killed
         self.lock = threading.Lock()
         self.started: List[int] = []
         self.exits: Dict[int, int] = {}
@@ -86,6 +88,7 @@ class _Markers:
     def take(self, m: "re.Match") -> None:
         kind, rank = m.group(2).decode(), int(m.group(3))
         index, count, data = int(m.group(4)), int(m.group(5)), m.group(6).decode()
+        died = False
         with self.lock:
             if kind == "start":
                 if rank not in self.started:
@@ -94,8 +97,9 @@ class _Markers:
                 text, _, signum = data.partition(":")
                 code = int(text) if text.isascii() and text.isdigit() else 1
                 self.exits.setdefault(rank, code)
-                if signum.isascii() and signum.isdigit():
-                    self.killed.setdefault(rank, int(signum))
+                if signum.isascii() and signum.isdigit() and rank not in self.killed:
+                    self.killed[rank] = int(signum)
+                    died = True
                 if code != 0 and self.failed_at is None:
                     self.failed_at = time.monotonic()
                 if code != 0 and rank not in self.killed and self.own_failure_at is None:
@@ -103,6 +107,8 @@ class _Markers:
             else:
                 self.chunks.setdefault((kind, rank), {})[index] = data
                 self.counts[(kind, rank)] = count
+        if died and self.on_killed is not None:
+            self.on_killed(rank)
 
     def _payloads(self) -> Dict[Tuple[str, int], str]:
         out = {}
@@ -185,12 +191,14 @@ class Job:
         stdin=None,
         quiet: bool = False,
         survives_deaths: bool = False,
+        on_death: Optional[Callable[[int], None]] = None,
     ):
         self.argv, self.env, self.np, self.token = list(argv), dict(env), np, token
         self.start_timeout, self.stdin, self.quiet = start_timeout, stdin, quiet
         # An elastic job under an MPI with ULFM: a rank killed by a signal does not end the job
         # (the others shrink it and go on), and the job succeeds when every other rank exits 0.
         self.survives_deaths = survives_deaths
+        self.on_death = on_death  # called with a rank killed by a signal, as the launcher reads it
         self.proc: Optional[subprocess.Popen] = None
         self._caught: Optional[int] = None
         self._ending_since: Optional[float] = None
@@ -230,7 +238,7 @@ class Job:
 
     def run(self) -> JobResult:
         """Runs the job to its end and says how it ended."""
-        markers = _Markers(self.token)
+        markers = _Markers(self.token, self.on_death)
         handlers = {}
         if threading.current_thread() is threading.main_thread():
             for sig in _STOP_SIGNALS:

@@ -5,7 +5,7 @@ import os
 import secrets
 import shlex
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from ..exceptions import LauncherError
 from . import flavour as flavours
@@ -100,11 +100,12 @@ def execute(
     stdin=None,
     quiet: bool = False,
     survives_deaths: bool = False,
+    on_death: Optional[Callable[[int], None]] = None,
 ) -> JobResult:
     """Runs a plan to its end; `survives_deaths`: a rank killed by a signal does not end the job
-    (an elastic job that shrinks in place)."""
+    (an elastic job that shrinks in place); `on_death(rank)`: called as such a death is read."""
     timeout = default_start_timeout() if start_timeout is None else float(start_timeout)
     if not (math.isfinite(timeout) and timeout > 0):
         raise LauncherError(f"--start-timeout must be a finite number of seconds > 0, got {timeout:g}")
-    job = Job(plan.argv, plan.env, plan.np, plan.token, timeout, stdin, quiet, survives_deaths)
+    job = Job(plan.argv, plan.env, plan.np, plan.token, timeout, stdin, quiet, survives_deaths, on_death)
     return job.run()

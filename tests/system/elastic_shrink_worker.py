@@ -7,7 +7,9 @@ EW_VICTIM2, if set) dies at step EW_KILL_AT (EW_KILL_AT2), how EW_HOW says:
   send     SIGKILL inside the data phase of its next step's all-reduce, before its first send: a
            message (HVD_LITE_SHM=0) or a shared-memory step (the fused gradients);
   send3    the same, before its third send (mid-ring, with HVD_LITE_ALLREDUCE_ALGO=ring).
-With EW_RESTORE_RAISES set to a world rank, that survivor's state.restore() raises instead.
+With EW_RESTORE_RAISES set to a world rank, that survivor's state.restore() raises instead. With
+EW_HOSTS (a discovery script's hosts file), the last victim replaces it with EW_HOSTS_AFTER before it
+dies; EW_RESET_PAUSE: seconds every survivor waits after a reset (the launcher's watcher reads the file).
 A reset callback records the restored state (the commit the survivors rolled back to); after
 training every survivor trains a fresh copy from that record over the same steps through the same
 collectives (the reference), and rank 0 prints one RESULT line: whether every rank's weights are
@@ -19,6 +21,7 @@ import copy
 import os
 import signal
 import sys
+import time
 
 import torch
 from elastic_worker import one_step  # restart mode's worker: the same data and step
@@ -47,6 +50,10 @@ def make():
 def maybe_die(step):
     if DEATHS.get(WORLD_RANK) != step:
         return
+    if "EW_HOSTS" in os.environ and WORLD_RANK == max(DEATHS):  # replaced whole: never read half written
+        with open(os.environ["EW_HOSTS"] + ".new", "w") as f:
+            f.write(os.environ["EW_HOSTS_AFTER"])
+        os.replace(os.environ["EW_HOSTS"] + ".new", os.environ["EW_HOSTS"])
     if HOW == "between":
         os.kill(os.getpid(), signal.SIGKILL)
     basics._engine()._inject_fault("kill", 3 if HOW == "send3" else 1)
@@ -62,6 +69,7 @@ def main():
         rolled_back.append(
             (state.step, copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), hvd.size())
         )
+        time.sleep(float(os.environ.get("EW_RESET_PAUSE", "0")))
 
     state.register_reset_callbacks([record])
     if int(os.environ.get("EW_RESTORE_RAISES", "-1")) == WORLD_RANK:  # a survivor's restore fails

@@ -230,18 +230,27 @@ def test_the_survivors_of_a_killed_rank_go_on_in_place_from_the_last_commit_to_t
 
 
 @pytest.mark.parametrize(
-    "deaths,left",
-    [({"EW_VICTIM": "2"}, 3), ({"EW_VICTIM": "2", "EW_VICTIM2": "3", "EW_KILL_AT2": "7"}, 2)],
+    "deaths,left,after",
+    [
+        ({"EW_VICTIM": "2"}, 3, "hosta:2\nhostb:1\n"),
+        ({"EW_VICTIM": "2", "EW_VICTIM2": "3", "EW_KILL_AT2": "7"}, 2, "hosta:2\n"),
+    ],
     ids=["a-rank-of-host-b", "all-of-host-b"],
 )
-def test_survivors_on_two_hosts_go_on_when_a_rank_or_a_whole_host_dies(tmp_path, deaths, left):
+def test_survivors_on_two_hosts_go_on_when_a_rank_or_a_whole_host_dies(tmp_path, deaths, left, after):
     """Two host names on this machine (run_helpers.two_hosts: a daemon each, TCP between them):
-    the lane across hosts is rebuilt on the survivors, and a lost host ends no one's MPI."""
+    the lane across hosts is rebuilt on the survivors, and a lost host ends no one's MPI. The hosts
+    come from a discovery script, whose file drops the dead slots as the last victim dies (as a
+    cluster's would drop a lost host); the survivors wait 1.5 s after the reset, so the launcher reads
+    it, and go on without a relaunch: the launch already runs on what is left."""
     needs_shrink()
+    hosts = tmp_path / "hosts"
+    hosts.write_text("hosta:2\nhostb:2\n")
     with two_hosts() as (words, _root):
         res, _, took, _ = elastic_run(
             tmp_path,
-            *("--elastic-mode", "shrink", "-np", "4", "--min-np", "2", "-H", "hosta:2,hostb:2"),
+            *("--elastic-mode", "shrink", "-np", "4", "--min-np", "2", "--max-np", "4"),
+            *("--host-discovery-script", f"cat {hosts}"),
             *mpi_args(words),
             *(sys.executable, SHRINK_WORKER),
             extra={
@@ -249,10 +258,15 @@ def test_survivors_on_two_hosts_go_on_when_a_rank_or_a_whole_host_dies(tmp_path,
                 "EW_COMMIT_EVERY": "3",
                 "EW_HOW": "between",
                 "EW_KILL_AT": "7",
+                "EW_HOSTS": str(hosts),
+                "EW_HOSTS_AFTER": after,
+                "EW_RESET_PAUSE": "1.5",
                 **deaths,
             },
         )
     assert res.returncode == 0, res.stdout + res.stderr
+    assert hosts.read_text() == after  # the file changed while the job ran
+    assert "the hosts changed" not in res.stderr and "relaunch" not in res.stderr, res.stderr
     assert f"{left} of 4 rank(s) go on in place" in res.stderr, res.stderr
     assert tagged(res.stdout, "RESULT") == [
         f"identical=True equal_ref=True sizes=[{left}] rolled_back_to=[6] step=16"

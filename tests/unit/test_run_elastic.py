@@ -359,6 +359,13 @@ def watch(tmp_path, first, blacklist=None, min_np=2, max_np=4, running=None):
         notifier.close()
 
 
+def rewrite(path, text):
+    """Replaces the hosts file whole (a rename), so that the watcher never reads it half written."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def poll_for(client, seconds=5.0):
     deadline = time.monotonic() + seconds
     kind = 0
@@ -373,7 +380,7 @@ def test_more_slots_up_to_max_np_are_announced_to_rank_0_as_added(tmp_path):
 
     with watch(tmp_path, "localhost:2\n") as (path, notifier, client, watcher):
         assert client.poll() == 0  # connected; nothing yet
-        path.write_text("localhost:2\nother:3\n")
+        rewrite(path, "localhost:2\nother:3\n")
         assert poll_for(client) == ADDED
         assert watcher.announced == (ADDED, [("localhost", 2), ("other", 2)])
         assert client.poll() == 0  # an update is read once
@@ -384,7 +391,7 @@ def test_a_host_removed_is_announced_and_a_rank_0_that_connects_later_still_hear
     from hvd_lite.run.host_watch import REMOVED
 
     with watch(tmp_path, "a:2\nb:2\n") as (path, notifier, _, watcher):
-        path.write_text("a:2\n")
+        rewrite(path, "a:2\n")
         deadline = time.monotonic() + 5
         while watcher.announced is None and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -399,9 +406,49 @@ def test_slots_beyond_max_np_or_a_blacklisted_host_coming_back_change_nothing(tm
     blacklist.add("bad")
     with watch(tmp_path, "a:4\n", blacklist=blacklist) as (path, notifier, client, watcher):
         client.poll()
-        path.write_text("a:8\nbad:2\n")  # still 4 ranks on a: the same placement
+        rewrite(path, "a:8\nbad:2\n")  # still 4 ranks on a: the same placement
         time.sleep(0.5)
         assert client.poll() == 0 and watcher.announced is None
+
+
+def test_a_dead_ranks_slot_is_neither_offered_back_nor_a_loss_while_its_launch_goes_on(tmp_path):
+    """Shrink mode: the launch goes on without the ranks that died. The script still listing their
+    slots, or no longer listing them (a lost host), announces nothing; a host of live ranks dropped
+    is REMOVED; a slot beyond the launch's is ADDED."""
+    from hvd_lite.run.host_watch import ADDED, REMOVED, update_kind
+
+    launch = [("a", 2), ("b", 2)]
+    assert update_kind(launch, launch, [("a", 2), ("b", 0)]) == 0
+    assert update_kind(launch, [("a", 2)], [("a", 2), ("b", 0)]) == 0
+    assert update_kind(launch, [("a", 2), ("b", 1)], [("a", 2), ("b", 1)]) == 0
+    assert update_kind(launch, [("a", 2)], [("a", 2), ("b", 1)]) == REMOVED
+    assert update_kind(launch, [("a", 3), ("b", 1)], [("a", 2), ("b", 1)]) == ADDED
+
+    with watch(tmp_path, "a:2\nb:2\n", min_np=1, max_np=8) as (path, notifier, client, watcher):
+        client.poll()
+        watcher.lost(3)  # rank 3 ran on b
+        assert watcher.live() == [("a", 2), ("b", 1)]
+        rewrite(path, "a:2\nb:1\n")  # b's dead slot gone
+        time.sleep(0.5)
+        assert client.poll() == 0 and watcher.announced is None
+        watcher.lost(2)
+        rewrite(path, "a:2\n")  # b gone with its last rank
+        time.sleep(0.5)
+        assert client.poll() == 0 and watcher.announced is None
+        rewrite(path, "a:2\nc:1\n")  # a new host
+        assert poll_for(client) == ADDED
+        assert watcher.announced == (ADDED, [("a", 2), ("c", 1)])
+
+
+def test_a_host_of_live_ranks_dropped_after_a_death_elsewhere_is_removed(tmp_path):
+    from hvd_lite.run.host_watch import REMOVED
+
+    with watch(tmp_path, "a:2\nb:2\n", min_np=1, max_np=8) as (path, notifier, client, watcher):
+        client.poll()
+        watcher.lost(0)  # a's first rank
+        rewrite(path, "b:2\n")  # a's survivor must go
+        assert poll_for(client) == REMOVED
+        assert watcher.announced == (REMOVED, [("b", 2)])
 
 
 def test_a_client_without_the_secret_hears_nothing(tmp_path):
@@ -410,7 +457,7 @@ def test_a_client_without_the_secret_hears_nothing(tmp_path):
     with watch(tmp_path, "localhost:2\n") as (path, notifier, client, watcher):
         stranger = HostUpdates(notifier.address(["localhost"]), "wrong")
         stranger.poll()
-        path.write_text("localhost:4\n")
+        rewrite(path, "localhost:4\n")
         assert poll_for(client) != 0
         time.sleep(0.2)
         assert stranger.poll() == 0
@@ -490,12 +537,21 @@ def test_a_job_that_survives_deaths_waits_for_its_ranks_from_the_first_exit_of_t
             marker("exit", 2, "75"),
         ]
     )
+    deaths = []  # (rank, whether the job still ran) as the launcher read each death
     ran = job_module.Job(
-        ["sh", "-c", script], dict(os.environ), 3, token, 60.0, quiet=True, survives_deaths=True
+        ["sh", "-c", script],
+        dict(os.environ),
+        3,
+        token,
+        60.0,
+        quiet=True,
+        survives_deaths=True,
+        on_death=lambda rank: deaths.append((rank, ran.proc.poll() is None)),
     )
     result = ran.run()
     assert result.mpirun_code == 0  # not ended by the launcher
     assert result.exits == {0: 137, 1: RESTART_EXIT, 2: RESTART_EXIT} and result.killed == {0: 9}
+    assert deaths == [(0, True)]  # told once, while the others went on
 
 
 def test_a_job_that_survives_deaths_and_had_none_says_nothing_of_them(capfd):
