@@ -8,7 +8,8 @@
 # Environment: PYTHON (default: python), NP_LIST (default: "1 2 3 4"), TF_NP_LIST (the rank counts of NP_LIST
 # at which the TensorFlow and Keras parallel test files run; default: all of them), KERAS2_NP_LIST (default: "1 3"),
 # PARTS (default: all of "unit parallel keras2 system"; a run of some of them, as CI runs the MPICH
-# pass's parallel tests beside Open MPI's system tests).
+# pass's parallel tests beside Open MPI's system tests), SYSTEM_TESTS (the system test files to run, by
+# name; default: all of them, or under --other-mpi those that depend on the MPI; CI splits Open MPI's in two).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -162,6 +163,10 @@ OTHER_MPI_SYSTEM_TESTS=(test_run_launcher.py test_run_multihost.py test_run_func
                         test_faults.py test_interrupts.py test_engine_jobs.py test_elastic.py)
 if ! part system; then
   :
+elif [ -n "${SYSTEM_TESTS:-}" ]; then
+  read -ra system_tests <<<"$SYSTEM_TESTS"
+  echo "== system tests: ${system_tests[*]}"
+  "${PYTEST[@]}" "${system_tests[@]/#/tests/system/}"
 elif [ "$mode" = all ]; then
   echo "== system tests"
   "${PYTEST[@]}" tests/system
