@@ -1,11 +1,10 @@
 """hvd_lite's data types beyond NCCL's (int16, uint16, bool) through every collective that takes
 them, and Horovod's scaling of integer arrays (prescale, postscale, Average: in float64, truncated
-toward zero), at 1-4 ranks, in the numpy API, hvd_lite.torch and hvd_lite.tensorflow.
+toward zero), at 1-4 ranks, in the numpy API and hvd_lite.torch (hvd_lite.tensorflow's:
+test_tensorflow_dtypes.py).
 
 bool moves with allgather, broadcast and alltoall only; a reduction of bool is a TypeError before
 anything is sent (Horovod refuses it too)."""
-
-import os
 
 import numpy as np
 import pytest
@@ -267,48 +266,6 @@ def test_torch_integer_scale_factors_follow_horovods_float64_formula():
                     got.dtype == dtype and same_bits(got.numpy(), want),
                     f"{dtype} {op} pre {pre} post {post}: {got} vs {want}",
                 )
-
-
-# ------------------------------------------------------------------ hvd_lite.tensorflow
-
-
-def test_tensorflow_new_dtypes_and_integer_scaling():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    tf = pytest.importorskip("tensorflow")
-    import hvd_lite.tensorflow as htf
-
-    n, r = hvd.size(), hvd.rank()
-    for np_dt in NEW_DTYPES:
-        dtype = tf.as_dtype(np_dt)
-
-        def same(out, want):
-            return out.dtype == dtype and same_bits(out.numpy(), want)
-
-        want = np.concatenate([rows(np_dt, q + 1, q) for q in range(n)])
-        agree(same(htf.allgather(tf.constant(rows(np_dt, r + 1, r))), want), f"{dtype} allgather")
-        agree(
-            same(htf.broadcast(tf.constant(rows(np_dt, 4, r)), n - 1), rows(np_dt, 4, n - 1)),
-            f"{dtype} broadcast",
-        )
-        want = np.concatenate([rows(np_dt, 2 * n, q)[2 * r : 2 * r + 2] for q in range(n)])
-        agree(same(htf.alltoall(tf.constant(rows(np_dt, 2 * n, r))), want), f"{dtype} alltoall")
-        v = tf.Variable(rows(np_dt, 2, r))
-        htf.broadcast_variables([v], root_rank=n - 1)
-        agree(same(v, rows(np_dt, 2, n - 1)), f"{dtype} broadcast_variables")
-        if np_dt == np.bool_:
-            raises_before_submitting(
-                TypeError,
-                "bool arrays cannot be reduced",
-                lambda: htf.allreduce(tf.constant(rows(np_dt, 2, r))),
-            )
-            continue
-        inputs = [int_inputs(np_dt, 2 * n * 3, q).reshape(2 * n, 3) for q in range(n)]
-        got = htf.allreduce(tf.constant(inputs[r]), op=htf.Average, postscale_factor=0.3)
-        agree(same(got, scaled_reference(inputs, "avg", 1.0, 0.3)), f"{dtype} allreduce")
-        got = htf.reducescatter(tf.constant(inputs[r]), op=htf.Sum, prescale_factor=2.5)
-        agree(
-            same(got, scaled_reference(inputs, "sum", 2.5, 1.0)[2 * r : 2 * r + 2]), f"{dtype} reducescatter"
-        )
 
 
 def test_the_engine_itself_refuses_a_reduction_of_bool():
