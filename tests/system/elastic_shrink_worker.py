@@ -8,8 +8,9 @@ EW_VICTIM2, if set) dies at step EW_KILL_AT (EW_KILL_AT2), how EW_HOW says:
            message (HVD_LITE_SHM=0) or a shared-memory step (the fused gradients);
   send3    the same, before its third send (mid-ring, with HVD_LITE_ALLREDUCE_ALGO=ring).
 With EW_RESTORE_RAISES set to a world rank, that survivor's state.restore() raises instead. With
-EW_HOSTS (a discovery script's hosts file), the last victim replaces it with EW_HOSTS_AFTER before it
-dies; EW_RESET_PAUSE: seconds every survivor waits after a reset (the launcher's watcher reads the file).
+EW_HOSTS (a discovery script's hosts file), the new rank 0 replaces it with EW_HOSTS_AFTER at the reset
+after the last death (0.5 s after it, when the launcher has read the victims' ends from their rank
+wrappers); EW_RESET_PAUSE: seconds every survivor then waits (the launcher's watcher reads the file).
 A reset callback records the restored state (the commit the survivors rolled back to); after
 training every survivor trains a fresh copy from that record over the same steps through the same
 collectives (the reference), and rank 0 prints one RESULT line: whether every rank's weights are
@@ -33,6 +34,7 @@ STEPS = int(os.environ.get("EW_STEPS", "16"))
 COMMIT_EVERY = int(os.environ.get("EW_COMMIT_EVERY", "3"))
 HOW = os.environ.get("EW_HOW", "between")
 WORLD_RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", "-1"))
+WORLD_SIZE = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "0"))
 DEATHS = {
     int(os.environ[v]): int(os.environ[k])
     for v, k in (("EW_VICTIM", "EW_KILL_AT"), ("EW_VICTIM2", "EW_KILL_AT2"))
@@ -50,10 +52,6 @@ def make():
 def maybe_die(step):
     if DEATHS.get(WORLD_RANK) != step:
         return
-    if "EW_HOSTS" in os.environ and WORLD_RANK == max(DEATHS):  # replaced whole: never read half written
-        with open(os.environ["EW_HOSTS"] + ".new", "w") as f:
-            f.write(os.environ["EW_HOSTS_AFTER"])
-        os.replace(os.environ["EW_HOSTS"] + ".new", os.environ["EW_HOSTS"])
     if HOW == "between":
         os.kill(os.getpid(), signal.SIGKILL)
     basics._engine()._inject_fault("kill", 3 if HOW == "send3" else 1)
@@ -69,6 +67,11 @@ def main():
         rolled_back.append(
             (state.step, copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), hvd.size())
         )
+        if "EW_HOSTS" in os.environ and hvd.rank() == 0 and hvd.size() == WORLD_SIZE - len(DEATHS):
+            time.sleep(0.5)
+            with open(os.environ["EW_HOSTS"] + ".new", "w") as f:  # replaced whole: never read half written
+                f.write(os.environ["EW_HOSTS_AFTER"])
+            os.replace(os.environ["EW_HOSTS"] + ".new", os.environ["EW_HOSTS"])
         time.sleep(float(os.environ.get("EW_RESET_PAUSE", "0")))
 
     state.register_reset_callbacks([record])

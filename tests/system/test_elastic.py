@@ -240,9 +240,9 @@ def test_the_survivors_of_a_killed_rank_go_on_in_place_from_the_last_commit_to_t
 def test_survivors_on_two_hosts_go_on_when_a_rank_or_a_whole_host_dies(tmp_path, deaths, left, after):
     """Two host names on this machine (run_helpers.two_hosts: a daemon each, TCP between them):
     the lane across hosts is rebuilt on the survivors, and a lost host ends no one's MPI. The hosts
-    come from a discovery script, whose file drops the dead slots as the last victim dies (as a
-    cluster's would drop a lost host); the survivors wait 1.5 s after the reset, so the launcher reads
-    it, and go on without a relaunch: the launch already runs on what is left."""
+    come from a discovery script, whose file the new rank 0 rewrites without the dead slots after the
+    last death; the survivors wait 1.5 s, so the launcher reads it, and go on without a relaunch: the
+    launch already runs on what is left (the launcher heard of each death from its rank wrapper)."""
     needs_shrink()
     hosts = tmp_path / "hosts"
     hosts.write_text("hosta:2\nhostb:2\n")
