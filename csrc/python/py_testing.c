@@ -379,6 +379,8 @@ static PyObject *Comm_allreduce_plan(CommObject *self, PyObject *args) {
 
 static const char *const model_sources[] = {"default", "file", "measured"};
 
+static const char *error_or_none(const char *why) { return why[0] ? why : NULL; }
+
 /* The agreed cost model of comm (select_allreduce.c, select_measure.c) as a dict. */
 static PyObject *cost_model(const struct hvdl_cost_model *m) {
   PyObject *steps = PyList_New(0);
@@ -394,12 +396,13 @@ static PyObject *cost_model(const struct hvdl_cost_model *m) {
   const int intra = m->intra_source >= 0 && m->intra_source <= HVDL_MODEL_MEASURED
                         ? m->intra_source
                         : HVDL_MODEL_DEFAULT;
-  return Py_BuildValue("{s:d,s:d,s:d,s:d,s:d,s:N,s:s,s:s,s:d}", "intra_alpha",
-                       m->alpha[HVDL_LINK_INTRA], "inter_alpha", m->alpha[HVDL_LINK_INTER],
-                       "intra_beta", m->beta[HVDL_LINK_INTRA], "inter_beta",
-                       m->beta[HVDL_LINK_INTER], "gamma", m->gamma, "inter_alpha_steps", steps,
-                       "inter_source", model_sources[inter], "intra_source", model_sources[intra],
-                       "measure_s", m->measure_s);
+  return Py_BuildValue(
+      "{s:d,s:d,s:d,s:d,s:d,s:N,s:s,s:s,s:d,s:z,s:z}", "intra_alpha", m->alpha[HVDL_LINK_INTRA],
+      "inter_alpha", m->alpha[HVDL_LINK_INTER], "intra_beta", m->beta[HVDL_LINK_INTRA],
+      "inter_beta", m->beta[HVDL_LINK_INTER], "gamma", m->gamma, "inter_alpha_steps", steps,
+      "inter_source", model_sources[inter], "intra_source", model_sources[intra], "measure_s",
+      m->measure_s, "inter_measure_error", error_or_none(m->measure_error[HVDL_LINK_INTER]),
+      "intra_measure_error", error_or_none(m->measure_error[HVDL_LINK_INTRA]));
 }
 
 static PyObject *Comm_cost_model(CommObject *self, PyObject *unused) {
@@ -597,7 +600,9 @@ static PyMethodDef Comm_methods[] = {
     {"cost_model", (PyCFunction)Comm_cost_model, METH_NOARGS,
      "cost_model() -> {'intra_alpha', 'inter_alpha', 'intra_beta', 'inter_beta', 'gamma', "
      "'inter_alpha_steps': [(bytes, seconds)], 'inter_source', 'intra_source': 'default', 'file' "
-     "or 'measured', 'measure_s'}: the model every rank agreed on at init"},
+     "or 'measured', 'measure_s', 'inter_measure_error', 'intra_measure_error': why that measurement at init "
+     "failed, or None}: "
+     "the model every rank agreed on at init"},
     {"allreduce_plan", (PyCFunction)Comm_allreduce_plan, METH_VARARGS,
      "allreduce_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds or None}, 'hosts', "
      "'local_size'}: the selector's choice and the cost model's times"},

@@ -15,7 +15,11 @@
  * nothing of ours, but with other jobs and the MPI's own progress). That is
  * 7 x 6 round trips a series, about 8 MiB each way: a few milliseconds on a
  * 10 Gb/s network; hvdlCommInitMpi took 4.8 ms of simulated time at 64 ranks on
- * 100 Gb/s links (docs/scale.md).
+ * 100 Gb/s links (docs/scale.md). Where the fit (below) is implausible, up to
+ * MEASURE_SERIES series run, each size keeping its quickest trip of them all: on a
+ * loaded machine every trip of one size in one series can lose its core (7 of 60
+ * measurements failed at one series, 2 ranks on 2 cores beside 6 busy loops); rank
+ * 0 tells the peer after each series whether another follows.
  *
  * The fit: beta, the time per byte, from the two largest sizes (their latency is
  * the same step of MPI's protocols, the rendezvous one, on the MPIs and the
@@ -31,10 +35,12 @@
  * the model keeps one latency, the smallest size's, and beta as across.
  *
  * Bounded: every wait polls with a deadline (MEASURE_TIMEOUT_S for the whole
- * measurement on each side). A timeout, an MPI error or an implausible fit (a
+ * measurement on each side). A timeout, an MPI error or a fit still implausible (a
  * time not positive and finite, a term outside the model file's [0, 1]) gives
  * up on that class: the requests are abandoned (hvdl_abandon), and rank 0 keeps
- * its terms for it, the defaults or its file's, which every rank then receives. The tag is the measurement's own, so a message a timed-out side
+ * its terms for it, the defaults or its file's, which every rank then receives,
+ * with why in the model's measure_error (Comm.cost_model() shows it). The tag is the
+ * measurement's own, so a message a timed-out side
  * leaves behind can match no collective's receive.
  */
 #include <math.h>
@@ -49,6 +55,7 @@
 #define MEASURE_WARMUP    1
 #define MEASURE_REPS      5
 #define MEASURE_TIMEOUT_S 10.0
+#define MEASURE_SERIES    3
 static const size_t MEASURE_SIZES[] = {8, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20};
 #define MEASURE_NSIZES (sizeof MEASURE_SIZES / sizeof MEASURE_SIZES[0])
 
@@ -107,20 +114,57 @@ static int fit(const double *t, double *alpha, double *beta_out) {
   return 1;
 }
 
-/* One series with peer: the one-way time of each size into t[] (rank 0's view); 0
- * when a round trip did not complete by the deadline. */
+/* One series with peer: each size's quickest timed round trip, halved, merged into
+ * t[] (rank 0's view; t[i] < 0: none yet) where it is quicker; 0 when a round trip
+ * did not complete by the deadline. */
 static int series(hvdlComm_t comm, int leader, int peer, char *buf, double deadline, double *t) {
   for (size_t i = 0; i < MEASURE_NSIZES; i++) {
-    double best = -1;
     for (int rep = 0; rep < MEASURE_WARMUP + MEASURE_REPS; rep++) {
       const double t0 = MPI_Wtime();
       if (!round_trip(comm, leader, peer, buf, MEASURE_SIZES[i], deadline)) return 0;
-      const double rt = MPI_Wtime() - t0;
-      if (rep >= MEASURE_WARMUP && (best < 0 || rt < best)) best = rt;
+      const double one_way = (MPI_Wtime() - t0) / 2;
+      if (rep >= MEASURE_WARMUP && (t[i] < 0 || one_way < t[i])) t[i] = one_way;
     }
-    t[i] = best / 2;
   }
   return 1;
+}
+
+/* Rank 0 tells peer whether another series follows (*again); the peer learns it.
+ * 0 when that did not complete by the deadline. */
+static int tell(hvdlComm_t comm, int leader, int peer, int *again, double deadline) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  const int err = leader ? MPI_Isend(again, 1, MPI_INT, peer, MEASURE_TAG, comm->mpi, &r)
+                         : MPI_Irecv(again, 1, MPI_INT, 0, MEASURE_TAG, comm->mpi, &r);
+  return err == MPI_SUCCESS && wait_until(comm, &r, 1, leader ? 0 : 1, deadline);
+}
+
+/* One class of link with peer: series until rank 0's fit of their merged times is
+ * plausible, at most MEASURE_SERIES (on a loaded machine a size's every round trip
+ * of one series can be descheduled: its quickest of a later one is not). 1 on rank 0
+ * with alpha[], *beta; 0 otherwise, and on rank 0 why, after `what`, in err. */
+static int measure_class(hvdlComm_t comm, int leader, int peer, char *buf, double deadline,
+                         const char *what, double *alpha, double *beta, char *err, size_t len) {
+  double t[MEASURE_NSIZES];
+  for (size_t i = 0; i < MEASURE_NSIZES; i++) t[i] = -1;
+  for (int k = 1;; k++) {
+    if (!series(comm, leader, peer, buf, deadline, t)) {
+      if (leader)
+        snprintf(err, len, "%s: a round trip with rank %d did not complete within %.0f s", what,
+                 peer, MEASURE_TIMEOUT_S);
+      return 0;
+    }
+    const int ok = leader && fit(t, alpha, beta);
+    int again = leader && !ok && k < MEASURE_SERIES;
+    if (!tell(comm, leader, peer, &again, deadline) && !leader) return 0;
+    if (again) continue;
+    if (leader && !ok) {
+      int at = snprintf(err, len, "%s: no plausible fit after %d series (one-way s:", what, k);
+      for (size_t i = 0; i < MEASURE_NSIZES && at >= 0 && (size_t)at < len; i++)
+        at += snprintf(err + at, len - (size_t)at, " %zuB %.2g", MEASURE_SIZES[i], t[i]);
+      if (at >= 0 && (size_t)at < len) snprintf(err + at, len - (size_t)at, ")");
+    }
+    return ok;
+  }
 }
 
 int hvdl_select_measure(hvdlComm_t comm, int inter_peer, int intra_peer,
@@ -132,30 +176,35 @@ int hvdl_select_measure(hvdlComm_t comm, int inter_peer, int intra_peer,
   if (!buf) return 0; /* a peer times out then: rank 0 reports failure */
   memset(buf, 0, 2 * most);
   const double start = MPI_Wtime(), deadline = start + MEASURE_TIMEOUT_S;
-  double t[2][MEASURE_NSIZES];
-  int ok[2] = {0, 0}; /* across, within */
   const int peers[2] = {inter_peer, intra_peer};
-  for (int c = 0; c < 2; c++)
+  static const char *const what[2] = {"across hosts", "within a host"};
+  static const int link[2] = {HVDL_LINK_INTER, HVDL_LINK_INTRA};
+  double alpha[2][MEASURE_NSIZES], beta[2];
+  int ok[2] = {0, 0}; /* across, within */
+  for (int c = 0; c < 2; c++) {
+    char *why = m->measure_error[link[c]];
+    why[0] = '\0';
     if (peers[c] >= 0 && (leader || comm->rank == peers[c]))
-      ok[c] = series(comm, leader, peers[c], buf, deadline, t[c]);
+      ok[c] = measure_class(comm, leader, peers[c], buf, deadline, what[c], alpha[c], &beta[c], why,
+                            sizeof m->measure_error[0]);
+  }
   free(buf);
   if (!leader) return 0;
-  double alpha[MEASURE_NSIZES], beta;
   int done = 0;
-  if (ok[0] && fit(t[0], alpha, &beta)) {
-    m->alpha[HVDL_LINK_INTER] = alpha[0];
-    m->beta[HVDL_LINK_INTER] = beta;
+  if (ok[0]) {
+    m->alpha[HVDL_LINK_INTER] = alpha[0][0];
+    m->beta[HVDL_LINK_INTER] = beta[0];
     m->steps = 0;
     for (size_t i = 1; i < MEASURE_NSIZES && m->steps < HVDL_ALPHA_STEPS; i++) {
       m->step_bytes[m->steps] = (double)MEASURE_SIZES[i];
-      m->step_alpha[m->steps++] = alpha[i];
+      m->step_alpha[m->steps++] = alpha[0][i];
     }
     m->inter_source = HVDL_MODEL_MEASURED;
     done |= 1;
   }
-  if (ok[1] && fit(t[1], alpha, &beta)) {
-    m->alpha[HVDL_LINK_INTRA] = alpha[0];
-    m->beta[HVDL_LINK_INTRA] = beta;
+  if (ok[1]) {
+    m->alpha[HVDL_LINK_INTRA] = alpha[1][0];
+    m->beta[HVDL_LINK_INTRA] = beta[1];
     m->intra_source = HVDL_MODEL_MEASURED;
     done |= 2;
   }

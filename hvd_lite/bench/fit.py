@@ -11,7 +11,8 @@ kernel (dst = a op b) on --gamma-bytes per operand, seconds per operand byte, th
 included): the measurement every communicator spanning hosts makes at init
 (csrc/select/select_measure.c: a ping-pong between rank 0 and a rank on another host, the latency
 as a step function of the size), written as inter_alpha, inter_beta and inter_alpha_step lines,
-so that a job that names the file skips that measurement. --inter-alpha and --inter-beta, if given,
+so that a job that names the file skips that measurement (where it fails, bench fit says why and
+exits non-zero rather than write a file without them). --inter-alpha and --inter-beta, if given,
 are written instead; on one host the file leaves the terms across hosts to the measurement at init
 or the defaults (csrc/base/config.c).
 
@@ -23,7 +24,7 @@ import argparse
 import os
 import socket
 import time
-from typing import List, Optional
+from typing import List
 
 import numpy as np
 
@@ -77,9 +78,9 @@ def fit_line(sizes: List[int], times: List[float]) -> tuple:
     return max(times[lo] - sizes[lo] * beta, 0.0), beta
 
 
-def _across_hosts(core) -> Optional[dict]:
-    """The terms across hosts a communicator measures at init (its cost_model()), or None when the
-    ranks are on one host or the measurement failed (collective)."""
+def _across_hosts(core) -> dict:
+    """The cost model a communicator agrees on at init with the measurement on (its cost_model():
+    the terms across hosts measured where the ranks span hosts; collective)."""
     saved = {k: os.environ.get(k) for k in ("HVD_LITE_COST_MODEL_FILE", "HVD_LITE_COST_MODEL_MEASURE")}
     os.environ.update({"HVD_LITE_COST_MODEL_FILE": "", "HVD_LITE_COST_MODEL_MEASURE": "1"})
     try:
@@ -91,10 +92,9 @@ def _across_hosts(core) -> Optional[dict]:
             else:
                 os.environ[k] = v
     try:
-        model = comm.cost_model()
+        return comm.cost_model()
     finally:
         comm.destroy()
-    return model if model["inter_source"] == "measured" else None
 
 
 def main(args) -> int:
@@ -120,7 +120,13 @@ def main(args) -> int:
         one_way.append(common.median([_pingpong(world, nbytes, args.iters) for _ in range(args.repeats)]))
     core = basics._core
     bar.point("across hosts")
-    across = _across_hosts(core)
+    model = _across_hosts(core)
+    across = model if model["inter_source"] == "measured" else None
+    if model["inter_measure_error"] and args.inter_alpha is None and args.inter_beta is None:
+        raise SystemExit(  # every rank: the model is rank 0's
+            f"bench fit: the measurement across hosts failed ({model['inter_measure_error']}); "
+            "run it again on a quieter machine, or give --inter-alpha and --inter-beta"
+        )
     code, op = HVDL_DTYPES[np.dtype(np.float32)], HVDL_OPS[Sum]
     bar.point(f"reduction kernel {common.format_size(args.gamma_bytes)}")
     core.kernel_bench(code, op, args.gamma_bytes, 2)

@@ -41,7 +41,8 @@ def test_the_terms_across_emulated_hosts_are_measured_positive_and_agreed():
         and len(steps) >= 2
         and all(b > 0 and a > 0 for b, a in steps)
         and [b for b, _ in steps] == sorted(b for b, _ in steps)
-        and m["measure_s"] > 0,
+        and m["measure_s"] > 0
+        and m["inter_measure_error"] is None,
         f"{m}",
     )
     # One rank a host: nobody shares rank 0's host, so the terms within stay the defaults.
@@ -87,7 +88,8 @@ def test_the_measurement_can_be_skipped():
         and m["inter_alpha_steps"] == []
         and m["inter_alpha"] == 2e-6
         and m["inter_beta"] == 8e-11
-        and m["measure_s"] == 0,
+        and m["measure_s"] == 0
+        and m["inter_measure_error"] is None,
         f"{m}",
     )
 
