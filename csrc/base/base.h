@@ -59,7 +59,7 @@ struct hvdl_cost_model {
   double step_bytes[HVDL_ALPHA_STEPS], step_alpha[HVDL_ALPHA_STEPS];
   int inter_source, intra_source; /* enum hvdl_model_source of the terms across, within */
   double measure_s;               /* HVDL_MODEL_MEASURED: how long rank 0's measurement took (s) */
-  char measure_error[2][128];     /* per class (hvdl_link): why its measurement failed, or "" */
+  char measure_error[2][192];     /* per class (hvdl_link): why its measurement failed, or "" */
 };
 
 /* Fault injection, a testing aid (docs/design.md, "Failures"): where a rank can be

@@ -358,7 +358,17 @@ def test_fit_writes_a_cost_model_file_that_init_accepts_and_the_selector_uses(tm
 def test_fit_across_emulated_hosts_writes_the_measured_terms_that_a_job_then_takes_from_the_file(tmp_path):
     conf = tmp_path / "cost_model.conf"
     args = ["--out", str(conf), "--sizes", "8,64K", "-n", "5", "--repeats", "2", "--gamma-bytes", "64K"]
-    record, _ = _mpirun(2, args, tmp_path, command="fit", env={"HVD_LITE_RANKS_PER_HOST": "1"})
+    for attempt in (1, 2):  # a machine loaded by other tests can leave no plausible fit: bench fit
+        # then says so and exits, and its advice is to run it again
+        try:
+            record, _ = _mpirun(2, args, tmp_path, command="fit", env={"HVD_LITE_RANKS_PER_HOST": "1"})
+            break
+        except AssertionError as e:
+            if (
+                attempt == 2
+                or "the measurement across hosts failed (across hosts: no plausible fit" not in str(e)
+            ):
+                raise
     lines = [line.split() for line in conf.read_text().splitlines() if line and not line.startswith("#")]
     terms = {line[0]: float(line[1]) for line in lines if len(line) == 2}
     steps = [(float(line[1]), float(line[2])) for line in lines if line[0] == "inter_alpha_step"]
