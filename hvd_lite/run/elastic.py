@@ -9,7 +9,8 @@ launches, removed here at the end).
 
 Which endings are relaunched (`should_relaunch`): only those where every failing rank was killed
 by a signal (SIGKILL, the out-of-memory killer, a crash; or mpirun ending the others) or exited
-with RESTART_EXIT (a collective failed under elastic.run). A rank that exited with another code
+with RESTART_EXIT (a collective failed under elastic.run), and those where no rank failed but some
+never reported how they ended (their host lost with its MPI daemon). A rank that exited with another code
 failed for its own reason (a Python exception), which a relaunch would repeat, whichever rank
 reported first; a job the launcher was told to stop, whose ranks did not start in time, or whose
 mpirun could not run, is not relaunched either.
@@ -155,6 +156,9 @@ def should_relaunch(result: JobResult) -> Tuple[bool, str]:
     if result.exit_code == START_TIMEOUT_EXIT and result.error:
         return False, "not every rank started within --start-timeout"
     first = result.first_failure()
+    if first is None and result.unreported:
+        shown = ", ".join(map(str, result.unreported))
+        return True, f"rank(s) {shown} never reported how they ended (a host lost with its MPI daemon?)"
     if first is None:
         if result.error:
             return False, result.error

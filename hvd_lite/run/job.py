@@ -26,6 +26,7 @@ from .rank import PREFIX
 FAILURE_GRACE_S = 3.0
 KILL_GRACE_S = 5.0
 START_TIMEOUT_EXIT = 124
+LOST_EXIT = 1  # mpirun exited 0, yet ranks never reported how they ended
 _MARKER = re.compile(re.escape(PREFIX).encode() + rb":([0-9a-f]+):(\w+):(-?\d+):(\d+)/(\d+):([^\r\n]*)")
 _TAG_ONLY = re.compile(rb"^\s*(\[[^\]]*\](<std(?:out|err)>:)?\s*)?$")
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -53,9 +54,18 @@ class JobResult:
                 return rank, code
         return None
 
+    @property
+    def unreported(self) -> List[int]:
+        """The ranks that started and never reported how they ended: their shim (rank.py) was
+        killed with them, or the MPI stopped relaying their output (Open MPI 5 ends every rank,
+        and exits 0, when it loses a host's daemon)."""
+        return sorted(rank for rank in self.started if rank not in self.exits)
+
     def describe(self, rank: int) -> str:
-        """How a rank ended: 'rank 1 was killed by SIGKILL (signal 9)' or 'rank 1 exited with
-        code 3'."""
+        """How a rank ended: 'rank 1 was killed by SIGKILL (signal 9)', 'rank 1 exited with
+        code 3' or 'rank 1 never reported how it ended'."""
+        if rank not in self.exits:
+            return f"rank {rank} never reported how it ended"
         if rank not in self.killed:
             return f"rank {rank} exited with code {self.exits.get(rank)}"
         return f"rank {rank} was killed by {_signal_text(self.killed[rank])}"
@@ -324,14 +334,15 @@ class Job:
             result.error_printed = not self.quiet
         elif (
             self.survives_deaths
-            and result.killed
+            and (result.killed or result.unreported)
             and _only_deaths(result)
             and len(result.exits) > len(result.killed)
         ):
             result.exit_code = 0  # the survivors finished the job
+            gone = list(result.killed) + result.unreported
             self._note(
-                "; ".join(result.describe(r) for r in result.killed)
-                + f"; the job went on without {'it' if len(result.killed) == 1 else 'them'}, "
+                "; ".join(result.describe(r) for r in gone)
+                + f"; the job went on without {'it' if len(gone) == 1 else 'them'}, "
                 "and every other rank exited 0"
             )
         elif (
@@ -346,5 +357,14 @@ class Job:
                 result.error = (
                     f"{os.path.basename(self.argv[0])} {how} after "
                     f"{len(result.started)} of {self.np} ranks started"
+                )
+            elif result.unreported:  # a rank that never said it succeeded did not
+                if rc == 0:
+                    result.exit_code = LOST_EXIT
+                result.error = (
+                    f"{os.path.basename(self.argv[0])} exited {'0' if rc == 0 else f'with code {rc}'}, "
+                    f"and rank(s) {', '.join(map(str, result.unreported))} never reported how they "
+                    "ended: the MPI lost them (Open MPI ends every rank, and exits 0, when a host's "
+                    "daemon goes away)"
                 )
         return result

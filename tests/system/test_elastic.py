@@ -275,6 +275,81 @@ def test_survivors_on_two_hosts_go_on_when_a_rank_or_a_whole_host_dies(tmp_path,
     assert took < TIMEOUT
 
 
+# ObjectState over NumPy on two emulated hosts: at step 4 world rank 2 takes its whole host down (its
+# MPI daemon, every rank's shim, the ranks), after writing the discovery script's file without it, as a
+# cluster drops a machine that went away.
+HOST_LOSS_WORKER = """
+import os, signal, sys
+import numpy as np
+import hvd_lite as hvd
+from hvd_lite.run.rank import rank_from_env
+
+hosts_file = sys.argv[1]
+hvd.init()
+state = hvd.elastic.ObjectState(w=np.zeros(4), step=0)
+
+
+def lose_my_host():
+    mark = ("HVDL_FAKE_HOSTNAME=" + os.environ["HVDL_FAKE_HOSTNAME"]).encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                here = mark in f.read().split(b"\\0")
+        except OSError:
+            continue
+        if here and int(pid) != os.getpid():
+            os.kill(int(pid), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@hvd.elastic.run
+def train(state):
+    while state.step < 8:
+        if rank_from_env() == 2 and state.step == 4 and hvd.size() == 4:
+            with open(hosts_file + ".new", "w") as f:
+                f.write("hosta:2\\n")
+            os.replace(hosts_file + ".new", hosts_file)
+            lose_my_host()
+        state.w = state.w + hvd.allreduce(np.full(4, float(state.step)), op=hvd.Sum)
+        state.step += 1
+        if state.step % 2 == 0:
+            state.commit()
+
+
+train(state)
+sys.stdout.write(f"DONE {hvd.size()} {state.step} {state.w.tolist()}\\n")
+sys.stdout.flush()
+"""
+
+
+def test_a_host_lost_whole_relaunches_the_survivors_from_the_last_commit_though_mpirun_exits_0(tmp_path):
+    """Open MPI 5's mpirun ends every rank when a host's daemon goes away, and exits 0: no rank then
+    reports how it ended, which hvd_lite.run takes as a failure (never a success) and relaunches on
+    the hosts the discovery script lists now."""
+    needs_shrink()
+    hosts = tmp_path / "hosts"
+    hosts.write_text("hosta:2\nhostb:2\n")
+    script = tmp_path / "worker.py"
+    script.write_text(HOST_LOSS_WORKER)
+    with two_hosts() as (words, _root):
+        res, _, took, _ = elastic_run(
+            tmp_path,
+            *("--elastic-mode", "shrink", "-np", "4", "--min-np", "2", "--max-np", "4"),
+            *("--host-discovery-script", f"cat {hosts}"),
+            *mpi_args(words),
+            *(sys.executable, str(script), str(hosts)),
+        )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (
+        "hvd_lite.run: rank(s) 0, 1, 2, 3 never reported how they ended (a host lost with its MPI daemon?); "
+        "relaunching the job (1 of at most 3)"
+    ) in res.stderr, res.stderr
+    # the relaunch on hosta's 2 slots resumes from the commit of step 4 (6 + 6 from steps 0-3)
+    want = 4 * (0 + 1 + 2 + 3) + 2 * (4 + 5 + 6 + 7)
+    assert tagged(res.stdout, "DONE") == [f"2 8 {[float(want)] * 4}"] * 2, res.stdout + res.stderr
+    assert took < TIMEOUT
+
+
 def test_two_deaths_in_a_row_shrink_the_job_twice_down_to_min_np(tmp_path):
     needs_shrink()
     res, _, took, _ = shrink_run(

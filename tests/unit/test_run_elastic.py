@@ -137,6 +137,20 @@ def test_clean_ends_stops_and_script_errors_are_not_relaunched(result, words):
     assert not again and words in why
 
 
+def test_ranks_that_never_reported_their_end_without_a_failure_are_relaunched():
+    """Open MPI 5 ends every rank when a host's daemon goes away, and exits 0: nobody reports."""
+    result = JobResult(exit_code=1, mpirun_code=0, started=[2, 0, 1], error="lost")
+    assert result.unreported == [0, 1, 2]
+    again, why = should_relaunch(result)
+    assert again and "rank(s) 0, 1, 2 never reported how they ended" in why
+    # a rank that failed for its own reason still stops it
+    result = JobResult(exit_code=1, mpirun_code=0, started=[0, 1], exits={1: 1})
+    assert should_relaunch(result) == (
+        False,
+        "rank 1 exited with code 1: a failure of the script, which a relaunch would repeat",
+    )
+
+
 def test_discovered_hosts_take_slots_per_host_unless_they_say_and_comments_are_skipped():
     text = "# now\nhosta\nhostb:3\n\n hostc:1 # small\n"
     assert parse_discovered(text, 2) == [Host("hosta", 2), Host("hostb", 3), Host("hostc", 1)]
@@ -568,3 +582,32 @@ def test_a_job_that_survives_deaths_and_had_none_says_nothing_of_them(capfd):
     result = ran.run()
     assert result.exit_code == 0 and result.exits == {0: 0, 1: 0}
     assert "hvd_lite.run" not in capfd.readouterr().err
+
+
+def _marker_job(token, lines, np, **kw):
+    from hvd_lite.run import job as job_module
+    from hvd_lite.run.rank import PREFIX
+
+    script = "; ".join(f"echo '{PREFIX}:{token}:{kind}:{rank}:0/1:{data}' >&2" for kind, rank, data in lines)
+    return job_module.Job(["sh", "-c", script], dict(os.environ), np, token, 60.0, **kw).run()
+
+
+def test_mpirun_exiting_0_is_no_success_when_a_rank_never_reported_how_it_ended(capfd):
+    from hvd_lite.run.job import LOST_EXIT
+
+    result = _marker_job("1057", [("start", 0, ""), ("start", 1, ""), ("exit", 1, "0")], 2)
+    assert result.mpirun_code == 0 and result.exit_code == LOST_EXIT != 0
+    assert result.error == (
+        "sh exited 0, and rank(s) 0 never reported how they ended: the MPI lost them (Open MPI ends "
+        "every rank, and exits 0, when a host's daemon goes away)"
+    )
+
+
+def test_a_job_that_survives_deaths_counts_a_rank_that_never_reported_among_them(capfd):
+    lines = [("start", r, "") for r in range(3)] + [("exit", 0, "0"), ("exit", 1, "0")]
+    result = _marker_job("10570", lines, 3, survives_deaths=True)
+    assert result.exit_code == 0 and result.error is None
+    assert (
+        "hvd_lite.run: rank 2 never reported how it ended; the job went on without it, and every other "
+        "rank exited 0"
+    ) in capfd.readouterr().err
