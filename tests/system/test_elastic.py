@@ -344,7 +344,8 @@ def test_a_host_lost_whole_relaunches_the_survivors_from_the_last_commit_though_
         "hvd_lite.run: rank(s) 0, 1, 2, 3 never reported how they ended (a host lost with its MPI daemon?); "
         "relaunching the job (1 of at most 3)"
     ) in res.stderr, res.stderr
-    # the relaunch on hosta's 2 slots resumes from the commit of step 4 (6 + 6 from steps 0-3)
+    # steps 0-3 on 4 ranks, 4-7 on 2: the survivors in place, then the relaunch on hosta's 2 slots, from
+    # the last commit (step 4, or 6 where the survivors got that far before mpirun ended them)
     want = 4 * (0 + 1 + 2 + 3) + 2 * (4 + 5 + 6 + 7)
     assert tagged(res.stdout, "DONE") == [f"2 8 {[float(want)] * 4}"] * 2, res.stdout + res.stderr
     assert took < TIMEOUT
