@@ -1,6 +1,7 @@
 """sim/simulate.py's argument checks, which run before anything is built (no SimGrid needed)."""
 
 import importlib.util
+import json
 import os
 
 import pytest
@@ -99,3 +100,41 @@ def test_every_platform_of_the_family_has_its_smpi_records_at_the_four_sizes():
         for s in sizes:
             best = mod.best_mpi(mpi, s)
             assert mpi[best][s]["time_s"] > 0, (platform, s, best)
+
+
+def test_a_run_whose_hvd_lite_side_timed_out_keeps_the_smpi_side_and_fails(tmp_path, capsys):
+    import subprocess
+
+    mod = simulate()
+
+    def run_driver(driver, platform, side, a, sizes, args, **how):
+        if side == "hvdl":
+            raise subprocess.TimeoutExpired(["smpirun"], 1800)
+        result = {"wrong": 0, "identical": True, "algo": a, "model_s": 0.0, "failed": False}
+        return {s: dict(result, time_s=20e-6) for s in sizes}
+
+    mod.build = lambda verbose=False: "driver"
+    mod.run_driver = run_driver
+    out_json = tmp_path / "run.json"
+    argv = [
+        "--platform",
+        "8x8",
+        "--sizes",
+        "4K",
+        "--hvdl",
+        "auto",
+        "--mpi",
+        "ompi",
+        "--quiet",
+        "--json",
+        str(out_json),
+    ]
+    assert mod.main(argv) == 1
+    captured = capsys.readouterr()
+    assert "skipped hvdl:auto" in captured.err
+    assert (
+        "no hvd_lite run finished; 64 ranks on 8x8, the best SMPI algorithm:\n  4 KiB: 20.0 us (ompi)"
+        in captured.out
+    )
+    record = json.loads(out_json.read_text())
+    assert record["hvdl"] == {} and record["mpi"]["ompi"]["4096"]["time_s"] == 20e-6
