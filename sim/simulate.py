@@ -43,6 +43,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -235,6 +236,31 @@ def human(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
+def _run_bounded(cmd, env, cwd, timeout) -> subprocess.CompletedProcess:
+    """Runs cmd to its end, its output captured; past `timeout` seconds kills its whole process group
+    (smpirun's smpimain, which outlives a kill of smpirun alone and goes on simulating) and raises
+    subprocess.TimeoutExpired."""
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    except BaseException:  # Ctrl-C: no simulation left behind
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def fmt_time(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"
 
@@ -351,7 +377,7 @@ def run_driver(
             cmd.append("--check")
         cmd += [str(s) for s in group]
         with tempfile.TemporaryDirectory() as tmp:  # smpirun writes its temporary files in cwd
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp, timeout=args.timeout)
+            proc = _run_bounded(cmd, env, tmp, args.timeout)
         init_s = None
         for line in proc.stdout.splitlines():
             f = line.split()
