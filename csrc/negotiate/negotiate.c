@@ -357,6 +357,7 @@ static hvdlResult_t finish_round(struct hvdl_negotiator *g, struct hvdl_request 
   }
 
   int any_slow = 0, shutdown = 0, anyone_leaving = 0, njoined = 0, any_alarmed = 0;
+  int newly_joined = 0;
   char leavers[256] = "";
   size_t nl = 0;
   /* The round's scratch, kept between rounds: cached requests by id, then two flags a rank. */
@@ -377,7 +378,10 @@ static hvdlResult_t finish_round(struct hvdl_negotiator *g, struct hvdl_request 
     alarmed[r] = (h & HVDL_FLAG_ALARMED) != 0;
     any_alarmed |= alarmed[r];
     njoined += joined[r];
-    if (joined[r] && g->join.round[r] < 0) g->join.round[r] = (int)g->round_no;
+    if (joined[r] && g->join.round[r] < 0) {
+      g->join.round[r] = (int)g->round_no;
+      newly_joined = 1;
+    }
     if ((h & HVDL_FLAG_LEAVING) && r != me && nl + 16 < sizeof leavers)
       nl += (size_t)snprintf(leavers + nl, sizeof leavers - nl, nl ? ", %d" : "%d", r);
   }
@@ -388,7 +392,10 @@ static hvdlResult_t finish_round(struct hvdl_negotiator *g, struct hvdl_request 
     res = hvdl_alarm_settle(g->alarm, alarmed);
     if (res == hvdlSuccess) res = hvdl_comm_renew(g->data, g->ctrl);
   }
-  if (any_slow && res == hvdlSuccess) {
+  /* A rank that joins changes what the coordinator's table waits for: a name announced
+   * by the others in an earlier round waits for it no more, so the table is looked at
+   * again (every rank reads the same flags, so every rank takes the slow path). */
+  if ((any_slow || newly_joined) && res == hvdlSuccess) {
     atomic_fetch_add_explicit(&g->stats.slow_rounds, 1, memory_order_relaxed);
     res = slow_path(g, all, words, cache_n, anyone_leaving, joined, pending, np, &rl, &shutdown);
   }

@@ -2,6 +2,7 @@
 mpirun at 1-4 ranks: values, async and grouped variants, and every error on every rank."""
 
 import re
+import time
 
 import ml_dtypes
 import numpy as np
@@ -216,6 +217,49 @@ def test_a_joined_rank_keeps_the_order_of_cached_allreduces():
         for i, k in enumerate(sizes)
     }
     agree(all(same_bits(got[i], want[i]) for i in got), f"got {got}, want {want}")
+
+
+def _join_after_the_others_announced(since: int) -> int:
+    """join() once the others' new names have been announced (a negotiation round that gathered
+    descriptors, counted by the engine, has passed since `since`) and the join comes in a later round
+    of its own; returns what join() returns."""
+    from hvd_lite import basics
+
+    engine = basics._engine()
+    deadline = time.monotonic() + 30
+    while engine.stats()["slow_rounds"] <= since and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return hvd.join()
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("coll", ["allreduce", "allgather"])
+def test_a_rank_that_joins_after_the_others_announced_a_new_name_is_counted(coll):
+    """The others' new allreduce runs with the late rank's zeros; another collective fails saying
+    a rank has joined. Neither waits for a rank that has already joined (both once stalled, as the
+    join came in a round that gathered no descriptors)."""
+    from hvd_lite import basics
+
+    n, r = hvd.size(), hvd.rank()
+    late = n - 1
+    hvd.barrier()
+    since = basics._engine().stats()["slow_rounds"]
+    ok, detail = True, ""
+    if r == late:
+        last = _join_after_the_others_announced(since)
+    else:
+        name = f"late.join.{coll}"
+        if coll == "allreduce":
+            got = hvd.allreduce(np.full(3, float(r + 1)), op=hvd.Sum, name=name)
+            ok, detail = (got == sum(q + 1 for q in range(late))).all(), f"got {got}"
+        else:
+            err = raised(lambda: hvd.allgather(np.ones(2), name=name))
+            ok = isinstance(err, hvd.HvdLiteError) and f"cannot run while rank {late} has joined" in str(err)
+            detail = repr(err)
+        last = hvd.join()
+    # the late rank joined first: the last to join is one of the others, the same on every rank
+    everyone = hvd.allgather_object(last)
+    agree(ok and len(set(everyone)) == 1 and last != late, f"{detail}; join returned {everyone}")
 
 
 @pytest.mark.mpi(min_size=2)
