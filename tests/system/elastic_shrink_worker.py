@@ -1,5 +1,11 @@
-"""A tiny elastic PyTorch job for tests/system/test_elastic.py's shrink mode (Open MPI with ULFM),
-run by `hvd_lite.run --min-np ...`: ranks die and the survivors go on in place.
+"""A tiny elastic job for tests/system/test_elastic.py's shrink mode (Open MPI with ULFM), run by
+`hvd_lite.run --min-np ...`: ranks die and the survivors go on in place.
+
+The model is a two-layer perceptron trained by SGD with momentum, in NumPy (an ObjectState of its
+weights and momentum, the gradients averaged by one all-reduce each, which the engine fuses) or, with
+EW_FRAMEWORK=torch, in PyTorch (a TorchState, hvd_lite.torch's DistributedOptimizer). NumPy by default:
+four ranks importing PyTorch (and torch._dynamo, which its first optimizer imports) take about 5 s of
+CPU each, most of such a test's time on a small machine; what is tested under the model is the same.
 
 Each step's data depends only on (step, rank). The process started as world rank EW_VICTIM (then
 EW_VICTIM2, if set) dies at step EW_KILL_AT (EW_KILL_AT2), how EW_HOW says:
@@ -24,11 +30,18 @@ import signal
 import sys
 import time
 
-import torch
-from elastic_worker import one_step  # restart mode's worker: the same data and step
+import numpy as np
 
-import hvd_lite.torch as hvd
 from hvd_lite import basics
+
+FRAMEWORK = os.environ.get("EW_FRAMEWORK", "numpy")
+if FRAMEWORK == "torch":
+    import torch
+    from elastic_worker import one_step as torch_step  # restart mode's worker: the same data and step
+
+    import hvd_lite.torch as hvd
+else:
+    import hvd_lite as hvd
 
 STEPS = int(os.environ.get("EW_STEPS", "16"))
 COMMIT_EVERY = int(os.environ.get("EW_COMMIT_EVERY", "3"))
@@ -42,11 +55,83 @@ DEATHS = {
 }
 
 
-def make():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    return model, hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+LR, MOMENTUM = 0.05, 0.9
+
+
+class NumpyJob:
+    """The perceptron in NumPy: its weights and momentum buffers are the ObjectState's."""
+
+    def __init__(self):
+        rng = np.random.default_rng(0)
+        self.params = {
+            "w1": rng.standard_normal((4, 8)).astype(np.float32) * 0.5,
+            "b1": np.zeros(8, np.float32),
+            "w2": rng.standard_normal((8, 1)).astype(np.float32) * 0.5,
+            "b2": np.zeros(1, np.float32),
+        }
+        self.state = hvd.elastic.ObjectState(
+            params=self.params, momentum={k: np.zeros_like(v) for k, v in self.params.items()}, step=0
+        )
+
+    def step(self, step):
+        self.state.params, self.state.momentum = self.train(self.state.params, self.state.momentum, step)
+
+    @staticmethod
+    def train(params, momentum, step):
+        x = np.random.default_rng(1000 * step + hvd.rank()).standard_normal((8, 4)).astype(np.float32)
+        y = x.sum(1, keepdims=True) * 0.5 + 1.0
+        h = np.tanh(x @ params["w1"] + params["b1"])
+        d_out = 2.0 * (h @ params["w2"] + params["b2"] - y) / y.size
+        dh = (d_out @ params["w2"].T) * (1.0 - h * h)
+        grads = {"w1": x.T @ dh, "b1": dh.sum(0), "w2": h.T @ d_out, "b2": d_out.sum(0)}
+        # one all-reduce each, submitted together: the engine fuses them (the optimizers' way)
+        handles = {k: hvd.allreduce_async(g, op=hvd.Average, name=f"grad.{k}") for k, g in grads.items()}
+        momentum = {k: MOMENTUM * momentum[k] + hvd.synchronize(h) for k, h in handles.items()}
+        return {k: params[k] - LR * momentum[k] for k in params}, momentum
+
+    def snapshot(self):
+        return copy.deepcopy((self.state.params, self.state.momentum))
+
+    def weights(self):
+        return [self.state.params[k] for k in sorted(self.state.params)]
+
+    def reference(self, snapshot, step0):
+        params, momentum = snapshot
+        for step in range(step0, STEPS):
+            params, momentum = self.train(params, momentum, step)
+        return [params[k] for k in sorted(params)]
+
+
+class TorchJob:
+    """The same perceptron in PyTorch, in a TorchState."""
+
+    def __init__(self):
+        self.model, self.opt = self.make()
+        self.state = hvd.elastic.TorchState(self.model, self.opt, step=0)
+
+    @staticmethod
+    def make():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+        return model, hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+
+    def step(self, step):
+        torch_step(self.state.model, self.state.optimizer, step)
+
+    def snapshot(self):
+        return copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.opt.state_dict())
+
+    def weights(self):
+        return [p.detach().numpy().copy() for p in self.model.parameters()]
+
+    def reference(self, snapshot, step0):
+        model, opt = self.make()
+        model.load_state_dict(snapshot[0])
+        opt.load_state_dict(snapshot[1])
+        for step in range(step0, STEPS):
+            torch_step(model, opt, step)
+        return [p.detach().numpy().copy() for p in model.parameters()]
 
 
 def maybe_die(step):
@@ -59,14 +144,12 @@ def maybe_die(step):
 
 def main():
     hvd.init()
-    model, opt = make()
-    state = hvd.elastic.TorchState(model, opt, step=0)
-    rolled_back = []  # (step, model, optimizer) as restored, at each reset
+    job = TorchJob() if FRAMEWORK == "torch" else NumpyJob()
+    state = job.state
+    rolled_back = []  # (step, snapshot, size) as restored, at each reset
 
     def record():
-        rolled_back.append(
-            (state.step, copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), hvd.size())
-        )
+        rolled_back.append((state.step, job.snapshot(), hvd.size()))
         if "EW_HOSTS" in os.environ and hvd.rank() == 0 and hvd.size() == WORLD_SIZE - len(DEATHS):
             time.sleep(0.5)
             with open(os.environ["EW_HOSTS"] + ".new", "w") as f:  # replaced whole: never read half written
@@ -86,26 +169,22 @@ def main():
     def train(state):
         while state.step < STEPS:
             maybe_die(state.step)
-            one_step(state.model, state.optimizer, state.step)
+            job.step(state.step)
             state.step += 1
             if state.step % COMMIT_EVERY == 0:
                 state.commit()
 
     train(state)
-    mine = [p.detach().clone() for p in model.parameters()]
-    everyone = hvd.allgather_object([t.tolist() for t in mine])
+    mine = job.weights()
+    everyone = hvd.allgather_object([w.tobytes() for w in mine])
     identical = all(w == everyone[0] for w in everyone)
-    step0, model_sd, opt_sd, _ = rolled_back[-1]
-    ref_model, ref_opt = make()
-    ref_model.load_state_dict(model_sd)
-    ref_opt.load_state_dict(opt_sd)
-    for step in range(step0, STEPS):
-        one_step(ref_model, ref_opt, step)
+    step0, snapshot, _ = rolled_back[-1]
+    ref = job.reference(snapshot, step0)
     # Equal up to float32 rounding: the ring's reduction order follows each tensor's place in a
     # fused buffer, and which gradients fuse depends on timing, in the run as in the reference.
-    equal_ref = all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(mine, ref_model.parameters()))
+    equal_ref = all(np.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(mine, ref))
     if hvd.rank() == 0:
-        sizes = [r[3] for r in rolled_back]
+        sizes = [r[2] for r in rolled_back]
         steps = [r[0] for r in rolled_back]
         line = (
             f"RESULT identical={identical} equal_ref={equal_ref} sizes={sizes} "

@@ -182,12 +182,13 @@ def test_fewer_slots_than_min_np_after_a_death_end_the_job_after_the_elastic_tim
 SHRINK_WORKER = os.path.join(ROOT, "tests", "system", "elastic_shrink_worker.py")
 
 
-def needs_shrink():
+def needs_shrink(torch=False):
     from hvd_lite.run.elastic import shrinks_in_place
 
     if not shrinks_in_place():
         pytest.skip("shrink mode needs hvd_lite built against an Open MPI with ULFM, and its mpirun")
-    pytest.importorskip("torch")
+    if torch:
+        pytest.importorskip("torch")
 
 
 def shrink_run(tmp_path, np, min_np, extra):
@@ -203,15 +204,17 @@ def shrink_run(tmp_path, np, min_np, extra):
     "how,env",
     [
         ("between", {}),
-        ("send", {}),
+        ("send", {"EW_FRAMEWORK": "torch"}),
         ("send3", {"HVD_LITE_SHM": "0", "HVD_LITE_ALLREDUCE_ALGO": "ring"}),
     ],
-    ids=["between-collectives", "fused-shared-memory-step", "fused-mid-ring"],
+    ids=["between-collectives", "fused-shared-memory-step-torch", "fused-mid-ring"],
 )
 def test_the_survivors_of_a_killed_rank_go_on_in_place_from_the_last_commit_to_the_reference_weights(
     tmp_path, how, env
 ):
-    needs_shrink()
+    """NumPy's ObjectState, or PyTorch's TorchState with hvd_lite.torch's DistributedOptimizer
+    fusing the gradients (elastic_shrink_worker.py)."""
+    needs_shrink(torch=env.get("EW_FRAMEWORK") == "torch")
     res, _, took, tmp = shrink_run(
         tmp_path, 4, 2, {"EW_HOW": how, "EW_VICTIM": "1", "EW_KILL_AT": "7", **env}
     )
