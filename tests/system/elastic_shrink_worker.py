@@ -13,8 +13,9 @@ EW_VICTIM2, if set) dies at step EW_KILL_AT (EW_KILL_AT2), how EW_HOW says:
   send     SIGKILL inside the data phase of its next step's all-reduce, before its first send: a
            message (HVD_LITE_SHM=0) or a shared-memory step (the fused gradients);
   send3    the same, before its third send (mid-ring, with HVD_LITE_ALLREDUCE_ALGO=ring).
-With EW_RESTORE_RAISES set to a world rank, that survivor's state.restore() raises instead. With
-EW_HOSTS (a discovery script's hosts file), the new rank 0 replaces it with EW_HOSTS_AFTER at the reset
+Victims due at the same step die together, as a host's ranks do when it is lost. With
+EW_RESTORE_RAISES set to a world rank, that survivor's state.restore() raises instead. With EW_HOSTS (a
+discovery script's hosts file), the new rank 0 replaces it with EW_HOSTS_AFTER at the reset
 after the last death (0.5 s after it, when the launcher has read the victims' ends from their rank
 wrappers); EW_RESET_PAUSE: seconds every survivor then waits (the launcher's watcher reads the file).
 A reset callback records the restored state (the commit the survivors rolled back to); after
@@ -134,9 +135,36 @@ class TorchJob:
         return [p.detach().numpy().copy() for p in model.parameters()]
 
 
+def die_together(ranks):
+    """SIGKILL of every process of `ranks` at once, as a host's power cut takes them: each writes its
+    pid in EW_MARKERS and waits; the one that finds them all kills the others, then itself. (Each
+    dying at its own pace, a survivor could hear of one death, shrink with the other still in, and
+    shrink again.)"""
+    markers = os.environ["EW_MARKERS"]
+    mine = os.path.join(markers, f"pid{WORLD_RANK}")
+    with open(mine + ".new", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(mine + ".new", mine)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            pids = [int(open(os.path.join(markers, f"pid{r}")).read()) for r in ranks]
+        except FileNotFoundError:
+            time.sleep(0.001)
+            continue
+        for pid in pids:
+            if pid != os.getpid():
+                os.kill(pid, signal.SIGKILL)
+        break
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def maybe_die(step):
     if DEATHS.get(WORLD_RANK) != step:
         return
+    together = sorted(r for r, s in DEATHS.items() if s == step)
+    if HOW == "between" and len(together) > 1:
+        die_together(together)
     if HOW == "between":
         os.kill(os.getpid(), signal.SIGKILL)
     basics._engine()._inject_fault("kill", 3 if HOW == "send3" else 1)
