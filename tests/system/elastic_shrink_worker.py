@@ -25,6 +25,7 @@ identical (bit for bit), whether they match the reference (to float32 rounding: 
 depends on timing, and with it the ring's order of summation), the sizes after each reset, the step.
 """
 
+import contextlib
 import copy
 import os
 import signal
@@ -145,27 +146,26 @@ def die_together(ranks):
     with open(mine + ".new", "w") as f:
         f.write(str(os.getpid()))
     os.replace(mine + ".new", mine)
+    paths = [os.path.join(markers, f"pid{r}") for r in ranks]
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            pids = [int(open(os.path.join(markers, f"pid{r}")).read()) for r in ranks]
-        except FileNotFoundError:
-            time.sleep(0.001)
-            continue
-        for pid in pids:
+    while not all(map(os.path.exists, paths)) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    for path in paths:  # a victim that never came (past the deadline), or one already dead: skipped
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            with open(path) as f:
+                pid = int(f.read())
             if pid != os.getpid():
                 os.kill(pid, signal.SIGKILL)
-        break
     os.kill(os.getpid(), signal.SIGKILL)
 
 
 def maybe_die(step):
     if DEATHS.get(WORLD_RANK) != step:
         return
-    together = sorted(r for r, s in DEATHS.items() if s == step)
-    if HOW == "between" and len(together) > 1:
-        die_together(together)
     if HOW == "between":
+        together = [r for r, s in DEATHS.items() if s == step]
+        if len(together) > 1:
+            die_together(together)
         os.kill(os.getpid(), signal.SIGKILL)
     basics._engine()._inject_fault("kill", 3 if HOW == "send3" else 1)
 
