@@ -6,7 +6,8 @@
 #                               runs the MPICH build)
 #
 # Environment: PYTHON (default: python), NP_LIST (default: "1 2 3 4"), TF_NP_LIST (the rank counts of NP_LIST
-# at which the TensorFlow and Keras parallel test files run; default: all of them), KERAS2_NP_LIST (default: "1 3"),
+# at which the TensorFlow and Keras parallel test files run; default: all of them), REST_NP_LIST (the rank counts
+# of NP_LIST at which the other parallel test files run; default: all of them), KERAS2_NP_LIST (default: "1 3"),
 # PARTS (default: all of "unit parallel keras2 system"; a run of some of them, as CI runs the MPICH
 # pass's parallel tests beside Open MPI's system tests), SYSTEM_TESTS (the system test files to run, by
 # name; default: all of them, or under --other-mpi those that depend on the MPI; CI splits Open MPI's in two).
@@ -71,15 +72,31 @@ parallel() {
 }
 
 # The TensorFlow and Keras test files (the slowest per test: TensorFlow's imports, tracing and fits on every
-# rank) leave the passes at a rank count that TF_NP_LIST does not name (CI: 1-3, the 4-rank pass without them).
+# rank) run at the rank counts TF_NP_LIST names, the other files at those REST_NP_LIST names (CI: TensorFlow's
+# at 1 and 3 ranks, the others at 1, 2 and 4, and at 3 under MPICH).
 TF_NP_LIST=${TF_NP_LIST:-$NP_LIST}
+REST_NP_LIST=${REST_NP_LIST:-$NP_LIST}
 tf_files=(tests/parallel/test_*tensorflow*.py tests/parallel/test_keras*.py)
 tf_at() { [[ " $(echo $TF_NP_LIST) " == *" $1 "* ]]; }
-# The whole parallel pass at np ranks.
+rest_at() { [[ " $(echo $REST_NP_LIST) " == *" $1 "* ]]; }
+# What the parallel pass at np ranks runs, in words.
+parallel_what() {
+  if tf_at "$1" && rest_at "$1"; then echo ""
+  elif tf_at "$1"; then echo " (the TensorFlow and Keras files only)"
+  elif rest_at "$1"; then echo " (without the TensorFlow and Keras files)"
+  else echo " (no file: left out)"
+  fi
+}
+# The parallel pass at np ranks: the files TF_NP_LIST and REST_NP_LIST give it.
 parallel_all() {
-  local np=$1 leave_out=()
-  tf_at "$np" || leave_out=("${tf_files[@]/#/--ignore=}")
-  parallel "$np" tests/parallel ${leave_out[@]+"${leave_out[@]}"}
+  local np=$1
+  if tf_at "$np" && rest_at "$np"; then
+    parallel "$np" tests/parallel
+  elif tf_at "$np"; then
+    parallel "$np" "${tf_files[@]}"
+  elif rest_at "$np"; then
+    parallel "$np" tests/parallel "${tf_files[@]/#/--ignore=}"
+  fi
 }
 
 failed_logs() {
@@ -108,7 +125,7 @@ beside() {
 }
 if [ "$mode" = all ] && part unit; then
   if part parallel && [[ " $(echo $NP_LIST) " == *" 1 "* ]]; then
-    beside "parallel tests, 1 rank(s)" parallel-1 parallel_all 1
+    beside "parallel tests, 1 rank(s)$(parallel_what 1)" parallel-1 parallel_all 1
     NP_LIST=$(without_1 "$NP_LIST")
   fi
   if has_keras2 && [[ " $(echo $KERAS2_NP_LIST) " == *" 1 "* ]]; then
@@ -133,7 +150,7 @@ fi
 
 for np in $NP_LIST; do
   part parallel || break
-  echo "== parallel tests, $np rank(s)$(tf_at "$np" || echo " (without the TensorFlow and Keras files)")"
+  echo "== parallel tests, $np rank(s)$(parallel_what "$np")"
   if ! parallel_all "$np"; then failed_logs; exit 1; fi
 done
 
