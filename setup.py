@@ -295,6 +295,8 @@ core = Extension(
         "-Wall",
         "-Wextra",
         "-Wno-unused-parameter",
+        # GCC 14 and Clang 16 refuse a call to an undeclared function where older compilers only warn
+        "-Werror=implicit-function-declaration",
         "-D_GNU_SOURCE",
         "-fno-math-errno",
         "-fno-trapping-math",
