@@ -25,10 +25,10 @@ hvdlResult_t hvdl_alltoallv(hvdlComm_t comm, const void *send, const int *scount
                             const int *sdispls, void *recv, const int *rcounts,
                             const int *rdispls) {
   const int n = comm->size, me = comm->rank;
-  MPI_Request *reqs = malloc(sizeof *reqs * (size_t)(2 * n)); /* receives, then sends */
+  MPI_Request *reqs = malloc(sizeof *reqs * (size_t)(2 * n)); /* sends, then receives */
   if (!reqs) return hvdl_fail(comm, hvdlSystemError, "alltoall: out of memory");
   for (int i = 0; i < 2 * n; i++) reqs[i] = MPI_REQUEST_NULL;
-  MPI_Request *rreq = reqs, *sreq = reqs + n;
+  MPI_Request *sreq = reqs, *rreq = reqs + n;
   int k = 0;
   hvdlResult_t res = hvdlSuccess;
   for (int i = 1; i < n && res == hvdlSuccess; i++) {
