@@ -189,7 +189,7 @@ COLLS = {
     "alltoall": (
         "alltoall",
         "HVD_LITE_ALLTOALL_ALGO",
-        ["auto", "pairwise", "bruck"],
+        ["auto", "pairwise", "bruck", "hier_p2p"],
         [
             "ompi",
             "mpich",

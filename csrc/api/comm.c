@@ -65,7 +65,7 @@ static hvdlResult_t name_ranks(hvdlComm_t comm, hvdlComm_t sub) {
 static hvdlResult_t refuse_forced(hvdlComm_t comm) {
   const hvdlConfig_t *c = &comm->config;
   const int fewest = comm->fewest_local;
-  char gather_buf[160], bcast_buf[160], scatter_buf[160];
+  char gather_buf[160], bcast_buf[160], scatter_buf[160], alltoall_buf[160];
   const struct {
     const char *variable, *algo, *why;
   } forced[] = {
@@ -79,6 +79,9 @@ static hvdlResult_t refuse_forced(hvdlComm_t comm) {
        hvdl_select_reducescatter_cannot_run(comm,
                                             (hvdlReduceScatterAlgorithm_t)c->reduceScatterAlgorithm,
                                             fewest, scatter_buf, sizeof scatter_buf)},
+      {"HVD_LITE_ALLTOALL_ALGO", hvdl_alltoall_algo_name(c->allToAllAlgorithm),
+       hvdl_select_alltoall_cannot_run(comm, (hvdlAllToAllAlgorithm_t)c->allToAllAlgorithm, fewest,
+                                       alltoall_buf, sizeof alltoall_buf)},
   };
   for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++)
     if (forced[i].why)
@@ -128,6 +131,8 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
     if (across.broadcastAlgorithm == hvdlBcastHierP2p) across.broadcastAlgorithm = hvdlBcastAuto;
     if (across.reduceScatterAlgorithm == hvdlReduceScatterHierP2p)
       across.reduceScatterAlgorithm = hvdlReduceScatterAuto;
+    if (across.allToAllAlgorithm == hvdlAllToAllHierP2p)
+      across.allToAllAlgorithm = hvdlAllToAllAuto;
     res = split_lanes(comm, comm->mpi, &lane);
     if (res == hvdlSuccess && lane != MPI_COMM_NULL) {
       res = new_comm(&comm->cross, lane, &across, 1);
@@ -139,7 +144,8 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
     }
   }
   if (res != hvdlSuccess) {
-    hvdl_fail(NULL, res, "hvdlCommInitMpi: %s", comm->last_error);
+    /* a lane's failure left its message (already "hvdlCommInitMpi: ...") in the thread's */
+    if (comm->last_error[0]) hvdl_fail(NULL, res, "hvdlCommInitMpi: %s", comm->last_error);
     free_comm(comm, 0);
     return res;
   }

@@ -176,7 +176,8 @@ const char *hvdl_reducescatter_algo_name(int algo) {
 }
 
 /* HVD_LITE_ALLTOALL_ALGO's names, indexed by hvdlAllToAllAlgorithm_t. */
-static const char *const alltoall_names[hvdlNumAllToAllAlgos] = {"auto", "pairwise", "bruck"};
+static const char *const alltoall_names[hvdlNumAllToAllAlgos] = {"auto", "pairwise", "bruck",
+                                                                 "hier_p2p"};
 
 const char *hvdl_alltoall_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumAllToAllAlgos ? alltoall_names[algo] : "?";
@@ -289,7 +290,7 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
                         hvdlNumReduceScatterAlgos, "auto, ring, halving, shm or hier_p2p",
                         &config->reduceScatterAlgorithm));
   HVDL_CHECK(env_choice("HVD_LITE_ALLTOALL_ALGO", alltoall_names, hvdlNumAllToAllAlgos,
-                        "auto, pairwise or bruck", &config->allToAllAlgorithm));
+                        "auto, pairwise, bruck or hier_p2p", &config->allToAllAlgorithm));
   int k;
   HVDL_CHECK(
       hvdl_config_ranks_per_host(&k)); /* read by topology.c: refused here, before any traffic */

@@ -111,6 +111,10 @@ hvdlResult_t hvdl_broadcast_run(hvdlComm_t comm, hvdlBroadcastAlgorithm_t algo,
  * hvdlAllToAll and the engine's alltoall with equal splits go through these; uneven
  * blocks go to hvdl_alltoallv (pairwise). */
 hvdlAllToAllAlgorithm_t hvdl_select_alltoall(hvdlComm_t comm, size_t block);
+/* Why a forced all-to-all algorithm cannot run on this layout (hier_p2p without its grid),
+ * or NULL. */
+const char *hvdl_select_alltoall_cannot_run(hvdlComm_t comm, hvdlAllToAllAlgorithm_t algo,
+                                            int fewest, char *why_buf, size_t why_len);
 double hvdl_select_predict_alltoall(hvdlComm_t comm, hvdlAllToAllAlgorithm_t algo, size_t block);
 hvdlResult_t hvdl_alltoall_run(hvdlComm_t comm, hvdlAllToAllAlgorithm_t algo, const void *sendbuff,
                                void *recvbuff, size_t block);

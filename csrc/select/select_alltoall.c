@@ -4,9 +4,11 @@
  * hosts (at most L ranks on one), from the cost model and layout select_allreduce.c agreed
  * at init (comm->model, hosts, local_size), and HVD_LITE_ALLTOALL_ALGO
  * (config.allToAllAlgorithm, rank 0's, agreed there too): that one at every size when
- * forced, else the cheaper of pairwise and Bruck's by the model below (a tie: pairwise).
- * Blocks of different sizes (the engine's alltoall with uneven splits) always go
- * pairwise: Bruck's schedule packs blocks of one size.
+ * forced, else the cheaper of pairwise and Bruck's by the model below (a tie: pairwise), or
+ * hier_p2p where it beats both by HIER_P2P_MARGIN. hier_p2p needs hier_p2p's grid (hosts of the same
+ * size; refused at init when forced without one, hvdl_select_alltoall_cannot_run). Blocks
+ * of different sizes (the engine's alltoall with uneven splits) always go pairwise: Bruck's
+ * and hier_p2p's schedules pack blocks of one size.
  */
 #include "algorithms/algorithms.h"
 #include "base/base.h"
@@ -26,6 +28,11 @@
  *   bruck     steps m = 1, 2, 4, ... < n of a(c_m b), c_m the slots with bit m set; a step
  *             crosses hosts when H > 1 (rank r+m is on another host for m of a host's L
  *             ranks, for all of them from m = L), min(m, L) of a host's ranks at once
+ *   hier_p2p  (H > 1 hosts of L > 1 ranks with hier_p2p's grid) two steps, each priced as
+ *             pairwise's messages in flight together: within the host L-1 messages of H b,
+ *               (L-2) share alpha_intra + alpha_intra + (L-1) H b beta_intra,
+ *             then across H-1 messages of L b, a host's L ranks sending through its NIC,
+ *               (H-2) share alpha_intra + alpha_inter(L b) + (H-1) L L b beta_inter
  *
  * So Bruck's ceil(log2 n) latencies beat pairwise's n-1 message costs for small blocks on
  * many ranks, and its (n/2) log2(n) blocks lose to pairwise's n-1 for large ones. Neither
@@ -38,6 +45,15 @@
  * before) made the model pick Bruck's 26.1 us there, and on one host of 4 ranks, where
  * pairwise's 3 messages overlap and Bruck's 2 steps wait for each other. */
 #define PAIRWISE_MESSAGE_SHARE 0.25
+
+/* hier_p2p's fail-safe margin: a candidate only where its prediction times this still beats
+ * pairwise's and Bruck's. What it saves is messages (n-1 cut to L+H-2), which the model
+ * prices from one simulation (PAIRWISE_MESSAGE_SHARE); what it adds is certain: every block
+ * carried twice, once within the host, in messages H or L times pairwise's, which a network
+ * may serve at another rate. In the simulation (64 ranks, 8 hosts of 8, 4 KiB blocks) the
+ * model put it 2 % under pairwise, and it ran 11 % over; at 16 B and 64 B blocks it ran
+ * 0.49x and 1.0x the best (docs/scale.md, "All-to-all"). */
+#define HIER_P2P_MARGIN 1.25
 
 static double step(const hvdlComm_t comm, int across, int share, double s) {
   return hvdl_select_step(&comm->model, across, share, s);
@@ -65,8 +81,25 @@ double hvdl_select_predict_alltoall(hvdlComm_t comm, hvdlAllToAllAlgorithm_t alg
         t += step(comm, comm->hosts > 1, m < L ? m : L, k * b);
       }
       return t;
+    case hvdlAllToAllHierP2p: {
+      const int H = comm->hosts;
+      if (!comm->hier_p2p || H <= 1 || L <= 1) return -1; /* one host or one rank a host */
+      const double share = PAIRWISE_MESSAGE_SHARE * c->alpha[HVDL_LINK_INTRA];
+      const double within =
+          (L - 2) * share + c->alpha[HVDL_LINK_INTRA] + (L - 1) * H * b * c->beta[HVDL_LINK_INTRA];
+      const double across = (H - 2) * share + hvdl_select_alpha_inter(c, L * b) +
+                            (double)(H - 1) * L * L * b * c->beta[HVDL_LINK_INTER];
+      return within + across;
+    }
     default: return -1;
   }
+}
+
+const char *hvdl_select_alltoall_cannot_run(hvdlComm_t comm, hvdlAllToAllAlgorithm_t algo,
+                                            int fewest, char *why_buf, size_t why_len) {
+  if (algo == hvdlAllToAllHierP2p)
+    return hvdl_select_hier_p2p_cannot_run(comm, fewest, why_buf, why_len);
+  return NULL;
 }
 
 hvdlAllToAllAlgorithm_t hvdl_select_alltoall(hvdlComm_t comm, size_t block) {
@@ -74,6 +107,9 @@ hvdlAllToAllAlgorithm_t hvdl_select_alltoall(hvdlComm_t comm, size_t block) {
     return (hvdlAllToAllAlgorithm_t)comm->config.allToAllAlgorithm;
   const double pairwise_t = hvdl_select_predict_alltoall(comm, hvdlAllToAllPairwise, block);
   const double bruck_t = hvdl_select_predict_alltoall(comm, hvdlAllToAllBruck, block);
+  const double hier_t = hvdl_select_predict_alltoall(comm, hvdlAllToAllHierP2p, block);
+  const double best_t = bruck_t < pairwise_t ? bruck_t : pairwise_t;
+  if (hier_t >= 0 && hier_t * HIER_P2P_MARGIN < best_t) return hvdlAllToAllHierP2p;
   return bruck_t < pairwise_t ? hvdlAllToAllBruck : hvdlAllToAllPairwise;
 }
 
@@ -82,6 +118,7 @@ hvdlResult_t hvdl_alltoall_run(hvdlComm_t comm, hvdlAllToAllAlgorithm_t algo, co
   switch (algo) {
     case hvdlAllToAllPairwise: return hvdl_alltoall_pairwise(comm, sendbuff, recvbuff, block);
     case hvdlAllToAllBruck: return hvdl_alltoall_bruck(comm, sendbuff, recvbuff, block);
+    case hvdlAllToAllHierP2p: return hvdl_alltoall_hier_p2p(comm, sendbuff, recvbuff, block);
     default:
       return hvdl_fail(comm, hvdlInternalError, "all-to-all algorithm %d (%s) is not available",
                        (int)algo, hvdl_alltoall_algo_name(algo));

@@ -1,9 +1,10 @@
-"""Every all-to-all algorithm forced through HVD_LITE_ALLTOALL_ALGO (and auto) under mpirun at 1-4 ranks:
-exact results for every dtype, counts 0, 1, odd and large, in place and out of place, through the C API's
-bare `_core.Comm`; equal, uneven and empty splits through the engine (Bruck's where every rank's splits are
-all equal, pairwise elsewhere, every rank deciding alike); the forced choice, rank 0's choice agreed, and
-an unknown name refused.
-(The model's choice on layouts no test job has: tests/unit/test_select_alltoall.py.)"""
+"""Every all-to-all algorithm that runs on one host forced through HVD_LITE_ALLTOALL_ALGO (and auto) under
+mpirun at 1-4 ranks: exact results for every dtype, counts 0, 1, odd and large, in place and out of place,
+through the C API's bare `_core.Comm`; equal, uneven and empty splits through the engine (Bruck's where every
+rank's splits are all equal, pairwise elsewhere, every rank deciding alike); the forced choice, rank 0's
+choice agreed, and an unknown name refused.
+(hier_p2p, which needs several hosts: tests/parallel/test_hier_p2p_collectives.py. The model's choice on
+layouts no test job has: tests/unit/test_select_alltoall.py.)"""
 
 import numpy as np
 import pytest
@@ -73,38 +74,44 @@ def splits_of(r: int, n: int, pattern: int):
     return [(r + 2 * q) % 3 for q in range(n)]
 
 
+def engine_alltoall_wrong():
+    """hvd.alltoall with equal, empty and uneven splits and without splits, on the engine as it was made:
+    what came back wrong, as (dtype, pattern, row shape)."""
+    n, r = hvd.size(), hvd.rank()
+    bad = []
+    for dtype in (np.float32, np.int8, np.float64, np.bool_):
+        for pattern in range(4):
+            for rest in ((), (3,)):
+                k = int(np.prod(rest, dtype=int))
+                rows = [splits_of(q, n, pattern) for q in range(n)]  # rows[q][d]: q sends to d
+                mine = exact_inputs(dtype, sum(rows[r]) * k, r, pattern).reshape((sum(rows[r]),) + rest)
+                got, got_splits = hvd.alltoall(mine, splits=rows[r])
+                pieces = []
+                for q in range(n):
+                    whole = exact_inputs(dtype, sum(rows[q]) * k, q, pattern)
+                    start = sum(rows[q][:r]) * k
+                    pieces.append(whole[start : start + rows[q][r] * k])
+                want = np.concatenate(pieces) if pieces else np.zeros(0, dtype)
+                if not (
+                    same_bits(got.reshape(-1), want) and list(got_splits) == [rows[q][r] for q in range(n)]
+                ):
+                    bad.append((np.dtype(dtype).name, pattern, rest))
+        x = np.arange(n * 5 * 2, dtype=np.float32).reshape(n * 5, 2) + 1000 * r  # without splits
+        want = np.concatenate(
+            [np.arange(n * 10, dtype=np.float32)[r * 10 : r * 10 + 10] + 1000 * q for q in range(n)]
+        )
+        if not same_bits(hvd.alltoall(x).reshape(-1), want):
+            bad.append(("float32", "no splits", (2,)))
+    return bad
+
+
 @pytest.mark.parametrize("algo", ALGOS)
 def test_every_alltoall_algorithm_moves_equal_uneven_and_empty_splits_through_the_engine(algo):
     # Pattern 2's splits are equal on every rank but one: every rank must see that not every block is
     # one size and go pairwise (a rank running Bruck's against pairwise's messages would hang or be
     # wrong).
-    n, r = hvd.size(), hvd.rank()
-    bad = []
     with reinit(HVD_LITE_ALLTOALL_ALGO=algo):
-        for dtype in (np.float32, np.int8, np.float64, np.bool_):
-            for pattern in range(4):
-                for rest in ((), (3,)):
-                    k = int(np.prod(rest, dtype=int))
-                    rows = [splits_of(q, n, pattern) for q in range(n)]  # rows[q][d]: q sends to d
-                    mine = exact_inputs(dtype, sum(rows[r]) * k, r, pattern).reshape((sum(rows[r]),) + rest)
-                    got, got_splits = hvd.alltoall(mine, splits=rows[r])
-                    pieces = []
-                    for q in range(n):
-                        whole = exact_inputs(dtype, sum(rows[q]) * k, q, pattern)
-                        start = sum(rows[q][:r]) * k
-                        pieces.append(whole[start : start + rows[q][r] * k])
-                    want = np.concatenate(pieces) if pieces else np.zeros(0, dtype)
-                    if not (
-                        same_bits(got.reshape(-1), want)
-                        and list(got_splits) == [rows[q][r] for q in range(n)]
-                    ):
-                        bad.append((np.dtype(dtype).name, pattern, rest))
-            x = np.arange(n * 5 * 2, dtype=np.float32).reshape(n * 5, 2) + 1000 * r  # without splits
-            want = np.concatenate(
-                [np.arange(n * 10, dtype=np.float32)[r * 10 : r * 10 + 10] + 1000 * q for q in range(n)]
-            )
-            if not same_bits(hvd.alltoall(x).reshape(-1), want):
-                bad.append(("float32", "no splits", (2,)))
+        bad = engine_alltoall_wrong()
     agree(not bad, f"{algo}: wrong at (dtype, pattern, row shape) {bad[:5]}")
 
 
@@ -119,7 +126,10 @@ def test_rank_0s_alltoall_algorithm_is_every_ranks():
 def test_the_selector_picks_the_cheaper_modelled_algorithm_on_this_layout():
     with make_comm() as c:
         plans = {b: c.alltoall_plan(b) for b in (4, 4096, 1 << 20)}
-    ok = all(p["algorithm"] == min(p["predicted"], key=p["predicted"].get) for p in plans.values())
+    # On one host hier_p2p is named but not modelled (it needs several hosts).
+    modelled = [{a: t for a, t in p["predicted"].items() if t is not None} for p in plans.values()]
+    ok = all(p["algorithm"] == min(m, key=m.get) for p, m in zip(plans.values(), modelled))
+    ok = ok and all(p["predicted"]["hier_p2p"] is None for p in plans.values())
     # Pairwise's n-1 messages carry the least bytes, Bruck's ceil(log2 n) steps the fewest messages:
     # at 1 MiB blocks the bytes decide.
     agree(ok and (hvd.size() < 3 or plans[1 << 20]["algorithm"] == "pairwise"), f"{plans}")
@@ -128,6 +138,6 @@ def test_the_selector_picks_the_cheaper_modelled_algorithm_on_this_layout():
 def test_an_unknown_alltoall_algorithm_is_refused_when_the_communicator_is_made():
     raises_on_every_rank(
         hvd.InvalidArgumentError,
-        "HVD_LITE_ALLTOALL_ALGO=ring is not valid: expected auto, pairwise or bruck",
+        "HVD_LITE_ALLTOALL_ALGO=ring is not valid: expected auto, pairwise, bruck or hier_p2p",
         lambda: make_comm(HVD_LITE_ALLTOALL_ALGO="ring").__enter__(),
     )

@@ -1,17 +1,20 @@
-"""The two-level all-gather, reduce-scatter and broadcast over point-to-point messages
-(csrc/algorithms/allgather_hier_p2p.c, reducescatter_hier_p2p.c, broadcast_hier_p2p.c), forced by
-HVD_LITE_ALLGATHER_ALGO, HVD_LITE_REDUCESCATTER_ALGO and HVD_LITE_BROADCAST_ALGO=hier_p2p on hosts
-emulated with HVD_LITE_RANKS_PER_HOST under mpirun, on every layout of hosts of one size: exact results
-for every dtype (every op of the reduce-scatter, every root and radix of the broadcast), in place and
-out of place, equal blocks through the C API's bare `_core.Comm` and uneven and empty blocks through the
-engine; the reduce-scatter's fixed order (hier_p2p's all-reduce's bits, reruns and in place alike); the
-layouts they are refused on at init, saying why; and the selectors' considering them only where they
-can run."""
+"""The two-level all-gather, reduce-scatter, broadcast and all-to-all over point-to-point messages
+(csrc/algorithms/allgather_hier_p2p.c, reducescatter_hier_p2p.c, broadcast_hier_p2p.c,
+alltoall_hier_p2p.c), forced by HVD_LITE_ALLGATHER_ALGO, HVD_LITE_REDUCESCATTER_ALGO,
+HVD_LITE_BROADCAST_ALGO and HVD_LITE_ALLTOALL_ALGO=hier_p2p on hosts emulated with
+HVD_LITE_RANKS_PER_HOST under mpirun, on every layout of hosts of one size: exact results for every
+dtype (every op of the reduce-scatter, every root and radix of the broadcast), in place and out of place,
+equal blocks through the C API's bare `_core.Comm` and uneven and empty blocks through the engine (the
+all-to-all: equal splits run it, uneven ones pairwise); the reduce-scatter's fixed order (hier_p2p's
+all-reduce's bits, reruns and in place alike); the layouts they are refused on at init, saying why; and
+the selectors' considering them only where they can run."""
 
 import numpy as np
 import pytest
 from conftest import agree, make_comm, raises_on_every_rank, reinit
 from helpers import ALL_DTYPES, MOVE_DTYPES
+from test_alltoall_algorithms import alltoall_ok, engine_alltoall_wrong
+from test_alltoall_algorithms import counts as alltoall_counts
 from test_broadcast_algorithms import check as broadcast_ok
 from test_gather_algorithms import (
     OPS,
@@ -28,7 +31,12 @@ import hvd_lite as hvd
 pytestmark = pytest.mark.mpi
 
 
-KNOBS = ["HVD_LITE_ALLGATHER_ALGO", "HVD_LITE_REDUCESCATTER_ALGO", "HVD_LITE_BROADCAST_ALGO"]
+KNOBS = [
+    "HVD_LITE_ALLGATHER_ALGO",
+    "HVD_LITE_REDUCESCATTER_ALGO",
+    "HVD_LITE_BROADCAST_ALGO",
+    "HVD_LITE_ALLTOALL_ALGO",
+]
 
 
 def layouts(n: int):
@@ -142,16 +150,47 @@ def test_hier_p2p_broadcast_gives_every_rank_the_roots_bytes_on_every_layout_roo
     agree(not bad, f"radix {radix}: wrong at (ranks a host, dtype, count, root, in place) {bad[:5]}")
 
 
+def test_hier_p2p_alltoall_moves_every_dtype_exactly_on_every_layout_in_place_and_not():
+    n = hvd.size()
+    if n == 1:
+        pytest.skip("one rank is one host")
+    bad = []
+    for k in layouts(n):  # hosts of one rank too: the step within a host has nothing to send
+        with make_comm(HVD_LITE_ALLTOALL_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k) as c:
+            plan = c.alltoall_plan(4)
+            agree(plan["algorithm"] == "hier_p2p", f"hosts of {k}: {plan}")
+            for dtype in MOVE_DTYPES:
+                for count in alltoall_counts(n):
+                    if count > 1009 and np.dtype(dtype).itemsize > 1:
+                        continue  # the largest blocks once per run, in bytes
+                    for inplace in (False, True):
+                        if not alltoall_ok(c, dtype, count, inplace, seed=count + k):
+                            bad.append((k, np.dtype(dtype).name, count, inplace))
+    agree(not bad, f"wrong at (ranks a host, dtype, count, in place) {bad[:5]}")
+
+
+def test_hier_p2p_alltoall_moves_equal_uneven_and_empty_splits_through_the_engine():
+    n = hvd.size()
+    if n == 1:
+        pytest.skip("one rank is one host")
+    bad = []
+    for k in layouts(n):
+        with reinit(HVD_LITE_ALLTOALL_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k):
+            bad += [(k, *b) for b in engine_alltoall_wrong()]
+    agree(not bad, f"wrong at (ranks a host, dtype, pattern, row shape) {bad[:5]}")
+
+
 @pytest.mark.parametrize("knob", KNOBS)
 def test_a_forced_hier_p2p_is_refused_at_init_on_one_host(knob):
     n = hvd.size()
     if n == 1:  # one rank runs anything (a copy)
         with make_comm(**{knob: "hier_p2p"}) as c:
-            ok = (
-                allgather_ok(c, np.float32, 1001, False, 1)
-                if "GATHER" in knob
-                else broadcast_ok(c, np.float32, 1001, 0, False, 1)
-            )
+            if "GATHER" in knob:
+                ok = allgather_ok(c, np.float32, 1001, False, 1)
+            elif "ALLTOALL" in knob:
+                ok = alltoall_ok(c, np.float32, 1001, False, 1) and alltoall_ok(c, np.int8, 7, True, 2)
+            else:
+                ok = broadcast_ok(c, np.float32, 1001, 0, False, 1)
         agree(ok, f"{knob}=hier_p2p on one rank: a wrong copy")
         return
     raises_on_every_rank(
@@ -204,4 +243,22 @@ def test_the_gather_selectors_consider_hier_p2p_only_on_hosts_of_one_size_with_s
     if n >= 3 and n % 2 == 1:
         with make_comm(HVD_LITE_SHM=0, HVD_LITE_RANKS_PER_HOST=2) as c:
             plan = c.gather_plan(coll, 1 << 20)
+        agree(plan["predicted"]["hier_p2p"] is None and plan["algorithm"] != "hier_p2p", f"{plan}")
+
+
+def test_the_alltoall_selector_considers_hier_p2p_only_on_hosts_of_one_size_with_several_ranks():
+    n = hvd.size()
+    with make_comm() as c:
+        agree(c.alltoall_plan(16)["predicted"]["hier_p2p"] is None, "one host: predicted")
+    if n >= 4 and n % 2 == 0:
+        with make_comm(HVD_LITE_RANKS_PER_HOST=2) as c:
+            plan = c.alltoall_plan(16)
+        agree(plan["predicted"]["hier_p2p"] is not None, f"hosts of 2: {plan}")
+    if n >= 2:  # hosts of one rank: it would be pairwise
+        with make_comm(HVD_LITE_RANKS_PER_HOST=1) as c:
+            plan = c.alltoall_plan(16)
+        agree(plan["predicted"]["hier_p2p"] is None and plan["algorithm"] != "hier_p2p", f"{plan}")
+    if n >= 3 and n % 2 == 1:
+        with make_comm(HVD_LITE_RANKS_PER_HOST=2) as c:
+            plan = c.alltoall_plan(16)
         agree(plan["predicted"]["hier_p2p"] is None and plan["algorithm"] != "hier_p2p", f"{plan}")
