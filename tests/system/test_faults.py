@@ -234,16 +234,23 @@ def test_a_fault_in_a_log_step_allgather_or_reducescatter_fails_it_on_every_rank
     check(rows, n, case_list)
 
 
-def test_a_fault_in_the_hier_p2p_allreduce_fails_it_on_every_rank_and_the_next_one_works():
-    # hier_p2p: 4 ranks as 2 hosts of 2 (ranks 0, 1 and 2, 3 within a host; 0-2 and 1-3 across)
+def test_a_fault_in_the_hier_p2p_allreduce_or_alltoall_fails_it_on_every_rank_and_the_next_one_works():
+    # hier_p2p: 4 ranks as 2 hosts of 2 (ranks 0, 1 and 2, 3 within a host; 0-2 and 1-3 across); the
+    # all-to-all's send and recv points hit its step within a host (its first message) on the victim
     n = 4
     case_list = [
         "allreduce_ring:send:0",
         "allreduce_ring:recv:3",
         "allreduce_ring:send:2",
         "allreduce_ring:stall:1",
+        "alltoall:send:1",
+        "alltoall:recv:2",
     ]
-    env = {"HVD_LITE_ALLREDUCE_ALGO": "hier_p2p", "HVD_LITE_RANKS_PER_HOST": "2"}
+    env = {
+        "HVD_LITE_ALLREDUCE_ALGO": "hier_p2p",
+        "HVD_LITE_ALLTOALL_ALGO": "hier_p2p",
+        "HVD_LITE_RANKS_PER_HOST": "2",
+    }
     rows, _ = run_cases(n, case_list, env)
     check(rows, n, case_list)
 
