@@ -89,20 +89,26 @@ hvdlResult_t hvdl_pair_exchange(hvdlComm_t comm, int peer, int tag, const void *
   return hvdlSuccess;
 }
 
-/* A set's wait: every request posted (the receives first, in m's order). When
- * nothing has moved for the data timeout it names the peer of the first receive
- * still pending, else of the first send (a rendezvous send waits for its
+/* A set's wait: every request posted (the receives first, in m's order, nrecv of
+ * them). When nothing has moved for the data timeout it names the peer of the first
+ * receive still pending, else of the first send (a rendezvous send waits for its
  * receiver), as a single exchange names its partner. */
 struct set_wait {
-  int n, posted;
+  int n, posted, nrecv;
   const struct hvdl_msg *m;
   MPI_Request *reqs;
   size_t off;
 };
 
+/* The sends are tested before the receives: they usually complete first, and a receive
+ * tested later in the poll has had longer to land (alltoall_pairwise.c's reason). */
 static hvdlResult_t set_test(hvdlComm_t comm, void *arg, int *done) {
   struct set_wait *w = arg;
-  HVDL_MPI(comm, MPI_Testall(w->posted, w->reqs, done, MPI_STATUSES_IGNORE));
+  int sends_done = 0;
+  HVDL_MPI(comm,
+           MPI_Testall(w->posted - w->nrecv, w->reqs + w->nrecv, &sends_done, MPI_STATUSES_IGNORE));
+  HVDL_MPI(comm, MPI_Testall(w->nrecv, w->reqs, done, MPI_STATUSES_IGNORE));
+  *done = *done && sends_done;
   return hvdlSuccess;
 }
 
@@ -148,7 +154,7 @@ static hvdlResult_t set_round(hvdlComm_t comm, int tag, int n, const struct hvdl
   if (res == hvdlSuccess && err != MPI_SUCCESS)
     res = hvdl_fail_mpi(comm, err, "MPI_Irecv/MPI_Isend in an exchange with several peers");
   if (res == hvdlSuccess) {
-    struct set_wait w = {n, posted, m, reqs, off};
+    struct set_wait w = {n, posted, nrecv < posted ? nrecv : posted, m, reqs, off};
     const struct hvdl_poll p = {set_test, set_progress, &w, 0};
     comm->wait_peer = -1;
     res = hvdl_wait_until(comm, &p, &pair_wait);
