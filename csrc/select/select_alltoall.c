@@ -51,8 +51,9 @@
  * prices from one simulation (PAIRWISE_MESSAGE_SHARE); what it adds is certain: every block
  * carried twice, once within the host, in messages H or L times pairwise's, which a network
  * may serve at another rate. In the simulation (64 ranks, 8 hosts of 8, 4 KiB blocks) the
- * model put it 2 % under pairwise, and it ran 11 % over; at 16 B and 64 B blocks it ran
- * 0.49x and 1.0x the best (docs/scale.md, "All-to-all"). */
+ * model put it 2 % under pairwise, and it ran 11 % over; with 64 B blocks it ran as fast as
+ * pairwise, and at 256 ranks a third of SMPI's best with 1 KiB blocks, 2.2x Bruck's speed
+ * with 16 B (docs/scale.md, "All-to-all"). */
 #define HIER_P2P_MARGIN 1.25
 
 static double step(const hvdlComm_t comm, int across, int share, double s) {
