@@ -29,6 +29,14 @@ START_TIMEOUT_EXIT = 124
 LOST_EXIT = 1  # mpirun exited 0, yet ranks never reported how they ended
 _MARKER = re.compile(re.escape(PREFIX).encode() + rb":([0-9a-f]+):(\w+):(-?\d+):(\d+)/(\d+):([^\r\n]*)")
 _TAG_ONLY = re.compile(rb"^\s*(\[[^\]]*\](<std(?:out|err)>:)?\s*)?$")
+# Open MPI's libnbc writes this to stderr, with an empty line after it, in every rank that had a
+# non-blocking collective (hvd_lite's negotiation) in flight when a rank died: error 75 is
+# MPI_ERR_PROC_FAILED. A job that survives deaths has handled it (the survivors shrink and go on),
+# so there the line says the opposite of what happened, and the launcher drops it.
+_LOST_RANK_NOISE = re.compile(
+    rb"^(\[[^\]]*\](<stderr>:)?\s*)?NBC_Progress: an error 75 was found during schedule \S+ "
+    rb"at row-offset \d+ - aborting the schedule\s*$"
+)
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -170,8 +178,15 @@ def _writer():
     return lambda data: (sys.stderr.write(data.decode(errors="replace")), sys.stderr.flush())
 
 
-def _relay(pipe, markers: _Markers, write) -> None:
+def _relay(pipe, markers: _Markers, write, drop_lost_rank_noise: bool = False) -> None:
+    owed = 0  # libnbc's lines dropped whose empty line has not come yet (ranks' lines interleave)
     for line in iter(pipe.readline, b""):
+        if drop_lost_rank_noise and _LOST_RANK_NOISE.match(line):
+            owed += 1
+            continue
+        if owed and _TAG_ONLY.match(line):
+            owed -= 1
+            continue
         m = _MARKER.search(line)
         if m is None or m.group(1) != markers.token:
             write(line)
@@ -263,7 +278,7 @@ class Job:
             return JobResult(127, 127, error=f"cannot run {self.argv[0]!r}: {exc.strerror}")
         reader = threading.Thread(
             target=_relay,
-            args=(self.proc.stderr, markers, _writer()),
+            args=(self.proc.stderr, markers, _writer(), self.survives_deaths),
             name="hvd_lite.run-stderr",
             daemon=True,
         )

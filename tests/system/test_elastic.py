@@ -229,6 +229,9 @@ def test_the_survivors_of_a_killed_rank_go_on_in_place_from_the_last_commit_to_t
         "other rank exited 0"
     ) in res.stderr
     assert "relaunch" not in res.stderr and commit_dirs(tmp) == []
+    # Open MPI's libnbc reports the dead rank in each survivor's negotiation as an aborted schedule;
+    # the launcher drops that line in a job that goes on (hvd_lite/run/job.py)
+    assert "NBC_Progress" not in res.stderr, res.stderr
     assert took < TIMEOUT
 
 

@@ -2,6 +2,7 @@
 process (the relaunches themselves: tests/system/test_elastic.py)."""
 
 import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from hvd_lite.run.elastic import (
     wait_for_slots,
 )
 from hvd_lite.run.hosts import Host
-from hvd_lite.run.job import START_TIMEOUT_EXIT, JobResult, _only_deaths
+from hvd_lite.run.job import START_TIMEOUT_EXIT, JobResult, _Markers, _only_deaths, _relay
 from hvd_lite.run.rank import RESTART_EXIT
 
 
@@ -611,3 +612,42 @@ def test_a_job_that_survives_deaths_counts_a_rank_that_never_reported_among_them
         "hvd_lite.run: rank 2 never reported how it ended; the job went on without it, and every other "
         "rank exited 0"
     ) in capfd.readouterr().err
+
+
+LIBNBC = (
+    b"NBC_Progress: an error 75 was found during schedule 0x7f1dd4000d80 at row-offset 0 - "
+    b"aborting the schedule\n"
+)
+
+
+def relayed(lines, survives_deaths):
+    out = []
+    _relay(io.BytesIO(b"".join(lines)), _Markers("0"), out.append, survives_deaths)
+    return out
+
+
+def test_a_job_that_survives_deaths_drops_libnbcs_aborted_schedule_lines_and_keeps_the_rest():
+    # Open MPI's libnbc prints the line and an empty one in each rank whose negotiation was in flight
+    # when a rank died; the ranks' lines interleave.
+    lines = [
+        b"[1,0]<stderr>: " + LIBNBC,
+        b"[1,2]<stderr>: " + LIBNBC,
+        b"[1,0]<stderr>: \n",
+        b"[1,2]<stderr>: step 7\n",
+        b"[1,2]<stderr>: \n",
+        b"[1,3]<stderr>: hvd_lite.elastic: 3 of 4 rank(s) go on in place\n",
+        b"[1,3]<stderr>: \n",  # a rank's own empty line, owed to no dropped one
+        LIBNBC,  # untagged (mpirun without --tag-output)
+        b"\n",
+    ]
+    assert relayed(lines, True) == [
+        b"[1,2]<stderr>: step 7\n",
+        b"[1,3]<stderr>: hvd_lite.elastic: 3 of 4 rank(s) go on in place\n",
+        b"[1,3]<stderr>: \n",
+    ]
+    assert relayed(lines, False) == lines  # a job that ends on a death shows everything
+
+
+def test_only_libnbcs_error_75_is_dropped():
+    other = LIBNBC.replace(b"error 75", b"error 15")
+    assert relayed([other, b"\n"], True) == [other, b"\n"]
