@@ -65,7 +65,7 @@ hvdlResult_t hvdl_alltoall_hier_p2p(hvdlComm_t comm, const void *sendbuff, void 
   struct hvdl_msg *msgs = (struct hvdl_msg *)(void *)s->work;
   MPI_Request *reqs = (MPI_Request *)(void *)(msgs + most);
   char *lanes = s->work + head;      /* [i][g]: S[(g, i)], the H blocks lane i carries */
-  char *in = lanes + (size_t)n * b;  /* [i][g]: from local rank i, its block for (g, j) */
+  char *in = lanes + (size_t)n * b;  /* [i][g]: from local rank i (not j), its block for (g, j) */
   char *across = in + (size_t)n * b; /* [g][i]: to host g, then from host g */
   const size_t lane = (size_t)H * b, host = (size_t)L * b;
 
@@ -82,7 +82,6 @@ hvdlResult_t hvdl_alltoall_hier_p2p(hvdlComm_t comm, const void *sendbuff, void 
     msgs[nm++] = (struct hvdl_msg){peer, 1, in + (size_t)i * lane, lane};
     msgs[nm++] = (struct hvdl_msg){peer, 0, lanes + (size_t)i * lane, lane};
   }
-  hvdl_copy(in + (size_t)j * lane, lanes + (size_t)j * lane, lane); /* this rank's own lane */
   HVDL_CHECK(hvdl_pair_exchange_set(comm, A2A_HIER_WITHIN_TAG, nm, msgs, reqs));
   for (int i = 0; i < L; i++) /* from this host's ranks: R[(h, i)] */
     if (i != j)
@@ -95,8 +94,9 @@ hvdlResult_t hvdl_alltoall_hier_p2p(hvdlComm_t comm, const void *sendbuff, void 
   for (int d = 1; d < H; d++) {
     const int k = (h + d) % H, from = (h - d + H) % H;
     char *out = across + (size_t)k * host;
+    /* this rank's own blocks for lane j are still in `lanes`, the others' came into `in` */
     for (int i = 0; i < L; i++)
-      hvdl_copy(out + (size_t)i * b, in + (size_t)i * lane + (size_t)k * b, b);
+      hvdl_copy(out + (size_t)i * b, (i == j ? lanes : in) + (size_t)i * lane + (size_t)k * b, b);
     msgs[nm++] =
         (struct hvdl_msg){hvdl_grid_rank(g, from, j), 1, lanes + (size_t)from * host, host};
     msgs[nm++] = (struct hvdl_msg){hvdl_grid_rank(g, k, j), 0, out, host};

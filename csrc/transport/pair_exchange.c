@@ -154,7 +154,7 @@ static hvdlResult_t set_round(hvdlComm_t comm, int tag, int n, const struct hvdl
   if (res == hvdlSuccess && err != MPI_SUCCESS)
     res = hvdl_fail_mpi(comm, err, "MPI_Irecv/MPI_Isend in an exchange with several peers");
   if (res == hvdlSuccess) {
-    struct set_wait w = {n, posted, nrecv < posted ? nrecv : posted, m, reqs, off};
+    struct set_wait w = {n, posted, nrecv, m, reqs, off};
     const struct hvdl_poll p = {set_test, set_progress, &w, 0};
     comm->wait_peer = -1;
     res = hvdl_wait_until(comm, &p, &pair_wait);
@@ -162,9 +162,8 @@ static hvdlResult_t set_round(hvdlComm_t comm, int tag, int n, const struct hvdl
   if (res != hvdlSuccess) {
     /* Nothing posted may land in (or read) a buffer after the failure is reported. */
     const double until = hvdl_now() + HVDL_ABANDON_GRACE;
-    const int nr = nrecv < posted ? nrecv : posted;
-    hvdl_abandon(comm, nr, reqs, 1, until);
-    hvdl_abandon(comm, posted - nr, reqs + nr, 0, until);
+    hvdl_abandon(comm, nrecv, reqs, 1, until);
+    hvdl_abandon(comm, posted - nrecv, reqs + nrecv, 0, until);
   }
   return res;
 }
