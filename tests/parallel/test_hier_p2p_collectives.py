@@ -44,6 +44,18 @@ def layouts(n: int):
     return [k for k in range(1, n) if n % k == 0]
 
 
+def engine_wrong_on_every_layout(knob, wrong):
+    """`wrong()` (what came back wrong through the engine) with `knob`=hier_p2p on every layout,
+    each entry led by the ranks a host; skips on one rank, which is one host."""
+    if hvd.size() == 1:
+        pytest.skip("one rank is one host")
+    bad = []
+    for k in layouts(hvd.size()):
+        with reinit(**{knob: "hier_p2p", "HVD_LITE_RANKS_PER_HOST": k}):
+            bad += [(k, *b) for b in wrong()]
+    return bad
+
+
 def test_hier_p2p_allgather_gathers_every_dtype_exactly_on_every_layout_in_place_and_not():
     n = hvd.size()
     if n == 1:
@@ -63,13 +75,7 @@ def test_hier_p2p_allgather_gathers_every_dtype_exactly_on_every_layout_in_place
 
 
 def test_hier_p2p_allgather_gathers_uneven_and_empty_blocks_through_the_engine():
-    n = hvd.size()
-    if n == 1:
-        pytest.skip("one rank is one host")
-    bad = []
-    for k in layouts(n):
-        with reinit(HVD_LITE_ALLGATHER_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k):
-            bad += [(k, *b) for b in engine_allgather_wrong()]
+    bad = engine_wrong_on_every_layout("HVD_LITE_ALLGATHER_ALGO", engine_allgather_wrong)
     agree(not bad, f"wrong at (ranks a host, dtype, pattern, row shape) {bad[:5]}")
 
 
@@ -92,13 +98,7 @@ def test_hier_p2p_reducescatter_reduces_every_dtype_and_op_exactly_on_every_layo
 
 
 def test_hier_p2p_reducescatter_reduces_uneven_and_empty_blocks_through_the_engine():
-    n = hvd.size()
-    if n == 1:
-        pytest.skip("one rank is one host")
-    bad = []
-    for k in layouts(n):
-        with reinit(HVD_LITE_REDUCESCATTER_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k):
-            bad += [(k, *b) for b in engine_reducescatter_wrong()]
+    bad = engine_wrong_on_every_layout("HVD_LITE_REDUCESCATTER_ALGO", engine_reducescatter_wrong)
     agree(not bad, f"wrong at (ranks a host, dtype, op, rows) {bad[:5]}")
 
 
@@ -170,13 +170,7 @@ def test_hier_p2p_alltoall_moves_every_dtype_exactly_on_every_layout_in_place_an
 
 
 def test_hier_p2p_alltoall_moves_equal_uneven_and_empty_splits_through_the_engine():
-    n = hvd.size()
-    if n == 1:
-        pytest.skip("one rank is one host")
-    bad = []
-    for k in layouts(n):
-        with reinit(HVD_LITE_ALLTOALL_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k):
-            bad += [(k, *b) for b in engine_alltoall_wrong()]
+    bad = engine_wrong_on_every_layout("HVD_LITE_ALLTOALL_ALGO", engine_alltoall_wrong)
     agree(not bad, f"wrong at (ranks a host, dtype, pattern, row shape) {bad[:5]}")
 
 
