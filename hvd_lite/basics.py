@@ -461,7 +461,13 @@ def _shrink() -> None:
     communicator is revoked), then started again on the survivors (MPIX_Comm_shrink of the
     communicator init() was given, collective over every living rank). Ranks keep their order:
     the new rank 0 is the lowest surviving rank. Process sets are dropped: every rank registers
-    them again (Horovod's reset callbacks are the place)."""
+    them again (Horovod's reset callbacks are the place).
+
+    Ranks found dead while the survivors build their engine (a host lost whole: its ranks are
+    found dead one by one) fail that build on some ranks: those revoke the survivors'
+    communicator and shrink it again, and the others, whose next collective then fails, shrink
+    the same communicator (the base from then on). A shrink that finds no other rank dead means
+    the build failed for another reason, which is raised."""
     fhandle, ranks = _state.base
     if ranks is not None:
         raise CollectiveError(
@@ -470,9 +476,18 @@ def _shrink() -> None:
             "job or an mpi4py communicator",
         )
     shutdown()
-    survivors = _core.mpi_shrink(fhandle)
-    engine = _core.Engine(survivors, None)
-    _state.engine, _state.base = engine, (survivors, None)
+    survivors, n = _core.mpi_shrink(fhandle)
+    while True:
+        _state.base = (survivors, None)
+        try:
+            engine = _core.Engine(survivors, None)
+            break
+        except CollectiveError:
+            again, left = _core.mpi_shrink(survivors)
+            if left == n:
+                raise
+            survivors, n = again, left
+    _state.engine = engine
     _state.auto_names = {}  # automatic names restart with every engine, on every rank
     _state.sets = {0: _Set(0, list(range(engine.size)), engine, _state.auto_names)}
     _state.free_ids, _state.next_id = collections.deque(), 1

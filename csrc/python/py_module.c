@@ -100,18 +100,20 @@ static PyObject *py_mpi_ft(PyObject *self, PyObject *noargs) {
   return PyBool_FromLong(hvdl_ft_enabled());
 }
 
-/* The survivors' communicator of base (None: MPI_COMM_WORLD) after a rank's death, as a
- * Fortran handle: base revoked, then shrunk (collective over every living rank). */
+/* The survivors' communicator of base (None: MPI_COMM_WORLD) after a rank's death, as
+ * (Fortran handle, size): base revoked, then shrunk (collective over every living rank). */
 static PyObject *py_mpi_shrink(PyObject *self, PyObject *fobj) {
   (void)self;
   MPI_Comm base, out = MPI_COMM_NULL;
   if (hvdl_py_base_comm(fobj, &base)) return NULL;
   hvdlResult_t res;
+  int size = 0;
   Py_BEGIN_ALLOW_THREADS
     res = hvdl_failed_shrink(base, &out);
+    if (res == hvdlSuccess) MPI_Comm_size(out, &size);
   Py_END_ALLOW_THREADS
   if (res != hvdlSuccess) return hvdl_py_raise(res, NULL);
-  return PyLong_FromLongLong((long long)MPI_Comm_c2f(out));
+  return Py_BuildValue("(Li)", (long long)MPI_Comm_c2f(out), size);
 }
 
 static PyObject *py_mpi_library_version(PyObject *self, PyObject *noargs) {
@@ -170,7 +172,8 @@ static PyMethodDef module_methods[] = {
     {"mpi_ft", py_mpi_ft, METH_NOARGS,
      "True when the MPI reports dead ranks (ULFM: Open MPI's mpirun --with-ft ulfm)"},
     {"mpi_shrink", py_mpi_shrink, METH_O,
-     "mpi_shrink(fhandle or None) -> fhandle: the survivors' communicator (revoke, shrink)"},
+     "mpi_shrink(fhandle or None) -> (fhandle, size): the survivors' communicator (revoke, "
+     "shrink)"},
     {"build_info", py_build_info, METH_NOARGS, "the MPI this extension was compiled against"},
     {"oversubscribed", py_oversubscribed, METH_NOARGS,
      "whether a communicator made so far found more ranks on its host than the CPUs they may run on "

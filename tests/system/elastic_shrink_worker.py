@@ -13,7 +13,10 @@ EW_VICTIM2, if set) dies at step EW_KILL_AT (EW_KILL_AT2), how EW_HOW says:
   send     SIGKILL inside the data phase of its next step's all-reduce, before its first send: a
            message (HVD_LITE_SHM=0) or a shared-memory step (the fused gradients);
   send3    the same, before its third send (mid-ring, with HVD_LITE_ALLREDUCE_ALGO=ring).
-Victims due at the same step die together, as a host's ranks do when it is lost. With
+Victims due at the same step die together, as a host's ranks do when it is lost. The process started
+as world rank EW_DIE_IN_REFORM dies in the survivors' re-forming after the first death: the shrink
+done, before it builds its engine on the survivors (the others' build then fails, and they shrink
+again). With
 EW_RESTORE_RAISES set to a world rank, that survivor's state.restore() raises instead. With EW_HOSTS (a
 discovery script's hosts file), the new rank 0 replaces it with EW_HOSTS_AFTER at the reset
 after the last death (0.5 s after it, when the launcher has read the victims' ends from their rank
@@ -170,8 +173,20 @@ def maybe_die(step):
     basics._engine()._inject_fault("kill", 3 if HOW == "send3" else 1)
 
 
+def die_in_reform():
+    """From now on this process dies (SIGKILL) when it would build an engine: the next one is the
+    survivors' after a death, once the shrink is done."""
+
+    def engine_then_die(*_args):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    basics._core.Engine = engine_then_die
+
+
 def main():
     hvd.init()
+    if int(os.environ.get("EW_DIE_IN_REFORM", "-1")) == WORLD_RANK:
+        die_in_reform()
     job = TorchJob() if FRAMEWORK == "torch" else NumpyJob()
     state = job.state
     rolled_back = []  # (step, snapshot, size) as restored, at each reset

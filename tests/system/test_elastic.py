@@ -379,6 +379,21 @@ def test_two_deaths_in_a_row_shrink_the_job_twice_down_to_min_np(tmp_path):
     assert took < TIMEOUT
 
 
+def test_a_rank_that_dies_while_the_survivors_re_form_is_shrunk_out_too(tmp_path):
+    """World rank 3 dies between collectives; world rank 2 dies after the shrink, before it builds
+    its engine: the others' engine build fails on the dead rank, and they shrink again."""
+    needs_shrink()
+    res, _, took, _ = shrink_run(
+        tmp_path, 4, 2, {"EW_HOW": "between", "EW_VICTIM": "3", "EW_KILL_AT": "4", "EW_DIE_IN_REFORM": "2"}
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "2 of 4 rank(s) go on in place" in res.stderr, res.stderr
+    assert tagged(res.stdout, "RESULT") == [
+        "identical=True equal_ref=True sizes=[2] rolled_back_to=[3] step=16"
+    ], res.stdout + res.stderr
+    assert took < TIMEOUT
+
+
 def test_a_death_below_min_np_ends_the_job_on_every_rank_with_an_error_saying_so(tmp_path):
     needs_shrink()
     res, _, took, _ = shrink_run(tmp_path, 3, 3, {"EW_HOW": "between", "EW_VICTIM": "2", "EW_KILL_AT": "4"})
