@@ -369,6 +369,7 @@ def _main(argv: Optional[List[str]]) -> int:
                 env={**_outer_env(), **extra_env},
                 tag_output=args.tag_output,
                 mpirun=args.mpirun,
+                report_exits=shrink,  # survivors' ends must be heard even when mpirun stops relaying
             )
             if args.verbose:
                 sys.stderr.write(

@@ -7,13 +7,13 @@ available now (the same -np on the same hosts, or what --host-discovery-script r
 host keeps in HVD_LITE_ELASTIC_JOB_DIR (a path unique to the job, the same on every host, kept across the
 launches, removed here at the end).
 
-Which endings are relaunched (`should_relaunch`): only those where every failing rank was killed
-by a signal (SIGKILL, the out-of-memory killer, a crash; or mpirun ending the others) or exited
-with RESTART_EXIT (a collective failed under elastic.run), and those where no rank failed but some
-never reported how they ended (their host lost with its MPI daemon). A rank that exited with another code
-failed for its own reason (a Python exception), which a relaunch would repeat, whichever rank
-reported first; a job the launcher was told to stop, whose ranks did not start in time, or whose
-mpirun could not run, is not relaunched either.
+Which endings are relaunched (`should_relaunch`): only those where every failing rank was killed by
+a signal (SIGKILL, the out-of-memory killer, a crash; or mpirun ending the others) or exited with
+RESTART_EXIT (a collective failed under elastic.run), and those where a host was lost with its MPI
+daemon (`host_lost`: ranks never reported how they ended, and in shrink mode whatever the others
+reported). A rank that exited with another code failed for its own reason (a Python exception),
+which a relaunch would repeat, whichever rank reported first; a job the launcher was told to stop,
+whose ranks did not start in time, or whose mpirun could not run, is not relaunched either.
 """
 
 import math
@@ -147,7 +147,17 @@ def shrinks_in_place(mpirun: Optional[str] = None) -> bool:
         return False
 
 
-def should_relaunch(result: JobResult) -> Tuple[bool, str]:
+def host_lost(result: JobResult, survives_deaths: bool) -> bool:
+    """Whether a launch ended because a host was lost with its MPI daemon: ranks never reported how
+    they ended, and none failed first where a failure ends the job. In a job that survives deaths
+    (shrink mode, whose shims also report over TCP) a death does not end it: there the failures
+    the others reported may follow from the loss (the MPI ends them; a survivor left alone is below
+    --min-np). Elsewhere the first rank killed ends the job, and the MPI may end the others before
+    they report."""
+    return bool(result.unreported) and (survives_deaths or result.first_failure() is None)
+
+
+def should_relaunch(result: JobResult, survives_deaths: bool = False) -> Tuple[bool, str]:
     """Whether an ended job is relaunched, and why (or why not), in words."""
     if result.exit_code == 0:
         return False, "every rank exited cleanly"
@@ -155,10 +165,10 @@ def should_relaunch(result: JobResult) -> Tuple[bool, str]:
         return False, f"the launcher was stopped by {signal.Signals(result.signal).name}"
     if result.exit_code == START_TIMEOUT_EXIT and result.error:
         return False, "not every rank started within --start-timeout"
-    first = result.first_failure()
-    if first is None and result.unreported:
+    if host_lost(result, survives_deaths):
         shown = ", ".join(map(str, result.unreported))
         return True, f"rank(s) {shown} never reported how they ended (a host lost with its MPI daemon?)"
+    first = result.first_failure()
     if first is None:
         if result.error:
             return False, result.error
@@ -333,9 +343,12 @@ def run_elastic(
                 why = f"the hosts changed ({kind_text(watcher.announced[0])})"
                 again = True
             else:
-                again, why = should_relaunch(result)
+                again, why = should_relaunch(result, survives_deaths)
                 first = result.first_failure()
-                if again and placed and first is not None and first[0] in result.killed:
+                # a host lost whole names no rank that failed first: in shrink mode the deaths
+                # reported are the MPI ending the other hosts' ranks, whose hosts did not fail
+                lost = host_lost(result, survives_deaths)
+                if again and placed and not lost and first is not None and first[0] in result.killed:
                     host = rank_hosts(placed)[first[0]] if first[0] < len(rank_hosts(placed)) else None
                     if host is not None:
                         out = blacklist.add(host)

@@ -30,13 +30,12 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..exceptions import LauncherError
-from .hosts import Host, place, total_slots
+from .hosts import Host, listen_host, place, total_slots
 from .rank import HOSTS_ADDED as ADDED
 from .rank import HOSTS_REMOVED as REMOVED
 
 DISCOVERY_INTERVAL_S = 1.0  # Horovod's DISCOVER_HOSTS_FREQUENCY_SECS
 COOLDOWN_RANGE_S = (1, 3600)  # the bounds Horovod puts on --blacklist-cooldown-range
-_LOCAL_NAMES = ("localhost", "127.0.0.1")
 
 Placement = List[Tuple[str, int]]
 
@@ -118,11 +117,6 @@ def rank_hosts(placed: Placement) -> List[str]:
     return [host for host, n in placed for _ in range(n)]
 
 
-def is_local(hosts: Sequence[str]) -> bool:
-    """Whether every host is this machine by a name that needs no lookup."""
-    return all(h.lower() in _LOCAL_NAMES for h in hosts)
-
-
 class Notifier:
     """The launcher's end of the connection to rank 0: accepts rank 0's connections (the job's
     secret first) and sends them each update; a connection made after an update gets it at once."""
@@ -142,7 +136,7 @@ class Notifier:
 
     def address(self, hosts: Sequence[str]) -> str:
         """HOST:PORT for ranks on `hosts` to connect to."""
-        return f"{'127.0.0.1' if is_local(hosts) else socket.gethostname()}:{self.port}"
+        return f"{listen_host(hosts)}:{self.port}"
 
     def _accept(self) -> None:
         while True:

@@ -2,12 +2,14 @@
 
 import os
 import re
+import socket
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..exceptions import LauncherError
 from .values import MAX_RANKS, parse_int
 
+_LOCAL_NAMES = ("localhost", "127.0.0.1")
 # A host name or IPv4 address: letters, digits, '-', '_' and '.' (ASCII only).
 _HOST_RE = re.compile(r"[A-Za-z0-9_.\-]+")
 
@@ -167,3 +169,9 @@ def resolve(
     n = total_slots(host_list) if np is None else np
     place(host_list, n)  # validates np, and np against the slots
     return n, host_list
+
+
+def listen_host(hosts: Sequence[str]) -> str:
+    """The name ranks on `hosts` reach this machine by: 127.0.0.1 where every host is this machine
+    by a name that needs no lookup, else this machine's host name."""
+    return "127.0.0.1" if all(h.lower() in _LOCAL_NAMES for h in hosts) else socket.gethostname()

@@ -9,11 +9,18 @@ the start timeout; or a rank failed and the MPI has not ended the job FAILURE_GR
 (Hydra waits for the other ranks, which may be blocked on the dead one). A job that survives
 deaths (shrink mode) goes on without a rank killed by a signal: only a rank that exits with a code
 of its own starts that wait.
+
+Such a job also hears each rank's exit marker over TCP (ExitReports): Open MPI 5 stops relaying the
+ranks' output when it loses a host's daemon, and then ends the other hosts' ranks. Ranks that
+finished the job before then must be known to have exited 0, or the launcher takes them for lost
+with the host and runs the job again.
 """
 
 import os
 import re
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .hosts import listen_host
 from .rank import PREFIX
 
 FAILURE_GRACE_S = 3.0
@@ -38,6 +46,8 @@ _LOST_RANK_NOISE = re.compile(
     rb"at row-offset \d+ - aborting the schedule\s*$"
 )
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+REPORT_READ_TIMEOUT_S = 2.0  # for a shim's report to arrive once it has connected
+REPORT_MAX_BYTES = 1 << 16  # of one report (an exit marker is under 100)
 
 
 @dataclass
@@ -147,6 +157,87 @@ class _Markers:
             )
 
 
+def _take_marker(line: bytes, markers: _Markers) -> None:
+    """Gives `markers` the marker on `line`, if it holds one of this job's."""
+    m = _MARKER.search(line)
+    if m is not None and m.group(1) == markers.token:
+        markers.take(m)
+
+
+class ExitReports:
+    """Where the ranks' shims send their exit markers over TCP (rank.report), beside stderr: the
+    second way a job that survives deaths hears how each rank ended. A report is one connection
+    carrying marker lines, admitted by the job's token as stderr's are; `close()` reads every
+    report sent before it (a shim connects and sends before it ends, so once mpirun has ended,
+    every report is in the listening socket's queue)."""
+
+    def __init__(self, hosts: Sequence[str]):
+        self._server = socket.create_server(("", 0))
+        self._server.setblocking(False)
+        self.address = f"{listen_host(hosts)}:{self._server.getsockname()[1]}"
+        """HOST:PORT for the shims (rank.REPORT_VAR)."""
+        self._lock = threading.Lock()
+        self._take: Optional[Callable[[bytes], None]] = None
+        self._early: List[bytes] = []  # lines read before follow()
+        self._stop = threading.Event()
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="hvd_lite.run-reports", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                ready, _, _ = select.select([self._server], [], [], 0.1)
+            except (OSError, ValueError):
+                return
+            if ready:
+                self._read_one()
+
+    def _read_one(self) -> bool:
+        """Reads one waiting report; False when none is waiting."""
+        try:
+            conn, _ = self._server.accept()
+        except OSError:  # BlockingIOError: none waiting
+            return False
+        data = b""
+        with conn:
+            conn.settimeout(REPORT_READ_TIMEOUT_S)
+            try:
+                while len(data) < REPORT_MAX_BYTES:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+            except OSError:
+                pass
+        with self._lock:
+            for line in data.splitlines():
+                if self._take is None:
+                    self._early.append(line)
+                else:
+                    self._take(line)
+        return True
+
+    def follow(self, take: Callable[[bytes], None]) -> None:
+        """Calls take(line) for each line reported, those before this call first."""
+        with self._lock:
+            self._take = take
+            for line in self._early:
+                take(line)
+            self._early = []
+
+    def close(self) -> None:
+        """Reads the reports already sent, then stops listening (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._thread.join()
+        while self._read_one():
+            pass
+        self._server.close()
+
+
 def _descendants(root: int) -> List[int]:
     """Pids of every process below `root` (from /proc; empty where there is no /proc)."""
     children: Dict[int, List[int]] = {}
@@ -217,6 +308,7 @@ class Job:
         quiet: bool = False,
         survives_deaths: bool = False,
         on_death: Optional[Callable[[int], None]] = None,
+        reports: Optional[ExitReports] = None,
     ):
         self.argv, self.env, self.np, self.token = list(argv), dict(env), np, token
         self.start_timeout, self.stdin, self.quiet = start_timeout, stdin, quiet
@@ -224,6 +316,7 @@ class Job:
         # (the others shrink it and go on), and the job succeeds when every other rank exits 0.
         self.survives_deaths = survives_deaths
         self.on_death = on_death  # called with a rank killed by a signal, as the launcher reads it
+        self.reports = reports  # the shims' exit markers over TCP, beside stderr's; closed by run()
         self.proc: Optional[subprocess.Popen] = None
         self._caught: Optional[int] = None
         self._ending_since: Optional[float] = None
@@ -264,6 +357,15 @@ class Job:
     def run(self) -> JobResult:
         """Runs the job to its end and says how it ended."""
         markers = _Markers(self.token, self.on_death)
+        if self.reports is None:
+            return self._run(markers)
+        self.reports.follow(lambda line: _take_marker(line, markers))
+        try:
+            return self._run(markers)
+        finally:
+            self.reports.close()
+
+    def _run(self, markers: _Markers) -> JobResult:
         handlers = {}
         if threading.current_thread() is threading.main_thread():
             for sig in _STOP_SIGNALS:
@@ -340,6 +442,8 @@ class Job:
             except (ProcessLookupError, PermissionError):
                 pass
         reader.join(timeout=KILL_GRACE_S)
+        if self.reports is not None:
+            self.reports.close()  # the reports of shims that ended as mpirun did
         result = markers.result(exit_code=0, mpirun_code=rc, error=error, signal=self._caught)
         if self._caught is not None:
             result.exit_code = 128 + self._caught

@@ -11,8 +11,8 @@ from ..exceptions import LauncherError
 from . import flavour as flavours
 from .command import LaunchSpec, build_command, forwarded_names
 from .hosts import resolve
-from .job import Job, JobResult
-from .rank import TOKEN_VAR
+from .job import ExitReports, Job, JobResult
+from .rank import REPORT_VAR, TOKEN_VAR
 from .values import parse_float
 
 DEFAULT_START_TIMEOUT_S = 60.0
@@ -43,6 +43,7 @@ class Plan:
     env: Dict[str, str]
     np: int
     token: str
+    reports: Optional[ExitReports] = None  # where the shims also report their exits (execute closes it)
 
     def shell_line(self) -> str:
         """The command as one line a shell would run unchanged."""
@@ -59,8 +60,10 @@ def make_plan(
     env: Optional[Mapping[str, str]] = None,
     tag_output: bool = True,
     mpirun: Optional[str] = None,
+    report_exits: bool = False,
 ) -> Plan:
-    """Validates the options, finds the MPI and builds its command line."""
+    """Validates the options, finds the MPI and builds its command line; `report_exits`: the ranks'
+    shims also send their exit markers to a listener of the plan's (a job that survives deaths)."""
     if not command:
         raise LauncherError(
             "no command given: put the command to run after the options, "
@@ -77,6 +80,10 @@ def make_plan(
     job_env = dict(os.environ if env is None else env)
     job_env.update(knob_env or {})
     job_env[TOKEN_VAR] = token
+    job_env.pop(REPORT_VAR, None)  # an enclosing job's (a launch from one of its ranks)
+    reports = ExitReports([h.name for h in host_list]) if report_exits else None
+    if reports is not None:
+        job_env[REPORT_VAR] = reports.address
     if mpi.flavour == flavours.OPENMPI and os.geteuid() == 0:
         # Open MPI refuses root without these (or --allow-run-as-root, which we also pass).
         job_env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -91,7 +98,7 @@ def make_plan(
         tag_output=tag_output,
         as_root=os.geteuid() == 0,
     )
-    return Plan(mpi, build_command(mpi.flavour, mpi.path, spec), job_env, n, token)
+    return Plan(mpi, build_command(mpi.flavour, mpi.path, spec), job_env, n, token, reports)
 
 
 def execute(
@@ -106,6 +113,19 @@ def execute(
     (an elastic job that shrinks in place); `on_death(rank)`: called as such a death is read."""
     timeout = default_start_timeout() if start_timeout is None else float(start_timeout)
     if not (math.isfinite(timeout) and timeout > 0):
+        if plan.reports is not None:
+            plan.reports.close()
         raise LauncherError(f"--start-timeout must be a finite number of seconds > 0, got {timeout:g}")
-    job = Job(plan.argv, plan.env, plan.np, plan.token, timeout, stdin, quiet, survives_deaths, on_death)
+    job = Job(
+        plan.argv,
+        plan.env,
+        plan.np,
+        plan.token,
+        timeout,
+        stdin,
+        quiet,
+        survives_deaths,
+        on_death,
+        plan.reports,
+    )
     return job.run()

@@ -6,6 +6,9 @@ it receives to it, writes a second marker line with the exit status (and the sig
 killed by one), and exits with that status (or dies of the same signal). The launcher reads the
 markers out of mpirun's stderr: that is how it bounds the start (--start-timeout) and reports the
 exit code of the rank that failed, whatever the MPI does with exit codes (Hydra ORs them together).
+Where the launcher listens for them (REPORT_VAR, a job that survives deaths), the shim also sends
+its exit marker there over TCP: an MPI that loses a host's daemon may stop relaying the other
+ranks' output before their shims end (job.ExitReports).
 
 This file is run by path and imports only the standard library, so it works before (and without)
 hvd_lite's C extension loading.
@@ -13,6 +16,7 @@ hvd_lite's C extension loading.
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -27,6 +31,8 @@ ELASTIC_NOTIFY_VAR = "HVD_LITE_ELASTIC_NOTIFY"  # HOST:PORT where the launcher t
 ELASTIC_SECRET_VAR = "HVD_LITE_ELASTIC_SECRET"  # what rank 0 sends first on that connection
 HOSTS_ADDED, HOSTS_REMOVED = 1, 2  # the KIND bits of a host update on that connection
 RESTART_EXIT = 75  # a rank's exit code asking for a relaunch: a collective failed under elastic.run
+REPORT_VAR = "HVD_LITE_RUN_REPORT"  # HOST:PORT where the launcher also takes each rank's exit marker
+REPORT_TIMEOUT_S = 2.0  # to connect to it and send the marker, at most
 PREFIX = "@@hvdl-run"
 CHUNK = 2000  # characters of payload per marker line: one write, below PIPE_BUF
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
@@ -43,19 +49,43 @@ def rank_from_env() -> int:
     return -1
 
 
-def emit(kind: str, rank: int, payload: str = "") -> None:
-    """Writes marker lines `@@hvdl-run:TOKEN:KIND:RANK:I/N:DATA` to stderr, one write each."""
+def marker_lines(kind: str, rank: int, payload: str = "") -> list:
+    """The marker lines `@@hvdl-run:TOKEN:KIND:RANK:I/N:DATA` for a payload (none without a token)."""
     token = os.environ.get(TOKEN_VAR)
     if not token:
-        return
+        return []
     pieces = [payload[i : i + CHUNK] for i in range(0, len(payload), CHUNK)] or [""]
     n = len(pieces)
-    for i, piece in enumerate(pieces):
-        line = f"{PREFIX}:{token}:{kind}:{rank}:{i}/{n}:{piece}\n".encode()
+    return [f"{PREFIX}:{token}:{kind}:{rank}:{i}/{n}:{piece}\n".encode() for i, piece in enumerate(pieces)]
+
+
+def emit(kind: str, rank: int, payload: str = "") -> None:
+    """Writes marker lines to stderr, one write each."""
+    for line in marker_lines(kind, rank, payload):
         try:
             os.write(2, line)
         except OSError:
             return
+
+
+def report(kind: str, rank: int, payload: str = "") -> None:
+    """Sends the marker lines to the launcher's REPORT_VAR too, where it is set: one connection,
+    bounded by REPORT_TIMEOUT_S; a launcher that cannot be reached leaves stderr's copy alone."""
+    host, _, port = os.environ.get(REPORT_VAR, "").rpartition(":")
+    lines = marker_lines(kind, rank, payload)
+    if not host or not port.isdigit() or not lines:
+        return
+    try:
+        with socket.create_connection((host, int(port)), timeout=REPORT_TIMEOUT_S) as conn:
+            conn.sendall(b"".join(lines))
+    except OSError:
+        pass
+
+
+def emit_exit(rank: int, payload: str) -> None:
+    """How the command ended, on stderr and to the launcher's REPORT_VAR."""
+    emit("exit", rank, payload)
+    report("exit", rank, payload)
 
 
 def _die_on_parent_exit() -> None:
@@ -113,16 +143,16 @@ def main(argv) -> int:
         child = subprocess.Popen(argv, close_fds=False, preexec_fn=_die_on_parent_exit)
     except OSError as exc:
         sys.stderr.write(f"hvd_lite.run: rank {rank}: cannot run {argv[0]!r}: {exc.strerror}\n")
-        emit("exit", rank, "127")
+        emit_exit(rank, "127")
         return 127
     for signum in early:
         forward(signum, None)
     code = child.wait()
     if code < 0:
-        emit("exit", rank, f"{128 - code}:{-code}")
+        emit_exit(rank, f"{128 - code}:{-code}")
         _die_of(-code)
         return 128 - code  # still alive: the signal does not end this process
-    emit("exit", rank, str(code))
+    emit_exit(rank, str(code))
     return code
 
 

@@ -283,15 +283,16 @@ def test_survivors_on_two_hosts_go_on_when_a_rank_or_a_whole_host_dies(tmp_path,
 
 # ObjectState over NumPy on two emulated hosts: at step 4 world rank 2 takes its whole host down (its
 # MPI daemon, every rank's shim, the ranks), after writing the discovery script's file without it, as a
-# cluster drops a machine that went away. The steps after it take 5 s, so that mpirun ends the survivors
-# before they finish (survivors that finish first remove the commit: the relaunch then starts again).
+# cluster drops a machine that went away. The job has STEPS steps, each one after the loss PAUSE seconds
+# long; each rank that finishes also writes its result in the directory DONE (mpirun may no longer relay
+# its output).
 HOST_LOSS_WORKER = """
 import os, signal, sys, time
 import numpy as np
 import hvd_lite as hvd
 from hvd_lite.run.rank import rank_from_env
 
-hosts_file = sys.argv[1]
+hosts_file, steps, pause, done = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 hvd.init()
 state = hvd.elastic.ObjectState(w=np.zeros(4), step=0)
 
@@ -313,14 +314,14 @@ def lose_my_host():
 
 @hvd.elastic.run
 def train(state):
-    while state.step < 24:
+    while state.step < steps:
         if rank_from_env() == 2 and state.step == 4 and hvd.size() == 4:
             with open(hosts_file + ".new", "w") as f:
                 f.write("hosta:2\\n")
             os.replace(hosts_file + ".new", hosts_file)
             lose_my_host()
         if state.step >= 4:
-            time.sleep(0.25)
+            time.sleep(pause)
         state.w = state.w + hvd.allreduce(np.full(4, float(state.step)), op=hvd.Sum)
         state.step += 1
         if state.step % 2 == 0:
@@ -328,39 +329,77 @@ def train(state):
 
 
 train(state)
-sys.stdout.write(f"DONE {hvd.size()} {state.step} {state.w.tolist()}\\n")
+line = f"{hvd.size()} {state.step} {state.w.tolist()}"
+with open(os.path.join(done, f"{os.getpid()}"), "w") as f:
+    f.write(line)
+sys.stdout.write(f"DONE {line}\\n")
 sys.stdout.flush()
 """
 
 
-def test_a_host_lost_whole_relaunches_the_survivors_from_the_last_commit_though_mpirun_exits_0(tmp_path):
-    """Open MPI 5's mpirun ends every rank when a host's daemon goes away, and exits 0: no rank then
-    reports how it ended, which hvd_lite.run takes as a failure (never a success) and relaunches on
-    the hosts the discovery script lists now."""
+def lose_a_host(tmp_path, steps, pause):
+    """Runs HOST_LOSS_WORKER on hosta:2 and hostb:2 in shrink mode: (result, the results written)."""
     needs_shrink()
     hosts = tmp_path / "hosts"
     hosts.write_text("hosta:2\nhostb:2\n")
     script = tmp_path / "worker.py"
     script.write_text(HOST_LOSS_WORKER)
+    done = tmp_path / "done"
+    done.mkdir()
     with two_hosts() as (words, _root):
         res, _, took, _ = elastic_run(
             tmp_path,
             *("--elastic-mode", "shrink", "-np", "4", "--min-np", "2", "--max-np", "4"),
             *("--host-discovery-script", f"cat {hosts}"),
             *mpi_args(words),
-            *(sys.executable, str(script), str(hosts)),
+            *(sys.executable, str(script), str(hosts), str(steps), str(pause), str(done)),
         )
+    assert took < TIMEOUT
+    return res, sorted((done / name).read_text() for name in os.listdir(done))
+
+
+# A host lost whole: the ranks the launcher never heard of (their shims died with them), then a relaunch.
+LOST_HOST_RELAUNCH = re.compile(
+    r"hvd_lite\.run: rank\(s\) (2|3|2, 3) never reported how they ended \(a host lost with its MPI "
+    r"daemon\?\); relaunching the job \(1 of at most 3\)"
+)
+
+
+def test_a_host_lost_whole_relaunches_the_survivors_from_the_last_commit_though_mpirun_exits_0(tmp_path):
+    """Open MPI 5's mpirun ends every rank when a host's daemon goes away, and exits 0: the lost
+    host's ranks never report how they ended, which hvd_lite.run takes as a failure (never a
+    success), whatever the others report, and relaunches on the hosts the discovery script lists now.
+    The steps after the loss take 5 s, so that mpirun ends the survivors before they finish."""
+    res, done = lose_a_host(tmp_path, 24, 0.25)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert (
-        "hvd_lite.run: rank(s) 0, 1, 2, 3 never reported how they ended (a host lost with its MPI daemon?); "
-        "relaunching the job (1 of at most 3)"
-    ) in res.stderr, res.stderr
+    assert LOST_HOST_RELAUNCH.search(res.stderr), res.stderr
     # steps 0-3 on 4 ranks, 4-23 on 2: the survivors in place, then the relaunch on hosta's 2 slots, from
     # the last commit the survivors made before mpirun ended them
     assert "resume from commit" in res.stderr, res.stderr
     want = 4 * sum(range(4)) + 2 * sum(range(4, 24))
     assert tagged(res.stdout, "DONE") == [f"2 24 {[float(want)] * 4}"] * 2, res.stdout + res.stderr
-    assert took < TIMEOUT
+    assert done == [f"2 24 {[float(want)] * 4}"] * 2
+
+
+def test_survivors_that_finish_before_mpirun_ends_them_end_the_job_without_running_it_again(tmp_path):
+    """The steps after the loss take no time: the survivors usually finish before mpirun ends them,
+    and remove their commits. Their ends reach hvd_lite.run over TCP (mpirun no longer relays their
+    output), so the job ends with their success; where mpirun ends them first, the relaunch resumes
+    from the last commit. Either way every step is done once: never again from the start."""
+    res, done = lose_a_host(tmp_path, 8, 0)
+    assert res.returncode == 0, res.stdout + res.stderr
+    want = f"2 8 {[float(4 * sum(range(4)) + 2 * sum(range(4, 8)))] * 4}"
+    if "relaunching" in res.stderr:
+        assert LOST_HOST_RELAUNCH.search(res.stderr), res.stderr
+        assert "resume from commit" in res.stderr, res.stderr
+        assert done[-2:] == [want] * 2  # the relaunch's (the survivors' too, where they had finished)
+    else:
+        assert re.search(
+            r"never reported how it ended; .*the job went on without them, and every other rank exited 0",
+            res.stderr,
+        ), res.stderr
+        assert done == [want] * 2
+    assert set(done) == {want}, done
 
 
 def test_two_deaths_in_a_row_shrink_the_job_twice_down_to_min_np(tmp_path):

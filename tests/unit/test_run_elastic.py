@@ -5,6 +5,7 @@ import contextlib
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -23,8 +24,18 @@ from hvd_lite.run.elastic import (
     wait_for_slots,
 )
 from hvd_lite.run.hosts import Host
-from hvd_lite.run.job import START_TIMEOUT_EXIT, JobResult, _Markers, _only_deaths, _relay
-from hvd_lite.run.rank import RESTART_EXIT
+from hvd_lite.run.job import (
+    START_TIMEOUT_EXIT,
+    ExitReports,
+    JobResult,
+    _Markers,
+    _only_deaths,
+    _relay,
+    _take_marker,
+)
+from hvd_lite.run.rank import PREFIX, REPORT_VAR, RESTART_EXIT, TOKEN_VAR
+
+SHIM = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "hvd_lite", "run", "rank.py")
 
 
 def opts(
@@ -142,11 +153,35 @@ def test_ranks_that_never_reported_their_end_without_a_failure_are_relaunched():
     """Open MPI 5 ends every rank when a host's daemon goes away, and exits 0: nobody reports."""
     result = JobResult(exit_code=1, mpirun_code=0, started=[2, 0, 1], error="lost")
     assert result.unreported == [0, 1, 2]
-    again, why = should_relaunch(result)
-    assert again and "rank(s) 0, 1, 2 never reported how they ended" in why
-    # a rank that failed for its own reason still stops it
+    for survives_deaths in (False, True):
+        again, why = should_relaunch(result, survives_deaths)
+        assert again and "rank(s) 0, 1, 2 never reported how they ended" in why
+    # a rank that failed for its own reason still stops a job that does not survive deaths
     result = JobResult(exit_code=1, mpirun_code=0, started=[0, 1], exits={1: 1})
     assert should_relaunch(result) == (
+        False,
+        "rank 1 exited with code 1: a failure of the script, which a relaunch would repeat",
+    )
+
+
+def test_in_shrink_mode_a_lost_host_is_relaunched_whatever_the_others_reported():
+    """There a death does not end the job, so the others' ends follow from the loss: SIGTERM from
+    mpirun, or a survivor left alone below --min-np, whose output mpirun no longer takes (Python's
+    exit code 120). In restart mode the first failure ends the job, and a rank killed first, not
+    the ranks the MPI then ended before they reported, is the cause."""
+    lost = JobResult(
+        exit_code=120, mpirun_code=0, started=[0, 1, 2, 3], exits={1: 143, 0: 120}, killed={1: 15}
+    )
+    assert should_relaunch(lost, survives_deaths=True) == (
+        True,
+        "rank(s) 2, 3 never reported how they ended (a host lost with its MPI daemon?)",
+    )
+    assert not should_relaunch(lost)[0]
+    killed = JobResult(exit_code=137, mpirun_code=1, started=[0, 1, 2], exits={1: 137}, killed={1: 9})
+    assert should_relaunch(killed) == (True, "rank 1 was killed by SIGKILL (signal 9)")
+    # every rank reported: a rank that failed for its own reason stops a shrinking job too
+    result = JobResult(exit_code=1, mpirun_code=0, started=[0, 1], exits={1: 1, 0: 143}, killed={0: 15})
+    assert should_relaunch(result, survives_deaths=True) == (
         False,
         "rank 1 exited with code 1: a failure of the script, which a relaunch would repeat",
     )
@@ -651,3 +686,73 @@ def test_a_job_that_survives_deaths_drops_libnbcs_aborted_schedule_lines_and_kee
 def test_only_libnbcs_error_75_is_dropped():
     other = LIBNBC.replace(b"error 75", b"error 15")
     assert relayed([other, b"\n"], True) == [other, b"\n"]
+
+
+def shim(rank, token, report_to, code, **kw):
+    """The rank shim running a Python child that exits with `code` (negative: dies of that signal),
+    its stderr thrown away: what it reports reaches the launcher over TCP only."""
+    child = f"import os, sys; os.kill(os.getpid(), {-code}) if {code} < 0 else sys.exit({code})"
+    env = {**os.environ, TOKEN_VAR: token, REPORT_VAR: report_to, "OMPI_COMM_WORLD_RANK": str(rank)}
+    return subprocess.run(
+        [sys.executable, SHIM, sys.executable, "-c", child], env=env, stderr=subprocess.DEVNULL, **kw
+    )
+
+
+def test_each_shim_reports_its_end_over_tcp_where_its_stderr_is_lost():
+    """An MPI that loses a host's daemon stops relaying the other ranks' output: their ends still
+    reach the launcher, the exit code or the signal, and reports without the job's token (or not
+    markers at all) are ignored."""
+    reports = ExitReports(["localhost"])
+    markers = _Markers("7e57")
+    reports.follow(lambda line: _take_marker(line, markers))
+    assert shim(0, "7e57", reports.address, 0).returncode == 0
+    assert shim(3, "7e57", reports.address, 5).returncode == 5
+    assert shim(4, "7e57", reports.address, -signal.SIGTERM).returncode == -signal.SIGTERM
+    assert shim(5, "0ther", reports.address, 7).returncode == 7
+    host, port = reports.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as conn:
+        conn.sendall(b"not a marker\n" + f"{PREFIX}:7e57:exit:9:0/1:".encode())  # no end of line: read
+    reports.close()
+    result = markers.result(exit_code=0, mpirun_code=0)
+    assert result.exits == {0: 0, 3: 5, 4: 128 + signal.SIGTERM, 9: 1}
+    assert result.killed == {4: signal.SIGTERM}
+
+
+def test_a_shim_whose_launcher_cannot_be_reached_ends_with_its_code_at_once():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    t0 = time.monotonic()
+    assert shim(0, "7e57", address, 3, timeout=30).returncode == 3
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_job_that_survives_deaths_hears_a_rank_end_that_mpirun_did_not_relay(capfd):
+    """Rank 0's shim ran with its stderr lost (as under an mpirun that lost a host's daemon); rank 1
+    never ended at all (its host lost): the job ends with rank 0's success, rank 1 among the deaths."""
+    from hvd_lite.run import job as job_module
+    from hvd_lite.run.launch import make_plan
+
+    plan = make_plan(["true"], np=2, report_exits=True)
+    env = {**plan.env, "OMPI_COMM_WORLD_RANK": "0"}
+    starts = "; ".join(f"echo '{PREFIX}:{plan.token}:start:{r}:0/1:' >&2" for r in range(2))
+    rank0 = f"{sys.executable} {SHIM} {sys.executable} -c pass 2>/dev/null"
+    ran = job_module.Job(
+        ["sh", "-c", f"{starts}; {rank0}"],
+        env,
+        2,
+        plan.token,
+        60.0,
+        survives_deaths=True,
+        reports=plan.reports,
+    )
+    result = ran.run()
+    assert result.exits == {0: 0} and result.unreported == [1]
+    assert result.exit_code == 0 and result.error is None
+    assert (
+        "hvd_lite.run: rank 1 never reported how it ended; the job went on without it, and every other "
+        "rank exited 0"
+    ) in capfd.readouterr().err
+    # without the reports, the same job is lost
+    ran = job_module.Job(["sh", "-c", f"{starts}; {rank0}"], env, 2, plan.token, 60.0, survives_deaths=True)
+    assert ran.run().exit_code != 0
