@@ -16,7 +16,9 @@ EW_VICTIM2, if set) dies at step EW_KILL_AT (EW_KILL_AT2), how EW_HOW says:
 Victims due at the same step die together, as a host's ranks do when it is lost. The process started
 as world rank EW_DIE_IN_REFORM dies in the survivors' re-forming after the first death: the shrink
 done, before it builds its engine on the survivors (the others' build then fails, and they shrink
-again). With
+again). The process started as world rank EW_STALL_IN_SHRINK stops (sleeps) as it is about to shrink,
+so the others wait in the shrink (MPIX_Comm_shrink) for it; every survivor writes its pid in
+`shrinking<world rank>` in EW_MARKERS as it starts its shrink. With
 EW_RESTORE_RAISES set to a world rank, that survivor's state.restore() raises instead. With EW_HOSTS (a
 discovery script's hosts file), the new rank 0 replaces it with EW_HOSTS_AFTER at the reset
 after the last death (0.5 s after it, when the launcher has read the victims' ends from their rank
@@ -183,10 +185,29 @@ def die_in_reform():
     basics._core.Engine = engine_then_die
 
 
+def mark_shrinks():
+    """Writes its pid in `shrinking<world rank>` in EW_MARKERS as this process starts a shrink, and
+    stops there for good if it is EW_STALL_IN_SHRINK."""
+    shrink = basics._core.mpi_shrink
+
+    def marked(*args):
+        path = os.path.join(os.environ["EW_MARKERS"], f"shrinking{WORLD_RANK}")
+        with open(path + ".new", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(path + ".new", path)
+        if int(os.environ["EW_STALL_IN_SHRINK"]) == WORLD_RANK:
+            time.sleep(3600)
+        return shrink(*args)
+
+    basics._core.mpi_shrink = marked
+
+
 def main():
     hvd.init()
     if int(os.environ.get("EW_DIE_IN_REFORM", "-1")) == WORLD_RANK:
         die_in_reform()
+    if "EW_STALL_IN_SHRINK" in os.environ:
+        mark_shrinks()
     job = TorchJob() if FRAMEWORK == "torch" else NumpyJob()
     state = job.state
     rolled_back = []  # (step, snapshot, size) as restored, at each reset

@@ -10,7 +10,7 @@ import time
 
 import pytest
 from mpi_cmd import run_job
-from run_helpers import env, mpi_args, tagged, two_hosts
+from run_helpers import env, mpi_args, pid_alive, tagged, two_hosts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = os.path.join(ROOT, "tests", "system", "elastic_worker.py")
@@ -431,6 +431,49 @@ def test_a_rank_that_dies_while_the_survivors_re_form_is_shrunk_out_too(tmp_path
         "identical=True equal_ref=True sizes=[2] rolled_back_to=[3] step=16"
     ], res.stdout + res.stderr
     assert took < TIMEOUT
+
+
+def test_ctrl_c_while_the_survivors_wait_in_the_shrink_ends_every_rank(tmp_path):
+    """World rank 3 dies; world rank 2 stops as it is about to shrink, so ranks 0 and 1 wait in
+    MPIX_Comm_shrink for it (a collective over every living rank). SIGINT to hvd_lite.run then
+    ends every rank, those blocked in the MPI's shrink too, with the launcher's code 130."""
+    import subprocess
+
+    needs_shrink()
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    e = env(PYTHONPATH=ROOT, EW_MARKERS=str(markers), EW_STEPS="16", EW_HOW="between")
+    e.update(EW_VICTIM="3", EW_KILL_AT="4", EW_STALL_IN_SHRINK="2", TMPDIR=str(tmp_path))
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "hvd_lite.run", "--elastic-mode", "shrink", "-np", "4", "--min-np", "2"]
+        + [sys.executable, SHRINK_WORKER],
+        env=e,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        shrinking = [markers / f"shrinking{r}" for r in range(3)]
+        while not all(p.exists() for p in shrinking) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(p.exists() for p in shrinking), sorted(os.listdir(markers))
+        ranks = [int(p.read_text()) for p in shrinking]
+        time.sleep(1)  # ranks 0 and 1 are in MPIX_Comm_shrink, waiting for rank 2
+        t0 = time.monotonic()
+        launcher.send_signal(signal.SIGINT)
+        out, err = launcher.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate()
+    assert launcher.returncode == 130, out + err
+    assert "stopped by SIGINT; ended every rank" in err, err
+    assert took < 15, took  # SIGTERM to every process, SIGKILL 5 s later for what is left
+    assert not any(pid_alive(pid) for pid in ranks), ranks
+    sys.stderr.write(f"SIGINT in the shrink to the launcher's end: {took:.1f} s\n")
 
 
 def test_a_death_below_min_np_ends_the_job_on_every_rank_with_an_error_saying_so(tmp_path):
