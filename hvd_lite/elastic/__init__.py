@@ -247,6 +247,34 @@ def _shrink_in_place(exc: BaseException) -> None:
         _note(f"a collective failed ({first}); {basics.size()} of {before} rank(s) go on in place")
 
 
+def _recover_in_place(state: State, exc: BaseException, returned: bool) -> bool:
+    """A rank died (shrink mode): Horovod's order on every survivor, restore the last commit,
+    re-form the job in place, run the reset callbacks (the sync follows in `run`). `returned`:
+    whether this rank had returned from the function (the death came in the barrier after it).
+    Where every survivor had, the function is not run again: each of them did every collective
+    of it with the dead rank, so their results are whole. Where some had not, those that had
+    restore the commit too, and all of them run it again from there. Returns whether it is done.
+    A death while the job re-forms re-forms it again."""
+    while True:
+        if not returned:
+            state.restore()
+        _shrink_in_place(exc)  # below --min-np it raises
+        try:
+            flags = np.array([int(returned)], np.int32)
+            everyone = bool(allreduce(flags, op=Min, name="hvd_lite.elastic.returned")[0])
+            if returned and not everyone:
+                state.restore()
+                returned = False
+            state.on_reset()
+            return returned
+        except InvalidArgumentError:
+            raise
+        except HorovodInternalError as again:
+            if _PEER_LEFT in str(again):
+                raise
+            exc = again
+
+
 def _exit_for_relaunch(exc: BaseException) -> None:
     """A collective failed and this MPI cannot shrink the job: end this process with the code
     that tells hvd_lite.run to relaunch the job from the last commit."""
@@ -310,20 +338,27 @@ def run(func: Callable) -> Callable:
         directory, restarts = _launch_env()
         skip_sync = False
         resume = directory is not None and restarts > 0
+        result, returned = None, False
         while True:
             try:
-                if resume:  # a relaunched job: the newest commit, then the callbacks (Horovod's order)
-                    resume = False
-                    counter = state._resume()
-                    if basics.rank() == 0:
-                        where = (
-                            "no commit was made: starting again" if counter is None else f"commit {counter}"
-                        )
-                        _note(f"relaunch {restarts}: {basics.size()} rank(s) resume from {where}")
-                    state.on_reset()
-                if not skip_sync:
-                    state.sync()
-                result = func(state, *args, **kwargs)
+                if not returned:
+                    if resume:  # a relaunched job: the newest commit, then the callbacks (Horovod's order)
+                        resume = False
+                        counter = state._resume()
+                        if basics.rank() == 0:
+                            where = (
+                                "no commit was made: starting again"
+                                if counter is None
+                                else f"commit {counter}"
+                            )
+                            _note(f"relaunch {restarts}: {basics.size()} rank(s) resume from {where}")
+                        state.on_reset()
+                    if not skip_sync:
+                        state.sync()
+                    result = func(state, *args, **kwargs)
+                    returned = True
+                if directory is not None:
+                    barrier()  # every rank has returned: no commit is needed any more
                 break
             except InvalidArgumentError:
                 raise
@@ -338,9 +373,7 @@ def run(func: Callable) -> Callable:
                 # while they wait for it in the shrink or the new engine. hvd_lite.run ends the job
                 # on such a rank's error.
                 basics.skip_mpi_finalize()
-                state.restore()  # Horovod's order: restore, re-form, callbacks, sync
-                _shrink_in_place(exc)
-                state.on_reset()
+                returned = _recover_in_place(state, exc, returned)
                 skip_sync = False
                 continue
             except HostsUpdatedInterrupt as exc:
@@ -349,10 +382,8 @@ def run(func: Callable) -> Callable:
                 skip_sync = exc.skip_sync
             _reset()
             state.on_reset()
-        if directory is not None:
-            barrier()  # every rank has returned: no commit is needed any more
-            if basics.local_rank() == 0:
-                CommitStore(directory).remove(state._commit_name)
+        if directory is not None and basics.local_rank() == 0:
+            CommitStore(directory).remove(state._commit_name)
         return result
 
     return wrapper

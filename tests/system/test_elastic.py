@@ -476,6 +476,66 @@ def test_ctrl_c_while_the_survivors_wait_in_the_shrink_ends_every_rank(tmp_path)
     sys.stderr.write(f"SIGINT in the shrink to the launcher's end: {took:.1f} s\n")
 
 
+# Six steps on 4 ranks, a commit at step 4. World rank 2 dies after the last step, as the function
+# returns; with EW_PAIR set, ranks 1 and 2 first do one more all-reduce of their own (a process set),
+# so rank 1 fails in the function while ranks 0 and 3 wait in elastic.run's closing barrier.
+END_WORKER = """
+import os, signal, sys
+import numpy as np
+import hvd_lite as hvd
+
+hvd.init()
+world = int(os.environ["OMPI_COMM_WORLD_RANK"])
+pair = hvd.add_process_set([1, 2])
+state = hvd.elastic.ObjectState(w=np.zeros(4), step=0)
+resets = []
+state.register_reset_callbacks([lambda: resets.append((hvd.size(), state.step))])
+
+
+@hvd.elastic.run
+def train(state):
+    while state.step < 6:
+        state.w = state.w + hvd.allreduce(np.full(4, float(state.step)), op=hvd.Sum)
+        state.step += 1
+        if state.step % 4 == 0:
+            state.commit()
+    if hvd.size() == 4 and world == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if hvd.size() == 4 and world == 1 and "EW_PAIR" in os.environ:
+        hvd.allreduce(np.ones(1), process_set=pair)
+    return state.step
+
+
+steps = train(state)
+everyone = hvd.allgather_object((steps, state.w.tolist(), resets))
+if hvd.rank() == 0:
+    sys.stdout.write(f"RESULT {everyone}\\n")
+    sys.stdout.flush()
+"""
+
+
+@pytest.mark.parametrize("pair", [False, True], ids=["every-survivor-returned", "one-had-not"])
+def test_a_rank_that_dies_as_the_function_returns_ends_a_job_that_goes_on(tmp_path, pair):
+    """Survivors that all returned from the function keep their results (each did every collective
+    of it with the dead rank): nothing is run again. Where one had not, every survivor rolls back
+    to the commit and runs the rest again, as after any death."""
+    needs_shrink()
+    script = tmp_path / "worker.py"
+    script.write_text(END_WORKER)
+    res, _, took, _ = elastic_run(
+        tmp_path,
+        *("--elastic-mode", "shrink", "-np", "4", "--min-np", "2"),
+        *(sys.executable, str(script)),
+        extra={"EW_PAIR": "1"} if pair else None,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "3 of 4 rank(s) go on in place" in res.stderr, res.stderr
+    # steps 0-5 on 4 ranks; or, rolled back to step 4, steps 4-5 again on 3
+    w, reset = (4 * sum(range(4)) + 3 * (4 + 5), (3, 4)) if pair else (4 * sum(range(6)), (3, 6))
+    assert tagged(res.stdout, "RESULT") == [str([(6, [float(w)] * 4, [reset])] * 3)], res.stdout + res.stderr
+    assert took < TIMEOUT
+
+
 def test_a_death_below_min_np_ends_the_job_on_every_rank_with_an_error_saying_so(tmp_path):
     needs_shrink()
     res, _, took, _ = shrink_run(tmp_path, 3, 3, {"EW_HOW": "between", "EW_VICTIM": "2", "EW_KILL_AT": "4"})
