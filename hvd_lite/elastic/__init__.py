@@ -293,13 +293,19 @@ def _exit_for_relaunch(exc: BaseException) -> None:
 def _exit_for_new_hosts(state: State) -> None:
     """hvd_lite.run announced new hosts: commit the state as it is (unless that was just done),
     then every rank ends with the relaunch code, for the launcher to start the job on the new
-    hosts; the relaunched job resumes from this commit, so no step is done again."""
+    hosts; the relaunched job resumes from this commit, so no step is done again. A rank that
+    dies meanwhile fails the barrier: the others leave all the same, and the relaunched job
+    resumes from the newest commit a host holds."""
     from ..run.rank import RESTART_EXIT
 
     if not state._hosts_changed:
         state.save()
         state._write_commit()
-    barrier()  # every host's copy of the commit is written
+    try:
+        barrier()  # every host's copy of the commit is written
+    except HorovodInternalError as exc:
+        if basics.rank() == 0:
+            _note(f"a rank died as the job left for the new hosts ({str(exc).splitlines()[0]})")
     if basics.rank() == 0:
         _note(
             f"the hosts changed: the {basics.size()} rank(s) exit with code {RESTART_EXIT} for "

@@ -13,8 +13,12 @@ they travel through the commits. After each step rank 0 prints `STEP s size iden
 whether every rank's weights are the same bits and equal the reference's; after each reset it
 prints `RESET s size`, the step it goes on from. Each step's data depends only on (step, rank).
 
+With EW_DIE_AT_UPDATE, the process started as that world rank SIGKILLs itself in the first launch's
+barrier before the ranks leave for the new hosts (its commit written, the others' not yet known).
+
 Environment: EW_HOSTS (the hosts file the discovery script reads); EW_GROW_AT (default 4),
-EW_SHRINK_AT (default 9; a step past the last one: never), EW_GROW_CALL, EW_VICTIM, EW_KILL_AT.
+EW_SHRINK_AT (default 9; a step past the last one: never), EW_GROW_CALL, EW_VICTIM, EW_KILL_AT,
+EW_DIE_AT_UPDATE.
 """
 
 import os
@@ -64,6 +68,10 @@ def wait_for_the_interrupt(call):
 
 def main():
     hvd.init()
+    if FIRST_LAUNCH and WORLD_RANK == int(os.environ.get("EW_DIE_AT_UPDATE", "-1")):
+        import hvd_lite.elastic
+
+        hvd_lite.elastic.barrier = lambda: os.kill(os.getpid(), signal.SIGKILL)  # its first: the update's
     state = hvd.elastic.ObjectState(w=np.zeros(4), ref=np.zeros(4), step=0)
 
     def note_reset():

@@ -723,6 +723,32 @@ def test_a_job_grows_from_2_to_4_ranks_and_shrinks_back_as_discovery_says_withou
     assert took < GROW_BOUND_S
 
 
+def test_a_rank_that_dies_as_the_job_leaves_for_new_hosts_still_lets_it_grow_without_a_rollback(tmp_path):
+    """Shrink mode: at the growth from 2 to 4 ranks, world rank 1 dies in the barrier before the
+    ranks leave (every host's commit written); rank 0 leaves all the same, and the relaunch on 4
+    slots resumes from the commit it wrote."""
+    needs_shrink()
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\n")
+    res, _, took, tmp = elastic_run(
+        tmp_path,
+        *("--elastic-mode", "shrink", "-np", "2", "--min-np", "2", "--max-np", "4"),
+        *("--host-discovery-script", f"cat {hosts}", sys.executable, HOSTS_WORKER),
+        extra={"EW_HOSTS": str(hosts), "EW_SHRINK_AT": "99", "EW_DIE_AT_UPDATE": "1"},
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    steps = [line.split() for line in tagged(res.stdout, "STEP")]
+    assert [(int(s[0]), int(s[1])) for s in steps] == [(s, 2) for s in range(4)] + [
+        (s, 4) for s in range(4, 12)
+    ]
+    assert all(s[2:] == ["True", "True"] for s in steps), res.stdout
+    assert "a rank died as the job left for the new hosts" in res.stderr, res.stderr
+    assert "the hosts changed (slots added); relaunching the job (1 of at most 3)" in res.stderr
+    assert "relaunch 1: 4 rank(s) resume from commit" in res.stderr
+    assert commit_dirs(tmp) == []
+    assert took < GROW_BOUND_S
+
+
 def test_a_job_that_lost_its_rank_0_in_place_still_grows_when_discovery_adds_slots(tmp_path):
     """Shrink mode with a discovery script: world rank 0, the rank that connected to the
     launcher's host updates, is SIGKILLed at step 4 of a 3-rank job; the 2 survivors go on in
