@@ -465,7 +465,8 @@ def _shrink() -> None:
 
     Ranks found dead while the survivors build their engine (a host lost whole: its ranks are
     found dead one by one) fail that build on some ranks: those revoke the survivors'
-    communicator and shrink it again, and the others, whose next collective then fails, shrink
+    communicator and shrink it again. The others' build, or their next collective, fails on the
+    same dead rank (the MPI reports it, or the data timeout ends a wait on it), and they shrink
     the same communicator (the base from then on). A shrink that finds no other rank dead means
     the build failed for another reason, which is raised."""
     fhandle, ranks = _state.base

@@ -254,11 +254,16 @@ def _recover_in_place(state: State, exc: BaseException, returned: bool) -> bool:
     Where every survivor had, the function is not run again: each of them did every collective
     of it with the dead rank, so their results are whole. Where some had not, those that had
     restore the commit too, and all of them run it again from there. Returns whether it is done.
-    A death while the job re-forms re-forms it again."""
+    A death while the job re-forms re-forms it again; a failure there that a new shrink finds no
+    death behind is raised."""
+    size = None
     while True:
         if not returned:
             state.restore()
         _shrink_in_place(exc)  # below --min-np it raises
+        if size is not None and basics.size() == size:
+            raise exc
+        size = basics.size()
         try:
             flags = np.array([int(returned)], np.int32)
             everyone = bool(allreduce(flags, op=Min, name="hvd_lite.elastic.returned")[0])

@@ -150,11 +150,23 @@ def shrinks_in_place(mpirun: Optional[str] = None) -> bool:
 def host_lost(result: JobResult, survives_deaths: bool) -> bool:
     """Whether a launch ended because a host was lost with its MPI daemon: ranks never reported how
     they ended, and none failed first where a failure ends the job. In a job that survives deaths
-    (shrink mode, whose shims also report over TCP) a death does not end it: there the failures
-    the others reported may follow from the loss (the MPI ends them; a survivor left alone is below
-    --min-np). Elsewhere the first rank killed ends the job, and the MPI may end the others before
-    they report."""
-    return bool(result.unreported) and (survives_deaths or result.first_failure() is None)
+    (shrink mode, whose shims also report over TCP) a death does not end it: there, where the MPI
+    ended the job by itself, the failures the others reported may follow from the loss (the MPI
+    ends them; a survivor left alone is below --min-np). Elsewhere the first rank killed ends the
+    job, and the MPI may end the others before they report; and a job the launcher ended (after a
+    rank's own failure) may leave shims killed before they reported."""
+    if not result.unreported:
+        return False
+    return result.first_failure() is None or (survives_deaths and not result.ended_by_launcher)
+
+
+def lost_hosts(result: JobResult, placed: List[Tuple[str, int]]) -> List[str]:
+    """The hosts of a launch placed so with a rank that never reported how it ended (a shim dies
+    with its host, though one may report its rank's death first), unless every host has one: a
+    job that said nothing names no host."""
+    hosts_of = rank_hosts(placed)
+    silent = {hosts_of[r] for r in result.unreported if r < len(hosts_of)}
+    return [h for h, _ in placed if h in silent] if len(silent) < len(placed) else []
 
 
 def should_relaunch(result: JobResult, survives_deaths: bool = False) -> Tuple[bool, str]:
@@ -345,18 +357,24 @@ def run_elastic(
             else:
                 again, why = should_relaunch(result, survives_deaths)
                 first = result.first_failure()
-                # a host lost whole names no rank that failed first: in shrink mode the deaths
-                # reported are the MPI ending the other hosts' ranks, whose hosts did not fail
-                lost = host_lost(result, survives_deaths)
-                if again and placed and not lost and first is not None and first[0] in result.killed:
-                    host = rank_hosts(placed)[first[0]] if first[0] < len(rank_hosts(placed)) else None
-                    if host is not None:
-                        out = blacklist.add(host)
-                        note(
-                            f"host {host} blacklisted "
-                            + ("for the rest of the job" if out == float("inf") else f"for {out:.0f} s")
-                            + f" ({result.describe(first[0])})"
-                        )
+                # a host lost whole is the one whose ranks all never reported; the deaths the others
+                # reported (in shrink mode) are the MPI ending them, and their hosts did not fail
+                failed: List[Tuple[str, str]] = []
+                if again and placed and host_lost(result, survives_deaths):
+                    failed = [
+                        (h, "its ranks never reported how they ended") for h in lost_hosts(result, placed)
+                    ]
+                elif again and placed and first is not None and first[0] in result.killed:
+                    hosts_of = rank_hosts(placed)
+                    if first[0] < len(hosts_of):
+                        failed = [(hosts_of[first[0]], result.describe(first[0]))]
+                for host, how in failed:
+                    out = blacklist.add(host)
+                    note(
+                        f"host {host} blacklisted "
+                        + ("for the rest of the job" if out == float("inf") else f"for {out:.0f} s")
+                        + f" ({how})"
+                    )
             if not again:
                 if result.exit_code != 0 and restarts > 0:
                     note(f"not relaunching: {why}")

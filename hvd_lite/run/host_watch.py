@@ -244,7 +244,7 @@ class HostWatcher:
 
     def lost(self, rank: int) -> None:
         """Rank `rank` of this launch died and the launch goes on without it (called from the
-        launcher's output thread)."""
+        launcher's output thread, or the thread reading the shims' reports over TCP)."""
         with self._lock:
             if rank not in self._dead:
                 self._dead.append(rank)

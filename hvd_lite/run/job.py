@@ -62,6 +62,7 @@ class JobResult:
     error: Optional[str] = None
     error_printed: bool = False  # the job runner already wrote `error` to stderr
     signal: Optional[int] = None
+    ended_by_launcher: bool = False  # the launcher ended the job (a signal, the start timeout, a failure)
     killed: Dict[int, int] = field(default_factory=dict)  # rank -> signal its command died of
 
     def first_failure(self, of_its_own: bool = False) -> Optional[Tuple[int, int]]:
@@ -157,10 +158,16 @@ class _Markers:
             )
 
 
+def _own_marker(line: bytes, token: bytes) -> "Optional[re.Match]":
+    """The marker of the job with this token on `line`, or None."""
+    m = _MARKER.search(line)
+    return m if m is not None and m.group(1) == token else None
+
+
 def _take_marker(line: bytes, markers: _Markers) -> None:
     """Gives `markers` the marker on `line`, if it holds one of this job's."""
-    m = _MARKER.search(line)
-    if m is not None and m.group(1) == markers.token:
+    m = _own_marker(line, markers.token)
+    if m is not None:
         markers.take(m)
 
 
@@ -172,7 +179,9 @@ class ExitReports:
     every report is in the listening socket's queue)."""
 
     def __init__(self, hosts: Sequence[str]):
-        self._server = socket.create_server(("", 0))
+        # every rank may end at once: the largest queue the system allows (a shim left out would
+        # retry its connection within its timeout)
+        self._server = socket.create_server(("", 0), backlog=socket.SOMAXCONN)
         self._server.setblocking(False)
         self.address = f"{listen_host(hosts)}:{self._server.getsockname()[1]}"
         """HOST:PORT for the shims (rank.REPORT_VAR)."""
@@ -278,8 +287,8 @@ def _relay(pipe, markers: _Markers, write, drop_lost_rank_noise: bool = False) -
         if owed and _TAG_ONLY.match(line):
             owed -= 1
             continue
-        m = _MARKER.search(line)
-        if m is None or m.group(1) != markers.token:
+        m = _own_marker(line, markers.token)
+        if m is None:
             write(line)
             continue
         before = line[: m.start()]
@@ -444,7 +453,13 @@ class Job:
         reader.join(timeout=KILL_GRACE_S)
         if self.reports is not None:
             self.reports.close()  # the reports of shims that ended as mpirun did
-        result = markers.result(exit_code=0, mpirun_code=rc, error=error, signal=self._caught)
+        result = markers.result(
+            exit_code=0,
+            mpirun_code=rc,
+            error=error,
+            signal=self._caught,
+            ended_by_launcher=self._ending_since is not None,
+        )
         if self._caught is not None:
             result.exit_code = 128 + self._caught
             result.error = f"stopped by {signal.Signals(self._caught).name}; ended every rank"

@@ -98,7 +98,13 @@ def make_plan(
         tag_output=tag_output,
         as_root=os.geteuid() == 0,
     )
-    return Plan(mpi, build_command(mpi.flavour, mpi.path, spec), job_env, n, token, reports)
+    try:
+        argv = build_command(mpi.flavour, mpi.path, spec)
+    except BaseException:
+        if reports is not None:
+            reports.close()
+        raise
+    return Plan(mpi, argv, job_env, n, token, reports)
 
 
 def execute(

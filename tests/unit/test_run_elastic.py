@@ -19,6 +19,7 @@ from hvd_lite.run.cli import _with_ft, main
 from hvd_lite.run.elastic import (
     DEFAULT_RESET_LIMIT,
     check_options,
+    lost_hosts,
     parse_discovered,
     should_relaunch,
     wait_for_slots,
@@ -179,12 +180,37 @@ def test_in_shrink_mode_a_lost_host_is_relaunched_whatever_the_others_reported()
     assert not should_relaunch(lost)[0]
     killed = JobResult(exit_code=137, mpirun_code=1, started=[0, 1, 2], exits={1: 137}, killed={1: 9})
     assert should_relaunch(killed) == (True, "rank 1 was killed by SIGKILL (signal 9)")
+    # a rank failed for its own reason and the launcher ended the others, one shim killed before it
+    # reported (its command ignored SIGTERM): a failure of the script, not a lost host
+    ended = JobResult(
+        exit_code=1,
+        mpirun_code=1,
+        started=[0, 1, 2],
+        exits={1: 1, 0: 143},
+        killed={0: 15},
+        ended_by_launcher=True,
+    )
+    assert should_relaunch(ended, survives_deaths=True) == (
+        False,
+        "rank 1 exited with code 1: a failure of the script, which a relaunch would repeat",
+    )
     # every rank reported: a rank that failed for its own reason stops a shrinking job too
     result = JobResult(exit_code=1, mpirun_code=0, started=[0, 1], exits={1: 1, 0: 143}, killed={0: 15})
     assert should_relaunch(result, survives_deaths=True) == (
         False,
         "rank 1 exited with code 1: a failure of the script, which a relaunch would repeat",
     )
+
+
+def test_the_lost_hosts_are_those_with_a_rank_that_never_reported_unless_every_host_has_one():
+    placed = [("a", 2), ("b", 2), ("c", 1)]
+    lost = JobResult(
+        exit_code=143, mpirun_code=0, started=list(range(5)), exits={0: 143, 1: 143, 3: 137, 4: 0}
+    )
+    assert lost.unreported == [2]
+    assert lost_hosts(lost, placed) == ["b"]  # rank 3 of b reported its death before its shim died
+    nobody = JobResult(exit_code=1, mpirun_code=0, started=list(range(5)), exits={0: 143, 3: 0})
+    assert lost_hosts(nobody, placed) == []
 
 
 def test_discovered_hosts_take_slots_per_host_unless_they_say_and_comments_are_skipped():
@@ -718,33 +744,38 @@ def test_each_shim_reports_its_end_over_tcp_where_its_stderr_is_lost():
     assert result.killed == {4: signal.SIGTERM}
 
 
-def test_a_shim_whose_launcher_cannot_be_reached_ends_with_its_code_at_once():
-    with socket.socket() as s:  # a port nobody listens on
+@pytest.mark.parametrize("where", ["refused", "silent"])
+def test_a_shim_whose_launcher_cannot_be_reached_ends_with_its_code_within_its_timeout(where):
+    """A port nobody listens on refuses at once; a listener whose queue is full never answers (the
+    connection times out)."""
+    with contextlib.ExitStack() as stack:
+        s = stack.enter_context(socket.socket())
         s.bind(("127.0.0.1", 0))
+        if where == "silent":
+            s.listen(0)
+            for _ in range(8):  # fill its queue: later connections wait unanswered
+                c = stack.enter_context(socket.socket())
+                c.setblocking(False)
+                c.connect_ex(s.getsockname())
         address = f"127.0.0.1:{s.getsockname()[1]}"
-    t0 = time.monotonic()
-    assert shim(0, "7e57", address, 3, timeout=30).returncode == 3
-    assert time.monotonic() - t0 < 10
+        if where == "refused":
+            s.close()
+        t0 = time.monotonic()
+        assert shim(0, "7e57", address, 3, timeout=30).returncode == 3
+        assert time.monotonic() - t0 < 10
 
 
 def test_a_job_that_survives_deaths_hears_a_rank_end_that_mpirun_did_not_relay(capfd):
     """Rank 0's shim ran with its stderr lost (as under an mpirun that lost a host's daemon); rank 1
     never ended at all (its host lost): the job ends with rank 0's success, rank 1 among the deaths."""
     from hvd_lite.run import job as job_module
-    from hvd_lite.run.launch import make_plan
 
-    plan = make_plan(["true"], np=2, report_exits=True)
-    env = {**plan.env, "OMPI_COMM_WORLD_RANK": "0"}
-    starts = "; ".join(f"echo '{PREFIX}:{plan.token}:start:{r}:0/1:' >&2" for r in range(2))
+    token, reports = "5eed", ExitReports(["localhost"])
+    env = {**os.environ, TOKEN_VAR: token, REPORT_VAR: reports.address, "OMPI_COMM_WORLD_RANK": "0"}
+    starts = "; ".join(f"echo '{PREFIX}:{token}:start:{r}:0/1:' >&2" for r in range(2))
     rank0 = f"{sys.executable} {SHIM} {sys.executable} -c pass 2>/dev/null"
     ran = job_module.Job(
-        ["sh", "-c", f"{starts}; {rank0}"],
-        env,
-        2,
-        plan.token,
-        60.0,
-        survives_deaths=True,
-        reports=plan.reports,
+        ["sh", "-c", f"{starts}; {rank0}"], env, 2, token, 60.0, survives_deaths=True, reports=reports
     )
     result = ran.run()
     assert result.exits == {0: 0} and result.unreported == [1]
@@ -754,5 +785,5 @@ def test_a_job_that_survives_deaths_hears_a_rank_end_that_mpirun_did_not_relay(c
         "rank exited 0"
     ) in capfd.readouterr().err
     # without the reports, the same job is lost
-    ran = job_module.Job(["sh", "-c", f"{starts}; {rank0}"], env, 2, plan.token, 60.0, survives_deaths=True)
+    ran = job_module.Job(["sh", "-c", f"{starts}; {rank0}"], env, 2, token, 60.0, survives_deaths=True)
     assert ran.run().exit_code != 0
