@@ -494,6 +494,21 @@ def _shrink() -> None:
     _state.free_ids, _state.next_id = collections.deque(), 1
 
 
+def _agree_alive(flag: bool) -> bool:
+    """Under an MPI with ULFM: whether every living rank passed True (MPIX_Comm_agree over the
+    communicator init() was given, or the survivors' after a shrink). Every survivor gets the
+    same answer, or the same failure (CollectiveError) when a rank is found dead meanwhile, which
+    a barrier or an all-reduce cannot promise: one may complete on some ranks and fail on others."""
+    fhandle, ranks = _state.base
+    if ranks is not None:
+        raise CollectiveError(
+            _core.hvdlInvalidUsage,
+            "hvd_lite cannot agree across a job started with init(comm=[list of ranks]); use the "
+            "whole job or an mpi4py communicator",
+        )
+    return _core.mpi_agree(fhandle, flag)
+
+
 def is_initialized() -> bool:
     """True between init() and shutdown()."""
     return _state.engine is not None

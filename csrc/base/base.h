@@ -294,13 +294,16 @@ void hvdl_sleep(double seconds);
  * hvdl_failed_revoke revokes it if the MPI knows of a dead rank (wait.c, after a failed
  * test: an MPI error may be a dead peer's).
  * hvdl_failed_shrink: from revoked, and the survivors' communicator in *out
- * (MPIX_Comm_shrink: collective over every living rank of from; errors return). */
+ * (MPIX_Comm_shrink: collective over every living rank of from; errors return).
+ * hvdl_failed_agree: *flag becomes the AND of every living rank's flag over c, or every
+ * one of them fails alike (MPIX_Comm_agree: a rank found dead meanwhile; errors return). */
 int hvdl_ft_built(void);
 int hvdl_ft_enabled(void);
 hvdlResult_t hvdl_failed_check(hvdlComm_t comm);
 int hvdl_failed_any(hvdlComm_t comm);
 void hvdl_failed_revoke(hvdlComm_t comm);
 hvdlResult_t hvdl_failed_shrink(MPI_Comm from, MPI_Comm *out);
+hvdlResult_t hvdl_failed_agree(MPI_Comm c, int *flag);
 
 /* errors.c: 1 when an armed fault at point p fires now (f may be NULL); its name. */
 int hvdl_fault_hit(struct hvdl_faults *f, enum hvdl_fault_point p);

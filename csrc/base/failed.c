@@ -17,6 +17,10 @@
  * communicator. Both are the communicator's watch: `ft_top`'s MPI communicator,
  * the one a lane across hosts (allreduce_hier.c) serves, or its own.
  *
+ * hvdl_failed_shrink and hvdl_failed_agree serve the Python layer's recovery: the survivors'
+ * communicator (MPIX_Comm_shrink), and an answer every survivor shares even when a rank dies
+ * while they ask (MPIX_Comm_agree).
+ *
  * comm->ft is 0, and nothing here runs, where the MPI has no ULFM (MPICH: its
  * fault-tolerance path is not used, docs/elastic.md) or the job was started without it.
  */
@@ -143,6 +147,32 @@ hvdlResult_t hvdl_failed_shrink(MPI_Comm from, MPI_Comm *out) {
   (void)from;
   return hvdl_fail(NULL, hvdlInvalidUsage,
                    "shrinking after a failure needs ULFM, which this MPI build does not have "
+                   "(Open MPI 5 with mpirun --with-ft ulfm has it)");
+#endif
+}
+
+/* ULFM's uniform agreement: every survivor gets the same flag, or the same failure, even when
+ * a rank dies during it (a barrier or an all-reduce may complete on some ranks and fail on
+ * others). c's error handler returns errors for the call, whatever it was. */
+hvdlResult_t hvdl_failed_agree(MPI_Comm c, int *flag) {
+#if HVDL_HAVE_ULFM
+  if (!hvdl_ft_enabled())
+    return hvdl_fail(NULL, hvdlInvalidUsage,
+                     "an agreement after a failure needs ULFM: Open MPI's mpirun --with-ft ulfm "
+                     "(hvd_lite.run does this for an elastic job)");
+  MPI_Errhandler old = MPI_ERRHANDLER_NULL;
+  MPI_Comm_get_errhandler(c, &old);
+  MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  const int err = MPIX_Comm_agree(c, flag);
+  MPI_Comm_set_errhandler(c, old);
+  MPI_Errhandler_free(&old);
+  if (err != MPI_SUCCESS) return hvdl_fail_mpi(NULL, err, "MPIX_Comm_agree");
+  return hvdlSuccess;
+#else
+  (void)c;
+  (void)flag;
+  return hvdl_fail(NULL, hvdlInvalidUsage,
+                   "an agreement after a failure needs ULFM, which this MPI build does not have "
                    "(Open MPI 5 with mpirun --with-ft ulfm has it)");
 #endif
 }

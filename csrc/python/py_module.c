@@ -116,6 +116,23 @@ static PyObject *py_mpi_shrink(PyObject *self, PyObject *fobj) {
   return Py_BuildValue("(Li)", (long long)MPI_Comm_c2f(out), size);
 }
 
+/* The AND of every living rank's flag over base (None: MPI_COMM_WORLD), the same on every
+ * survivor, or the same failure on every one (ULFM's MPIX_Comm_agree). */
+static PyObject *py_mpi_agree(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *fobj;
+  int flag = 0;
+  if (!PyArg_ParseTuple(args, "Op", &fobj, &flag)) return NULL;
+  MPI_Comm base;
+  if (hvdl_py_base_comm(fobj, &base)) return NULL;
+  hvdlResult_t res;
+  Py_BEGIN_ALLOW_THREADS
+    res = hvdl_failed_agree(base, &flag);
+  Py_END_ALLOW_THREADS
+  if (res != hvdlSuccess) return hvdl_py_raise(res, NULL);
+  return PyBool_FromLong(flag);
+}
+
 static PyObject *py_mpi_library_version(PyObject *self, PyObject *noargs) {
   (void)self;
   (void)noargs;
@@ -174,6 +191,9 @@ static PyMethodDef module_methods[] = {
     {"mpi_shrink", py_mpi_shrink, METH_O,
      "mpi_shrink(fhandle or None) -> (fhandle, size): the survivors' communicator (revoke, "
      "shrink)"},
+    {"mpi_agree", py_mpi_agree, METH_VARARGS,
+     "mpi_agree(fhandle or None, flag) -> bool: every living rank's flag ANDed, alike on every "
+     "survivor or failing alike (ULFM)"},
     {"build_info", py_build_info, METH_NOARGS, "the MPI this extension was compiled against"},
     {"oversubscribed", py_oversubscribed, METH_NOARGS,
      "whether a communicator made so far found more ranks on its host than the CPUs they may run on "

@@ -265,8 +265,7 @@ def _recover_in_place(state: State, exc: BaseException, returned: bool) -> bool:
             raise exc
         size = basics.size()
         try:
-            flags = np.array([int(returned)], np.int32)
-            everyone = bool(allreduce(flags, op=Min, name="hvd_lite.elastic.returned")[0])
+            everyone = basics._agree_alive(returned)
             if returned and not everyone:
                 state.restore()
                 returned = False
@@ -368,8 +367,13 @@ def run(func: Callable) -> Callable:
                         state.sync()
                     result = func(state, *args, **kwargs)
                     returned = True
-                if directory is not None:
-                    barrier()  # every rank has returned: no commit is needed any more
+                if directory is not None:  # every rank has returned: no commit is needed any more
+                    if basics._core.mpi_ft():
+                        basics._agree_alive(
+                            True
+                        )  # every survivor sees a death here alike (a barrier may not)
+                    else:
+                        barrier()
                 break
             except InvalidArgumentError:
                 raise

@@ -73,3 +73,13 @@ def test_abort_without_ulfm_is_refused_as_invalid_usage_on_every_rank():
     with make_comm() as c:
         with pytest.raises(hvd.CollectiveError, match=r"HVDL_SHRINK_ABORT needs an MPI with ULFM"):
             c.shrink([], 1)
+
+
+def test_an_agreement_without_ulfm_is_refused_as_invalid_usage_on_every_rank():
+    """hvd.elastic.run's agreement after a failure (MPIX_Comm_agree) needs an MPI with ULFM; its
+    use under one: tests/system/test_elastic.py's shrink mode."""
+    if _core.mpi_ft():
+        pytest.skip("this job runs with ULFM (mpirun --with-ft ulfm)")
+    with pytest.raises(hvd.CollectiveError, match=r"an agreement after a failure needs ULFM") as info:
+        _core.mpi_agree(None, True)
+    assert info.value.code == _core.hvdlInvalidUsage
