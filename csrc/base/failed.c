@@ -128,13 +128,25 @@ int hvdl_failed_any(hvdlComm_t comm) {
 #endif
 }
 
+/* The refusal of a recovery step (what) in a job without ULFM. */
+static hvdlResult_t without_ulfm(const char *what) {
+#if HVDL_HAVE_ULFM
+  return hvdl_fail(NULL, hvdlInvalidUsage,
+                   "%s needs ULFM: Open MPI's mpirun --with-ft ulfm (hvd_lite.run does this for an "
+                   "elastic job)",
+                   what);
+#else
+  return hvdl_fail(NULL, hvdlInvalidUsage,
+                   "%s needs ULFM, which this MPI build does not have (Open MPI 5 with mpirun "
+                   "--with-ft ulfm has it)",
+                   what);
+#endif
+}
+
 hvdlResult_t hvdl_failed_shrink(MPI_Comm from, MPI_Comm *out) {
   *out = MPI_COMM_NULL;
 #if HVDL_HAVE_ULFM
-  if (!hvdl_ft_enabled())
-    return hvdl_fail(NULL, hvdlInvalidUsage,
-                     "shrinking after a failure needs ULFM: Open MPI's mpirun --with-ft ulfm "
-                     "(hvd_lite.run does this for an elastic job)");
+  if (!hvdl_ft_enabled()) return without_ulfm("shrinking after a failure");
   MPIX_Comm_revoke(from);
   int err = MPIX_Comm_shrink(from, out);
   if (err != MPI_SUCCESS) {
@@ -145,9 +157,7 @@ hvdlResult_t hvdl_failed_shrink(MPI_Comm from, MPI_Comm *out) {
   return hvdlSuccess;
 #else
   (void)from;
-  return hvdl_fail(NULL, hvdlInvalidUsage,
-                   "shrinking after a failure needs ULFM, which this MPI build does not have "
-                   "(Open MPI 5 with mpirun --with-ft ulfm has it)");
+  return without_ulfm("shrinking after a failure");
 #endif
 }
 
@@ -156,10 +166,7 @@ hvdlResult_t hvdl_failed_shrink(MPI_Comm from, MPI_Comm *out) {
  * others). c's error handler returns errors for the call, whatever it was. */
 hvdlResult_t hvdl_failed_agree(MPI_Comm c, int *flag) {
 #if HVDL_HAVE_ULFM
-  if (!hvdl_ft_enabled())
-    return hvdl_fail(NULL, hvdlInvalidUsage,
-                     "an agreement after a failure needs ULFM: Open MPI's mpirun --with-ft ulfm "
-                     "(hvd_lite.run does this for an elastic job)");
+  if (!hvdl_ft_enabled()) return without_ulfm("an agreement after a failure");
   MPI_Errhandler old = MPI_ERRHANDLER_NULL;
   MPI_Comm_get_errhandler(c, &old);
   MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
@@ -171,8 +178,6 @@ hvdlResult_t hvdl_failed_agree(MPI_Comm c, int *flag) {
 #else
   (void)c;
   (void)flag;
-  return hvdl_fail(NULL, hvdlInvalidUsage,
-                   "an agreement after a failure needs ULFM, which this MPI build does not have "
-                   "(Open MPI 5 with mpirun --with-ft ulfm has it)");
+  return without_ulfm("an agreement after a failure");
 #endif
 }
