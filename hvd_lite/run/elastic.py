@@ -151,22 +151,36 @@ def host_lost(result: JobResult, survives_deaths: bool) -> bool:
     """Whether a launch ended because a host was lost with its MPI daemon: ranks never reported how
     they ended, and none failed first where a failure ends the job. In a job that survives deaths
     (shrink mode, whose shims also report over TCP) a death does not end it: there, where the MPI
-    ended the job by itself, the failures the others reported may follow from the loss (the MPI
-    ends them; a survivor left alone is below --min-np). Elsewhere the first rank killed ends the
-    job, and the MPI may end the others before they report; and a job the launcher ended (after a
-    rank's own failure) may leave shims killed before they reported."""
+    ended the job by itself, the failures the ranks of other hosts reported may follow from the
+    loss (the MPI ends them; a survivor left alone is below --min-np). A rank's own failure on a
+    host where ranks never reported is the script's: the MPI ended the job for it (Open MPI does
+    when a rank exits with an error), and killed its neighbours before they reported. Elsewhere the
+    first rank killed ends the job, and the MPI may end the others before they report; and a job
+    the launcher ended may leave shims killed before they reported."""
     if not result.unreported:
         return False
-    return result.first_failure() is None or (survives_deaths and not result.ended_by_launcher)
+    if result.first_failure() is None:
+        return True
+    if not survives_deaths or result.ended_by_launcher:
+        return False
+    hosts = result.rank_hosts
+    gone = {hosts[r] for r in result.unreported if r < len(hosts)}
+    own = {
+        hosts[r]
+        for r, code in result.exits.items()
+        if r < len(hosts) and code not in (0, RESTART_EXIT) and r not in result.killed
+    }
+    return bool(gone) and not gone & own
 
 
-def lost_hosts(result: JobResult, placed: List[Tuple[str, int]]) -> List[str]:
-    """The hosts of a launch placed so with a rank that never reported how it ended (a shim dies
-    with its host, though one may report its rank's death first), unless every host has one: a
-    job that said nothing names no host."""
-    hosts_of = rank_hosts(placed)
-    silent = {hosts_of[r] for r in result.unreported if r < len(hosts_of)}
-    return [h for h, _ in placed if h in silent] if len(silent) < len(placed) else []
+def lost_hosts(result: JobResult) -> List[str]:
+    """The hosts with a rank that never reported how it ended (a shim dies with its host, though
+    one may report its rank's death first), unless every host has one: a job that said nothing
+    names no host."""
+    hosts = result.rank_hosts
+    silent = {hosts[r] for r in result.unreported if r < len(hosts)}
+    every = list(dict.fromkeys(hosts))
+    return [h for h in every if h in silent] if len(silent) < len(every) else []
 
 
 def should_relaunch(result: JobResult, survives_deaths: bool = False) -> Tuple[bool, str]:
@@ -357,13 +371,11 @@ def run_elastic(
             else:
                 again, why = should_relaunch(result, survives_deaths)
                 first = result.first_failure()
-                # a host lost whole is the one whose ranks all never reported; the deaths the others
+                # a host lost whole is one with ranks that never reported; the deaths the others
                 # reported (in shrink mode) are the MPI ending them, and their hosts did not fail
                 failed: List[Tuple[str, str]] = []
                 if again and placed and host_lost(result, survives_deaths):
-                    failed = [
-                        (h, "its ranks never reported how they ended") for h in lost_hosts(result, placed)
-                    ]
+                    failed = [(h, "its ranks never reported how they ended") for h in lost_hosts(result)]
                 elif again and placed and first is not None and first[0] in result.killed:
                     hosts_of = rank_hosts(placed)
                     if first[0] < len(hosts_of):

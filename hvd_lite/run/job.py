@@ -63,6 +63,7 @@ class JobResult:
     error_printed: bool = False  # the job runner already wrote `error` to stderr
     signal: Optional[int] = None
     ended_by_launcher: bool = False  # the launcher ended the job (a signal, the start timeout, a failure)
+    rank_hosts: List[str] = field(default_factory=list)  # each rank's host, as the launch placed them
     killed: Dict[int, int] = field(default_factory=dict)  # rank -> signal its command died of
 
     def first_failure(self, of_its_own: bool = False) -> Optional[Tuple[int, int]]:

@@ -4,13 +4,13 @@ import math
 import os
 import secrets
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from ..exceptions import LauncherError
 from . import flavour as flavours
 from .command import LaunchSpec, build_command, forwarded_names
-from .hosts import resolve
+from .hosts import place, resolve
 from .job import ExitReports, Job, JobResult
 from .rank import REPORT_VAR, TOKEN_VAR
 from .values import parse_float
@@ -44,6 +44,7 @@ class Plan:
     np: int
     token: str
     reports: Optional[ExitReports] = None  # where the shims also report their exits (execute closes it)
+    rank_hosts: List[str] = field(default_factory=list)  # each rank's host (hosts filled in order)
 
     def shell_line(self) -> str:
         """The command as one line a shell would run unchanged."""
@@ -104,7 +105,8 @@ def make_plan(
         if reports is not None:
             reports.close()
         raise
-    return Plan(mpi, argv, job_env, n, token, reports)
+    rank_hosts = [name for name, count in place(host_list, n) for _ in range(count)]
+    return Plan(mpi, argv, job_env, n, token, reports, rank_hosts)
 
 
 def execute(
@@ -134,4 +136,6 @@ def execute(
         on_death,
         plan.reports,
     )
-    return job.run()
+    result = job.run()
+    result.rank_hosts = list(plan.rank_hosts)
+    return result

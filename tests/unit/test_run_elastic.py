@@ -170,14 +170,34 @@ def test_in_shrink_mode_a_lost_host_is_relaunched_whatever_the_others_reported()
     mpirun, or a survivor left alone below --min-np, whose output mpirun no longer takes (Python's
     exit code 120). In restart mode the first failure ends the job, and a rank killed first, not
     the ranks the MPI then ended before they reported, is the cause."""
+    two_hosts = ["a", "a", "b", "b"]
     lost = JobResult(
-        exit_code=120, mpirun_code=0, started=[0, 1, 2, 3], exits={1: 143, 0: 120}, killed={1: 15}
+        exit_code=120,
+        mpirun_code=0,
+        started=[0, 1, 2, 3],
+        exits={1: 143, 0: 120},
+        killed={1: 15},
+        rank_hosts=two_hosts,
     )
     assert should_relaunch(lost, survives_deaths=True) == (
         True,
         "rank(s) 2, 3 never reported how they ended (a host lost with its MPI daemon?)",
     )
     assert not should_relaunch(lost)[0]
+    # a rank's own failure beside a rank that never reported, on the same host: the MPI ended the
+    # job for that failure (Open MPI does when a rank exits with an error), no host was lost
+    mine = JobResult(
+        exit_code=1,
+        mpirun_code=1,
+        started=[0, 1, 2],
+        exits={0: 1, 2: 137},
+        killed={2: 9},
+        rank_hosts=["a"] * 3,
+    )
+    assert should_relaunch(mine, survives_deaths=True) == (
+        False,
+        "rank 0 exited with code 1: a failure of the script, which a relaunch would repeat",
+    )
     killed = JobResult(exit_code=137, mpirun_code=1, started=[0, 1, 2], exits={1: 137}, killed={1: 9})
     assert should_relaunch(killed) == (True, "rank 1 was killed by SIGKILL (signal 9)")
     # a rank failed for its own reason and the launcher ended the others, one shim killed before it
@@ -203,14 +223,20 @@ def test_in_shrink_mode_a_lost_host_is_relaunched_whatever_the_others_reported()
 
 
 def test_the_lost_hosts_are_those_with_a_rank_that_never_reported_unless_every_host_has_one():
-    placed = [("a", 2), ("b", 2), ("c", 1)]
+    hosts = ["a", "a", "b", "b", "c"]
     lost = JobResult(
-        exit_code=143, mpirun_code=0, started=list(range(5)), exits={0: 143, 1: 143, 3: 137, 4: 0}
+        exit_code=143,
+        mpirun_code=0,
+        started=list(range(5)),
+        exits={0: 143, 1: 143, 3: 137, 4: 0},
+        rank_hosts=hosts,
     )
     assert lost.unreported == [2]
-    assert lost_hosts(lost, placed) == ["b"]  # rank 3 of b reported its death before its shim died
-    nobody = JobResult(exit_code=1, mpirun_code=0, started=list(range(5)), exits={0: 143, 3: 0})
-    assert lost_hosts(nobody, placed) == []
+    assert lost_hosts(lost) == ["b"]  # rank 3 of b reported its death before its shim died
+    nobody = JobResult(
+        exit_code=1, mpirun_code=0, started=list(range(5)), exits={0: 143, 3: 0}, rank_hosts=hosts
+    )
+    assert lost_hosts(nobody) == []
 
 
 def test_discovered_hosts_take_slots_per_host_unless_they_say_and_comments_are_skipped():
