@@ -150,27 +150,17 @@ def shrinks_in_place(mpirun: Optional[str] = None) -> bool:
 def host_lost(result: JobResult, survives_deaths: bool) -> bool:
     """Whether a launch ended because a host was lost with its MPI daemon: ranks never reported how
     they ended, and none failed first where a failure ends the job. In a job that survives deaths
-    (shrink mode, whose shims also report over TCP) a death does not end it: there, where the MPI
-    ended the job by itself, the failures the ranks of other hosts reported may follow from the
-    loss (the MPI ends them; a survivor left alone is below --min-np). A rank's own failure on a
-    host where ranks never reported is the script's: the MPI ended the job for it (Open MPI does
-    when a rank exits with an error), and killed its neighbours before they reported. Elsewhere the
-    first rank killed ends the job, and the MPI may end the others before they report; and a job
-    the launcher ended may leave shims killed before they reported."""
+    (shrink mode, whose shims also report over TCP) a death does not end it: there, where mpirun
+    ended the job by itself and exited 0 (Open MPI 5's way when it loses a daemon), the failures
+    the others reported may follow from the loss (mpirun ends them; a survivor left alone is below
+    --min-np). Where a rank's own failure made mpirun end the job, it exits with that failure's
+    code, and ranks it killed before they reported are not a lost host. Elsewhere the first rank
+    killed ends the job, and the MPI may end the others before they report."""
     if not result.unreported:
         return False
     if result.first_failure() is None:
         return True
-    if not survives_deaths or result.ended_by_launcher:
-        return False
-    hosts = result.rank_hosts
-    gone = {hosts[r] for r in result.unreported if r < len(hosts)}
-    own = {
-        hosts[r]
-        for r, code in result.exits.items()
-        if r < len(hosts) and code not in (0, RESTART_EXIT) and r not in result.killed
-    }
-    return bool(gone) and not gone & own
+    return survives_deaths and not result.ended_by_launcher and result.mpirun_code == 0
 
 
 def lost_hosts(result: JobResult) -> List[str]:

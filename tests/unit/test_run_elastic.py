@@ -184,20 +184,21 @@ def test_in_shrink_mode_a_lost_host_is_relaunched_whatever_the_others_reported()
         "rank(s) 2, 3 never reported how they ended (a host lost with its MPI daemon?)",
     )
     assert not should_relaunch(lost)[0]
-    # a rank's own failure beside a rank that never reported, on the same host: the MPI ended the
-    # job for that failure (Open MPI does when a rank exits with an error), no host was lost
-    mine = JobResult(
-        exit_code=1,
-        mpirun_code=1,
-        started=[0, 1, 2],
-        exits={0: 1, 2: 137},
-        killed={2: 9},
-        rank_hosts=["a"] * 3,
-    )
-    assert should_relaunch(mine, survives_deaths=True) == (
-        False,
-        "rank 0 exited with code 1: a failure of the script, which a relaunch would repeat",
-    )
+    # a rank's own failure made mpirun end the job (it exits with that code) and kill a rank before it
+    # reported, on the same host or another: no host was lost
+    for hosts in (["a"] * 3, ["a", "b", "b"]):
+        mine = JobResult(
+            exit_code=1,
+            mpirun_code=1,
+            started=[0, 1, 2],
+            exits={0: 1, 2: 137},
+            killed={2: 9},
+            rank_hosts=hosts,
+        )
+        assert should_relaunch(mine, survives_deaths=True) == (
+            False,
+            "rank 0 exited with code 1: a failure of the script, which a relaunch would repeat",
+        )
     killed = JobResult(exit_code=137, mpirun_code=1, started=[0, 1, 2], exits={1: 137}, killed={1: 9})
     assert should_relaunch(killed) == (True, "rank 1 was killed by SIGKILL (signal 9)")
     # a rank failed for its own reason and the launcher ended the others, one shim killed before it
