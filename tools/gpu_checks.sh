@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Every check of the device code, in one bounded run, for a GPU machine lent for a few minutes
 # (docs/gpu.md): build in place with CUDA, the descriptor's unit tests, the device tests at 2, 3,
-# 4 and 1 ranks, and the device benchmark at 2 ranks. Each step has a time limit, and no test run
-# starts past LIMIT seconds, so one hung step cannot eat the lease.
+# 4 and 1 ranks, elastic jobs on CUDA tensors, and the device benchmark at 2 ranks. Each step has a
+# time limit, and no test run starts past LIMIT seconds, so one hung step cannot eat the lease.
 #
 #   bash tools/gpu_checks.sh [LOGDIR]     (default: $OUT where set, else ./gpu_logs; BENCH=0: no
 #                                         benchmark; BENCH_MAX: its largest size, default 256M;
-#                                         LIMIT: seconds after which no test run starts)
+#                                         ELASTIC=0: no elastic jobs; LIMIT: seconds after which
+#                                         no test run starts)
 #
 # Needs: python with numpy, CuPy and torch (CUDA), mpi4py and pytest-mpi, nvcc, and an MPI wheel in
 # that python's environment (the build takes mpi.h from it, as pip install does). Where nothing can
@@ -52,6 +53,17 @@ device_tests() {  # ranks, time limit
   echo "$1 rank(s): exit $? in $((SECONDS - start)) s: $(plain "$LOGS/tests.log" | grep -a -E '(passed|failed|error|skipped|no tests ran)' | tail -1)"
 }
 device_tests 2 200
+# Elastic jobs on CUDA tensors (tests/system/test_elastic.py -k cuda): a rank killed inside a staged
+# device step and the survivors going on in place (shrink mode, Open MPI's ULFM), and Horovod's
+# PyTorch elastic example on the GPU in both modes when HVD_LITE_TEST_HOROVOD_REPO names Horovod's
+# files. ELASTIC=0: not run.
+if [ "${ELASTIC:-1}" = 1 ] && [ "$SECONDS" -le "$LIMIT" ]; then
+  start=$SECONDS
+  echo "===== elastic" >> "$LOGS/tests.log"
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" timeout 330 "$PY" -m pytest -q -rfEs -p no:cacheprovider \
+    --timeout 150 tests/system/test_elastic.py -k cuda >> "$LOGS/tests.log" 2>&1
+  echo "elastic: exit $? in $((SECONDS - start)) s: $(plain "$LOGS/tests.log" | grep -a -E '(passed|failed|error|skipped|no tests ran)' | tail -1)"
+fi
 if [ "${BENCH:-1}" = 1 ] && [ "$SECONDS" -le "$LIMIT" ]; then
   start=$SECONDS
   timeout 150 "$MPIRUN" --oversubscribe -np 2 "$PY" -m hvd_lite.bench allreduce --device cuda -b 4K -e "${BENCH_MAX:-256M}" \

@@ -3,7 +3,9 @@
 
 The model is a two-layer perceptron trained by SGD with momentum, in NumPy (an ObjectState of its
 weights and momentum, the gradients averaged by one all-reduce each, which the engine fuses) or, with
-EW_FRAMEWORK=torch, in PyTorch (a TorchState, hvd_lite.torch's DistributedOptimizer). NumPy by default:
+EW_FRAMEWORK=torch, in PyTorch (a TorchState, hvd_lite.torch's DistributedOptimizer; on the device
+EW_DEVICE names, "cpu" by default, such as "cuda": its gradients then take hvd_lite's device path
+in a CUDA build). NumPy by default:
 four ranks importing PyTorch (and torch._dynamo, which its first optimizer imports) take about 5 s of
 CPU each, most of such a test's time on a small machine; what is tested under the model is the same.
 
@@ -42,6 +44,7 @@ import numpy as np
 from hvd_lite import basics
 
 FRAMEWORK = os.environ.get("EW_FRAMEWORK", "numpy")
+DEVICE = os.environ.get("EW_DEVICE", "cpu")
 if FRAMEWORK == "torch":
     import torch
     from elastic_worker import one_step as torch_step  # restart mode's worker: the same data and step
@@ -120,6 +123,7 @@ class TorchJob:
     def make():
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+        model.to(DEVICE)
         opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
         return model, hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
 
@@ -130,7 +134,7 @@ class TorchJob:
         return copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.opt.state_dict())
 
     def weights(self):
-        return [p.detach().numpy().copy() for p in self.model.parameters()]
+        return [p.detach().cpu().numpy().copy() for p in self.model.parameters()]
 
     def reference(self, snapshot, step0):
         model, opt = self.make()
@@ -138,7 +142,7 @@ class TorchJob:
         opt.load_state_dict(snapshot[1])
         for step in range(step0, STEPS):
             torch_step(model, opt, step)
-        return [p.detach().numpy().copy() for p in model.parameters()]
+        return [p.detach().cpu().numpy().copy() for p in model.parameters()]
 
 
 def die_together(ranks):
@@ -254,6 +258,8 @@ def main():
             f"RESULT identical={identical} equal_ref={equal_ref} sizes={sizes} "
             f"rolled_back_to={steps} step={state.step}"
         )
+        if DEVICE != "cpu":  # the steps the engine the survivors built ran on device memory
+            line += f"\nDEVICE_STEPS {basics._engine().stats()['device_steps']}"
         sys.stdout.write(line + "\n")  # one write: Hydra tags each write
         sys.stdout.flush()
     hvd.shutdown()

@@ -40,7 +40,8 @@ def make():
 
 
 def one_step(model, opt, step):
-    x, y = data(step, hvd.rank())
+    device = next(model.parameters()).device
+    x, y = (t.to(device) for t in data(step, hvd.rank()))
     opt.zero_grad()
     torch.nn.functional.mse_loss(model(x), y).backward()
     opt.step()

@@ -182,13 +182,22 @@ def test_fewer_slots_than_min_np_after_a_death_end_the_job_after_the_elastic_tim
 SHRINK_WORKER = os.path.join(ROOT, "tests", "system", "elastic_shrink_worker.py")
 
 
-def needs_shrink(torch=False):
+def needs_shrink(torch=False, cuda=False):
     from hvd_lite.run.elastic import shrinks_in_place
 
     if not shrinks_in_place():
         pytest.skip("shrink mode needs hvd_lite built against an Open MPI with ULFM, and its mpirun")
-    if torch:
-        pytest.importorskip("torch")
+    if torch or cuda:
+        needs_cuda_torch() if cuda else pytest.importorskip("torch")
+
+
+def needs_cuda_torch():
+    """Skips unless hvd_lite is a CUDA build and PyTorch sees a CUDA device (docs/gpu.md)."""
+    import hvd_lite
+
+    torch = pytest.importorskip("torch")
+    if not (hvd_lite.build_info()["cuda"] and torch.cuda.is_available()):
+        pytest.skip("needs a CUDA build of hvd_lite (HVD_LITE_CUDA=1) and a CUDA device PyTorch sees")
 
 
 def shrink_run(tmp_path, np, min_np, extra):
@@ -206,15 +215,19 @@ def shrink_run(tmp_path, np, min_np, extra):
         ("between", {}),
         ("send", {"EW_FRAMEWORK": "torch"}),
         ("send3", {"HVD_LITE_SHM": "0", "HVD_LITE_ALLREDUCE_ALGO": "ring"}),
+        ("send", {"EW_FRAMEWORK": "torch", "EW_DEVICE": "cuda"}),
     ],
-    ids=["between-collectives", "fused-shared-memory-step-torch", "fused-mid-ring"],
+    ids=["between-collectives", "fused-shared-memory-step-torch", "fused-mid-ring", "fused-device-step-cuda"],
 )
 def test_the_survivors_of_a_killed_rank_go_on_in_place_from_the_last_commit_to_the_reference_weights(
     tmp_path, how, env
 ):
     """NumPy's ObjectState, or PyTorch's TorchState with hvd_lite.torch's DistributedOptimizer
-    fusing the gradients (elastic_shrink_worker.py)."""
-    needs_shrink(torch=env.get("EW_FRAMEWORK") == "torch")
+    fusing the gradients (elastic_shrink_worker.py), on the host or (a CUDA build with a device)
+    on CUDA tensors: the dying rank is then killed inside a staged device step, and the survivors'
+    new engine must run theirs on the device again."""
+    cuda = env.get("EW_DEVICE") == "cuda"
+    needs_shrink(torch=env.get("EW_FRAMEWORK") == "torch", cuda=cuda)
     res, _, took, tmp = shrink_run(
         tmp_path, 4, 2, {"EW_HOW": how, "EW_VICTIM": "1", "EW_KILL_AT": "7", **env}
     )
@@ -229,6 +242,8 @@ def test_the_survivors_of_a_killed_rank_go_on_in_place_from_the_last_commit_to_t
         "other rank exited 0"
     ) in res.stderr
     assert "relaunch" not in res.stderr and commit_dirs(tmp) == []
+    if cuda:
+        assert int(tagged(res.stdout, "DEVICE_STEPS")[0]) > 0, res.stdout
     # Open MPI's libnbc reports the dead rank in each survivor's negotiation as an aborted schedule;
     # the launcher drops that line in a job that goes on (hvd_lite/run/job.py)
     assert "NBC_Progress" not in res.stderr, res.stderr
@@ -831,21 +846,29 @@ def rank_pid(script: str, rank: int):
     return None
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("mode", ["shrink", "restart"])
 @pytest.mark.parametrize("name", sorted(HOROVOD_ELASTIC_EXAMPLES))
 def test_horovods_elastic_example_survives_a_rank_killed_half_way_with_only_the_import_changed(
-    name, mode, tmp_path
+    name, mode, device, tmp_path
 ):
-    """Horovod 0.28.1's elastic synthetic benchmark, read from the Horovod git repository that
-    HVD_LITE_TEST_HOROVOD_REPO names (skipped without it), its import line pointed at hvd_lite and
+    """Horovod 0.28.1's elastic synthetic benchmark, read from the Horovod git repository (or copy of
+    its files) that HVD_LITE_TEST_HOROVOD_REPO names (skipped without it), its import line pointed at hvd_lite and
     nothing else changed, at 3 ranks; rank 1 is SIGKILLed when rank 0 prints `Iter #1`, and the job
     finishes with exit 0: its 2 survivors in place (shrink mode), or 3 relaunched ranks (restart
-    mode). Slow (minutes on a loaded 2-core machine): not in CI."""
+    mode). On "cuda" (PyTorch's only, in a CUDA build with a device) the example runs its model on
+    the GPU of its local rank: each rank is then an emulated host of its own
+    (HVD_LITE_RANKS_PER_HOST=1), so every local rank is 0 and one GPU serves them all. Slow (minutes
+    on a loaded 2-core machine): not in CI."""
     import subprocess
 
     repo = os.environ.get("HVD_LITE_TEST_HOROVOD_REPO")
     if not repo:
         pytest.skip("HVD_LITE_TEST_HOROVOD_REPO (a Horovod git repository) is not set")
+    if device == "cuda":
+        if name != "pytorch":
+            pytest.skip("hvd_lite.tensorflow copies GPU tensors to the host: its CPU run covers it")
+        needs_cuda_torch()
     if mode == "shrink":
         needs_shrink()
     path, line, model, extra = HOROVOD_ELASTIC_EXAMPLES[name]
@@ -853,16 +876,23 @@ def test_horovods_elastic_example_survives_a_rank_killed_half_way_with_only_the_
     probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, env=env())
     if probe.returncode != 0:
         pytest.skip(f"{module} does not import here: {probe.stderr.decode().strip().splitlines()[-1:]}")
-    text = subprocess.run(
-        ["git", "-C", repo, "show", f"HEAD:{path}"], capture_output=True, text=True, check=True
-    ).stdout
+    if os.path.isdir(os.path.join(repo, ".git")):  # as committed, whatever the work tree holds
+        text = subprocess.run(
+            ["git", "-C", repo, "show", f"HEAD:{path}"], capture_output=True, text=True, check=True
+        ).stdout
+    else:  # a copy of the repository's files (a machine without git)
+        with open(os.path.join(repo, path)) as f:
+            text = f.read()
     assert text.count(line + "\n") == 1, f"{path} no longer has the line {line!r}"
     script = str(tmp_path / os.path.basename(path))
     with open(script, "w") as f:
         f.write(text.replace(line + "\n", line.replace("horovod", "hvd_lite") + "\n"))
-    args = ["--no-cuda", "--model", model, "--batch-size", "1", "--num-warmup-batches", "1"]
+    args = ["--no-cuda"] if device == "cpu" else []
+    args += ["--model", model, "--batch-size", "1", "--num-warmup-batches", "1"]
     args += ["--num-batches-per-iter", "1", "--num-iters", "4"]
     e = env(PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])), **extra)
+    if device == "cuda":
+        e["HVD_LITE_RANKS_PER_HOST"] = "1"
     e.pop("PYTHONUNBUFFERED", None)
     launcher = [sys.executable, "-m", "hvd_lite.run", "--elastic-mode", mode, "-np", "3", "--min-np", "2"]
     launcher += ["--max-np", "3"]
@@ -894,12 +924,13 @@ def test_horovods_elastic_example_survives_a_rank_killed_half_way_with_only_the_
     stdout = "".join(out)
     assert proc.returncode == 0, stdout + err
     assert killed is not None, stdout
+    kind = "CPU" if device == "cpu" else "GPU"
     if mode == "shrink":
         assert "2 of 3 rank(s) go on in place" in err, err
         assert "rank 1 was killed by SIGKILL (signal 9); the job went on without it" in err, err
-        assert "relaunch" not in err and "Total img/sec on 2 CPU(s):" in stdout, stdout + err
+        assert "relaunch" not in err and f"Total img/sec on 2 {kind}(s):" in stdout, stdout + err
     else:
         assert "rank 1 was killed by SIGKILL (signal 9); relaunching the job" in err, err
         assert "relaunch 1: 3 rank(s) resume from commit" in err, err
-        assert "Total img/sec on 3 CPU(s):" in stdout, stdout
+        assert f"Total img/sec on 3 {kind}(s):" in stdout, stdout
     assert "nan" not in stdout, stdout
