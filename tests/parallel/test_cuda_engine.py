@@ -299,10 +299,12 @@ def test_empty_cupy_arrays_reduce_and_broadcast_to_empty_arrays():
     )
 
 
-def _started_on_a_stream_that_goes(x):
-    """An asynchronous call made on a stream whose only reference is dropped at once."""
+def _started_on_a_stream_that_goes(value):
+    """An asynchronous call made on a stream whose only reference is dropped at once, its input
+    made on that stream (a non-blocking stream is not ordered after the default stream's work)."""
     s = cupy.cuda.Stream(non_blocking=True)
     with s:
+        x = cupy.full(1 << 16, value, cupy.float32)
         h = hvd.allreduce_async(x, op=hvd.Sum, name="gone.stream")
     return h
 
@@ -311,7 +313,7 @@ def test_a_stream_dropped_while_its_call_is_pending_stays_until_the_call_is_done
     """The engine holds the stream the array's interface named (CuPy destroys a stream whose
     object goes), so its work still queues there and the result is right."""
     r, n = hvd.rank(), hvd.size()
-    h = _started_on_a_stream_that_goes(cupy.full(1 << 16, r + 1.0, cupy.float32))
+    h = _started_on_a_stream_that_goes(r + 1.0)
     out = hvd.synchronize(h)
     cupy.cuda.runtime.deviceSynchronize()
     agree(
