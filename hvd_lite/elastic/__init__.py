@@ -18,6 +18,7 @@ why that is safe). Outside an elastic launch, commits stay in memory and a
 failed collective is raised as usual.
 """
 
+import atexit
 import functools
 import os
 import pickle
@@ -320,6 +321,14 @@ def _exit_for_new_hosts(state: State) -> None:
     os._exit(RESTART_EXIT)
 
 
+def _remove_at_exit(store: CommitStore, name: str) -> None:
+    """Removes this host's commit of `name` when the process ends normally, not before: a rank
+    ended by a signal after the function returned (mpirun ends every rank when it loses a host,
+    some of them still saving or printing their results) leaves the commit for the relaunch to
+    resume from, so the job never trains again from the start."""
+    atexit.register(store.remove, name)
+
+
 def run(func: Callable) -> Callable:
     """Decorates `func(state, ...)` to run elastically (Horovod's `hvd.elastic.run`).
 
@@ -367,7 +376,7 @@ def run(func: Callable) -> Callable:
                         state.sync()
                     result = func(state, *args, **kwargs)
                     returned = True
-                if directory is not None:  # every rank has returned: no commit is needed any more
+                if directory is not None:  # every rank has returned: the commits go as the processes end
                     if basics._core.mpi_ft():
                         basics._agree_alive(
                             True
@@ -398,7 +407,7 @@ def run(func: Callable) -> Callable:
             _reset()
             state.on_reset()
         if directory is not None and basics.local_rank() == 0:
-            CommitStore(directory).remove(state._commit_name)
+            _remove_at_exit(CommitStore(directory), state._commit_name)
         return result
 
     return wrapper

@@ -8,7 +8,11 @@ markers out of mpirun's stderr: that is how it bounds the start (--start-timeout
 exit code of the rank that failed, whatever the MPI does with exit codes (Hydra ORs them together).
 Where the launcher listens for them (REPORT_VAR, a job that survives deaths), the shim also sends
 its exit marker there over TCP: an MPI that loses a host's daemon may stop relaying the other
-ranks' output before their shims end (job.ExitReports).
+ranks' output before their shims end (job.ExitReports). There the shim also passes CMD's output on
+itself (Relay), through a pipe, or a pseudo-terminal where its own stream is a terminal: once the
+MPI stops reading, the rest is dropped, and CMD's writes go on succeeding. Without that, a survivor
+that prints after the loss fails on its write (Python exits 1, or 120 at its final flush), which the
+launcher cannot tell from a failure of the script.
 
 This file is run by path and imports only the standard library, so it works before (and without)
 hvd_lite's C extension loading.
@@ -19,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 
 TOKEN_VAR = "HVD_LITE_RUN_TOKEN"
 FUNC_VAR = "HVD_LITE_RUN_FUNC"  # run(func): the pickled function, read by task.py
@@ -33,6 +38,7 @@ HOSTS_ADDED, HOSTS_REMOVED = 1, 2  # the KIND bits of a host update on that conn
 RESTART_EXIT = 75  # a rank's exit code asking for a relaunch: a collective failed under elastic.run
 REPORT_VAR = "HVD_LITE_RUN_REPORT"  # HOST:PORT where the launcher also takes each rank's exit marker
 REPORT_TIMEOUT_S = 2.0  # to connect to it and send the marker, at most (once its name is looked up)
+RELAY_DRAIN_S = 1.0  # after CMD ends, how long the relay waits for the last of its output
 PREFIX = "@@hvdl-run"
 CHUNK = 2000  # characters of payload per marker line: one write, below PIPE_BUF
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
@@ -88,6 +94,60 @@ def emit_exit(rank: int, payload: str) -> None:
     report("exit", rank, payload)
 
 
+class Relay:
+    """Passes what the command writes to one of the shim's streams (fd 1 or 2) on to it, and drops
+    the rest once that stream fails (the MPI stopped reading it), so the command's writes never do.
+    The command's end is a pseudo-terminal's where the shim's stream is a terminal (Open MPI gives
+    each rank's stdout one), so that line buffering stays as it was, else a pipe."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        if os.isatty(fd):
+            self.read_end, self.child_end = os.openpty()
+            _no_output_processing(self.child_end)
+        else:
+            self.read_end, self.child_end = os.pipe()
+        self.dropped = 0  # bytes not passed on
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        """Closes the shim's copy of the command's end (the command holds its own) and starts."""
+        os.close(self.child_end)
+        self.thread.start()
+
+    def finish(self) -> None:
+        """Waits, RELAY_DRAIN_S at most, for the output the command left (a process it started may
+        hold its end open for longer)."""
+        self.thread.join(RELAY_DRAIN_S)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                data = os.read(self.read_end, 65536)
+            except OSError:  # a pseudo-terminal's: EIO once no process holds the command's end
+                return
+            if not data:
+                return
+            while data and not self.dropped:
+                try:
+                    data = data[os.write(self.fd, data) :]
+                except OSError:  # EPIPE, EIO: nobody reads it any more
+                    break
+            self.dropped += len(data)
+
+
+def _no_output_processing(fd: int) -> None:
+    """A pseudo-terminal that passes the bytes written to it as they are (no "\n" to "\r\n")."""
+    try:
+        import termios
+
+        attrs = termios.tcgetattr(fd)
+        attrs[1] &= ~termios.OPOST
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
+    except (ImportError, OSError):
+        pass
+
+
 def _die_on_parent_exit() -> None:
     """In the child: get SIGKILL if the shim dies, so no rank outlives a killed shim (Linux)."""
     try:
@@ -138,16 +198,25 @@ def main(argv) -> int:
     for name in _FORWARDED:
         signal.signal(getattr(signal, name), forward)
     emit("start", rank)
+    relays = [Relay(1), Relay(2)] if os.environ.get(REPORT_VAR) else []
+    out, err = (relay.child_end for relay in relays) if relays else (None, None)
     try:
         # close_fds=False: Hydra hands each rank its PMI connection as an inherited fd (PMI_FD).
-        child = subprocess.Popen(argv, close_fds=False, preexec_fn=_die_on_parent_exit)
+        child = subprocess.Popen(
+            argv, close_fds=False, preexec_fn=_die_on_parent_exit, stdout=out, stderr=err
+        )
     except OSError as exc:
         sys.stderr.write(f"hvd_lite.run: rank {rank}: cannot run {argv[0]!r}: {exc.strerror}\n")
         emit_exit(rank, "127")
         return 127
+    finally:
+        for relay in relays:
+            relay.start()
     for signum in early:
         forward(signum, None)
     code = child.wait()
+    for relay in relays:
+        relay.finish()
     if code < 0:
         emit_exit(rank, f"{128 - code}:{-code}")
         _die_of(-code)

@@ -299,16 +299,16 @@ def test_survivors_on_two_hosts_go_on_when_a_rank_or_a_whole_host_dies(tmp_path,
 # ObjectState over NumPy on two emulated hosts: at step 4 world rank 2 takes its whole host down (its
 # MPI daemon, every rank's shim, the ranks), after writing the discovery script's file without it, as a
 # cluster drops a machine that went away. The job has STEPS steps, each one after the loss PAUSE seconds
-# long; each rank that finishes writes its result in the directory DONE, and prints it unless SAY is
-# "quiet" (mpirun may no longer relay its output).
+# long; each rank that finishes writes its result in the directory DONE, waits LINGER seconds (as a
+# job saving its model would), and prints it (mpirun may no longer relay that).
 HOST_LOSS_WORKER = """
 import os, signal, sys, time
 import numpy as np
 import hvd_lite as hvd
 from hvd_lite.run.rank import rank_from_env
 
-hosts_file, done, say = sys.argv[1], sys.argv[4], sys.argv[5]
-steps, pause = int(sys.argv[2]), float(sys.argv[3])
+hosts_file, done = sys.argv[1], sys.argv[4]
+steps, pause, linger = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[5])
 hvd.init()
 state = hvd.elastic.ObjectState(w=np.zeros(4), step=0)
 
@@ -348,13 +348,13 @@ train(state)
 line = f"{hvd.size()} {state.step} {state.w.tolist()}"
 with open(os.path.join(done, f"{os.getpid()}"), "w") as f:
     f.write(line)
-if say == "print":
-    sys.stdout.write(f"DONE {line}\\n")
+time.sleep(linger)
+sys.stdout.write(f"DONE {line}\\n")
 sys.stdout.flush()
 """
 
 
-def lose_a_host(tmp_path, steps, pause, say="print"):
+def lose_a_host(tmp_path, steps, pause, linger=0.0):
     """Runs HOST_LOSS_WORKER on hosta:2 and hostb:2 in shrink mode: (result, the results written)."""
     needs_shrink()
     hosts = tmp_path / "hosts"
@@ -369,7 +369,7 @@ def lose_a_host(tmp_path, steps, pause, say="print"):
             *("--elastic-mode", "shrink", "-np", "4", "--min-np", "2", "--max-np", "4"),
             *("--host-discovery-script", f"cat {hosts}"),
             *mpi_args(words),
-            *(sys.executable, str(script), str(hosts), str(steps), str(pause), str(done), say),
+            *(sys.executable, str(script), str(hosts), str(steps), str(pause), str(done), str(linger)),
         )
     assert took < TIMEOUT
     return res, sorted((done / name).read_text() for name in os.listdir(done))
@@ -399,14 +399,15 @@ def test_a_host_lost_whole_relaunches_the_survivors_from_the_last_commit_though_
     assert done == [f"2 24 {[float(want)] * 4}"] * 2
 
 
-def test_survivors_that_finish_before_mpirun_ends_them_end_the_job_without_running_it_again(tmp_path):
+@pytest.mark.parametrize("linger", [0.0, 2.0], ids=["exit-at-once", "linger-2s"])
+def test_survivors_that_finish_before_mpirun_ends_them_end_the_job_without_running_it_again(tmp_path, linger):
     """The steps after the loss take no time: the survivors usually finish before mpirun ends them,
-    and remove their commits. Their ends reach hvd_lite.run over TCP (mpirun no longer relays their
-    output), so the job ends with their success; where mpirun ends them first, the relaunch resumes
-    from the last commit. Either way every step is done once: never again from the start."""
-    # no print at the end: a survivor that finished writes to a pipe mpirun may no longer read, and
-    # Python then exits 1 or 120, which the launcher cannot tell from a survivor's own failure
-    res, done = lose_a_host(tmp_path, 8, 0, say="quiet")
+    and remove their commits as they exit. Their ends reach hvd_lite.run over TCP (mpirun no longer
+    relays their output; their last print may be dropped, and does not fail), so the job ends with
+    their success. Where mpirun ends them first, also after their training returned (they linger,
+    as a job saving its model would), the relaunch resumes from the last commit. Either way every
+    step is done once: never again from the start."""
+    res, done = lose_a_host(tmp_path, 8, 0, linger)
     assert res.returncode == 0, res.stdout + res.stderr
     want = f"2 8 {[float(4 * sum(range(4)) + 2 * sum(range(4, 8)))] * 4}"
     sys.stderr.write(f"the survivors {'were ended' if 'relaunching' in res.stderr else 'finished'} first\n")
@@ -853,13 +854,13 @@ def test_horovods_elastic_example_survives_a_rank_killed_half_way_with_only_the_
     name, mode, device, tmp_path
 ):
     """Horovod 0.28.1's elastic synthetic benchmark, read from the Horovod git repository (or copy of
-    its files) that HVD_LITE_TEST_HOROVOD_REPO names (skipped without it), its import line pointed at hvd_lite and
-    nothing else changed, at 3 ranks; rank 1 is SIGKILLed when rank 0 prints `Iter #1`, and the job
-    finishes with exit 0: its 2 survivors in place (shrink mode), or 3 relaunched ranks (restart
-    mode). On "cuda" (PyTorch's only, in a CUDA build with a device) the example runs its model on
-    the GPU of its local rank: each rank is then an emulated host of its own
-    (HVD_LITE_RANKS_PER_HOST=1), so every local rank is 0 and one GPU serves them all. Slow (minutes
-    on a loaded 2-core machine): not in CI."""
+    its files) that HVD_LITE_TEST_HOROVOD_REPO names (skipped without it), its import line pointed
+    at hvd_lite and nothing else changed, at 3 ranks; rank 1 is SIGKILLed when rank 0 prints
+    `Iter #1`, and the job finishes with exit 0: its 2 survivors in place (shrink mode), or 3
+    relaunched ranks (restart mode). On "cuda" (PyTorch's only, in a CUDA build with a device) the
+    example runs its model on the GPU of its local rank: each rank is then an emulated host of its
+    own (HVD_LITE_RANKS_PER_HOST=1), so every local rank is 0 and one GPU serves them all. Slow
+    (minutes on a loaded 2-core machine): not in CI."""
     import subprocess
 
     repo = os.environ.get("HVD_LITE_TEST_HOROVOD_REPO")

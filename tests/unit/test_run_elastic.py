@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import termios
 import textwrap
 import time
 
@@ -790,6 +791,64 @@ def test_a_shim_whose_launcher_cannot_be_reached_ends_with_its_code_within_its_t
         t0 = time.monotonic()
         assert shim(0, "7e57", address, 3, timeout=30).returncode == 3
         assert time.monotonic() - t0 < 10
+
+
+# A rank that prints one line, waits for a line on stdin, then prints 100 KiB and ends with 0.
+LATE_PRINTER = (
+    "import sys; print('before', flush=True); sys.stdin.readline(); "
+    "[print('after ' * 100, flush=True) for _ in range(170)]"
+)
+
+
+@pytest.mark.parametrize("stream", ["pipe", "terminal"])
+def test_a_rank_whose_output_nobody_reads_any_more_ends_with_its_own_code(stream):
+    """In a job that survives deaths the shim passes the rank's output on itself: once mpirun stops
+    reading it (a host lost elsewhere), the rest is dropped, and the rank's writes go on succeeding
+    (without that, Python exits 1 on the broken pipe). Its output until then arrives as written,
+    also through a terminal (Open MPI gives each rank's stdout one): nothing added."""
+    token, reports = "5eed", ExitReports(["localhost"])
+    markers = _Markers(token)
+    reports.follow(lambda line: _take_marker(line, markers))
+    read, write = os.pipe() if stream == "pipe" else os.openpty()
+    if stream == "terminal":  # as Open MPI sets a rank's: "\n" is not turned into "\r\n"
+        attrs = termios.tcgetattr(write)
+        attrs[1] &= ~termios.ONLCR
+        termios.tcsetattr(write, termios.TCSANOW, attrs)
+    env = {**os.environ, TOKEN_VAR: token, REPORT_VAR: reports.address, "OMPI_COMM_WORLD_RANK": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, SHIM, sys.executable, "-c", LATE_PRINTER],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=write,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(write)
+    try:
+        got = b""
+        while not got.endswith(b"\n"):
+            got += os.read(read, 100)
+        assert got == b"before\n"
+    finally:
+        os.close(read)  # nobody reads the rank's stdout any more
+    assert proc.stdin is not None
+    proc.stdin.write(b"go\n")
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 0
+    reports.close()
+    assert markers.result(exit_code=0, mpirun_code=0).exits == {0: 0}
+
+
+def test_a_job_that_does_not_survive_deaths_leaves_the_ranks_output_as_mpirun_gave_it():
+    """Without the launcher's exit reports (any job but shrink mode's) the rank writes to the
+    shim's own stdout: no relay, nothing added."""
+    read, write = os.pipe()
+    mine = os.fstat(write)
+    env = {k: v for k, v in os.environ.items() if k != REPORT_VAR}
+    child = "import os; print(os.fstat(1).st_dev, os.fstat(1).st_ino)"
+    res = subprocess.run([sys.executable, SHIM, sys.executable, "-c", child], env=env, stdout=write)
+    os.close(write)
+    with os.fdopen(read) as f:
+        assert res.returncode == 0 and f.read().split() == [str(mine.st_dev), str(mine.st_ino)]
 
 
 def test_a_job_that_survives_deaths_hears_a_rank_end_that_mpirun_did_not_relay(capfd):

@@ -1,14 +1,18 @@
 """Does an allreduce queued on a fresh non-blocking stream see an input filled on the default
 stream? (a) filled on the default stream while it is busy; (b) filled on the call's stream."""
+
 import sys
+
 import cupy
 import numpy as np
+
 import hvd_lite as hvd
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
 spin = cupy.RawKernel(
-    r'extern "C" __global__ void spin(long long c){long long t=clock64(); while(clock64()-t<c){}}', "spin")
+    r'extern "C" __global__ void spin(long long c){long long t=clock64(); while(clock64()-t<c){}}', "spin"
+)
 want = np.full(1 << 16, n * (n + 1) / 2, np.float32)
 for form in ("default-stream input", "input on the call's stream"):
     wrong = 0
