@@ -78,16 +78,16 @@ def test_a_killed_rank_relaunches_the_job_which_resumes_from_the_last_commit_to_
     pytest.importorskip("torch")
     res, killed, took, tmp = elastic_run(
         tmp_path,
-        *("-np", "3", "--min-np", "2", "--max-np", "3", "--reset-limit", "2"),
+        *("-np", "2", "--min-np", "2", "--max-np", "2", "--reset-limit", "2"),
         *(sys.executable, WORKER),
         extra={"EW_KILLS": "1", "EW_STEPS": "12", "EW_COMMIT_EVERY": "3", "EW_KILL_AT": "7"},
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert killed == ["killed0"]
     assert "rank 1 was killed by SIGKILL (signal 9); relaunching the job (1 of at most 2)" in res.stderr
-    # killed at step 7: steps 6 and 7 are redone from commit 2 (step 6), with the same 3 ranks
-    assert "relaunch 1: 3 rank(s) resume from commit 2" in res.stderr
-    assert tagged(res.stdout, "RESULT") == ["equal_ref=True identical=True resets=[3] step=12"]
+    # killed at step 7: steps 6 and 7 are redone from commit 2 (step 6), with the same 2 ranks
+    assert "relaunch 1: 2 rank(s) resume from commit 2" in res.stderr
+    assert tagged(res.stdout, "RESULT") == ["equal_ref=True identical=True resets=[2] step=12"]
     assert commit_dirs(tmp) == []
     died = float((tmp_path / "markers" / "killed0").read_text())
     first = float(re.search(r"FIRST_STEP_AFTER_RELAUNCH (\S+) step=6", res.stdout).group(1))
