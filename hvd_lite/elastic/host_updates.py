@@ -13,7 +13,7 @@ import socket
 import sys
 from typing import Optional
 
-from ..run.rank import ELASTIC_NOTIFY_VAR, ELASTIC_SECRET_VAR
+from ..run.rank import ELASTIC_NOTIFY_VAR, ELASTIC_SECRET_VAR, connect_within
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -34,7 +34,7 @@ class HostUpdates:
     def _connect(self) -> Optional[socket.socket]:
         if self._sock is None and not self._failed:
             try:
-                sock = socket.create_connection(self.address, timeout=CONNECT_TIMEOUT_S)
+                sock = connect_within(*self.address, CONNECT_TIMEOUT_S)
                 sock.sendall(self._secret.encode() + b"\n")
                 sock.setblocking(False)
                 self._sock = sock

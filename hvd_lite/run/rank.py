@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 TOKEN_VAR = "HVD_LITE_RUN_TOKEN"
 FUNC_VAR = "HVD_LITE_RUN_FUNC"  # run(func): the pickled function, read by task.py
@@ -37,7 +38,7 @@ ELASTIC_SECRET_VAR = "HVD_LITE_ELASTIC_SECRET"  # what rank 0 sends first on tha
 HOSTS_ADDED, HOSTS_REMOVED = 1, 2  # the KIND bits of a host update on that connection
 RESTART_EXIT = 75  # a rank's exit code asking for a relaunch: a collective failed under elastic.run
 REPORT_VAR = "HVD_LITE_RUN_REPORT"  # HOST:PORT where the launcher also takes each rank's exit marker
-REPORT_TIMEOUT_S = 2.0  # to connect to it and send the marker, at most (once its name is looked up)
+REPORT_TIMEOUT_S = 2.0  # to look its name up, connect to it and send the marker, at most
 RELAY_DRAIN_S = 1.0  # after CMD ends, how long the relay waits for the last of its output
 PREFIX = "@@hvdl-run"
 CHUNK = 2000  # characters of payload per marker line: one write, below PIPE_BUF
@@ -74,15 +75,50 @@ def emit(kind: str, rank: int, payload: str = "") -> None:
             return
 
 
+def connect_within(host: str, port: int, timeout: float) -> socket.socket:
+    """A TCP connection to (host, port) made within `timeout` seconds, the lookup of the host's name
+    included (getaddrinfo has no time limit of its own: a resolver that does not answer would hold
+    the caller for as long as its own, often 5 s a try); socket.timeout past it."""
+    deadline = time.monotonic() + timeout
+    found: list = []
+
+    def look_up() -> None:
+        try:
+            found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError as exc:
+            found.append(exc)
+
+    thread = threading.Thread(target=look_up, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not found:
+        raise socket.timeout(f"looking up {host!r} took over {timeout:g} s")
+    if isinstance(found[0], OSError):
+        raise found[0]
+    error: OSError = OSError(f"no address for {host!r}")
+    for family, kind, proto, _, address in found[0]:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            sock.connect(address)
+            sock.settimeout(timeout)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+    raise error
+
+
 def report(kind: str, rank: int, payload: str = "") -> None:
     """Sends the marker lines to the launcher's REPORT_VAR too, where it is set: one connection,
-    bounded by REPORT_TIMEOUT_S; a launcher that cannot be reached leaves stderr's copy alone."""
+    bounded by REPORT_TIMEOUT_S (its name's lookup included); a launcher that cannot be reached
+    leaves stderr's copy alone."""
     host, _, port = os.environ.get(REPORT_VAR, "").rpartition(":")
     lines = marker_lines(kind, rank, payload)
     if not host or not port.isdigit() or not lines:
         return
     try:
-        with socket.create_connection((host, int(port)), timeout=REPORT_TIMEOUT_S) as conn:
+        with connect_within(host, int(port), REPORT_TIMEOUT_S) as conn:
             conn.sendall(b"".join(lines))
     except OSError:
         pass

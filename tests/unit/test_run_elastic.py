@@ -4,10 +4,12 @@ process (the relaunches themselves: tests/system/test_elastic.py)."""
 import contextlib
 import io
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import termios
 import textwrap
 import time
@@ -849,6 +851,41 @@ def test_a_job_that_does_not_survive_deaths_leaves_the_ranks_output_as_mpirun_ga
     os.close(write)
     with os.fdopen(read) as f:
         assert res.returncode == 0 and f.read().split() == [str(mine.st_dev), str(mine.st_ino)]
+
+
+# getaddrinfo() that takes 60 s for a name ending in ".slow" (a resolver that does not answer).
+SLOW_RESOLVER_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <netdb.h>
+#include <string.h>
+#include <unistd.h>
+
+int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
+                struct addrinfo **res) {
+  int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **) =
+      (int (*)(const char *, const char *, const struct addrinfo *, struct addrinfo **))dlsym(
+          RTLD_NEXT, "getaddrinfo");
+  size_t n = node ? strlen(node) : 0;
+  if (n > 5 && strcmp(node + n - 5, ".slow") == 0) sleep(60);
+  return real(node, service, hints, res);
+}
+"""
+
+
+def test_a_shim_whose_launchers_name_does_not_resolve_in_time_ends_within_its_timeout(tmp_path):
+    """The lookup of the launcher's name counts in REPORT_TIMEOUT_S: a resolver that never answers
+    (here a getaddrinfo that sleeps 60 s) does not hold the rank's end."""
+    cc = shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler to build the slow resolver")
+    src, so = tmp_path / "slow.c", tmp_path / "slow.so"
+    src.write_text(SLOW_RESOLVER_C)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"], check=True, timeout=60)
+    env = {**os.environ, TOKEN_VAR: "7e57", REPORT_VAR: "launcher.slow:9", "LD_PRELOAD": str(so)}
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, SHIM, "true"], env=env, stderr=subprocess.DEVNULL, timeout=90)
+    assert res.returncode == 0 and time.monotonic() - t0 < 10
 
 
 def test_a_job_that_survives_deaths_hears_a_rank_end_that_mpirun_did_not_relay(capfd):
