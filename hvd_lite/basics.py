@@ -6,7 +6,7 @@ import hashlib
 import itertools
 import os
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -103,6 +103,7 @@ class _State:
     thread_level: int = -1
     finalize_at_exit: bool = False
     atexit_registered: bool = False
+    after_mpi: list = []  # functions run at a normal exit once MPI is finalized (after_mpi_at_exit)
     adapter_faults: bool = False  # an adapter fault may be armed (a testing aid)
 
 
@@ -165,6 +166,15 @@ def _atexit() -> None:
     shutdown()  # tells the other ranks this one is leaving
     if _state.finalize_at_exit:
         _core.mpi_finalize()
+    for fn in _state.after_mpi:
+        fn()
+
+
+def after_mpi_at_exit(fn: Callable[[], None]) -> None:
+    """Runs `fn` (once, however often it is given) as this process ends normally, after hvd_lite's
+    shutdown and MPI_Finalize: what it marks then, the process got through its whole end."""
+    if fn not in _state.after_mpi:
+        _state.after_mpi.append(fn)
 
 
 def skip_mpi_finalize() -> None:

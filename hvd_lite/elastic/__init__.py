@@ -18,10 +18,11 @@ why that is safe). Outside an elastic launch, commits stay in memory and a
 failed collective is raised as usual.
 """
 
-import atexit
+import contextlib
 import functools
 import os
 import pickle
+import socket
 import sys
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -82,6 +83,7 @@ class State:
         self._reset_callbacks: List[Callable[[], Any]] = []
         self._commit_name = _next_name()
         self._commits = 0
+        self._resumed = False  # a relaunched job's elastic function resumed from its commits
         self._in_commit = False
         self._hosts_changed: Optional[bool] = None  # announced: whether right after a commit
 
@@ -321,12 +323,63 @@ def _exit_for_new_hosts(state: State) -> None:
     os._exit(RESTART_EXIT)
 
 
-def _remove_at_exit(store: CommitStore, name: str) -> None:
-    """Removes this host's commit of `name` when the process ends normally, not before: a rank
-    ended by a signal after the function returned (mpirun ends every rank when it loses a host,
-    some of them still saving or printing their results) leaves the commit for the relaunch to
-    resume from, so the job never trains again from the start."""
-    atexit.register(store.remove, name)
+class _Leaving:
+    """The commits this host removes once every rank of it has ended normally (_leave_host)."""
+
+    def __init__(self, directory: str, restarts: int):
+        self.directory, self.restarts = directory, restarts
+        self.local_rank, self.local_size = basics.local_rank(), basics.local_size()
+        self.names: set = set()
+
+
+_leaving: List[_Leaving] = []  # at most one: this process's, as of its elastic function's last return
+
+
+def _remove_at_exit(directory: str, restarts: int, name: str) -> None:
+    """Removes the commits of `name` (and of the other states whose functions returned) from this
+    host once every rank of it has ended normally (_leave_host), with the ranks' layout as it is now
+    (a shrink may have changed it). Not before: a rank ended by a signal after its function returned
+    (mpirun ends every rank when it loses a host, some of them still saving or printing their
+    results) leaves its host's commits for the relaunch to resume from, never from the start."""
+    leaving = _Leaving(directory, restarts)
+    if _leaving:
+        leaving.names = _leaving[0].names
+    leaving.names.add(name)
+    _leaving[:] = [leaving]
+    basics.after_mpi_at_exit(_leave_host)
+
+
+def _leave_host() -> None:
+    """At a normal exit, after MPI_Finalize: tells the launcher this rank ended well (a signal after
+    this is no failure: rank.emit_done), then marks its end in the commit directory
+    (`exited.<launch>.<host>.<local rank>`: the host's name keeps hosts apart if the directory is
+    shared), and the host's last rank to end so removes the commits and the marks. A rank ended by a
+    signal before it marks nothing: the launcher relaunches the job, and its host keeps the commits
+    to resume from (the launcher removes its own host's directory at the job's end, however it
+    ended)."""
+    if not _leaving:
+        return
+    from ..run.rank import emit_done, rank_from_env
+
+    emit_done(rank_from_env())  # first: killed after it, the rank still counts as ended well
+    leaving = _leaving[0]
+    prefix = f"exited.{leaving.restarts}.{socket.gethostname()}."
+    try:
+        with open(os.path.join(leaving.directory, prefix + str(leaving.local_rank)), "w"):
+            pass
+        ended = [e for e in os.listdir(leaving.directory) if e.startswith(prefix)]
+    except OSError:
+        return
+    if len(ended) < leaving.local_size:
+        return
+    store = CommitStore(leaving.directory)
+    for name in sorted(leaving.names):
+        store.remove(name)
+    for entry in ended:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(leaving.directory, entry))
+    with contextlib.suppress(OSError):
+        os.rmdir(leaving.directory)
 
 
 def run(func: Callable) -> Callable:
@@ -356,13 +409,14 @@ def run(func: Callable) -> Callable:
             )
         directory, restarts = _launch_env()
         skip_sync = False
-        resume = directory is not None and restarts > 0
+        # a relaunched job: the state's first call resumes from its newest commit, not a later one
+        resume = directory is not None and restarts > 0 and not state._resumed
         result, returned = None, False
         while True:
             try:
                 if not returned:
                     if resume:  # a relaunched job: the newest commit, then the callbacks (Horovod's order)
-                        resume = False
+                        resume, state._resumed = False, True
                         counter = state._resume()
                         if basics.rank() == 0:
                             where = (
@@ -406,8 +460,8 @@ def run(func: Callable) -> Callable:
                 skip_sync = exc.skip_sync
             _reset()
             state.on_reset()
-        if directory is not None and basics.local_rank() == 0:
-            _remove_at_exit(CommitStore(directory), state._commit_name)
+        if directory is not None:
+            _remove_at_exit(directory, restarts, state._commit_name)
         return result
 
     return wrapper

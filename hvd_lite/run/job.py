@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .hosts import listen_host
 from .rank import PREFIX
@@ -110,6 +110,7 @@ class _Markers:
         self.started: List[int] = []
         self.exits: Dict[int, int] = {}
         self.killed: Dict[int, int] = {}
+        self.done: Set[int] = set()  # ranks whose hvd_lite ended normally (rank.emit_done)
         self.failed_at: Optional[float] = None  # the first non-zero exit
         self.own_failure_at: Optional[float] = None  # the first one not by a signal
         self.chunks: Dict[Tuple[str, int], Dict[int, str]] = {}
@@ -123,6 +124,8 @@ class _Markers:
             if kind == "start":
                 if rank not in self.started:
                     self.started.append(rank)
+            elif kind == "done":
+                self.done.add(rank)
             elif kind == "exit":  # data: CODE, or CODE:SIGNAL when the command was killed
                 text, _, signum = data.partition(":")
                 code = int(text) if text.isascii() and text.isdigit() else 1
@@ -148,14 +151,16 @@ class _Markers:
         return out
 
     def result(self, **fields) -> JobResult:
-        """What the ranks reported so far, with the given other fields of a JobResult."""
+        """What the ranks reported so far, with the given other fields of a JobResult. A rank that
+        said its hvd_lite ended normally and was then killed, or never reported more (its shim lost
+        with its host), counts as exited 0."""
         with self.lock:
+            exits, killed = dict(self.exits), dict(self.killed)
+            for rank in self.done & (set(killed) | (set(self.started) - set(exits))):
+                exits[rank] = 0  # killed after it, or its shim lost with its host
+                killed.pop(rank, None)
             return JobResult(
-                started=list(self.started),
-                exits=dict(self.exits),
-                killed=dict(self.killed),
-                payloads=self._payloads(),
-                **fields,
+                started=list(self.started), exits=exits, killed=killed, payloads=self._payloads(), **fields
             )
 
 

@@ -19,12 +19,14 @@ hvd_lite's C extension loading.
 """
 
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from typing import Optional, Tuple
 
 TOKEN_VAR = "HVD_LITE_RUN_TOKEN"
 FUNC_VAR = "HVD_LITE_RUN_FUNC"  # run(func): the pickled function, read by task.py
@@ -39,7 +41,8 @@ HOSTS_ADDED, HOSTS_REMOVED = 1, 2  # the KIND bits of a host update on that conn
 RESTART_EXIT = 75  # a rank's exit code asking for a relaunch: a collective failed under elastic.run
 REPORT_VAR = "HVD_LITE_RUN_REPORT"  # HOST:PORT where the launcher also takes each rank's exit marker
 REPORT_TIMEOUT_S = 2.0  # to look its name up, connect to it and send the marker, at most
-RELAY_DRAIN_S = 1.0  # after CMD ends, how long the relay waits for the last of its output
+RELAY_DRAIN_S = 1.0  # after CMD ends, how long the relay waits for more of its output
+RELAY_MAX_DRAIN_S = 10.0  # ... and how long in all
 PREFIX = "@@hvdl-run"
 CHUNK = 2000  # characters of payload per marker line: one write, below PIPE_BUF
 _RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
@@ -78,15 +81,17 @@ def emit(kind: str, rank: int, payload: str = "") -> None:
 def connect_within(host: str, port: int, timeout: float) -> socket.socket:
     """A TCP connection to (host, port) made within `timeout` seconds, the lookup of the host's name
     included (getaddrinfo has no time limit of its own: a resolver that does not answer would hold
-    the caller for as long as its own, often 5 s a try); socket.timeout past it."""
+    the caller for as long as its own, often 5 s a try); socket.timeout past it. The socket's own
+    timeout is what is left of `timeout`, so that a send right after stays within it too."""
     deadline = time.monotonic() + timeout
     found: list = []
 
     def look_up() -> None:
+        _no_forwarded_signals()
         try:
             found.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
-        except OSError as exc:
-            found.append(exc)
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a name IDNA refuses
+            found.append(OSError(f"cannot look up {host!r}: {exc}"))
 
     thread = threading.Thread(target=look_up, daemon=True)
     thread.start()
@@ -101,7 +106,7 @@ def connect_within(host: str, port: int, timeout: float) -> socket.socket:
         try:
             sock.settimeout(max(deadline - time.monotonic(), 0.001))
             sock.connect(address)
-            sock.settimeout(timeout)
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))  # what is left, for the caller
             return sock
         except OSError as exc:
             sock.close()
@@ -124,6 +129,15 @@ def report(kind: str, rank: int, payload: str = "") -> None:
         pass
 
 
+def emit_done(rank: int) -> None:
+    """Said by hvd_lite in a rank of an elastic job as it ends normally, its elastic functions
+    returned and MPI finalized, on stderr and to REPORT_VAR: the launcher then counts the rank as
+    exited 0 even if a signal ends it in what is left (mpirun ends every rank when it loses a
+    host), as the commits it may remove next are no longer needed."""
+    emit("done", rank)
+    report("done", rank)
+
+
 def emit_exit(rank: int, payload: str) -> None:
     """How the command ended, on stderr and to the launcher's REPORT_VAR."""
     emit("exit", rank, payload)
@@ -134,17 +148,26 @@ class Relay:
     """Passes what the command writes to one of the shim's streams (fd 1 or 2) on to it, and drops
     the rest once that stream fails (the MPI stopped reading it), so the command's writes never do.
     The command's end is a pseudo-terminal's where the shim's stream is a terminal (Open MPI gives
-    each rank's stdout one), so that line buffering stays as it was, else a pipe."""
+    each rank's stdout one), so that line buffering stays as it was, else a pipe. OSError if
+    neither can be made (no file descriptors left): the shim then runs the command without."""
 
     def __init__(self, fd: int):
         self.fd = fd
-        if os.isatty(fd):
-            self.read_end, self.child_end = os.openpty()
-            _no_output_processing(self.child_end)
-        else:
-            self.read_end, self.child_end = os.pipe()
+        ends = _pseudo_terminal(fd) if os.isatty(fd) else None
+        self.read_end, self.child_end = ends if ends is not None else os.pipe()
         self.dropped = 0  # bytes not passed on
+        self.last_read = time.monotonic()
         self.thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def make(fd: int) -> "Optional[Relay]":
+        """A relay for `fd`, or None where it is not open (nothing to pass on to) or none can be
+        made (the command then writes to `fd` itself, as outside shrink mode)."""
+        try:
+            os.fstat(fd)
+            return Relay(fd)
+        except OSError:
+            return None
 
     def start(self) -> None:
         """Closes the shim's copy of the command's end (the command holds its own) and starts."""
@@ -152,35 +175,64 @@ class Relay:
         self.thread.start()
 
     def finish(self) -> None:
-        """Waits, RELAY_DRAIN_S at most, for the output the command left (a process it started may
-        hold its end open for longer)."""
-        self.thread.join(RELAY_DRAIN_S)
+        """Waits for the output the command left while it keeps coming (at most RELAY_DRAIN_S
+        without any, RELAY_MAX_DRAIN_S in all: a process the command started may hold its end)."""
+        start = time.monotonic()
+        while self.thread.is_alive() and time.monotonic() < start + RELAY_MAX_DRAIN_S:
+            if time.monotonic() - max(self.last_read, start) > RELAY_DRAIN_S:
+                return
+            self.thread.join(0.05)
 
     def _run(self) -> None:
-        while True:
-            try:
-                data = os.read(self.read_end, 65536)
-            except OSError:  # a pseudo-terminal's: EIO once no process holds the command's end
-                return
-            if not data:
-                return
-            while data and not self.dropped:
+        _no_forwarded_signals()
+        try:
+            while True:
                 try:
-                    data = data[os.write(self.fd, data) :]
-                except OSError:  # EPIPE, EIO: nobody reads it any more
-                    break
-            self.dropped += len(data)
+                    data = os.read(self.read_end, 65536)
+                except OSError:  # a pseudo-terminal's: EIO once no process holds the command's end
+                    return
+                self.last_read = time.monotonic()
+                if not data:
+                    return
+                while data and not self.dropped:
+                    try:
+                        data = data[os.write(self.fd, data) :]
+                    except BlockingIOError:  # a non-blocking stream that is full: wait, bounded
+                        select.select([], [self.fd], [], 1.0)
+                    except OSError:  # EPIPE, EIO: nobody reads it any more
+                        break
+                self.dropped += len(data)
+        finally:
+            os.close(self.read_end)
 
 
-def _no_output_processing(fd: int) -> None:
-    """A pseudo-terminal that passes the bytes written to it as they are (no "\n" to "\r\n")."""
+def _pseudo_terminal(fd: int) -> "Optional[Tuple[int, int]]":
+    """(master, slave) of a new pseudo-terminal set like the terminal `fd` (its window size too),
+    but passing the bytes written to it as they are: the terminal `fd` does what output processing
+    it does (line feeds to CR-LF, say) once. None where none can be made."""
     try:
+        import fcntl
         import termios
 
+        master, slave = os.openpty()
+    except (ImportError, OSError):
+        return None
+    try:
         attrs = termios.tcgetattr(fd)
         attrs[1] &= ~termios.OPOST
-        termios.tcsetattr(fd, termios.TCSANOW, attrs)
-    except (ImportError, OSError):
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
+    except OSError:
+        pass
+    return master, slave
+
+
+def _no_forwarded_signals() -> None:
+    """In a helper thread: the signals the shim forwards are not delivered here (the main thread,
+    waiting for the command, forwards them)."""
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, [getattr(signal, name) for name in _FORWARDED])
+    except (AttributeError, OSError, ValueError):
         pass
 
 
@@ -234,8 +286,8 @@ def main(argv) -> int:
     for name in _FORWARDED:
         signal.signal(getattr(signal, name), forward)
     emit("start", rank)
-    relays = [Relay(1), Relay(2)] if os.environ.get(REPORT_VAR) else []
-    out, err = (relay.child_end for relay in relays) if relays else (None, None)
+    relays = [Relay.make(1), Relay.make(2)] if os.environ.get(REPORT_VAR) else [None, None]
+    out, err = (None if relay is None else relay.child_end for relay in relays)
     try:
         # close_fds=False: Hydra hands each rank its PMI connection as an inherited fd (PMI_FD).
         child = subprocess.Popen(
@@ -246,12 +298,12 @@ def main(argv) -> int:
         emit_exit(rank, "127")
         return 127
     finally:
-        for relay in relays:
+        for relay in filter(None, relays):
             relay.start()
     for signum in early:
         forward(signum, None)
     code = child.wait()
-    for relay in relays:
+    for relay in filter(None, relays):
         relay.finish()
     if code < 0:
         emit_exit(rank, f"{128 - code}:{-code}")

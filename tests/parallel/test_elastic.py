@@ -3,6 +3,9 @@ tests/system/test_elastic.py): commit, restore and sync of ObjectState and Torch
 ElasticSampler's split, the reset callbacks and Horovod's reset order after HostsUpdatedInterrupt,
 and a failed collective raised as HorovodInternalError outside an elastic launch."""
 
+import os
+import socket
+
 import numpy as np
 import pytest
 
@@ -44,6 +47,73 @@ def test_run_syncs_first_then_runs_reset_callbacks_in_order_after_hosts_updated(
     assert train(state, 2) == 100
     assert calls == [10, 50] and events == ["first", "second"]
     assert hvd_lite.is_initialized()
+
+
+def test_a_relaunched_state_resumes_from_its_commit_once_and_its_later_calls_do_not(
+    tmp_path, monkeypatch, capfd
+):
+    """In a relaunched elastic job the first call of a state's elastic function loads the newest
+    commit and runs the reset callbacks (Horovod's order); the commits stay on disk until the
+    process ends, and the state's later calls (a function decorated per epoch, say) only sync, as
+    in any job: no second resume, no reset."""
+    from hvd_lite.run.rank import ELASTIC_DIR_VAR, ELASTIC_RESTARTS_VAR
+
+    directory = hvd_lite.broadcast_object(str(tmp_path / "commits") if hvd_lite.rank() == 0 else None)
+    monkeypatch.setenv(ELASTIC_DIR_VAR, directory)
+    monkeypatch.setenv(ELASTIC_RESTARTS_VAR, "0")
+    first = hvd_lite.elastic.ObjectState(step=0)
+
+    @hvd_lite.elastic.run
+    def epoch(state):
+        state.step += 1
+        state.commit()
+        return state.step
+
+    assert epoch(first) == 1
+    monkeypatch.setenv(ELASTIC_RESTARTS_VAR, "1")  # as a relaunched process sees it, with a new state
+    again = hvd_lite.elastic.ObjectState(step=0)
+    again._commit_name = first._commit_name  # a relaunched process's first state: the same file
+    resets = []
+    again.register_reset_callbacks([lambda: resets.append(again.step)])
+    capfd.readouterr()
+    assert [epoch(again) for _ in range(3)] == [2, 3, 4]  # from the commit of step 1, then on
+    assert resets == [1]
+    said = capfd.readouterr().err
+    assert said.count("resume from commit") == (1 if hvd_lite.rank() == 0 else 0), said
+
+
+def test_a_hosts_commits_go_when_its_last_rank_ends_normally_and_stay_while_one_has_not(
+    tmp_path, monkeypatch
+):
+    """The removal at a normal exit (run by hand here, rank by rank): each rank marks its end, and
+    only the host's last one removes the commits and the marks; until then (a rank that never ends
+    normally, killed after its function returned) they stay for a relaunch."""
+    from hvd_lite import elastic
+    from hvd_lite.run.rank import ELASTIC_DIR_VAR, ELASTIC_RESTARTS_VAR
+
+    if hvd_lite.local_size() != hvd_lite.size():
+        pytest.skip("the ranks of one host (emulated hosts share the machine's name)")
+    directory = hvd_lite.broadcast_object(str(tmp_path / "commits") if hvd_lite.rank() == 0 else None)
+    monkeypatch.setenv(ELASTIC_DIR_VAR, directory)
+    monkeypatch.setenv(ELASTIC_RESTARTS_VAR, "0")
+    monkeypatch.setattr(elastic, "_leaving", [])
+    state = hvd_lite.elastic.ObjectState(step=0)
+
+    @hvd_lite.elastic.run
+    def train(state):
+        state.step += 1
+        state.commit()
+
+    train(state)
+    for rank in range(hvd_lite.size()):
+        if hvd_lite.rank() == rank:
+            left = sorted(os.listdir(directory))
+            marks = [f"exited.0.{socket.gethostname()}.{r}" for r in range(rank)]
+            assert left == sorted([f"{state._commit_name}.commit", *marks]), left
+            elastic._leave_host()
+        hvd_lite.barrier()
+    assert not os.path.exists(directory)
+    hvd_lite.barrier()
 
 
 def test_run_refuses_what_is_not_a_state_and_callbacks_that_are_not_a_list():

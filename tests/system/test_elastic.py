@@ -299,16 +299,39 @@ def test_survivors_on_two_hosts_go_on_when_a_rank_or_a_whole_host_dies(tmp_path,
 # ObjectState over NumPy on two emulated hosts: at step 4 world rank 2 takes its whole host down (its
 # MPI daemon, every rank's shim, the ranks), after writing the discovery script's file without it, as a
 # cluster drops a machine that went away. The job has STEPS steps, each one after the loss PAUSE seconds
-# long; each rank that finishes writes its result in the directory DONE, waits LINGER seconds (as a
-# job saving its model would), and prints it (mpirun may no longer relay that).
+# long; each rank that finishes writes its result in the directory DONE, waits LINGER seconds in the
+# first launch at the script's end (as a job saving its model would), and prints its result (mpirun
+# may no longer relay that). With WHERE "teardown" no host is lost while the job trains: at the
+# very end, after hvd_lite's own (an exit handler that runs after hvd_lite's), every rank writes
+# `teardown<rank>` in EW_MARKERS and waits LINGER seconds, and world rank 2 takes its host down once
+# the other three have written theirs.
 HOST_LOSS_WORKER = """
-import os, signal, sys, time
+import atexit, os, signal, sys, time
 import numpy as np
 import hvd_lite as hvd
 from hvd_lite.run.rank import rank_from_env
 
-hosts_file, done = sys.argv[1], sys.argv[4]
+hosts_file, done, where = sys.argv[1], sys.argv[4], sys.argv[6]
 steps, pause, linger = int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[5])
+if os.environ["HVD_LITE_ELASTIC_RESTARTS"] != "0":
+    linger = 0
+
+
+def at_the_very_end():
+    markers = os.environ["EW_MARKERS"]
+    open(os.path.join(markers, f"teardown{rank_from_env()}"), "w").close()
+    if rank_from_env() == 2:
+        others = [os.path.join(markers, f"teardown{r}") for r in (0, 1, 3)]
+        deadline = time.monotonic() + 30
+        while not all(map(os.path.exists, others)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        leave_the_hosts_file()
+        lose_my_host()
+    time.sleep(linger)
+
+
+if where == "teardown" and linger:
+    atexit.register(at_the_very_end)  # before init: runs after hvd_lite's own exit handler
 hvd.init()
 state = hvd.elastic.ObjectState(w=np.zeros(4), step=0)
 
@@ -328,13 +351,17 @@ def lose_my_host():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def leave_the_hosts_file():
+    with open(hosts_file + ".new", "w") as f:
+        f.write("hosta:2\\n")
+    os.replace(hosts_file + ".new", hosts_file)
+
+
 @hvd.elastic.run
 def train(state):
     while state.step < steps:
-        if rank_from_env() == 2 and state.step == 4 and hvd.size() == 4:
-            with open(hosts_file + ".new", "w") as f:
-                f.write("hosta:2\\n")
-            os.replace(hosts_file + ".new", hosts_file)
+        if rank_from_env() == 2 and state.step == 4 and hvd.size() == 4 and where != "teardown":
+            leave_the_hosts_file()
             lose_my_host()
         if state.step >= 4:
             time.sleep(pause)
@@ -348,13 +375,13 @@ train(state)
 line = f"{hvd.size()} {state.step} {state.w.tolist()}"
 with open(os.path.join(done, f"{os.getpid()}"), "w") as f:
     f.write(line)
-time.sleep(linger)
+time.sleep(linger if where == "script" else 0)
 sys.stdout.write(f"DONE {line}\\n")
 sys.stdout.flush()
 """
 
 
-def lose_a_host(tmp_path, steps, pause, linger=0.0):
+def lose_a_host(tmp_path, steps, pause, linger=0.0, where="script"):
     """Runs HOST_LOSS_WORKER on hosta:2 and hostb:2 in shrink mode: (result, the results written)."""
     needs_shrink()
     hosts = tmp_path / "hosts"
@@ -369,7 +396,7 @@ def lose_a_host(tmp_path, steps, pause, linger=0.0):
             *("--elastic-mode", "shrink", "-np", "4", "--min-np", "2", "--max-np", "4"),
             *("--host-discovery-script", f"cat {hosts}"),
             *mpi_args(words),
-            *(sys.executable, str(script), str(hosts), str(steps), str(pause), str(done), str(linger)),
+            *(sys.executable, str(script), str(hosts), str(steps), str(pause), str(done), str(linger), where),
         )
     assert took < TIMEOUT
     return res, sorted((done / name).read_text() for name in os.listdir(done))
@@ -399,20 +426,26 @@ def test_a_host_lost_whole_relaunches_the_survivors_from_the_last_commit_though_
     assert done == [f"2 24 {[float(want)] * 4}"] * 2
 
 
-@pytest.mark.parametrize("linger", [0.0, 2.0], ids=["exit-at-once", "linger-2s"])
+# A relaunch after a host loss: Open MPI ended the survivors (a lost host), or the survivors heard from
+# hvd_lite.run that the host is gone before that and left for the hosts left (the hosts changed).
+ANY_RELAUNCH = re.compile(LOST_HOST_RELAUNCH.pattern + r"|the hosts changed \(slots removed\); relaunching")
+
+
+@pytest.mark.parametrize("linger", [0.0, 60.0], ids=["exit-at-once", "linger-at-the-end"])
 def test_survivors_that_finish_before_mpirun_ends_them_end_the_job_without_running_it_again(tmp_path, linger):
     """The steps after the loss take no time: the survivors usually finish before mpirun ends them,
     and remove their commits as they exit. Their ends reach hvd_lite.run over TCP (mpirun no longer
     relays their output; their last print may be dropped, and does not fail), so the job ends with
-    their success. Where mpirun ends them first, also after their training returned (they linger,
-    as a job saving its model would), the relaunch resumes from the last commit. Either way every
-    step is done once: never again from the start."""
+    their success. Where mpirun ends them first, also after their training returned (they linger at
+    the script's end, as a job saving its model would: then always), the relaunch resumes from the
+    last commit. Either way every step is done once: never again from the start."""
     res, done = lose_a_host(tmp_path, 8, 0, linger)
     assert res.returncode == 0, res.stdout + res.stderr
     want = f"2 8 {[float(4 * sum(range(4)) + 2 * sum(range(4, 8)))] * 4}"
-    sys.stderr.write(f"the survivors {'were ended' if 'relaunching' in res.stderr else 'finished'} first\n")
-    if "relaunching" in res.stderr:
-        assert LOST_HOST_RELAUNCH.search(res.stderr), res.stderr
+    relaunched = ANY_RELAUNCH.search(res.stderr)
+    sys.stderr.write(f"the survivors {'were ended' if relaunched else 'finished'} first\n")
+    assert linger == 0 or LOST_HOST_RELAUNCH.search(res.stderr), res.stderr
+    if relaunched:
         assert "resume from commit" in res.stderr, res.stderr
         assert done[-2:] == [want] * 2  # the relaunch's (the survivors' too, where they had finished)
     else:
@@ -422,6 +455,17 @@ def test_survivors_that_finish_before_mpirun_ends_them_end_the_job_without_runni
         ), res.stderr
         assert done == [want] * 2
     assert set(done) == {want}, done
+
+
+def test_a_host_lost_after_every_ranks_hvd_lite_ended_is_no_failure_and_runs_nothing_again(tmp_path):
+    """The job trains to its end on 4 ranks; then, after hvd_lite's own end on every rank (MPI
+    finalized, the commits removed), hostb goes down, and mpirun ends hosta's ranks as they linger.
+    Each rank said it ended well before that (its hvd_lite's last act), so none counts as failed:
+    no relaunch, exit 0."""
+    res, done = lose_a_host(tmp_path, 8, 0, 60.0, "teardown")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "relaunch" not in res.stderr and "blacklisted" not in res.stderr, res.stderr
+    assert done == [f"4 8 {[float(4 * sum(range(8)))] * 4}"] * 4, done
 
 
 def test_two_deaths_in_a_row_shrink_the_job_twice_down_to_min_np(tmp_path):

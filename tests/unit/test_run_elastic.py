@@ -828,7 +828,9 @@ def test_a_rank_whose_output_nobody_reads_any_more_ends_with_its_own_code(stream
     try:
         got = b""
         while not got.endswith(b"\n"):
-            got += os.read(read, 100)
+            chunk = os.read(read, 100)
+            assert chunk, got  # not the end before the first line
+            got += chunk
         assert got == b"before\n"
     finally:
         os.close(read)  # nobody reads the rank's stdout any more
@@ -838,6 +840,33 @@ def test_a_rank_whose_output_nobody_reads_any_more_ends_with_its_own_code(stream
     assert proc.wait(timeout=30) == 0
     reports.close()
     assert markers.result(exit_code=0, mpirun_code=0).exits == {0: 0}
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to the shim", "a command that cannot run"])
+def test_a_relaying_shim_still_forwards_signals_and_reports_a_command_that_cannot_run(how):
+    """With its output relayed (shrink mode), the command still gets the signals the shim gets,
+    and the shim still reports how it ended: killed by SIGTERM, or 127 when it cannot run."""
+    token, reports = "5eed", ExitReports(["localhost"])
+    markers = _Markers(token)
+    reports.follow(lambda line: _take_marker(line, markers))
+    env = {**os.environ, TOKEN_VAR: token, REPORT_VAR: reports.address, "OMPI_COMM_WORLD_RANK": "2"}
+    child = "import time; print('up', flush=True); time.sleep(60)"
+    argv = [sys.executable, "-c", child] if how.startswith("SIGTERM") else ["/nonexistent/command"]
+    proc = subprocess.Popen(
+        [sys.executable, SHIM, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    assert proc.stdout is not None
+    if how.startswith("SIGTERM"):
+        assert proc.stdout.readline() == b"up\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+        want = {2: 128 + signal.SIGTERM}
+    else:
+        assert proc.wait(timeout=30) == 127
+        want = {2: 127}
+    proc.stdout.close()
+    reports.close()
+    assert markers.result(exit_code=0, mpirun_code=0).exits == want
 
 
 def test_a_job_that_does_not_survive_deaths_leaves_the_ranks_output_as_mpirun_gave_it():
@@ -886,6 +915,23 @@ def test_a_shim_whose_launchers_name_does_not_resolve_in_time_ends_within_its_ti
     t0 = time.monotonic()
     res = subprocess.run([sys.executable, SHIM, "true"], env=env, stderr=subprocess.DEVNULL, timeout=90)
     assert res.returncode == 0 and time.monotonic() - t0 < 10
+
+
+def test_a_rank_killed_after_saying_its_hvd_lite_ended_well_counts_as_exited_0():
+    """rank.emit_done's marker (an elastic job's rank at its normal end, MPI finalized), read from
+    stderr or TCP in either order with its shim's exit: a signal after it is no failure; one
+    without it still is."""
+    for lines in (["done:0", "exit:0:143:15"], ["exit:0:143:15", "done:0"], ["exit:1:143:15"]):
+        markers = _Markers("7e57")
+        for line in lines:
+            kind, rank, *data = line.split(":")
+            payload = ":".join(data)
+            _take_marker(f"{PREFIX}:7e57:{kind}:{rank}:0/1:{payload}".encode(), markers)
+        result = markers.result(exit_code=0, mpirun_code=0)
+        if lines[0].startswith("exit:1"):
+            assert result.exits == {1: 143} and result.killed == {1: 15}
+        else:
+            assert result.exits == {0: 0} and result.killed == {}
 
 
 def test_a_job_that_survives_deaths_hears_a_rank_end_that_mpirun_did_not_relay(capfd):
