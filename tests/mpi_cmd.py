@@ -36,10 +36,12 @@ def mpirun_cmd(np: int, mpirun: Optional[str] = None) -> List[str]:
     return cmd + ["-np", str(np)]
 
 
-# Open MPI 5's launcher (PRRTE with its PMIx server) now and then fails to start itself, before
-# any rank exists: CI saw "The PMIx server's listener thread failed to start" once in a few hundred
-# launches, with nothing else on the line and no way to reproduce it here. None of our code ran,
-# so a job that failed with one of these messages is launched again (LAUNCH_ATTEMPTS in all).
+# Open MPI 5's mpirun cannot start ("The PMIx server's listener thread failed to start", exit 213,
+# before any rank exists) where an earlier mpirun with the same pid was killed by SIGKILL and left
+# its session directory, <TMPDIR>/ompi.<pid>, behind: PIDs wrap at 32,768 in a long run. hvd_lite.run
+# gives each job's mpirun a session base of its own; the tests' plain mpirun jobs share $TMPDIR with
+# whatever a developer's machine killed before, so a job that failed this way is launched again
+# (LAUNCH_ATTEMPTS in all).
 LAUNCHER_FAILURES = ("PMIx server's listener thread failed to start",)
 LAUNCH_ATTEMPTS = 3
 

@@ -1,11 +1,14 @@
 """Turns the launcher's options into a plan (MPI, argv, environment) and runs it."""
 
+import contextlib
 import math
 import os
 import secrets
 import shlex
+import shutil
+import tempfile
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from ..exceptions import LauncherError
 from . import flavour as flavours
@@ -16,6 +19,10 @@ from .rank import REPORT_VAR, TOKEN_VAR
 from .values import parse_float
 
 DEFAULT_START_TIMEOUT_S = 60.0
+
+# Open MPI's mpirun keeps its session directory (PMIx's rendezvous files among it) at
+# <base>/ompi.<its pid>; the base is $TMPDIR unless one of these says otherwise.
+SESSION_BASE_VARS = ("PRTE_MCA_prte_tmpdir_base", "PRTE_MCA_prte_local_tmpdir_base")
 
 
 def default_start_timeout() -> float:
@@ -124,18 +131,41 @@ def execute(
         if plan.reports is not None:
             plan.reports.close()
         raise LauncherError(f"--start-timeout must be a finite number of seconds > 0, got {timeout:g}")
-    job = Job(
-        plan.argv,
-        plan.env,
-        plan.np,
-        plan.token,
-        timeout,
-        stdin,
-        quiet,
-        survives_deaths,
-        on_death,
-        plan.reports,
-    )
-    result = job.run()
+    with _own_session_base(plan) as env:
+        job = Job(
+            plan.argv,
+            env,
+            plan.np,
+            plan.token,
+            timeout,
+            stdin,
+            quiet,
+            survives_deaths,
+            on_death,
+            plan.reports,
+        )
+        result = job.run()
     result.rank_hosts = list(plan.rank_hosts)
     return result
+
+
+@contextlib.contextmanager
+def _own_session_base(plan: Plan) -> Iterator[Dict[str, str]]:
+    """The plan's environment, with Open MPI's mpirun given a session directory base of this
+    job's own (removed after it). An mpirun killed by SIGKILL leaves its session directory behind,
+    and a later mpirun that gets the same pid in the same base cannot start ("The PMIx server's
+    listener thread failed to start": its rendezvous files exist); a base per job cannot hold
+    another's. The ranks' TMPDIR is unchanged, and a base the user chose is kept."""
+    chosen = any(name in plan.env for name in SESSION_BASE_VARS) or any("tmpdir" in arg for arg in plan.argv)
+    if plan.mpi.flavour != flavours.OPENMPI or chosen:
+        yield plan.env
+        return
+    try:
+        base = tempfile.mkdtemp(prefix="hvd_lite-mpirun.", dir=plan.env.get("TMPDIR") or None)
+    except OSError:  # no writable TMPDIR: mpirun's own default, which will say so if it matters
+        yield plan.env
+        return
+    try:
+        yield {**plan.env, "PRTE_MCA_prte_local_tmpdir_base": base}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -306,7 +306,7 @@ def test_survivors_on_two_hosts_go_on_when_a_rank_or_a_whole_host_dies(tmp_path,
 # `teardown<rank>` in EW_MARKERS and waits LINGER seconds, and world rank 2 takes its host down once
 # the other three have written theirs.
 HOST_LOSS_WORKER = """
-import atexit, os, signal, sys, time
+import atexit, contextlib, os, signal, sys, time
 import numpy as np
 import hvd_lite as hvd
 from hvd_lite.run.rank import rank_from_env
@@ -334,12 +334,17 @@ if where == "teardown" and linger:
     atexit.register(at_the_very_end)  # before init: runs after hvd_lite's own exit handler
 hvd.init()
 state = hvd.elastic.ObjectState(w=np.zeros(4), step=0)
+with open(os.path.join(os.environ["EW_MARKERS"], f"where.{os.getpid()}"), "w") as f:
+    f.write(f"rank {rank_from_env()} pid {os.getpid()} ppid {os.getppid()} host "
+            f"{os.environ.get('HVDL_FAKE_HOSTNAME')} {hvd.local_rank()}/{hvd.local_size()} "
+            f"tmpdir {os.environ.get('TMPDIR')} restarts {os.environ['HVD_LITE_ELASTIC_RESTARTS']}")
 
 
 def lose_my_host():
     # this emulated host's processes: its name, and its directory under this job's two_hosts() root
     # (another test's emulated host of the same name may be running beside this one)
     marks = {(k + "=" + os.environ[k]).encode() for k in ("HVDL_FAKE_HOSTNAME", "TMPDIR")}
+    killed = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
@@ -347,8 +352,26 @@ def lose_my_host():
         except OSError:
             continue
         if here and int(pid) != os.getpid():
+            killed.append(pid)
+    # this process's own ancestors go last, its shim (the parent) at the very end: the shim's death
+    # kills this process (PR_SET_PDEATHSIG), which must not happen before every other one is killed
+    mine = ancestors()
+    killed.sort(key=lambda pid: mine.index(pid) if pid in mine else len(mine), reverse=True)
+    with open(os.path.join(os.environ["EW_MARKERS"], "lost"), "w") as f:
+        f.write(" ".join(killed))
+    for pid in killed:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def ancestors():
+    chain, pid = [], os.getppid()
+    while pid > 1:
+        chain.append(str(pid))
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    return chain
 
 
 def leave_the_hosts_file():
@@ -398,6 +421,10 @@ def lose_a_host(tmp_path, steps, pause, linger=0.0, where="script"):
             *mpi_args(words),
             *(sys.executable, str(script), str(hosts), str(steps), str(pause), str(done), str(linger), where),
         )
+    markers = tmp_path / "markers"
+    for name in sorted(os.listdir(markers)):  # where each rank ran, and what the loss killed
+        if name.startswith(("where.", "lost")):
+            sys.stderr.write(f"{name}: {(markers / name).read_text()}\n")
     assert took < TIMEOUT
     return res, sorted((done / name).read_text() for name in os.listdir(done))
 

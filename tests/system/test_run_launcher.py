@@ -174,6 +174,39 @@ def test_an_mpirun_killed_by_a_signal_is_named_in_one_line(tmp_path):
     )
 
 
+@pytest.mark.skipif(MPI.flavour != OPENMPI, reason="Open MPI's session directory")
+def test_a_session_directory_left_by_a_killed_mpirun_with_the_same_pid_does_not_stop_the_job(tmp_path):
+    """An mpirun killed by SIGKILL leaves <base>/ompi.<pid> with PMIx's rendezvous files; a later
+    mpirun with that pid and base cannot start. The stand-in plants them for its own pid, then
+    becomes the real mpirun (same pid)."""
+    real = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    fake = tmp_path / "bin" / "mpirun"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\n"
+        'd="$TMPDIR/ompi.$$"; mkdir -p "$d"\n'
+        'for h in $(hostname) $(hostname -s); do echo stale > "$d/pmix.$h.tool.$$"; done\n'
+        f'exec {real} "$@"\n'
+    )
+    fake.chmod(0o755)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    cmd = [sys.executable, "-m", "hvd_lite.run", "--mpirun", str(fake), "-np", "2"]
+    res = subprocess.run(
+        [*cmd, *py("import hvd_lite as hvd; hvd.init(); print('UP', hvd.size())")],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=env(TMPDIR=str(tmp)),
+    )
+    assert res.returncode == 0, res.stderr
+    assert tagged(res.stdout, "UP") == ["2", "2"], res.stdout
+    # the stand-in's stale directories (it ran for --version too) are all that is left: the job's
+    # own base went with the job
+    left = [p.name for p in tmp.iterdir()]
+    assert left and all(name.startswith("ompi.") for name in left), left
+
+
 def test_an_unreachable_host_is_reported_without_a_traceback():
     res = hvdrun("-np", "1", "-H", "no-such-host.invalid:1", "--start-timeout", "20", "true")
     assert res.returncode != 0
