@@ -207,6 +207,26 @@ def test_a_session_directory_left_by_a_killed_mpirun_with_the_same_pid_does_not_
     assert left and all(name.startswith("ompi.") for name in left), left
 
 
+@pytest.mark.skipif(MPI.flavour != OPENMPI, reason="Open MPI's session directory")
+def test_a_session_directory_base_the_user_sets_is_the_one_mpirun_uses(tmp_path):
+    """PRTE_MCA_prte_tmpdir_base given: hvd_lite.run adds no base of its own (PRRTE refuses both
+    the global and the local one at once); mpirun's session directory is in the user's."""
+    base = tmp_path / "base"
+    base.mkdir()
+    e = env(PRTE_MCA_prte_tmpdir_base=str(base))
+    code = f"import os; print('IN', *sorted(os.listdir({str(base)!r})))"
+    res = subprocess.run(
+        [sys.executable, "-m", "hvd_lite.run", "-np", "1", *py(code)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=e,
+    )
+    assert res.returncode == 0, res.stderr
+    [inside] = tagged(res.stdout, "IN")
+    assert re.fullmatch(r"ompi\.\d+", inside), res.stdout
+
+
 def test_an_unreachable_host_is_reported_without_a_traceback():
     res = hvdrun("-np", "1", "-H", "no-such-host.invalid:1", "--start-timeout", "20", "true")
     assert res.returncode != 0
