@@ -52,6 +52,7 @@ class Plan:
     token: str
     reports: Optional[ExitReports] = None  # where the shims also report their exits (execute closes it)
     rank_hosts: List[str] = field(default_factory=list)  # each rank's host (hosts filled in order)
+    mpi_args: List[str] = field(default_factory=list)  # the user's options for mpirun (in argv too)
 
     def shell_line(self) -> str:
         """The command as one line a shell would run unchanged."""
@@ -113,7 +114,7 @@ def make_plan(
             reports.close()
         raise
     rank_hosts = [name for name, count in place(host_list, n) for _ in range(count)]
-    return Plan(mpi, argv, job_env, n, token, reports, rank_hosts)
+    return Plan(mpi, argv, job_env, n, token, reports, rank_hosts, list(spec.mpi_args))
 
 
 def execute(
@@ -156,7 +157,9 @@ def _own_session_base(plan: Plan) -> Iterator[Dict[str, str]]:
     and a later mpirun that gets the same pid in the same base cannot start ("The PMIx server's
     listener thread failed to start": its rendezvous files exist); a base per job cannot hold
     another's. The ranks' TMPDIR is unchanged, and a base the user chose is kept."""
-    chosen = any(name in plan.env for name in SESSION_BASE_VARS) or any("tmpdir" in arg for arg in plan.argv)
+    chosen = any(name in plan.env for name in SESSION_BASE_VARS) or any(
+        "tmpdir" in arg for arg in plan.mpi_args
+    )
     if plan.mpi.flavour != flavours.OPENMPI or chosen:
         yield plan.env
         return

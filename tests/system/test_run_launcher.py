@@ -192,8 +192,8 @@ def test_a_session_directory_left_by_a_killed_mpirun_with_the_same_pid_does_not_
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     cmd = [sys.executable, "-m", "hvd_lite.run", "--mpirun", str(fake), "-np", "2"]
-    res = subprocess.run(
-        [*cmd, *py("import hvd_lite as hvd; hvd.init(); print('UP', hvd.size())")],
+    res = subprocess.run(  # the script's own --tmpdir is no mpirun option: the base is still given
+        [*cmd, *py("import hvd_lite as hvd; hvd.init(); print('UP', hvd.size())"), "--tmpdir"],
         capture_output=True,
         text=True,
         timeout=90,
@@ -208,15 +208,18 @@ def test_a_session_directory_left_by_a_killed_mpirun_with_the_same_pid_does_not_
 
 
 @pytest.mark.skipif(MPI.flavour != OPENMPI, reason="Open MPI's session directory")
-def test_a_session_directory_base_the_user_sets_is_the_one_mpirun_uses(tmp_path):
-    """PRTE_MCA_prte_tmpdir_base given: hvd_lite.run adds no base of its own (PRRTE refuses both
-    the global and the local one at once); mpirun's session directory is in the user's."""
+@pytest.mark.parametrize("how", ["environment", "mpi-args"])
+def test_a_session_directory_base_the_user_sets_is_the_one_mpirun_uses(tmp_path, how):
+    """prte_tmpdir_base given (in the environment, or as an mpirun option): hvd_lite.run adds no
+    base of its own (PRRTE refuses both the global and the local one at once); mpirun's session
+    directory is in the user's."""
     base = tmp_path / "base"
     base.mkdir()
-    e = env(PRTE_MCA_prte_tmpdir_base=str(base))
+    e = env(PRTE_MCA_prte_tmpdir_base=str(base)) if how == "environment" else env()
+    given = [] if how == "environment" else ["--mpi-args", f"--prtemca prte_tmpdir_base {base}"]
     code = f"import os; print('IN', *sorted(os.listdir({str(base)!r})))"
     res = subprocess.run(
-        [sys.executable, "-m", "hvd_lite.run", "-np", "1", *py(code)],
+        [sys.executable, "-m", "hvd_lite.run", *given, "-np", "1", *py(code)],
         capture_output=True,
         text=True,
         timeout=90,
