@@ -189,7 +189,7 @@ COLLS = {
     "alltoall": (
         "alltoall",
         "HVD_LITE_ALLTOALL_ALGO",
-        ["auto", "pairwise", "bruck", "hier_p2p"],
+        ["auto", "pairwise", "bruck", "hier_p2p", "hier_pairs"],
         [
             "ompi",
             "mpich",
@@ -683,7 +683,7 @@ def main(argv=None) -> int:
     if args.check:  # every algorithm of every collective
         bad = 0
         hosts = PLATFORMS[args.platform][0]
-        HIER = ("hier_p2p",)  # on hosts of one size only
+        HIER = ("hier_p2p", "hier_pairs")  # on hosts of one size only
         runs = [("allreduce", a, a, {}) for a in HVDL_ALGOS if a not in HIER]
         if hosts > 1:  # hier_p2p needs hosts of one size: emulated hosts of 4, and 6 ranks a host
             runs += [

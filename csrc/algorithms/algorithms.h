@@ -219,8 +219,8 @@ hvdlResult_t hvdl_alltoallv(hvdlComm_t comm, const void *send, const int *scount
                             const int *sdispls, void *recv, const int *rcounts, const int *rdispls);
 /* All-to-all of n blocks of `block` bytes each way (block q of sendbuff to rank q, block q of
  * recvbuff from it; at most 2 GiB per rank, the caller's check), pairwise
- * (alltoall_pairwise.c), by Bruck's schedule (alltoall_bruck.c) or in two levels over
- * hier_p2p's grid (alltoall_hier_p2p.c). In place when sendbuff == recvbuff; any other
+ * (alltoall_pairwise.c), by Bruck's schedule (alltoall_bruck.c), in two levels over
+ * hier_p2p's grid (alltoall_hier_p2p.c) or by host pairs over it (alltoall_hier_pairs.c). In place when sendbuff == recvbuff; any other
  * overlap is the caller's error. */
 hvdlResult_t hvdl_alltoall_pairwise(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                     size_t block);
@@ -228,6 +228,8 @@ hvdlResult_t hvdl_alltoall_bruck(hvdlComm_t comm, const void *sendbuff, void *re
                                  size_t block);
 hvdlResult_t hvdl_alltoall_hier_p2p(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                     size_t block);
+hvdlResult_t hvdl_alltoall_hier_pairs(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
+                                      size_t block);
 
 /* ---- allreduce_rab.c and allreduce_rd.c over a group (transport.h's struct hvdl_group),
  * for the hierarchical all-reduce over messages (allreduce_hier_p2p.c) ---- */

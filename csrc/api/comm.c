@@ -131,7 +131,8 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
     if (across.broadcastAlgorithm == hvdlBcastHierP2p) across.broadcastAlgorithm = hvdlBcastAuto;
     if (across.reduceScatterAlgorithm == hvdlReduceScatterHierP2p)
       across.reduceScatterAlgorithm = hvdlReduceScatterAuto;
-    if (across.allToAllAlgorithm == hvdlAllToAllHierP2p)
+    if (across.allToAllAlgorithm == hvdlAllToAllHierP2p ||
+        across.allToAllAlgorithm == hvdlAllToAllHierPairs)
       across.allToAllAlgorithm = hvdlAllToAllAuto;
     res = split_lanes(comm, comm->mpi, &lane);
     if (res == hvdlSuccess && lane != MPI_COMM_NULL) {

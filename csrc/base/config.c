@@ -177,7 +177,7 @@ const char *hvdl_reducescatter_algo_name(int algo) {
 
 /* HVD_LITE_ALLTOALL_ALGO's names, indexed by hvdlAllToAllAlgorithm_t. */
 static const char *const alltoall_names[hvdlNumAllToAllAlgos] = {"auto", "pairwise", "bruck",
-                                                                 "hier_p2p"};
+                                                                 "hier_p2p", "hier_pairs"};
 
 const char *hvdl_alltoall_algo_name(int algo) {
   return algo >= 0 && algo < hvdlNumAllToAllAlgos ? alltoall_names[algo] : "?";
@@ -290,7 +290,8 @@ hvdlResult_t hvdlConfigDefault(hvdlConfig_t *config) {
                         hvdlNumReduceScatterAlgos, "auto, ring, halving, shm or hier_p2p",
                         &config->reduceScatterAlgorithm));
   HVDL_CHECK(env_choice("HVD_LITE_ALLTOALL_ALGO", alltoall_names, hvdlNumAllToAllAlgos,
-                        "auto, pairwise, bruck or hier_p2p", &config->allToAllAlgorithm));
+                        "auto, pairwise, bruck, hier_p2p or hier_pairs",
+                        &config->allToAllAlgorithm));
   int k;
   HVDL_CHECK(
       hvdl_config_ranks_per_host(&k)); /* read by topology.c: refused here, before any traffic */

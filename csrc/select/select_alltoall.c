@@ -5,10 +5,11 @@
  * at init (comm->model, hosts, local_size), and HVD_LITE_ALLTOALL_ALGO
  * (config.allToAllAlgorithm, rank 0's, agreed there too): that one at every size when
  * forced, else the cheaper of pairwise and Bruck's by the model below (a tie: pairwise), or
- * hier_p2p where it beats both by HIER_P2P_MARGIN. hier_p2p needs hier_p2p's grid (hosts of the same
- * size; refused at init when forced without one, hvdl_select_alltoall_cannot_run). Blocks
- * of different sizes (the engine's alltoall with uneven splits) always go pairwise: Bruck's
- * and hier_p2p's schedules pack blocks of one size.
+ * a two-level algorithm where it beats both by HIER_P2P_MARGIN: hier_pairs where every rank
+ * carries at most one host (H-1 <= L), hier_p2p elsewhere (the rule: TWO_LEVEL below).
+ * Both need hier_p2p's grid (hosts of the same size; refused at init when forced without
+ * one, hvdl_select_alltoall_cannot_run). Blocks of different sizes (the engine's alltoall
+ * with uneven splits) always go pairwise: the other schedules pack blocks of one size.
  */
 #include "algorithms/algorithms.h"
 #include "base/base.h"
@@ -33,6 +34,13 @@
  *               (L-2) share alpha_intra + alpha_intra + (L-1) H b beta_intra,
  *             then across H-1 messages of L b, a host's L ranks sending through its NIC,
  *               (H-2) share alpha_intra + alpha_inter(L b) + (H-1) L L b beta_inter
+ *   hier_pairs (the same layouts) three steps, m = ceil((H-1)/L) the most hosts a rank
+ *             carries: the gather within the host, L-1 messages of (1 + m L) b,
+ *               (L-2) share alpha_intra + alpha_intra + (L-1) (1 + m L) b beta_intra,
+ *             across m messages of L L b, a host's NIC carrying H-1 of them,
+ *               (m-1) share alpha_intra + alpha_inter(L L b) + (H-1) L L b beta_inter,
+ *             and the spread within the host, L-1 messages of m L b,
+ *               (L-2) share alpha_intra + alpha_intra + (L-1) m L b beta_intra
  *
  * So Bruck's ceil(log2 n) latencies beat pairwise's n-1 message costs for small blocks on
  * many ranks, and its (n/2) log2(n) blocks lose to pairwise's n-1 for large ones. Neither
@@ -55,6 +63,17 @@
  * pairwise, and at 256 ranks a third of SMPI's best with 1 KiB blocks, 2.2x Bruck's speed
  * with 16 B (docs/scale.md, "All-to-all"). */
 #define HIER_P2P_MARGIN 1.25
+
+/* TWO_LEVEL, the rule between the two-level algorithms: hier_pairs is the candidate where
+ * every rank carries at most one host (H-1 <= L), whatever hier_p2p's prediction; hier_p2p
+ * elsewhere. Where a rank carries one host, hier_pairs sends the bytes hier_p2p sends across
+ * in one message a rank instead of H-1, which the model prices as a saving of a share each
+ * and in the simulation was more: at 8 hosts of 8 it ran 14.4 us against hier_p2p's 17.8 at
+ * 4 KiB and 198 against 236 at 256 KiB, and was as fast or faster on the family's three
+ * platforms of that layout (27.7 against 43.8 us, 6.7 against 6.8 at 4 KiB), where the model
+ * put it 8-11 % over. Where a rank carries several hosts its messages across are L/m times
+ * fewer and larger than hier_p2p's, and it ran slower: 20.0 against 17.0 us at 32 hosts of 8,
+ * 38.6 against pairwise's 34.5 at 16 hosts of 4 (docs/scale.md, "All-to-all"). */
 
 static double step(const hvdlComm_t comm, int across, int share, double s) {
   return hvdl_select_step(&comm->model, across, share, s);
@@ -92,13 +111,25 @@ double hvdl_select_predict_alltoall(hvdlComm_t comm, hvdlAllToAllAlgorithm_t alg
                             (double)(H - 1) * L * L * b * c->beta[HVDL_LINK_INTER];
       return within + across;
     }
+    case hvdlAllToAllHierPairs: {
+      const int H = comm->hosts,
+                m = (H - 2) / (L > 0 ? L : 1) + 1;        /* the most hosts a rank carries */
+      if (!comm->hier_p2p || H <= 1 || L <= 1) return -1; /* one host or one rank a host */
+      const double share = PAIRWISE_MESSAGE_SHARE * c->alpha[HVDL_LINK_INTRA];
+      const double within = (L - 2) * share + c->alpha[HVDL_LINK_INTRA];
+      const double gather = within + (L - 1) * (1.0 + (double)m * L) * b * c->beta[HVDL_LINK_INTRA];
+      const double across = (m - 1) * share + hvdl_select_alpha_inter(c, (double)L * L * b) +
+                            (double)(H - 1) * L * L * b * c->beta[HVDL_LINK_INTER];
+      const double spread = within + (double)(L - 1) * m * L * b * c->beta[HVDL_LINK_INTRA];
+      return gather + across + spread;
+    }
     default: return -1;
   }
 }
 
 const char *hvdl_select_alltoall_cannot_run(hvdlComm_t comm, hvdlAllToAllAlgorithm_t algo,
                                             int fewest, char *why_buf, size_t why_len) {
-  if (algo == hvdlAllToAllHierP2p)
+  if (algo == hvdlAllToAllHierP2p || algo == hvdlAllToAllHierPairs)
     return hvdl_select_hier_p2p_cannot_run(comm, fewest, why_buf, why_len);
   return NULL;
 }
@@ -109,8 +140,13 @@ hvdlAllToAllAlgorithm_t hvdl_select_alltoall(hvdlComm_t comm, size_t block) {
   const double pairwise_t = hvdl_select_predict_alltoall(comm, hvdlAllToAllPairwise, block);
   const double bruck_t = hvdl_select_predict_alltoall(comm, hvdlAllToAllBruck, block);
   const double hier_t = hvdl_select_predict_alltoall(comm, hvdlAllToAllHierP2p, block);
+  const double pairs_t = hvdl_select_predict_alltoall(comm, hvdlAllToAllHierPairs, block);
   const double best_t = bruck_t < pairwise_t ? bruck_t : pairwise_t;
-  if (hier_t >= 0 && hier_t * HIER_P2P_MARGIN < best_t) return hvdlAllToAllHierP2p;
+  /* the two-level candidate: hier_pairs where every rank carries at most one host */
+  const int by_pairs = pairs_t >= 0 && comm->hosts - 1 <= comm->local_size;
+  const double two_level_t = by_pairs ? pairs_t : hier_t;
+  if (two_level_t >= 0 && two_level_t * HIER_P2P_MARGIN < best_t)
+    return by_pairs ? hvdlAllToAllHierPairs : hvdlAllToAllHierP2p;
   return bruck_t < pairwise_t ? hvdlAllToAllBruck : hvdlAllToAllPairwise;
 }
 
@@ -120,6 +156,7 @@ hvdlResult_t hvdl_alltoall_run(hvdlComm_t comm, hvdlAllToAllAlgorithm_t algo, co
     case hvdlAllToAllPairwise: return hvdl_alltoall_pairwise(comm, sendbuff, recvbuff, block);
     case hvdlAllToAllBruck: return hvdl_alltoall_bruck(comm, sendbuff, recvbuff, block);
     case hvdlAllToAllHierP2p: return hvdl_alltoall_hier_p2p(comm, sendbuff, recvbuff, block);
+    case hvdlAllToAllHierPairs: return hvdl_alltoall_hier_pairs(comm, sendbuff, recvbuff, block);
     default:
       return hvdl_fail(comm, hvdlInternalError, "all-to-all algorithm %d (%s) is not available",
                        (int)algo, hvdl_alltoall_algo_name(algo));

@@ -3,8 +3,8 @@ mpirun at 1-4 ranks: exact results for every dtype, counts 0, 1, odd and large, 
 through the C API's bare `_core.Comm`; equal, uneven and empty splits through the engine (Bruck's where every
 rank's splits are all equal, pairwise elsewhere, every rank deciding alike); the forced choice, rank 0's
 choice agreed, and an unknown name refused.
-(hier_p2p, which needs several hosts: tests/parallel/test_hier_p2p_collectives.py. The model's choice on
-layouts no test job has: tests/unit/test_select_alltoall.py.)"""
+(hier_p2p and hier_pairs, which need several hosts: tests/parallel/test_hier_p2p_collectives.py. The model's
+choice on layouts no test job has: tests/unit/test_select_alltoall.py.)"""
 
 import numpy as np
 import pytest
@@ -138,6 +138,6 @@ def test_the_selector_picks_the_cheaper_modelled_algorithm_on_this_layout():
 def test_an_unknown_alltoall_algorithm_is_refused_when_the_communicator_is_made():
     raises_on_every_rank(
         hvd.InvalidArgumentError,
-        "HVD_LITE_ALLTOALL_ALGO=ring is not valid: expected auto, pairwise, bruck or hier_p2p",
+        "HVD_LITE_ALLTOALL_ALGO=ring is not valid: expected auto, pairwise, bruck, hier_p2p or hier_pairs",
         lambda: make_comm(HVD_LITE_ALLTOALL_ALGO="ring").__enter__(),
     )

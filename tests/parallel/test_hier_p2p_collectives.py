@@ -37,6 +37,8 @@ KNOBS = [
     "HVD_LITE_BROADCAST_ALGO",
     "HVD_LITE_ALLTOALL_ALGO",
 ]
+# Every algorithm that needs hier_p2p's grid, with its knob: the all-to-all has two.
+FORCED = [(knob, "hier_p2p") for knob in KNOBS] + [("HVD_LITE_ALLTOALL_ALGO", "hier_pairs")]
 
 
 def layouts(n: int):
@@ -44,14 +46,14 @@ def layouts(n: int):
     return [k for k in range(1, n) if n % k == 0]
 
 
-def engine_wrong_on_every_layout(knob, wrong):
-    """`wrong()` (what came back wrong through the engine) with `knob`=hier_p2p on every layout,
+def engine_wrong_on_every_layout(knob, wrong, algo="hier_p2p"):
+    """`wrong()` (what came back wrong through the engine) with `knob`=`algo` on every layout,
     each entry led by the ranks a host; skips on one rank, which is one host."""
     if hvd.size() == 1:
         pytest.skip("one rank is one host")
     bad = []
     for k in layouts(hvd.size()):
-        with reinit(**{knob: "hier_p2p", "HVD_LITE_RANKS_PER_HOST": k}):
+        with reinit(**{knob: algo, "HVD_LITE_RANKS_PER_HOST": k}):
             bad += [(k, *b) for b in wrong()]
     return bad
 
@@ -150,15 +152,18 @@ def test_hier_p2p_broadcast_gives_every_rank_the_roots_bytes_on_every_layout_roo
     agree(not bad, f"radix {radix}: wrong at (ranks a host, dtype, count, root, in place) {bad[:5]}")
 
 
-def test_hier_p2p_alltoall_moves_every_dtype_exactly_on_every_layout_in_place_and_not():
+@pytest.mark.parametrize("algo", ["hier_p2p", "hier_pairs"])
+def test_hier_alltoall_moves_every_dtype_exactly_on_every_layout_in_place_and_not(algo):
     n = hvd.size()
     if n == 1:
         pytest.skip("one rank is one host")
     bad = []
-    for k in layouts(n):  # hosts of one rank too: the step within a host has nothing to send
-        with make_comm(HVD_LITE_ALLTOALL_ALGO="hier_p2p", HVD_LITE_RANKS_PER_HOST=k) as c:
+    # hosts of one rank too: the steps within a host have nothing to send; at 4 ranks hosts of 1 and
+    # 2 give hier_pairs ranks that carry 3, 1 and no host
+    for k in layouts(n):
+        with make_comm(HVD_LITE_ALLTOALL_ALGO=algo, HVD_LITE_RANKS_PER_HOST=k) as c:
             plan = c.alltoall_plan(4)
-            agree(plan["algorithm"] == "hier_p2p", f"hosts of {k}: {plan}")
+            agree(plan["algorithm"] == algo, f"hosts of {k}: {plan}")
             for dtype in MOVE_DTYPES:
                 for count in alltoall_counts(n):
                     if count > 1009 and np.dtype(dtype).itemsize > 1:
@@ -166,44 +171,45 @@ def test_hier_p2p_alltoall_moves_every_dtype_exactly_on_every_layout_in_place_an
                     for inplace in (False, True):
                         if not alltoall_ok(c, dtype, count, inplace, seed=count + k):
                             bad.append((k, np.dtype(dtype).name, count, inplace))
-    agree(not bad, f"wrong at (ranks a host, dtype, count, in place) {bad[:5]}")
+    agree(not bad, f"{algo}: wrong at (ranks a host, dtype, count, in place) {bad[:5]}")
 
 
-def test_hier_p2p_alltoall_moves_equal_uneven_and_empty_splits_through_the_engine():
-    bad = engine_wrong_on_every_layout("HVD_LITE_ALLTOALL_ALGO", engine_alltoall_wrong)
+@pytest.mark.parametrize("algo", ["hier_p2p", "hier_pairs"])
+def test_hier_alltoall_moves_equal_uneven_and_empty_splits_through_the_engine(algo):
+    bad = engine_wrong_on_every_layout("HVD_LITE_ALLTOALL_ALGO", engine_alltoall_wrong, algo)
     agree(not bad, f"wrong at (ranks a host, dtype, pattern, row shape) {bad[:5]}")
 
 
-@pytest.mark.parametrize("knob", KNOBS)
-def test_a_forced_hier_p2p_is_refused_at_init_on_one_host(knob):
+@pytest.mark.parametrize("knob, algo", FORCED)
+def test_a_forced_hier_p2p_is_refused_at_init_on_one_host(knob, algo):
     n = hvd.size()
     if n == 1:  # one rank runs anything (a copy)
-        with make_comm(**{knob: "hier_p2p"}) as c:
+        with make_comm(**{knob: algo}) as c:
             if "GATHER" in knob:
                 ok = allgather_ok(c, np.float32, 1001, False, 1)
             elif "ALLTOALL" in knob:
                 ok = alltoall_ok(c, np.float32, 1001, False, 1) and alltoall_ok(c, np.int8, 7, True, 2)
             else:
                 ok = broadcast_ok(c, np.float32, 1001, 0, False, 1)
-        agree(ok, f"{knob}=hier_p2p on one rank: a wrong copy")
+        agree(ok, f"{knob}={algo} on one rank: a wrong copy")
         return
     raises_on_every_rank(
         hvd.InvalidArgumentError,
-        f"{knob}=hier_p2p cannot run on this communicator of {n} ranks: all {n} ranks are on one host",
-        lambda: make_comm(**{knob: "hier_p2p"}).__enter__(),
+        f"{knob}={algo} cannot run on this communicator of {n} ranks: all {n} ranks are on one host",
+        lambda: make_comm(**{knob: algo}).__enter__(),
     )
 
 
-@pytest.mark.parametrize("knob", KNOBS)
-def test_a_forced_hier_p2p_is_refused_at_init_on_hosts_of_different_sizes(knob):
+@pytest.mark.parametrize("knob, algo", FORCED)
+def test_a_forced_hier_p2p_is_refused_at_init_on_hosts_of_different_sizes(knob, algo):
     n = hvd.size()
     if n < 3 or n % 2 == 0:
         pytest.skip("needs an odd number of ranks, at least 3, for hosts of 2 and 1")
     raises_on_every_rank(
         hvd.InvalidArgumentError,
-        f"{knob}=hier_p2p cannot run on this communicator of {n} ranks: "
+        f"{knob}={algo} cannot run on this communicator of {n} ranks: "
         f"the {(n + 1) // 2} hosts have different numbers of ranks \\(1 to 2\\)",
-        lambda: make_comm(**{knob: "hier_p2p", "HVD_LITE_RANKS_PER_HOST": 2}).__enter__(),
+        lambda: make_comm(**{knob: algo, "HVD_LITE_RANKS_PER_HOST": 2}).__enter__(),
     )
 
 
@@ -240,19 +246,20 @@ def test_the_gather_selectors_consider_hier_p2p_only_on_hosts_of_one_size_with_s
         agree(plan["predicted"]["hier_p2p"] is None and plan["algorithm"] != "hier_p2p", f"{plan}")
 
 
-def test_the_alltoall_selector_considers_hier_p2p_only_on_hosts_of_one_size_with_several_ranks():
+@pytest.mark.parametrize("algo", ["hier_p2p", "hier_pairs"])
+def test_the_alltoall_selector_considers_hier_only_on_hosts_of_one_size_with_several_ranks(algo):
     n = hvd.size()
     with make_comm() as c:
-        agree(c.alltoall_plan(16)["predicted"]["hier_p2p"] is None, "one host: predicted")
+        agree(c.alltoall_plan(16)["predicted"][algo] is None, "one host: predicted")
     if n >= 4 and n % 2 == 0:
         with make_comm(HVD_LITE_RANKS_PER_HOST=2) as c:
             plan = c.alltoall_plan(16)
-        agree(plan["predicted"]["hier_p2p"] is not None, f"hosts of 2: {plan}")
+        agree(plan["predicted"][algo] is not None, f"hosts of 2: {plan}")
     if n >= 2:  # hosts of one rank: it would be pairwise
         with make_comm(HVD_LITE_RANKS_PER_HOST=1) as c:
             plan = c.alltoall_plan(16)
-        agree(plan["predicted"]["hier_p2p"] is None and plan["algorithm"] != "hier_p2p", f"{plan}")
+        agree(plan["predicted"][algo] is None and plan["algorithm"] != algo, f"{plan}")
     if n >= 3 and n % 2 == 1:
         with make_comm(HVD_LITE_RANKS_PER_HOST=2) as c:
             plan = c.alltoall_plan(16)
-        agree(plan["predicted"]["hier_p2p"] is None and plan["algorithm"] != "hier_p2p", f"{plan}")
+        agree(plan["predicted"][algo] is None and plan["algorithm"] != algo, f"{plan}")
