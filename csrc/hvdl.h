@@ -243,14 +243,14 @@ typedef enum {
 } hvdlReduceScatterAlgorithm_t;
 
 /* All-to-all algorithms (docs/algorithms.md). A forced one runs at every size; Bruck's,
- * hier_p2p and hier_pairs run where every block is the same size (hvdlAllToAll always; the engine's alltoall
- * where every rank's splits are all equal), pairwise elsewhere. */
+ * hier_p2p and hier_pairs run where every block is the same size (hvdlAllToAll always; the
+ * engine's alltoall where every rank's splits are all equal), pairwise elsewhere. */
 typedef enum {
   hvdlAllToAllAuto = 0,
   hvdlAllToAllPairwise = 1,  /* "pairwise": every pair's block at once, n-1 messages each way */
   hvdlAllToAllBruck = 2,     /* "bruck": Bruck's, ceil(log2 n) steps of about n/2 blocks */
   hvdlAllToAllHierP2p = 3,   /* "hier_p2p": within hosts, then across in lanes, L+H-2 messages
-                               each way (hosts of the same size) */
+                                each way (hosts of the same size) */
   hvdlAllToAllHierPairs = 4, /* "hier_pairs": within hosts, one message per pair of hosts, within
                                 hosts (hosts of the same size) */
   hvdlNumAllToAllAlgos = 5
