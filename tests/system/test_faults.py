@@ -255,6 +255,23 @@ def test_a_fault_in_the_hier_p2p_allreduce_or_alltoall_fails_it_on_every_rank_an
     check(rows, n, case_list)
 
 
+def test_a_fault_in_the_hier_pairs_alltoall_fails_it_on_every_rank_and_the_next_one_works():
+    # hier_pairs: 4 ranks as 2 hosts of 2; local rank 0 of each host (ranks 0 and 2) carries the other
+    # host: its first send and receive are its step within the host, its second ones the message
+    # across hosts; ranks 1 and 3 carry none, and fail in a step within the host
+    n = 4
+    case_list = [
+        "alltoall:send:0",
+        "alltoall:send#2:0",
+        "alltoall:recv#2:2",
+        "alltoall:recv:3",
+        "alltoall:stall:1",
+    ]
+    env = {"HVD_LITE_ALLTOALL_ALGO": "hier_pairs", "HVD_LITE_RANKS_PER_HOST": "2"}
+    rows, _ = run_cases(n, case_list, env)
+    check(rows, n, case_list)
+
+
 def job(n, script, env):
     t0 = time.monotonic()
     res = run_job(
