@@ -230,6 +230,9 @@ hvdlResult_t hvdl_alltoall_hier_p2p(hvdlComm_t comm, const void *sendbuff, void 
                                     size_t block);
 hvdlResult_t hvdl_alltoall_hier_pairs(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                       size_t block);
+/* How many hosts local rank j carries in hier_pairs on H hosts of L ranks (local rank 0 the
+ * most: ceil((H-1)/L)). */
+int hvdl_hier_pairs_carried(int H, int L, int j);
 
 /* ---- allreduce_rab.c and allreduce_rd.c over a group (transport.h's struct hvdl_group),
  * for the hierarchical all-reduce over messages (allreduce_hier_p2p.c) ---- */

@@ -26,10 +26,10 @@
  *
  * Cost per rank: three steps. Gather and spread: L-1 messages each way, of 1 + m L and m L
  * blocks; across: m_j messages of L*L blocks each way, a host's NIC carrying H-1 of them.
- * It carries pairwise's bytes across hosts and twice them within, in the fewest and
- * largest messages across: it suits small blocks where a host's ranks are no fewer than
- * its peers (m = 1), and in the simulation it also ran mid-size blocks faster than
- * pairwise (docs/scale.md, "All-to-all"). Scratch (comm->scratch.work): the message list,
+ * It carries pairwise's bytes across hosts, in the fewest and largest messages, and every
+ * block bound for another host twice within a host (once on each side): (L-1)(1 + 2 m L)
+ * blocks a rank within its host where pairwise moves L-1. It suits small blocks where every
+ * rank carries at most one host (m = 1; docs/scale.md, "All-to-all"). Scratch (comm->scratch.work): the message list,
  * the gather's messages out and in, the across messages out and in, the spread's out and in.
  *
  * Exchanges, waits, errors and faults are pair_exchange.c's (hvdl_pair_exchange_set): the
@@ -47,7 +47,7 @@
 static int carrier(int H, int L, int h, int g) { return ((g - h + H) % H - 1) % L; }
 
 /* How many hosts local rank j carries for (the d = j + 1, j + 1 + L, ... below H). */
-static int carried(int H, int L, int j) { return j < H - 1 ? (H - 2 - j) / L + 1 : 0; }
+int hvdl_hier_pairs_carried(int H, int L, int j) { return j < H - 1 ? (H - 2 - j) / L + 1 : 0; }
 
 /* The c-th host local rank j of host h carries for. */
 static int carried_host(int H, int L, int h, int j, int c) { return (h + j + 1 + c * L) % H; }
@@ -68,15 +68,15 @@ hvdlResult_t hvdl_alltoall_hier_pairs(hvdlComm_t comm, const void *sendbuff, voi
                      "hier_pairs all-to-all without its grid (hosts of different sizes?)");
   const struct hvdl_host_grid *g = hvdl_hier_p2p_grid(comm->hier_p2p);
   const int H = g->hosts, L = g->per_host, h = g->host, j = g->local;
-  const int mj = carried(H, L, j);
+  const int mj = hvdl_hier_pairs_carried(H, L, j);
   const size_t square = (size_t)L * L * b; /* one host pair's blocks one way */
 
   /* the sizes of the six areas */
   size_t gather_out = 0, spread_in = 0;
   for (int i = 0; i < L; i++)
     if (i != j) {
-      gather_out += (1 + (size_t)carried(H, L, i) * L) * b;
-      spread_in += (size_t)carried(H, L, i) * L * b;
+      gather_out += (1 + (size_t)hvdl_hier_pairs_carried(H, L, i) * L) * b;
+      spread_in += (size_t)hvdl_hier_pairs_carried(H, L, i) * L * b;
     }
   const size_t gather_one = (1 + (size_t)mj * L) * b; /* from each local rank */
   const size_t gather_in = (size_t)(L - 1) * gather_one, across = (size_t)mj * square;
@@ -98,7 +98,7 @@ hvdlResult_t hvdl_alltoall_hier_pairs(hvdlComm_t comm, const void *sendbuff, voi
   char *out = g_out;
   for (int i = 0; i < L; i++) {
     if (i == j) continue;
-    const int peer = hvdl_grid_rank(g, h, i), mi = carried(H, L, i);
+    const int peer = hvdl_grid_rank(g, h, i), mi = hvdl_hier_pairs_carried(H, L, i);
     const size_t len = (1 + (size_t)mi * L) * b;
     hvdl_copy(out, send + (size_t)peer * b, b);
     for (int c = 0; c < mi; c++) {
@@ -145,7 +145,7 @@ hvdlResult_t hvdl_alltoall_hier_pairs(hvdlComm_t comm, const void *sendbuff, voi
   out = s_out;
   for (int k = 0; k < L; k++) {
     if (k == j) continue;
-    const int peer = hvdl_grid_rank(g, h, k), mk = carried(H, L, k);
+    const int peer = hvdl_grid_rank(g, h, k), mk = hvdl_hier_pairs_carried(H, L, k);
     if (mk > 0) {
       msgs[nm++] = (struct hvdl_msg){peer, 1, in, (size_t)mk * L * b};
       in += (size_t)mk * L * b;
@@ -169,7 +169,7 @@ hvdlResult_t hvdl_alltoall_hier_pairs(hvdlComm_t comm, const void *sendbuff, voi
   in = s_in;
   for (int k = 0; k < L; k++) {
     if (k == j) continue;
-    for (int c = 0; c < carried(H, L, k); c++) {
+    for (int c = 0; c < hvdl_hier_pairs_carried(H, L, k); c++) {
       const int from = carried_host(H, L, h, k, c);
       for (int i = 0; i < L; i++, in += b)
         hvdl_copy(recv + (size_t)hvdl_grid_rank(g, from, i) * b, in, b);

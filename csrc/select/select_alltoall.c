@@ -68,12 +68,12 @@
  * every rank carries at most one host (H-1 <= L), whatever hier_p2p's prediction; hier_p2p
  * elsewhere. Where a rank carries one host, hier_pairs sends the bytes hier_p2p sends across
  * in one message a rank instead of H-1, which the model prices as a saving of a share each
- * and in the simulation was more: at 8 hosts of 8 it ran 14.4 us against hier_p2p's 17.8 at
- * 4 KiB and 198 against 236 at 256 KiB, and was as fast or faster on the family's three
- * platforms of that layout (27.7 against 43.8 us, 6.7 against 6.8 at 4 KiB), where the model
- * put it 8-11 % over. Where a rank carries several hosts its messages across are L/m times
- * fewer and larger than hier_p2p's, and it ran slower: 20.0 against 17.0 us at 32 hosts of 8,
- * 38.6 against pairwise's 34.5 at 16 hosts of 4 (docs/scale.md, "All-to-all"). */
+ * and in the simulation was more: at 8 hosts of 8 it ran faster than hier_p2p at 4 KiB and
+ * 256 KiB on all five simulated platforms of that layout (14.4 against 17.8 us and 198
+ * against 236 at 100 Gb/s), where the model put it 8-11 % over. Where a rank carries several
+ * hosts its messages across are fewer and m times larger than with one, and it ran slower:
+ * 20.0 against hier_p2p's 17.0 us at 32 hosts of 8, 38.6 against pairwise's 34.5 at 16 hosts
+ * of 4 (docs/scale.md, "All-to-all"). */
 
 static double step(const hvdlComm_t comm, int across, int share, double s) {
   return hvdl_select_step(&comm->model, across, share, s);
@@ -112,9 +112,9 @@ double hvdl_select_predict_alltoall(hvdlComm_t comm, hvdlAllToAllAlgorithm_t alg
       return within + across;
     }
     case hvdlAllToAllHierPairs: {
-      const int H = comm->hosts,
-                m = (H - 2) / (L > 0 ? L : 1) + 1;        /* the most hosts a rank carries */
+      const int H = comm->hosts;
       if (!comm->hier_p2p || H <= 1 || L <= 1) return -1; /* one host or one rank a host */
+      const int m = hvdl_hier_pairs_carried(H, L, 0);     /* the most hosts a rank carries */
       const double share = PAIRWISE_MESSAGE_SHARE * c->alpha[HVDL_LINK_INTRA];
       const double within = (L - 2) * share + c->alpha[HVDL_LINK_INTRA];
       const double gather = within + (L - 1) * (1.0 + (double)m * L) * b * c->beta[HVDL_LINK_INTRA];
