@@ -1,7 +1,8 @@
 """The two-level all-gather, reduce-scatter, broadcast and all-to-all over point-to-point messages
 (csrc/algorithms/allgather_hier_p2p.c, reducescatter_hier_p2p.c, broadcast_hier_p2p.c,
-alltoall_hier_p2p.c), forced by HVD_LITE_ALLGATHER_ALGO, HVD_LITE_REDUCESCATTER_ALGO,
-HVD_LITE_BROADCAST_ALGO and HVD_LITE_ALLTOALL_ALGO=hier_p2p on hosts emulated with
+alltoall_hier_p2p.c, and the all-to-all by host pairs, alltoall_hier_pairs.c), forced by
+HVD_LITE_ALLGATHER_ALGO, HVD_LITE_REDUCESCATTER_ALGO, HVD_LITE_BROADCAST_ALGO and
+HVD_LITE_ALLTOALL_ALGO=hier_p2p (or hier_pairs) on hosts emulated with
 HVD_LITE_RANKS_PER_HOST under mpirun, on every layout of hosts of one size: exact results for every
 dtype (every op of the reduce-scatter, every root and radix of the broadcast), in place and out of place,
 equal blocks through the C API's bare `_core.Comm` and uneven and empty blocks through the engine (the
