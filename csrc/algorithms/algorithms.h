@@ -268,5 +268,11 @@ hvdlResult_t hvdl_allreduce_rd_group(hvdlComm_t comm, const struct hvdl_group *g
 hvdlResult_t hvdl_allreduce_rab_group(hvdlComm_t comm, const struct hvdl_group *g,
                                       const void *sendbuff, void *recvbuff, size_t count,
                                       hvdlDataType_t dt, hvdlRedOp_t op);
+/* The direct exchange over a group (allreduce_direct.c): every member's input to every
+ * other in one step, each member combining all of them in rd's tree (Avg divides by
+ * g->divisor). hier_p2p's step across hosts where select_allreduce.c prefers it to rd. */
+hvdlResult_t hvdl_allreduce_direct_group(hvdlComm_t comm, const struct hvdl_group *g,
+                                         const void *sendbuff, void *recvbuff, size_t count,
+                                         hvdlDataType_t dt, hvdlRedOp_t op);
 
 #endif /* HVDL_ALGORITHMS_ALGORITHMS_H_ */

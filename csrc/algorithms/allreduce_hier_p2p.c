@@ -32,9 +32,10 @@
  *   2. across hosts       the ranks that hold the same lane -- the same local
  *                         rank on every host, since every host has the same L
  *                         -- all-reduce it in place over the cross group, with
- *                         recursive doubling or Rabenseifner (select_allreduce.c's
- *                         choice for H ranks and B/lanes bytes); the lanes in
- *                         parallel. Avg divides by the number of ranks here, once
+ *                         recursive doubling, Rabenseifner or the direct exchange
+ *                         (allreduce_direct.c; select_allreduce.c's choice for H
+ *                         ranks and B/lanes bytes); the lanes in parallel. Avg
+ *                         divides by the number of ranks here, once
  *   3. within the host    one step, phase 1 mirrored: holder j sends its
  *                         finished lane to the other L-1, and every rank
  *                         receives each lane k but its own from local rank k
@@ -48,14 +49,17 @@
  * Bitwise identity. Each element's host partial is computed once, by the
  * holder of its lane, in local rank order (the same order for any number of
  * lanes); the cross all-reduce of a lane gives its holders on all hosts the
- * same bytes (rd's and rab's own guarantee, allreduce_rd.c, allreduce_rab.c),
+ * same bytes (rd's, rab's and the direct exchange's own guarantee, allreduce_rd.c,
+ * allreduce_rab.c, allreduce_direct.c),
  * divided alike; phase 3 only copies them. So every rank ends with the same
  * bytes, in place or not and on every rerun. The order (each host's ranks in
- * turn, then the hosts in transport.h's tree) differs from the flat algorithms',
- * so a float sum may differ from theirs in its last bits.
+ * turn, then the hosts in transport.h's tree, whichever of the three runs
+ * across) differs from the flat algorithms', so a float sum may differ from
+ * theirs in its last bits.
  *
  * Waits, errors and faults are pair_exchange.c's (hvdl_pair_exchange_set and, across,
- * hvdl_pair_exchange, on the communicator's own MPI communicator): the watch
+ * hvdl_pair_exchange or, direct, the set again, on the communicator's own MPI
+ * communicator): the watch
  * hook, the data timeout, the injected faults and the abandoning of requests
  * after a failure hold in every phase. The local and cross peers are distinct
  * ranks, and every phase ends before the next starts, so the phases' messages
@@ -64,9 +68,10 @@
  * Cost per rank (B bytes, H hosts, lanes = L): one step within the host each
  * way, in which a holder receives (phase 1) or sends (phase 3) L-1 messages
  * of B/L, (L-1)/L * B in all, and every rank sends or receives L-1 of them;
- * across hosts log2(H) steps of B/L (rd) or 2 log2(H) steps carrying
- * 2(H-1)/H * B/L (rab), with the host's L ranks sending through its NIC at
- * once; a folded H adds two steps of B/lanes across. With rab across, the
+ * across hosts log2(H) steps of B/L (rd), 2 log2(H) steps carrying
+ * 2(H-1)/H * B/L (rab) or one step of H-1 messages of B/L (direct), with the
+ * host's L ranks sending through its NIC at once; a folded H adds two steps of
+ * B/lanes across to rd and rab. With rab across, the
  * steps across are flat Rabenseifner's; the log2(L) steps each way within the
  * host that Rabenseifner takes (its steps with mask < L) are one here. Fewer
  * lanes put L-1 messages of B/lanes on each of the `lanes` holders and leave
@@ -311,15 +316,19 @@ static hvdlResult_t run(hvdlComm_t comm, int lanes, const void *sendbuff, void *
   return spread_lanes(comm, h, lanes, recvbuff, count, dt);
 }
 
-/* Phase 2 of hvdl_allreduce_hier_p2p: rd or rab over the cross group, for lanes with elements. */
+/* Phase 2 of hvdl_allreduce_hier_p2p: rd, rab or the direct exchange (hvdlAlgoLatency)
+ * over the cross group, for lanes with elements. */
 static hvdlResult_t across_hosts(hvdlComm_t comm, const struct hvdl_group *cross, void *lane,
                                  size_t lo, size_t n, hvdlDataType_t dt, hvdlRedOp_t op,
                                  void *arg) {
   (void)lo;
   const hvdlAlgorithm_t algo = *(const hvdlAlgorithm_t *)arg;
   if (n == 0) return hvdlSuccess;
-  return algo == hvdlAlgoRabenseifner ? hvdl_allreduce_rab_group(comm, cross, lane, lane, n, dt, op)
-                                      : hvdl_allreduce_rd_group(comm, cross, lane, lane, n, dt, op);
+  if (algo == hvdlAlgoRabenseifner)
+    return hvdl_allreduce_rab_group(comm, cross, lane, lane, n, dt, op);
+  if (algo == hvdlAlgoLatency)
+    return hvdl_allreduce_direct_group(comm, cross, lane, lane, n, dt, op);
+  return hvdl_allreduce_rd_group(comm, cross, lane, lane, n, dt, op);
 }
 
 hvdlResult_t hvdl_allreduce_hier_p2p(hvdlComm_t comm, int lanes, hvdlAlgorithm_t across,

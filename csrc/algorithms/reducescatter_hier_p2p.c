@@ -114,23 +114,6 @@ static void add_share(struct layout *y, int i, int peer, const char *sendbuff, c
   y->msgs[y->nm++] = (struct hvdl_msg){peer, packed != NULL, buf, y->counts[owner] * y->esize};
 }
 
-/* out = the tree over x[0 .. H-1] (transport.h's: the fold's pairs, then aligned
- * groups, lower op higher); the x[] buffers are scratch, overwritten. */
-static void tree_combine(char *out, char **x, int H, size_t count, hvdlDataType_t dt,
-                         hvdlRedOp_t op) {
-  int p = 1;
-  while (p <= H / 2) p *= 2;
-  const int rem = H - p;
-  for (int v = 0; v < p; v++) {
-    if (v < rem) hvdl_reduce(x[2 * v], x[2 * v], x[2 * v + 1], count, dt, op);
-    x[v] = v < rem ? x[2 * v] : x[v + rem];
-  }
-  for (int m = 1; m < p; m *= 2)
-    for (int v = 0; v < p; v += 2 * m)
-      hvdl_reduce(m * 2 == p ? out : x[v], x[v], x[v + m], count, dt, op);
-  if (p == 1) hvdl_copy(out, x[0], count * hvdl_type_size(dt));
-}
-
 hvdlResult_t hvdl_reducescatterv_hier_p2p(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                           const size_t *counts, hvdlDataType_t dt, hvdlRedOp_t op) {
   const int n = comm->size, r = comm->rank;
@@ -228,7 +211,7 @@ hvdlResult_t hvdl_reducescatterv_hier_p2p(hvdlComm_t comm, const void *sendbuff,
   parts[h] = acc + (sz.share - sz.mine) * esize;
   for (size_t q = 0, d = (size_t)j + 1; d < (size_t)H; d += (size_t)L, q++)
     parts[((h - (int)d) % H + H) % H] = across + (q * hb + mine_at) * esize;
-  tree_combine(recvbuff, parts, H, sz.mine, dt, op);
+  hvdl_tree_combine(recvbuff, parts, H, sz.mine, dt, op);
   if (op == hvdlAvg) hvdl_divide(recvbuff, sz.mine, dt, (uint64_t)n);
   return hvdlSuccess;
 }

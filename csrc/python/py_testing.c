@@ -366,8 +366,16 @@ static PyObject *allreduce_plan(hvdlComm_t comm, unsigned long long nbytes) {
     Py_DECREF(v);
   }
   const char *chosen = hvdl_algo_name(hvdl_select_allreduce(comm, (size_t)nbytes));
-  return Py_BuildValue("{s:s,s:N,s:i,s:i}", "algorithm", chosen, "predicted", pred, "hosts",
-                       comm->hosts, "local_size", comm->local_size);
+  /* hier_p2p's step across hosts and its lanes, where it can run */
+  const char *across = NULL;
+  int lanes = 0;
+  if (comm->hier_p2p && comm->hosts > 1) {
+    const hvdlAlgorithm_t a = hvdl_select_hier_p2p_across(comm, (size_t)nbytes, &lanes);
+    across = a == hvdlAlgoLatency ? "direct" : hvdl_algo_name(a);
+  }
+  return Py_BuildValue("{s:s,s:N,s:i,s:i,s:z,s:i}", "algorithm", chosen, "predicted", pred, "hosts",
+                       comm->hosts, "local_size", comm->local_size, "hier_p2p_across", across,
+                       "hier_p2p_lanes", lanes);
 }
 
 static PyObject *Comm_allreduce_plan(CommObject *self, PyObject *args) {
@@ -605,7 +613,8 @@ static PyMethodDef Comm_methods[] = {
      "the model every rank agreed on at init"},
     {"allreduce_plan", (PyCFunction)Comm_allreduce_plan, METH_VARARGS,
      "allreduce_plan(nbytes) -> {'algorithm', 'predicted': {name: seconds or None}, 'hosts', "
-     "'local_size'}: the selector's choice and the cost model's times"},
+     "'local_size', 'hier_p2p_across' ('rd', 'rab', 'direct', or None where hier_p2p cannot "
+     "run), 'hier_p2p_lanes'}: the selector's choice and the cost model's times"},
     {"allreduce", (PyCFunction)Comm_allreduce, METH_VARARGS,
      "allreduce(sendbuf, recvbuf, dtype, op): hvdlAllReduce on byte buffers (GIL released)"},
     {"broadcast", (PyCFunction)Comm_broadcast, METH_VARARGS,

@@ -29,6 +29,10 @@ const char *hvdl_select_hier_p2p_cannot_run(hvdlComm_t comm, int fewest, char *w
 /* The model's time for algo at bytes per rank on comm (seconds), or a negative
  * value when algo is not a candidate there or not modelled (shm). */
 double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
+/* What hier_p2p runs across hosts for bytes per rank on comm, and on how many lanes:
+ * hvdlAlgoRecursiveDoubling, hvdlAlgoRabenseifner, or hvdlAlgoLatency for the direct
+ * exchange (allreduce_direct.c). */
+hvdlAlgorithm_t hvdl_select_hier_p2p_across(hvdlComm_t comm, size_t bytes, int *lanes);
 /* The latency of a message of s bytes across hosts: the step of the model's step
  * function that s reaches (base.h), else alpha[HVDL_LINK_INTER]. */
 static inline double hvdl_select_alpha_inter(const struct hvdl_cost_model *c, double s) {
@@ -44,6 +48,16 @@ static inline double hvdl_select_alpha_inter_max(const struct hvdl_cost_model *c
     if (c->step_alpha[i] > a) a = c->step_alpha[i];
   return a;
 }
+/* What one more message in flight costs the rank that posts it (posting and completing
+ * it), beyond the first: a quarter of a latency within a host. In the simulation (64 ranks,
+ * 8 hosts of 8, 64 B blocks) the all-to-all's pairwise schedule, 63 messages at once, took
+ * 18.9 us where one message across hosts takes about 4: 0.24 us a message, a quarter of
+ * the measured 1 us within a host (docs/scale.md, "All-to-all"). A whole latency a message
+ * made the model pick Bruck's 26.1 us there, and on one host of 4 ranks, where pairwise's
+ * 3 messages overlap and Bruck's 2 steps wait for each other. The all-to-all's schedules
+ * (select_alltoall.c) and hier_p2p's direct exchange across (select_allreduce.c) use it. */
+#define HVDL_MESSAGE_SHARE 0.25
+
 /* The model's one step cost, for every collective's prediction (select_allreduce.c,
  * select_gather.c, select_broadcast.c): a message of s bytes each way, within a host
  * (alpha + s beta of the intra-host link) or across (alpha(s) + s beta share of the

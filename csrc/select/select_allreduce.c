@@ -72,7 +72,8 @@
  *         on B/lanes bytes with `lanes` ranks of a host sending at once (every
  *         step across, the fold's too); within a host again, the same step
  *         without gamma. Across: rd for lanes up to 8 KiB, rab above (a
- *         crossover measured in the simulation: hier_across)
+ *         crossover measured in the simulation), and up to 8 KiB the direct
+ *         exchange instead of rd where the model prices it lower (hier_across)
  *
  * The broadcast's selector (select_broadcast.c) and the all-gather's and
  * reduce-scatter's (select_gather.c) use the same terms and layout.
@@ -325,14 +326,49 @@ static int hier_lanes(const hvdlComm_t comm, double b) {
  * 54.9, 128 KiB 97.5 against 73.8, 256 KiB 157.6 against 121.1; docs/scale.md;
  * with hier_p2p's earlier halving steps within the host, the same for both). */
 #define HIER_RD_LANE_BYTES 8192.0
+
+/* The direct exchange across (allreduce_direct.c) for the lane holders, B/lanes bytes a
+ * lane: one step in which each holder posts H-1 messages of the lane, a host's `lanes`
+ * holders sending through its NIC at once, each message after the first costing its sender
+ * HVDL_MESSAGE_SHARE of a latency within the host, then H-1 lanes reduced:
+ *   alpha_inter(lane) + (H-1) lanes lane beta_inter + (H-2) share alpha_intra + (H-1) lane gamma
+ * hier_across takes it instead of rd where the model prices it lower AND its bytes through
+ * the NIC cost at most its latency ((H-1) lanes lane beta_inter <= alpha_inter(lane)): the
+ * fail-safe rule. beta_inter is one message's, from a ping-pong at init, and a step of many
+ * small messages through a NIC at once is where it has been wrong (SMPI serves small
+ * messages below a link's rate; an oversubscribed backbone is not measured at all), so the
+ * direct exchange is taken only where it saves latency and its bytes cannot cost much.
+ * In the simulation (64 ranks, no model file, hier_p2p with rd against direct across), where
+ * the rule takes it, at 4 KiB on 8 hosts of 8 (2 lanes): 6.40 against 7.81 us on the
+ * 400 Gb/s fat tree, 14.4 against 18.1 at 100 Gb/s, 24.9 against 38.3 behind the backbone,
+ * 30.0 against 30.1 behind the oversubscribed one. Where it refuses it, it lost: 16 hosts of
+ * 4 at 25 Gb/s (56.5 against 54.5 at 4 KiB), 8 lanes at 16 KiB (27.0 against 23.9 at
+ * 100 Gb/s, 78.5 against 51.1 oversubscribed), 32 hosts of 8 on the fat tree (11.5 against
+ * 10.8 at 4 KiB), though the model alone put it under rd in the first three. It also refuses
+ * one the direct exchange won (80.4 against 89.3 at 10 Gb/s, 4 KiB) (docs/scale.md, "The step
+ * across"). */
+static double direct_cost(const struct hvdl_cost_model *c, int hosts, int lanes, double lane,
+                          int *bounded) {
+  const double bytes = (double)lanes * (hosts - 1) * lane * c->beta[HVDL_LINK_INTER];
+  const double alpha = hvdl_select_alpha_inter(c, lane);
+  *bounded = bytes <= alpha;
+  return alpha + bytes + (hosts - 2) * HVDL_MESSAGE_SHARE * c->alpha[HVDL_LINK_INTRA] +
+         (hosts - 1) * lane * c->gamma;
+}
+
 static hvdlAlgorithm_t hier_across(const hvdlComm_t comm, int lanes, double b, double *cost) {
   const double lane = b / lanes;
-  const hvdlAlgorithm_t a =
-      lane <= HIER_RD_LANE_BYTES ? hvdlAlgoRecursiveDoubling : hvdlAlgoRabenseifner;
-  if (cost)
-    *cost = pairwise_cost(&comm->model, a == hvdlAlgoRabenseifner ? PW_RAB : PW_RD, comm->hosts, 1,
-                          lanes, lane);
-  return a;
+  const int H = comm->hosts;
+  if (lane > HIER_RD_LANE_BYTES) {
+    if (cost) *cost = pairwise_cost(&comm->model, PW_RAB, H, 1, lanes, lane);
+    return hvdlAlgoRabenseifner;
+  }
+  const double rd = pairwise_cost(&comm->model, PW_RD, H, 1, lanes, lane);
+  int bounded = 0;
+  const double direct = H > 2 ? direct_cost(&comm->model, H, lanes, lane, &bounded) : rd;
+  const int take = bounded && direct < rd;
+  if (cost) *cost = take ? direct : rd;
+  return take ? hvdlAlgoLatency : hvdlAlgoRecursiveDoubling;
 }
 
 /* hier_p2p within a host, one way (phase 1 with gamma, phase 3 without): one
@@ -343,11 +379,16 @@ static double hier_within(const struct hvdl_cost_model *c, int L, int lanes, dou
          (reduce ? moved * c->gamma : 0);
 }
 
+hvdlAlgorithm_t hvdl_select_hier_p2p_across(hvdlComm_t comm, size_t bytes, int *lanes) {
+  *lanes = hier_lanes(comm, (double)bytes);
+  return hier_across(comm, *lanes, (double)bytes, NULL);
+}
+
 static hvdlResult_t hier_p2p_allreduce(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                        size_t count, hvdlDataType_t dt, hvdlRedOp_t op) {
-  const double b = (double)count * hvdl_type_size(dt);
-  const int lanes = hier_lanes(comm, b);
-  const hvdlAlgorithm_t across = hier_across(comm, lanes, b, NULL);
+  int lanes;
+  const hvdlAlgorithm_t across =
+      hvdl_select_hier_p2p_across(comm, count * hvdl_type_size(dt), &lanes);
   return hvdl_allreduce_hier_p2p(comm, lanes, across, sendbuff, recvbuff, count, dt, op);
 }
 

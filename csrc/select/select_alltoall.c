@@ -20,7 +20,7 @@
  *
  *   pairwise  every rank posts its n-1 messages at once, all in flight together: one pays
  *             a whole latency, each other costs the rank alpha_intra of its own time
- *             (posting and completing a message: PAIRWISE_MESSAGE_SHARE of a message
+ *             (posting and completing a message: HVDL_MESSAGE_SHARE of a message
  *             within a host); the bytes at the busiest link, (n-L) L b through a host's NIC or
  *             (L-1) b within the host:
  *               (n-2) share alpha_intra + max(alpha_inter(b) + (n-L) L b beta_inter,
@@ -46,17 +46,10 @@
  * many ranks, and its (n/2) log2(n) blocks lose to pairwise's n-1 for large ones. Neither
  * charges the local copies (Bruck's rotation, packing and reversal), which the simulation
  * does not charge either and which matter only where its blocks are small. */
-/* What one more message in flight costs pairwise's rank: a quarter of a latency within a
- * host. In the simulation (64 ranks, 8 hosts of 8, 64 B blocks) pairwise's 63 messages took
- * 18.9 us where one message across hosts takes about 4: 0.24 us a message, a quarter of the
- * measured 1 us within a host (docs/scale.md, "All-to-all"). A whole latency a message (as
- * before) made the model pick Bruck's 26.1 us there, and on one host of 4 ranks, where
- * pairwise's 3 messages overlap and Bruck's 2 steps wait for each other. */
-#define PAIRWISE_MESSAGE_SHARE 0.25
 
 /* hier_p2p's fail-safe margin: a candidate only where its prediction times this still beats
  * pairwise's and Bruck's. What it saves is messages (n-1 cut to L+H-2), which the model
- * prices from one simulation (PAIRWISE_MESSAGE_SHARE); what it adds is certain: every block
+ * prices from one simulation (HVDL_MESSAGE_SHARE); what it adds is certain: every block
  * carried twice, once within the host, in messages H or L times pairwise's, which a network
  * may serve at another rate. In the simulation (64 ranks, 8 hosts of 8, 4 KiB blocks) the
  * model put it 2 % under pairwise, and it ran 11 % over; with 64 B blocks it ran as fast as
@@ -91,7 +84,7 @@ double hvdl_select_predict_alltoall(hvdlComm_t comm, hvdlAllToAllAlgorithm_t alg
       const double across = comm->hosts > 1 ? hvdl_select_alpha_inter(c, b) +
                                                   (n - L) * b * c->beta[HVDL_LINK_INTER] * L
                                             : 0;
-      return (n - 2) * PAIRWISE_MESSAGE_SHARE * c->alpha[HVDL_LINK_INTRA] +
+      return (n - 2) * HVDL_MESSAGE_SHARE * c->alpha[HVDL_LINK_INTRA] +
              (across > within ? across : within);
     }
     case hvdlAllToAllBruck:
@@ -104,7 +97,7 @@ double hvdl_select_predict_alltoall(hvdlComm_t comm, hvdlAllToAllAlgorithm_t alg
     case hvdlAllToAllHierP2p: {
       const int H = comm->hosts;
       if (!comm->hier_p2p || H <= 1 || L <= 1) return -1; /* one host or one rank a host */
-      const double share = PAIRWISE_MESSAGE_SHARE * c->alpha[HVDL_LINK_INTRA];
+      const double share = HVDL_MESSAGE_SHARE * c->alpha[HVDL_LINK_INTRA];
       const double within =
           (L - 2) * share + c->alpha[HVDL_LINK_INTRA] + (L - 1) * H * b * c->beta[HVDL_LINK_INTRA];
       const double across = (H - 2) * share + hvdl_select_alpha_inter(c, L * b) +
@@ -115,7 +108,7 @@ double hvdl_select_predict_alltoall(hvdlComm_t comm, hvdlAllToAllAlgorithm_t alg
       const int H = comm->hosts;
       if (!comm->hier_p2p || H <= 1 || L <= 1) return -1; /* one host or one rank a host */
       const int m = hvdl_hier_pairs_carried(H, L, 0);     /* the most hosts a rank carries */
-      const double share = PAIRWISE_MESSAGE_SHARE * c->alpha[HVDL_LINK_INTRA];
+      const double share = HVDL_MESSAGE_SHARE * c->alpha[HVDL_LINK_INTRA];
       const double within = (L - 2) * share + c->alpha[HVDL_LINK_INTRA];
       const double gather = within + (L - 1) * (1.0 + (double)m * L) * b * c->beta[HVDL_LINK_INTRA];
       const double across = (m - 1) * share + hvdl_select_alpha_inter(c, (double)L * L * b) +

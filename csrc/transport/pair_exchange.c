@@ -1,6 +1,7 @@
 /*
- * pair_exchange.c -- the fold onto a power of two, the combining rule and the partner
- * exchange of the pairwise all-reduces (transport.h describes them).
+ * pair_exchange.c -- the fold onto a power of two, the combining rule, the tree over n
+ * partials and the partner exchange of the pairwise all-reduces (transport.h describes
+ * them).
  */
 #include "kernels/kernels.h"
 #include "transport/transport.h"
@@ -32,6 +33,21 @@ void hvdl_pair_combine(void *out, const void *mine, const void *theirs, int mine
     hvdl_reduce(out, mine, theirs, count, dt, op);
   else
     hvdl_reduce(out, theirs, mine, count, dt, op);
+}
+
+void hvdl_tree_combine(char *out, char **x, int n, size_t count, hvdlDataType_t dt,
+                       hvdlRedOp_t op) {
+  int p = 1;
+  while (p <= n / 2) p *= 2;
+  const int rem = n - p;
+  for (int v = 0; v < p; v++) {
+    if (v < rem) hvdl_reduce(x[2 * v], x[2 * v], x[2 * v + 1], count, dt, op);
+    x[v] = v < rem ? x[2 * v] : x[v + rem];
+  }
+  for (int m = 1; m < p; m *= 2)
+    for (int v = 0; v < p; v += 2 * m)
+      hvdl_reduce(m * 2 == p ? out : x[v], x[v], x[v + m], count, dt, op);
+  if (p == 1) hvdl_copy(out, x[0], count * hvdl_type_size(dt));
 }
 
 /* The data phases' limits (wait.c), with sleeps capped at 10 us instead of 50: the next

@@ -213,6 +213,13 @@ static inline int hvdl_group_peer(const struct hvdl_group *g, int i) {
 void hvdl_pair_combine(void *out, const void *mine, const void *theirs, int mine_is_lower,
                        size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
 
+/* out = the tree over x[0 .. n-1], in order: the fold's pairs (x[2v] op x[2v+1] for
+ * v < n - p), then aligned groups, lower op higher -- the expression recursive doubling
+ * builds over n ranks' inputs, for a rank that holds all n (reducescatter_hier_p2p.c's
+ * hosts' partials, allreduce_direct.c's). The x[] buffers are scratch, overwritten, and
+ * x[] itself is reordered. n >= 1. */
+void hvdl_tree_combine(char *out, char **x, int n, size_t count, hvdlDataType_t dt, hvdlRedOp_t op);
+
 /* Sends sendbytes from send to peer and receives recvbytes from peer into recv
  * (either may be 0: nothing is posted for it), on comm's communicator with tag,
  * in messages of at most 1 GiB, and waits for both (wait.c, with the data phases'

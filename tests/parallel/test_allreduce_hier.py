@@ -110,6 +110,60 @@ def test_hier_p2p_sums_each_hosts_ranks_in_turn_then_the_hosts_in_a_tree():
             agree(same_bits(out, want), f"hosts of {k}, count {count}: got {out[:3]}, want {want[:3]}")
 
 
+# Cost-model files that decide hier_p2p's step across hosts for lanes up to 8 KiB: the latency far above
+# the bytes (the direct exchange's one step is priced under rd's steps, and its bytes cost little), or
+# the bytes far above the latency (the selector's fail-safe rule keeps rd).
+ACROSS_TERMS = {
+    "direct": "inter_alpha 1e-3\ninter_beta 1e-15\n",
+    "rd": "inter_alpha 1e-6\ninter_beta 1e-6\n",
+}
+SMALL_COUNTS = (0, 1, 7, 333, 1024)  # float64 1024: an 8 KiB lane, the most the direct exchange takes
+
+
+def test_the_direct_exchange_across_gives_exact_results_and_rds_bits(tmp_path):
+    n, r = hvd.size(), hvd.rank()
+    if n < 3:
+        pytest.skip("the direct exchange runs across 3 hosts or more")
+    bits = {}
+    for across, terms in ACROSS_TERMS.items():
+        model = tmp_path / f"{across}.conf"
+        model.write_text(terms)
+        env = {"HVD_LITE_ALLREDUCE_ALGO": "hier_p2p", "HVD_LITE_COST_MODEL_FILE": str(model)}
+        with make_comm(HVD_LITE_RANKS_PER_HOST=1, **env) as c:
+            taken = {c.allreduce_plan(count * 8)["hier_p2p_across"] for count in SMALL_COUNTS[1:]}
+            agree(taken == {across}, f"{terms!r}: the step across was {taken}")
+            for dtype in ALL_DTYPES:
+                for op in OPS:
+                    for count in SMALL_COUNTS:
+                        seed = count + 17 * OPS[op]
+                        x = exact_inputs(dtype, count, r, seed)
+                        want = fold([exact_inputs(dtype, count, q, seed) for q in range(n)], op, dtype)
+                        out = np.zeros(count, np.dtype(dtype))
+                        c.allreduce(x, out, code(dtype), OPS[op])
+                        inplace = x.copy()
+                        c.allreduce(inplace, inplace, code(dtype), OPS[op])
+                        agree(
+                            same_bits(out, want) and same_bits(inplace, want),
+                            f"{across}: {np.dtype(dtype).name} {op} count={count}: out {out[:5]}, "
+                            f"in place {inplace[:5]}, want {want[:5]}",
+                        )
+            for count in SMALL_COUNTS[1:]:
+                inputs = [order_dependent(count, 900 + q) for q in range(n)]
+                out = np.empty(count, np.float32)
+                c.allreduce(inputs[r], out, F32, OPS["sum"])
+                everyone = world().allgather(out.tobytes())
+                agree(all(b == everyone[0] for b in everyone), f"{across}, count {count}: ranks differ")
+                bits[across, count] = out.tobytes()
+                agree(
+                    same_bits(out, pairwise_tree_sum(inputs)),
+                    f"{across}, count {count}: not the hosts in the tree: {out[:3]}",
+                )
+    agree(
+        all(bits["direct", k] == bits["rd", k] for k in SMALL_COUNTS[1:]),
+        "the direct exchange's bits differ from rd's",
+    )
+
+
 def test_forced_hier_p2p_is_refused_at_init_on_one_host():
     n = hvd.size()
     if n == 1:

@@ -272,6 +272,29 @@ def test_a_fault_in_the_hier_pairs_alltoall_fails_it_on_every_rank_and_the_next_
     check(rows, n, case_list)
 
 
+def test_a_fault_in_hier_p2ps_direct_exchange_across_fails_it_on_every_rank_and_the_next_one_works(tmp_path):
+    # 4 ranks as 4 hosts of 1, so every message is the step across; a cost-model file whose latency
+    # dwarfs its bytes makes hier_p2p take the direct exchange there (test_allreduce_hier.py's
+    # ACROSS_TERMS["direct"], which that test checks it does on this layout); each rank sends to the
+    # 3 others at once: send#2 is a rank's second message of the step
+    n = 4
+    model = tmp_path / "direct.conf"
+    model.write_text("inter_alpha 1e-3\ninter_beta 1e-15\n")
+    case_list = [
+        "allreduce_small:send:0",
+        "allreduce_small:send#2:1",
+        "allreduce_small:recv:3",
+        "allreduce_small:stall:2",
+    ]
+    env = {
+        "HVD_LITE_ALLREDUCE_ALGO": "hier_p2p",
+        "HVD_LITE_RANKS_PER_HOST": "1",
+        "HVD_LITE_COST_MODEL_FILE": str(model),
+    }
+    rows, _ = run_cases(n, case_list, env)
+    check(rows, n, case_list)
+
+
 def job(n, script, env):
     t0 = time.monotonic()
     res = run_job(
