@@ -345,8 +345,8 @@ static int hier_lanes(const hvdlComm_t comm, double b) {
  * 4 at 25 Gb/s (56.5 against 54.5 at 4 KiB), 8 lanes at 16 KiB (27.0 against 23.9 at
  * 100 Gb/s, 78.5 against 51.1 oversubscribed), 32 hosts of 8 on the fat tree (11.5 against
  * 10.8 at 4 KiB), though the model alone put it under rd in the first three. It also refuses
- * one the direct exchange won (80.4 against 89.3 at 10 Gb/s, 4 KiB) (docs/scale.md, "The step
- * across"). */
+ * two the direct exchange won (80.4 against 89.3 at 10 Gb/s, 4 KiB; 9.9 against 10.5 on the fat
+ * tree, 16 KiB) (docs/scale.md, "The step across"). */
 static double direct_cost(const struct hvdl_cost_model *c, int hosts, int lanes, double lane,
                           int *bounded) {
   const double bytes = (double)lanes * (hosts - 1) * lane * c->beta[HVDL_LINK_INTER];

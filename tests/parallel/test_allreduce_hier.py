@@ -37,7 +37,7 @@ def pairwise_tree_sum(values):
 
 
 def test_hier_p2p_gives_exact_results_for_every_dtype_op_and_layout():
-    n, r = hvd.size(), hvd.rank()
+    n = hvd.size()
     if n == 1:
         pytest.skip("one rank is one host")
     for k in layouts(n):
@@ -47,23 +47,30 @@ def test_hier_p2p_gives_exact_results_for_every_dtype_op_and_layout():
                 plan["algorithm"] == "hier_p2p" and plan["hosts"] == n // k and plan["local_size"] == k,
                 f"hosts of {k}: {plan}",
             )
-            for dtype in ALL_DTYPES:
-                for op in OPS:
-                    for count in COUNTS:
-                        seed = count + 31 * OPS[op]
-                        x = exact_inputs(dtype, count, r, seed)
-                        want = fold([exact_inputs(dtype, count, q, seed) for q in range(n)], op, dtype)
-                        out = np.zeros(count, np.dtype(dtype))
-                        c.allreduce(x, out, code(dtype), OPS[op])
-                        inplace = x.copy()
-                        c.allreduce(inplace, inplace, code(dtype), OPS[op])
-                        agree(
-                            same_bits(out, want)
-                            and same_bits(inplace, want)
-                            and same_bits(x, exact_inputs(dtype, count, r, seed)),
-                            f"hosts of {k}: {np.dtype(dtype).name} {op} count={count}: out "
-                            f"{out[:5]}, in place {inplace[:5]}, want {want[:5]}",
-                        )
+            exact_for_every_dtype_and_op(c, COUNTS, f"hosts of {k}")
+
+
+def exact_for_every_dtype_and_op(c, counts, where):
+    """c's all-reduce of exact inputs, in place and not, against the reference, for every dtype, op and
+    count; the input left as it was."""
+    n, r = hvd.size(), hvd.rank()
+    for dtype in ALL_DTYPES:
+        for op in OPS:
+            for count in counts:
+                seed = count + 31 * OPS[op]
+                x = exact_inputs(dtype, count, r, seed)
+                want = fold([exact_inputs(dtype, count, q, seed) for q in range(n)], op, dtype)
+                out = np.zeros(count, np.dtype(dtype))
+                c.allreduce(x, out, code(dtype), OPS[op])
+                inplace = x.copy()
+                c.allreduce(inplace, inplace, code(dtype), OPS[op])
+                agree(
+                    same_bits(out, want)
+                    and same_bits(inplace, want)
+                    and same_bits(x, exact_inputs(dtype, count, r, seed)),
+                    f"{where}: {np.dtype(dtype).name} {op} count={count}: out "
+                    f"{out[:5]}, in place {inplace[:5]}, want {want[:5]}",
+                )
 
 
 def test_hier_p2p_is_bitwise_identical_across_ranks_in_place_and_on_rerun():
@@ -132,21 +139,7 @@ def test_the_direct_exchange_across_gives_exact_results_and_rds_bits(tmp_path):
         with make_comm(HVD_LITE_RANKS_PER_HOST=1, **env) as c:
             taken = {c.allreduce_plan(count * 8)["hier_p2p_across"] for count in SMALL_COUNTS[1:]}
             agree(taken == {across}, f"{terms!r}: the step across was {taken}")
-            for dtype in ALL_DTYPES:
-                for op in OPS:
-                    for count in SMALL_COUNTS:
-                        seed = count + 17 * OPS[op]
-                        x = exact_inputs(dtype, count, r, seed)
-                        want = fold([exact_inputs(dtype, count, q, seed) for q in range(n)], op, dtype)
-                        out = np.zeros(count, np.dtype(dtype))
-                        c.allreduce(x, out, code(dtype), OPS[op])
-                        inplace = x.copy()
-                        c.allreduce(inplace, inplace, code(dtype), OPS[op])
-                        agree(
-                            same_bits(out, want) and same_bits(inplace, want),
-                            f"{across}: {np.dtype(dtype).name} {op} count={count}: out {out[:5]}, "
-                            f"in place {inplace[:5]}, want {want[:5]}",
-                        )
+            exact_for_every_dtype_and_op(c, SMALL_COUNTS, across)
             for count in SMALL_COUNTS[1:]:
                 inputs = [order_dependent(count, 900 + q) for q in range(n)]
                 out = np.empty(count, np.float32)
