@@ -6,7 +6,8 @@ time (csrc/select/select_allreduce.c, with HVD_LITE_COST_MODEL_FILE's terms if s
 init where the ranks span hosts; the header line says which) and the measured one
 (the median of --repeats batches of -n calls, each batch's time the slowest rank's), and which algorithm the
 selector picks (`auto`). `*` marks the fastest measured; a row where the pick is not the fastest is where
-the model and the machine disagree. The shared-memory path (shm) has no model term (`-`); it, hier and
+the model and the machine disagree; a hier_p2p pick says what it runs across hosts (rd, rab or the direct
+exchange). The shared-memory path (shm) has no model term (`-`); it, hier and
 hier_p2p are timed where the layout lets them run (hier: several hosts, or emulated ones with
 HVD_LITE_RANKS_PER_HOST; hier_p2p: several hosts with the same number of ranks each).
 """
@@ -91,6 +92,9 @@ def main(args) -> int:
                 "pick": plan["algorithm"],
                 "predicted": plan["predicted"],
                 "measured": {},
+                # what hier_p2p runs across hosts (rd, rab or direct; None where it cannot run)
+                "hier_p2p_across": plan["hier_p2p_across"],
+                "hier_p2p_lanes": plan["hier_p2p_lanes"],
             }
             for a in algos:
                 if a == "small" and count * 4 > 1 << 26:
@@ -121,7 +125,7 @@ def main(args) -> int:
             f"beta {terms['inter_beta']:.3g} / {terms['intra_beta']:.3g} s/B, gamma {terms['gamma']:.3g} s/B"
             + "".join(f", alpha across from {int(b)} B {a:.3g} s" for b, a in terms["inter_alpha_steps"])
         )
-        print(f"{'bytes':>8}  {'pick':>5}  " + "  ".join(f"{a:>21}" for a in algos))
+        print(f"{'bytes':>8}  {'pick':>15}  " + "  ".join(f"{a:>21}" for a in algos))
         for row in rows:
             best = min(row["measured"], key=row["measured"].get)
             cells = []
@@ -133,8 +137,11 @@ def main(args) -> int:
                     else f"{'-' if pred is None else f'{pred * 1e6:.1f}':>9} / {meas * 1e6:9.1f}"
                 )
                 cells.append(f"{text + ('*' if a == best else ' '):>21}")
-            print(f"{common.format_size(row['bytes']):>8}  {row['pick']:>5}  " + "  ".join(cells))
-        print("(microseconds; * the fastest measured)")
+            pick = row["pick"]
+            if pick == "hier_p2p":  # and what it runs across hosts
+                pick += "/" + row["hier_p2p_across"]
+            print(f"{common.format_size(row['bytes']):>8}  {pick:>15}  " + "  ".join(cells))
+        print("(microseconds; * the fastest measured; hier_p2p/rd, /rab, /direct: what it runs across hosts)")
         if args.json:
             common.write_json(
                 args.json,
