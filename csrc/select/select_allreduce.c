@@ -435,10 +435,12 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) 
       return hier_within(c, L, lanes, b, 1) + across + hier_within(c, L, lanes, b, 0);
     }
     case hvdlAlgoTree: {
-      /* up and down the binomial tree: rank 0 receives, reduces and sends B per level */
+      /* up and down the binomial tree: rank 0 receives, reduces and sends B per level, across
+       * hosts at the latency of a message of B (the step function), as rd's steps are priced */
       int levels = 0;
       for (int m = 1; m < n; m *= 2) levels++;
-      return levels * (2 * c->alpha[link] + b * (2 * c->beta[link] + c->gamma));
+      const double alpha = H > 1 ? hvdl_select_alpha_inter(c, b) : c->alpha[HVDL_LINK_INTRA];
+      return levels * (2 * alpha + b * (2 * c->beta[link] + c->gamma));
     }
     case hvdlAlgoLatency: {
       /* MPI's all-gather: about log2(n) rounds, (n-1) * B received; then (n-1) * B reduced */

@@ -107,3 +107,21 @@ def test_a_ring_that_wins_by_less_than_the_margin_does_not_run_on_16_ranks():
     assert p["predicted"]["ring"] < p["predicted"]["rab"] < 1.25 * p["predicted"]["ring"], p
     assert p["algorithm"] == "rab", p
     assert plan(8, 8, 1, 1 << 20, **close)["algorithm"] == "ring"  # below 16 ranks no margin
+
+
+def test_the_trees_steps_across_hosts_are_priced_at_the_latency_of_its_messages():
+    # 3 hosts of one rank, a latency step from 4 KiB 1.5x the base: the tree's 2 levels (4 latencies) at
+    # the base latency undercut rd's 3 steps at the stepped one, and the tree was picked; at its own
+    # messages' latency it costs more than rd, as everywhere else.
+    terms = {
+        "inter_source": "measured",
+        "inter_alpha": 5e-6,
+        "inter_beta": 7e-11,
+        "inter_alpha_steps": [(4096, 7.5e-6)],
+        "gamma": 1e-10,
+    }
+    p = plan(3, 3, 1, 8 << 10, **terms)
+    levels, b = 2, 8 << 10
+    want = levels * (2 * 7.5e-6 + b * (2 * 7e-11 + 1e-10))
+    assert p["predicted"]["tree"] == pytest.approx(want), p
+    assert p["algorithm"] != "tree", p
