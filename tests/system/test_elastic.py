@@ -471,7 +471,9 @@ def test_survivors_that_finish_before_mpirun_ends_them_end_the_job_without_runni
     want = f"2 8 {[float(4 * sum(range(4)) + 2 * sum(range(4, 8)))] * 4}"
     relaunched = ANY_RELAUNCH.search(res.stderr)
     sys.stderr.write(f"the survivors {'were ended' if relaunched else 'finished'} first\n")
-    assert linger == 0 or LOST_HOST_RELAUNCH.search(res.stderr), res.stderr
+    # lingering, the survivors cannot end the job themselves: a relaunch, by either path (mpirun ended
+    # them, or they heard of the lost host while still training and left for the hosts left)
+    assert linger == 0 or relaunched, res.stderr
     if relaunched:
         assert "resume from commit" in res.stderr, res.stderr
         assert done[-2:] == [want] * 2  # the relaunch's (the survivors' too, where they had finished)
