@@ -23,7 +23,7 @@
  *
  * Cost per rank: one step of n-1 messages of B each way ((n-1) B sent and received, all in
  * flight at once), n-1 reductions of B. Scratch (comm->scratch.work): n slots of B, then
- * the message list, its requests and the slots' pointers.
+ * the slots' pointers, the message list and its requests.
  *
  * Waits, errors and faults are pair_exchange.c's (hvdl_pair_exchange_set): the watch hook,
  * the data timeout, the injected faults and the abandoning of requests after a failure.
@@ -46,7 +46,7 @@ hvdlResult_t hvdl_allreduce_direct_group(hvdlComm_t comm, const struct hvdl_grou
     if (op == hvdlAvg) hvdl_divide(recvbuff, count, dt, g->divisor);
     return hvdlSuccess;
   }
-  /* the slots first, so that each is aligned as the buffer is; the rest after them */
+  /* the slots first, each aligned for its type as the buffer is; the rest after them */
   const size_t slots = ((size_t)n * bytes + 63) & ~(size_t)63;
   const int nm = 2 * (n - 1);
   struct hvdl_scratch *s = &comm->scratch;
