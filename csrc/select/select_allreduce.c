@@ -44,6 +44,9 @@
  *      choice of a bounded algorithm costs a fraction; a wrong ring costs
  *      multiples that grow with n. Predict (hvdl_select_predict, what the
  *      tests and the simulation print) stays the nominal model.
+ *   6. hier_p2p's step across hosts, for lanes up to 8 KiB on more than 2 hosts:
+ *      the direct exchange instead of rd where the model prices it lower and its
+ *      bytes through a NIC cost at most its latency (hier_across, direct_cost).
  *
  * The model. A message of s bytes over a link of class c costs alpha[c](s) +
  * s * beta[c] (across hosts alpha is a step function of s, below; within a host
@@ -73,7 +76,7 @@
  *         step across, the fold's too); within a host again, the same step
  *         without gamma. Across: rd for lanes up to 8 KiB, rab above (a
  *         crossover measured in the simulation), and up to 8 KiB the direct
- *         exchange instead of rd where the model prices it lower (hier_across)
+ *         exchange instead of rd by rule 6 (hier_across)
  *
  * The broadcast's selector (select_broadcast.c) and the all-gather's and
  * reduce-scatter's (select_gather.c) use the same terms and layout.
