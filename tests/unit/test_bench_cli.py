@@ -80,3 +80,49 @@ def test_fit_line_goes_through_the_smallest_and_the_largest_size():
     alpha, beta = fit_line(sizes, times)
     assert alpha == pytest.approx(1e-6) and beta == pytest.approx(1e-10)
     assert fit_line([8, 16], [2e-6, 1e-6]) == (pytest.approx(2e-6), 0.0)  # a falling line: flat
+
+
+def series_of(*runs):
+    """A measure(nbytes, series) that gives runs[series][nbytes], and what it was asked."""
+    asked = []
+
+    def measure(nbytes, series):
+        asked.append((nbytes, series))
+        return runs[series][nbytes]
+
+    return measure, asked
+
+
+def just_this_rank(fitted, times):
+    return fitted, times
+
+
+def test_the_ping_pong_keeps_each_sizes_quickest_over_series_until_a_line_fits():
+    from hvd_lite.bench.fit import quickest_series
+
+    sizes = [8, 1 << 20]
+    quiet = {8: 1e-6, 1 << 20: 1e-4}
+    # the first series' small message lost its core (4 ms, the 1 MiB one then no slower): no line;
+    # the second fits, each size keeping its quickest of the two
+    measure, asked = series_of({8: 4e-3, 1 << 20: 2e-4}, quiet, quiet)
+    one_way, fitted, times0 = quickest_series(sizes, measure, just_this_rank)
+    assert fitted and one_way == [1e-6, 1e-4] and times0 == one_way
+    assert [s for _, s in asked] == [0, 0, 1, 1]
+    # a quiet machine: one series
+    measure, asked = series_of(quiet)
+    assert quickest_series(sizes, measure, just_this_rank)[1] and len(asked) == 2
+
+
+def test_the_ping_pong_gives_up_after_its_series_and_follows_rank_0s_word():
+    from hvd_lite.bench.fit import FIT_SERIES, quickest_series
+
+    sizes = [8, 1 << 20]
+    busy = {8: 4e-3, 1 << 20: 2e-4}
+    measure, asked = series_of(*[busy] * FIT_SERIES)
+    one_way, fitted, times0 = quickest_series(sizes, measure, just_this_rank)
+    assert not fitted and one_way == [4e-3, 2e-4] and len(asked) == 2 * FIT_SERIES
+    # another rank runs as many series as rank 0 says, and reports rank 0's times
+    measure, asked = series_of(busy, busy)
+    said = iter([(False, [9.0, 9.0]), (True, [1e-6, 1e-4])])
+    _, fitted, times0 = quickest_series(sizes, measure, lambda ok, t: next(said))
+    assert fitted and times0 == [1e-6, 1e-4] and len(asked) == 4
