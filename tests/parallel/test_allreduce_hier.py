@@ -7,8 +7,8 @@ tree); the layouts it refuses at init."""
 import numpy as np
 import pytest
 from conftest import agree, raises_on_every_rank, world
-from helpers import ALL_DTYPES, exact_inputs, fold, same_bits
-from test_allreduce_algorithms import F32, OPS, code, make_comm, order_dependent
+from helpers import same_bits
+from test_allreduce_algorithms import F32, OPS, exact_for_every_dtype_and_op, make_comm, order_dependent
 
 import hvd_lite as hvd
 
@@ -48,29 +48,6 @@ def test_hier_p2p_gives_exact_results_for_every_dtype_op_and_layout():
                 f"hosts of {k}: {plan}",
             )
             exact_for_every_dtype_and_op(c, COUNTS, f"hosts of {k}")
-
-
-def exact_for_every_dtype_and_op(c, counts, where):
-    """c's all-reduce of exact inputs, in place and not, against the reference, for every dtype, op and
-    count; the input left as it was."""
-    n, r = hvd.size(), hvd.rank()
-    for dtype in ALL_DTYPES:
-        for op in OPS:
-            for count in counts:
-                seed = count + 31 * OPS[op]
-                x = exact_inputs(dtype, count, r, seed)
-                want = fold([exact_inputs(dtype, count, q, seed) for q in range(n)], op, dtype)
-                out = np.zeros(count, np.dtype(dtype))
-                c.allreduce(x, out, code(dtype), OPS[op])
-                inplace = x.copy()
-                c.allreduce(inplace, inplace, code(dtype), OPS[op])
-                agree(
-                    same_bits(out, want)
-                    and same_bits(inplace, want)
-                    and same_bits(x, exact_inputs(dtype, count, r, seed)),
-                    f"{where}: {np.dtype(dtype).name} {op} count={count}: out "
-                    f"{out[:5]}, in place {inplace[:5]}, want {want[:5]}",
-                )
 
 
 def test_hier_p2p_is_bitwise_identical_across_ranks_in_place_and_on_rerun():
