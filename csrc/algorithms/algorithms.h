@@ -220,8 +220,8 @@ hvdlResult_t hvdl_alltoallv(hvdlComm_t comm, const void *send, const int *scount
 /* All-to-all of n blocks of `block` bytes each way (block q of sendbuff to rank q, block q of
  * recvbuff from it; at most 2 GiB per rank, the caller's check), pairwise
  * (alltoall_pairwise.c), by Bruck's schedule (alltoall_bruck.c), in two levels over
- * hier_p2p's grid (alltoall_hier_p2p.c) or by host pairs over it (alltoall_hier_pairs.c). In place when sendbuff == recvbuff; any other
- * overlap is the caller's error. */
+ * hier_p2p's grid (alltoall_hier_p2p.c) or by host pairs over it (alltoall_hier_pairs.c).
+ * In place when sendbuff == recvbuff; any other overlap is the caller's error. */
 hvdlResult_t hvdl_alltoall_pairwise(hvdlComm_t comm, const void *sendbuff, void *recvbuff,
                                     size_t block);
 hvdlResult_t hvdl_alltoall_bruck(hvdlComm_t comm, const void *sendbuff, void *recvbuff,

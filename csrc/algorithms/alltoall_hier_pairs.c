@@ -29,8 +29,9 @@
  * It carries pairwise's bytes across hosts, in the fewest and largest messages, and every
  * block bound for another host twice within a host (once on each side): (L-1)(1 + 2 m L)
  * blocks a rank within its host where pairwise moves L-1. It suits small blocks where every
- * rank carries at most one host (m = 1; docs/scale.md, "All-to-all"). Scratch (comm->scratch.work): the message list,
- * the gather's messages out and in, the across messages out and in, the spread's out and in.
+ * rank carries at most one host (m = 1; docs/scale.md, "All-to-all"). Scratch
+ * (comm->scratch.work): the message list, the gather's messages out and in, the across
+ * messages out and in, the spread's out and in.
  *
  * Exchanges, waits, errors and faults are pair_exchange.c's (hvdl_pair_exchange_set): the
  * watch hook, the data timeout, the injected faults and the abandoning of requests after a
