@@ -125,7 +125,13 @@ def divide_local(buf: _Buffer, dtype: int, divisor: int, /) -> None: ...
 def scale_local(dst: _Buffer, src: _Buffer, dtype: int, factor: float, /) -> None: ...
 def kernel_bench(dtype: int, op: int, nbytes: int, iters: int, /) -> Tuple[float, float]: ...
 def plan_allreduce_model(
-    size: int, hosts: int, local_size: int, nbytes: int, model: Dict[str, Any], /
+    size: int,
+    hosts: int,
+    local_size: int,
+    nbytes: int,
+    model: Dict[str, Any],
+    shm_lanes: int = 0,
+    /,
 ) -> Dict[str, Any]: ...
 def plan_alltoall_model(
     size: int, hosts: int, local_size: int, block: int, model: Dict[str, Any], /

@@ -208,8 +208,10 @@ static PyMethodDef module_methods[] = {
     {"kernel_bench", hvdl_py_kernel_bench, METH_VARARGS,
      "(kernel seconds, memcpy seconds) per call"},
     {"plan_allreduce_model", hvdl_py_plan_allreduce_model, METH_VARARGS,
-     "plan_allreduce_model(size, hosts, local_size, nbytes, model) -> allreduce_plan's dict: the "
-     "selector on a made-up layout and cost model (tests of its rules)"},
+     "plan_allreduce_model(size, hosts, local_size, nbytes, model[, shm_lanes]) -> "
+     "allreduce_plan's dict: the selector on a made-up layout and cost model (tests of its "
+     "rules); shm_lanes > 0: a shared segment on every host, the hierarchical all-reduce's "
+     "lanes"},
     {"plan_alltoall_model", hvdl_py_plan_alltoall_model, METH_VARARGS,
      "plan_alltoall_model(size, hosts, local_size, block, model) -> Comm.alltoall_plan's dict: "
      "the all-to-all's selector on a made-up layout and cost model (tests of its rules)"},

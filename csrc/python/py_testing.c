@@ -504,12 +504,35 @@ static int model_comm(const char *fn, PyObject *args, struct hvdlComm *c,
   return 0;
 }
 
-/* plan_allreduce_model(size, hosts, local_size, nbytes, model): the all-reduce selector's
- * choice for nbytes per rank on a made-up communicator (model_comm). */
+/* plan_allreduce_model(size, hosts, local_size, nbytes, model[, shm_lanes]): the all-reduce
+ * selector's choice for nbytes per rank on a made-up communicator (model_comm); shm_lanes > 0
+ * gives every host a shared segment, and the shared-memory hierarchical all-reduce that many
+ * lanes (the fewest ranks on a host), as on a real cluster; 0 (the default): none, as in the
+ * simulation. */
 PyObject *hvdl_py_plan_allreduce_model(PyObject *self, PyObject *args) {
   struct hvdlComm comm;
   unsigned long long nbytes;
-  if (model_comm("plan_allreduce_model", args, &comm, &nbytes) < 0) return NULL;
+  int shm_lanes = 0;
+  const Py_ssize_t given = PyTuple_Size(args);
+  if (given == 6 && !PyArg_Parse(PyTuple_GET_ITEM(args, 5), "i", &shm_lanes)) return NULL;
+  PyObject *head = PyTuple_GetSlice(args, 0, given < 5 ? given : 5);
+  if (!head) return NULL;
+  const int bad = model_comm("plan_allreduce_model", head, &comm, &nbytes) < 0;
+  Py_DECREF(head);
+  if (bad) return NULL;
+  if (given > 6 || shm_lanes < 0 || shm_lanes > comm.local_size)
+    return PyErr_Format(PyExc_ValueError,
+                        "plan_allreduce_model: shm_lanes %d: expected 0 .. local_size (%d), and at "
+                        "most 6 arguments",
+                        shm_lanes, comm.local_size);
+  struct hvdl_shm shm; /* select_allreduce.c reads its hosts and lanes only (cma: 0) */
+  if (shm_lanes) {
+    memset(&shm, 0, sizeof shm);
+    shm.hosts = comm.hosts;
+    shm.lanes = shm_lanes;
+    shm.local_size = comm.local_size;
+    comm.shm = &shm;
+  }
   return allreduce_plan(&comm, nbytes);
 }
 

@@ -65,8 +65,10 @@
  *   (rd, rab: n > p adds 2 (alpha + B beta) + B gamma, within a host; across
  *   when L = 1)
  *   hier  within a host, priced as a ring reduce-scatter and all-gather there;
- *         L all-reduces of B/L across hosts at once (ring: each NIC carries L
- *         of them)
+ *         across, m lanes of B/m (m: the fewest ranks on a host) at once, each
+ *         what a lane's own selector runs (these rules on H ranks, one a host),
+ *         priced with beta across times m: a host's m lanes share its NIC
+ *         (hier_lanes_cost)
  *   hier_p2p  with `lanes` lanes (hier_lanes: L, fewer for small B): within a
  *         host one step in which each lane's holder receives its lane, B/lanes,
  *         from the other L-1 ranks at once and reduces them, priced as the
@@ -400,43 +402,44 @@ static double ring_cost(int n, double alpha, double beta, double gamma, double b
   return 2.0 * (n - 1) * alpha + moved * (beta + (gamma > beta ? gamma : beta));
 }
 
-/* The latency of one of the ring's steps on B bytes per rank: within a host alpha;
- * across, the step function's at the ring's message (a chunk of B/n, in segments of
- * config.segmentBytes at most), or at `worst` its largest step (the fail-safe rule). */
-static double ring_alpha(const hvdlComm_t comm, double b, int worst) {
-  const struct hvdl_cost_model *c = &comm->model;
-  if (comm->hosts <= 1) return c->alpha[HVDL_LINK_INTRA];
-  if (worst) return hvdl_select_alpha_inter_max(c);
-  double piece = b / comm->size;
-  if (comm->config.segmentBytes && piece > (double)comm->config.segmentBytes)
-    piece = (double)comm->config.segmentBytes;
-  return hvdl_select_alpha_inter(c, piece);
+/* What the flat algorithms (ring, rd, rab, tree, small) are priced on: the model, and n
+ * ranks placed by host, per_host a host on `hosts` hosts; segment is config.segmentBytes
+ * (the ring's largest message). A communicator's own layout (flat_of), or a lane of the
+ * shared-memory hierarchical all-reduce (hier_lanes_cost): one rank a host. */
+struct flat {
+  const struct hvdl_cost_model *c;
+  int n, per_host, hosts;
+  size_t segment;
+};
+
+static struct flat flat_of(const hvdlComm_t comm) {
+  return (struct flat){&comm->model, comm->size, comm->local_size, comm->hosts,
+                       comm->config.segmentBytes};
 }
 
-double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) {
-  const struct hvdl_cost_model *c = &comm->model;
-  const int n = comm->size, L = comm->local_size, H = comm->hosts;
-  const double b = (double)bytes;
+/* The latency of one of the ring's steps on B bytes per rank: within a host alpha;
+ * across, the step function's at the ring's message (a chunk of B/n, in segments of
+ * f.segment at most), or at `worst` its largest step (the fail-safe rule). */
+static double ring_alpha(struct flat f, double b, int worst) {
+  if (f.hosts <= 1) return f.c->alpha[HVDL_LINK_INTRA];
+  if (worst) return hvdl_select_alpha_inter_max(f.c);
+  double piece = b / f.n;
+  if (f.segment && piece > (double)f.segment) piece = (double)f.segment;
+  return hvdl_select_alpha_inter(f.c, piece);
+}
+
+/* The nominal model of a flat algorithm on B bytes per rank; -1 for the others. */
+static double flat_predict(struct flat f, hvdlAlgorithm_t algo, double b) {
+  const struct hvdl_cost_model *c = f.c;
+  const int n = f.n, H = f.hosts;
   const int link = H > 1 ? HVDL_LINK_INTER : HVDL_LINK_INTRA;
   switch (algo) {
-    case hvdlAlgoRing: return ring_cost(n, ring_alpha(comm, b, 0), c->beta[link], c->gamma, b);
+    case hvdlAlgoRing: return ring_cost(n, ring_alpha(f, b, 0), c->beta[link], c->gamma, b);
     case hvdlAlgoRecursiveDoubling:
     case hvdlAlgoRabenseifner:
-      /* ranks placed by host: steps with mask < L stay within one */
-      return pairwise_cost(c, algo == hvdlAlgoRabenseifner ? PW_RAB : PW_RD, n, H > 1 ? L : n, L,
-                           b);
-    case hvdlAlgoHierarchical:
-      if (!comm->shm || comm->shm->hosts <= 1) return -1;
-      /* within: a ring reduce-scatter and all-gather; across: L rings of B/L at once */
-      return ring_cost(L, c->alpha[HVDL_LINK_INTRA], c->beta[HVDL_LINK_INTRA], c->gamma, b) +
-             ring_cost(H, c->alpha[HVDL_LINK_INTER], c->beta[HVDL_LINK_INTER] * L, c->gamma, b / L);
-    case hvdlAlgoHierP2p: {
-      if (!comm->hier_p2p || L <= 1) return -1;
-      const int lanes = hier_lanes(comm, b);
-      double across;
-      hier_across(comm, lanes, b, &across);
-      return hier_within(c, L, lanes, b, 1) + across + hier_within(c, L, lanes, b, 0);
-    }
+      /* ranks placed by host: steps with mask < per_host stay within one */
+      return pairwise_cost(c, algo == hvdlAlgoRabenseifner ? PW_RAB : PW_RD, n,
+                           H > 1 ? f.per_host : n, f.per_host, b);
     case hvdlAlgoTree: {
       /* up and down the binomial tree: rank 0 receives, reduces and sends B per level, across
        * hosts at the latency of a message of B (the step function), as rd's steps are priced */
@@ -455,6 +458,72 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) 
   }
 }
 
+/* A flat algorithm's time as the selector weighs it: the nominal model, but for the ring
+ * across hosts the fail-safe rule (5 above): each step at the largest latency, and from
+ * FAILSAFE_RING_RANKS ranks only on terms measured or given, by FAILSAFE_RING_MARGIN;
+ * -1 where it is not a candidate. */
+static double flat_weighed(struct flat f, hvdlAlgorithm_t algo, double b) {
+  if (algo != hvdlAlgoRing || f.hosts <= 1) return flat_predict(f, algo, b);
+  const int many = f.n >= FAILSAFE_RING_RANKS;
+  if (many && f.c->inter_source == HVDL_MODEL_DEFAULT) return -1;
+  return ring_cost(f.n, ring_alpha(f, b, 1), f.c->beta[HVDL_LINK_INTER], f.c->gamma, b) *
+         (many ? FAILSAFE_RING_MARGIN : 1.0);
+}
+
+/* hier's step across hosts (allreduce_hier.c): each of the `lanes` lane holders of a host
+ * all-reduces its lane, B/lanes, on comm->cross (one rank a host), with what that
+ * communicator's selector runs there: the caller's forced algorithm unless it is hier or
+ * hier_p2p (comm.c), else the small path up to config.smallAllReduceBytes (the same on
+ * every multi-host communicator, config.c), else the cheapest of ring, rab, rd and tree
+ * weighed as above. The host's lanes cross its NIC at once, so every step across pays
+ * lanes times beta. Priced here, alike on every rank, not on comm->cross, which only the
+ * lane holders have; the chosen algorithm's nominal time. */
+static double hier_lanes_cost(const hvdlComm_t comm, double b) {
+  const int lanes = comm->shm->lanes > 0 ? comm->shm->lanes : 1;
+  struct hvdl_cost_model m = comm->model;
+  m.beta[HVDL_LINK_INTER] *= lanes;
+  const struct flat f = {&m, comm->shm->hosts, 1, comm->shm->hosts, comm->config.segmentBytes};
+  const double lane = b / lanes;
+  const int forced = comm->config.allReduceAlgorithm;
+  if (forced != hvdlAlgoAuto && forced != hvdlAlgoHierarchical && forced != hvdlAlgoHierP2p)
+    return flat_predict(f, (hvdlAlgorithm_t)forced, lane);
+  if (lane <= (double)comm->config.smallAllReduceBytes)
+    return flat_predict(f, hvdlAlgoLatency, lane);
+  static const hvdlAlgorithm_t order[] = {hvdlAlgoRing, hvdlAlgoRabenseifner,
+                                          hvdlAlgoRecursiveDoubling, hvdlAlgoTree};
+  hvdlAlgorithm_t best = hvdlAlgoRabenseifner;
+  double best_t = -1;
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    const double t = flat_weighed(f, order[i], lane);
+    if (t >= 0 && (best_t < 0 || t < best_t)) {
+      best = order[i];
+      best_t = t;
+    }
+  }
+  return flat_predict(f, best, lane);
+}
+
+double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) {
+  const struct hvdl_cost_model *c = &comm->model;
+  const int L = comm->local_size;
+  const double b = (double)bytes;
+  switch (algo) {
+    case hvdlAlgoHierarchical:
+      if (!comm->shm || comm->shm->hosts <= 1) return -1;
+      /* within: a ring reduce-scatter and all-gather; across: the lanes at once */
+      return ring_cost(L, c->alpha[HVDL_LINK_INTRA], c->beta[HVDL_LINK_INTRA], c->gamma, b) +
+             hier_lanes_cost(comm, b);
+    case hvdlAlgoHierP2p: {
+      if (!comm->hier_p2p || L <= 1) return -1;
+      const int lanes = hier_lanes(comm, b);
+      double across;
+      hier_across(comm, lanes, b, &across);
+      return hier_within(c, L, lanes, b, 1) + across + hier_within(c, L, lanes, b, 0);
+    }
+    default: return flat_predict(flat_of(comm), algo, b);
+  }
+}
+
 hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes) {
   if (comm->config.allReduceAlgorithm != hvdlAlgoAuto)
     return (hvdlAlgorithm_t)comm->config.allReduceAlgorithm;
@@ -466,18 +535,14 @@ hvdlAlgorithm_t hvdl_select_allreduce(hvdlComm_t comm, size_t bytes) {
       hvdlAlgoHierarchical, hvdlAlgoHierP2p,      hvdlAlgoTree};
   hvdlAlgorithm_t best = hvdlAlgoRing;
   double best_t = -1;
-  const struct hvdl_cost_model *c = &comm->model;
+  const struct flat f = flat_of(comm);
   for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
-    double t = hvdl_select_predict(comm, order[i], bytes);
-    if (order[i] == hvdlAlgoRing && comm->hosts > 1) { /* the fail-safe rule (5 above) */
-      const int many = comm->size >= FAILSAFE_RING_RANKS;
-      if (many && c->inter_source == HVDL_MODEL_DEFAULT) continue;
-      t = ring_cost(comm->size, ring_alpha(comm, (double)bytes, 1), c->beta[HVDL_LINK_INTER],
-                    c->gamma, (double)bytes) *
-          (many ? FAILSAFE_RING_MARGIN : 1.0);
-    }
+    const hvdlAlgorithm_t a = order[i];
+    const double t = a == hvdlAlgoHierarchical || a == hvdlAlgoHierP2p
+                         ? hvdl_select_predict(comm, a, bytes)
+                         : flat_weighed(f, a, (double)bytes);
     if (t >= 0 && (best_t < 0 || t < best_t)) {
-      best = order[i];
+      best = a;
       best_t = t;
     }
   }
