@@ -2,9 +2,10 @@
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 
 def mpirun_path(bindir: Optional[str] = None) -> str:
@@ -54,38 +55,93 @@ def launcher_failed(res: subprocess.CompletedProcess) -> bool:
 
 
 STOP_GRACE_S = 15.0  # for a launcher told to stop (SIGTERM) to end its job before SIGKILL
+STACKS_GRACE_S = 5.0  # for the job's Python processes to print their stacks (_ask_for_stacks)
 
 
 class JobTimeout(subprocess.TimeoutExpired):
     """A command past its timeout, whose message ends with what it printed last (a test's
-    failure then says where the job stood)."""
+    failure then says where the job stood; stderr holds the stacks of its Python processes)."""
 
     def __str__(self) -> str:
         tails = [
-            f"{name} (last 3,000 characters):\n{text[-3000:]}"
-            for name, text in (("stdout", self.output), ("stderr", self.stderr))
+            f"{name} (last {len(text[-keep:]):,} characters):\n{text[-keep:]}"
+            for name, text, keep in (("stdout", self.output, 3000), ("stderr", self.stderr, 12000))
             if text
         ]
         return "\n".join([super().__str__(), *tails])
 
 
+def _python_leaves(root: int) -> List[int]:
+    """The Python processes under `root` (and root itself) with no Python process under them:
+    a job's ranks, not the launchers and wrappers that started them (Linux's /proc)."""
+    children: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+
+    def is_python(pid: int) -> bool:
+        try:
+            return "python" in os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        except OSError:
+            return False
+
+    def leaves(pid: int) -> List[int]:
+        below = [p for c in children.get(pid, []) for p in leaves(c)]
+        return below or ([pid] if is_python(pid) else [])
+
+    return leaves(root)
+
+
+def _ask_for_stacks(proc: subprocess.Popen) -> bool:
+    """SIGABRT to the job's Python ranks: with PYTHONFAULTHANDLER set (run_job's environment),
+    each prints every thread's Python stack to stderr as it ends, which the launcher passes on
+    before it ends the job. Best effort: True if any was sent."""
+    sent = False
+    try:
+        leaves = _python_leaves(proc.pid)
+    except OSError:  # no /proc: no stacks
+        return False
+    for pid in leaves:
+        try:
+            os.kill(pid, signal.SIGABRT)
+            sent = True
+        except OSError:  # already gone
+            pass
+    return sent
+
+
 def _run(cmd: List[str], timeout: Optional[float] = None, **kw) -> subprocess.CompletedProcess:
     """subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw), except that
-    past the timeout the command first gets SIGTERM: a launcher (hvd_lite.run, mpirun) then ends
-    its job's ranks, which SIGKILL of the launcher alone would leave running."""
+    past the timeout the job's Python processes are asked for their stacks (_ask_for_stacks),
+    and a command still running STACKS_GRACE_S later gets SIGTERM: a launcher (hvd_lite.run,
+    mpirun) then ends its job's ranks, which SIGKILL of the launcher alone would leave running."""
+    kw["env"] = dict(kw.get("env") or os.environ, PYTHONFAULTHANDLER="1")
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.terminate()
-            try:
-                out, err = proc.communicate(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                try:  # what it started may still hold the pipes
-                    out, err = proc.communicate(timeout=5)
+            out = err = None
+            if _ask_for_stacks(proc):
+                try:
+                    out, err = proc.communicate(timeout=STACKS_GRACE_S)
                 except subprocess.TimeoutExpired:
-                    out, err = "", ""
+                    pass
+            if out is None:
+                proc.terminate()
+                try:
+                    out, err = proc.communicate(timeout=STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    try:  # what it started may still hold the pipes
+                        out, err = proc.communicate(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        out, err = "", ""
             raise JobTimeout(cmd, timeout, output=out, stderr=err) from None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 

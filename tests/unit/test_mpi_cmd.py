@@ -45,3 +45,28 @@ def test_a_job_past_its_timeout_is_told_to_stop_before_it_is_killed(tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         run_job(cmd, timeout=0.5)
     assert mark.read_text() == "bye\n"
+
+
+STUCK = "import time\ndef stuck_here():\n    time.sleep(60)\nstuck_here()\n"
+
+
+def test_a_job_past_its_timeout_shows_where_its_python_stood():
+    with pytest.raises(subprocess.TimeoutExpired) as e:
+        run_job([sys.executable, "-c", STUCK], timeout=1)
+    assert 'File "<string>", line 3 in stuck_here' in str(e.value), str(e.value)
+
+
+def test_only_the_innermost_python_processes_are_asked_for_their_stacks():
+    # A Python launcher waiting for its Python rank: the rank prints its stack and ends, and the
+    # launcher, not signalled, then exits on its own.
+    launcher = (
+        "import subprocess, sys\n"
+        "def launching():\n"
+        f"    sys.exit(subprocess.call([sys.executable, '-c', {STUCK!r}]))\n"
+        "launching()\n"
+    )
+    with pytest.raises(subprocess.TimeoutExpired) as e:
+        run_job([sys.executable, "-c", launcher], timeout=2)
+    text = str(e.value)
+    assert "in stuck_here" in text and "in launching" not in text, text
+    assert text.count("Fatal Python error: Aborted") == 1, text
