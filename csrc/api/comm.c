@@ -137,8 +137,14 @@ static hvdlResult_t new_comm(hvdlComm_t *out, MPI_Comm mpi_comm, const hvdlConfi
     res = split_lanes(comm, comm->mpi, &lane);
     if (res == hvdlSuccess && lane != MPI_COMM_NULL) {
       res = new_comm(&comm->cross, lane, &across, 1);
-      /* the lane's ranks share this communicator's agreed model, measured terms included */
-      if (res == hvdlSuccess) comm->cross->model = comm->model;
+      /* the lane's ranks share this communicator's agreed model, measured terms included, with
+       * each host's NIC shared by its lanes, which all-reduce at once (allreduce_hier.c): so
+       * the lane's selector weighs its algorithms as hier_p2p's lanes are weighed, and
+       * select_allreduce.c prices hier with the same choice (hier_lanes_cost) */
+      if (res == hvdlSuccess) {
+        comm->cross->model = comm->model;
+        comm->cross->model.beta[HVDL_LINK_INTER] *= comm->shm->lanes;
+      }
       if (res == hvdlSuccess) comm->cross->ft_top = comm; /* a dead rank anywhere fails it */
       MPI_Comm_free(&lane);
       if (res == hvdlSuccess) res = name_ranks(comm, comm->cross);

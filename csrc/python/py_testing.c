@@ -373,9 +373,21 @@ static PyObject *allreduce_plan(hvdlComm_t comm, unsigned long long nbytes) {
     const hvdlAlgorithm_t a = hvdl_select_hier_p2p_across(comm, (size_t)nbytes, &lanes);
     across = a == hvdlAlgoLatency ? "direct" : hvdl_algo_name(a);
   }
-  return Py_BuildValue("{s:s,s:N,s:i,s:i,s:z,s:i}", "algorithm", chosen, "predicted", pred, "hosts",
-                       comm->hosts, "local_size", comm->local_size, "hier_p2p_across", across,
-                       "hier_p2p_lanes", lanes);
+  /* hier's lanes across hosts: what the selector prices them as running, and, on a lane holder,
+   * what the lane's own communicator picks for its share (hier splits a call as
+   * hvdl_block_start does: the first lanes take the remainder's elements, so B/lanes rounded
+   * down is one of the two sizes) */
+  const char *hier_lane = NULL, *hier_lane_runs = NULL;
+  if (comm->shm && comm->shm->hosts > 1) {
+    hier_lane = hvdl_algo_name(hvdl_select_hier_lane(comm, (size_t)nbytes));
+    if (comm->cross)
+      hier_lane_runs = hvdl_algo_name(
+          hvdl_select_allreduce(comm->cross, (size_t)nbytes / (size_t)comm->shm->lanes));
+  }
+  return Py_BuildValue("{s:s,s:N,s:i,s:i,s:z,s:i,s:z,s:z}", "algorithm", chosen, "predicted", pred,
+                       "hosts", comm->hosts, "local_size", comm->local_size, "hier_p2p_across",
+                       across, "hier_p2p_lanes", lanes, "hier_lane", hier_lane, "hier_lane_runs",
+                       hier_lane_runs);
 }
 
 static PyObject *Comm_allreduce_plan(CommObject *self, PyObject *args) {

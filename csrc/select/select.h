@@ -33,6 +33,10 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes);
  * hvdlAlgoRecursiveDoubling, hvdlAlgoRabenseifner, or hvdlAlgoLatency for the direct
  * exchange (allreduce_direct.c). */
 hvdlAlgorithm_t hvdl_select_hier_p2p_across(hvdlComm_t comm, size_t bytes, int *lanes);
+/* What each lane of hier (allreduce_hier.c) runs across hosts for bytes per rank on comm, as
+ * its own selector on comm->cross will pick it (the same on every rank), or hvdlAlgoAuto
+ * where hier cannot run. */
+hvdlAlgorithm_t hvdl_select_hier_lane(hvdlComm_t comm, size_t bytes);
 /* The latency of a message of s bytes across hosts: the step of the model's step
  * function that s reaches (base.h), else alpha[HVDL_LINK_INTER]. */
 static inline double hvdl_select_alpha_inter(const struct hvdl_cost_model *c, double s) {

@@ -66,9 +66,9 @@
  *   when L = 1)
  *   hier  within a host, priced as a ring reduce-scatter and all-gather there;
  *         across, m lanes of B/m (m: the fewest ranks on a host) at once, each
- *         what a lane's own selector runs (these rules on H ranks, one a host),
- *         priced with beta across times m: a host's m lanes share its NIC
- *         (hier_lanes_cost)
+ *         what a lane's own selector runs (these rules on H ranks, one a host,
+ *         with beta across times m: a host's m lanes share its NIC, and comm.c
+ *         gives the lanes that model), at that price (hier_lane_algorithm)
  *   hier_p2p  with `lanes` lanes (hier_lanes: L, fewer for small B): within a
  *         host one step in which each lane's holder receives its lane, B/lanes,
  *         from the other L-1 ranks at once and reduces them, priced as the
@@ -405,7 +405,7 @@ static double ring_cost(int n, double alpha, double beta, double gamma, double b
 /* What the flat algorithms (ring, rd, rab, tree, small) are priced on: the model, and n
  * ranks placed by host, per_host a host on `hosts` hosts; segment is config.segmentBytes
  * (the ring's largest message). A communicator's own layout (flat_of), or a lane of the
- * shared-memory hierarchical all-reduce (hier_lanes_cost): one rank a host. */
+ * shared-memory hierarchical all-reduce (hier_lane_algorithm): one rank a host. */
 struct flat {
   const struct hvdl_cost_model *c;
   int n, per_host, hosts;
@@ -470,37 +470,53 @@ static double flat_weighed(struct flat f, hvdlAlgorithm_t algo, double b) {
          (many ? FAILSAFE_RING_MARGIN : 1.0);
 }
 
+/* The cheapest of the flat algorithms a communicator of one rank a host (a lane of hier) can
+ * run, weighed as the selector weighs them; a tie goes to the earlier of ring, rab, rd, tree. */
+static hvdlAlgorithm_t cheapest_flat(struct flat f, double b) {
+  static const hvdlAlgorithm_t order[] = {hvdlAlgoRing, hvdlAlgoRabenseifner,
+                                          hvdlAlgoRecursiveDoubling, hvdlAlgoTree};
+  hvdlAlgorithm_t best = hvdlAlgoRabenseifner;
+  double best_t = -1;
+  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+    const double t = flat_weighed(f, order[i], b);
+    if (t >= 0 && (best_t < 0 || t < best_t)) {
+      best = order[i];
+      best_t = t;
+    }
+  }
+  return best;
+}
+
 /* hier's step across hosts (allreduce_hier.c): each of the `lanes` lane holders of a host
  * all-reduces its lane, B/lanes, on comm->cross (one rank a host), with what that
- * communicator's selector runs there: the caller's forced algorithm unless it is hier or
- * hier_p2p (comm.c), else the small path up to config.smallAllReduceBytes (the same on
- * every multi-host communicator, config.c), else the cheapest of ring, rab, rd and tree
- * weighed as above. The host's lanes cross its NIC at once, so every step across pays
- * lanes times beta. Priced here, alike on every rank, not on comm->cross, which only the
- * lane holders have; the chosen algorithm's nominal time. */
-static double hier_lanes_cost(const hvdlComm_t comm, double b) {
+ * communicator's selector runs there on its model, this one's with beta across times the
+ * lanes, since a host's lanes cross its NIC at once (comm.c): the caller's forced algorithm
+ * unless it is hier or hier_p2p, else the small path up to config.smallAllReduceBytes (the
+ * same on every multi-host communicator, config.c), else the cheapest of ring, rab, rd and
+ * tree weighed as above. Chosen and priced here, alike on every rank, not on comm->cross,
+ * which only the lane holders have; the ring's nominal price takes this communicator's
+ * segment size (autotune changes it alike on every rank, here and not on the lanes). */
+static hvdlAlgorithm_t hier_lane_algorithm(const hvdlComm_t comm, double b, double *cost) {
   const int lanes = comm->shm->lanes > 0 ? comm->shm->lanes : 1;
   struct hvdl_cost_model m = comm->model;
   m.beta[HVDL_LINK_INTER] *= lanes;
   const struct flat f = {&m, comm->shm->hosts, 1, comm->shm->hosts, comm->config.segmentBytes};
   const double lane = b / lanes;
   const int forced = comm->config.allReduceAlgorithm;
+  hvdlAlgorithm_t pick;
   if (forced != hvdlAlgoAuto && forced != hvdlAlgoHierarchical && forced != hvdlAlgoHierP2p)
-    return flat_predict(f, (hvdlAlgorithm_t)forced, lane);
-  if (lane <= (double)comm->config.smallAllReduceBytes)
-    return flat_predict(f, hvdlAlgoLatency, lane);
-  static const hvdlAlgorithm_t order[] = {hvdlAlgoRing, hvdlAlgoRabenseifner,
-                                          hvdlAlgoRecursiveDoubling, hvdlAlgoTree};
-  hvdlAlgorithm_t best = hvdlAlgoRabenseifner;
-  double best_t = -1;
-  for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
-    const double t = flat_weighed(f, order[i], lane);
-    if (t >= 0 && (best_t < 0 || t < best_t)) {
-      best = order[i];
-      best_t = t;
-    }
-  }
-  return flat_predict(f, best, lane);
+    pick = (hvdlAlgorithm_t)forced;
+  else if (lane <= (double)comm->config.smallAllReduceBytes)
+    pick = hvdlAlgoLatency;
+  else
+    pick = cheapest_flat(f, lane);
+  if (cost) *cost = flat_predict(f, pick, lane);
+  return pick;
+}
+
+hvdlAlgorithm_t hvdl_select_hier_lane(hvdlComm_t comm, size_t bytes) {
+  if (!comm->shm || comm->shm->hosts <= 1) return hvdlAlgoAuto;
+  return hier_lane_algorithm(comm, (double)bytes, NULL);
 }
 
 double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) {
@@ -511,8 +527,12 @@ double hvdl_select_predict(hvdlComm_t comm, hvdlAlgorithm_t algo, size_t bytes) 
     case hvdlAlgoHierarchical:
       if (!comm->shm || comm->shm->hosts <= 1) return -1;
       /* within: a ring reduce-scatter and all-gather; across: the lanes at once */
-      return ring_cost(L, c->alpha[HVDL_LINK_INTRA], c->beta[HVDL_LINK_INTRA], c->gamma, b) +
-             hier_lanes_cost(comm, b);
+      {
+        double across;
+        hier_lane_algorithm(comm, b, &across);
+        return ring_cost(L, c->alpha[HVDL_LINK_INTRA], c->beta[HVDL_LINK_INTRA], c->gamma, b) +
+               across;
+      }
     case hvdlAlgoHierP2p: {
       if (!comm->hier_p2p || L <= 1) return -1;
       const int lanes = hier_lanes(comm, b);

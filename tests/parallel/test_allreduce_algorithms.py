@@ -345,6 +345,33 @@ def test_the_cost_model_file_sets_the_terms_and_a_bad_line_is_refused(tmp_path_f
     )
 
 
+# Terms under which a lane of hier (2 hosts, 1 MiB a lane) takes Rabenseifner on one NIC of its own
+# and the ring on one shared by 2 lanes: with gamma above beta the ring's bytes cost b/2 beta less
+# per lane share, and its latency at the 45 us step (the fail-safe rule's worst case) 80 us more.
+SHARED_NIC_TERMS = "inter_alpha 5e-6\ninter_beta 1e-10\ninter_alpha_step 4194304 45e-6\ngamma 1e-9\n"
+
+
+def test_hiers_lanes_run_what_the_selector_prices_them_as_running(tmp_path):
+    # The selector prices hier with what its lanes' own communicator (comm->cross, one rank a host,
+    # its NIC shared by the host's lanes) picks; every lane holder's pick must be that one.
+    n = hvd.size()
+    model = tmp_path / "shared_nic.conf"
+    model.write_text(SHARED_NIC_TERMS)
+    with make_comm(HVD_LITE_RANKS_PER_HOST=2, HVD_LITE_COST_MODEL_FILE=str(model)) as c:
+        plans = {b: c.allreduce_plan(b) for b in (4096, 1 << 20, 2 << 20, 64 << 20)}
+    for b, p in plans.items():
+        if n <= 2:  # one host: no lanes
+            agree(p["hier_lane"] is None and p["hier_lane_runs"] is None, f"{b} B: {p}")
+            continue
+        runs = p["hier_lane_runs"]
+        agree(runs is None or runs == p["hier_lane"], f"{b} B: priced {p['hier_lane']}, runs {runs}")
+    holders = world().allgather(plans[2 << 20]["hier_lane_runs"] is not None)
+    lanes = 2 if n % 2 == 0 else 1  # the fewest ranks on a host
+    agree(n <= 2 or sum(holders) == (n + 1) // 2 * lanes, f"lane holders {holders}")
+    if n == 4:  # 2 hosts of 2: 2 lanes share each NIC, and take the ring; one lane would take rab
+        agree(plans[2 << 20]["hier_lane"] == "ring", f"{plans[2 << 20]}")
+
+
 def test_rank_0s_algorithm_crossover_and_model_file_are_every_ranks(tmp_path_factory):
     n, r = hvd.size(), hvd.rank()
     path = os.path.join(str(tmp_path_factory.mktemp(f"own{r}")), "model.conf")

@@ -7,8 +7,8 @@ from test_select_fail_safe import MEASURED_8X8BB
 
 from hvd_lite import _core
 
-# (hosts, ranks a host, lanes): lanes are the fewest ranks on any host
-LAYOUTS = [(8, 8, 8), (16, 4, 4), (32, 8, 8), (3, 4, 2)]
+# (ranks, hosts, the most ranks on a host, lanes: the fewest ranks on a host)
+LAYOUTS = [(64, 8, 8, 8), (64, 16, 4, 4), (256, 32, 8, 8), (10, 3, 4, 2)]
 SIZES = [256 << 10, 4 << 20, 64 << 20]
 # A model file's terms, with a latency across hosts that steps up 6x from 64 KiB
 STEPPED_FILE = {
@@ -25,22 +25,39 @@ def no_model_file(monkeypatch):
     monkeypatch.delenv("HVD_LITE_ALLREDUCE_ALGO", raising=False)
 
 
-def lane_plan(hosts, lanes, nbytes, model):
-    """The selector of one lane across hosts (one rank a host), its NIC shared by `lanes` lanes."""
+def lane(hosts, lanes, nbytes, model):
+    """What one lane across hosts (one rank a host) runs, by its own selector on the model with
+    beta across times `lanes` (the host's NIC shared by its lanes, as comm.c gives the lanes), and
+    that algorithm's time."""
     shared = {**model, "inter_beta": model["inter_beta"] * lanes}
-    return _core.plan_allreduce_model(hosts, hosts, 1, nbytes // lanes, shared)
+    p = _core.plan_allreduce_model(hosts, hosts, 1, nbytes // lanes, shared)
+    return p["algorithm"], p["predicted"][p["algorithm"]]
+
+
+def ring_within(per_host, nbytes, model):
+    return _core.plan_allreduce_model(per_host, 1, per_host, nbytes, model)["predicted"]["ring"]
 
 
 @pytest.mark.parametrize("model", [MEASURED_8X8BB, STEPPED_FILE], ids=["measured", "file"])
-@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda y: "%dx%d/%d" % y)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda y: "%d:%dx%d/%d" % y)
 @pytest.mark.parametrize("nbytes", SIZES)
 def test_hier_is_its_ring_within_a_host_plus_what_its_lanes_run(layout, nbytes, model):
-    hosts, per_host, lanes = layout
-    p = _core.plan_allreduce_model(hosts * per_host, hosts, per_host, nbytes, model, lanes)
-    within = _core.plan_allreduce_model(per_host, 1, per_host, nbytes, model)["predicted"]["ring"]
-    lane = lane_plan(hosts, lanes, nbytes, model)
-    across = lane["predicted"][lane["algorithm"]]
-    assert p["predicted"]["hier"] == pytest.approx(within + across, rel=1e-12), (p, lane)
+    size, hosts, per_host, lanes = layout
+    p = _core.plan_allreduce_model(size, hosts, per_host, nbytes, model, lanes)
+    pick, across = lane(hosts, lanes, nbytes, model)
+    want = ring_within(per_host, nbytes, model) + across
+    assert p["predicted"]["hier"] == pytest.approx(want, rel=1e-12), (p, pick)
+
+
+def test_the_lanes_choose_on_their_shared_nic():
+    # 8 hosts of 8, 4 MiB: on a NIC of its own a lane of 512 KiB would take rd; 8 lanes through one
+    # NIC make rab the cheaper, and hier is priced with it.
+    plain = _core.plan_allreduce_model(8, 8, 1, 512 << 10, MEASURED_8X8BB)
+    pick, across = lane(8, 8, 4 << 20, MEASURED_8X8BB)
+    assert plain["algorithm"] == "rd" and pick == "rab", plain
+    p = _core.plan_allreduce_model(64, 8, 8, 4 << 20, MEASURED_8X8BB, 8)
+    assert p["hier_lane"] == "rab", p
+    assert p["predicted"]["hier"] == pytest.approx(ring_within(8, 4 << 20, MEASURED_8X8BB) + across)
 
 
 def test_without_a_segment_on_each_host_hier_is_no_candidate():
@@ -49,28 +66,26 @@ def test_without_a_segment_on_each_host_hier_is_no_candidate():
 
 
 def test_the_lanes_pay_the_latency_of_their_messages():
-    # 8 MiB lanes on 8 hosts: the ring's messages are past the 64 KiB step, so each of its 14
-    # steps across costs 24 us, not the base 4 us.
+    # 8 MiB lanes on 8 hosts, run as a ring: its messages are past the 64 KiB step, so each of its
+    # 14 steps across costs 24 us, not the base 4 us.
+    pick, across = lane(8, 8, 64 << 20, STEPPED_FILE)
+    _, at_base = lane(8, 8, 64 << 20, {**STEPPED_FILE, "inter_alpha_steps": []})
+    assert pick == "ring" and across - at_base == pytest.approx(14 * 20e-6)
     p = _core.plan_allreduce_model(64, 8, 8, 64 << 20, STEPPED_FILE, 8)
-    at_base = lane_plan(8, 8, 64 << 20, {**STEPPED_FILE, "inter_alpha_steps": []})
-    stepped = lane_plan(8, 8, 64 << 20, STEPPED_FILE)
-    assert stepped["predicted"]["ring"] - at_base["predicted"]["ring"] == pytest.approx(14 * 20e-6)
-    within = _core.plan_allreduce_model(8, 1, 8, 64 << 20, STEPPED_FILE)["predicted"]["ring"]
-    assert p["predicted"]["hier"] >= within + min(
-        t for t in stepped["predicted"].values() if t is not None
-    ), p
+    assert p["predicted"]["hier"] == pytest.approx(ring_within(8, 64 << 20, STEPPED_FILE) + across)
 
 
 def test_the_lanes_keep_the_ring_out_on_16_hosts_with_the_default_terms():
     # The lanes' own selector applies the fail-safe rule: 16 hosts, terms not measured (a slow
     # reduction, with which the ring would be the cheapest prediction).
     terms = {"inter_source": "default", "inter_beta": 1e-10, "gamma": 1e-9}
-    lane = lane_plan(16, 4, 64 << 20, terms)
-    best = min((t, a) for a, t in lane["predicted"].items() if t is not None)[1]
-    assert best == "ring" and lane["algorithm"] != "ring", lane
+    plain = _core.plan_allreduce_model(16, 16, 1, 16 << 20, terms)
+    best = min((t, a) for a, t in plain["predicted"].items() if t is not None)[1]
+    assert best == "ring" and plain["algorithm"] != "ring", plain
+    pick, across = lane(16, 4, 64 << 20, terms)
     p = _core.plan_allreduce_model(64, 16, 4, 64 << 20, terms, 4)
-    within = _core.plan_allreduce_model(4, 1, 4, 64 << 20, terms)["predicted"]["ring"]
-    assert p["predicted"]["hier"] == pytest.approx(within + lane["predicted"][lane["algorithm"]], rel=1e-12)
+    assert pick == plain["algorithm"]
+    assert p["predicted"]["hier"] == pytest.approx(ring_within(4, 64 << 20, terms) + across)
 
 
 @pytest.mark.parametrize("lanes", [-1, 9])
