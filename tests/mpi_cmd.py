@@ -72,8 +72,9 @@ class JobTimeout(subprocess.TimeoutExpired):
 
 
 def _python_leaves(root: int) -> List[int]:
-    """The Python processes under `root` (and root itself) with no Python process under them:
-    a job's ranks, not the launchers and wrappers that started them (Linux's /proc)."""
+    """The Python processes at `root` or under it that have no child process: a job's ranks, not
+    the launchers and wrappers that started them, which would die of SIGABRT without ending
+    what they started (Linux's /proc)."""
     children: Dict[int, List[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -91,28 +92,34 @@ def _python_leaves(root: int) -> List[int]:
         except OSError:
             return False
 
-    def leaves(pid: int) -> List[int]:
-        below = [p for c in children.get(pid, []) for p in leaves(c)]
-        return below or ([pid] if is_python(pid) else [])
-
-    return leaves(root)
+    found, todo, seen = [], [root], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:  # a pid reused while /proc was read
+            continue
+        seen.add(pid)
+        below = children.get(pid, [])
+        if below:
+            todo.extend(below)
+        elif is_python(pid):
+            found.append(pid)
+    return found
 
 
 def _ask_for_stacks(proc: subprocess.Popen) -> bool:
     """SIGABRT to the job's Python ranks: with PYTHONFAULTHANDLER set (run_job's environment),
     each prints every thread's Python stack to stderr as it ends, which the launcher passes on
-    before it ends the job. Best effort: True if any was sent."""
+    before it ends the job. Best effort, never raising: True if any was sent."""
     sent = False
     try:
-        leaves = _python_leaves(proc.pid)
-    except OSError:  # no /proc: no stacks
-        return False
-    for pid in leaves:
-        try:
-            os.kill(pid, signal.SIGABRT)
-            sent = True
-        except OSError:  # already gone
-            pass
+        for pid in _python_leaves(proc.pid):
+            try:
+                os.kill(pid, signal.SIGABRT)
+                sent = True
+            except OSError:  # already gone
+                pass
+    except Exception:  # an escape here would leave the job running
+        pass
     return sent
 
 
@@ -121,7 +128,7 @@ def _run(cmd: List[str], timeout: Optional[float] = None, **kw) -> subprocess.Co
     past the timeout the job's Python processes are asked for their stacks (_ask_for_stacks),
     and a command still running STACKS_GRACE_S later gets SIGTERM: a launcher (hvd_lite.run,
     mpirun) then ends its job's ranks, which SIGKILL of the launcher alone would leave running."""
-    kw["env"] = dict(kw.get("env") or os.environ, PYTHONFAULTHANDLER="1")
+    kw["env"] = dict(os.environ if kw.get("env") is None else kw["env"], PYTHONFAULTHANDLER="1")
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)

@@ -52,13 +52,13 @@ STUCK = "import time\ndef stuck_here():\n    time.sleep(60)\nstuck_here()\n"
 
 def test_a_job_past_its_timeout_shows_where_its_python_stood():
     with pytest.raises(subprocess.TimeoutExpired) as e:
-        run_job([sys.executable, "-c", STUCK], timeout=1)
+        run_job([sys.executable, "-c", STUCK], timeout=3)
     assert 'File "<string>", line 3 in stuck_here' in str(e.value), str(e.value)
 
 
 def test_only_the_innermost_python_processes_are_asked_for_their_stacks():
     # A Python launcher waiting for its Python rank: the rank prints its stack and ends, and the
-    # launcher, not signalled, then exits on its own.
+    # launcher, not signalled (it has a child), then exits on its own.
     launcher = (
         "import subprocess, sys\n"
         "def launching():\n"
@@ -66,7 +66,24 @@ def test_only_the_innermost_python_processes_are_asked_for_their_stacks():
         "launching()\n"
     )
     with pytest.raises(subprocess.TimeoutExpired) as e:
-        run_job([sys.executable, "-c", launcher], timeout=2)
+        run_job([sys.executable, "-c", launcher], timeout=3)
     text = str(e.value)
     assert "in stuck_here" in text and "in launching" not in text, text
     assert text.count("Fatal Python error: Aborted") == 1, text
+
+
+def test_a_python_launcher_whose_ranks_are_not_python_is_told_to_stop(tmp_path):
+    """Its child is no Python process, so no stacks are asked for; SIGTERM, not SIGABRT, reaches
+    the launcher, which ends what it started."""
+    mark = tmp_path / "stopped"
+    launcher = (
+        "import pathlib, signal, subprocess, sys\n"
+        "child = subprocess.Popen(['sleep', '30'])\n"
+        "def stop(*_):\n"
+        f"    child.kill(); pathlib.Path({str(mark)!r}).write_text('bye'); sys.exit(3)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "child.wait()\n"
+    )
+    with pytest.raises(subprocess.TimeoutExpired) as e:
+        run_job([sys.executable, "-c", launcher], timeout=3)
+    assert mark.read_text() == "bye" and "Fatal Python error" not in str(e.value), str(e.value)
